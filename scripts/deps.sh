@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# deps.sh - installs, once and only when missing, the Debian packages that building and testing
+# hmoe need. Safe to run again: it checks tools by command and libraries by header first.
+set -euo pipefail
+
+need=()
+have_cmd() { command -v "$1" >/dev/null 2>&1; }
+
+have_cmd cc || have_cmd gcc || need+=(gcc)
+have_cmd make || need+=(make)
+have_cmd cmake || need+=(cmake)
+have_cmd python3 || need+=(python3)      # tests use Python's json module as an oracle
+have_cmd lscpu || need+=(util-linux)     # topology oracle in tests
+[ -e /usr/include/linux/futex.h ] || need+=(linux-libc-dev)
+
+if [ ${#need[@]} -eq 0 ]; then
+    exit 0
+fi
+
+echo "deps.sh: installing missing packages: ${need[*]}" >&2
+if ! have_cmd apt-get; then
+    echo "deps.sh: missing ${need[*]} and no apt-get here; install them by hand" >&2
+    exit 1
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if have_cmd sudo; then SUDO=sudo; else
+        echo "deps.sh: need root (or sudo) to install ${need[*]}" >&2
+        exit 1
+    fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+# refresh the package lists once per day at most
+stamp=/var/lib/apt/periodic/update-success-stamp
+if [ ! -e /var/lib/apt/lists/lock ] || [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>/dev/null | head -1)" ]; then
+    $SUDO apt-get update -qq
+fi
+$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+echo "deps.sh: done" >&2

@@ -1,0 +1,130 @@
+/* membw.c - multi-threaded streaming-read bandwidth measurement. */
+#include "cpu/membw.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/timer.h"
+
+hm_membw_params hm_membw_default_params(void) {
+    hm_membw_params p;
+    memset(&p, 0, sizeof p);
+    p.huge_pages = true;
+    return p;
+}
+
+typedef struct {
+    _Alignas(64) uint64_t sum;
+} padded_sum;
+
+typedef struct {
+    uint64_t *data;
+    size_t n; /* elements */
+    const hm_cpu_ops *ops;
+    padded_sum *sums; /* [nth] */
+} membw_job;
+
+/* Slice of ith: whole 4 KiB pages so no two threads share a page (first touch = local node). */
+static void slice(size_t n, int ith, int nth, size_t *lo, size_t *hi) {
+    const size_t page = 4096 / sizeof(uint64_t);
+    size_t pages = (n + page - 1) / page;
+    *lo = pages * (size_t)ith / (size_t)nth * page;
+    *hi = pages * (size_t)(ith + 1) / (size_t)nth * page;
+    if (*lo > n) *lo = n;
+    if (*hi > n) *hi = n;
+}
+
+static void touch_task(int ith, int nth, void *arg) {
+    membw_job *j = arg;
+    size_t lo, hi;
+    slice(j->n, ith, nth, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) j->data[i] = i;
+}
+
+static void read_task(int ith, int nth, void *arg) {
+    membw_job *j = arg;
+    size_t lo, hi;
+    slice(j->n, ith, nth, &lo, &hi);
+    j->sums[ith].sum = j->ops->sum_u64(j->data + lo, hi - lo);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out) {
+    memset(out, 0, sizeof *out);
+    hm_membw_params p = params ? *params : hm_membw_default_params();
+    if (!p.ops) {
+        hm_status st = hm_cpu_ops_get(&p.ops);
+        if (st != HM_OK) return st;
+    }
+    if (p.bytes == 0) {
+        hm_mem_info mi;
+        size_t l3 = hm_mem_info_get(&mi) == HM_OK ? mi.l3_bytes : 0;
+        p.bytes = (size_t)1 << 30;
+        if (l3 * 16 > p.bytes) p.bytes = l3 * 16;
+    }
+    if (p.passes <= 0) p.passes = 10;
+    if (p.passes > 1000) return hm_errorf(HM_ERR_INVALID_ARG, "membw: passes %d > 1000", p.passes);
+    size_t n = p.bytes / sizeof(uint64_t);
+    if (n == 0) return hm_errorf(HM_ERR_INVALID_ARG, "membw: buffer of %zu bytes is too small", p.bytes);
+
+    hm_pool *pool = p.pool, *own = NULL;
+    if (!pool) {
+        hm_pool_params pp = hm_pool_default_params();
+        pp.pin_caller = false;
+        hm_status st = hm_pool_create(&pp, &own);
+        if (st != HM_OK) return st;
+        pool = own;
+    }
+    int nth = hm_pool_size(pool);
+    hm_large buf;
+    hm_status st = hm_large_alloc(n * sizeof(uint64_t), p.huge_pages, "membw buffer", &buf);
+    padded_sum *sums = st == HM_OK ? hm_calloc_aligned((size_t)nth, sizeof(padded_sum), 64, "membw")
+                                   : NULL;
+    double *gbs = calloc((size_t)p.passes, sizeof(double));
+    if (st != HM_OK || !sums || !gbs) {
+        if (st == HM_OK) st = hm_errorf(HM_ERR_NO_MEMORY, "membw: out of memory");
+        goto done;
+    }
+    membw_job job = {buf.ptr, n, p.ops, sums};
+    uint64_t t0 = hm_time_ns();
+    hm_pool_run(pool, touch_task, &job);
+    out->touch_s = (double)(hm_time_ns() - t0) * 1e-9;
+
+    /* wrapping sum of 0..n-1 */
+    uint64_t expect = (n % 2 == 0) ? (uint64_t)(n / 2) * (uint64_t)(n - 1)
+                                   : (uint64_t)n * (uint64_t)((n - 1) / 2);
+    for (int pass = -1; pass < p.passes; pass++) { /* pass -1 warms up */
+        t0 = hm_time_ns();
+        hm_pool_run(pool, read_task, &job);
+        uint64_t dt = hm_time_ns() - t0;
+        uint64_t total = 0;
+        for (int i = 0; i < nth; i++) total += sums[i].sum;
+        if (total != expect) {
+            st = hm_errorf(HM_ERR_INTERNAL,
+                           "membw: %s kernel checksum %llu != expected %llu on pass %d", p.ops->name,
+                           (unsigned long long)total, (unsigned long long)expect, pass);
+            goto done;
+        }
+        if (pass >= 0) gbs[pass] = (double)(n * sizeof(uint64_t)) / (double)(dt ? dt : 1);
+    }
+    qsort(gbs, (size_t)p.passes, sizeof(double), cmp_double);
+    out->bytes = n * sizeof(uint64_t);
+    out->threads = nth;
+    out->passes = p.passes;
+    out->kernel = p.ops->name;
+    out->worst_gbs = gbs[0];
+    out->best_gbs = gbs[p.passes - 1];
+    out->median_gbs = gbs[p.passes / 2];
+    st = HM_OK;
+done:
+    free(gbs);
+    hm_free(sums);
+    hm_large_free(&buf);
+    hm_pool_free(own);
+    return st;
+}

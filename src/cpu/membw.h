@@ -1,0 +1,35 @@
+/* membw.h - measured memory read bandwidth: every core streams its own slice of a large buffer
+ * with the selected ISA's vector loads; the sum of the data proves every byte was read. This is
+ * the roofline every bandwidth-bound benchmark compares against. */
+#ifndef HM_CPU_MEMBW_H
+#define HM_CPU_MEMBW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/pool.h"
+#include "cpu/ops.h"
+
+typedef struct hm_membw_params {
+    size_t bytes;      /* buffer size; 0 = max(1 GiB, 16 x L3) */
+    int passes;        /* timed passes after one warm-up; 0 = 10 */
+    hm_pool *pool;     /* NULL = a sync pool over every physical core, made for this call */
+    const hm_cpu_ops *ops; /* NULL = hm_cpu_ops_get() */
+    bool huge_pages;   /* ask for transparent huge pages (default true) */
+} hm_membw_params;
+
+typedef struct hm_membw_result {
+    size_t bytes;
+    int threads, passes;
+    const char *kernel;  /* ISA variant used */
+    double best_gbs;     /* 1e9 bytes / s of the fastest pass */
+    double median_gbs;
+    double worst_gbs;
+    double touch_s;      /* first-touch fill time */
+} hm_membw_result;
+
+hm_membw_params hm_membw_default_params(void);
+/* Fails with HM_ERR_INTERNAL if any pass's checksum is wrong. */
+hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out);
+
+#endif

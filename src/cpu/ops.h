@@ -1,0 +1,38 @@
+/* ops.h - the CPU kernel table: one entry per ISA variant, picked once from detected features
+ * (HMOE_ISA forces one). Every entry point has a plain-C reference twin in ref.c. */
+#ifndef HM_CPU_OPS_H
+#define HM_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/cpu.h"
+
+typedef struct hm_cpu_ops {
+    hm_isa isa;
+    const char *name;
+    /* Streaming read: wrapping sum of p[0..n). p is 8-byte aligned, not necessarily vector aligned. Used to measure the memory
+     * read bandwidth; the sum proves every byte was read. */
+    uint64_t (*sum_u64)(const uint64_t *p, size_t n);
+} hm_cpu_ops;
+
+/* Variant table entry for isa; NULL when that variant is not compiled into this binary. */
+const hm_cpu_ops *hm_cpu_ops_for(hm_isa isa);
+
+/* The variant in use (hm_isa_select: best supported, or HMOE_ISA). The choice is logged once at
+ * info level. */
+hm_status hm_cpu_ops_get(const hm_cpu_ops **out);
+
+/* Per-variant tables (defined in ref.c and x86/<isa>.c). */
+extern const hm_cpu_ops hm_ops_ref;
+#if defined(__x86_64__)
+extern const hm_cpu_ops hm_ops_avx2;
+extern const hm_cpu_ops hm_ops_avx512;
+extern const hm_cpu_ops hm_ops_amx;
+
+/* AMX self-check: one 16x16x64 INT8 tile product (TDPBSSD) against plain C. Needs AMX and the
+ * tile permission (hm_cpu_request_amx). HM_OK when the result is exact. */
+hm_status hm_amx_selftest(void);
+#endif
+
+#endif

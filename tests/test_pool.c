@@ -1,0 +1,219 @@
+/* test_pool.c - thread pool: every participant runs once per job, barriers order memory, pinning
+ * holds, sleeping and spinning paths, async submit/wait, NUMA sub-pools, bad parameters. */
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "core/cpu.h"
+#include "core/pool.h"
+#include "test.h"
+
+#define MAXT 128
+
+typedef struct {
+    hm_pool *pool;
+    atomic_int calls[MAXT];
+    atomic_int bad_nth;
+    int expect_nth;
+    int data[MAXT];
+    atomic_int bar_errors;
+    int round;
+    int cpu_seen[MAXT];
+} job_t;
+
+static void count_task(int ith, int nth, void *arg) {
+    job_t *j = arg;
+    if (nth != j->expect_nth || ith < 0 || ith >= nth) atomic_fetch_add(&j->bad_nth, 1);
+    else atomic_fetch_add(&j->calls[ith], 1);
+    j->cpu_seen[ith] = sched_getcpu();
+}
+
+/* Each round: write own slot, barrier, check all slots, barrier. A broken barrier shows up as a
+ * slot from an older round. */
+static void barrier_task(int ith, int nth, void *arg) {
+    job_t *j = arg;
+    for (int r = 0; r < 20; r++) {
+        int v = j->round * 1000 + r;
+        j->data[ith] = v;
+        hm_pool_barrier(j->pool);
+        for (int k = 0; k < nth; k++)
+            if (j->data[k] != v) atomic_fetch_add(&j->bar_errors, 1);
+        hm_pool_barrier(j->pool);
+    }
+}
+
+static void run_counted(hm_pool *pool, job_t *j, int jobs, bool async, int sleep_us) {
+    int n = hm_pool_size(pool);
+    memset(j, 0, sizeof *j);
+    j->pool = pool;
+    j->expect_nth = n;
+    for (int i = 0; i < jobs; i++) {
+        if (async) {
+            CHECK_OK(hm_pool_submit(pool, count_task, j));
+            CHECK(hm_pool_busy(pool));
+            hm_pool_wait(pool);
+            CHECK(!hm_pool_busy(pool));
+        } else {
+            hm_pool_run(pool, count_task, j);
+        }
+        if (sleep_us) {
+            struct timespec ts = {0, sleep_us * 1000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    CHECK(atomic_load(&j->bad_nth) == 0);
+    for (int i = 0; i < n; i++)
+        CHECK_MSG(atomic_load(&j->calls[i]) == jobs, "ith %d ran %d of %d jobs", i,
+                  atomic_load(&j->calls[i]), jobs);
+}
+
+static void run_barrier(hm_pool *pool, job_t *j, int rounds) {
+    memset(j, 0, sizeof *j);
+    j->pool = pool;
+    for (int r = 0; r < rounds; r++) {
+        j->round = r;
+        hm_pool_run(pool, barrier_task, j);
+    }
+    CHECK_MSG(atomic_load(&j->bar_errors) == 0, "%d barrier violations", atomic_load(&j->bar_errors));
+}
+
+static hm_pool *make(int n, bool async, int spin_us, bool pin) {
+    hm_pool_params p = hm_pool_default_params();
+    p.n_threads = n;
+    p.async = async;
+    p.spin_us = spin_us;
+    p.pin = pin;
+    hm_pool *pool = NULL;
+    CHECK_OK(hm_pool_create(&p, &pool));
+    return pool;
+}
+
+static job_t job;
+
+int main(void) {
+    const hm_topology *t = hm_topology_get();
+    int cores = t->n_cores;
+
+    /* default pool: one participant per physical core, pinned to distinct cores */
+    hm_pool *pool = make(0, false, -1, true);
+    CHECK(hm_pool_size(pool) == cores);
+    for (int i = 0; i < cores; i++) {
+        CHECK(hm_pool_cpu(pool, i) == t->core_cpus[i]);
+        for (int k = 0; k < i; k++) CHECK(hm_pool_cpu(pool, i) != hm_pool_cpu(pool, k));
+    }
+    run_counted(pool, &job, 2000, false, 0);
+    for (int i = 1; i < cores; i++) /* workers run where they were pinned */
+        CHECK_MSG(job.cpu_seen[i] == hm_pool_cpu(pool, i), "worker %d on cpu %d, pinned to %d", i,
+                  job.cpu_seen[i], hm_pool_cpu(pool, i));
+    run_barrier(pool, &job, 200);
+    CHECK_STATUS(hm_pool_submit(pool, count_task, &job), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "async=true");
+    hm_pool_free(pool);
+
+    /* more participants than cores, sync and async, spinning and sleeping (spin 0 = futex only) */
+    int spins[] = {0, 30, 200};
+    for (int s = 0; s < 3; s++) {
+        for (int async = 0; async < 2; async++) {
+            pool = make(cores + 3, async, spins[s], s != 1);
+            run_counted(pool, &job, 300, async, 0);
+            run_counted(pool, &job, 30, async, 300); /* idle gaps longer than the spin window */
+            if (!async) run_barrier(pool, &job, 50);
+            hm_pool_free(pool);
+        }
+    }
+
+    /* a single participant: no threads at all */
+    pool = make(1, false, -1, false);
+    run_counted(pool, &job, 10, false, 0);
+    run_barrier(pool, &job, 5);
+    hm_pool_free(pool);
+
+    /* async rules */
+    pool = make(2, true, 50, false);
+    hm_pool_wait(pool); /* nothing submitted: returns */
+    memset(&job, 0, sizeof job);
+    job.expect_nth = 2;
+    CHECK_OK(hm_pool_submit(pool, count_task, &job));
+    CHECK_STATUS(hm_pool_submit(pool, count_task, &job), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "in flight");
+    hm_pool_wait(pool);
+    CHECK(atomic_load(&job.calls[0]) == 1 && atomic_load(&job.calls[1]) == 1);
+    hm_pool_free(pool);
+    hm_pool_free(NULL);
+
+    /* many threads on few cores (oversubscribed, unpinned) stay correct */
+    pool = make(MAXT, false, 5, false);
+    run_counted(pool, &job, 50, false, 0);
+    run_barrier(pool, &job, 10);
+    hm_pool_free(pool);
+
+    /* explicit CPU list and bad parameters */
+    hm_pool_params p = hm_pool_default_params();
+    int cpus[2] = {t->core_cpus[0], t->core_cpus[0]};
+    p.n_threads = 2;
+    p.cpus = cpus;
+    CHECK_OK(hm_pool_create(&p, &pool));
+    CHECK(hm_pool_cpu(pool, 1) == t->core_cpus[0]);
+    run_counted(pool, &job, 100, false, 0);
+    hm_pool_free(pool);
+    cpus[1] = -5;
+    CHECK_STATUS(hm_pool_create(&p, &pool), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "cpu -5");
+    CHECK(pool == NULL);
+    p = hm_pool_default_params();
+    p.n_threads = 100000;
+    CHECK_STATUS(hm_pool_create(&p, &pool), HM_ERR_INVALID_ARG);
+    p.n_threads = 0;
+    p.numa_node = 4000;
+    CHECK_STATUS(hm_pool_create(&p, &pool), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "NUMA node 4000");
+
+    /* NUMA sub-pools: real nodes, then emulated halves; each sub-pool sums its share */
+    for (int emu = 0; emu <= 2; emu += 2) {
+        if (emu > cores) break;
+        for (int async = 0; async < 2; async++) {
+            hm_poolset_params sp = hm_poolset_default_params();
+            sp.emulate_nodes = emu;
+            sp.async = async;
+            sp.threads_per_node = emu ? 2 : 0;
+            hm_poolset *set;
+            CHECK_OK(hm_poolset_create(&sp, &set));
+            int n = hm_poolset_count(set);
+            CHECK(n == (emu ? emu : t->n_nodes));
+            static job_t jobs[8];
+            void *args[8];
+            for (int i = 0; i < n && i < 8; i++) {
+                memset(&jobs[i], 0, sizeof jobs[i]);
+                jobs[i].expect_nth = hm_pool_size(hm_poolset_pool(set, i));
+                args[i] = &jobs[i];
+                if (emu) CHECK(hm_poolset_node(set, i) == -1);
+                else CHECK(hm_poolset_node(set, i) == t->nodes[i].id);
+            }
+            for (int r = 0; r < 200; r++) hm_poolset_run(set, count_task, args);
+            if (async) {
+                CHECK_OK(hm_poolset_submit(set, count_task, args));
+                CHECK_STATUS(hm_poolset_submit(set, count_task, args), HM_ERR_INVALID_ARG);
+                hm_poolset_wait(set);
+            } else {
+                CHECK_STATUS(hm_poolset_submit(set, count_task, args), HM_ERR_INVALID_ARG);
+            }
+            for (int i = 0; i < n && i < 8; i++) {
+                CHECK(atomic_load(&jobs[i].bad_nth) == 0);
+                for (int k = 0; k < jobs[i].expect_nth; k++)
+                    CHECK(atomic_load(&jobs[i].calls[k]) == 200 + async);
+            }
+            /* emulated halves use disjoint cores */
+            if (emu == 2)
+                CHECK(hm_pool_cpu(hm_poolset_pool(set, 0), 0) !=
+                      hm_pool_cpu(hm_poolset_pool(set, 1), 0));
+            hm_poolset_free(set);
+        }
+    }
+    hm_poolset_params sp = hm_poolset_default_params();
+    sp.emulate_nodes = cores + 1;
+    hm_poolset *set;
+    CHECK_STATUS(hm_poolset_create(&sp, &set), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "emulate");
+    hm_poolset_free(NULL);
+    return test_done("pool");
+}

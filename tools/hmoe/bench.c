@@ -1,0 +1,226 @@
+/* bench.c - `hmoe bench pool|membw`: measured, validated, with the configuration and the target. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core/cpu.h"
+#include "core/pool.h"
+#include "core/timer.h"
+#include "cpu/membw.h"
+#include "cpu/ops.h"
+
+#define POOL_TARGET_US 5.0
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    atomic_int calls;
+    hm_pool *pool;
+} count_job;
+
+static void empty_task(int ith, int nth, void *arg) {
+    (void)ith, (void)nth;
+    atomic_fetch_add_explicit(&((count_job *)arg)->calls, 1, memory_order_relaxed);
+}
+
+static void barrier_task(int ith, int nth, void *arg) {
+    (void)ith, (void)nth;
+    count_job *j = arg;
+    hm_pool_barrier(j->pool);
+    atomic_fetch_add_explicit(&j->calls, 1, memory_order_relaxed);
+}
+
+typedef struct {
+    double min, median, p90, p99, mean;
+} lat_stats;
+
+static lat_stats stats(uint64_t *ns, int n) {
+    lat_stats s;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += (double)ns[i];
+    qsort(ns, (size_t)n, sizeof *ns, cmp_u64);
+    s.min = (double)ns[0] * 1e-3;
+    s.median = (double)ns[n / 2] * 1e-3;
+    s.p90 = (double)ns[(int)(n * 0.90)] * 1e-3;
+    s.p99 = (double)ns[(int)(n * 0.99)] * 1e-3;
+    s.mean = sum / n * 1e-3;
+    return s;
+}
+
+/* Times `iters` round trips of fn on pool (after a warm-up); false if a job lost a call. */
+static bool time_pool(hm_pool *pool, hm_task_fn fn, bool async, int iters, uint64_t *ns) {
+    count_job job = {0, pool};
+    int nth = hm_pool_size(pool);
+    for (int i = -iters / 10 - 100; i < iters; i++) {
+        uint64_t t0 = hm_time_ns();
+        if (async) {
+            hm_pool_submit(pool, fn, &job);
+            hm_pool_wait(pool);
+        } else {
+            hm_pool_run(pool, fn, &job);
+        }
+        uint64_t dt = hm_time_ns() - t0;
+        if (i >= 0) ns[i] = dt;
+    }
+    return atomic_load(&job.calls) == (iters + iters / 10 + 100) * nth;
+}
+
+static void print_row(const char *what, int nth, lat_stats s, bool target) {
+    printf("%-28s %7d %8.2f %8.2f %8.2f %8.2f %8.2f", what, nth, s.min, s.median, s.p90, s.p99,
+           s.mean);
+    if (target)
+        printf("   %s (target <= %.1f us median)", s.median <= POOL_TARGET_US ? "PASS" : "MISS",
+               POOL_TARGET_US);
+    printf("\n");
+}
+
+static int bench_pool(int argc, char **argv) {
+    long threads = 0, iters = 20000, spin = -1;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads)) i++;
+        else if (!strcmp(a, "--iters") && cli_parse_int(v, 100, 10000000, &iters)) i++;
+        else if (!strcmp(a, "--spin-us") && cli_parse_int(v, 0, 10000000, &spin)) i++;
+        else return cli_usage_error("bench pool: bad option '%s' (--threads N, --iters N >= 100, --spin-us N)", a);
+    }
+    const hm_topology *t = hm_topology_get();
+    if (threads == 0) threads = t->n_cores;
+    uint64_t *ns = malloc(sizeof(uint64_t) * (size_t)iters);
+    if (!ns) return cli_usage_error("bench pool: out of memory");
+
+    printf("bench pool: %ld threads (machine: %d physical cores, %d logical CPUs, %d NUMA nodes), "
+           "%ld iterations, pinned\n",
+           threads, t->n_cores, t->n_cpus, t->n_nodes, iters);
+    printf("roofline: none (latency); target: median dispatch+join of an empty job <= %.1f us\n",
+           POOL_TARGET_US);
+    printf("%-28s %7s %8s %8s %8s %8s %8s\n", "case (us per round trip)", "threads", "min",
+           "median", "p90", "p99", "mean");
+    int rc = 0;
+    struct {
+        const char *name;
+        bool async;
+        hm_task_fn fn;
+        bool target;
+    } cases[] = {{"sync run, empty job", false, empty_task, true},
+                 {"async submit+wait, empty", true, empty_task, false},
+                 {"sync run, one barrier", false, barrier_task, false}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        hm_pool_params pp = hm_pool_default_params();
+        /* async: the caller is a thread of its own; keep it off the workers' cores */
+        pp.n_threads = cases[c].async && threads == t->n_cores && threads > 1 ? (int)threads - 1
+                                                                               : (int)threads;
+        pp.async = cases[c].async;
+        pp.pin_caller = !cases[c].async;
+        pp.spin_us = (int)spin;
+        hm_pool *pool;
+        if (hm_pool_create(&pp, &pool) != HM_OK) {
+            fprintf(stderr, "hmoe bench pool: %s\n", hm_last_error());
+            free(ns);
+            return 1;
+        }
+        if (c == 0) printf("spin window: %d us\n", hm_pool_spin_us(pool));
+        if (!time_pool(pool, cases[c].fn, cases[c].async, (int)iters, ns)) {
+            fprintf(stderr, "hmoe bench pool: %s lost calls: pool is broken\n", cases[c].name);
+            rc = 1;
+        }
+        print_row(cases[c].name, hm_pool_size(pool), stats(ns, (int)iters), cases[c].target);
+        hm_pool_free(pool);
+    }
+    /* NUMA sub-pools, emulated as two halves when the machine has one node */
+    if (t->n_cores >= 2) {
+        hm_poolset_params sp = hm_poolset_default_params();
+        sp.emulate_nodes = t->n_nodes > 1 ? 0 : 2;
+        sp.pin_caller = true;
+        sp.spin_us = (int)spin;
+        hm_poolset *set;
+        if (hm_poolset_create(&sp, &set) == HM_OK) {
+            int n = hm_poolset_count(set);
+            count_job jobs[64];
+            void *args[64];
+            for (int i = 0; i < n && i < 64; i++) {
+                atomic_init(&jobs[i].calls, 0);
+                jobs[i].pool = hm_poolset_pool(set, i);
+                args[i] = &jobs[i];
+            }
+            int total = 0;
+            for (int i = 0; i < n; i++) total += hm_pool_size(hm_poolset_pool(set, i));
+            for (int i = -1000; i < iters; i++) {
+                uint64_t t0 = hm_time_ns();
+                hm_poolset_run(set, empty_task, args);
+                if (i >= 0) ns[i] = hm_time_ns() - t0;
+            }
+            char name[64];
+            snprintf(name, sizeof name, "poolset %d%s sub-pools", n, sp.emulate_nodes ? " emulated" : "");
+            print_row(name, total, stats(ns, (int)iters), false);
+            hm_poolset_free(set);
+        } else {
+            fprintf(stderr, "hmoe bench pool: poolset: %s\n", hm_last_error());
+            rc = 1;
+        }
+    }
+    free(ns);
+    return rc;
+}
+
+static int bench_membw(int argc, char **argv) {
+    size_t bytes = 0;
+    long passes = 10, threads = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--bytes") && cli_parse_size(v, &bytes) && bytes >= 4096) i++;
+        else if (!strcmp(a, "--passes") && cli_parse_int(v, 1, 1000, &passes)) i++;
+        else if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads)) i++;
+        else return cli_usage_error("bench membw: bad option '%s' (--bytes SIZE, --passes N, --threads N)", a);
+    }
+    const hm_cpu_features *f = hm_cpu_features_get();
+    hm_pool_params pp = hm_pool_default_params();
+    pp.n_threads = (int)threads;
+    hm_pool *pool;
+    if (hm_pool_create(&pp, &pool) != HM_OK) {
+        fprintf(stderr, "hmoe bench membw: %s\n", hm_last_error());
+        return 1;
+    }
+    printf("bench membw: streaming read, %d threads, %ld passes (+1 warm-up), buffer %s\n",
+           hm_pool_size(pool), passes, bytes ? "as given" : "max(1 GiB, 16 x L3)");
+    printf("this is the roofline of every bandwidth-bound benchmark; compare it with a tuned "
+           "STREAM-like read (bench/stream_ref.sh)\n");
+    printf("%-8s %10s %10s %10s %10s\n", "kernel", "GiB", "best GB/s", "median", "worst");
+    int rc = 0, n_res = 0;
+    hm_membw_result res[HM_ISA_COUNT];
+    double best_of_all = 0;
+    for (int isa = HM_ISA_COUNT - 1; isa >= 0; isa--) {
+        if (!hm_isa_supported(f, (hm_isa)isa) || !hm_cpu_ops_for((hm_isa)isa)) continue;
+        hm_membw_params p = hm_membw_default_params();
+        p.bytes = bytes;
+        p.passes = (int)passes;
+        p.pool = pool;
+        p.ops = hm_cpu_ops_for((hm_isa)isa);
+        if (hm_membw_read(&p, &res[n_res]) != HM_OK) {
+            fprintf(stderr, "hmoe bench membw: %s\n", hm_last_error());
+            rc = 1;
+            continue;
+        }
+        if (res[n_res].best_gbs > best_of_all) best_of_all = res[n_res].best_gbs;
+        n_res++;
+    }
+    for (int i = 0; i < n_res; i++)
+        printf("%-8s %10.2f %10.2f %10.2f %10.2f  (%.1f%% of the best variant)\n", res[i].kernel,
+               (double)res[i].bytes / (1 << 30), res[i].best_gbs, res[i].median_gbs,
+               res[i].worst_gbs, 100.0 * res[i].best_gbs / best_of_all);
+    hm_pool_free(pool);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2) return cli_usage_error("bench: which one? pool | membw");
+    if (!strcmp(argv[1], "pool")) return bench_pool(argc, argv);
+    if (!strcmp(argv[1], "membw")) return bench_membw(argc, argv);
+    return cli_usage_error("bench: unknown benchmark '%s' (pool | membw)", argv[1]);
+}

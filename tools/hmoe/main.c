@@ -1,0 +1,91 @@
+/* main.c - the hmoe command: dispatches to subcommands. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "hmoe.h"
+
+bool cli_parse_size(const char *s, size_t *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno || s[0] == '-') return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    }
+    if (shift && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0)) end += strlen(end);
+    if (*end) return false;
+    if (shift && v > (UINT64_MAX >> shift)) return false;
+    *out = (size_t)(v << shift);
+    return true;
+}
+
+bool cli_parse_int(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end || errno || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+int cli_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("hmoe: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "hmoe %s - Mixture-of-Experts inference with experts on the CPU\n"
+            "\n"
+            "usage: hmoe <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  doctor [--json] [--no-bandwidth] [--bw-bytes SIZE] [--require-gpu]\n"
+            "        what this machine offers: CPU, ISA and kernel variant, cores, NUMA, memory,\n"
+            "        measured read bandwidth, GPUs; exits 1 when something required is missing\n"
+            "  bench pool  [--threads N] [--iters N] [--spin-us N]\n"
+            "        thread-pool dispatch+join latency of an empty job\n"
+            "  bench membw [--bytes SIZE] [--passes N] [--threads N]\n"
+            "        streaming read bandwidth of every kernel variant this CPU runs\n"
+            "  version\n"
+            "\n"
+            "environment: HMOE_LOG=debug|info|warn|error  HMOE_ISA=ref|avx2|avx512|amx\n"
+            "             HMOE_SPIN_US=<microseconds workers spin before sleeping>\n",
+            hm_version());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "doctor")) return cmd_doctor(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("hmoe %s\n", hm_version());
+        return 0;
+    }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    usage(stderr);
+    return cli_usage_error("unknown command '%s'", cmd);
+}
