@@ -1,4 +1,5 @@
-/* hmoe.h - public API of libhmoe: status codes and version (model/session API arrives with the engine). */
+/* hmoe.h - public API of libhmoe: status codes and version (model/session API arrives with the
+ * engine). */
 #ifndef HMOE_H
 #define HMOE_H
 
@@ -15,15 +16,15 @@ extern "C" {
  * calling thread is available from hm_last_error(). */
 typedef enum hm_status {
     HM_OK = 0,
-    HM_ERR_INVALID_ARG,  /* a caller passed a bad value (NULL, out of range, wrong shape) */
-    HM_ERR_NO_MEMORY,    /* an allocation failed or a size computation overflowed */
-    HM_ERR_IO,           /* open/read/mmap/stat failed (errno text is in the message) */
-    HM_ERR_FORMAT,       /* a file or request is malformed, truncated or inconsistent */
-    HM_ERR_UNSUPPORTED,  /* valid input that this build or this machine cannot handle */
-    HM_ERR_NOT_FOUND,    /* a named file, tensor, key or device does not exist */
-    HM_ERR_SYSTEM,       /* an OS facility failed (threads, affinity, syscalls) */
-    HM_ERR_DEVICE,       /* the GPU runtime reported an error */
-    HM_ERR_INTERNAL,     /* a check of our own failed: a bug in hmoe */
+    HM_ERR_INVALID_ARG, /* a caller passed a bad value (NULL, out of range, wrong shape) */
+    HM_ERR_NO_MEMORY,   /* an allocation failed or a size computation overflowed */
+    HM_ERR_IO,          /* open/read/mmap/stat failed (errno text is in the message) */
+    HM_ERR_FORMAT,      /* a file or request is malformed, truncated or inconsistent */
+    HM_ERR_UNSUPPORTED, /* valid input that this build or this machine cannot handle */
+    HM_ERR_NOT_FOUND,   /* a named file, tensor, key or device does not exist */
+    HM_ERR_SYSTEM,      /* an OS facility failed (threads, affinity, syscalls) */
+    HM_ERR_DEVICE,      /* the GPU runtime reported an error */
+    HM_ERR_INTERNAL,    /* a check of our own failed: a bug in hmoe */
     HM_STATUS_COUNT
 } hm_status;
 

@@ -3,19 +3,25 @@
 # hmoe need. Safe to run again: it checks tools by command and libraries by header first.
 set -euo pipefail
 
-need=()
+need=()     # needed to build: failure to install them is fatal
+optional=() # test oracles only: the tests that use them say so when they are absent
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
 
 have_cmd cc || have_cmd gcc || need+=(gcc)
 have_cmd make || need+=(make)
 have_cmd cmake || need+=(cmake)
-have_cmd python3 || need+=(python3)      # tests use Python's json module as an oracle
-have_cmd lscpu || need+=(util-linux)     # topology oracle in tests
 [ -e /usr/include/linux/futex.h ] || need+=(linux-libc-dev)
+have_cmd python3 || optional+=(python3)  # tests use Python's json module as an oracle
+have_cmd lscpu || optional+=(util-linux) # topology oracle in tests
 
-if [ ${#need[@]} -eq 0 ]; then
+if [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ]; then
     exit 0
 fi
+if ! have_cmd apt-get && [ ${#need[@]} -eq 0 ]; then
+    echo "deps.sh: no apt-get here; tests run without: ${optional[*]}" >&2
+    exit 0
+fi
+need+=("${optional[@]}")
 
 echo "deps.sh: installing missing packages: ${need[*]}" >&2
 if ! have_cmd apt-get; then

@@ -53,14 +53,15 @@ int main(void) {
     CHECK_CONTAINS(out, "verdict: ok");
 
     /* doctor, JSON: valid for Python's json module and carrying the fields */
-    snprintf(cmd, sizeof cmd,
-             "%s doctor --json --bw-bytes 32M | python3 -c \"import json,sys; d=json.load(sys.stdin); "
-             "assert d['ok'] is True, d['problems']; "
-             "assert d['cpu']['physical_cores'] >= 1 and d['cpu']['logical_cpus'] >= 1; "
-             "assert d['cpu']['kernels'] in ('ref','avx2','avx512','amx'); "
-             "assert d['memory']['read_bandwidth']['best_gbs'] > 0; "
-             "assert isinstance(d['cuda']['gpus'], list); print('json ok')\"",
-             bin);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s doctor --json --bw-bytes 32M | python3 -c \"import json,sys; d=json.load(sys.stdin); "
+        "assert d['ok'] is True, d['problems']; "
+        "assert d['cpu']['physical_cores'] >= 1 and d['cpu']['logical_cpus'] >= 1; "
+        "assert d['cpu']['kernels'] in ('ref','avx2','avx512','amx'); "
+        "assert d['memory']['read_bandwidth']['best_gbs'] > 0; "
+        "assert isinstance(d['cuda']['gpus'], list); print('json ok')\"",
+        bin);
     CHECK_MSG(run(cmd) == 0, "%s", out);
     CHECK_CONTAINS(out, "json ok");
 

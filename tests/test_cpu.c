@@ -42,13 +42,25 @@ static void test_features(void) {
     struct {
         bool ours;
         const char *flag;
-    } v[] = {{f->avx, "avx"},           {f->avx2, "avx2"},           {f->fma, "fma"},
-             {f->f16c, "f16c"},         {f->bmi2, "bmi2"},           {f->avx512f, "avx512f"},
-             {f->avx512dq, "avx512dq"}, {f->avx512bw, "avx512bw"},   {f->avx512vl, "avx512vl"},
-             {f->avx512cd, "avx512cd"}, {f->avx512vnni, "avx512_vnni"},
-             {f->avx512bf16, "avx512_bf16"}, {f->avx512fp16, "avx512_fp16"},
-             {f->avx512vbmi, "avx512vbmi"}, {f->avx_vnni, "avx_vnni"}, {f->amx_tile, "amx_tile"},
-             {f->amx_int8, "amx_int8"}, {f->amx_bf16, "amx_bf16"}, {f->sse42, "sse4_2"}};
+    } v[] = {{f->avx, "avx"},
+             {f->avx2, "avx2"},
+             {f->fma, "fma"},
+             {f->f16c, "f16c"},
+             {f->bmi2, "bmi2"},
+             {f->avx512f, "avx512f"},
+             {f->avx512dq, "avx512dq"},
+             {f->avx512bw, "avx512bw"},
+             {f->avx512vl, "avx512vl"},
+             {f->avx512cd, "avx512cd"},
+             {f->avx512vnni, "avx512_vnni"},
+             {f->avx512bf16, "avx512_bf16"},
+             {f->avx512fp16, "avx512_fp16"},
+             {f->avx512vbmi, "avx512vbmi"},
+             {f->avx_vnni, "avx_vnni"},
+             {f->amx_tile, "amx_tile"},
+             {f->amx_int8, "amx_int8"},
+             {f->amx_bf16, "amx_bf16"},
+             {f->sse42, "sse4_2"}};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         CHECK_MSG(v[i].ours == has_flag(v[i].flag), "feature %s: ours %d, /proc/cpuinfo %d",
                   v[i].flag, v[i].ours, has_flag(v[i].flag));
@@ -237,8 +249,8 @@ static void test_real_topology(void) {
     if (cores > 0) CHECK_MSG(cores == t->n_cores, "lscpu cores %d, ours %d", cores, t->n_cores);
     int nodes = count_unique_lscpu("NODE", 1);
     if (nodes > 0) CHECK_MSG(nodes == t->n_nodes, "lscpu nodes %d, ours %d", nodes, t->n_nodes);
-    printf("topology: %d cpus, %d cores, %d nodes (nproc %d, lscpu cores %d nodes %d)\n",
-           t->n_cpus, t->n_cores, t->n_nodes, nproc, cores, nodes);
+    printf("topology: %d cpus, %d cores, %d nodes (nproc %d, lscpu cores %d nodes %d)\n", t->n_cpus,
+           t->n_cores, t->n_nodes, nproc, cores, nodes);
 
     hm_mem_info m;
     CHECK_OK(hm_mem_info_get(&m));

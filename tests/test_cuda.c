@@ -32,7 +32,8 @@ int main(void) {
         /* oracle: nvidia-smi, when present */
         char cmd[160], line[512];
         snprintf(cmd, sizeof cmd,
-                 "nvidia-smi -i %d --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null", d);
+                 "nvidia-smi -i %d --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null",
+                 d);
         FILE *p = popen(cmd, "r");
         if (p && fgets(line, sizeof line, p)) {
             char cc[16];

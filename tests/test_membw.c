@@ -14,7 +14,8 @@ int main(void) {
     size_t n = 4096 + 77;
     uint64_t *buf = malloc((n + 8) * sizeof(uint64_t));
     uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (size_t i = 0; i < n + 8; i++) buf[i] = (s = s * 6364136223846793005ull + 1442695040888963407ull);
+    for (size_t i = 0; i < n + 8; i++)
+        buf[i] = (s = s * 6364136223846793005ull + 1442695040888963407ull);
     int variants = 0;
     for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
         const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
@@ -40,8 +41,10 @@ int main(void) {
     CHECK(variants >= 1);
     printf("%d kernel variants checked\n", variants);
 #if defined(__x86_64__)
-    if (hm_isa_supported(f, HM_ISA_AMX)) CHECK_OK(hm_amx_selftest());
-    else CHECK_STATUS(hm_amx_selftest(), HM_ERR_UNSUPPORTED);
+    if (hm_isa_supported(f, HM_ISA_AMX))
+        CHECK_OK(hm_amx_selftest());
+    else
+        CHECK_STATUS(hm_amx_selftest(), HM_ERR_UNSUPPORTED);
 #endif
 
     /* explicit pool; tiny and bad sizes */

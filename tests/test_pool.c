@@ -23,8 +23,10 @@ typedef struct {
 
 static void count_task(int ith, int nth, void *arg) {
     job_t *j = arg;
-    if (nth != j->expect_nth || ith < 0 || ith >= nth) atomic_fetch_add(&j->bad_nth, 1);
-    else atomic_fetch_add(&j->calls[ith], 1);
+    if (nth != j->expect_nth || ith < 0 || ith >= nth)
+        atomic_fetch_add(&j->bad_nth, 1);
+    else
+        atomic_fetch_add(&j->calls[ith], 1);
     j->cpu_seen[ith] = sched_getcpu();
 }
 
@@ -74,7 +76,8 @@ static void run_barrier(hm_pool *pool, job_t *j, int rounds) {
         j->round = r;
         hm_pool_run(pool, barrier_task, j);
     }
-    CHECK_MSG(atomic_load(&j->bar_errors) == 0, "%d barrier violations", atomic_load(&j->bar_errors));
+    CHECK_MSG(atomic_load(&j->bar_errors) == 0, "%d barrier violations",
+              atomic_load(&j->bar_errors));
 }
 
 static hm_pool *make(int n, bool async, int spin_us, bool pin) {
@@ -186,8 +189,10 @@ int main(void) {
                 memset(&jobs[i], 0, sizeof jobs[i]);
                 jobs[i].expect_nth = hm_pool_size(hm_poolset_pool(set, i));
                 args[i] = &jobs[i];
-                if (emu) CHECK(hm_poolset_node(set, i) == -1);
-                else CHECK(hm_poolset_node(set, i) == t->nodes[i].id);
+                if (emu)
+                    CHECK(hm_poolset_node(set, i) == -1);
+                else
+                    CHECK(hm_poolset_node(set, i) == t->nodes[i].id);
             }
             for (int r = 0; r < 200; r++) hm_poolset_run(set, count_task, args);
             if (async) {

@@ -27,7 +27,8 @@ int main(void) {
     CHECK(strcmp(hm_last_error(), "m.gguf: tensor 'blk.0': expected 2 dims, got 3") == 0);
 
     CHECK(hm_error_prefix(HM_ERR_FORMAT, "loading %s", "x") == HM_ERR_FORMAT);
-    CHECK(strcmp(hm_last_error(), "loading x: m.gguf: tensor 'blk.0': expected 2 dims, got 3") == 0);
+    CHECK(strcmp(hm_last_error(), "loading x: m.gguf: tensor 'blk.0': expected 2 dims, got 3") ==
+          0);
 
     CHECK(hm_errorf_errno(HM_ERR_IO, 2, "open %s", "/nope") == HM_ERR_IO);
     CHECK_CONTAINS(hm_last_error(), "open /nope: ");

@@ -7,7 +7,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static bool is_pow2(size_t x) { return x && !(x & (x - 1)); }
+static bool is_pow2(size_t x) {
+    return x && !(x & (x - 1));
+}
 
 void *hm_malloc_aligned(size_t size, size_t align, const char *what) {
     if (!is_pow2(align) || align < sizeof(void *)) {
@@ -37,7 +39,9 @@ void *hm_calloc_aligned(size_t n, size_t elem, size_t align, const char *what) {
     return p;
 }
 
-void hm_free(void *p) { free(p); }
+void hm_free(void *p) {
+    free(p);
+}
 
 hm_status hm_large_alloc(size_t size, bool huge, const char *what, hm_large *out) {
     memset(out, 0, sizeof *out);

@@ -17,7 +17,9 @@ static inline bool hm_size_mul(size_t a, size_t b, size_t *out) {
 static inline bool hm_size_add(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
 }
-static inline size_t hm_align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
+static inline size_t hm_align_up(size_t x, size_t a) {
+    return (x + a - 1) & ~(a - 1);
+}
 
 /* Aligned allocation; align must be a power of two (>= sizeof(void *)). Returns NULL and sets the
  * last error (naming `what`) on failure. Free with hm_free (NULL is a no-op). */
@@ -29,7 +31,7 @@ void hm_free(void *p);
  * transparent huge pages are requested (MADV_HUGEPAGE) - a hint the kernel may ignore. */
 typedef struct hm_large {
     void *ptr;
-    size_t size; /* bytes usable */
+    size_t size;   /* bytes usable */
     size_t mapped; /* bytes mapped (size rounded up to the page) */
 } hm_large;
 

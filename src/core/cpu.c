@@ -1,4 +1,5 @@
-/* cpu.c - CPU feature detection (cpuid + XCR0 + AMX permission), topology from sysfs, memory info. */
+/* cpu.c - CPU feature detection (cpuid + XCR0 + AMX permission), topology from sysfs, memory info.
+ */
 #include "core/cpu.h"
 
 #include <ctype.h>
@@ -164,12 +165,16 @@ bool hm_isa_supported(const hm_cpu_features *f, hm_isa isa) {
     bool avx2 = f->avx2 && f->fma && f->f16c;
     bool avx512 = avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
     switch (isa) {
-    case HM_ISA_REF: return true;
-    case HM_ISA_AVX2: return avx2;
-    case HM_ISA_AVX512: return avx512;
+    case HM_ISA_REF:
+        return true;
+    case HM_ISA_AVX2:
+        return avx2;
+    case HM_ISA_AVX512:
+        return avx512;
     case HM_ISA_AMX:
         return avx512 && f->amx_tile && f->amx_int8 && f->amx_bf16 && f->amx_permitted;
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -184,7 +189,8 @@ hm_status hm_isa_select(hm_isa *out) {
     const char *env = getenv("HMOE_ISA");
     if (env && *env) {
         hm_isa isa;
-        if (hm_isa_parse(env, &isa) != HM_OK) return hm_error_prefix(HM_ERR_INVALID_ARG, "HMOE_ISA");
+        if (hm_isa_parse(env, &isa) != HM_OK)
+            return hm_error_prefix(HM_ERR_INVALID_ARG, "HMOE_ISA");
         if (!hm_isa_supported(f, isa))
             return hm_errorf(HM_ERR_UNSUPPORTED,
                              "HMOE_ISA=%s: this CPU (%s) cannot run it; the best it supports is %s",
@@ -231,8 +237,10 @@ hm_status hm_parse_cpulist(const char *s, int **out, int *n_out) {
             }
             v[n++] = (int)c;
         }
-        if (*p == ',') p++;
-        else if (*p && *p != '\n' && !isspace((unsigned char)*p)) goto bad;
+        if (*p == ',')
+            p++;
+        else if (*p && *p != '\n' && !isspace((unsigned char)*p))
+            goto bad;
         while (*p == ' ') p++;
     }
     /* sort + unique (lists are short) */
@@ -469,8 +477,10 @@ static uint64_t meminfo_value(const char *buf, const char *key) {
 static uint64_t parse_cache_size(const char *s) {
     char *end;
     uint64_t v = strtoull(s, &end, 10);
-    if (*end == 'K') v <<= 10;
-    else if (*end == 'M') v <<= 20;
+    if (*end == 'K')
+        v <<= 10;
+    else if (*end == 'M')
+        v <<= 20;
     return v;
 }
 

@@ -53,27 +53,27 @@ hm_status hm_cpu_request_amx(void);
 /* ---- topology ---- */
 
 typedef struct hm_cpu_info {
-    int cpu;     /* logical CPU number (as sched_setaffinity takes it) */
-    int core;    /* index of its physical core in hm_topology.cores order */
-    int node;    /* NUMA node */
-    int package; /* socket */
+    int cpu;      /* logical CPU number (as sched_setaffinity takes it) */
+    int core;     /* index of its physical core in hm_topology.cores order */
+    int node;     /* NUMA node */
+    int package;  /* socket */
     bool primary; /* first hardware thread of its core */
 } hm_cpu_info;
 
 typedef struct hm_numa_node {
     int id;
-    int n_cpus;        /* usable logical CPUs */
-    int n_cores;       /* usable physical cores */
-    int *core_cpus;    /* [n_cores] one logical CPU per physical core (the primary thread) */
+    int n_cpus;         /* usable logical CPUs */
+    int n_cores;        /* usable physical cores */
+    int *core_cpus;     /* [n_cores] one logical CPU per physical core (the primary thread) */
     uint64_t mem_total; /* bytes, 0 if unknown */
     uint64_t mem_free;
 } hm_numa_node;
 
 typedef struct hm_topology {
-    int n_cpus;          /* logical CPUs this process may run on (affinity mask) */
-    hm_cpu_info *cpus;   /* [n_cpus] sorted by cpu number */
-    int n_cores;         /* physical cores among them */
-    int *core_cpus;      /* [n_cores] primary logical CPU of each core, node-major order */
+    int n_cpus;        /* logical CPUs this process may run on (affinity mask) */
+    hm_cpu_info *cpus; /* [n_cpus] sorted by cpu number */
+    int n_cores;       /* physical cores among them */
+    int *core_cpus;    /* [n_cores] primary logical CPU of each core, node-major order */
     int n_nodes;
     hm_numa_node *nodes; /* [n_nodes] only nodes with usable CPUs */
     bool from_sysfs;     /* false: sysfs unreadable, each CPU treated as a core on node 0 */
@@ -94,12 +94,12 @@ hm_status hm_parse_cpulist(const char *s, int **out, int *n_out);
 /* ---- memory ---- */
 
 typedef struct hm_mem_info {
-    uint64_t total, available;       /* bytes (MemTotal, MemAvailable) */
-    uint64_t cgroup_limit;           /* bytes, 0 when none */
-    uint64_t hugepage_size;          /* bytes of one static huge page */
+    uint64_t total, available; /* bytes (MemTotal, MemAvailable) */
+    uint64_t cgroup_limit;     /* bytes, 0 when none */
+    uint64_t hugepage_size;    /* bytes of one static huge page */
     uint64_t hugepages_total, hugepages_free;
-    char thp_mode[16];               /* transparent huge pages: always|madvise|never|"" */
-    uint64_t l3_bytes;               /* last-level cache of cpu0 (per instance), 0 if unknown */
+    char thp_mode[16]; /* transparent huge pages: always|madvise|never|"" */
+    uint64_t l3_bytes; /* last-level cache of cpu0 (per instance), 0 if unknown */
     uint64_t l2_bytes;
 } hm_mem_info;
 

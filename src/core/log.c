@@ -1,4 +1,5 @@
-/* log.c - levelled logging; one line per call, written with a single fputs so threads never interleave. */
+/* log.c - levelled logging; one line per call, written with a single fputs so threads never
+ * interleave. */
 #include "core/log.h"
 
 #include <pthread.h>
@@ -17,7 +18,7 @@ hm_status hm_log_parse_level(const char *s, hm_log_level *out) {
     static const struct {
         const char *name;
         hm_log_level level;
-    } names[] = {{"debug", HM_LOG_DEBUG}, {"info", HM_LOG_INFO},   {"warn", HM_LOG_WARN},
+    } names[] = {{"debug", HM_LOG_DEBUG},  {"info", HM_LOG_INFO},   {"warn", HM_LOG_WARN},
                  {"warning", HM_LOG_WARN}, {"error", HM_LOG_ERROR}, {"off", HM_LOG_OFF},
                  {"none", HM_LOG_OFF}};
     if (!s) return hm_errorf(HM_ERR_INVALID_ARG, "log level: NULL string");
@@ -33,11 +34,16 @@ hm_status hm_log_parse_level(const char *s, hm_log_level *out) {
 
 const char *hm_log_level_name(hm_log_level level) {
     switch (level) {
-    case HM_LOG_DEBUG: return "debug";
-    case HM_LOG_INFO: return "info";
-    case HM_LOG_WARN: return "warn";
-    case HM_LOG_ERROR: return "error";
-    case HM_LOG_OFF: return "off";
+    case HM_LOG_DEBUG:
+        return "debug";
+    case HM_LOG_INFO:
+        return "info";
+    case HM_LOG_WARN:
+        return "warn";
+    case HM_LOG_ERROR:
+        return "error";
+    case HM_LOG_OFF:
+        return "off";
     }
     return "?";
 }
@@ -54,7 +60,9 @@ void hm_log_init_from_env(void) {
     }
 }
 
-static void init_once(void) { hm_log_init_from_env(); }
+static void init_once(void) {
+    hm_log_init_from_env();
+}
 
 void hm_log_set_level(hm_log_level level) {
     pthread_once(&g_once, init_once);
@@ -66,7 +74,9 @@ hm_log_level hm_log_get_level(void) {
     return (hm_log_level)atomic_load(&g_level);
 }
 
-void hm_log_set_stream(FILE *f) { atomic_store(&g_stream, f); }
+void hm_log_set_stream(FILE *f) {
+    atomic_store(&g_stream, f);
+}
 
 void hm_log(hm_log_level level, const char *fmt, ...) {
     pthread_once(&g_once, init_once);

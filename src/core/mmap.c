@@ -16,13 +16,18 @@ hm_map_params hm_map_default_params(void) {
 
 static int advice_flag(hm_map_advice a) {
     switch (a) {
-    case HM_MAP_SEQUENTIAL: return MADV_SEQUENTIAL;
-    case HM_MAP_RANDOM: return MADV_RANDOM;
-    case HM_MAP_WILLNEED: return MADV_WILLNEED;
+    case HM_MAP_SEQUENTIAL:
+        return MADV_SEQUENTIAL;
+    case HM_MAP_RANDOM:
+        return MADV_RANDOM;
+    case HM_MAP_WILLNEED:
+        return MADV_WILLNEED;
 #ifdef MADV_HUGEPAGE
-    case HM_MAP_HUGEPAGE: return MADV_HUGEPAGE;
+    case HM_MAP_HUGEPAGE:
+        return MADV_HUGEPAGE;
 #endif
-    default: return MADV_NORMAL;
+    default:
+        return MADV_NORMAL;
     }
 }
 

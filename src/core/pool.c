@@ -43,14 +43,14 @@ struct hm_pool {
     atomic_int bar_sleepers;
     _Alignas(64) atomic_int sleepers; /* workers asleep on gen */
 
-    int n_threads;  /* participants */
-    int first_ith;  /* 1 for sync pools (caller is 0), 0 for async */
-    int n_workers;  /* threads spawned */
+    int n_threads; /* participants */
+    int first_ith; /* 1 for sync pools (caller is 0), 0 for async */
+    int n_workers; /* threads spawned */
     bool async;
-    bool busy;      /* async: submitted, not yet waited */
+    bool busy; /* async: submitted, not yet waited */
     uint64_t spin_ns;
     int spin_us;
-    int *cpus;      /* [n_threads] or NULL when unpinned */
+    int *cpus; /* [n_threads] or NULL when unpinned */
     worker *workers;
 };
 
@@ -197,8 +197,8 @@ hm_status hm_pool_create(const hm_pool_params *params, hm_pool **out) {
             if (c < 0 || c >= CPU_SETSIZE) {
                 free(order);
                 hm_pool_free(pool);
-                return hm_errorf(HM_ERR_INVALID_ARG, "pool: cpu %d of participant %d is invalid",
-                                 c, i);
+                return hm_errorf(HM_ERR_INVALID_ARG, "pool: cpu %d of participant %d is invalid", c,
+                                 i);
             }
             pool->cpus[i] = c;
         }
@@ -250,8 +250,12 @@ void hm_pool_free(hm_pool *pool) {
     free(pool);
 }
 
-int hm_pool_size(const hm_pool *pool) { return pool->n_threads; }
-int hm_pool_spin_us(const hm_pool *pool) { return pool->spin_us; }
+int hm_pool_size(const hm_pool *pool) {
+    return pool->n_threads;
+}
+int hm_pool_spin_us(const hm_pool *pool) {
+    return pool->spin_us;
+}
 
 int hm_pool_cpu(const hm_pool *pool, int ith) {
     if (!pool->cpus || ith < 0 || ith >= pool->n_threads) return -1;
@@ -302,7 +306,9 @@ void hm_pool_wait(hm_pool *pool) {
     pool->busy = false;
 }
 
-bool hm_pool_busy(const hm_pool *pool) { return pool->busy; }
+bool hm_pool_busy(const hm_pool *pool) {
+    return pool->busy;
+}
 
 void hm_pool_barrier(hm_pool *pool) {
     int n = pool->n_threads;
@@ -401,9 +407,15 @@ void hm_poolset_free(hm_poolset *set) {
     free(set);
 }
 
-int hm_poolset_count(const hm_poolset *set) { return set->n; }
-hm_pool *hm_poolset_pool(hm_poolset *set, int i) { return set->pools[i]; }
-int hm_poolset_node(const hm_poolset *set, int i) { return set->nodes[i]; }
+int hm_poolset_count(const hm_poolset *set) {
+    return set->n;
+}
+hm_pool *hm_poolset_pool(hm_poolset *set, int i) {
+    return set->pools[i];
+}
+int hm_poolset_node(const hm_poolset *set, int i) {
+    return set->nodes[i];
+}
 
 void hm_poolset_run(hm_poolset *set, hm_task_fn fn, void *const *args) {
     if (set->async) {
@@ -416,8 +428,7 @@ void hm_poolset_run(hm_poolset *set, hm_task_fn fn, void *const *args) {
 }
 
 hm_status hm_poolset_submit(hm_poolset *set, hm_task_fn fn, void *const *args) {
-    if (!set->async)
-        return hm_errorf(HM_ERR_INVALID_ARG, "poolset: submit needs async=true");
+    if (!set->async) return hm_errorf(HM_ERR_INVALID_ARG, "poolset: submit needs async=true");
     for (int i = 0; i < set->n; i++)
         if (hm_pool_busy(set->pools[i]))
             return hm_errorf(HM_ERR_INVALID_ARG, "poolset: submit while a job is in flight");

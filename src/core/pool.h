@@ -4,7 +4,9 @@
  * Threading rules: a pool is driven by one thread at a time (the "caller"); hm_pool_run, submit
  * and wait must not be called concurrently on the same pool, nor from inside one of its jobs.
  * hm_pool_barrier is called only from inside a job, by every one of its nth participants.
- * Lifetime: hm_pool_free joins the workers; it must not run while a job is in flight. */
+ * Lifetime: hm_pool_free joins the workers; it must not run while a job is in flight.
+ * Placement: the caller of an async pool spins while it waits (up to spin_us); give it a CPU that
+ * no worker is pinned to, or it steals that worker's time slice until it falls asleep. */
 #ifndef HM_CORE_POOL_H
 #define HM_CORE_POOL_H
 
@@ -38,8 +40,8 @@ hm_pool_params hm_pool_default_params(void);
 hm_status hm_pool_create(const hm_pool_params *params, hm_pool **out);
 void hm_pool_free(hm_pool *pool); /* NULL is a no-op */
 
-int hm_pool_size(const hm_pool *pool);          /* nth of every job */
-int hm_pool_cpu(const hm_pool *pool, int ith);  /* CPU participant ith is pinned to, -1 if none */
+int hm_pool_size(const hm_pool *pool);         /* nth of every job */
+int hm_pool_cpu(const hm_pool *pool, int ith); /* CPU participant ith is pinned to, -1 if none */
 int hm_pool_spin_us(const hm_pool *pool);
 
 /* Runs fn on all participants and returns when all have finished. In a sync pool the caller runs

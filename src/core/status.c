@@ -9,26 +9,43 @@ static _Thread_local char tls_error[HM_ERROR_MAX];
 
 const char *hm_status_str(hm_status st) {
     switch (st) {
-    case HM_OK: return "ok";
-    case HM_ERR_INVALID_ARG: return "invalid argument";
-    case HM_ERR_NO_MEMORY: return "out of memory";
-    case HM_ERR_IO: return "i/o error";
-    case HM_ERR_FORMAT: return "malformed input";
-    case HM_ERR_UNSUPPORTED: return "unsupported";
-    case HM_ERR_NOT_FOUND: return "not found";
-    case HM_ERR_SYSTEM: return "system error";
-    case HM_ERR_DEVICE: return "gpu error";
-    case HM_ERR_INTERNAL: return "internal error";
-    case HM_STATUS_COUNT: break;
+    case HM_OK:
+        return "ok";
+    case HM_ERR_INVALID_ARG:
+        return "invalid argument";
+    case HM_ERR_NO_MEMORY:
+        return "out of memory";
+    case HM_ERR_IO:
+        return "i/o error";
+    case HM_ERR_FORMAT:
+        return "malformed input";
+    case HM_ERR_UNSUPPORTED:
+        return "unsupported";
+    case HM_ERR_NOT_FOUND:
+        return "not found";
+    case HM_ERR_SYSTEM:
+        return "system error";
+    case HM_ERR_DEVICE:
+        return "gpu error";
+    case HM_ERR_INTERNAL:
+        return "internal error";
+    case HM_STATUS_COUNT:
+        break;
     }
     return "unknown status";
 }
 
-const char *hm_last_error(void) { return tls_error; }
+const char *hm_last_error(void) {
+    return tls_error;
+}
 
-const char *hm_version(void) { return "0.1.0"; }
+const char *hm_version(void) {
+    return "0.1.0";
+}
 
-void hm_error_clear(void) { tls_error[0] = '\0'; }
+void hm_error_clear(void) {
+    tls_error[0] = '\0';
+}
 
 static void mark_truncated(int n) {
     if (n >= HM_ERROR_MAX) memcpy(tls_error + HM_ERROR_MAX - 4, "...", 4);

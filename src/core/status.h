@@ -1,4 +1,5 @@
-/* status.h - error reporting with context: hm_errorf sets the thread's last error and returns it. */
+/* status.h - error reporting with context: hm_errorf sets the thread's last error and returns it.
+ */
 #ifndef HM_CORE_STATUS_H
 #define HM_CORE_STATUS_H
 

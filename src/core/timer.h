@@ -11,7 +11,9 @@ static inline uint64_t hm_time_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline double hm_time_s(void) { return (double)hm_time_ns() * 1e-9; }
+static inline double hm_time_s(void) {
+    return (double)hm_time_ns() * 1e-9;
+}
 
 /* Raw time-stamp counter: cheap, monotonic per core on invariant-TSC CPUs; only for measuring
  * short intervals inside one thread. */

@@ -70,7 +70,8 @@ hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out) {
     if (p.passes <= 0) p.passes = 10;
     if (p.passes > 1000) return hm_errorf(HM_ERR_INVALID_ARG, "membw: passes %d > 1000", p.passes);
     size_t n = p.bytes / sizeof(uint64_t);
-    if (n == 0) return hm_errorf(HM_ERR_INVALID_ARG, "membw: buffer of %zu bytes is too small", p.bytes);
+    if (n == 0)
+        return hm_errorf(HM_ERR_INVALID_ARG, "membw: buffer of %zu bytes is too small", p.bytes);
 
     hm_pool *pool = p.pool, *own = NULL;
     if (!pool) {
@@ -83,8 +84,8 @@ hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out) {
     int nth = hm_pool_size(pool);
     hm_large buf;
     hm_status st = hm_large_alloc(n * sizeof(uint64_t), p.huge_pages, "membw buffer", &buf);
-    padded_sum *sums = st == HM_OK ? hm_calloc_aligned((size_t)nth, sizeof(padded_sum), 64, "membw")
-                                   : NULL;
+    padded_sum *sums =
+        st == HM_OK ? hm_calloc_aligned((size_t)nth, sizeof(padded_sum), 64, "membw") : NULL;
     double *gbs = calloc((size_t)p.passes, sizeof(double));
     if (st != HM_OK || !sums || !gbs) {
         if (st == HM_OK) st = hm_errorf(HM_ERR_NO_MEMORY, "membw: out of memory");
@@ -105,9 +106,9 @@ hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out) {
         uint64_t total = 0;
         for (int i = 0; i < nth; i++) total += sums[i].sum;
         if (total != expect) {
-            st = hm_errorf(HM_ERR_INTERNAL,
-                           "membw: %s kernel checksum %llu != expected %llu on pass %d", p.ops->name,
-                           (unsigned long long)total, (unsigned long long)expect, pass);
+            st = hm_errorf(
+                HM_ERR_INTERNAL, "membw: %s kernel checksum %llu != expected %llu on pass %d",
+                p.ops->name, (unsigned long long)total, (unsigned long long)expect, pass);
             goto done;
         }
         if (pass >= 0) gbs[pass] = (double)(n * sizeof(uint64_t)) / (double)(dt ? dt : 1);

@@ -11,21 +11,21 @@
 #include "cpu/ops.h"
 
 typedef struct hm_membw_params {
-    size_t bytes;      /* buffer size; 0 = max(1 GiB, 16 x L3) */
-    int passes;        /* timed passes after one warm-up; 0 = 10 */
-    hm_pool *pool;     /* NULL = a sync pool over every physical core, made for this call */
+    size_t bytes;          /* buffer size; 0 = max(1 GiB, 16 x L3) */
+    int passes;            /* timed passes after one warm-up; 0 = 10 */
+    hm_pool *pool;         /* NULL = a sync pool over every physical core, made for this call */
     const hm_cpu_ops *ops; /* NULL = hm_cpu_ops_get() */
-    bool huge_pages;   /* ask for transparent huge pages (default true) */
+    bool huge_pages;       /* ask for transparent huge pages (default true) */
 } hm_membw_params;
 
 typedef struct hm_membw_result {
     size_t bytes;
     int threads, passes;
-    const char *kernel;  /* ISA variant used */
-    double best_gbs;     /* 1e9 bytes / s of the fastest pass */
+    const char *kernel; /* ISA variant used */
+    double best_gbs;    /* 1e9 bytes / s of the fastest pass */
     double median_gbs;
     double worst_gbs;
-    double touch_s;      /* first-touch fill time */
+    double touch_s; /* first-touch fill time */
 } hm_membw_result;
 
 hm_membw_params hm_membw_default_params(void);

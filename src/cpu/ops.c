@@ -8,13 +8,18 @@
 
 const hm_cpu_ops *hm_cpu_ops_for(hm_isa isa) {
     switch (isa) {
-    case HM_ISA_REF: return &hm_ops_ref;
+    case HM_ISA_REF:
+        return &hm_ops_ref;
 #if defined(__x86_64__)
-    case HM_ISA_AVX2: return &hm_ops_avx2;
-    case HM_ISA_AVX512: return &hm_ops_avx512;
-    case HM_ISA_AMX: return &hm_ops_amx;
+    case HM_ISA_AVX2:
+        return &hm_ops_avx2;
+    case HM_ISA_AVX512:
+        return &hm_ops_avx512;
+    case HM_ISA_AMX:
+        return &hm_ops_amx;
 #endif
-    default: return NULL;
+    default:
+        return NULL;
     }
 }
 

@@ -11,8 +11,8 @@
 typedef struct hm_cpu_ops {
     hm_isa isa;
     const char *name;
-    /* Streaming read: wrapping sum of p[0..n). p is 8-byte aligned, not necessarily vector aligned. Used to measure the memory
-     * read bandwidth; the sum proves every byte was read. */
+    /* Streaming read: wrapping sum of p[0..n). p is 8-byte aligned, not necessarily vector aligned.
+     * Used to measure the memory read bandwidth; the sum proves every byte was read. */
     uint64_t (*sum_u64)(const uint64_t *p, size_t n);
 } hm_cpu_ops;
 

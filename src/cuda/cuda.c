@@ -19,7 +19,9 @@
         }                                                                                          \
     } while (0)
 
-bool hm_cuda_compiled(void) { return true; }
+bool hm_cuda_compiled(void) {
+    return true;
+}
 
 hm_status hm_cuda_device_count(int *n) {
     *n = 0;

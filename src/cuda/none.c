@@ -6,7 +6,9 @@ static hm_status no_cuda(void) {
                                          "nvcc at build time)");
 }
 
-bool hm_cuda_compiled(void) { return false; }
+bool hm_cuda_compiled(void) {
+    return false;
+}
 hm_status hm_cuda_device_count(int *n) {
     *n = 0;
     return HM_OK;

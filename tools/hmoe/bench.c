@@ -1,4 +1,5 @@
 /* bench.c - `hmoe bench pool|membw`: measured, validated, with the configuration and the target. */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,10 +85,15 @@ static int bench_pool(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads)) i++;
-        else if (!strcmp(a, "--iters") && cli_parse_int(v, 100, 10000000, &iters)) i++;
-        else if (!strcmp(a, "--spin-us") && cli_parse_int(v, 0, 10000000, &spin)) i++;
-        else return cli_usage_error("bench pool: bad option '%s' (--threads N, --iters N >= 100, --spin-us N)", a);
+        if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads))
+            i++;
+        else if (!strcmp(a, "--iters") && cli_parse_int(v, 100, 10000000, &iters))
+            i++;
+        else if (!strcmp(a, "--spin-us") && cli_parse_int(v, 0, 10000000, &spin))
+            i++;
+        else
+            return cli_usage_error(
+                "bench pool: bad option '%s' (--threads N, --iters N >= 100, --spin-us N)", a);
     }
     const hm_topology *t = hm_topology_get();
     if (threads == 0) threads = t->n_cores;
@@ -102,6 +108,8 @@ static int bench_pool(int argc, char **argv) {
     printf("%-28s %7s %8s %8s %8s %8s %8s\n", "case (us per round trip)", "threads", "min",
            "median", "p90", "p99", "mean");
     int rc = 0;
+    cpu_set_t orig_mask;
+    sched_getaffinity(0, sizeof orig_mask, &orig_mask);
     struct {
         const char *name;
         bool async;
@@ -112,9 +120,14 @@ static int bench_pool(int argc, char **argv) {
                  {"sync run, one barrier", false, barrier_task, false}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         hm_pool_params pp = hm_pool_default_params();
-        /* async: the caller is a thread of its own; keep it off the workers' cores */
-        pp.n_threads = cases[c].async && threads == t->n_cores && threads > 1 ? (int)threads - 1
-                                                                               : (int)threads;
+        /* Async: the caller is a thread of its own that spins while it waits; it gets a core of
+         * its own (the next one after the workers'), or it would steal a worker's time slice. */
+        sched_setaffinity(0, sizeof orig_mask, &orig_mask);
+        pp.n_threads = (int)threads;
+        if (cases[c].async && t->n_cores > 1) {
+            if (pp.n_threads > t->n_cores - 1) pp.n_threads = t->n_cores - 1;
+            hm_thread_pin(t->core_cpus[pp.n_threads]);
+        }
         pp.async = cases[c].async;
         pp.pin_caller = !cases[c].async;
         pp.spin_us = (int)spin;
@@ -134,6 +147,7 @@ static int bench_pool(int argc, char **argv) {
     }
     /* NUMA sub-pools, emulated as two halves when the machine has one node */
     if (t->n_cores >= 2) {
+        sched_setaffinity(0, sizeof orig_mask, &orig_mask);
         hm_poolset_params sp = hm_poolset_default_params();
         sp.emulate_nodes = t->n_nodes > 1 ? 0 : 2;
         sp.pin_caller = true;
@@ -156,7 +170,8 @@ static int bench_pool(int argc, char **argv) {
                 if (i >= 0) ns[i] = hm_time_ns() - t0;
             }
             char name[64];
-            snprintf(name, sizeof name, "poolset %d%s sub-pools", n, sp.emulate_nodes ? " emulated" : "");
+            snprintf(name, sizeof name, "poolset %d%s sub-pools", n,
+                     sp.emulate_nodes ? " emulated" : "");
             print_row(name, total, stats(ns, (int)iters), false);
             hm_poolset_free(set);
         } else {
@@ -174,10 +189,15 @@ static int bench_membw(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--bytes") && cli_parse_size(v, &bytes) && bytes >= 4096) i++;
-        else if (!strcmp(a, "--passes") && cli_parse_int(v, 1, 1000, &passes)) i++;
-        else if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads)) i++;
-        else return cli_usage_error("bench membw: bad option '%s' (--bytes SIZE, --passes N, --threads N)", a);
+        if (!strcmp(a, "--bytes") && cli_parse_size(v, &bytes) && bytes >= 4096)
+            i++;
+        else if (!strcmp(a, "--passes") && cli_parse_int(v, 1, 1000, &passes))
+            i++;
+        else if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads))
+            i++;
+        else
+            return cli_usage_error(
+                "bench membw: bad option '%s' (--bytes SIZE, --passes N, --threads N)", a);
     }
     const hm_cpu_features *f = hm_cpu_features_get();
     hm_pool_params pp = hm_pool_default_params();

@@ -57,8 +57,9 @@ static void collect(report *r, bool run_bw, size_t bw_bytes, bool require_gpu) {
         snprintf(r->isa_error, sizeof r->isa_error, "%s", hm_last_error());
         problem(r, "kernel variant: %s", r->isa_error);
     } else if (r->isa == HM_ISA_REF) {
-        problem(r, "%s", "this CPU lacks AVX2+FMA+F16C: only the plain-C kernels run, far too slow "
-                         "for inference (hmoe needs x86-64 with AVX2)");
+        problem(r, "%s",
+                "this CPU lacks AVX2+FMA+F16C: only the plain-C kernels run, far too slow "
+                "for inference (hmoe needs x86-64 with AVX2)");
     }
     r->amx_st = HM_ERR_UNSUPPORTED;
     if (hm_isa_supported(r->f, HM_ISA_AMX)) {
@@ -97,22 +98,34 @@ static void collect(report *r, bool run_bw, size_t bw_bytes, bool require_gpu) {
         }
     }
     if (require_gpu && r->n_gpus == 0)
-        problem(r, "%s", r->cuda_compiled ? "--require-gpu: no usable GPU (driver or device missing)"
-                                          : "--require-gpu: this binary was built without CUDA");
+        problem(r, "%s",
+                r->cuda_compiled ? "--require-gpu: no usable GPU (driver or device missing)"
+                                 : "--require-gpu: this binary was built without CUDA");
 }
 
-static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
+static double gib(uint64_t b) {
+    return (double)b / (double)(1ull << 30);
+}
 
 static void feature_list(const hm_cpu_features *f, char *buf, size_t cap) {
     struct {
         bool on;
         const char *name;
-    } v[] = {{f->avx2, "avx2"},         {f->fma, "fma"},           {f->f16c, "f16c"},
-             {f->avx512f, "avx512f"},   {f->avx512bw, "avx512bw"}, {f->avx512vl, "avx512vl"},
-             {f->avx512dq, "avx512dq"}, {f->avx512vnni, "avx512_vnni"},
-             {f->avx512bf16, "avx512_bf16"}, {f->avx512fp16, "avx512_fp16"},
-             {f->avx512vbmi, "avx512vbmi"}, {f->avx_vnni, "avx_vnni"}, {f->amx_tile, "amx_tile"},
-             {f->amx_int8, "amx_int8"}, {f->amx_bf16, "amx_bf16"}};
+    } v[] = {{f->avx2, "avx2"},
+             {f->fma, "fma"},
+             {f->f16c, "f16c"},
+             {f->avx512f, "avx512f"},
+             {f->avx512bw, "avx512bw"},
+             {f->avx512vl, "avx512vl"},
+             {f->avx512dq, "avx512dq"},
+             {f->avx512vnni, "avx512_vnni"},
+             {f->avx512bf16, "avx512_bf16"},
+             {f->avx512fp16, "avx512_fp16"},
+             {f->avx512vbmi, "avx512vbmi"},
+             {f->avx_vnni, "avx_vnni"},
+             {f->amx_tile, "amx_tile"},
+             {f->amx_int8, "amx_int8"},
+             {f->amx_bf16, "amx_bf16"}};
     size_t n = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
@@ -138,7 +151,8 @@ static void print_text(const report *r) {
     else
         printf("  kernels        ERROR: %s\n", r->isa_error);
     if (hm_isa_supported(f, HM_ISA_AMX))
-        printf("  AMX self-test  %s\n", r->amx_st == HM_OK ? "ok (INT8 tile product exact)" : r->amx_error);
+        printf("  AMX self-test  %s\n",
+               r->amx_st == HM_OK ? "ok (INT8 tile product exact)" : r->amx_error);
     const hm_topology *t = r->topo;
     printf("  topology       %d logical CPUs usable, %d physical cores, %d NUMA node%s%s\n",
            t->n_cpus, t->n_cores, t->n_nodes, t->n_nodes == 1 ? "" : "s",
@@ -158,7 +172,8 @@ static void print_text(const report *r) {
            (unsigned long long)(r->mem.hugepage_size >> 10),
            (unsigned long long)r->mem.hugepages_free);
     printf("  caches         L2 %llu KiB, L3 %llu KiB (per instance, cpu0)\n",
-           (unsigned long long)(r->mem.l2_bytes >> 10), (unsigned long long)(r->mem.l3_bytes >> 10));
+           (unsigned long long)(r->mem.l2_bytes >> 10),
+           (unsigned long long)(r->mem.l3_bytes >> 10));
     if (r->bw_run && r->bw_st == HM_OK)
         printf("  read bandwidth %.1f GB/s best, %.1f median (%s kernel, %d threads, %.2f GiB, "
                "%d passes)\n",
@@ -187,7 +202,8 @@ static void print_text(const report *r) {
                    gib(g->info.mem_total), gib(g->info.mem_free), g->info.pci_bus,
                    g->info.pci_device);
             if (g->selftest_st == HM_OK && g->bw_st == HM_OK)
-                printf("                 self-test ok; pinned host->device %.1f GB/s\n", g->h2d_gbs);
+                printf("                 self-test ok; pinned host->device %.1f GB/s\n",
+                       g->h2d_gbs);
             else
                 printf("                 ERROR: %s\n", g->error);
         }
@@ -231,8 +247,10 @@ static void print_json(const report *r) {
     jw_bool(&w, "amx_bf16", f->amx_bf16);
     jw_bool(&w, "amx_permitted", f->amx_permitted);
     jw_obj_end(&w);
-    if (r->isa_st == HM_OK) jw_str(&w, "kernels", hm_isa_name(r->isa));
-    else jw_null(&w, "kernels");
+    if (r->isa_st == HM_OK)
+        jw_str(&w, "kernels", hm_isa_name(r->isa));
+    else
+        jw_null(&w, "kernels");
     jw_str(&w, "best_kernels", hm_isa_name(hm_isa_best(f)));
     if (hm_isa_supported(f, HM_ISA_AMX)) jw_bool(&w, "amx_selftest_ok", r->amx_st == HM_OK);
     jw_int(&w, "logical_cpus", r->topo->n_cpus);
@@ -293,8 +311,10 @@ static void print_json(const report *r) {
         jw_str(&w, "compute_capability", cc);
         jw_int(&w, "sm_count", g->info.sm_count);
         jw_bool(&w, "selftest_ok", g->selftest_st == HM_OK);
-        if (g->bw_st == HM_OK && g->selftest_st == HM_OK) jw_num(&w, "h2d_pinned_gbs", g->h2d_gbs);
-        else jw_null(&w, "h2d_pinned_gbs");
+        if (g->bw_st == HM_OK && g->selftest_st == HM_OK)
+            jw_num(&w, "h2d_pinned_gbs", g->h2d_gbs);
+        else
+            jw_null(&w, "h2d_pinned_gbs");
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
@@ -310,9 +330,12 @@ int cmd_doctor(int argc, char **argv) {
     bool json = false, run_bw = true, require_gpu = false;
     size_t bw_bytes = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = true;
-        else if (!strcmp(argv[i], "--no-bandwidth")) run_bw = false;
-        else if (!strcmp(argv[i], "--require-gpu")) require_gpu = true;
+        if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (!strcmp(argv[i], "--no-bandwidth"))
+            run_bw = false;
+        else if (!strcmp(argv[i], "--require-gpu"))
+            require_gpu = true;
         else if (!strcmp(argv[i], "--bw-bytes")) {
             if (i + 1 >= argc || !cli_parse_size(argv[++i], &bw_bytes) || bw_bytes < 4096)
                 return cli_usage_error("doctor: --bw-bytes needs a size >= 4096 (e.g. 2G)");
@@ -323,8 +346,10 @@ int cmd_doctor(int argc, char **argv) {
     static report r;
     memset(&r, 0, sizeof r);
     collect(&r, run_bw, bw_bytes, require_gpu);
-    if (json) print_json(&r);
-    else print_text(&r);
+    if (json)
+        print_json(&r);
+    else
+        print_text(&r);
     fflush(stdout);
     if (r.n_problems) {
         fprintf(stderr, "hmoe doctor: %d problem%s found (first: %s)\n", r.n_problems,

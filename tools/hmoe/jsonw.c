@@ -13,14 +13,26 @@ static void write_string(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
+        case '"':
+            fputs("\\\"", f);
+            break;
+        case '\\':
+            fputs("\\\\", f);
+            break;
+        case '\n':
+            fputs("\\n", f);
+            break;
+        case '\r':
+            fputs("\\r", f);
+            break;
+        case '\t':
+            fputs("\\t", f);
+            break;
         default:
-            if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-            else fputc(*p, f);
+            if (*p < 0x20)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
         }
     }
     fputc('"', f);
@@ -57,15 +69,25 @@ static void close_(jw *w, char c) {
     if (w->depth == 0) fputc('\n', w->f);
 }
 
-void jw_obj_begin(jw *w, const char *key) { open_(w, key, '{'); }
-void jw_obj_end(jw *w) { close_(w, '}'); }
-void jw_arr_begin(jw *w, const char *key) { open_(w, key, '['); }
-void jw_arr_end(jw *w) { close_(w, ']'); }
+void jw_obj_begin(jw *w, const char *key) {
+    open_(w, key, '{');
+}
+void jw_obj_end(jw *w) {
+    close_(w, '}');
+}
+void jw_arr_begin(jw *w, const char *key) {
+    open_(w, key, '[');
+}
+void jw_arr_end(jw *w) {
+    close_(w, ']');
+}
 
 void jw_str(jw *w, const char *key, const char *v) {
     prefix(w, key);
-    if (v) write_string(w->f, v);
-    else fputs("null", w->f);
+    if (v)
+        write_string(w->f, v);
+    else
+        fputs("null", w->f);
 }
 
 void jw_int(jw *w, const char *key, long long v) {
@@ -75,8 +97,10 @@ void jw_int(jw *w, const char *key, long long v) {
 
 void jw_num(jw *w, const char *key, double v) {
     prefix(w, key);
-    if (isfinite(v)) fprintf(w->f, "%.6g", v);
-    else fputs("null", w->f);
+    if (isfinite(v))
+        fprintf(w->f, "%.6g", v);
+    else
+        fputs("null", w->f);
 }
 
 void jw_bool(jw *w, const char *key, bool v) {

@@ -18,7 +18,8 @@ static uint64_t sum_u64_avx2(const uint64_t *p, size_t n) {
         a6 = _mm256_add_epi64(a6, _mm256_loadu_si256(v + 6));
         a7 = _mm256_add_epi64(a7, _mm256_loadu_si256(v + 7));
     }
-    for (; i + 4 <= n; i += 4) a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+    for (; i + 4 <= n; i += 4)
+        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
     a0 = _mm256_add_epi64(_mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)),
                           _mm256_add_epi64(_mm256_add_epi64(a4, a5), _mm256_add_epi64(a6, a7)));
     uint64_t lane[4];

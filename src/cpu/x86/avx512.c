@@ -2,7 +2,9 @@
 #include "cpu/ops.h"
 #include "cpu/x86/avx512_sum.h"
 
-static uint64_t sum_u64_avx512(const uint64_t *p, size_t n) { return hm_sum_u64_avx512(p, n); }
+static uint64_t sum_u64_avx512(const uint64_t *p, size_t n) {
+    return hm_sum_u64_avx512(p, n);
+}
 
 const hm_cpu_ops hm_ops_avx512 = {
     .isa = HM_ISA_AVX512,
