@@ -188,7 +188,7 @@ hm_status hm_isa_select(hm_isa *out) {
     const hm_cpu_features *f = hm_cpu_features_get();
     const char *env = getenv("HMOE_ISA");
     if (env && *env) {
-        hm_isa isa;
+        hm_isa isa = HM_ISA_REF;
         if (hm_isa_parse(env, &isa) != HM_OK)
             return hm_error_prefix(HM_ERR_INVALID_ARG, "HMOE_ISA");
         if (!hm_isa_supported(f, isa))
