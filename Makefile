@@ -13,12 +13,13 @@ CMAKE_OPTS = -DCMAKE_BUILD_TYPE=Release -DHMOE_CUDA=$(HMOE_CUDA) "-DHMOE_CUDA_AR
              -DHMOE_WERROR=$(HMOE_WERROR) \
              "-DHMOE_DEPS_PREFIX=$(HMOE_DEPS_PREFIX)" $(CMAKE_ARGS)
 
-.PHONY: all deps build run test bench test-sanitize cuda-check clean
+.PHONY: all deps build run test bench test-sanitize fuzz fuzz-run clean
 
 all: build
 
 deps:
 	@scripts/deps.sh
+	@scripts/pydeps.sh
 
 build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_OPTS) >/dev/null
@@ -42,5 +43,23 @@ test-sanitize: deps
 	@cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
+# libFuzzer targets (clang): `make fuzz` builds them, `make fuzz-run FUZZ_SECONDS=600` runs each
+# on its kept corpus (fuzz/corpus/NAME; new inputs go to build-fuzz/corpus/NAME).
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZERS      = $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_LIB_SRC = $(wildcard src/core/*.c) src/quant/types.c $(wildcard src/format/*.c)
+fuzz: deps
+	@mkdir -p $(FUZZ_BUILD)
+	@for f in $(FUZZERS); do \
+	  clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -std=c11 \
+	    -D_GNU_SOURCE -Iinclude -Isrc fuzz/fuzz_$$f.c $(FUZZ_LIB_SRC) -l:libjansson.a -lpthread -lm \
+	    -o $(FUZZ_BUILD)/fuzz_$$f || exit 1; echo "built $(FUZZ_BUILD)/fuzz_$$f"; done
+
+fuzz-run: fuzz
+	@for f in $(FUZZERS); do mkdir -p $(FUZZ_BUILD)/corpus/$$f; \
+	  $(FUZZ_BUILD)/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    $(FUZZ_BUILD)/corpus/$$f fuzz/corpus/$$f || exit 1; done
+
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# pydeps.sh - installs, when missing, the Python packages our oracle tests import (tests and
+# fixture generation only; hmoe never needs Python at run time). Idempotent.
+set -euo pipefail
+py=${PYTHON:-python3}
+command -v "$py" >/dev/null || { echo "pydeps.sh: no $py" >&2; exit 1; }
+missing=()
+"$py" -c 'import numpy' 2>/dev/null || missing+=(numpy)
+"$py" -c 'import gguf' 2>/dev/null || missing+=(gguf==0.19.0)
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "pydeps.sh: pip install ${missing[*]}" >&2
+"$py" -m pip install -q --disable-pip-version-check "${missing[@]}" ||
+    "$py" -m pip install -q --disable-pip-version-check --break-system-packages "${missing[@]}" ||
+    echo "pydeps.sh: could not install ${missing[*]}: the Python oracle tests will fail" >&2
