@@ -16,7 +16,9 @@ static uint64_t fnv1a(const uint8_t *p, uint64_t n) {
     return h;
 }
 
-static const char *vtype_of(const char *name) { return name; }
+static const char *vtype_of(const char *name) {
+    return name;
+}
 
 /* Compares one value with its manifest entry {"type":..., "value":..., "elem":...}. */
 static void check_value(const char *key, const hm_gguf_value *v, json_t *m) {
@@ -25,13 +27,18 @@ static void check_value(const char *key, const hm_gguf_value *v, json_t *m) {
     CHECK_MSG(type && strcmp(hm_gguf_vtype_name(v->type), vtype_of(type)) == 0,
               "%s: type %s, manifest %s", key, hm_gguf_vtype_name(v->type), type ? type : "?");
     switch (v->type) {
-    case HM_GGUF_UINT8: case HM_GGUF_UINT16: case HM_GGUF_UINT32: case HM_GGUF_UINT64:
+    case HM_GGUF_UINT8:
+    case HM_GGUF_UINT16:
+    case HM_GGUF_UINT32:
+    case HM_GGUF_UINT64:
         CHECK_MSG((json_is_integer(val) && (uint64_t)json_integer_value(val) == v->v.u) ||
-                      (json_is_string(val) &&
-                       strtoull(json_string_value(val), NULL, 10) == v->v.u),
+                      (json_is_string(val) && strtoull(json_string_value(val), NULL, 10) == v->v.u),
                   "%s: %llu", key, (unsigned long long)v->v.u);
         break;
-    case HM_GGUF_INT8: case HM_GGUF_INT16: case HM_GGUF_INT32: case HM_GGUF_INT64:
+    case HM_GGUF_INT8:
+    case HM_GGUF_INT16:
+    case HM_GGUF_INT32:
+    case HM_GGUF_INT64:
         CHECK_MSG(json_integer_value(val) == v->v.i, "%s: %lld", key, (long long)v->v.i);
         break;
     case HM_GGUF_FLOAT32:
@@ -40,7 +47,9 @@ static void check_value(const char *key, const hm_gguf_value *v, json_t *m) {
     case HM_GGUF_FLOAT64:
         CHECK_MSG(json_number_value(val) == v->v.f, "%s: %g", key, v->v.f);
         break;
-    case HM_GGUF_BOOL: CHECK_MSG(json_is_true(val) == v->v.b, "%s", key); break;
+    case HM_GGUF_BOOL:
+        CHECK_MSG(json_is_true(val) == v->v.b, "%s", key);
+        break;
     case HM_GGUF_STRING: {
         const char *s = json_string_value(val);
         CHECK_MSG(s && hm_gguf_str_eq(v->v.s, s), "%s: '%.*s'", key, (int)v->v.s.len, v->v.s.ptr);
@@ -63,7 +72,8 @@ static void check_value(const char *key, const hm_gguf_value *v, json_t *m) {
                     CHECK(hm_gguf_arr_int(it, k) == json_integer_value(json_array_get(e, k)));
                 break;
             }
-            case HM_GGUF_FLOAT32: case HM_GGUF_FLOAT64:
+            case HM_GGUF_FLOAT32:
+            case HM_GGUF_FLOAT64:
                 CHECK_MSG((float)hm_gguf_arr_float(v, i) == (float)json_number_value(e), "%s[%llu]",
                           key, (unsigned long long)i);
                 break;
@@ -77,7 +87,8 @@ static void check_value(const char *key, const hm_gguf_value *v, json_t *m) {
         }
         break;
     }
-    default: CHECK_MSG(0, "%s: unexpected type", key);
+    default:
+        CHECK_MSG(0, "%s: unexpected type", key);
     }
 }
 
@@ -132,7 +143,8 @@ static int check_dir(const char *dir) {
 /* ---- the reference file our writer makes (tests/gguf_python.py checks it with GGUFReader) ---- */
 
 static void tensor_bytes(int which, uint8_t *p, size_t n) {
-    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)((i * (size_t)(7 + which * 6) + (size_t)which) & 255);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)((i * (size_t)(7 + which * 6) + (size_t)which) & 255);
 }
 
 static hm_status write_reference(const char *path, const hm_gguf *copy_from) {
@@ -152,7 +164,11 @@ static hm_status write_reference(const char *path, const hm_gguf *copy_from) {
     TRY(hm_gguf_w_f32(w, "t.f32", 1.5f));
     TRY(hm_gguf_w_f64(w, "t.f64", 2.25));
     TRY(hm_gguf_w_bool(w, "t.bool", true));
-    TRY(hm_gguf_w_str(w, "t.str", "\xc3\xbc" "n" "\xc3\xaf" "code"));
+    TRY(hm_gguf_w_str(w, "t.str",
+                      "\xc3\xbc"
+                      "n"
+                      "\xc3\xaf"
+                      "code"));
     uint32_t u32s[3] = {1, 2, 3};
     TRY(hm_gguf_w_arr(w, "t.arr_u32", HM_GGUF_UINT32, 3, u32s));
     float f32s[2] = {0.5f, 0.25f};
@@ -160,7 +176,8 @@ static hm_status write_reference(const char *path, const hm_gguf *copy_from) {
     const char *strs[3] = {"a", "bc", ""};
     TRY(hm_gguf_w_arr_str(w, "t.arr_str", 3, strs, NULL));
     TRY(hm_gguf_w_arr(w, "t.arr_empty", HM_GGUF_INT32, 0, NULL));
-    if (copy_from) TRY(hm_gguf_w_copy_kv(w, "t.nested", hm_gguf_find_kv(copy_from, "test.arr_nested")));
+    if (copy_from)
+        TRY(hm_gguf_w_copy_kv(w, "t.nested", hm_gguf_find_kv(copy_from, "test.arr_nested")));
     uint64_t ne_a[2] = {3, 2}, ne_b[2] = {64, 2}, ne_c[1] = {16}, ne_d[1] = {5};
     TRY(hm_gguf_w_tensor(w, "a", HM_TYPE_F32, 2, ne_a));
     TRY(hm_gguf_w_tensor(w, "b", HM_TYPE_Q8_0, 2, ne_b));
@@ -215,7 +232,10 @@ static void test_roundtrip(const hm_gguf *py) {
     CHECK_OK(hm_gguf_get_bool(g, "t.bool", &b));
     CHECK(b);
     CHECK_OK(hm_gguf_get_str(g, "t.str", &s));
-    CHECK(hm_gguf_str_eq(s, "\xc3\xbc" "n" "\xc3\xaf" "code"));
+    CHECK(hm_gguf_str_eq(s, "\xc3\xbc"
+                            "n"
+                            "\xc3\xaf"
+                            "code"));
     CHECK_STATUS(hm_gguf_get_str(g, "t.u8", &s), HM_ERR_FORMAT);
     CHECK_CONTAINS(hm_last_error(), "metadata key 't.u8': expected string, got uint8");
     CHECK_STATUS(hm_gguf_get_uint(g, "no.such.key", &u), HM_ERR_NOT_FOUND);
@@ -260,15 +280,18 @@ static void test_writer_errors(void) {
     CHECK_STATUS(hm_gguf_w_uint(w, "x", HM_GGUF_UINT8, 300), HM_ERR_INVALID_ARG);
     CHECK_STATUS(hm_gguf_w_int(w, "x", HM_GGUF_INT8, -129), HM_ERR_INVALID_ARG);
     CHECK_STATUS(hm_gguf_w_uint(w, "general.alignment", HM_GGUF_UINT32, 48), HM_ERR_INVALID_ARG);
-    w = NULL; /* sticky error: the writer refuses further work; abort cleans up */
+    CHECK_STATUS(hm_gguf_w_str(w, "after", "error"), HM_ERR_INVALID_ARG); /* sticky */
+    CHECK_CONTAINS(hm_last_error(), "general.alignment must be");
+    hm_gguf_writer_abort(w);
     CHECK_OK(hm_gguf_writer_open(path, &w));
     uint64_t ne[2] = {33, 2};
     CHECK_STATUS(hm_gguf_w_tensor(w, "q", HM_TYPE_Q4_K, 2, ne), HM_ERR_INVALID_ARG);
     CHECK_CONTAINS(hm_last_error(), "not a multiple of Q4_K's block size 256");
     CHECK_STATUS(hm_gguf_w_tensor(w, "q", 4, 2, ne), HM_ERR_INVALID_ARG);
-    CHECK_STATUS(hm_gguf_w_tensor(w, "0123456789012345678901234567890123456789012345678901234567890123",
-                                  HM_TYPE_F32, 2, ne),
-                 HM_ERR_INVALID_ARG);
+    CHECK_STATUS(
+        hm_gguf_w_tensor(w, "0123456789012345678901234567890123456789012345678901234567890123",
+                         HM_TYPE_F32, 2, ne),
+        HM_ERR_INVALID_ARG);
     CHECK_OK(hm_gguf_w_tensor(w, "ok", HM_TYPE_F32, 2, ne));
     CHECK_STATUS(hm_gguf_w_tensor(w, "ok", HM_TYPE_F32, 2, ne), HM_ERR_INVALID_ARG);
     CHECK_STATUS(hm_gguf_w_str(w, "late", "key"), HM_ERR_INVALID_ARG);
@@ -312,7 +335,9 @@ static void expect_reject(const uint8_t *p, size_t n, const char *what, const ch
     hm_gguf *g = NULL;
     hm_status st = hm_gguf_parse_memory(p, n, "mut.gguf", &g);
     CHECK_MSG(st != HM_OK && g == NULL, "%s: accepted", what);
-    if (st != HM_OK && msg) CHECK_MSG(strstr(hm_last_error(), msg), "%s: message '%s' lacks '%s'", what, hm_last_error(), msg);
+    if (st != HM_OK && msg)
+        CHECK_MSG(strstr(hm_last_error(), msg), "%s: message '%s' lacks '%s'", what,
+                  hm_last_error(), msg);
     hm_gguf_close(g);
 }
 
@@ -339,7 +364,8 @@ static void test_corruption(const char *fixture) {
         memcpy(q, orig, cut);
         hm_gguf *t = NULL;
         hm_status st = hm_gguf_parse_memory(q, cut, "cut.gguf", &t);
-        CHECK_MSG(st == HM_ERR_FORMAT && t == NULL, "truncation at %zu: %s", cut, hm_status_str(st));
+        CHECK_MSG(st == HM_ERR_FORMAT && t == NULL, "truncation at %zu: %s", cut,
+                  hm_status_str(st));
         if (cut == data_off + 10) CHECK_CONTAINS(hm_last_error(), "outside the data section");
         free(q);
     }
@@ -482,7 +508,8 @@ int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--types")) { /* the table, for tests/gguf_python.py */
         for (uint32_t t = 0; t < HM_TYPE_COUNT; t++)
             if (hm_type_get(t))
-                printf("%u %s %u %u\n", t, hm_type_name(t), hm_type_get(t)->block, hm_type_get(t)->bytes);
+                printf("%u %s %u %u\n", t, hm_type_name(t), hm_type_get(t)->block,
+                       hm_type_get(t)->bytes);
         return 0;
     }
     char dir[1024], fixture[1100];

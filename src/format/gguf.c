@@ -28,18 +28,32 @@ struct hm_gguf {
 };
 
 static const char *const vtype_names[HM_GGUF_VTYPE_COUNT] = {
-    "uint8", "int8", "uint16", "int16", "uint32", "int32",  "float32",
-    "bool",  "string", "array", "uint64", "int64", "float64"};
+    "uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+    "bool",  "string", "array",  "uint64", "int64",  "float64"};
 
-const char *hm_gguf_vtype_name(uint32_t t) { return t < HM_GGUF_VTYPE_COUNT ? vtype_names[t] : "?"; }
+const char *hm_gguf_vtype_name(uint32_t t) {
+    return t < HM_GGUF_VTYPE_COUNT ? vtype_names[t] : "?";
+}
 
 size_t hm_gguf_vtype_size(uint32_t t) {
     switch (t) {
-    case HM_GGUF_UINT8: case HM_GGUF_INT8: case HM_GGUF_BOOL: return 1;
-    case HM_GGUF_UINT16: case HM_GGUF_INT16: return 2;
-    case HM_GGUF_UINT32: case HM_GGUF_INT32: case HM_GGUF_FLOAT32: return 4;
-    case HM_GGUF_UINT64: case HM_GGUF_INT64: case HM_GGUF_FLOAT64: return 8;
-    default: return 0;
+    case HM_GGUF_UINT8:
+    case HM_GGUF_INT8:
+    case HM_GGUF_BOOL:
+        return 1;
+    case HM_GGUF_UINT16:
+    case HM_GGUF_INT16:
+        return 2;
+    case HM_GGUF_UINT32:
+    case HM_GGUF_INT32:
+    case HM_GGUF_FLOAT32:
+        return 4;
+    case HM_GGUF_UINT64:
+    case HM_GGUF_INT64:
+    case HM_GGUF_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -91,8 +105,8 @@ static hm_status rd_str(cursor *c, const char *what, hm_gguf_str *s) {
     if (st != HM_OK) return st;
     if (len > c->size - c->pos)
         return hm_errorf(HM_ERR_FORMAT,
-                         "%s: %s at offset %llu has length %llu but only %llu bytes remain", c->name,
-                         what, (unsigned long long)at, (unsigned long long)len,
+                         "%s: %s at offset %llu has length %llu but only %llu bytes remain",
+                         c->name, what, (unsigned long long)at, (unsigned long long)len,
                          (unsigned long long)(c->size - c->pos));
     s->ptr = (const char *)c->p + c->pos;
     s->len = len;
@@ -108,22 +122,38 @@ static uint64_t load_le(const uint8_t *q, size_t n) {
 
 static void decode_scalar(hm_gguf_vtype t, const uint8_t *q, hm_gguf_value *v) {
     switch (t) {
-    case HM_GGUF_UINT8: case HM_GGUF_UINT16: case HM_GGUF_UINT32: case HM_GGUF_UINT64:
+    case HM_GGUF_UINT8:
+    case HM_GGUF_UINT16:
+    case HM_GGUF_UINT32:
+    case HM_GGUF_UINT64:
         v->v.u = load_le(q, hm_gguf_vtype_size(t));
         break;
-    case HM_GGUF_INT8: v->v.i = (int8_t)q[0]; break;
-    case HM_GGUF_INT16: v->v.i = (int16_t)load_le(q, 2); break;
-    case HM_GGUF_INT32: v->v.i = (int32_t)load_le(q, 4); break;
-    case HM_GGUF_INT64: v->v.i = (int64_t)load_le(q, 8); break;
+    case HM_GGUF_INT8:
+        v->v.i = (int8_t)q[0];
+        break;
+    case HM_GGUF_INT16:
+        v->v.i = (int16_t)load_le(q, 2);
+        break;
+    case HM_GGUF_INT32:
+        v->v.i = (int32_t)load_le(q, 4);
+        break;
+    case HM_GGUF_INT64:
+        v->v.i = (int64_t)load_le(q, 8);
+        break;
     case HM_GGUF_FLOAT32: {
         float f;
         memcpy(&f, q, 4);
         v->v.f = f;
         break;
     }
-    case HM_GGUF_FLOAT64: memcpy(&v->v.f, q, 8); break;
-    case HM_GGUF_BOOL: v->v.b = q[0] != 0; break;
-    default: break;
+    case HM_GGUF_FLOAT64:
+        memcpy(&v->v.f, q, 8);
+        break;
+    case HM_GGUF_BOOL:
+        v->v.b = q[0] != 0;
+        break;
+    default:
+        break;
     }
 }
 
@@ -160,13 +190,15 @@ static hm_status parse_array(cursor *c, int depth, const char *what, hm_gguf_val
         if (et == HM_GGUF_BOOL)
             for (uint64_t i = 0; i < n; i++)
                 if (v->arr_raw[i] > 1)
-                    return hm_errorf(HM_ERR_FORMAT, "%s: %s: bool array element %llu is %u, not 0/1",
-                                     c->name, what, (unsigned long long)i, v->arr_raw[i]);
+                    return hm_errorf(HM_ERR_FORMAT,
+                                     "%s: %s: bool array element %llu is %u, not 0/1", c->name,
+                                     what, (unsigned long long)i, v->arr_raw[i]);
         return HM_OK;
     }
     if (et == HM_GGUF_STRING) {
         v->arr_strs = hm_arena_alloc(c->arena, n * sizeof(hm_gguf_str), 8);
-        if (!v->arr_strs && n) return hm_errorf(HM_ERR_NO_MEMORY, "%s: %s: out of memory", c->name, what);
+        if (!v->arr_strs && n)
+            return hm_errorf(HM_ERR_NO_MEMORY, "%s: %s: out of memory", c->name, what);
         for (uint64_t i = 0; i < n; i++) {
             st = rd_str(c, "array string", &v->arr_strs[i]);
             if (st != HM_OK) return hm_error_prefix(st, "%s[%llu]", what, (unsigned long long)i);
@@ -174,7 +206,8 @@ static hm_status parse_array(cursor *c, int depth, const char *what, hm_gguf_val
         return HM_OK;
     }
     v->arr_items = hm_arena_alloc(c->arena, n * sizeof(hm_gguf_value), 8);
-    if (!v->arr_items && n) return hm_errorf(HM_ERR_NO_MEMORY, "%s: %s: out of memory", c->name, what);
+    if (!v->arr_items && n)
+        return hm_errorf(HM_ERR_NO_MEMORY, "%s: %s: out of memory", c->name, what);
     for (uint64_t i = 0; i < n; i++) {
         memset(&v->arr_items[i], 0, sizeof v->arr_items[i]);
         st = parse_value(c, HM_GGUF_ARRAY, depth + 1, what, &v->arr_items[i]);
@@ -232,7 +265,8 @@ static int cmp_tensor_off(const void *a, const void *b) {
 #include <pthread.h>
 static pthread_mutex_t g_sort_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void sort_idx(hm_gguf *g, uint64_t *idx, uint64_t n, int (*cmp)(const void *, const void *)) {
+static void sort_idx(hm_gguf *g, uint64_t *idx, uint64_t n,
+                     int (*cmp)(const void *, const void *)) {
     pthread_mutex_lock(&g_sort_mu);
     g_sort_ctx = g;
     qsort(idx, n, sizeof *idx, cmp);
@@ -278,8 +312,9 @@ static hm_status parse_kvs(hm_gguf *g, cursor *c) {
     for (uint64_t i = 1; i < g->n_kv; i++) {
         const hm_gguf_kv *a = &g->kvs[g->kv_order[i - 1]], *b = &g->kvs[g->kv_order[i]];
         if (cmp_str(a->key.ptr, a->key.len, b->key.ptr, b->key.len) == 0)
-            return hm_errorf(HM_ERR_FORMAT, "%s: duplicate metadata key '%.*s' at offsets %llu and %llu",
-                             c->name, (int)(a->key.len > 80 ? 80 : a->key.len), a->key.ptr,
+            return hm_errorf(HM_ERR_FORMAT,
+                             "%s: duplicate metadata key '%.*s' at offsets %llu and %llu", c->name,
+                             (int)(a->key.len > 80 ? 80 : a->key.len), a->key.ptr,
                              (unsigned long long)a->offset, (unsigned long long)b->offset);
     }
     return HM_OK;
@@ -325,9 +360,10 @@ static hm_status parse_tensor_info(hm_gguf *g, cursor *c, uint64_t i) {
                          c->name, t->name, (unsigned long long)t->info_offset, t->type);
     uint64_t row;
     if (!hm_type_row_bytes(t->type, t->ne[0], &row))
-        return hm_errorf(HM_ERR_FORMAT,
-                         "%s: tensor '%s': row length %llu is not a multiple of the %s block size %u",
-                         c->name, t->name, (unsigned long long)t->ne[0], ti->name, ti->block);
+        return hm_errorf(
+            HM_ERR_FORMAT,
+            "%s: tensor '%s': row length %llu is not a multiple of the %s block size %u", c->name,
+            t->name, (unsigned long long)t->ne[0], ti->name, ti->block);
     if (__builtin_mul_overflow(row, t->n_elements / (t->ne[0] ? t->ne[0] : 1), &t->bytes))
         return hm_errorf(HM_ERR_FORMAT, "%s: tensor '%s': byte size overflows", c->name, t->name);
     if (t->ne[0] == 0) t->bytes = 0;
@@ -365,10 +401,9 @@ static hm_status parse(hm_gguf *g) {
     const hm_gguf_kv *al = hm_gguf_find_kv(g, "general.alignment");
     if (al) {
         if (al->val.type != HM_GGUF_UINT32 || al->val.v.u == 0 || (al->val.v.u & (al->val.v.u - 1)))
-            return hm_errorf(HM_ERR_FORMAT,
-                             "%s: general.alignment must be a uint32 power of two (got %s %llu)",
-                             g->name, hm_gguf_vtype_name(al->val.type),
-                             (unsigned long long)al->val.v.u);
+            return hm_errorf(
+                HM_ERR_FORMAT, "%s: general.alignment must be a uint32 power of two (got %s %llu)",
+                g->name, hm_gguf_vtype_name(al->val.type), (unsigned long long)al->val.v.u);
         g->alignment = (uint32_t)al->val.v.u;
     }
 
@@ -399,7 +434,8 @@ static hm_status parse(hm_gguf *g) {
     g->data_offset = hm_align_up(c.pos, g->alignment);
     if (g->n_tensors && g->data_offset > g->size) {
         free(by_off);
-        return hm_errorf(HM_ERR_FORMAT, "%s: data section starts at %llu, past the end of the file (%llu)",
+        return hm_errorf(HM_ERR_FORMAT,
+                         "%s: data section starts at %llu, past the end of the file (%llu)",
                          g->name, (unsigned long long)g->data_offset, (unsigned long long)g->size);
     }
     sort_idx(g, g->tensor_order, g->n_tensors, cmp_tensor_idx);
@@ -408,9 +444,9 @@ static hm_status parse(hm_gguf *g) {
         const hm_gguf_tensor *b = &g->tensors[g->tensor_order[i]];
         if (strcmp(a->name, b->name) == 0) {
             free(by_off);
-            return hm_errorf(HM_ERR_FORMAT, "%s: duplicate tensor name '%s' (infos at %llu and %llu)",
-                             g->name, a->name, (unsigned long long)a->info_offset,
-                             (unsigned long long)b->info_offset);
+            return hm_errorf(
+                HM_ERR_FORMAT, "%s: duplicate tensor name '%s' (infos at %llu and %llu)", g->name,
+                a->name, (unsigned long long)a->info_offset, (unsigned long long)b->info_offset);
         }
     }
     /* bounds and overlap, in file order */
@@ -504,13 +540,27 @@ void hm_gguf_close(hm_gguf *g) {
     free(g);
 }
 
-const char *hm_gguf_name(const hm_gguf *g) { return g->name; }
-uint32_t hm_gguf_version(const hm_gguf *g) { return g->version; }
-uint32_t hm_gguf_alignment(const hm_gguf *g) { return g->alignment; }
-uint64_t hm_gguf_data_offset(const hm_gguf *g) { return g->data_offset; }
-uint64_t hm_gguf_file_size(const hm_gguf *g) { return g->size; }
-uint64_t hm_gguf_n_kv(const hm_gguf *g) { return g->n_kv; }
-uint64_t hm_gguf_n_tensors(const hm_gguf *g) { return g->n_tensors; }
+const char *hm_gguf_name(const hm_gguf *g) {
+    return g->name;
+}
+uint32_t hm_gguf_version(const hm_gguf *g) {
+    return g->version;
+}
+uint32_t hm_gguf_alignment(const hm_gguf *g) {
+    return g->alignment;
+}
+uint64_t hm_gguf_data_offset(const hm_gguf *g) {
+    return g->data_offset;
+}
+uint64_t hm_gguf_file_size(const hm_gguf *g) {
+    return g->size;
+}
+uint64_t hm_gguf_n_kv(const hm_gguf *g) {
+    return g->n_kv;
+}
+uint64_t hm_gguf_n_tensors(const hm_gguf *g) {
+    return g->n_tensors;
+}
 
 const hm_gguf_kv *hm_gguf_kv_at(const hm_gguf *g, uint64_t i) {
     return i < g->n_kv ? &g->kvs[i] : NULL;
@@ -527,8 +577,10 @@ const hm_gguf_kv *hm_gguf_find_kv(const hm_gguf *g, const char *key) {
         const hm_gguf_kv *kv = &g->kvs[g->kv_order[mid]];
         int r = cmp_str(kv->key.ptr, kv->key.len, key, kl);
         if (r == 0) return kv;
-        if (r < 0) lo = mid + 1;
-        else hi = mid;
+        if (r < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -540,8 +592,10 @@ const hm_gguf_tensor *hm_gguf_find_tensor(const hm_gguf *g, const char *name) {
         const hm_gguf_tensor *t = &g->tensors[g->tensor_order[mid]];
         int r = strcmp(t->name, name);
         if (r == 0) return t;
-        if (r < 0) lo = mid + 1;
-        else hi = mid;
+        if (r < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -555,8 +609,8 @@ static hm_status get(const hm_gguf *g, const char *key, const hm_gguf_kv **kv) {
 }
 
 static hm_status wrong_type(const hm_gguf *g, const char *key, const char *want, uint32_t got) {
-    return hm_errorf(HM_ERR_FORMAT, "%s: metadata key '%s': expected %s, got %s", g->name, key, want,
-                     hm_gguf_vtype_name(got));
+    return hm_errorf(HM_ERR_FORMAT, "%s: metadata key '%s': expected %s, got %s", g->name, key,
+                     want, hm_gguf_vtype_name(got));
 }
 
 static bool is_unsigned(uint32_t t) {
@@ -570,12 +624,15 @@ hm_status hm_gguf_get_uint(const hm_gguf *g, const char *key, uint64_t *out) {
     const hm_gguf_kv *kv;
     hm_status st = get(g, key, &kv);
     if (st != HM_OK) return st;
-    if (is_unsigned(kv->val.type)) *out = kv->val.v.u;
-    else if (is_signed(kv->val.type) && kv->val.v.i >= 0) *out = (uint64_t)kv->val.v.i;
+    if (is_unsigned(kv->val.type))
+        *out = kv->val.v.u;
+    else if (is_signed(kv->val.type) && kv->val.v.i >= 0)
+        *out = (uint64_t)kv->val.v.i;
     else if (is_signed(kv->val.type))
         return hm_errorf(HM_ERR_FORMAT, "%s: metadata key '%s': expected a value >= 0, got %lld",
                          g->name, key, (long long)kv->val.v.i);
-    else return wrong_type(g, key, "an unsigned integer", kv->val.type);
+    else
+        return wrong_type(g, key, "an unsigned integer", kv->val.type);
     return HM_OK;
 }
 
@@ -583,9 +640,12 @@ hm_status hm_gguf_get_int(const hm_gguf *g, const char *key, int64_t *out) {
     const hm_gguf_kv *kv;
     hm_status st = get(g, key, &kv);
     if (st != HM_OK) return st;
-    if (is_signed(kv->val.type)) *out = kv->val.v.i;
-    else if (is_unsigned(kv->val.type) && kv->val.v.u <= INT64_MAX) *out = (int64_t)kv->val.v.u;
-    else return wrong_type(g, key, "an integer", kv->val.type);
+    if (is_signed(kv->val.type))
+        *out = kv->val.v.i;
+    else if (is_unsigned(kv->val.type) && kv->val.v.u <= INT64_MAX)
+        *out = (int64_t)kv->val.v.u;
+    else
+        return wrong_type(g, key, "an integer", kv->val.type);
     return HM_OK;
 }
 
@@ -594,10 +654,14 @@ hm_status hm_gguf_get_float(const hm_gguf *g, const char *key, double *out) {
     hm_status st = get(g, key, &kv);
     if (st != HM_OK) return st;
     uint32_t t = kv->val.type;
-    if (t == HM_GGUF_FLOAT32 || t == HM_GGUF_FLOAT64) *out = kv->val.v.f;
-    else if (is_unsigned(t)) *out = (double)kv->val.v.u;
-    else if (is_signed(t)) *out = (double)kv->val.v.i;
-    else return wrong_type(g, key, "a number", t);
+    if (t == HM_GGUF_FLOAT32 || t == HM_GGUF_FLOAT64)
+        *out = kv->val.v.f;
+    else if (is_unsigned(t))
+        *out = (double)kv->val.v.u;
+    else if (is_signed(t))
+        *out = (double)kv->val.v.i;
+    else
+        return wrong_type(g, key, "a number", t);
     return HM_OK;
 }
 
@@ -700,8 +764,8 @@ typedef struct wtensor {
 struct hm_gguf_writer {
     char *path, *tmp_path;
     FILE *f;
-    wbuf meta;    /* encoded key/values */
-    wbuf infos;   /* encoded tensor infos */
+    wbuf meta;  /* encoded key/values */
+    wbuf infos; /* encoded tensor infos */
     uint64_t n_kv;
     wtensor *tensors;
     uint64_t n_tensors, cap_tensors;
@@ -710,9 +774,9 @@ struct hm_gguf_writer {
     uint32_t alignment;
     uint64_t next_offset; /* data offset of the next declared tensor */
     bool header_written;
-    uint64_t cur;       /* tensor being written */
-    uint64_t cur_done;  /* bytes of it written */
-    hm_status error;    /* sticky: after a failure every call returns it */
+    uint64_t cur;      /* tensor being written */
+    uint64_t cur_done; /* bytes of it written */
+    hm_status error;   /* sticky: after a failure every call returns it */
     char error_msg[HM_ERROR_MAX];
 };
 
@@ -831,9 +895,9 @@ hm_status hm_gguf_w_uint(hm_gguf_writer *w, const char *key, hm_gguf_vtype type,
     hm_status st = begin_kv(w, key, type);
     if (st == HM_OK && !strcmp(key, "general.alignment")) {
         if (type != HM_GGUF_UINT32 || v == 0 || (v & (v - 1)))
-            return wfail(w, hm_errorf(HM_ERR_INVALID_ARG,
-                                      "%s: general.alignment must be a uint32 power of two",
-                                      w->path));
+            return wfail(w,
+                         hm_errorf(HM_ERR_INVALID_ARG,
+                                   "%s: general.alignment must be a uint32 power of two", w->path));
         w->alignment = (uint32_t)v;
     }
     return st == HM_OK ? put(w, &v, n) : st;
@@ -877,8 +941,8 @@ hm_status hm_gguf_w_arr(hm_gguf_writer *w, const char *key, hm_gguf_vtype elem_t
     size_t es = hm_gguf_vtype_size(elem_t);
     if (!es)
         return hm_errorf(HM_ERR_INVALID_ARG,
-                         "%s: key '%s': use hm_gguf_w_arr_str / copy_kv for %s arrays", w->path, key,
-                         hm_gguf_vtype_name(elem_t));
+                         "%s: key '%s': use hm_gguf_w_arr_str / copy_kv for %s arrays", w->path,
+                         key, hm_gguf_vtype_name(elem_t));
     if (n > SIZE_MAX / es)
         return hm_errorf(HM_ERR_INVALID_ARG, "%s: key '%s': array too large", w->path, key);
     hm_status st = begin_kv(w, key, HM_GGUF_ARRAY);
@@ -889,8 +953,8 @@ hm_status hm_gguf_w_arr(hm_gguf_writer *w, const char *key, hm_gguf_vtype elem_t
     return st;
 }
 
-hm_status hm_gguf_w_arr_str(hm_gguf_writer *w, const char *key, uint64_t n,
-                            const char *const *strs, const uint64_t *lens) {
+hm_status hm_gguf_w_arr_str(hm_gguf_writer *w, const char *key, uint64_t n, const char *const *strs,
+                            const uint64_t *lens) {
     hm_status st = begin_kv(w, key, HM_GGUF_ARRAY);
     uint32_t t32 = HM_GGUF_STRING;
     if (st == HM_OK) st = put(w, &t32, 4);
@@ -941,7 +1005,8 @@ hm_status hm_gguf_w_tensor(hm_gguf_writer *w, const char *name, uint32_t type, u
         return hm_errorf(HM_ERR_INVALID_ARG,
                          "%s: tensor '%s': row length %llu is not a multiple of %s's block size %u",
                          w->path, name, (unsigned long long)ne[0], ti->name, ti->block);
-    if (ne[0] == 0) bytes = 0;
+    if (ne[0] == 0)
+        bytes = 0;
     else if (__builtin_mul_overflow(row, nel / ne[0], &bytes))
         return hm_errorf(HM_ERR_INVALID_ARG, "%s: tensor '%s': size overflows", w->path, name);
     char tagged[80];

@@ -56,8 +56,8 @@ struct hm_gguf_value {
     /* ARRAY */
     hm_gguf_vtype arr_type;
     uint64_t arr_n;
-    const uint8_t *arr_raw;  /* packed little-endian elements (fixed-size element types) */
-    hm_gguf_str *arr_strs;   /* [arr_n] when arr_type == STRING */
+    const uint8_t *arr_raw;   /* packed little-endian elements (fixed-size element types) */
+    hm_gguf_str *arr_strs;    /* [arr_n] when arr_type == STRING */
     hm_gguf_value *arr_items; /* [arr_n] when arr_type == ARRAY */
     /* the encoded value (type id excluded) as it sits in the file, for exact copies */
     const uint8_t *raw;
@@ -140,8 +140,8 @@ hm_status hm_gguf_w_str(hm_gguf_writer *w, const char *key, const char *v);
 hm_status hm_gguf_w_arr(hm_gguf_writer *w, const char *key, hm_gguf_vtype elem, uint64_t n,
                         const void *data);
 /* Array of strings; lens may be NULL (then strlen). */
-hm_status hm_gguf_w_arr_str(hm_gguf_writer *w, const char *key, uint64_t n,
-                            const char *const *strs, const uint64_t *lens);
+hm_status hm_gguf_w_arr_str(hm_gguf_writer *w, const char *key, uint64_t n, const char *const *strs,
+                            const uint64_t *lens);
 /* Copies a key/value from a reader exactly (any type, nested arrays included); key NULL keeps the
  * original key. */
 hm_status hm_gguf_w_copy_kv(hm_gguf_writer *w, const char *key, const hm_gguf_kv *kv);

@@ -4,6 +4,7 @@
 #define HM_FORMAT_HPARAMS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -46,22 +47,22 @@ typedef struct hm_hparams {
 
     /* trunk */
     uint32_t vocab_size;
-    uint32_t hidden;     /* hidden_size / embedding_length */
-    uint32_t n_layers;   /* transformer blocks (without MTP/nextn layers) */
+    uint32_t hidden;         /* hidden_size / embedding_length */
+    uint32_t n_layers;       /* transformer blocks (without MTP/nextn layers) */
     uint32_t n_nextn_layers; /* extra multi-token-prediction layers stored after n_layers */
-    uint32_t max_ctx;    /* max_position_embeddings / context_length */
-    float norm_eps;      /* rms_norm_eps */
-    bool tie_embeddings; /* lm_head shares token_embd */
+    uint32_t max_ctx;        /* max_position_embeddings / context_length */
+    float norm_eps;          /* rms_norm_eps */
+    bool tie_embeddings;     /* lm_head shares token_embd */
 
     /* attention */
     uint32_t n_heads, n_kv_heads;
-    uint32_t head_dim;   /* q/k head size (MLA: qk_nope + qk_rope) */
-    uint32_t v_head_dim; /* v head size (== head_dim except MLA) */
-    bool qk_norm;        /* per-head RMSNorm of q and k (qwen3, glm4moe with use_qk_norm) */
-    bool attn_bias;      /* q/k/v projections have biases (qwen2moe, gpt-oss, glm4moe) */
-    bool attn_out_bias;  /* o projection bias (gpt-oss) */
-    bool attn_sinks;     /* learned per-head sink logits (gpt-oss) */
-    uint32_t sliding_window;              /* 0 = none */
+    uint32_t head_dim;       /* q/k head size (MLA: qk_nope + qk_rope) */
+    uint32_t v_head_dim;     /* v head size (== head_dim except MLA) */
+    bool qk_norm;            /* per-head RMSNorm of q and k (qwen3, glm4moe with use_qk_norm) */
+    bool attn_bias;          /* q/k/v projections have biases (qwen2moe, gpt-oss, glm4moe) */
+    bool attn_out_bias;      /* o projection bias (gpt-oss) */
+    bool attn_sinks;         /* learned per-head sink logits (gpt-oss) */
+    uint32_t sliding_window; /* 0 = none */
     uint8_t layer_sliding[HM_MAX_LAYERS]; /* 1 = this layer uses the sliding window */
     /* MLA (deepseek2) */
     uint32_t q_lora_rank; /* 0 = no q compression (V2-Lite) */
@@ -71,38 +72,40 @@ typedef struct hm_hparams {
     /* rotary embedding */
     float rope_theta;
     float partial_rotary; /* fraction of head_dim rotated (1.0 = all; glm4moe 0.5) */
-    uint32_t rope_dim;    /* rotated dims per head (head_dim * partial_rotary, or qk_rope_head_dim) */
+    uint32_t rope_dim; /* rotated dims per head (head_dim * partial_rotary, or qk_rope_head_dim) */
     hm_rope_type rope_type;
-    float rope_factor;           /* scaling factor (linear, yarn) */
-    uint32_t rope_orig_ctx;      /* original_max_position_embeddings (yarn) */
+    float rope_factor;      /* scaling factor (linear, yarn) */
+    uint32_t rope_orig_ctx; /* original_max_position_embeddings (yarn) */
     float yarn_beta_fast, yarn_beta_slow;
     float yarn_mscale, yarn_mscale_all_dim; /* deepseek yarn mscale terms (0 if absent) */
-    float yarn_attn_factor;      /* attention_factor when given explicitly, else 0 */
+    float yarn_attn_factor;                 /* attention_factor when given explicitly, else 0 */
+    bool yarn_no_truncate; /* gpt-oss "truncate": false: YaRN correction range not rounded
+                              (false = floor/ceil it, transformers' default) */
 
     /* feed-forward */
-    uint32_t ffn_inter;    /* dense MLP intermediate size (intermediate_size) */
-    uint32_t n_experts;    /* routed experts (0: dense model) */
-    uint32_t n_experts_used; /* top-k */
-    uint32_t moe_inter;    /* routed expert intermediate size */
-    uint32_t n_shared_experts; /* shared experts (deepseek: n_shared_experts; qwen2moe: 1) */
-    uint32_t shared_inter; /* total intermediate size of the shared expert block */
-    bool shared_gate;      /* qwen2moe: sigmoid gate on the shared expert output */
-    uint32_t first_k_dense;     /* deepseek/glm: first_k_dense_replace layers are dense */
+    uint32_t ffn_inter;           /* dense MLP intermediate size (intermediate_size) */
+    uint32_t n_experts;           /* routed experts (0: dense model) */
+    uint32_t n_experts_used;      /* top-k */
+    uint32_t moe_inter;           /* routed expert intermediate size */
+    uint32_t n_shared_experts;    /* shared experts (deepseek: n_shared_experts; qwen2moe: 1) */
+    uint32_t shared_inter;        /* total intermediate size of the shared expert block */
+    bool shared_gate;             /* qwen2moe: sigmoid gate on the shared expert output */
+    uint32_t first_k_dense;       /* deepseek/glm: first_k_dense_replace layers are dense */
     uint32_t decoder_sparse_step; /* qwen: MoE every N layers (1 = every layer) */
     uint8_t layer_dense[HM_MAX_LAYERS]; /* 1 = dense MLP in this layer (resolved from all rules) */
-    bool norm_topk_prob;   /* renormalise the top-k weights to sum to 1 */
+    bool norm_topk_prob;                /* renormalise the top-k weights to sum to 1 */
     hm_gating gating;
-    float routed_scaling;  /* routed_scaling_factor (1.0 when absent) */
+    float routed_scaling;         /* routed_scaling_factor (1.0 when absent) */
     uint32_t n_group, topk_group; /* group-limited routing (deepseek-v3): 0/0 = off */
-    bool expert_bias;      /* routed experts have biases (gpt-oss) */
-    bool router_bias;      /* router has a bias (gpt-oss) */
-    bool score_correction_bias; /* e_score_correction_bias present (sigmoid gating) */
+    bool expert_bias;             /* routed experts have biases (gpt-oss) */
+    bool router_bias;             /* router has a bias (gpt-oss) */
+    bool score_correction_bias;   /* e_score_correction_bias present (sigmoid gating) */
     hm_ffn_act act;
     float swiglu_alpha, swiglu_limit; /* gpt-oss: 1.702, 7.0 */
 } hm_hparams;
 
-const char *hm_arch_name(hm_arch arch);          /* our name: "qwen3moe", "mixtral", ... */
-const char *hm_arch_gguf_name(hm_arch arch);     /* llama.cpp general.architecture value */
+const char *hm_arch_name(hm_arch arch);      /* our name: "qwen3moe", "mixtral", ... */
+const char *hm_arch_gguf_name(hm_arch arch); /* llama.cpp general.architecture value */
 
 /* Parses a Hugging Face config.json (path to the file or to a directory holding it). Errors name
  * the file and the key (missing, wrong JSON type, out of range, inconsistent). */

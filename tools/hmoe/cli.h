@@ -7,6 +7,8 @@
 
 int cmd_doctor(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
 
 /* Parses "123", "64K", "512M", "1G", "2GiB" into bytes. false on malformed or overflowing text. */
 bool cli_parse_size(const char *s, size_t *out);

@@ -66,24 +66,31 @@ int cli_usage_error(const char *fmt, ...) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "hmoe %s - Mixture-of-Experts inference with experts on the CPU\n"
-            "\n"
-            "usage: hmoe <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  doctor [--json] [--no-bandwidth] [--bw-bytes SIZE] [--require-gpu]\n"
-            "        what this machine offers: CPU, ISA and kernel variant, cores, NUMA, memory,\n"
-            "        measured read bandwidth, GPUs; exits 1 when something required is missing\n"
-            "  bench pool  [--threads N] [--iters N] [--spin-us N]\n"
-            "        thread-pool dispatch+join latency of an empty job\n"
-            "  bench membw [--bytes SIZE] [--passes N] [--threads N]\n"
-            "        streaming read bandwidth of every kernel variant this CPU runs\n"
-            "  version\n"
-            "\n"
-            "environment: HMOE_LOG=debug|info|warn|error  HMOE_ISA=ref|avx2|avx512|amx\n"
-            "             HMOE_SPIN_US=<microseconds workers spin before sleeping>\n",
-            hm_version());
+    fprintf(
+        f,
+        "hmoe %s - Mixture-of-Experts inference with experts on the CPU\n"
+        "\n"
+        "usage: hmoe <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  doctor [--json] [--no-bandwidth] [--bw-bytes SIZE] [--require-gpu]\n"
+        "        what this machine offers: CPU, ISA and kernel variant, cores, NUMA, memory,\n"
+        "        measured read bandwidth, GPUs; exits 1 when something required is missing\n"
+        "  bench pool  [--threads N] [--iters N] [--spin-us N]\n"
+        "        thread-pool dispatch+join latency of an empty job\n"
+        "  bench membw [--bytes SIZE] [--passes N] [--threads N]\n"
+        "        streaming read bandwidth of every kernel variant this CPU runs\n"
+        "  info PATH [--tensors] [--json]\n"
+        "        architecture, parameters, bytes by category and memory per placement of a GGUF\n"
+        "        file or a Hugging Face directory (config.json + *.safetensors)\n"
+        "  synth --preset NAME -o FILE [--layers N] [--experts N] [--experts-type T]\n"
+        "        [--dense-type T] [--seed S] [--vocab FILE|none] [--threads N] [--plan] [--list]\n"
+        "        a GGUF with a real model's exact tensors and metadata and RANDOM weights\n"
+        "  version\n"
+        "\n"
+        "environment: HMOE_LOG=debug|info|warn|error  HMOE_ISA=ref|avx2|avx512|amx\n"
+        "             HMOE_SPIN_US=<microseconds workers spin before sleeping>\n",
+        hm_version());
 }
 
 int main(int argc, char **argv) {
@@ -94,6 +101,8 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "doctor")) return cmd_doctor(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("hmoe %s\n", hm_version());
         return 0;
