@@ -7,6 +7,7 @@ command -v "$py" >/dev/null || { echo "pydeps.sh: no $py" >&2; exit 1; }
 missing=()
 "$py" -c 'import numpy' 2>/dev/null || missing+=(numpy)
 "$py" -c 'import gguf' 2>/dev/null || missing+=(gguf==0.19.0)
+"$py" -c 'import ml_dtypes' 2>/dev/null || missing+=(ml_dtypes)   # FP8 oracle in quant_python
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "pydeps.sh: pip install ${missing[*]}" >&2
 "$py" -m pip install -q --disable-pip-version-check "${missing[@]}" ||

@@ -7,6 +7,11 @@
 #include <stdint.h>
 
 #include "core/cpu.h"
+#include "quant/types.h"
+
+/* Dot product of one weight row (n elements of the weight type) with one converted activation
+ * vector (the type hm_act_type() names for that weight type). */
+typedef float (*hm_vec_dot_fn)(int64_t n, const void *w_row, const void *x);
 
 typedef struct hm_cpu_ops {
     hm_isa isa;
@@ -14,7 +19,22 @@ typedef struct hm_cpu_ops {
     /* Streaming read: wrapping sum of p[0..n). p is 8-byte aligned, not necessarily vector aligned.
      * Used to measure the memory read bandwidth; the sum proves every byte was read. */
     uint64_t (*sum_u64)(const uint64_t *p, size_t n);
+    /* vec_dot[weight type]; NULL where this variant has no kernel (the matvec driver then uses
+     * the reference one, so every type runs on every variant) */
+    hm_vec_dot_fn vec_dot[HM_TYPE_COUNT];
 } hm_cpu_ops;
+
+/* Activation format each weight type's kernels consume: Q8_K (K-quants, IQ4_XS), Q8_0 (32-blocks,
+ * MXFP4), F32 (float weights). */
+uint32_t hm_act_type(uint32_t weight_type);
+/* Bytes of one converted activation vector of n elements. */
+size_t hm_act_bytes(uint32_t weight_type, int64_t n);
+/* Converts one activation vector; n must be a whole number of the activation type's blocks. */
+hm_status hm_act_convert(uint32_t weight_type, const float *x, void *out, int64_t n);
+
+/* Reference (plain C) activation quantizers. */
+void hm_quantize_row_q8_K_ref(const float *x, void *y, int64_t n);
+void hm_quantize_row_q8_0_ref(const float *x, void *y, int64_t n);
 
 /* Variant table entry for isa; NULL when that variant is not compiled into this binary. */
 const hm_cpu_ops *hm_cpu_ops_for(hm_isa isa);

@@ -1,5 +1,11 @@
-/* ref.c - plain-C reference kernels: the oracle for every ISA variant. */
+/* ref.c - plain-C reference kernels: the oracle for every ISA variant. Integer-domain dot products
+ * follow the block formats exactly (src/quant/blocks.h); float formats accumulate in double. */
+#include <math.h>
+#include <string.h>
+
 #include "cpu/ops.h"
+#include "quant/blocks.h"
+#include "quant/fp16.h"
 
 static uint64_t sum_u64_ref(const uint64_t *p, size_t n) {
     uint64_t s = 0;
@@ -7,8 +13,167 @@ static uint64_t sum_u64_ref(const uint64_t *p, size_t n) {
     return s;
 }
 
+/* ---------------------------------------------------------------- activations */
+
+void hm_quantize_row_q8_K_ref(const float *x, void *vy, int64_t n) {
+    hm_block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / HM_QK_K; i++, x += HM_QK_K) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < HM_QK_K; j++)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        /* scale so the value of largest magnitude maps to -127 exactly (as ggml does) */
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < HM_QK_K; j++) {
+            int v = (int)lrintf(iscale * x[j]);
+            y[i].qs[j] = (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
+        }
+        for (int j = 0; j < HM_QK_K / 16; j++) {
+            int s = 0;
+            for (int k = 0; k < 16; k++) s += y[i].qs[16 * j + k];
+            y[i].bsums[j] = (int16_t)s;
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+void hm_quantize_row_q8_0_ref(const float *x, void *vy, int64_t n) {
+    hm_block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / HM_QK8_0; i++, x += HM_QK8_0) {
+        float amax = 0;
+        for (int j = 0; j < HM_QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        y[i].d = hm_f32_to_f16(d);
+        for (int j = 0; j < HM_QK8_0; j++) y[i].qs[j] = (int8_t)lrintf(x[j] * id);
+    }
+}
+
+uint32_t hm_act_type(uint32_t t) {
+    switch (t) {
+    case HM_TYPE_Q2_K:
+    case HM_TYPE_Q3_K:
+    case HM_TYPE_Q4_K:
+    case HM_TYPE_Q5_K:
+    case HM_TYPE_Q6_K:
+    case HM_TYPE_IQ4_XS:
+        return HM_TYPE_Q8_K;
+    case HM_TYPE_Q4_0:
+    case HM_TYPE_Q4_1:
+    case HM_TYPE_Q5_0:
+    case HM_TYPE_Q5_1:
+    case HM_TYPE_Q8_0:
+    case HM_TYPE_IQ4_NL:
+    case HM_TYPE_MXFP4:
+        return HM_TYPE_Q8_0;
+    default:
+        return HM_TYPE_F32;
+    }
+}
+
+size_t hm_act_bytes(uint32_t wt, int64_t n) {
+    uint64_t b = 0;
+    return hm_type_row_bytes(hm_act_type(wt), (uint64_t)n, &b) ? (size_t)b : 0;
+}
+
+hm_status hm_act_convert(uint32_t wt, const float *x, void *out, int64_t n) {
+    uint32_t at = hm_act_type(wt);
+    uint64_t b;
+    if (n < 0 || !hm_type_row_bytes(at, (uint64_t)n, &b))
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "activations: %lld values is not a whole number of %s "
+                         "blocks (needed by %s weights)",
+                         (long long)n, hm_type_name(at), hm_type_name(wt));
+    if (at == HM_TYPE_Q8_K)
+        hm_quantize_row_q8_K_ref(x, out, n);
+    else if (at == HM_TYPE_Q8_0)
+        hm_quantize_row_q8_0_ref(x, out, n);
+    else
+        memcpy(out, x, (size_t)n * sizeof(float));
+    return HM_OK;
+}
+
+/* ---------------------------------------------------------------- dot products */
+
+/* 8 six-bit scales and mins of a Q4_K/Q5_K super-block */
+static void scales_mins_k4(const uint8_t q[12], uint8_t sc[8], uint8_t m[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((q[j + 8] & 0xF) | ((q[j] >> 6) << 4));
+        m[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+    }
+}
+
+static float dot_q4_K_ref(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q4_K *w = vw;
+    const hm_block_q8_K *x = vx;
+    float sum = 0;
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        uint8_t sc[8], m[8];
+        scales_mins_k4(w[i].scales, sc, m);
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 4; j++) { /* 64 values: low nibbles then high nibbles of 32 bytes */
+            int32_t lo = 0, hi = 0;
+            for (int k = 0; k < 32; k++) {
+                lo += (w[i].qs[32 * j + k] & 0xF) * x[i].qs[64 * j + k];
+                hi += (w[i].qs[32 * j + k] >> 4) * x[i].qs[64 * j + 32 + k];
+            }
+            sumi += sc[2 * j] * lo + sc[2 * j + 1] * hi;
+        }
+        for (int j = 0; j < 8; j++) summ += m[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+        sum +=
+            x[i].d * (hm_f16_to_f32(w[i].d) * (float)sumi - hm_f16_to_f32(w[i].dmin) * (float)summ);
+    }
+    return sum;
+}
+
+static float dot_q8_0_ref(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q8_0 *w = vw, *x = vx;
+    float sum = 0;
+    for (int64_t i = 0; i < n / HM_QK8_0; i++) {
+        int32_t s = 0;
+        for (int k = 0; k < HM_QK8_0; k++) s += w[i].qs[k] * x[i].qs[k];
+        sum += hm_f16_to_f32(w[i].d) * hm_f16_to_f32(x[i].d) * (float)s;
+    }
+    return sum;
+}
+
+static float dot_bf16_ref(int64_t n, const void *vw, const void *vx) {
+    const uint16_t *w = vw;
+    const float *x = vx;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)hm_bf16_to_f32(w[i]) * x[i];
+    return (float)s;
+}
+
+static float dot_f16_ref(int64_t n, const void *vw, const void *vx) {
+    const uint16_t *w = vw;
+    const float *x = vx;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)hm_f16_to_f32(w[i]) * x[i];
+    return (float)s;
+}
+
+static float dot_f32_ref(int64_t n, const void *vw, const void *vx) {
+    const float *w = vw, *x = vx;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)w[i] * x[i];
+    return (float)s;
+}
+
 const hm_cpu_ops hm_ops_ref = {
     .isa = HM_ISA_REF,
     .name = "ref",
     .sum_u64 = sum_u64_ref,
+    .vec_dot =
+        {
+            [HM_TYPE_F32] = dot_f32_ref,
+            [HM_TYPE_F16] = dot_f16_ref,
+            [HM_TYPE_BF16] = dot_bf16_ref,
+            [HM_TYPE_Q8_0] = dot_q8_0_ref,
+            [HM_TYPE_Q4_K] = dot_q4_K_ref,
+        },
 };

@@ -1,5 +1,6 @@
 /* bench.c - `hmoe bench pool|membw`: measured, validated, with the configuration and the target. */
 #include <sched.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +10,11 @@
 #include "core/cpu.h"
 #include "core/pool.h"
 #include "core/timer.h"
+#include "core/alloc.h"
+#include "cpu/matvec.h"
 #include "cpu/membw.h"
 #include "cpu/ops.h"
+#include "quant/synth.h"
 
 #define POOL_TARGET_US 5.0
 
@@ -238,9 +242,186 @@ static int bench_membw(int argc, char **argv) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- kernels */
+
+typedef struct kjob {
+    hm_pool *pool;
+    hm_vec_dot_fn dot;
+    const hm_matrix *mats;
+    int n_mats, n_tok;
+    const void *xq;
+    size_t xb;
+    float *y;
+    uint64_t seed;
+} kjob;
+
+static void kfill_task(int ith, int nth, void *arg) {
+    kjob *j = arg;
+    for (int m = ith; m < j->n_mats; m += nth)
+        hm_synth_fill(j->mats[m].type, (void *)j->mats[m].data,
+                      (uint64_t)(j->mats[m].rows * j->mats[m].cols), 0.0f, 0.02f,
+                      j->seed + (uint64_t)m);
+}
+
+static void kmatvec_task(int ith, int nth, void *arg) {
+    kjob *j = arg;
+    for (int m = 0; m < j->n_mats; m++) {
+        const hm_matrix *w = &j->mats[m];
+        int64_t r0 = w->rows * ith / nth, r1 = w->rows * (ith + 1) / nth;
+        hm_matvec_rows(j->dot, w, j->xq, j->xb, j->n_tok, j->y, (size_t)w->rows, r0, r1);
+    }
+}
+
+static int parse_list(const char *s, long *out, int max) {
+    int n = 0;
+    while (s && *s && n < max) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 65536) return -1;
+        out[n++] = v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+static int bench_kernels(int argc, char **argv) {
+    const char *type_name = "q4_k";
+    long rows = 768, cols = 2048, threads = 0, tokens[16] = {1, 4, 8, 64, 512};
+    int n_tokens = 5;
+    size_t gib = (size_t)1 << 30;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--type") && v)
+            type_name = argv[++i];
+        else if (!strcmp(a, "--rows") && cli_parse_int(v, 1, 1 << 20, &rows))
+            i++;
+        else if (!strcmp(a, "--cols") && cli_parse_int(v, 1, 1 << 20, &cols))
+            i++;
+        else if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads))
+            i++;
+        else if (!strcmp(a, "--bytes") && cli_parse_size(v, &gib) && gib >= (1 << 20))
+            i++;
+        else if (!strcmp(a, "--tokens") && (n_tokens = parse_list(v, tokens, 16)) > 0)
+            i++;
+        else
+            return cli_usage_error("bench kernels: bad option '%s' (--type T --rows R --cols C "
+                                   "--tokens 1,8,64 --threads N --bytes SIZE)",
+                                   a);
+    }
+    int type = hm_type_from_name(type_name);
+    const hm_cpu_ops *ops;
+    if (type < 0 || !hm_synth_supported((uint32_t)type) || hm_cpu_ops_get(&ops) != HM_OK ||
+        !hm_vec_dot_for(ops, (uint32_t)type))
+        return cli_usage_error("bench kernels: no kernel for type '%s' (%s)", type_name,
+                               hm_last_error());
+    hm_matrix probe;
+    if (hm_matrix_init(&probe, (uint32_t)type, NULL, rows, cols) != HM_OK)
+        return cli_usage_error("bench kernels: %s", hm_last_error());
+    hm_pool_params pp = hm_pool_default_params();
+    pp.n_threads = (int)threads;
+    pp.pin_caller = true;
+    hm_pool *pool;
+    if (hm_pool_create(&pp, &pool) != HM_OK) {
+        fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
+        return 1;
+    }
+    const size_t mb = probe.row_bytes * (size_t)rows;
+    int n_mats = (int)((gib + mb - 1) / mb);
+    printf("bench kernels: %s %ld x %ld (%.2f MB per matrix), %d distinct matrices (%.2f GiB), "
+           "kernel variant %s, %d threads\n",
+           hm_type_name((uint32_t)type), rows, cols, (double)mb * 1e-6, n_mats,
+           (double)mb * n_mats / (1 << 30), ops->name, hm_pool_size(pool));
+    hm_membw_params bp = hm_membw_default_params();
+    bp.pool = pool;
+    bp.passes = 9;
+    hm_membw_result bw;
+    if (hm_membw_read(&bp, &bw) != HM_OK) {
+        fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
+        hm_pool_free(pool);
+        return 1;
+    }
+    printf(
+        "roofline: same-run streaming read %.1f GB/s (median of 9 passes; best %.1f, %s kernel); "
+        "matvec (<= 4 tokens) is bandwidth bound, larger token counts report GOP/s\n",
+        bw.median_gbs, bw.best_gbs, bw.kernel);
+
+    hm_large wbuf;
+    hm_matrix *mats = calloc((size_t)n_mats, sizeof *mats);
+    long max_tok = 1;
+    for (int k = 0; k < n_tokens; k++) max_tok = tokens[k] > max_tok ? tokens[k] : max_tok;
+    size_t xb = hm_act_bytes((uint32_t)type, cols);
+    uint8_t *xq = malloc(xb * (size_t)max_tok);
+    float *x = malloc(sizeof(float) * (size_t)cols);
+    float *y = malloc(sizeof(float) * (size_t)(rows * max_tok));
+    float *yref = malloc(sizeof(float) * (size_t)(rows * 4));
+    int rc = 0;
+    if (!mats || !xq || !x || !y || !yref ||
+        hm_large_alloc(mb * (size_t)n_mats, true, "weights", &wbuf) != HM_OK) {
+        fprintf(stderr, "hmoe bench kernels: out of memory\n");
+        hm_pool_free(pool);
+        return 1;
+    }
+    for (int m = 0; m < n_mats; m++)
+        hm_matrix_init(&mats[m], (uint32_t)type, (uint8_t *)wbuf.ptr + (size_t)m * mb, rows, cols);
+    uint64_t seed = 7;
+    for (long t = 0; t < max_tok; t++) {
+        for (long i = 0; i < cols; i++)
+            x[i] = (float)((int64_t)(hm_rng_next(&seed) % 2001) - 1000) / 1000.0f;
+        hm_act_convert((uint32_t)type, x, xq + (size_t)t * xb, cols);
+    }
+    kjob job = {pool, hm_vec_dot_for(ops, (uint32_t)type), mats, n_mats, 1, xq, xb, y, 11};
+    hm_pool_run(pool, kfill_task, &job); /* first touch by the threads that will read */
+
+    /* validate against the reference on the first matrix */
+    int vt = max_tok < 4 ? (int)max_tok : 4;
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), &mats[0], xq, xb, vt, yref,
+                   (size_t)rows, 0, rows);
+    job.n_mats = 1;
+    job.n_tok = vt;
+    hm_pool_run(pool, kmatvec_task, &job);
+    double ymax = 1e-9, err = 0;
+    for (long k = 0; k < rows * vt; k++) ymax = fmax(ymax, fabs(yref[k]));
+    for (long k = 0; k < rows * vt; k++) err = fmax(err, fabs((double)y[k] - yref[k]));
+    printf("validation: max |%s - ref| = %.3g (%.2g of max |y|) %s\n", ops->name, err, err / ymax,
+           err <= 2e-5 * ymax ? "ok" : "FAILED");
+    if (err > 2e-5 * ymax) rc = 1;
+
+    printf("%7s %8s %12s %10s %9s %10s\n", "tokens", "matrices", "us/matrix", "GB/s", "% of bw",
+           "GOP/s");
+    for (int k = 0; k < n_tokens; k++) {
+        job.n_tok = (int)tokens[k];
+        /* large token counts are compute bound: fewer matrices keep a pass short */
+        job.n_mats = tokens[k] <= 4 ? n_mats : (int)(n_mats * 4 / tokens[k]) + 1;
+        if (job.n_mats > n_mats) job.n_mats = n_mats;
+        hm_pool_run(pool, kmatvec_task, &job); /* warm-up pass */
+        double best = 1e30;
+        for (int pass = 0; pass < 3; pass++) {
+            uint64_t t0 = hm_time_ns();
+            hm_pool_run(pool, kmatvec_task, &job);
+            double s = (double)(hm_time_ns() - t0) * 1e-9;
+            if (s < best) best = s;
+        }
+        double gbs = (double)mb * job.n_mats / best * 1e-9;
+        double gops =
+            2.0 * (double)rows * (double)cols * (double)tokens[k] * job.n_mats / best * 1e-9;
+        printf("%7ld %8d %12.2f %10.1f %8.1f%% %10.1f\n", tokens[k], job.n_mats,
+               best / job.n_mats * 1e6, gbs, 100.0 * gbs / bw.median_gbs, gops);
+    }
+    hm_large_free(&wbuf);
+    free(mats);
+    free(xq);
+    free(x);
+    free(y);
+    free(yref);
+    hm_pool_free(pool);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
-    if (argc < 2) return cli_usage_error("bench: which one? pool | membw");
+    if (argc < 2) return cli_usage_error("bench: which one? pool | membw | kernels");
     if (!strcmp(argv[1], "pool")) return bench_pool(argc, argv);
     if (!strcmp(argv[1], "membw")) return bench_membw(argc, argv);
-    return cli_usage_error("bench: unknown benchmark '%s' (pool | membw)", argv[1]);
+    if (!strcmp(argv[1], "kernels")) return bench_kernels(argc, argv);
+    return cli_usage_error("bench: unknown benchmark '%s' (pool | membw | kernels)", argv[1]);
 }

@@ -4,15 +4,27 @@
 
 #include "cpu/ops.h"
 #include "cpu/x86/avx512_sum.h"
+#include "cpu/x86/kq_avx512.h"
 
 static uint64_t sum_u64_amx(const uint64_t *p, size_t n) {
     return hm_sum_u64_avx512(p, n);
+}
+
+static float dot_q4_K(int64_t n, const void *w, const void *x) {
+    return hm_dot_q4_K_q8_K_avx512(n, w, x);
+}
+static float dot_q8_0(int64_t n, const void *w, const void *x) {
+    return hm_dot_q8_0_q8_0_avx512(n, w, x);
+}
+static float dot_bf16(int64_t n, const void *w, const void *x) {
+    return hm_dot_bf16_f32_avx512(n, w, x);
 }
 
 const hm_cpu_ops hm_ops_amx = {
     .isa = HM_ISA_AMX,
     .name = "amx",
     .sum_u64 = sum_u64_amx,
+    .vec_dot = {[HM_TYPE_Q4_K] = dot_q4_K, [HM_TYPE_Q8_0] = dot_q8_0, [HM_TYPE_BF16] = dot_bf16},
 };
 
 /* Palette-1 tile configuration (64 bytes, layout fixed by the ISA). */

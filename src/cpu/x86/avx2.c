@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "cpu/ops.h"
+#include "cpu/x86/kq_avx2.h"
 
 static uint64_t sum_u64_avx2(const uint64_t *p, size_t n) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
@@ -29,8 +30,19 @@ static uint64_t sum_u64_avx2(const uint64_t *p, size_t n) {
     return s;
 }
 
+static float dot_q4_K(int64_t n, const void *w, const void *x) {
+    return hm_dot_q4_K_q8_K_avx2(n, w, x);
+}
+static float dot_q8_0(int64_t n, const void *w, const void *x) {
+    return hm_dot_q8_0_q8_0_avx2(n, w, x);
+}
+static float dot_bf16(int64_t n, const void *w, const void *x) {
+    return hm_dot_bf16_f32_avx2(n, w, x);
+}
+
 const hm_cpu_ops hm_ops_avx2 = {
     .isa = HM_ISA_AVX2,
     .name = "avx2",
     .sum_u64 = sum_u64_avx2,
+    .vec_dot = {[HM_TYPE_Q4_K] = dot_q4_K, [HM_TYPE_Q8_0] = dot_q8_0, [HM_TYPE_BF16] = dot_bf16},
 };

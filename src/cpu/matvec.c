@@ -1,0 +1,33 @@
+/* matvec.c - row-range matrix-vector driver over the per-variant dot products. */
+#include "cpu/matvec.h"
+
+hm_status hm_matrix_init(hm_matrix *m, uint32_t type, const void *data, int64_t rows,
+                         int64_t cols) {
+    uint64_t rb;
+    if (rows < 0 || cols <= 0 || !hm_type_row_bytes(type, (uint64_t)cols, &rb))
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "matrix: %lld x %lld of %s: columns must be a positive whole number of "
+                         "blocks",
+                         (long long)rows, (long long)cols, hm_type_name(type));
+    m->type = type;
+    m->data = data;
+    m->rows = rows;
+    m->cols = cols;
+    m->row_bytes = (size_t)rb;
+    return HM_OK;
+}
+
+hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type) {
+    if (type >= HM_TYPE_COUNT) return NULL;
+    if (ops && ops->vec_dot[type]) return ops->vec_dot[type];
+    return hm_ops_ref.vec_dot[type];
+}
+
+void hm_matvec_rows(hm_vec_dot_fn dot, const hm_matrix *w, const void *xq, size_t x_stride,
+                    int n_tok, float *y, size_t y_stride, int64_t r0, int64_t r1) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    for (int64_t r = r0; r < r1; r++, row += w->row_bytes)
+        for (int t = 0; t < n_tok; t++)
+            y[(size_t)t * y_stride + (size_t)r] =
+                dot(w->cols, row, (const uint8_t *)xq + (size_t)t * x_stride);
+}

@@ -1,0 +1,132 @@
+/* blocks.h - block layouts of the quantized formats, defined once for C and CUDA, byte-compatible
+ * with ggml (ggml-common.h) so GGUF tensor data is used in place. Sizes are checked below. */
+#ifndef HM_QUANT_BLOCKS_H
+#define HM_QUANT_BLOCKS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+#define HM_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define HM_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
+typedef uint16_t hm_half; /* IEEE binary16 bits */
+typedef uint16_t hm_bf16; /* bfloat16 bits */
+
+#define HM_QK4_0    32
+#define HM_QK8_0    32
+#define HM_QK_K     256 /* super-block of the K-quants and IQ4_XS */
+#define HM_QK4_NL   32
+#define HM_QK_MXFP4 32
+
+typedef struct {
+    hm_half d;
+    uint8_t qs[16];
+} hm_block_q4_0; /* (q - 8) * d */
+typedef struct {
+    hm_half d, m;
+    uint8_t qs[16];
+} hm_block_q4_1; /* q * d + m */
+typedef struct {
+    hm_half d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} hm_block_q5_0; /* (q - 16) * d */
+typedef struct {
+    hm_half d, m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} hm_block_q5_1;
+typedef struct {
+    hm_half d;
+    int8_t qs[32];
+} hm_block_q8_0; /* q * d */
+typedef struct {
+    hm_half d, s;
+    int8_t qs[32];
+} hm_block_q8_1; /* s = d * sum(q) */
+
+/* K-quants: 256 values in 8 (or 16) sub-blocks with 6-bit (or 4-bit) scales and mins */
+typedef struct {
+    uint8_t scales[16]; /* low 4 bits scale, high 4 bits min, per 16 values */
+    uint8_t qs[64];     /* 2-bit quants */
+    hm_half d, dmin;
+} hm_block_q2_K;
+typedef struct {
+    uint8_t hmask[32];  /* high bit of the 3-bit quants */
+    uint8_t qs[64];     /* low 2 bits */
+    uint8_t scales[12]; /* 16 x 6-bit scales, stored - 32 */
+    hm_half d;
+} hm_block_q3_K;
+typedef struct {
+    hm_half d, dmin;
+    uint8_t scales[12]; /* 8 x (6-bit scale, 6-bit min) */
+    uint8_t qs[128];    /* 4-bit quants */
+} hm_block_q4_K;
+typedef struct {
+    hm_half d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32]; /* 5th bit */
+    uint8_t qs[128];
+} hm_block_q5_K;
+typedef struct {
+    uint8_t ql[128]; /* low 4 bits */
+    uint8_t qh[64];  /* high 2 bits */
+    int8_t scales[16];
+    hm_half d;
+} hm_block_q6_K;
+typedef struct {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16]; /* sums of groups of 16 qs */
+} hm_block_q8_K;
+
+/* non-linear 4-bit: codes index hm_kvalues_iq4nl */
+typedef struct {
+    hm_half d;
+    uint8_t qs[16];
+} hm_block_iq4_nl;
+typedef struct {
+    hm_half d;
+    uint16_t scales_h;   /* high 2 bits of 8 x 6-bit scales */
+    uint8_t scales_l[4]; /* low 4 bits */
+    uint8_t qs[128];
+} hm_block_iq4_xs;
+
+/* OCP MX FP4: E8M0 shared exponent + 32 E2M1 values (ggml stores them like IQ4_NL) */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[16];
+} hm_block_mxfp4;
+
+HM_STATIC_ASSERT(sizeof(hm_block_q4_0) == 18, "q4_0");
+HM_STATIC_ASSERT(sizeof(hm_block_q4_1) == 20, "q4_1");
+HM_STATIC_ASSERT(sizeof(hm_block_q5_0) == 22, "q5_0");
+HM_STATIC_ASSERT(sizeof(hm_block_q5_1) == 24, "q5_1");
+HM_STATIC_ASSERT(sizeof(hm_block_q8_0) == 34, "q8_0");
+HM_STATIC_ASSERT(sizeof(hm_block_q8_1) == 36, "q8_1");
+HM_STATIC_ASSERT(sizeof(hm_block_q2_K) == 84, "q2_K");
+HM_STATIC_ASSERT(sizeof(hm_block_q3_K) == 110, "q3_K");
+HM_STATIC_ASSERT(sizeof(hm_block_q4_K) == 144, "q4_K");
+HM_STATIC_ASSERT(sizeof(hm_block_q5_K) == 176, "q5_K");
+HM_STATIC_ASSERT(sizeof(hm_block_q6_K) == 210, "q6_K");
+HM_STATIC_ASSERT(sizeof(hm_block_q8_K) == 292, "q8_K");
+HM_STATIC_ASSERT(sizeof(hm_block_iq4_nl) == 18, "iq4_nl");
+HM_STATIC_ASSERT(sizeof(hm_block_iq4_xs) == 136, "iq4_xs");
+HM_STATIC_ASSERT(sizeof(hm_block_mxfp4) == 17, "mxfp4");
+
+/* IQ4_NL / IQ4_XS code book */
+static const int8_t hm_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+/* MXFP4 (E2M1) values doubled, as ggml stores them; the scale is 2^(e - 128) (half of E8M0) */
+static const int8_t hm_kvalues_mxfp4[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
+/* FP8 E4M3 (float8_e4m3fn: no infinities, 0x7f/0xff are NaN) weights with DeepSeek-V3-style
+ * scales: one float per 128 x 128 tile (weight_scale_inv), or per output channel. Data is plain
+ * bytes [rows x cols]; scales are a separate tensor. */
+typedef uint8_t hm_fp8_e4m3;
+#define HM_FP8_TILE 128
+
+#endif

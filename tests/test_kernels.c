@@ -1,0 +1,121 @@
+/* test_kernels.c - every compiled kernel variant this CPU runs equals the plain-C reference on
+ * random valid blocks: odd row counts, odd block counts, rows at 2-byte (not vector) alignment,
+ * 1-4 tokens; and the reference dot products equal a float64 dot of the dequantized values. */
+#include <math.h>
+
+#include "cpu/matvec.h"
+#include "quant/blocks.h"
+#include "quant/fp16.h"
+#include "quant/synth.h"
+#include "test.h"
+
+/* dequantize one weight row / activation for the float64 oracle (formats under test only) */
+static void deq_row(uint32_t type, const void *src, double *out, int64_t n) {
+    if (type == HM_TYPE_Q8_0) {
+        const hm_block_q8_0 *b = src;
+        for (int64_t i = 0; i < n; i++) out[i] = hm_f16_to_f32(b[i / 32].d) * b[i / 32].qs[i % 32];
+    } else if (type == HM_TYPE_Q4_K) {
+        const hm_block_q4_K *b = src;
+        for (int64_t i = 0; i < n / 256; i++) {
+            const uint8_t *q = b[i].scales;
+            for (int s = 0; s < 8; s++) {
+                int sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
+                int m = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+                for (int k = 0; k < 32; k++) {
+                    uint8_t byte = b[i].qs[32 * (s / 2) + k];
+                    int code = s % 2 ? byte >> 4 : byte & 0xF;
+                    out[256 * i + 32 * s + k] = (double)hm_f16_to_f32(b[i].d) * sc * code -
+                                                (double)hm_f16_to_f32(b[i].dmin) * m;
+                }
+            }
+        }
+    } else if (type == HM_TYPE_Q8_K) {
+        const hm_block_q8_K *b = src;
+        for (int64_t i = 0; i < n; i++) out[i] = (double)b[i / 256].d * b[i / 256].qs[i % 256];
+    } else if (type == HM_TYPE_BF16) {
+        for (int64_t i = 0; i < n; i++) out[i] = hm_bf16_to_f32(((const uint16_t *)src)[i]);
+    } else if (type == HM_TYPE_F32) {
+        for (int64_t i = 0; i < n; i++) out[i] = ((const float *)src)[i];
+    }
+}
+
+static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
+    uint64_t rb;
+    CHECK(hm_type_row_bytes(type, (uint64_t)cols, &rb));
+    uint8_t *wbuf = malloc(rb * (size_t)rows + 64);
+    uint8_t *w = wbuf + offset; /* 2-byte aligned, not vector aligned */
+    CHECK_OK(hm_synth_fill(type, w, (uint64_t)(cols * rows), 0.0f, 0.05f, 1234 + (uint64_t)cols));
+    hm_matrix m;
+    CHECK_OK(hm_matrix_init(&m, type, w, rows, cols));
+    enum { T = 4 };
+    size_t xb = hm_act_bytes(type, cols);
+    uint8_t *xq = malloc(xb * T + 64);
+    float *x = malloc(sizeof(float) * (size_t)cols);
+    uint64_t s = 99;
+    for (int t = 0; t < T; t++) {
+        for (int64_t i = 0; i < cols; i++)
+            x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 500.0f;
+        CHECK_OK(hm_act_convert(type, x, xq + (size_t)t * xb, cols));
+    }
+    float *yref = calloc((size_t)(rows * T), sizeof(float)),
+          *y = calloc((size_t)(rows * T), sizeof(float));
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, type), &m, xq, xb, T, yref, (size_t)rows, 0, rows);
+
+    /* reference vs float64 dot of dequantized operands */
+    double *dw = malloc(sizeof(double) * (size_t)cols), *dx = malloc(sizeof(double) * (size_t)cols);
+    double ymax = 1e-6;
+    for (int64_t r = 0; r < rows; r++)
+        for (int t = 0; t < T; t++) ymax = fmax(ymax, fabs(yref[t * rows + r]));
+    for (int64_t r = 0; r < rows; r += 7) {
+        deq_row(type, w + (size_t)r * rb, dw, cols);
+        for (int t = 0; t < T; t++) {
+            deq_row(hm_act_type(type), xq + (size_t)t * xb, dx, cols);
+            double e = 0;
+            for (int64_t i = 0; i < cols; i++) e += dw[i] * dx[i];
+            CHECK_MSG(fabs(e - yref[t * rows + r]) <= 1e-4 * ymax, "%s ref row %lld: %g vs f64 %g",
+                      hm_type_name(type), (long long)r, yref[t * rows + r], e);
+        }
+    }
+    /* every variant vs reference */
+    const hm_cpu_features *f = hm_cpu_features_get();
+    for (int isa = 1; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        CHECK_MSG(ops->vec_dot[type] != NULL, "%s has no %s kernel", ops->name, hm_type_name(type));
+        hm_matvec_rows(hm_vec_dot_for(ops, type), &m, xq, xb, T, y, (size_t)rows, 0, rows);
+        int bad = 0;
+        for (int64_t k = 0; k < rows * T; k++)
+            if (fabs((double)y[k] - yref[k]) > 2e-5 * ymax) bad++;
+        CHECK_MSG(bad == 0, "%s %s cols %lld: %d of %lld outputs differ from ref (e.g. %g vs %g)",
+                  ops->name, hm_type_name(type), (long long)cols, bad, (long long)(rows * T), y[0],
+                  yref[0]);
+    }
+    free(dw);
+    free(dx);
+    free(y);
+    free(yref);
+    free(x);
+    free(xq);
+    free(wbuf);
+}
+
+int main(void) {
+    const int64_t q4k_cols[] = {256, 512, 768, 2048, 2304};
+    const int64_t q8_cols[] = {32, 64, 96, 768, 2048, 2080};
+    const int64_t bf_cols[] = {8, 15, 16, 33, 768, 2048, 2049};
+    for (size_t i = 0; i < sizeof q4k_cols / sizeof *q4k_cols; i++)
+        test_type(HM_TYPE_Q4_K, q4k_cols[i], 37, 0);
+    for (size_t i = 0; i < sizeof q8_cols / sizeof *q8_cols; i++)
+        test_type(HM_TYPE_Q8_0, q8_cols[i], 37, 2);
+    for (size_t i = 0; i < sizeof bf_cols / sizeof *bf_cols; i++)
+        test_type(HM_TYPE_BF16, bf_cols[i], 19, 2);
+    /* bad shapes are refused with the reason */
+    hm_matrix m;
+    CHECK_STATUS(hm_matrix_init(&m, HM_TYPE_Q4_K, NULL, 4, 100), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "100 of Q4_K");
+    float x[40];
+    uint8_t out[64];
+    CHECK_STATUS(hm_act_convert(HM_TYPE_Q8_0, x, out, 40), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "Q8_0");
+    return test_done("kernels");
+}
