@@ -6,6 +6,7 @@
 #include "cpu/matvec.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
+#include "quant/ref.h"
 #include "quant/synth.h"
 #include "test.h"
 
@@ -36,6 +37,11 @@ static void deq_row(uint32_t type, const void *src, double *out, int64_t n) {
         for (int64_t i = 0; i < n; i++) out[i] = hm_bf16_to_f32(((const uint16_t *)src)[i]);
     } else if (type == HM_TYPE_F32) {
         for (int64_t i = 0; i < n; i++) out[i] = ((const float *)src)[i];
+    } else { /* the other formats through the reference dequantizer (checked against gguf) */
+        float *f = malloc(sizeof(float) * (size_t)n);
+        CHECK_OK(hm_dequantize_row(type, src, f, n));
+        for (int64_t i = 0; i < n; i++) out[i] = f[i];
+        free(f);
     }
 }
 
@@ -81,7 +87,9 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     for (int isa = 1; isa < HM_ISA_COUNT; isa++) {
         const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
         if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
-        CHECK_MSG(ops->vec_dot[type] != NULL, "%s has no %s kernel", ops->name, hm_type_name(type));
+        if (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0 || type == HM_TYPE_BF16)
+            CHECK_MSG(ops->vec_dot[type] != NULL, "%s has no %s kernel", ops->name,
+                      hm_type_name(type));
         hm_matvec_rows(hm_vec_dot_for(ops, type), &m, xq, xb, T, y, (size_t)rows, 0, rows);
         int bad = 0;
         for (int64_t k = 0; k < rows * T; k++)
@@ -109,6 +117,15 @@ int main(void) {
         test_type(HM_TYPE_Q8_0, q8_cols[i], 37, 2);
     for (size_t i = 0; i < sizeof bf_cols / sizeof *bf_cols; i++)
         test_type(HM_TYPE_BF16, bf_cols[i], 19, 2);
+    /* every other format runs on every variant (reference dot where no SIMD kernel exists yet) */
+    const uint32_t others[] = {HM_TYPE_Q4_0,   HM_TYPE_Q4_1,   HM_TYPE_Q5_0,  HM_TYPE_Q5_1,
+                               HM_TYPE_Q2_K,   HM_TYPE_Q3_K,   HM_TYPE_Q5_K,  HM_TYPE_Q6_K,
+                               HM_TYPE_IQ4_NL, HM_TYPE_IQ4_XS, HM_TYPE_MXFP4, HM_TYPE_F16,
+                               HM_TYPE_F32};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        const hm_type_info *ti = hm_type_get(others[i]);
+        test_type(others[i], ti->block == 256 ? 512 : 96, 11, others[i] == HM_TYPE_F32 ? 0 : 2);
+    }
     /* bad shapes are refused with the reason */
     hm_matrix m;
     CHECK_STATUS(hm_matrix_init(&m, HM_TYPE_Q4_K, NULL, 4, 100), HM_ERR_INVALID_ARG);

@@ -6,6 +6,7 @@
 #include "cpu/ops.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
+#include "quant/ref.h"
 
 static uint64_t sum_u64_ref(const uint64_t *p, size_t n) {
     uint64_t s = 0;
@@ -164,6 +165,51 @@ static float dot_f32_ref(int64_t n, const void *vw, const void *vx) {
     return (float)s;
 }
 
+/* Value idx of a converted activation vector. */
+static float act_value(uint32_t at, const void *x, int64_t idx) {
+    if (at == HM_TYPE_Q8_K) {
+        const hm_block_q8_K *b = (const hm_block_q8_K *)x + idx / HM_QK_K;
+        return b->d * (float)b->qs[idx % HM_QK_K];
+    }
+    if (at == HM_TYPE_Q8_0) {
+        const hm_block_q8_0 *b = (const hm_block_q8_0 *)x + idx / HM_QK8_0;
+        return hm_f16_to_f32(b->d) * (float)b->qs[idx % HM_QK8_0];
+    }
+    return ((const float *)x)[idx];
+}
+
+/* Any dequantizable weight type: one block at a time through the reference dequantizer, dot in
+ * double. The oracle for formats without a dedicated reference kernel; slow. */
+static float dot_generic(uint32_t type, int64_t n, const void *vw, const void *x) {
+    const hm_type_info *ti = hm_type_get(type);
+    const uint32_t at = hm_act_type(type);
+    const uint8_t *w = vw;
+    float wf[HM_QK_K];
+    double s = 0;
+    for (int64_t i = 0; i < n; i += ti->block, w += ti->bytes) {
+        if (hm_dequantize_row(type, w, wf, ti->block) != HM_OK) return NAN;
+        for (uint32_t k = 0; k < ti->block; k++) s += (double)wf[k] * act_value(at, x, i + k);
+    }
+    return (float)s;
+}
+
+#define GENERIC_DOT(T)                                                                             \
+    static float dot_##T##_generic(int64_t n, const void *w, const void *x) {                      \
+        return dot_generic(HM_TYPE_##T, n, w, x);                                                  \
+    }
+GENERIC_DOT(Q4_0)
+GENERIC_DOT(Q4_1)
+GENERIC_DOT(Q5_0)
+GENERIC_DOT(Q5_1)
+GENERIC_DOT(Q2_K)
+GENERIC_DOT(Q3_K)
+GENERIC_DOT(Q5_K)
+GENERIC_DOT(Q6_K)
+GENERIC_DOT(IQ4_NL)
+GENERIC_DOT(IQ4_XS)
+GENERIC_DOT(MXFP4)
+#undef GENERIC_DOT
+
 const hm_cpu_ops hm_ops_ref = {
     .isa = HM_ISA_REF,
     .name = "ref",
@@ -175,5 +221,16 @@ const hm_cpu_ops hm_ops_ref = {
             [HM_TYPE_BF16] = dot_bf16_ref,
             [HM_TYPE_Q8_0] = dot_q8_0_ref,
             [HM_TYPE_Q4_K] = dot_q4_K_ref,
+            [HM_TYPE_Q4_0] = dot_Q4_0_generic,
+            [HM_TYPE_Q4_1] = dot_Q4_1_generic,
+            [HM_TYPE_Q5_0] = dot_Q5_0_generic,
+            [HM_TYPE_Q5_1] = dot_Q5_1_generic,
+            [HM_TYPE_Q2_K] = dot_Q2_K_generic,
+            [HM_TYPE_Q3_K] = dot_Q3_K_generic,
+            [HM_TYPE_Q5_K] = dot_Q5_K_generic,
+            [HM_TYPE_Q6_K] = dot_Q6_K_generic,
+            [HM_TYPE_IQ4_NL] = dot_IQ4_NL_generic,
+            [HM_TYPE_IQ4_XS] = dot_IQ4_XS_generic,
+            [HM_TYPE_MXFP4] = dot_MXFP4_generic,
         },
 };
