@@ -145,6 +145,76 @@ def check_types(preset, tensors):
             check(t["type"] == "F32", f"{preset}: {t['name']} should be F32, is {t['type']}")
 
 
+def check_info(binary, path, reader):
+    """`hmoe info --json` on a GGUF agrees with what gguf.GGUFReader sees in the file."""
+    info = json.loads(subprocess.run([binary, "info", "--json", "--tensors", path], capture_output=True,
+                                     text=True, check=True).stdout)
+    n_el = sum(int(t.n_elements) for t in reader.tensors)
+    n_b = sum(int(t.n_bytes) for t in reader.tensors)
+    check(info["architecture"] == "qwen3moe" and info["format"] == "gguf", "info: architecture")
+    check(info["n_tensors"] == len(reader.tensors), "info: tensor count")
+    check(info["params_total"] == n_el, f"info: params {info['params_total']} vs {n_el}")
+    check(info["bytes_total"] == n_b and sum(info["bytes_by_category"].values()) == n_b, "info: bytes")
+    routed = sum(int(t.n_bytes) for t in reader.tensors if "_exps" in t.name)
+    check(info["bytes_by_category"]["routed experts"] == routed, "info: routed expert bytes")
+    check(info["placement"]["experts_cpu_cpu_bytes"] == routed and
+          info["placement"]["experts_cpu_gpu_bytes"] == n_b - routed, "info: placement")
+    routed_el = sum(int(t.n_elements) for t in reader.tensors if "_exps" in t.name)
+    check(info["params_active"] == n_el - routed_el + routed_el // 8 * 2, "info: active params (top-2 of 8)")
+    hp = info["hparams"]
+    check(hp["n_layers"] == 2 and hp["n_experts"] == 8 and hp["n_experts_used"] == 2 and
+          hp["hidden"] == 256 and hp["tie_embeddings"] is True, f"info: hparams {hp}")
+    check(len(info["tensors"]) == len(reader.tensors), "info: --tensors table")
+
+
+def write_safetensors(path, tensors):
+    """Minimal safetensors writer (the format: u64 header length, JSON header, data)."""
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, arr in tensors.items():
+        b = arr.astype(np.float16).tobytes()
+        header[name] = {"dtype": "F16", "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+def check_info_hf(binary, d):
+    """`hmoe info` on a tiny Hugging Face qwen3_moe directory (config.json + safetensors)."""
+    hf = os.path.join(d, "hf")
+    os.makedirs(hf)
+    cfg = {"model_type": "qwen3_moe", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 1,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64,
+           "moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2,
+           "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+           "tie_word_embeddings": False, "norm_topk_prob": True}
+    json.dump(cfg, open(os.path.join(hf, "config.json"), "w"))
+    z = np.zeros
+    t = {"model.embed_tokens.weight": z((64, 32)), "lm_head.weight": z((64, 32)), "model.norm.weight": z(32),
+         "model.layers.0.input_layernorm.weight": z(32), "model.layers.0.post_attention_layernorm.weight": z(32),
+         "model.layers.0.self_attn.q_proj.weight": z((32, 32)), "model.layers.0.self_attn.k_proj.weight": z((16, 32)),
+         "model.layers.0.self_attn.v_proj.weight": z((16, 32)), "model.layers.0.self_attn.o_proj.weight": z((32, 32)),
+         "model.layers.0.self_attn.q_norm.weight": z(8), "model.layers.0.self_attn.k_norm.weight": z(8),
+         "model.layers.0.mlp.gate.weight": z((4, 32))}
+    for e in range(4):
+        for p, shape in (("gate_proj", (16, 32)), ("up_proj", (16, 32)), ("down_proj", (32, 16))):
+            t[f"model.layers.0.mlp.experts.{e}.{p}.weight"] = z(shape)
+    write_safetensors(os.path.join(hf, "model.safetensors"), t)
+    info = json.loads(subprocess.run([binary, "info", "--json", hf], capture_output=True, text=True,
+                                     check=True).stdout)
+    total = sum(int(np.prod(a.shape)) for a in t.values())
+    routed = sum(int(np.prod(a.shape)) for n, a in t.items() if ".experts." in n)
+    check(info["format"] == "safetensors" and info["architecture"] == "qwen3_moe", f"hf info: {info.get('architecture')}")
+    check(info["params_total"] == total, f"hf info: params {info['params_total']} vs {total}")
+    check(info["params_active"] == total - routed + routed // 4 * 2, "hf info: active params")
+    check(info["bytes_by_category"]["routed experts"] == 2 * routed, "hf info: routed bytes")
+    check(info["bytes_by_category"]["router"] == 2 * 4 * 32, "hf info: router bytes")
+    check(info["hparams"]["n_experts"] == 4, "hf info: hparams")
+    r = subprocess.run([binary, "info", os.path.join(d, "missing")], capture_output=True, text=True)
+    check(r.returncode == 1 and "no such file" in r.stderr, "info on a missing path")
+
+
 def main(binary):
     for preset, cfg in PRESETS.items():
         p = plan(binary, preset)
@@ -202,6 +272,8 @@ def main(binary):
         subprocess.run([binary, "synth", "--preset", "qwen3-tiny", "-o", path2, "--seed", "7", "--threads", "1"],
                        check=True, capture_output=True)
         check(open(path, "rb").read() == open(path2, "rb").read(), "synth is not deterministic across thread counts")
+        check_info(binary, path, r)
+        check_info_hf(binary, d)
     print(f"synth_python: {failures} failed")
     return 1 if failures else 0
 

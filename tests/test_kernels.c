@@ -126,6 +126,11 @@ int main(void) {
         const hm_type_info *ti = hm_type_get(others[i]);
         test_type(others[i], ti->block == 256 ? 512 : 96, 11, others[i] == HM_TYPE_F32 ? 0 : 2);
     }
+    /* types we cannot compute open fine but are named when used */
+    CHECK_OK(hm_kernel_check(HM_TYPE_Q4_K, "blk.0.ffn_up_exps.weight"));
+    CHECK_STATUS(hm_kernel_check(HM_TYPE_IQ2_XXS, "blk.3.ffn_down_exps.weight"), HM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(hm_last_error(), "tensor 'blk.3.ffn_down_exps.weight' has type IQ2_XXS");
+    CHECK_CONTAINS(hm_last_error(), "Q4_K");
     /* bad shapes are refused with the reason */
     hm_matrix m;
     CHECK_STATUS(hm_matrix_init(&m, HM_TYPE_Q4_K, NULL, 4, 100), HM_ERR_INVALID_ARG);

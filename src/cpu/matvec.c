@@ -1,6 +1,8 @@
 /* matvec.c - row-range matrix-vector driver over the per-variant dot products. */
 #include "cpu/matvec.h"
 
+#include <stdio.h>
+
 hm_status hm_matrix_init(hm_matrix *m, uint32_t type, const void *data, int64_t rows,
                          int64_t cols) {
     uint64_t rb;
@@ -15,6 +17,19 @@ hm_status hm_matrix_init(hm_matrix *m, uint32_t type, const void *data, int64_t 
     m->cols = cols;
     m->row_bytes = (size_t)rb;
     return HM_OK;
+}
+
+hm_status hm_kernel_check(uint32_t type, const char *tensor_name) {
+    if (hm_vec_dot_for(NULL, type)) return HM_OK;
+    char list[512];
+    size_t o = 0;
+    list[0] = '\0';
+    for (uint32_t t = 0; t < HM_TYPE_COUNT; t++)
+        if (hm_ops_ref.vec_dot[t] && o + 16 < sizeof list)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? " " : "", hm_type_name(t));
+    return hm_errorf(HM_ERR_UNSUPPORTED,
+                     "tensor '%s' has type %s, which hmoe cannot compute yet (supported: %s)",
+                     tensor_name ? tensor_name : "?", hm_type_name(type), list);
 }
 
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type) {

@@ -19,6 +19,10 @@ typedef struct hm_matrix {
 /* Fails (naming the type and cols) when cols is not a whole number of blocks. */
 hm_status hm_matrix_init(hm_matrix *m, uint32_t type, const void *data, int64_t rows, int64_t cols);
 
+/* HM_OK when weights of `type` can be multiplied; else HM_ERR_UNSUPPORTED naming the tensor and
+ * its type (files with such tensors still open: the error comes when the tensor is used). */
+hm_status hm_kernel_check(uint32_t type, const char *tensor_name);
+
 /* The variant's kernel for type, else the reference one; NULL if no kernel exists at all. */
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type);
 
