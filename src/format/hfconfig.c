@@ -26,8 +26,6 @@
  *   gpt_oss: layer_types, default sliding on even layers; mixtral: sliding_window on every layer.
  * MTP layers (il >= num_hidden_layers) follow the first_k_dense_replace rule; they are never
  * sliding. */
-#include <stddef.h> /* hparams.h uses size_t without including it */
-
 #include "format/hparams.h"
 
 #include <errno.h>
