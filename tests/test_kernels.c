@@ -45,6 +45,17 @@ static void deq_row(uint32_t type, const void *src, double *out, int64_t n) {
     }
 }
 
+/* types every SIMD variant must have its own kernel for */
+static const uint32_t simd_types[] = {HM_TYPE_Q4_K,   HM_TYPE_Q8_0,   HM_TYPE_BF16, HM_TYPE_Q6_K,
+                                      HM_TYPE_MXFP4,  HM_TYPE_IQ4_XS, HM_TYPE_Q5_K, HM_TYPE_Q4_0,
+                                      HM_TYPE_IQ4_NL, HM_TYPE_Q5_0};
+
+static bool needs_simd(uint32_t type) {
+    for (size_t i = 0; i < sizeof simd_types / sizeof *simd_types; i++)
+        if (simd_types[i] == type) return true;
+    return false;
+}
+
 static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     uint64_t rb;
     CHECK(hm_type_row_bytes(type, (uint64_t)cols, &rb));
@@ -87,7 +98,7 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     for (int isa = 1; isa < HM_ISA_COUNT; isa++) {
         const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
         if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
-        if (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0 || type == HM_TYPE_BF16)
+        if (needs_simd(type))
             CHECK_MSG(ops->vec_dot[type] != NULL, "%s has no %s kernel", ops->name,
                       hm_type_name(type));
         hm_matvec_rows(hm_vec_dot_for(ops, type), &m, xq, xb, T, y, (size_t)rows, 0, rows);
@@ -117,7 +128,7 @@ int main(void) {
         test_type(HM_TYPE_Q8_0, q8_cols[i], 37, 2);
     for (size_t i = 0; i < sizeof bf_cols / sizeof *bf_cols; i++)
         test_type(HM_TYPE_BF16, bf_cols[i], 19, 2);
-    /* every other format runs on every variant (reference dot where no SIMD kernel exists yet) */
+    /* every other format runs on every variant (reference dot where a variant has no kernel) */
     const uint32_t others[] = {HM_TYPE_Q4_0,   HM_TYPE_Q4_1,   HM_TYPE_Q5_0,  HM_TYPE_Q5_1,
                                HM_TYPE_Q2_K,   HM_TYPE_Q3_K,   HM_TYPE_Q5_K,  HM_TYPE_Q6_K,
                                HM_TYPE_IQ4_NL, HM_TYPE_IQ4_XS, HM_TYPE_MXFP4, HM_TYPE_F16,
@@ -126,9 +137,18 @@ int main(void) {
         const hm_type_info *ti = hm_type_get(others[i]);
         test_type(others[i], ti->block == 256 ? 512 : 96, 11, others[i] == HM_TYPE_F32 ? 0 : 2);
     }
+    /* the other SIMD kernels: more shapes, odd and even block counts (AVX-512 pairs 32-blocks) */
+    const int64_t k_cols[] = {256, 768, 2304};
+    const int64_t b32_cols[] = {32, 64, 2080};
+    for (size_t i = 3; i < sizeof simd_types / sizeof *simd_types; i++) {
+        const bool k = hm_type_get(simd_types[i])->block == 256;
+        for (size_t j = 0; j < 3; j++)
+            test_type(simd_types[i], k ? k_cols[j] : b32_cols[j], 13, (int)(2 * (j % 2)));
+    }
     /* types we cannot compute open fine but are named when used */
     CHECK_OK(hm_kernel_check(HM_TYPE_Q4_K, "blk.0.ffn_up_exps.weight"));
-    CHECK_STATUS(hm_kernel_check(HM_TYPE_IQ2_XXS, "blk.3.ffn_down_exps.weight"), HM_ERR_UNSUPPORTED);
+    CHECK_STATUS(hm_kernel_check(HM_TYPE_IQ2_XXS, "blk.3.ffn_down_exps.weight"),
+                 HM_ERR_UNSUPPORTED);
     CHECK_CONTAINS(hm_last_error(), "tensor 'blk.3.ffn_down_exps.weight' has type IQ2_XXS");
     CHECK_CONTAINS(hm_last_error(), "Q4_K");
     /* bad shapes are refused with the reason */

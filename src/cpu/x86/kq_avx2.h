@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "quant/blocks.h"
+#include "quant/ref.h"
 
 #ifndef HM_PREFETCH_BYTES
 #define HM_PREFETCH_BYTES 4096 /* software prefetch distance for weight streams */
@@ -79,6 +80,318 @@ static inline float hm_dot_q4_K_q8_K_avx2(int64_t n, const void *vw, const void 
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hm_hsum256(acc) - summs;
+}
+
+/* Signed int8 x signed int8 products of 32 bytes, summed in adjacent pairs into 16 int16 lanes.
+ * maddubs needs one unsigned side: |w| and x carrying w's sign. |w| <= 127 and |x| <= 127 keep
+ * each pair sum within int16. */
+static inline __m256i hm_dot_s8_pairs_avx2(__m256i w, __m256i x) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+/* The 32 4-bit codes of a 16-byte 32-block (low nibbles elements 0-15, high 16-31) as bytes. */
+static inline __m256i hm_nibbles32_avx2(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i b = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+/* Q5_K: as Q4_K, with the 5th bit of sub-block j's element l in bit j of qh[l]. */
+static inline float hm_dot_q5_K_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q5_K *w = vw;
+    const hm_block_q8_K *x = vx;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        uint32_t sm[4];
+        hm_k4_unpack_scales(w[i].scales, sm);
+        const float d = x[i].d * hm_h2f(w[i].d);
+        const float dmin = x[i].d * hm_h2f(w[i].dmin);
+        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]));
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)x[i].bsums);
+        const __m128i bsum32 =
+            _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        const __m128i prod = _mm_madd_epi16(mins16, bsum32);
+        __m128i t = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0x4e));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+        summs += dmin * (float)_mm_cvtsi128_si32(t);
+
+        const uint8_t *sc = (const uint8_t *)sm;
+        /* qh shifted right by 2j for chunk j: bits 0 and 1 of every byte are then the 5th bits of
+         * sub-blocks 2j and 2j + 1 (16-bit shifts move bits across bytes only into the top bits) */
+        __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q4 = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
+            const __m256i hlo = _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4);
+            const __m256i hhi = _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4);
+            qh = _mm256_srli_epi16(qh, 2);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, low4), hlo);
+            const __m256i hi =
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), hhi);
+            const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * j));
+            const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * j + 32));
+            __m256i plo = _mm256_maddubs_epi16(lo, ylo); /* |31*127*2| fits int16 */
+            __m256i phi = _mm256_maddubs_epi16(hi, yhi);
+            plo = _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * j]));
+            phi = _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hm_hsum256(acc) - summs;
+}
+
+/* Q6_K: unsigned 6-bit codes u = q + 32 multiply the activations; the -32 is folded in once per
+ * block as 32 * sum(scale[k] * bsums[k]). */
+static inline float hm_dot_q6_K_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q6_K *w = vw;
+    const hm_block_q8_K *x = vx;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 192, _MM_HINT_T0);
+        const float d = x[i].d * hm_h2f(w[i].d);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
+        /* -32 * sum over the 16 groups of scale x bsum */
+        const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                               _mm256_loadu_si256((const __m256i *)x[i].bsums));
+        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+        /* byte shuffle picking scale k for bytes 0-7 and k + 1 for bytes 8-15 */
+        __m128i sidx = _mm_set_epi64x(0x0101010101010101, 0);
+        const __m128i step = _mm_set1_epi8(2);
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            __m256i u[4];
+            u[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            u[1] = _mm256_or_si256(
+                _mm256_and_si256(ql1, low4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            u[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            u[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            for (int p = 0; p < 4; p++) {
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(x[i].qs + 128 * h + 32 * p));
+                const __m256i s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, sidx));
+                sidx = _mm_add_epi8(sidx, step);
+                const __m256i p16 = _mm256_maddubs_epi16(u[p], y); /* |63*127*2| fits int16 */
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, s16));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hm_hsum256(acc);
+}
+
+/* 32-blocks of 4-bit codes with a code book (IQ4_NL, MXFP4): codes to int8 by one byte shuffle
+ * of the 16-entry table. */
+static inline __m256i hm_lut4_s8_avx2(const uint8_t *qs, __m256i table) {
+    return _mm256_shuffle_epi8(table, hm_nibbles32_avx2(qs));
+}
+
+static inline __m256i hm_table16_avx2(const int8_t t[16]) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* One 32-block: sum of w x y as 8 float lanes (integer exact before the conversion). */
+static inline __m256 hm_dot32_s8_avx2(__m256i w, const int8_t *y) {
+    const __m256i p16 = hm_dot_s8_pairs_avx2(w, _mm256_loadu_si256((const __m256i *)y));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* The scales of four Q8_0 blocks. */
+static inline __m128 hm_q8_0_d4(const hm_block_q8_0 *x) {
+    return _mm_cvtph_ps(
+        _mm_set_epi16(0, 0, 0, 0, (short)x[3].d, (short)x[2].d, (short)x[1].d, (short)x[0].d));
+}
+
+/* hm_e8m0_to_f32_half of four MXFP4 blocks: (e - 1) << 23, or 0x00200000 << e for e < 2. */
+static inline __m128 hm_mxfp4_d4(const hm_block_mxfp4 *w) {
+    const __m128i e = _mm_set_epi32(w[3].e, w[2].e, w[1].e, w[0].e);
+    const __m128i bits = _mm_blendv_epi8(_mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23),
+                                         _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e),
+                                         _mm_cmplt_epi32(e, _mm_set1_epi32(2)));
+    return _mm_castsi128_ps(bits);
+}
+
+/* Products of four f16 weight scales with the scales of four Q8_0 blocks (one conversion). */
+static inline __m128 hm_scale_f16_quad(hm_half w0, hm_half w1, hm_half w2, hm_half w3,
+                                       const hm_block_q8_0 *x) {
+    const __m256 f =
+        _mm256_cvtph_ps(_mm_set_epi16((short)x[3].d, (short)x[2].d, (short)x[1].d, (short)x[0].d,
+                                      (short)w3, (short)w2, (short)w1, (short)w0));
+    return _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+}
+
+/* acc += d[k] * p_k for four 32-blocks (two accumulators). */
+static inline void hm_fmadd4_avx2(__m128 d, __m256 p0, __m256 p1, __m256 p2, __m256 p3,
+                                  __m256 *acc0, __m256 *acc1) {
+    const __m256 dd = _mm256_set_m128(d, d);
+    *acc0 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0x00), p0, *acc0);
+    *acc1 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0x55), p1, *acc1);
+    *acc0 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0xaa), p2, *acc0);
+    *acc1 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0xff), p3, *acc1);
+}
+
+/* The 32-block kernels take four blocks per iteration, their scales converted together; the
+ * remaining 0-3 blocks one at a time. */
+static inline float hm_dot_iq4_nl_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
+    const hm_block_iq4_nl *w = vw;
+    const hm_block_q8_0 *x = vx;
+    const __m256i table = hm_table16_avx2(hm_kvalues_iq4nl);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / HM_QK4_NL;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        hm_fmadd4_avx2(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
+                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i].qs, table), x[i].qs),
+                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 1].qs, table), x[i + 1].qs),
+                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 2].qs, table), x[i + 2].qs),
+                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 3].qs, table), x[i + 3].qs), &acc0,
+                       &acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 p0 = hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i].qs, table), x[i].qs);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(hm_h2f(w[i].d) * hm_h2f(x[i].d)), p0, acc0);
+    }
+    return hm_hsum256(_mm256_add_ps(acc0, acc1));
+}
+
+static inline float hm_dot_mxfp4_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
+    const hm_block_mxfp4 *w = vw;
+    const hm_block_q8_0 *x = vx;
+    const __m256i table = hm_table16_avx2(hm_kvalues_mxfp4);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / HM_QK_MXFP4;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m128 d4 = _mm_mul_ps(hm_mxfp4_d4(&w[i]), hm_q8_0_d4(&x[i]));
+        hm_fmadd4_avx2(d4, hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i].qs, table), x[i].qs),
+                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 1].qs, table), x[i + 1].qs),
+                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 2].qs, table), x[i + 2].qs),
+                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 3].qs, table), x[i + 3].qs), &acc0,
+                       &acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 p0 = hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i].qs, table), x[i].qs);
+        acc0 =
+            _mm256_fmadd_ps(_mm256_set1_ps(hm_e8m0_to_f32_half(w[i].e) * hm_h2f(x[i].d)), p0, acc0);
+    }
+    return hm_hsum256(_mm256_add_ps(acc0, acc1));
+}
+
+static inline float hm_dot_q4_0_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q4_0 *w = vw;
+    const hm_block_q8_0 *x = vx;
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / HM_QK4_0;
+    int64_t i = 0;
+#define Q4_0_DOT(k) hm_dot32_s8_avx2(_mm256_sub_epi8(hm_nibbles32_avx2(w[k].qs), eight), x[k].qs)
+    for (; i + 4 <= nb; i += 4) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        hm_fmadd4_avx2(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
+                       Q4_0_DOT(i), Q4_0_DOT(i + 1), Q4_0_DOT(i + 2), Q4_0_DOT(i + 3), &acc0,
+                       &acc1);
+    }
+    for (; i < nb; i++)
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(hm_h2f(w[i].d) * hm_h2f(x[i].d)), Q4_0_DOT(i), acc0);
+#undef Q4_0_DOT
+    return hm_hsum256(_mm256_add_ps(acc0, acc1));
+}
+
+/* The 32 high bits of a Q5_0 block (bit j of the little-endian qh = element j) as byte masks:
+ * 0xFF where the bit is set. */
+static inline __m256i hm_q5_0_hmask_avx2(const uint8_t qh[4]) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)h),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
+}
+
+/* Q5_0 code minus 16 = nibble where the 5th bit is set, nibble - 16 (nibble | 0xF0) where not. */
+static inline __m256i hm_q5_0_s8_avx2(const hm_block_q5_0 *b) {
+    return _mm256_or_si256(hm_nibbles32_avx2(b->qs),
+                           _mm256_andnot_si256(hm_q5_0_hmask_avx2(b->qh), _mm256_set1_epi8(-16)));
+}
+
+static inline float hm_dot_q5_0_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q5_0 *w = vw;
+    const hm_block_q8_0 *x = vx;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / HM_QK4_0;
+    int64_t i = 0;
+#define Q5_0_DOT(k) hm_dot32_s8_avx2(hm_q5_0_s8_avx2(&w[k]), x[k].qs)
+    for (; i + 4 <= nb; i += 4) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        hm_fmadd4_avx2(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
+                       Q5_0_DOT(i), Q5_0_DOT(i + 1), Q5_0_DOT(i + 2), Q5_0_DOT(i + 3), &acc0,
+                       &acc1);
+    }
+    for (; i < nb; i++)
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(hm_h2f(w[i].d) * hm_h2f(x[i].d)), Q5_0_DOT(i), acc0);
+#undef Q5_0_DOT
+    return hm_hsum256(_mm256_add_ps(acc0, acc1));
+}
+
+/* 6-bit scale of IQ4_XS sub-block j, minus 32 */
+static inline int hm_iq4_xs_scale(const hm_block_iq4_xs *b, int j) {
+    return (((b->scales_l[j / 2] >> 4 * (j % 2)) & 0xF) | ((b->scales_h >> 2 * j) & 3) << 4) - 32;
+}
+
+static inline float hm_dot_iq4_xs_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+    const hm_block_iq4_xs *w = vw;
+    const hm_block_q8_K *x = vx;
+    const __m256i table = hm_table16_avx2(hm_kvalues_iq4nl);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j += 2) { /* 32 bytes: sub-block j in lane 0, j + 1 in lane 1 */
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 16 * j));
+            const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
+            const __m256i hi =
+                _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+            const __m256i w0 = _mm256_permute2x128_si256(lo, hi, 0x20);
+            const __m256i w1 = _mm256_permute2x128_si256(lo, hi, 0x31);
+            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j + 32));
+            const __m256i p0 = _mm256_madd_epi16(
+                hm_dot_s8_pairs_avx2(w0, y0), _mm256_set1_epi16((short)hm_iq4_xs_scale(&w[i], j)));
+            const __m256i p1 =
+                _mm256_madd_epi16(hm_dot_s8_pairs_avx2(w1, y1),
+                                  _mm256_set1_epi16((short)hm_iq4_xs_scale(&w[i], j + 1)));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc =
+            _mm256_fmadd_ps(_mm256_set1_ps(x[i].d * hm_h2f(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hm_hsum256(acc);
 }
 
 static inline float hm_dot_q8_0_q8_0_avx2(int64_t n, const void *vw, const void *vx) {

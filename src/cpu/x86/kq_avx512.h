@@ -51,6 +51,315 @@ static inline float hm_dot_q4_K_q8_K_avx512(int64_t n, const void *vw, const voi
     return _mm512_reduce_add_ps(acc) - summs;
 }
 
+/* Sum of 16-bit pair products w x y into 32 int16 lanes for signed w and y (|w|, |y| <= 127). */
+static inline __m512i hm_dot_s8_pairs_avx512(__m512i w, __m512i y) {
+    const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(w), _mm512_setzero_si512(), y);
+    return _mm512_maddubs_epi16(_mm512_abs_epi8(w), sy);
+}
+
+static inline float hm_dot_q5_K_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q5_K *w = vw;
+    const hm_block_q8_K *x = vx;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+    /* both halves hold the same 32 code bytes: sub-block 2j in the lower half, 2j + 1 in the upper
+     */
+    const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
+    const __m512i two = _mm512_set1_epi16(2);
+    __m512 acc = _mm512_setzero_ps();
+    float summs = 0;
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        uint32_t sm[4];
+        hm_k4_unpack_scales(w[i].scales, sm);
+        const float d = x[i].d * hm_h2f(w[i].d);
+        const float dmin = x[i].d * hm_h2f(w[i].dmin);
+        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]));
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)x[i].bsums);
+        const __m128i bsum32 =
+            _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        const __m128i prod = _mm_madd_epi16(mins16, bsum32);
+        __m128i t = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0x4e));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+        summs += dmin * (float)_mm_cvtsi128_si32(t);
+
+        const __m512i sc =
+            _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));
+        __m512i sidx = sidx0; /* also the qh bit of each half: 2j lower, 2j + 1 upper */
+        __m512i sumi = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            const __m512i q2 =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j)));
+            const __m512i hb =
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sidx), one), 4);
+            const __m512i q =
+                _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(q2, nib_shift), low4), hb);
+            const __m512i y = _mm512_loadu_si512(x[i].qs + 64 * j);
+            const __m512i s16 = _mm512_permutexvar_epi16(sidx, sc);
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s16));
+            sidx = _mm512_add_epi16(sidx, two);
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc) - summs;
+}
+
+static inline float hm_dot_q6_K_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q6_K *w = vw;
+    const hm_block_q8_K *x = vx;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+    /* 64 ql bytes hold planes p and p + 1 (low nibbles: p = 0, 1; high: 2, 3); the 32 qh bytes,
+     * broadcast to both halves, give plane p's two bits at shift 2p */
+    const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    /* byte b of 32 selects scale k + b / 8 */
+    const __m256i sbase =
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 192, _MM_HINT_T0);
+        const float d = x[i].d * hm_h2f(w[i].d);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
+        const __m256i sc = _mm256_broadcastsi128_si256(sc8);
+        /* codes are stored + 32: subtract 32 * sum(scale[k] * bsums[k]) */
+        const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                               _mm256_loadu_si256((const __m256i *)x[i].bsums));
+        __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                        _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512(w[i].ql + 64 * h);
+            const __m512i qh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)));
+            const __m512i u01 = _mm512_or_si512(
+                _mm512_and_si512(ql, low4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m3), 4));
+            const __m512i u23 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m3), 4));
+            const __m512i y01 = _mm512_loadu_si512(x[i].qs + 128 * h);
+            const __m512i y23 = _mm512_loadu_si512(x[i].qs + 128 * h + 64);
+            const __m512i s01 = _mm512_cvtepi8_epi16(
+                _mm256_shuffle_epi8(sc, _mm256_add_epi8(sbase, _mm256_set1_epi8((char)(8 * h)))));
+            const __m512i s23 = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(
+                sc, _mm256_add_epi8(sbase, _mm256_set1_epi8((char)(8 * h + 4)))));
+            /* |63 * 127 * 2| fits int16 */
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u01, y01), s01));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u23, y23), s23));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static inline float hm_dot_iq4_xs_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
+    const hm_block_iq4_xs *w = vw;
+    const hm_block_q8_K *x = vx;
+    const __m512i table =
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)hm_kvalues_iq4nl));
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    /* 64 code bytes = 4 sub-blocks of 16 bytes (one per 128-bit lane); sub-block order is lane L's
+     * low nibbles then its high nibbles */
+    const __m512i perm01 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i perm23 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
+    const __m512i two = _mm512_set1_epi16(2);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        const __m512i sc = _mm512_castsi128_si512(
+            _mm_set_epi16((short)hm_iq4_xs_scale(&w[i], 7), (short)hm_iq4_xs_scale(&w[i], 6),
+                          (short)hm_iq4_xs_scale(&w[i], 5), (short)hm_iq4_xs_scale(&w[i], 4),
+                          (short)hm_iq4_xs_scale(&w[i], 3), (short)hm_iq4_xs_scale(&w[i], 2),
+                          (short)hm_iq4_xs_scale(&w[i], 1), (short)hm_iq4_xs_scale(&w[i], 0)));
+        __m512i sidx = sidx0;
+        __m512i sumi = _mm512_setzero_si512();
+        for (int k = 0; k < 2; k++) {
+            const __m512i q = _mm512_loadu_si512(w[i].qs + 64 * k);
+            const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low4));
+            const __m512i hi =
+                _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+            const __m512i w01 = _mm512_permutex2var_epi64(lo, perm01, hi);
+            const __m512i w23 = _mm512_permutex2var_epi64(lo, perm23, hi);
+            const __m512i y01 = _mm512_loadu_si512(x[i].qs + 128 * k);
+            const __m512i y23 = _mm512_loadu_si512(x[i].qs + 128 * k + 64);
+            const __m512i s01 = _mm512_permutexvar_epi16(sidx, sc);
+            sidx = _mm512_add_epi16(sidx, two);
+            const __m512i s23 = _mm512_permutexvar_epi16(sidx, sc);
+            sidx = _mm512_add_epi16(sidx, two);
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(hm_dot_s8_pairs_avx512(w01, y01), s01));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(hm_dot_s8_pairs_avx512(w23, y23), s23));
+        }
+        acc =
+            _mm512_fmadd_ps(_mm512_set1_ps(x[i].d * hm_h2f(w[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* The 4-bit codes of two 32-blocks (16 bytes each: low nibbles elements 0-15, high 16-31) as 64
+ * bytes: block a in the lower half, b in the upper. */
+static inline __m512i hm_nibbles64_avx512(const uint8_t *qa, const uint8_t *qb) {
+    const __m256i ab =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qa)),
+                                _mm_loadu_si128((const __m128i *)qb), 1);
+    const __m512i aabb =
+        _mm512_shuffle_i64x2(_mm512_castsi256_si512(ab), _mm512_castsi256_si512(ab), 0x50);
+    const long long k4 = 0x0004000400040004; /* 128-bit lanes shifted by 0, 4, 0, 4 */
+    const __m512i shift = _mm512_set_epi64(k4, k4, 0, 0, k4, k4, 0, 0);
+    return _mm512_and_si512(_mm512_srlv_epi16(aabb, shift), _mm512_set1_epi8(0x0F));
+}
+
+/* The activations of two Q8_0 blocks as one register. */
+static inline __m512i hm_q8_0_pair_avx512(const hm_block_q8_0 *x) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[0].qs)),
+                              _mm256_loadu_si256((const __m256i *)x[1].qs), 1);
+}
+
+/* Scales of four 32-blocks to lanes: d01 holds d[0] in lanes 0-7 and d[1] in 8-15, d23 d[2], d[3].
+ */
+static inline void hm_scale_quad_avx512(__m128 d, __m512 *d01, __m512 *d23) {
+    const __m512 z = _mm512_castps128_ps512(d);
+    *d01 =
+        _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), z);
+    *d23 =
+        _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2), z);
+}
+
+/* Code-book 32-blocks (IQ4_NL, MXFP4), two at a time: codes -> int8 by byte shuffle, signed dot by
+ * VNNI with |w| and y carrying w's sign. Lanes 0-7 sum block a, 8-15 block b. */
+static inline __m512i hm_lut4_pair_dot_avx512(__m512i table, const uint8_t *qa, const uint8_t *qb,
+                                              const hm_block_q8_0 *x) {
+    const __m512i q = _mm512_shuffle_epi8(table, hm_nibbles64_avx512(qa, qb));
+    const __m512i y = hm_q8_0_pair_avx512(x);
+    const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(q), _mm512_setzero_si512(), y);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);
+}
+
+static inline __m512i hm_table16_avx512(const int8_t t[16]) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* Offset codes (Q4_0: q - 8, Q5_0: q - 16), two blocks: VNNI dot of the unsigned codes minus the
+ * offset times the activation sums (a second VNNI dot with the offset broadcast). */
+static inline __m512i hm_offset_pair_dot_avx512(__m512i q, __m512i off, const hm_block_q8_0 *x) {
+    const __m512i y = hm_q8_0_pair_avx512(x);
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y),
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, y));
+}
+
+/* Q5_0 codes of two blocks: nibble plus 16 where the 5th bit (bit j of qh = element j) is set. */
+static inline __m512i hm_q5_0_pair_avx512(const hm_block_q5_0 *w) {
+    uint32_t ha, hb;
+    memcpy(&ha, w[0].qh, 4);
+    memcpy(&hb, w[1].qh, 4);
+    const __mmask64 hm = _cvtu64_mask64((uint64_t)ha | (uint64_t)hb << 32);
+    const __m512i nib = hm_nibbles64_avx512(w[0].qs, w[1].qs);
+    return _mm512_mask_add_epi8(nib, hm, nib, _mm512_set1_epi8(16));
+}
+
+/* Four 32-blocks per iteration: two pair dots, the four scales converted together. The remaining
+ * 0-3 blocks go through the AVX2 kernel. */
+static inline float hm_dot_iq4_nl_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
+    const hm_block_iq4_nl *w = vw;
+    const hm_block_q8_0 *x = vx;
+    const __m512i table = hm_table16_avx512(hm_kvalues_iq4nl);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int64_t nb = n / HM_QK4_NL;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m512i p01 = hm_lut4_pair_dot_avx512(table, w[i].qs, w[i + 1].qs, &x[i]);
+        const __m512i p23 = hm_lut4_pair_dot_avx512(table, w[i + 2].qs, w[i + 3].qs, &x[i + 2]);
+        __m512 d01, d23;
+        hm_scale_quad_avx512(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
+                             &d01, &d23);
+        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(p01), acc0);
+        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(p23), acc1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) s += hm_dot_iq4_nl_q8_0_avx2(n - i * HM_QK4_NL, &w[i], &x[i]);
+    return s;
+}
+
+static inline float hm_dot_mxfp4_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
+    const hm_block_mxfp4 *w = vw;
+    const hm_block_q8_0 *x = vx;
+    const __m512i table = hm_table16_avx512(hm_kvalues_mxfp4);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int64_t nb = n / HM_QK_MXFP4;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m512i p01 = hm_lut4_pair_dot_avx512(table, w[i].qs, w[i + 1].qs, &x[i]);
+        const __m512i p23 = hm_lut4_pair_dot_avx512(table, w[i + 2].qs, w[i + 3].qs, &x[i + 2]);
+        __m512 d01, d23;
+        hm_scale_quad_avx512(_mm_mul_ps(hm_mxfp4_d4(&w[i]), hm_q8_0_d4(&x[i])), &d01, &d23);
+        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(p01), acc0);
+        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(p23), acc1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) s += hm_dot_mxfp4_q8_0_avx2(n - i * HM_QK_MXFP4, &w[i], &x[i]);
+    return s;
+}
+
+static inline float hm_dot_q4_0_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q4_0 *w = vw;
+    const hm_block_q8_0 *x = vx;
+    const __m512i off = _mm512_set1_epi8(8);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int64_t nb = n / HM_QK4_0;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m512i p01 =
+            hm_offset_pair_dot_avx512(hm_nibbles64_avx512(w[i].qs, w[i + 1].qs), off, &x[i]);
+        const __m512i p23 = hm_offset_pair_dot_avx512(hm_nibbles64_avx512(w[i + 2].qs, w[i + 3].qs),
+                                                      off, &x[i + 2]);
+        __m512 d01, d23;
+        hm_scale_quad_avx512(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
+                             &d01, &d23);
+        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(p01), acc0);
+        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(p23), acc1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) s += hm_dot_q4_0_q8_0_avx2(n - i * HM_QK4_0, &w[i], &x[i]);
+    return s;
+}
+
+static inline float hm_dot_q5_0_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
+    const hm_block_q5_0 *w = vw;
+    const hm_block_q8_0 *x = vx;
+    const __m512i off = _mm512_set1_epi8(16);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int64_t nb = n / HM_QK4_0;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        const __m512i p01 = hm_offset_pair_dot_avx512(hm_q5_0_pair_avx512(&w[i]), off, &x[i]);
+        const __m512i p23 =
+            hm_offset_pair_dot_avx512(hm_q5_0_pair_avx512(&w[i + 2]), off, &x[i + 2]);
+        __m512 d01, d23;
+        hm_scale_quad_avx512(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
+                             &d01, &d23);
+        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(p01), acc0);
+        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(p23), acc1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (i < nb) s += hm_dot_q5_0_q8_0_avx2(n - i * HM_QK4_0, &w[i], &x[i]);
+    return s;
+}
+
 static inline float hm_dot_q8_0_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
     const hm_block_q8_0 *w = vw, *x = vx;
     __m512 acc = _mm512_setzero_ps();
