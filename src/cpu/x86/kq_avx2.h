@@ -38,6 +38,19 @@ static inline void hm_k4_unpack_scales(const uint8_t q[12], uint32_t out[4]) {
     out[3] = ((w2 >> 4) & m4) | (((w1 >> 6) & m2) << 4); /* mins 4..7 */
 }
 
+/* sum over the 8 sub-blocks of min[j] x (sum of the 32 activations of sub-block j), from the
+ * unpacked mins (sm[2..3]) and the Q8_K block's 16 partial sums */
+static inline int32_t hm_k4_mins_dot(const uint32_t sm[4], const int16_t bsums[16]) {
+    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]));
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+    const __m128i bsum32 =
+        _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    const __m128i prod = _mm_madd_epi16(mins16, bsum32);
+    __m128i t = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0x4e));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+    return _mm_cvtsi128_si32(t);
+}
+
 static inline float hm_dot_q4_K_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
     const hm_block_q4_K *w = vw;
     const hm_block_q8_K *x = vx;
@@ -53,15 +66,7 @@ static inline float hm_dot_q4_K_q8_K_avx2(int64_t n, const void *vw, const void 
         hm_k4_unpack_scales(w[i].scales, sm);
         const float d = x[i].d * hm_h2f(w[i].d);
         const float dmin = x[i].d * hm_h2f(w[i].dmin);
-        /* mins x (sums of 32 activations): bsums pairs via madd with the mins as int16 */
-        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]));
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)x[i].bsums);
-        const __m128i bsum32 =
-            _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i prod = _mm_madd_epi16(mins16, bsum32);
-        __m128i t = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0x4e));
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-        summs += dmin * (float)_mm_cvtsi128_si32(t);
+        summs += dmin * (float)hm_k4_mins_dot(sm, x[i].bsums);
 
         const uint8_t *sc = (const uint8_t *)sm;
         __m256i sumi = _mm256_setzero_si256();
@@ -111,14 +116,7 @@ static inline float hm_dot_q5_K_q8_K_avx2(int64_t n, const void *vw, const void 
         hm_k4_unpack_scales(w[i].scales, sm);
         const float d = x[i].d * hm_h2f(w[i].d);
         const float dmin = x[i].d * hm_h2f(w[i].dmin);
-        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]));
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)x[i].bsums);
-        const __m128i bsum32 =
-            _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i prod = _mm_madd_epi16(mins16, bsum32);
-        __m128i t = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0x4e));
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-        summs += dmin * (float)_mm_cvtsi128_si32(t);
+        summs += dmin * (float)hm_k4_mins_dot(sm, x[i].bsums);
 
         const uint8_t *sc = (const uint8_t *)sm;
         /* qh shifted right by 2j for chunk j: bits 0 and 1 of every byte are then the 5th bits of
@@ -441,5 +439,13 @@ static inline float hm_dot_bf16_f32_avx2(int64_t n, const void *vw, const void *
     }
     return s;
 }
+
+/* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
+#define HM_VEC_DOTS_AVX2                                                                           \
+    [HM_TYPE_Q4_K] = hm_dot_q4_K_q8_K_avx2, [HM_TYPE_Q8_0] = hm_dot_q8_0_q8_0_avx2,                \
+    [HM_TYPE_BF16] = hm_dot_bf16_f32_avx2, [HM_TYPE_Q6_K] = hm_dot_q6_K_q8_K_avx2,                 \
+    [HM_TYPE_MXFP4] = hm_dot_mxfp4_q8_0_avx2, [HM_TYPE_IQ4_XS] = hm_dot_iq4_xs_q8_K_avx2,          \
+    [HM_TYPE_Q5_K] = hm_dot_q5_K_q8_K_avx2, [HM_TYPE_Q4_0] = hm_dot_q4_0_q8_0_avx2,                \
+    [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx2, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx2
 
 #endif
