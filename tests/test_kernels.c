@@ -118,7 +118,59 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     free(wbuf);
 }
 
+/* AMX INT8 matmul of Q8_0 weights vs the reference matvec, tokens not a multiple of 16 */
+static void test_amx_q8_0(int64_t rows, int64_t cols, int n_tok) {
+#if defined(__x86_64__)
+    if (!hm_isa_supported(hm_cpu_features_get(), HM_ISA_AMX)) return;
+    uint64_t rb;
+    hm_type_row_bytes(HM_TYPE_Q8_0, (uint64_t)cols, &rb);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    CHECK_OK(hm_synth_fill(HM_TYPE_Q8_0, w, (uint64_t)(rows * cols), 0.0f, 0.05f, 77));
+    size_t xb = hm_act_bytes(HM_TYPE_Q8_0, cols);
+    uint8_t *xq = malloc(xb * (size_t)n_tok);
+    float *x = malloc(sizeof(float) * (size_t)cols);
+    uint64_t s = 5;
+    for (int t = 0; t < n_tok; t++) {
+        for (int64_t i = 0; i < cols; i++)
+            x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 500.0f;
+        CHECK_OK(hm_act_convert(HM_TYPE_Q8_0, x, xq + (size_t)t * xb, cols));
+    }
+    hm_matrix m;
+    CHECK_OK(hm_matrix_init(&m, HM_TYPE_Q8_0, w, rows, cols));
+    float *yref = calloc((size_t)(rows * n_tok), sizeof(float)),
+          *y = calloc((size_t)(rows * n_tok), sizeof(float));
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, HM_TYPE_Q8_0), &m, xq, xb, n_tok, yref, (size_t)rows,
+                   0, rows);
+    void *scratch = malloc(hm_amx_q8_0_scratch_bytes(cols, n_tok));
+    hm_amx_matmul_q8_0((const hm_block_q8_0 *)w, rb, cols, 16, rows, xq, xb, n_tok, y, (size_t)rows,
+                       scratch);
+    double ymax = 1e-6;
+    for (int64_t k = 0; k < rows * n_tok; k++) ymax = fmax(ymax, fabs(yref[k]));
+    int bad = 0;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            float want = r < 16 ? 0.0f : yref[t * rows + r]; /* rows 0..15 not asked for */
+            if (fabs((double)y[t * rows + r] - want) > 2e-5 * ymax) bad++;
+        }
+    CHECK_MSG(bad == 0, "amx q8_0 %lldx%lld, %d tokens: %d outputs differ", (long long)rows,
+              (long long)cols, n_tok, bad);
+    free(scratch);
+    free(y);
+    free(yref);
+    free(x);
+    free(xq);
+    free(w);
+#else
+    (void)rows, (void)cols, (void)n_tok;
+#endif
+}
+
 int main(void) {
+    const int amx_tok[] = {1, 5, 16, 37};
+    for (size_t i = 0; i < 4; i++) {
+        test_amx_q8_0(48, 96, amx_tok[i]);
+        test_amx_q8_0(64, 2048, amx_tok[i]);
+    }
     const int64_t q4k_cols[] = {256, 512, 768, 2048, 2304};
     const int64_t q8_cols[] = {32, 64, 96, 768, 2048, 2080};
     const int64_t bf_cols[] = {8, 15, 16, 33, 768, 2048, 2049};

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/cpu.h"
+#include "quant/blocks.h"
 #include "quant/types.h"
 
 /* Dot product of one weight row (n elements of the weight type) with one converted activation
@@ -53,6 +54,14 @@ extern const hm_cpu_ops hm_ops_amx;
 /* AMX self-check: one 16x16x64 INT8 tile product (TDPBSSD) against plain C. Needs AMX and the
  * tile permission (hm_cpu_request_amx). HM_OK when the result is exact. */
 hm_status hm_amx_selftest(void);
+
+/* AMX INT8 matmul of Q8_0 weights (rows r0..r1, r1 - r0 a multiple of 16) with n_tok Q8_0
+ * activation vectors (x_t at xq + t * x_stride): y[t * y_stride + r]. Needs AMX and the tile
+ * permission; scratch of hm_amx_q8_0_scratch_bytes(cols, n_tok) bytes, any alignment. */
+size_t hm_amx_q8_0_scratch_bytes(int64_t cols, int n_tok);
+void hm_amx_matmul_q8_0(const hm_block_q8_0 *w, size_t row_bytes, int64_t cols, int64_t r0,
+                        int64_t r1, const void *xq, size_t x_stride, int n_tok, float *y,
+                        size_t y_stride, void *scratch);
 #endif
 
 #endif

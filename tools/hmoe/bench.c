@@ -253,6 +253,7 @@ typedef struct kjob {
     size_t xb;
     float *y;
     uint64_t seed;
+    void **scratch; /* [nth] per-thread scratch of the AMX path, NULL when it is not used */
 } kjob;
 
 static void kfill_task(int ith, int nth, void *arg) {
@@ -265,6 +266,19 @@ static void kfill_task(int ith, int nth, void *arg) {
 
 static void kmatvec_task(int ith, int nth, void *arg) {
     kjob *j = arg;
+#if defined(__x86_64__)
+    if (j->scratch && j->n_tok > 4) { /* AMX INT8 tiles: rows in groups of 16 */
+        for (int m = 0; m < j->n_mats; m++) {
+            const hm_matrix *w = &j->mats[m];
+            int64_t groups = w->rows / 16;
+            int64_t r0 = groups * ith / nth * 16, r1 = groups * (ith + 1) / nth * 16;
+            if (r1 > r0)
+                hm_amx_matmul_q8_0(w->data, w->row_bytes, w->cols, r0, r1, j->xq, j->xb, j->n_tok,
+                                   j->y, (size_t)w->rows, j->scratch[ith]);
+        }
+        return;
+    }
+#endif
     for (int m = 0; m < j->n_mats; m++) {
         const hm_matrix *w = &j->mats[m];
         int64_t r0 = w->rows * ith / nth, r1 = w->rows * (ith + 1) / nth;
@@ -370,7 +384,18 @@ static int bench_kernels(int argc, char **argv) {
             x[i] = (float)((int64_t)(hm_rng_next(&seed) % 2001) - 1000) / 1000.0f;
         hm_act_convert((uint32_t)type, x, xq + (size_t)t * xb, cols);
     }
-    kjob job = {pool, hm_vec_dot_for(ops, (uint32_t)type), mats, n_mats, 1, xq, xb, y, 11};
+    kjob job = {pool, hm_vec_dot_for(ops, (uint32_t)type), mats, n_mats, 1, xq, xb, y, 11, NULL};
+    void **scratch = NULL;
+#if defined(__x86_64__)
+    /* Q8_0 on AMX: tile matmul for more than 4 tokens when rows come in groups of 16 */
+    if (ops->isa == HM_ISA_AMX && type == HM_TYPE_Q8_0 && rows % 16 == 0) {
+        scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
+        for (int t = 0; scratch && t < hm_pool_size(pool); t++)
+            scratch[t] = malloc(hm_amx_q8_0_scratch_bytes(cols, (int)max_tok));
+        printf("matmul (> 4 tokens): AMX INT8 tiles (TDPBSSD, K = 32 per Q8_0 block)\n");
+    }
+#endif
+    job.scratch = scratch;
     hm_pool_run(pool, kfill_task, &job); /* first touch by the threads that will read */
 
     /* validate against the reference on the first matrix */
@@ -407,6 +432,29 @@ static int bench_kernels(int argc, char **argv) {
             2.0 * (double)rows * (double)cols * (double)tokens[k] * job.n_mats / best * 1e-9;
         printf("%7ld %8d %12.2f %10.1f %8.1f%% %10.1f\n", tokens[k], job.n_mats,
                best / job.n_mats * 1e6, gbs, 100.0 * gbs / bw.median_gbs, gops);
+    }
+    if (scratch) {
+        /* the AMX path against the reference, on the first matrix, for the largest token count */
+        job.n_mats = 1;
+        job.n_tok = (int)max_tok;
+        if (max_tok > 4) {
+            float *yr = malloc(sizeof(float) * (size_t)(rows * max_tok));
+            hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), &mats[0], xq, xb,
+                           (int)max_tok, yr, (size_t)rows, 0, rows);
+            hm_pool_run(pool, kmatvec_task, &job);
+            double emax = 0, ym = 1e-9;
+            for (long k = 0; k < rows * max_tok; k++) {
+                ym = fmax(ym, fabs(yr[k]));
+                emax = fmax(emax, fabs((double)y[k] - yr[k]));
+            }
+            printf("validation (AMX matmul, %ld tokens): max |amx - ref| = %.3g (%.2g of max |y|) "
+                   "%s\n",
+                   max_tok, emax, emax / ym, emax <= 2e-5 * ym ? "ok" : "FAILED");
+            if (emax > 2e-5 * ym) rc = 1;
+            free(yr);
+        }
+        for (int t = 0; t < hm_pool_size(pool); t++) free(scratch[t]);
+        free(scratch);
     }
     hm_large_free(&wbuf);
     free(mats);

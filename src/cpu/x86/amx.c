@@ -67,3 +67,90 @@ hm_status hm_amx_selftest(void) {
         }
     return HM_OK;
 }
+
+/* ---------------------------------------------------------------- AMX INT8 matmul, Q8_0 weights
+ * Y[t][r] = sum_kb dx[t][kb] * dw[r][kb] * (X[t][kb] . W[r][kb]) for Q8_0 weights and Q8_0
+ * activations. Each 32-value block pair is one TDPBSSD with K = 32 (the block scales forbid
+ * accumulating across blocks in int32), scaled into float accumulators with AVX-512.
+ * Layouts in the caller's scratch: A = activations [token group of 16][kb][16 tokens][32 int8],
+ * dx [token][kb]; B = one 16-row group's weights [kb][8 rows of K/4][16 cols][4 int8] (VNNI), dw
+ * [kb][16]. */
+
+size_t hm_amx_q8_0_scratch_bytes(int64_t cols, int n_tok) {
+    int64_t nb = cols / HM_QK8_0, tg = (n_tok + 15) / 16;
+    return (size_t)(tg * 16 * nb * 32 + tg * 16 * nb * 4 + nb * 512 + nb * 64) + 64;
+}
+
+static void amx_config_q8_0(void) {
+    _Alignas(64) tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    cfg.rows[0] = 16, cfg.colsb[0] = 64; /* C: 16 tokens x 16 rows int32 */
+    cfg.rows[1] = 16, cfg.colsb[1] = 32; /* A: 16 tokens x 32 int8 */
+    cfg.rows[2] = 8, cfg.colsb[2] = 64;  /* B: 8 x (16 rows x 4 int8) */
+    _tile_loadconfig(&cfg);
+}
+
+void hm_amx_matmul_q8_0(const hm_block_q8_0 *w, size_t row_bytes, int64_t cols, int64_t r0,
+                        int64_t r1, const void *xq, size_t x_stride, int n_tok, float *y,
+                        size_t y_stride, void *scratch) {
+    const int64_t nb = cols / HM_QK8_0;
+    const int tg = (n_tok + 15) / 16;
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    int8_t *A = (int8_t *)base;
+    float *dx = (float *)(A + (size_t)tg * 16 * nb * 32);
+    int8_t *B = (int8_t *)(dx + (size_t)tg * 16 * nb);
+    float *dw = (float *)(B + nb * 512);
+    /* activations -> A tiles (zero rows pad the last token group) */
+    for (int t = 0; t < tg * 16; t++) {
+        const hm_block_q8_0 *xb =
+            t < n_tok ? (const hm_block_q8_0 *)((const uint8_t *)xq + (size_t)t * x_stride) : NULL;
+        for (int64_t kb = 0; kb < nb; kb++) {
+            int8_t *dst = A + (((size_t)(t / 16) * nb + kb) * 16 + t % 16) * 32;
+            if (xb)
+                memcpy(dst, xb[kb].qs, 32);
+            else
+                memset(dst, 0, 32);
+            dx[(size_t)t * nb + kb] = xb ? hm_h2f(xb[kb].d) : 0.0f;
+        }
+    }
+    amx_config_q8_0();
+    _Alignas(64) int32_t c[16][16];
+    for (int64_t rg = r0; rg < r1; rg += 16) {
+        /* weights of rows rg..rg+15 -> VNNI B tiles: B[kb][k/4][n][k%4] */
+        for (int n = 0; n < 16; n++) {
+            const hm_block_q8_0 *wr =
+                (const hm_block_q8_0 *)((const uint8_t *)w + (size_t)(rg + n) * row_bytes);
+            for (int64_t kb = 0; kb < nb; kb++) {
+                dw[kb * 16 + n] = hm_h2f(wr[kb].d);
+                const uint32_t *q = (const uint32_t *)(const void *)wr[kb].qs;
+                uint32_t *bt = (uint32_t *)(void *)(B + kb * 512);
+                for (int k4 = 0; k4 < 8; k4++) {
+                    uint32_t v;
+                    memcpy(&v, q + k4, 4);
+                    memcpy(bt + k4 * 16 + n, &v, 4);
+                }
+            }
+        }
+        for (int g = 0; g < tg; g++) {
+            __m512 acc[16];
+            for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+            for (int64_t kb = 0; kb < nb; kb++) {
+                _tile_zero(0);
+                _tile_loadd(1, A + ((size_t)g * nb + kb) * 512, 32);
+                _tile_loadd(2, B + kb * 512, 64);
+                _tile_dpbssd(0, 1, 2);
+                _tile_stored(0, c, 64);
+                const __m512 dwv = _mm512_loadu_ps(dw + kb * 16);
+                const float *dxg = dx + (size_t)g * 16 * nb + kb;
+                for (int m = 0; m < 16; m++)
+                    acc[m] = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(_mm512_load_si512(c[m])),
+                        _mm512_mul_ps(dwv, _mm512_set1_ps(dxg[(size_t)m * nb])), acc[m]);
+            }
+            for (int m = 0; m < 16 && g * 16 + m < n_tok; m++)
+                _mm512_storeu_ps(y + (size_t)(g * 16 + m) * y_stride + rg, acc[m]);
+        }
+    }
+    _tile_release();
+}
