@@ -245,33 +245,27 @@ static int cmp_str(const char *a, uint64_t al, const char *b, uint64_t bl) {
     return r ? r : (al > bl) - (al < bl);
 }
 
-static hm_gguf *g_sort_ctx; /* qsort has no context argument in C11; parsing is serialised below */
-static int cmp_kv_idx(const void *a, const void *b) {
-    const hm_gguf_kv *x = &g_sort_ctx->kvs[*(const uint64_t *)a];
-    const hm_gguf_kv *y = &g_sort_ctx->kvs[*(const uint64_t *)b];
+/* index sorts over a handle's tables (glibc qsort_r: the comparator gets the handle) */
+static int cmp_kv_idx(const void *a, const void *b, void *ctx) {
+    const hm_gguf *g = ctx;
+    const hm_gguf_kv *x = &g->kvs[*(const uint64_t *)a];
+    const hm_gguf_kv *y = &g->kvs[*(const uint64_t *)b];
     return cmp_str(x->key.ptr, x->key.len, y->key.ptr, y->key.len);
 }
-static int cmp_tensor_idx(const void *a, const void *b) {
-    const hm_gguf_tensor *x = &g_sort_ctx->tensors[*(const uint64_t *)a];
-    const hm_gguf_tensor *y = &g_sort_ctx->tensors[*(const uint64_t *)b];
-    return strcmp(x->name, y->name);
+static int cmp_tensor_idx(const void *a, const void *b, void *ctx) {
+    const hm_gguf *g = ctx;
+    return strcmp(g->tensors[*(const uint64_t *)a].name, g->tensors[*(const uint64_t *)b].name);
 }
-static int cmp_tensor_off(const void *a, const void *b) {
-    const hm_gguf_tensor *x = &g_sort_ctx->tensors[*(const uint64_t *)a];
-    const hm_gguf_tensor *y = &g_sort_ctx->tensors[*(const uint64_t *)b];
-    return (x->offset > y->offset) - (x->offset < y->offset);
+static int cmp_tensor_off(const void *a, const void *b, void *ctx) {
+    const hm_gguf *g = ctx;
+    uint64_t x = g->tensors[*(const uint64_t *)a].offset,
+             y = g->tensors[*(const uint64_t *)b].offset;
+    return (x > y) - (x < y);
 }
-
-#include <pthread.h>
-static pthread_mutex_t g_sort_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void sort_idx(hm_gguf *g, uint64_t *idx, uint64_t n,
-                     int (*cmp)(const void *, const void *)) {
-    pthread_mutex_lock(&g_sort_mu);
-    g_sort_ctx = g;
-    qsort(idx, n, sizeof *idx, cmp);
-    g_sort_ctx = NULL;
-    pthread_mutex_unlock(&g_sort_mu);
+                     int (*cmp)(const void *, const void *, void *)) {
+    if (n > 1) qsort_r(idx, n, sizeof *idx, cmp, g);
 }
 
 static hm_status parse_kvs(hm_gguf *g, cursor *c) {
