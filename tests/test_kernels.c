@@ -141,9 +141,12 @@ static void test_amx_q8_0(int64_t rows, int64_t cols, int n_tok) {
           *y = calloc((size_t)(rows * n_tok), sizeof(float));
     hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, HM_TYPE_Q8_0), &m, xq, xb, n_tok, yref, (size_t)rows,
                    0, rows);
-    void *scratch = malloc(hm_amx_q8_0_scratch_bytes(cols, n_tok));
-    hm_amx_matmul_q8_0((const hm_block_q8_0 *)w, rb, cols, 16, rows, xq, xb, n_tok, y, (size_t)rows,
+    void *scratch = malloc(hm_amx_q8_0_scratch_bytes(cols));
+    void *packed = malloc(hm_amx_q8_0_act_bytes(cols, n_tok));
+    hm_amx_pack_act_q8_0(xq, xb, n_tok, cols, packed);
+    hm_amx_matmul_q8_0((const hm_block_q8_0 *)w, rb, cols, 16, rows, packed, n_tok, y, (size_t)rows,
                        scratch);
+    free(packed);
     double ymax = 1e-6;
     for (int64_t k = 0; k < rows * n_tok; k++) ymax = fmax(ymax, fabs(yref[k]));
     int bad = 0;

@@ -56,12 +56,16 @@ extern const hm_cpu_ops hm_ops_amx;
 hm_status hm_amx_selftest(void);
 
 /* AMX INT8 matmul of Q8_0 weights (rows r0..r1, r1 - r0 a multiple of 16) with n_tok Q8_0
- * activation vectors (x_t at xq + t * x_stride): y[t * y_stride + r]. Needs AMX and the tile
- * permission; scratch of hm_amx_q8_0_scratch_bytes(cols, n_tok) bytes, any alignment. */
-size_t hm_amx_q8_0_scratch_bytes(int64_t cols, int n_tok);
+ * activation vectors: y[t * y_stride + r]. Needs AMX and the tile permission. The activations are
+ * packed once per call site by hm_amx_pack_act_q8_0 (x_t at xq + t * x_stride) into
+ * hm_amx_q8_0_act_bytes(cols, n_tok) bytes, shared read-only by all threads; each thread passes
+ * its own scratch of hm_amx_q8_0_scratch_bytes(cols) bytes. Any alignment. */
+size_t hm_amx_q8_0_act_bytes(int64_t cols, int n_tok);
+void hm_amx_pack_act_q8_0(const void *xq, size_t x_stride, int n_tok, int64_t cols, void *packed);
+size_t hm_amx_q8_0_scratch_bytes(int64_t cols);
 void hm_amx_matmul_q8_0(const hm_block_q8_0 *w, size_t row_bytes, int64_t cols, int64_t r0,
-                        int64_t r1, const void *xq, size_t x_stride, int n_tok, float *y,
-                        size_t y_stride, void *scratch);
+                        int64_t r1, const void *packed_act, int n_tok, float *y, size_t y_stride,
+                        void *scratch);
 #endif
 
 #endif

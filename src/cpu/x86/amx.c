@@ -72,13 +72,41 @@ hm_status hm_amx_selftest(void) {
  * Y[t][r] = sum_kb dx[t][kb] * dw[r][kb] * (X[t][kb] . W[r][kb]) for Q8_0 weights and Q8_0
  * activations. Each 32-value block pair is one TDPBSSD with K = 32 (the block scales forbid
  * accumulating across blocks in int32), scaled into float accumulators with AVX-512.
- * Layouts in the caller's scratch: A = activations [token group of 16][kb][16 tokens][32 int8],
- * dx [token][kb]; B = one 16-row group's weights [kb][8 rows of K/4][16 cols][4 int8] (VNNI), dw
- * [kb][16]. */
+ * The caller packs the activations once (hm_amx_pack_act_q8_0) for all threads; each thread
+ * repacks its 16-row weight groups into its own scratch. */
 
-size_t hm_amx_q8_0_scratch_bytes(int64_t cols, int n_tok) {
+/* packed activations: A tiles [token group][kb][16 tokens][32 int8], then dx [token][kb] */
+size_t hm_amx_q8_0_act_bytes(int64_t cols, int n_tok) {
     int64_t nb = cols / HM_QK8_0, tg = (n_tok + 15) / 16;
-    return (size_t)(tg * 16 * nb * 32 + tg * 16 * nb * 4 + nb * 512 + nb * 64) + 64;
+    return (size_t)(tg * 16 * nb * 32 + tg * 16 * nb * 4) + 64;
+}
+
+static int8_t *act_tiles(const void *packed) {
+    return (int8_t *)(((uintptr_t)packed + 63) & ~(uintptr_t)63);
+}
+
+void hm_amx_pack_act_q8_0(const void *xq, size_t x_stride, int n_tok, int64_t cols, void *packed) {
+    const int64_t nb = cols / HM_QK8_0;
+    const int tg = (n_tok + 15) / 16;
+    int8_t *A = act_tiles(packed);
+    float *dx = (float *)(A + (size_t)tg * 16 * nb * 32);
+    for (int t = 0; t < tg * 16; t++) { /* zero rows pad the last token group */
+        const hm_block_q8_0 *xb =
+            t < n_tok ? (const hm_block_q8_0 *)((const uint8_t *)xq + (size_t)t * x_stride) : NULL;
+        for (int64_t kb = 0; kb < nb; kb++) {
+            int8_t *dst = A + (((size_t)(t / 16) * nb + kb) * 16 + t % 16) * 32;
+            if (xb)
+                memcpy(dst, xb[kb].qs, 32);
+            else
+                memset(dst, 0, 32);
+            dx[(size_t)t * nb + kb] = xb ? hm_h2f(xb[kb].d) : 0.0f;
+        }
+    }
+}
+
+/* per-thread weight tiles of one 16-row group: B [kb][8][16][4] int8 (VNNI), dw [kb][16] */
+size_t hm_amx_q8_0_scratch_bytes(int64_t cols) {
+    return (size_t)(cols / HM_QK8_0) * (512 + 64) + 64;
 }
 
 static void amx_config_q8_0(void) {
@@ -92,28 +120,14 @@ static void amx_config_q8_0(void) {
 }
 
 void hm_amx_matmul_q8_0(const hm_block_q8_0 *w, size_t row_bytes, int64_t cols, int64_t r0,
-                        int64_t r1, const void *xq, size_t x_stride, int n_tok, float *y,
-                        size_t y_stride, void *scratch) {
+                        int64_t r1, const void *packed_act, int n_tok, float *y, size_t y_stride,
+                        void *scratch) {
     const int64_t nb = cols / HM_QK8_0;
     const int tg = (n_tok + 15) / 16;
-    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    int8_t *A = (int8_t *)base;
-    float *dx = (float *)(A + (size_t)tg * 16 * nb * 32);
-    int8_t *B = (int8_t *)(dx + (size_t)tg * 16 * nb);
+    const int8_t *A = act_tiles(packed_act);
+    const float *dx = (const float *)(A + (size_t)tg * 16 * nb * 32);
+    int8_t *B = act_tiles(scratch);
     float *dw = (float *)(B + nb * 512);
-    /* activations -> A tiles (zero rows pad the last token group) */
-    for (int t = 0; t < tg * 16; t++) {
-        const hm_block_q8_0 *xb =
-            t < n_tok ? (const hm_block_q8_0 *)((const uint8_t *)xq + (size_t)t * x_stride) : NULL;
-        for (int64_t kb = 0; kb < nb; kb++) {
-            int8_t *dst = A + (((size_t)(t / 16) * nb + kb) * 16 + t % 16) * 32;
-            if (xb)
-                memcpy(dst, xb[kb].qs, 32);
-            else
-                memset(dst, 0, 32);
-            dx[(size_t)t * nb + kb] = xb ? hm_h2f(xb[kb].d) : 0.0f;
-        }
-    }
     amx_config_q8_0();
     _Alignas(64) int32_t c[16][16];
     for (int64_t rg = r0; rg < r1; rg += 16) {
