@@ -10,39 +10,13 @@
 #include "quant/synth.h"
 #include "test.h"
 
-/* dequantize one weight row / activation for the float64 oracle (formats under test only) */
+/* dequantize one weight row / activation for the float64 oracle, through the reference
+ * dequantizer (itself equal to the gguf package's bit for bit, tests/quant_python.py) */
 static void deq_row(uint32_t type, const void *src, double *out, int64_t n) {
-    if (type == HM_TYPE_Q8_0) {
-        const hm_block_q8_0 *b = src;
-        for (int64_t i = 0; i < n; i++) out[i] = hm_f16_to_f32(b[i / 32].d) * b[i / 32].qs[i % 32];
-    } else if (type == HM_TYPE_Q4_K) {
-        const hm_block_q4_K *b = src;
-        for (int64_t i = 0; i < n / 256; i++) {
-            const uint8_t *q = b[i].scales;
-            for (int s = 0; s < 8; s++) {
-                int sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
-                int m = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
-                for (int k = 0; k < 32; k++) {
-                    uint8_t byte = b[i].qs[32 * (s / 2) + k];
-                    int code = s % 2 ? byte >> 4 : byte & 0xF;
-                    out[256 * i + 32 * s + k] = (double)hm_f16_to_f32(b[i].d) * sc * code -
-                                                (double)hm_f16_to_f32(b[i].dmin) * m;
-                }
-            }
-        }
-    } else if (type == HM_TYPE_Q8_K) {
-        const hm_block_q8_K *b = src;
-        for (int64_t i = 0; i < n; i++) out[i] = (double)b[i / 256].d * b[i / 256].qs[i % 256];
-    } else if (type == HM_TYPE_BF16) {
-        for (int64_t i = 0; i < n; i++) out[i] = hm_bf16_to_f32(((const uint16_t *)src)[i]);
-    } else if (type == HM_TYPE_F32) {
-        for (int64_t i = 0; i < n; i++) out[i] = ((const float *)src)[i];
-    } else { /* the other formats through the reference dequantizer (checked against gguf) */
-        float *f = malloc(sizeof(float) * (size_t)n);
-        CHECK_OK(hm_dequantize_row(type, src, f, n));
-        for (int64_t i = 0; i < n; i++) out[i] = f[i];
-        free(f);
-    }
+    float *f = malloc(sizeof(float) * (size_t)n);
+    CHECK_OK(hm_dequantize_row(type, src, f, n));
+    for (int64_t i = 0; i < n; i++) out[i] = f[i];
+    free(f);
 }
 
 /* types every SIMD variant must have its own kernel for */
