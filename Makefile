@@ -49,12 +49,14 @@ test-sanitize: deps
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZERS      = $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))
-FUZZ_LIB_SRC = $(wildcard src/core/*.c) src/quant/types.c $(wildcard src/format/*.c)
+FUZZ_LIB_SRC = $(wildcard src/core/*.c) src/quant/types.c $(wildcard src/format/*.c) \
+               $(wildcard src/tokenizer/*.c) $(wildcard src/template/*.c)
 fuzz: deps
 	@mkdir -p $(FUZZ_BUILD)
 	@for f in $(FUZZERS); do \
 	  clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -std=c11 \
-	    -D_GNU_SOURCE -Iinclude -Isrc fuzz/fuzz_$$f.c $(FUZZ_LIB_SRC) -l:libjansson.a -lpthread -lm \
+	    -D_GNU_SOURCE -DPCRE2_CODE_UNIT_WIDTH=8 -DPCRE2_STATIC -Iinclude -Isrc fuzz/fuzz_$$f.c \
+	    $(FUZZ_LIB_SRC) -l:libjansson.a -l:libpcre2-8.a -lpthread -lm \
 	    -o $(FUZZ_BUILD)/fuzz_$$f || exit 1; echo "built $(FUZZ_BUILD)/fuzz_$$f"; done
 
 fuzz-run: fuzz

@@ -12,6 +12,7 @@ have_cmd make || need+=(make)
 have_cmd cmake || need+=(cmake)
 [ -e /usr/include/linux/futex.h ] || need+=(linux-libc-dev)
 [ -e /usr/include/jansson.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libjansson-dev)
+[ -e /usr/include/pcre2.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libpcre2-dev)
 have_cmd python3 || optional+=(python3)  # tests use Python's json module as an oracle
 have_cmd lscpu || optional+=(util-linux) # topology oracle in tests
 
