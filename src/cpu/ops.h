@@ -55,17 +55,22 @@ extern const hm_cpu_ops hm_ops_amx;
  * tile permission (hm_cpu_request_amx). HM_OK when the result is exact. */
 hm_status hm_amx_selftest(void);
 
-/* AMX INT8 matmul of Q8_0 weights (rows r0..r1, r1 - r0 a multiple of 16) with n_tok Q8_0
- * activation vectors: y[t * y_stride + r]. Needs AMX and the tile permission. The activations are
- * packed once per call site by hm_amx_pack_act_q8_0 (x_t at xq + t * x_stride) into
- * hm_amx_q8_0_act_bytes(cols, n_tok) bytes, shared read-only by all threads; each thread passes
- * its own scratch of hm_amx_q8_0_scratch_bytes(cols) bytes. Any alignment. */
-size_t hm_amx_q8_0_act_bytes(int64_t cols, int n_tok);
-void hm_amx_pack_act_q8_0(const void *xq, size_t x_stride, int n_tok, int64_t cols, void *packed);
-size_t hm_amx_q8_0_scratch_bytes(int64_t cols);
-void hm_amx_matmul_q8_0(const hm_block_q8_0 *w, size_t row_bytes, int64_t cols, int64_t r0,
-                        int64_t r1, const void *packed_act, int n_tok, float *y, size_t y_stride,
-                        void *scratch);
+/* AMX INT8 matmul for every weight type with a dequantizer: y[t * y_stride + r] = W[r] . x_t for
+ * rows r0 <= r < r1 (any count) and t < n_tok, x_t = x + t * x_stride floats. Needs AMX and the
+ * tile permission. Weights and activations are both re-quantized to int8 with one scale per 256
+ * values, so results carry ~0.5% relative error (amx.c); the decode path (vec_dot) is exact.
+ * The activations are packed once per call site by hm_amx_pack_act into
+ * hm_amx_act_bytes(type, cols, n_tok) bytes (any alignment), shared read-only by all threads;
+ * packing is split by 16-token groups [g0, g1) so threads can share that work too (all of
+ * [0, 2 * ((n_tok + 31) / 32)) must be packed before any matmul). Each thread passes its own
+ * scratch of hm_amx_scratch_bytes(type, cols) bytes. */
+size_t hm_amx_act_bytes(uint32_t type, int64_t cols, int n_tok);
+void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, int n_tok, int64_t cols,
+                     void *packed, int g0, int g1);
+size_t hm_amx_scratch_bytes(uint32_t type, int64_t cols);
+void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                   int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
+                   void *scratch);
 #endif
 
 #endif

@@ -850,3 +850,181 @@ hm_status hm_quantize_row(uint32_t type, const float *src, void *dst, int64_t n)
     g_rows[type].quant(src, dst, n);
     return HM_OK;
 }
+
+/* ================================================================ int8 decomposition */
+
+int hm_i8_block(uint32_t type) {
+    switch (type) {
+    case HM_TYPE_Q8_0:
+    case HM_TYPE_Q4_0:
+    case HM_TYPE_Q4_1:
+    case HM_TYPE_Q5_0:
+    case HM_TYPE_Q5_1:
+    case HM_TYPE_IQ4_NL:
+    case HM_TYPE_MXFP4:
+    case HM_TYPE_Q4_K:
+    case HM_TYPE_Q5_K:
+    case HM_TYPE_IQ4_XS:
+        return 32;
+    case HM_TYPE_Q2_K:
+    case HM_TYPE_Q3_K:
+    case HM_TYPE_Q6_K:
+        return 16;
+    default:
+        return 0;
+    }
+}
+
+bool hm_i8_has_bias(uint32_t type) {
+    return type == HM_TYPE_Q4_1 || type == HM_TYPE_Q5_1 || type == HM_TYPE_Q4_K ||
+           type == HM_TYPE_Q5_K || type == HM_TYPE_Q2_K;
+}
+
+/* One block's outputs: q[0..bs), sc[b * st], bi[b * st] (bi only for bias types). */
+#define SPLIT_PUT(b, s, m)                                                                         \
+    do {                                                                                           \
+        sc[(size_t)(b)*st] = (s);                                                                  \
+        if (bi) bi[(size_t)(b)*st] = (m);                                                          \
+    } while (0)
+
+void hm_i8_split_row(uint32_t type, const void *row, int64_t cols, int8_t *q, float *sc, size_t st,
+                     float *bi) {
+    const int64_t nb32 = cols / 32, nbk = cols / HM_QK_K;
+    switch (type) {
+    case HM_TYPE_Q8_0: {
+        const hm_block_q8_0 *x = row;
+        for (int64_t i = 0; i < nb32; i++) {
+            memcpy(q + 32 * i, x[i].qs, 32);
+            SPLIT_PUT(i, hm_f16_to_f32(x[i].d), 0.0f);
+        }
+        break;
+    }
+    case HM_TYPE_Q4_0: {
+        const hm_block_q4_0 *x = row;
+        for (int64_t i = 0; i < nb32; i++) {
+            for (int j = 0; j < 32; j++) q[32 * i + j] = (int8_t)(nib(x[i].qs, j) - 8);
+            SPLIT_PUT(i, hm_f16_to_f32(x[i].d), 0.0f);
+        }
+        break;
+    }
+    case HM_TYPE_Q4_1: {
+        const hm_block_q4_1 *x = row;
+        for (int64_t i = 0; i < nb32; i++) {
+            for (int j = 0; j < 32; j++) q[32 * i + j] = (int8_t)nib(x[i].qs, j);
+            SPLIT_PUT(i, hm_f16_to_f32(x[i].d), hm_f16_to_f32(x[i].m));
+        }
+        break;
+    }
+    case HM_TYPE_Q5_0: {
+        const hm_block_q5_0 *x = row;
+        for (int64_t i = 0; i < nb32; i++) {
+            for (int j = 0; j < 32; j++)
+                q[32 * i + j] = (int8_t)(q5_code(x[i].qh, x[i].qs, j) - 16);
+            SPLIT_PUT(i, hm_f16_to_f32(x[i].d), 0.0f);
+        }
+        break;
+    }
+    case HM_TYPE_Q5_1: {
+        const hm_block_q5_1 *x = row;
+        for (int64_t i = 0; i < nb32; i++) {
+            for (int j = 0; j < 32; j++) q[32 * i + j] = (int8_t)q5_code(x[i].qh, x[i].qs, j);
+            SPLIT_PUT(i, hm_f16_to_f32(x[i].d), hm_f16_to_f32(x[i].m));
+        }
+        break;
+    }
+    case HM_TYPE_IQ4_NL: {
+        const hm_block_iq4_nl *x = row;
+        for (int64_t i = 0; i < nb32; i++) {
+            for (int j = 0; j < 32; j++) q[32 * i + j] = hm_kvalues_iq4nl[nib(x[i].qs, j)];
+            SPLIT_PUT(i, hm_f16_to_f32(x[i].d), 0.0f);
+        }
+        break;
+    }
+    case HM_TYPE_MXFP4: {
+        const hm_block_mxfp4 *x = row;
+        for (int64_t i = 0; i < nb32; i++) {
+            for (int j = 0; j < 32; j++) q[32 * i + j] = hm_kvalues_mxfp4[nib(x[i].qs, j)];
+            SPLIT_PUT(i, hm_e8m0_to_f32_half(x[i].e), 0.0f);
+        }
+        break;
+    }
+    case HM_TYPE_Q4_K:
+    case HM_TYPE_Q5_K: {
+        const bool q5 = type == HM_TYPE_Q5_K;
+        const hm_block_q4_K *x4 = row;
+        const hm_block_q5_K *x5 = row;
+        for (int64_t i = 0; i < nbk; i++) {
+            const uint8_t *scales = q5 ? x5[i].scales : x4[i].scales;
+            const uint8_t *qs = q5 ? x5[i].qs : x4[i].qs;
+            const float d = hm_f16_to_f32(q5 ? x5[i].d : x4[i].d);
+            const float dmin = hm_f16_to_f32(q5 ? x5[i].dmin : x4[i].dmin);
+            for (int j = 0; j < 8; j++) {
+                uint8_t s, m;
+                hm_k4_scale_min(scales, j, &s, &m);
+                const uint8_t *qq = qs + 32 * (j / 2);
+                int8_t *o = q + 256 * i + 32 * j;
+                for (int l = 0; l < 32; l++) {
+                    int v = (j & 1) ? qq[l] >> 4 : qq[l] & 0xF;
+                    if (q5) v |= ((x5[i].qh[l] >> j) & 1) << 4;
+                    o[l] = (int8_t)v;
+                }
+                SPLIT_PUT(8 * i + j, d * (float)s, -(dmin * (float)m));
+            }
+        }
+        break;
+    }
+    case HM_TYPE_IQ4_XS: {
+        const hm_block_iq4_xs *x = row;
+        for (int64_t i = 0; i < nbk; i++) {
+            const float d = hm_f16_to_f32(x[i].d);
+            for (int j = 0; j < 8; j++) {
+                for (int l = 0; l < 32; l++)
+                    q[256 * i + 32 * j + l] = hm_kvalues_iq4nl[nib(x[i].qs + 16 * j, l)];
+                SPLIT_PUT(8 * i + j, d * (float)iq4xs_scale(&x[i], j), 0.0f);
+            }
+        }
+        break;
+    }
+    case HM_TYPE_Q6_K: {
+        const hm_block_q6_K *x = row;
+        for (int64_t i = 0; i < nbk; i++) {
+            const float d = hm_f16_to_f32(x[i].d);
+            for (int v = 0; v < 256; v++) q[256 * i + v] = (int8_t)q6_code(&x[i], v);
+            for (int j = 0; j < 16; j++) SPLIT_PUT(16 * i + j, d * (float)x[i].scales[j], 0.0f);
+        }
+        break;
+    }
+    case HM_TYPE_Q3_K: {
+        const hm_block_q3_K *x = row;
+        for (int64_t i = 0; i < nbk; i++) {
+            const float d = hm_f16_to_f32(x[i].d);
+            for (int v = 0; v < 256; v++) {
+                const int h = v / 128, p = (v % 128) / 32, l = v % 32;
+                const int lo = (x[i].qs[32 * h + l] >> (2 * p)) & 3;
+                const int hbit = (x[i].hmask[l] >> (4 * h + p)) & 1;
+                q[256 * i + v] = (int8_t)(lo - (hbit ? 0 : 4));
+            }
+            for (int j = 0; j < 16; j++)
+                SPLIT_PUT(16 * i + j, d * (float)q3_scale(x[i].scales, j), 0.0f);
+        }
+        break;
+    }
+    case HM_TYPE_Q2_K: {
+        const hm_block_q2_K *x = row;
+        for (int64_t i = 0; i < nbk; i++) {
+            const float d = hm_f16_to_f32(x[i].d), dmin = hm_f16_to_f32(x[i].dmin);
+            for (int v = 0; v < 256; v++)
+                q[256 * i + v] =
+                    (int8_t)((x[i].qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3);
+            for (int j = 0; j < 16; j++) {
+                const uint8_t s = x[i].scales[j];
+                SPLIT_PUT(16 * i + j, d * (float)(s & 0xF), -(dmin * (float)(s >> 4)));
+            }
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+#undef SPLIT_PUT

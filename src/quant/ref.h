@@ -57,6 +57,22 @@ static inline float hm_e8m0_to_f32_half(uint8_t e) {
     return hm_bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
 }
 
+/* ---- int8 decomposition (the matmul kernels' common form) -----------------------------------
+ * Integer formats as w = sc[b] * q + bi[b] with int8 q and one float scale (and, for formats with
+ * mins, one float bias) per block of hm_i8_block(type) values (32; 16 for Q2_K/Q3_K/Q6_K whose
+ * scales are per 16). The float ops are dequantize's, so sc * q + bi equals hm_dequantize_row
+ * bit for bit (bi = -(dmin * m), and x + -y == x - y). The AMX/VNNI matmuls tile q and apply
+ * sc/bi per block. */
+
+/* Block length of the decomposition, 0 for types without one (floats, Q8_1, Q8_K). */
+int hm_i8_block(uint32_t type);
+/* Whether the type has a per-block bias (Q4_1, Q5_1, Q4_K, Q5_K, Q2_K). */
+bool hm_i8_has_bias(uint32_t type);
+/* One row of cols values (whole blocks of the type): q[0..cols), sc[b * st] and (when bi is not
+ * NULL) bi[b * st] for block b. Types without a decomposition write nothing. */
+void hm_i8_split_row(uint32_t type, const void *row, int64_t cols, int8_t *q, float *sc, size_t st,
+                     float *bi);
+
 /* ---- FP8 E4M3 (float8_e4m3fn) ---------------------------------------------------------------- */
 
 /* Exact; 0x7f and 0xff are NaN (there are no infinities). */

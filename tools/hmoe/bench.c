@@ -10,6 +10,7 @@
 #include "core/cpu.h"
 #include "core/pool.h"
 #include "core/timer.h"
+#include "quant/ref.h"
 #include "core/alloc.h"
 #include "cpu/matvec.h"
 #include "cpu/membw.h"
@@ -255,6 +256,7 @@ typedef struct kjob {
     uint64_t seed;
     void **scratch; /* [nth] per-thread scratch of the AMX path, NULL when it is not used */
     void *packed;   /* activations packed once for the AMX path (shared by the threads) */
+    const float *x; /* float activations [n_tok][cols] (the AMX path quantizes them itself) */
 } kjob;
 
 static void kfill_task(int ith, int nth, void *arg) {
@@ -271,11 +273,12 @@ static void kmatvec_task(int ith, int nth, void *arg) {
     if (j->scratch && j->n_tok > 4) { /* AMX INT8 tiles: rows in groups of 16 */
         for (int m = 0; m < j->n_mats; m++) {
             const hm_matrix *w = &j->mats[m];
-            int64_t groups = w->rows / 16;
-            int64_t r0 = groups * ith / nth * 16, r1 = groups * (ith + 1) / nth * 16;
+            int64_t groups = (w->rows + 31) / 32;
+            int64_t r0 = groups * ith / nth * 32, r1 = groups * (ith + 1) / nth * 32;
+            if (r1 > w->rows) r1 = w->rows;
             if (r1 > r0)
-                hm_amx_matmul_q8_0(w->data, w->row_bytes, w->cols, r0, r1, j->packed, j->n_tok,
-                                   j->y, (size_t)w->rows, j->scratch[ith]);
+                hm_amx_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed, j->n_tok,
+                              j->y, (size_t)w->rows, j->scratch[ith]);
         }
         return;
     }
@@ -285,6 +288,17 @@ static void kmatvec_task(int ith, int nth, void *arg) {
         int64_t r0 = w->rows * ith / nth, r1 = w->rows * (ith + 1) / nth;
         hm_matvec_rows(j->dot, w, j->xq, j->xb, j->n_tok, j->y, (size_t)w->rows, r0, r1);
     }
+}
+
+static void kpack_task(int ith, int nth, void *arg) {
+#if defined(__x86_64__)
+    kjob *j = arg;
+    const int tg = (j->n_tok + 31) / 32 * 2;
+    hm_amx_pack_act(j->mats[0].type, j->x, (size_t)j->mats[0].cols, j->n_tok, j->mats[0].cols,
+                    j->packed, tg * ith / nth, tg * (ith + 1) / nth);
+#else
+    (void)ith, (void)nth, (void)arg;
+#endif
 }
 
 static int parse_list(const char *s, long *out, int max) {
@@ -367,7 +381,7 @@ static int bench_kernels(int argc, char **argv) {
     for (int k = 0; k < n_tokens; k++) max_tok = tokens[k] > max_tok ? tokens[k] : max_tok;
     size_t xb = hm_act_bytes((uint32_t)type, cols);
     uint8_t *xq = malloc(xb * (size_t)max_tok);
-    float *x = malloc(sizeof(float) * (size_t)cols);
+    float *x = malloc(sizeof(float) * (size_t)(cols * max_tok));
     float *y = malloc(sizeof(float) * (size_t)(rows * max_tok));
     float *yref = malloc(sizeof(float) * (size_t)(rows * 4));
     int rc = 0;
@@ -381,21 +395,25 @@ static int bench_kernels(int argc, char **argv) {
         hm_matrix_init(&mats[m], (uint32_t)type, (uint8_t *)wbuf.ptr + (size_t)m * mb, rows, cols);
     uint64_t seed = 7;
     for (long t = 0; t < max_tok; t++) {
+        float *xt = x + (size_t)t * (size_t)cols;
         for (long i = 0; i < cols; i++)
-            x[i] = (float)((int64_t)(hm_rng_next(&seed) % 2001) - 1000) / 1000.0f;
-        hm_act_convert((uint32_t)type, x, xq + (size_t)t * xb, cols);
+            xt[i] = (float)((int64_t)(hm_rng_next(&seed) % 2001) - 1000) / 1000.0f;
+        hm_act_convert((uint32_t)type, xt, xq + (size_t)t * xb, cols);
     }
-    kjob job = {pool, hm_vec_dot_for(ops, (uint32_t)type), mats, n_mats, 1, xq, xb, y, 11, NULL,
-                NULL};
+    kjob job = {
+        pool, hm_vec_dot_for(ops, (uint32_t)type), mats, n_mats, 1, xq, xb, y, 11, NULL, NULL, x};
     void **scratch = NULL;
 #if defined(__x86_64__)
-    /* Q8_0 on AMX: tile matmul for more than 4 tokens when rows come in groups of 16 */
-    if (ops->isa == HM_ISA_AMX && type == HM_TYPE_Q8_0 && rows % 16 == 0) {
+    /* AMX: tile matmul for more than 4 tokens */
+    if (ops->isa == HM_ISA_AMX && hm_dequantize_supported((uint32_t)type)) {
         scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
         for (int t = 0; scratch && t < hm_pool_size(pool); t++)
-            scratch[t] = malloc(hm_amx_q8_0_scratch_bytes(cols));
-        job.packed = malloc(hm_amx_q8_0_act_bytes(cols, (int)max_tok));
-        printf("matmul (> 4 tokens): AMX INT8 tiles (TDPBSSD, K = 32 per Q8_0 block)\n");
+            scratch[t] = malloc(hm_amx_scratch_bytes((uint32_t)type, cols));
+        job.packed = malloc(hm_amx_act_bytes((uint32_t)type, cols, (int)max_tok));
+        printf(
+            "matmul (> 4 tokens): AMX INT8 tiles (TDPBSSD, K = 64, 32 rows x 32 tokens per step; "
+            "weights and activations int8 per 256 values; activations packed once per token "
+            "set, untimed)\n");
     }
 #endif
     job.scratch = scratch;
@@ -424,7 +442,7 @@ static int bench_kernels(int argc, char **argv) {
         if (job.n_mats > n_mats) job.n_mats = n_mats;
 #if defined(__x86_64__)
         /* once per activation set, as a layer would: not part of the per-matrix time */
-        if (job.packed && job.n_tok > 4) hm_amx_pack_act_q8_0(xq, xb, job.n_tok, cols, job.packed);
+        if (job.packed && job.n_tok > 4) hm_pool_run(pool, kpack_task, &job);
 #endif
         hm_pool_run(pool, kmatvec_task, &job); /* warm-up pass */
         double best = 1e30;
@@ -448,17 +466,18 @@ static int bench_kernels(int argc, char **argv) {
             float *yr = malloc(sizeof(float) * (size_t)(rows * max_tok));
             hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), &mats[0], xq, xb,
                            (int)max_tok, yr, (size_t)rows, 0, rows);
-            hm_amx_pack_act_q8_0(xq, xb, (int)max_tok, cols, job.packed);
+            hm_pool_run(pool, kpack_task, &job);
             hm_pool_run(pool, kmatvec_task, &job);
             double emax = 0, ym = 1e-9;
             for (long k = 0; k < rows * max_tok; k++) {
                 ym = fmax(ym, fabs(yr[k]));
                 emax = fmax(emax, fabs((double)y[k] - yr[k]));
             }
-            printf("validation (AMX matmul, %ld tokens): max |amx - ref| = %.3g (%.2g of max |y|) "
-                   "%s\n",
-                   max_tok, emax, emax / ym, emax <= 2e-5 * ym ? "ok" : "FAILED");
-            if (emax > 2e-5 * ym) rc = 1;
+            /* int8 activations per 256 values vs the ref's activation format: 1% of max |y| */
+            printf("validation (AMX matmul, %ld tokens): max |amx - ref| = %.3g (%.2g of max |y|, "
+                   "tolerance 1e-2) %s\n",
+                   max_tok, emax, emax / ym, emax <= 1e-2 * ym ? "ok" : "FAILED");
+            if (emax > 1e-2 * ym) rc = 1;
             free(yr);
         }
         for (int t = 0; t < hm_pool_size(pool); t++) free(scratch[t]);
@@ -480,5 +499,6 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "pool")) return bench_pool(argc, argv);
     if (!strcmp(argv[1], "membw")) return bench_membw(argc, argv);
     if (!strcmp(argv[1], "kernels")) return bench_kernels(argc, argv);
+    if (!strcmp(argv[1], "tokenizer")) return bench_tokenizer(argc - 1, argv + 1);
     return cli_usage_error("bench: unknown benchmark '%s' (pool | membw | kernels)", argv[1]);
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cpu/ops.h"
+#include "quant/ref.h"
 #include "cpu/x86/avx512_sum.h"
 #include "cpu/x86/kq_avx512.h"
 
@@ -68,102 +69,277 @@ hm_status hm_amx_selftest(void) {
     return HM_OK;
 }
 
-/* ---------------------------------------------------------------- AMX INT8 matmul, Q8_0 weights
- * Y[t][r] = sum_kb dx[t][kb] * dw[r][kb] * (X[t][kb] . W[r][kb]) for Q8_0 weights and Q8_0
- * activations. Each 32-value block pair is one TDPBSSD with K = 32 (the block scales forbid
- * accumulating across blocks in int32), scaled into float accumulators with AVX-512.
- * The caller packs the activations once (hm_amx_pack_act_q8_0) for all threads; each thread
- * repacks its 16-row weight groups into its own scratch. */
+/* ---------------------------------------------------------------- AMX INT8 matmul
+ * Any weight type we can dequantize, times float activations, both as int8 with one float scale
+ * per 256 values (per row for weights, per token for activations):
+ *   y[t][r] = sum_g sw[r][g] * dx[t][g] * (Qw_g . Qx_g)[r][t]
+ * Within a 256-group the int8 products accumulate in int32 inside the tiles (K = 64 per
+ * TDPBSSD, 4 per group), so the float work is one fold per group instead of one per 32-block.
+ * That costs one more rounding: the weights' dequantized values are re-quantized to int8 per 256
+ * (relative error ~0.2% of the group's max |w|, far below a 4- to 6-bit format's own error; for
+ * Q8_0 it is comparable to Q8_0's). Measured against float64 in test_kernels.
+ * Blocking: 32 rows x 32 tokens per step (A0 A1 = two 16-row weight tiles, B0 B1 = two 16-token
+ * activation tiles, C00..C11 = four int32 accumulators), so every tile load feeds two products.
+ * Weights are converted per 32-row group into the thread's scratch (row-major int8, as tile A
+ * loads them) and reused for every token pair; activations are packed once per call (VNNI).
+ * Layouts: src/quant/README.md. */
 
-/* packed activations: A tiles [token group][kb][16 tokens][32 int8], then dx [token][kb] */
-size_t hm_amx_q8_0_act_bytes(int64_t cols, int n_tok) {
-    int64_t nb = cols / HM_QK8_0, tg = (n_tok + 15) / 16;
-    return (size_t)(tg * 16 * nb * 32 + tg * 16 * nb * 4) + 64;
+#define AMX_G 256 /* scale group (values) */
+
+typedef struct {
+    int64_t kp;   /* cols rounded up to 64 (zero padded) */
+    int64_t ngrp; /* scale groups per row */
+    int tp;       /* 32-token pairs of tile groups */
+    int8_t *q;    /* [tp * 2][kp / 4][16][4] */
+    float *dx;    /* [tp * 2][ngrp][16] */
+} amx_act;
+
+static uintptr_t align64(uintptr_t p) {
+    return (p + 63) & ~(uintptr_t)63;
 }
 
-static int8_t *act_tiles(const void *packed) {
-    return (int8_t *)(((uintptr_t)packed + 63) & ~(uintptr_t)63);
+static amx_act act_layout(int64_t cols, int n_tok, const void *packed) {
+    amx_act a;
+    a.kp = (cols + 63) / 64 * 64;
+    a.ngrp = (cols + AMX_G - 1) / AMX_G;
+    a.tp = (n_tok + 31) / 32;
+    uintptr_t p = align64((uintptr_t)packed);
+    a.q = (int8_t *)p;
+    a.dx = (float *)(p + (size_t)a.tp * 32 * (size_t)a.kp);
+    return a;
 }
 
-void hm_amx_pack_act_q8_0(const void *xq, size_t x_stride, int n_tok, int64_t cols, void *packed) {
-    const int64_t nb = cols / HM_QK8_0;
-    const int tg = (n_tok + 15) / 16;
-    int8_t *A = act_tiles(packed);
-    float *dx = (float *)(A + (size_t)tg * 16 * nb * 32);
-    for (int t = 0; t < tg * 16; t++) { /* zero rows pad the last token group */
-        const hm_block_q8_0 *xb =
-            t < n_tok ? (const hm_block_q8_0 *)((const uint8_t *)xq + (size_t)t * x_stride) : NULL;
-        for (int64_t kb = 0; kb < nb; kb++) {
-            int8_t *dst = A + (((size_t)(t / 16) * nb + kb) * 16 + t % 16) * 32;
-            if (xb)
-                memcpy(dst, xb[kb].qs, 32);
-            else
-                memset(dst, 0, 32);
-            dx[(size_t)t * nb + kb] = xb ? hm_h2f(xb[kb].d) : 0.0f;
+size_t hm_amx_act_bytes(uint32_t type, int64_t cols, int n_tok) {
+    (void)type;
+    amx_act a = act_layout(cols, n_tok, NULL);
+    return (size_t)((uintptr_t)a.dx + (size_t)a.tp * 32 * (size_t)a.ngrp * sizeof(float)) + 64;
+}
+
+static inline __mmask16 tail_mask(int left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+/* n (<= 256) floats -> int8 codes (round to nearest even) in q[0..n), zeros up to pad; returns
+ * the scale max|x| / 127 */
+static inline float quant_group(const float *x, int n, int8_t *q, int pad) {
+    __m512 mx = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16)
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), x + i)));
+    const float d = _mm512_reduce_max_ps(mx) / 127.0f;
+    const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), id));
+        _mm_mask_storeu_epi8(q + i, k, _mm512_cvtsepi32_epi8(v));
+    }
+    if (pad > n) memset(q + n, 0, (size_t)(pad - n));
+    return d;
+}
+
+void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, int n_tok, int64_t cols,
+                     void *packed, int g0, int g1) {
+    (void)type;
+    const amx_act a = act_layout(cols, n_tok, packed);
+    _Alignas(64) int8_t qt[AMX_G];
+    for (int g = g0; g < g1 && g < a.tp * 2; g++) {
+        int8_t *B = a.q + (size_t)g * 16 * (size_t)a.kp;
+        for (int tl = 0; tl < 16; tl++) {
+            const int t = g * 16 + tl;
+            for (int64_t gi = 0; gi < a.ngrp; gi++) {
+                const int64_t c0 = gi * AMX_G;
+                const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
+                const int plen = (int)(a.kp - c0 < AMX_G ? a.kp - c0 : AMX_G);
+                float d = 0.0f;
+                if (t < n_tok)
+                    d = quant_group(x + (size_t)t * x_stride + c0, len, qt, plen);
+                else
+                    memset(qt, 0, (size_t)plen);
+                a.dx[((size_t)g * a.ngrp + gi) * 16 + tl] = d;
+                for (int i = 0; i < plen; i += 4) /* VNNI: 4 consecutive k of one token */
+                    memcpy(B + ((c0 + i) / 4) * 64 + tl * 4, qt + i, 4);
+            }
         }
     }
 }
 
-/* per-thread weight tiles of one 16-row group: B [kb][8][16][4] int8 (VNNI), dw [kb][16] */
-size_t hm_amx_q8_0_scratch_bytes(int64_t cols) {
-    return (size_t)(cols / HM_QK8_0) * (512 + 64) + 64;
+/* scratch: A [2][kp / 64][16][64] int8 (each A tile one contiguous KiB: strided tile loads were
+ * 3x slower on the device), sw [ngrp][32], acc [32 rows][32 tokens], cbuf [4][16][16], w [cols] */
+typedef struct {
+    int8_t *A;
+    float *sw, *acc, *wrow;
+    int32_t *cbuf;
+} amx_scratch;
+
+static amx_scratch scratch_layout(int64_t cols, void *base) {
+    const int64_t kp = (cols + 63) / 64 * 64, ngrp = (cols + AMX_G - 1) / AMX_G;
+    amx_scratch s;
+    uintptr_t p = align64((uintptr_t)base);
+    s.A = (int8_t *)p;
+    p = align64(p + 32 * (size_t)kp);
+    s.sw = (float *)p;
+    p = align64(p + (size_t)ngrp * 32 * sizeof(float));
+    s.acc = (float *)p;
+    p += 32 * 32 * sizeof(float);
+    s.cbuf = (int32_t *)p;
+    p += 4 * 256 * sizeof(int32_t);
+    s.wrow = (float *)p;
+    return s;
 }
 
-static void amx_config_q8_0(void) {
-    _Alignas(64) tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    cfg.rows[0] = 16, cfg.colsb[0] = 64; /* C: 16 tokens x 16 rows int32 */
-    cfg.rows[1] = 16, cfg.colsb[1] = 32; /* A: 16 tokens x 32 int8 */
-    cfg.rows[2] = 8, cfg.colsb[2] = 64;  /* B: 8 x (16 rows x 4 int8) */
-    _tile_loadconfig(&cfg);
+size_t hm_amx_scratch_bytes(uint32_t type, int64_t cols) {
+    (void)type;
+    amx_scratch s = scratch_layout(cols, NULL);
+    return (size_t)((uintptr_t)s.wrow + (size_t)cols * sizeof(float)) + 64;
 }
 
-void hm_amx_matmul_q8_0(const hm_block_q8_0 *w, size_t row_bytes, int64_t cols, int64_t r0,
-                        int64_t r1, const void *packed_act, int n_tok, float *y, size_t y_stride,
-                        void *scratch) {
-    const int64_t nb = cols / HM_QK8_0;
-    const int tg = (n_tok + 15) / 16;
-    const int8_t *A = act_tiles(packed_act);
-    const float *dx = (const float *)(A + (size_t)tg * 16 * nb * 32);
-    int8_t *B = act_tiles(scratch);
-    float *dw = (float *)(B + nb * 512);
-    amx_config_q8_0();
-    _Alignas(64) int32_t c[16][16];
-    for (int64_t rg = r0; rg < r1; rg += 16) {
-        /* weights of rows rg..rg+15 -> VNNI B tiles: B[kb][k/4][n][k%4] */
-        for (int n = 0; n < 16; n++) {
-            const hm_block_q8_0 *wr =
-                (const hm_block_q8_0 *)((const uint8_t *)w + (size_t)(rg + n) * row_bytes);
-            for (int64_t kb = 0; kb < nb; kb++) {
-                dw[kb * 16 + n] = hm_h2f(wr[kb].d);
-                const uint32_t *q = (const uint32_t *)(const void *)wr[kb].qs;
-                uint32_t *bt = (uint32_t *)(void *)(B + kb * 512);
-                for (int k4 = 0; k4 < 8; k4++) {
-                    uint32_t v;
-                    memcpy(&v, q + k4, 4);
-                    memcpy(bt + k4 * 16 + n, &v, 4);
+/* Dequantizes one weight row to floats: AVX-512 for the main expert formats, else the
+ * reference dequantizer. */
+static void dequant_row(uint32_t type, const void *row, int64_t cols, float *w) {
+    if (type == HM_TYPE_Q4_K) {
+        const hm_block_q4_K *b = row;
+        for (int64_t i = 0; i < cols / HM_QK_K; i++) {
+            const float d = hm_h2f(b[i].d), dmin = hm_h2f(b[i].dmin);
+            for (int c = 0; c < 4; c++) { /* 64-chunk: sub-blocks 2c (low) and 2c+1 (high) */
+                uint8_t s0, m0, s1, m1;
+                hm_k4_scale_min(b[i].scales, 2 * c, &s0, &m0);
+                hm_k4_scale_min(b[i].scales, 2 * c + 1, &s1, &m1);
+                const __m512 d0 = _mm512_set1_ps(d * (float)s0),
+                             n0 = _mm512_set1_ps(dmin * (float)m0);
+                const __m512 d1 = _mm512_set1_ps(d * (float)s1),
+                             n1 = _mm512_set1_ps(dmin * (float)m1);
+                float *o = w + 256 * i + 64 * c;
+                for (int h = 0; h < 2; h++) {
+                    const __m128i q = _mm_loadu_si128((const __m128i *)(b[i].qs + 32 * c + 16 * h));
+                    const __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, _mm_set1_epi8(15)));
+                    const __m512i hi = _mm512_cvtepu8_epi32(
+                        _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(15)));
+                    _mm512_storeu_ps(o + 16 * h, _mm512_fmsub_ps(_mm512_cvtepi32_ps(lo), d0, n0));
+                    _mm512_storeu_ps(o + 32 + 16 * h,
+                                     _mm512_fmsub_ps(_mm512_cvtepi32_ps(hi), d1, n1));
                 }
             }
         }
-        for (int g = 0; g < tg; g++) {
-            __m512 acc[16];
-            for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
-            for (int64_t kb = 0; kb < nb; kb++) {
-                _tile_zero(0);
-                _tile_loadd(1, A + ((size_t)g * nb + kb) * 512, 32);
-                _tile_loadd(2, B + kb * 512, 64);
-                _tile_dpbssd(0, 1, 2);
-                _tile_stored(0, c, 64);
-                const __m512 dwv = _mm512_loadu_ps(dw + kb * 16);
-                const float *dxg = dx + (size_t)g * 16 * nb + kb;
-                for (int m = 0; m < 16; m++)
-                    acc[m] = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(_mm512_load_si512(c[m])),
-                        _mm512_mul_ps(dwv, _mm512_set1_ps(dxg[(size_t)m * nb])), acc[m]);
+        return;
+    }
+    if (type == HM_TYPE_Q8_0) {
+        const hm_block_q8_0 *b = row;
+        for (int64_t i = 0; i < cols / HM_QK8_0; i++) {
+            const __m512 d = _mm512_set1_ps(hm_h2f(b[i].d));
+            for (int h = 0; h < 2; h++) {
+                const __m512i q =
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b[i].qs + 16 * h)));
+                _mm512_storeu_ps(w + 32 * i + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
             }
-            for (int m = 0; m < 16 && g * 16 + m < n_tok; m++)
-                _mm512_storeu_ps(y + (size_t)(g * 16 + m) * y_stride + rg, acc[m]);
+        }
+        return;
+    }
+    hm_dequantize_row(type, row, w, cols);
+}
+
+/* rows rg..rg+nr-1 (nr <= 32) -> int8 tile rows A[32][kp] + scales sw[g][32]; missing rows 0 */
+static void convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t cols, int nr,
+                         const amx_scratch *s, int64_t kp, int64_t ngrp) {
+    _Alignas(64) int8_t qg[AMX_G];
+    for (int n = 0; n < 32; n++) {
+        /* row n's 64-value chunk k sits at A + ((n / 16) * (kp / 64) + k) * 1024 + (n % 16) * 64 */
+        int8_t *A = s->A + (size_t)(n / 16) * (size_t)kp * 16 + (size_t)(n % 16) * 64;
+        if (n >= nr) {
+            for (int64_t k = 0; k < kp / 64; k++) memset(A + k * 1024, 0, 64);
+            for (int64_t g = 0; g < ngrp; g++) s->sw[g * 32 + n] = 0.0f;
+            continue;
+        }
+        dequant_row(type, w + (size_t)n * row_bytes, cols, s->wrow);
+        for (int64_t g = 0; g < ngrp; g++) {
+            const int64_t c0 = g * AMX_G;
+            const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
+            const int plen = (int)(kp - c0 < AMX_G ? kp - c0 : AMX_G);
+            s->sw[g * 32 + n] = quant_group(s->wrow + c0, len, qg, plen);
+            for (int i = 0; i < plen; i += 64)
+                _mm512_store_si512(A + (c0 + i) / 64 * 1024, _mm512_load_si512(qg + i));
+        }
+    }
+}
+
+static void amx_config(void) {
+    _Alignas(64) tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 4; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C: 16 rows x 16 tokens */
+    for (int t = 4; t < 6; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* A: 16 rows x 64 int8 */
+    for (int t = 6; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* B: 16 x (16 tok x 4) */
+    _tile_loadconfig(&cfg);
+}
+
+/* acc[r][t] += sw[r] * dx[t] * C[r][t] for one 16x16 tile stored at cb */
+static inline void fold(const int32_t *cb, const float *sw, const float *dx, float *acc) {
+    const __m512 dxv = _mm512_loadu_ps(dx);
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+        const __m512 sc = _mm512_mul_ps(dxv, _mm512_set1_ps(sw[r]));
+        _mm512_storeu_ps(acc + 32 * r,
+                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * r)), sc,
+                                         _mm512_loadu_ps(acc + 32 * r)));
+    }
+}
+
+/* acc [32 rows][32 tokens] for token pair p with the converted rows in s */
+static void amx_pair(const amx_act *a, int p, const amx_scratch *s, bool two_tok) {
+    const int64_t kp = a->kp;
+    const int8_t *B0 = a->q + (size_t)(2 * p) * 16 * (size_t)kp, *B1 = B0 + 16 * (size_t)kp;
+    const float *dx0 = a->dx + (size_t)(2 * p) * a->ngrp * 16, *dx1 = dx0 + a->ngrp * 16;
+    for (int i = 0; i < 32 * 32; i += 16) _mm512_storeu_ps(s->acc + i, _mm512_setzero_ps());
+    for (int64_t g = 0; g < a->ngrp; g++) {
+        const int64_t k0 = g * AMX_G, k1 = k0 + AMX_G < kp ? k0 + AMX_G : kp;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t k = k0; k < k1; k += 64) {
+            _tile_loadd(4, s->A + k * 16, 64);
+            _tile_loadd(5, s->A + (kp + k) * 16, 64);
+            _tile_loadd(6, B0 + k * 16, 64);
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 5, 6);
+            if (two_tok) {
+                _tile_loadd(7, B1 + k * 16, 64);
+                _tile_dpbssd(2, 4, 7);
+                _tile_dpbssd(3, 5, 7);
+            }
+        }
+        int32_t *cb = s->cbuf;
+        _tile_stored(0, cb, 64);
+        _tile_stored(1, cb + 256, 64);
+        if (two_tok) {
+            _tile_stored(2, cb + 512, 64);
+            _tile_stored(3, cb + 768, 64);
+        }
+        const float *sw = s->sw + g * 32;
+        fold(cb, sw, dx0 + g * 16, s->acc);
+        fold(cb + 256, sw + 16, dx0 + g * 16, s->acc + 16 * 32);
+        if (two_tok) {
+            fold(cb + 512, sw, dx1 + g * 16, s->acc + 16);
+            fold(cb + 768, sw + 16, dx1 + g * 16, s->acc + 16 * 32 + 16);
+        }
+    }
+}
+
+void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                   int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
+                   void *scratch) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    const amx_scratch s = scratch_layout(cols, scratch);
+    amx_config();
+    for (int64_t rg = r0; rg < r1; rg += 32) {
+        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
+        convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr, &s,
+                     a.kp, a.ngrp);
+        for (int p = 0; p < a.tp; p++) {
+            const int nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
+            amx_pair(&a, p, &s, nt > 16);
+            for (int t = 0; t < nt; t++) {
+                float *yt = y + (size_t)(32 * p + t) * y_stride + rg;
+                for (int n = 0; n < nr; n++) yt[n] = s.acc[32 * n + t];
+            }
         }
     }
     _tile_release();
