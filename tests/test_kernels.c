@@ -147,9 +147,9 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
     void *scratch = malloc(hm_amx_scratch_bytes(type, cols));
     void *packed = malloc(hm_amx_act_bytes(type, cols, n_tok));
     const int tg = (n_tok + 31) / 32 * 2;
-    hm_amx_pack_act(type, x, (size_t)cols, n_tok, cols, packed, 0, 1);
-    hm_amx_pack_act(type, x, (size_t)cols, n_tok, cols, packed, 1, tg);
-    hm_amx_matmul(type, w, rb, cols, r0, rows, packed, n_tok, y, (size_t)rows, scratch);
+    hm_amx_pack_act(type, x, (size_t)cols, NULL, n_tok, cols, packed, 0, 1);
+    hm_amx_pack_act(type, x, (size_t)cols, NULL, n_tok, cols, packed, 1, tg);
+    hm_amx_matmul(type, w, rb, cols, r0, rows, packed, n_tok, y + r0, (size_t)rows, scratch);
     double ymax = 1e-6;
     for (int64_t k = 0; k < rows * n_tok; k++) ymax = fmax(ymax, fabs(yref[k]));
     int bad = 0;

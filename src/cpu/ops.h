@@ -55,8 +55,8 @@ extern const hm_cpu_ops hm_ops_amx;
  * tile permission (hm_cpu_request_amx). HM_OK when the result is exact. */
 hm_status hm_amx_selftest(void);
 
-/* AMX INT8 matmul for every weight type with a dequantizer: y[t * y_stride + r] = W[r] . x_t for
- * rows r0 <= r < r1 (any count) and t < n_tok, x_t = x + t * x_stride floats. Needs AMX and the
+/* AMX INT8 matmul for every weight type with a dequantizer: y[t * y_stride + r - r0] = W[r] . x_t
+ * for rows r0 <= r < r1 (any count) and t < n_tok, x_t = x + t * x_stride floats. Needs AMX and the
  * tile permission. Weights and activations are both re-quantized to int8 with one scale per 256
  * values, so results carry ~0.5% relative error (amx.c); the decode path (vec_dot) is exact.
  * The activations are packed once per call site by hm_amx_pack_act into
@@ -65,8 +65,8 @@ hm_status hm_amx_selftest(void);
  * [0, 2 * ((n_tok + 31) / 32)) must be packed before any matmul). Each thread passes its own
  * scratch of hm_amx_scratch_bytes(type, cols) bytes. */
 size_t hm_amx_act_bytes(uint32_t type, int64_t cols, int n_tok);
-void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, int n_tok, int64_t cols,
-                     void *packed, int g0, int g1);
+void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32_t *idx, int n_tok,
+                     int64_t cols, void *packed, int g0, int g1);
 size_t hm_amx_scratch_bytes(uint32_t type, int64_t cols);
 void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
                    int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,

@@ -278,7 +278,7 @@ static void kmatvec_task(int ith, int nth, void *arg) {
             if (r1 > w->rows) r1 = w->rows;
             if (r1 > r0)
                 hm_amx_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed, j->n_tok,
-                              j->y, (size_t)w->rows, j->scratch[ith]);
+                              j->y + r0, (size_t)w->rows, j->scratch[ith]);
         }
         return;
     }
@@ -294,7 +294,7 @@ static void kpack_task(int ith, int nth, void *arg) {
 #if defined(__x86_64__)
     kjob *j = arg;
     const int tg = (j->n_tok + 31) / 32 * 2;
-    hm_amx_pack_act(j->mats[0].type, j->x, (size_t)j->mats[0].cols, j->n_tok, j->mats[0].cols,
+    hm_amx_pack_act(j->mats[0].type, j->x, (size_t)j->mats[0].cols, NULL, j->n_tok, j->mats[0].cols,
                     j->packed, tg * ith / nth, tg * (ith + 1) / nth);
 #else
     (void)ith, (void)nth, (void)arg;

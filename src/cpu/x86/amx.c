@@ -136,8 +136,8 @@ static inline float quant_group(const float *x, int n, int8_t *q, int pad) {
     return d;
 }
 
-void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, int n_tok, int64_t cols,
-                     void *packed, int g0, int g1) {
+void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32_t *idx, int n_tok,
+                     int64_t cols, void *packed, int g0, int g1) {
     (void)type;
     const amx_act a = act_layout(cols, n_tok, packed);
     _Alignas(64) int8_t qt[AMX_G];
@@ -151,7 +151,7 @@ void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, int n_tok, 
                 const int plen = (int)(a.kp - c0 < AMX_G ? a.kp - c0 : AMX_G);
                 float d = 0.0f;
                 if (t < n_tok)
-                    d = quant_group(x + (size_t)t * x_stride + c0, len, qt, plen);
+                    d = quant_group(x + (size_t)(idx ? idx[t] : t) * x_stride + c0, len, qt, plen);
                 else
                     memset(qt, 0, (size_t)plen);
                 a.dx[((size_t)g * a.ngrp + gi) * 16 + tl] = d;
@@ -337,7 +337,7 @@ void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols,
             const int nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
             amx_pair(&a, p, &s, nt > 16);
             for (int t = 0; t < nt; t++) {
-                float *yt = y + (size_t)(32 * p + t) * y_stride + rg;
+                float *yt = y + (size_t)(32 * p + t) * y_stride + (rg - r0);
                 for (int n = 0; n < nr; n++) yt[n] = s.acc[32 * n + t];
             }
         }

@@ -1,0 +1,106 @@
+/* hmoe_moe.h - the CPU expert engine: one object per MoE layer that computes the routed experts of
+ * a batch of tokens from weights in host memory, asynchronously, on a thread pool.
+ *
+ *   out[t] (+)= sum_j w[t][j] * down_e( act(gate_e(x[t]) + bg_e, up_e(x[t]) + bu_e) ) + w * bd_e
+ *   with e = ids[t][j], for every j whose expert is not masked (lives on the GPU).
+ *
+ * Paths: an expert with <= 4 tokens in a batch runs the matvec kernels (weights streamed once,
+ * tokens innermost, rows of every expert split across all threads: the decode path); one with
+ * more tokens runs the AMX tile matmul where the CPU has AMX, else the matvec kernels.
+ *
+ * Ownership: the weight views point into memory the caller keeps alive and unchanged for the
+ * object's lifetime (an mmapped GGUF, a repacked copy); the params' arrays are copied. The pool
+ * is borrowed, not owned: it must outlive the object and must not run other jobs while a submit
+ * is in flight.
+ * Threading: one caller drives an object (submit, wait, set_mask from one thread at a time).
+ * hm_moe_submit returns at once on an async pool (hm_pool_params.async) and runs to completion on
+ * a sync one; x, ids, w and out must stay valid and untouched until hm_moe_wait returns. Several
+ * objects (layers) may share one pool, one submit in flight at a time.
+ * Errors: bad shapes or types fail in hm_moe_create, bad ids / token counts in hm_moe_submit,
+ * each with a message naming what was wrong; nothing is computed then. */
+#ifndef HMOE_MOE_H
+#define HMOE_MOE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hmoe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hm_pool hm_pool;
+typedef struct hm_moe hm_moe;
+
+typedef enum {
+    HM_MOE_SILU = 0,   /* silu(g) * u (Qwen, DeepSeek, Mixtral) */
+    HM_MOE_GELU,       /* gelu(g) * u with the exact (erf) GELU */
+    HM_MOE_SWIGLU_OAI, /* gpt-oss: g = min(g, limit), u = clamp(u, -limit, limit),
+                          (u + 1) * g * sigmoid(alpha * g) */
+} hm_moe_act;
+
+typedef enum { HM_MOE_F32 = 0, HM_MOE_BF16 } hm_moe_dtype;
+
+/* A weight matrix [rows][cols] of a ggml type (GGUF layout: cols contiguous). row_bytes 0 means
+ * rows are packed (hm_type_row_bytes). */
+typedef struct hm_moe_matrix {
+    uint32_t type;
+    const void *data;
+    size_t row_bytes;
+} hm_moe_matrix;
+
+typedef struct hm_moe_expert {
+    hm_moe_matrix gate, up;           /* [inter][hidden] */
+    hm_moe_matrix down;               /* [hidden][inter] */
+    const float *gate_bias, *up_bias; /* [inter] or NULL */
+    const float *down_bias;           /* [hidden] or NULL */
+} hm_moe_expert;
+
+typedef struct hm_moe_params {
+    int n_experts;
+    int64_t hidden, inter;
+    const hm_moe_expert *experts; /* [n_experts]; one type per projection across experts */
+    hm_moe_act act;
+    float swiglu_alpha, swiglu_limit; /* HM_MOE_SWIGLU_OAI (gpt-oss: 1.702, 7.0) */
+    const uint8_t *mask; /* [n_experts], nonzero: computed elsewhere, skipped; or NULL */
+    hm_pool *pool;
+    int max_tokens; /* tokens per internal pass (scratch is sized for it); 0 = 1024 */
+    bool no_amx;    /* never use the AMX path (tests, comparisons) */
+} hm_moe_params;
+
+hm_moe_params hm_moe_default_params(void);
+hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out);
+void hm_moe_free(hm_moe *moe); /* waits for a submit in flight; NULL is a no-op */
+
+/* Replaces the mask (NULL: no expert masked). Not while a submit is in flight. */
+hm_status hm_moe_set_mask(hm_moe *moe, const uint8_t *mask);
+
+/* x: [n_tok][hidden] of x_type; ids, w: [n_tok][k] (ids < n_experts; an id of -1 is skipped);
+ * out: [n_tok][hidden] of out_type, overwritten, or added to when accumulate is set (the expert
+ * deferral case: the deferred experts of layer L are added to layer L+1's output). */
+hm_status hm_moe_submit(hm_moe *moe, const void *x, hm_moe_dtype x_type, const int32_t *ids,
+                        const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
+                        bool accumulate);
+/* Blocks until the submitted batch is complete (no-op when none is in flight). */
+void hm_moe_wait(hm_moe *moe);
+
+/* ---- routers (CPU helpers; scores in float) ---------------------------------------------- */
+
+/* softmax over n logits, the k largest (ties: lower id first), optionally renormalised to sum 1
+ * (Qwen3 norm_topk_prob; Mixtral and gpt-oss equal the renormalised form). */
+hm_status hm_router_softmax_topk(const float *logits, int n, int k, bool renorm, int32_t *ids,
+                                 float *w);
+/* DeepSeek-V3: s = sigmoid(logits); choice = s + bias (bias may be NULL); groups of n / n_group
+ * experts scored by the sum of their top-2 choices; the best topk_group groups kept; the k best
+ * choices among them; weights s[id], renormalised when renorm, times scale. */
+hm_status hm_router_sigmoid_group_topk(const float *logits, const float *bias, int n, int n_group,
+                                       int topk_group, int k, bool renorm, float scale,
+                                       int32_t *ids, float *w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,647 @@
+/* moe.c - the CPU expert engine (include/hmoe_moe.h).
+ *
+ * One submit = one pool job. The caller thread routes (a counting sort of the (token, expert)
+ * pairs into per-expert lists) and splits the active experts into chunks whose assignments fit
+ * the scratch; the job then runs, per chunk, with barriers between phases:
+ *   pre  convert the activations once per token for the matvec kernels (and bf16 input to f32)
+ *   B    quantize + pack the tokens of the AMX experts (16-token groups spread over threads)
+ *   C    gate and up: the chunk's rows (all experts concatenated) in 32-row units spread evenly
+ *        over the threads; each unit is gate + up + activation in one pass into h
+ *   D    convert h for the down projection (matvec) or pack it (AMX)
+ *   E    down: every thread owns 32-row units of the output and adds w * down_e(h) of every
+ *        expert of the chunk into them - no reduction across threads, no further barrier.
+ * After the last chunk each thread writes its own output rows (f32 or bf16, set or add).
+ * Weights are read exactly once per submit: every row of every active expert belongs to one unit.
+ */
+#include "hmoe_moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/cpu.h"
+#include "core/pool.h"
+#include "cpu/matvec.h"
+#include "cpu/ops.h"
+#include "quant/fp16.h"
+#include "quant/types.h"
+
+#define UNIT        32 /* rows per work unit (the AMX row group) */
+#define MATVEC_MAX  4  /* experts with more tokens take the AMX path where there is one */
+#define DEFAULT_MAX 1024
+
+typedef struct {
+    int e, n;    /* expert, its token count in this batch */
+    int64_t off; /* first assignment (index into tok/wt and the rows of h) */
+    bool amx;
+    size_t px_off, ph_off; /* packed activations (AMX) in px / ph */
+} active_expert;
+
+typedef struct {
+    int a0, a1;   /* active experts [a0, a1) */
+    int64_t rows; /* assignments of the chunk */
+    bool any_amx;
+} chunk;
+
+struct hm_moe {
+    hm_moe_params p;
+    hm_moe_expert *experts;
+    uint8_t *mask;
+    const hm_cpu_ops *ops;
+    bool amx;
+    uint32_t tg, tu, td;
+    hm_vec_dot_fn dot_g, dot_u, dot_d;
+    size_t xq_bytes, hq_bytes; /* matvec activation bytes per token (hidden / inter) */
+    int nth;
+    /* per-batch state */
+    bool in_flight;
+    const void *x;
+    hm_moe_dtype x_type, out_type;
+    void *out;
+    bool accumulate;
+    int n_tok;
+    int32_t *tok; /* [assignments] token of each assignment, sorted by expert */
+    float *wt;    /* [assignments] its weight */
+    int *cnt;     /* [n_experts] */
+    active_expert *act;
+    int n_act;
+    chunk *chunks;
+    int n_chunks;
+    /* scratch (grown on demand, only between batches) */
+    size_t cap_tok, cap_pairs, cap_rows, cap_px, cap_ph;
+    float *xf;        /* [n_tok][hidden] bf16 input as f32 */
+    uint8_t *xq;      /* [n_tok][xq_bytes] */
+    float *h;         /* [chunk assignments][inter] */
+    uint8_t *hq;      /* [chunk assignments][hq_bytes] */
+    uint8_t *px, *ph; /* packed AMX activations of the chunk */
+    float *acc;       /* [n_tok][hidden] */
+    void **tscratch;  /* per thread: AMX scratch + gate/up/down tiles */
+    size_t tscratch_bytes;
+};
+
+hm_moe_params hm_moe_default_params(void) {
+    hm_moe_params p;
+    memset(&p, 0, sizeof p);
+    p.act = HM_MOE_SILU;
+    p.swiglu_alpha = 1.702f;
+    p.swiglu_limit = 7.0f;
+    return p;
+}
+
+static hm_status check_matrix(const hm_moe_matrix *m, int64_t rows, int64_t cols, int e,
+                              const char *what, uint32_t type0, size_t *rb_out) {
+    uint64_t rb;
+    if (!m->data)
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: expert %d %s weights are NULL", e, what);
+    if (m->type != type0)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: expert %d %s has type %s, expert 0 has %s (one type per projection)",
+                         e, what, hm_type_name(m->type), hm_type_name(type0));
+    if (!hm_type_row_bytes(m->type, (uint64_t)cols, &rb))
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: %s rows of %lld values are not a whole number of %s blocks", what,
+                         (long long)cols, hm_type_name(m->type));
+    if (m->row_bytes && m->row_bytes < rb)
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: expert %d %s row stride %zu < row size %llu", e,
+                         what, m->row_bytes, (unsigned long long)rb);
+    hm_status st = hm_kernel_check(m->type, what);
+    if (st) return st;
+    (void)rows;
+    *rb_out = m->row_bytes ? m->row_bytes : (size_t)rb;
+    return HM_OK;
+}
+
+hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
+    *out = NULL;
+    const hm_moe_params *p = params;
+    if (!p || !p->pool || !p->experts)
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: params, pool and experts are required");
+    if (p->n_experts < 1 || p->n_experts > (1 << 16) || p->hidden < 1 || p->inter < 1 ||
+        p->hidden > (1 << 20) || p->inter > (1 << 20))
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad shape: %d experts, hidden %lld, inter %lld",
+                         p->n_experts, (long long)p->hidden, (long long)p->inter);
+    if (p->act != HM_MOE_SILU && p->act != HM_MOE_GELU && p->act != HM_MOE_SWIGLU_OAI)
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: unknown activation %d", (int)p->act);
+    if (p->max_tokens < 0)
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: max_tokens %d < 0", p->max_tokens);
+    hm_moe *m = calloc(1, sizeof *m);
+    if (!m) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
+    m->p = *p;
+    if (!m->p.max_tokens) m->p.max_tokens = DEFAULT_MAX;
+    m->experts = malloc(sizeof *m->experts * (size_t)p->n_experts);
+    m->mask = calloc((size_t)p->n_experts, 1);
+    m->cnt = calloc((size_t)p->n_experts, sizeof *m->cnt);
+    m->act = calloc((size_t)p->n_experts, sizeof *m->act);
+    m->chunks = calloc((size_t)p->n_experts, sizeof *m->chunks);
+    hm_status st = HM_OK;
+    if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks) {
+        st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
+        goto fail;
+    }
+    memcpy(m->experts, p->experts, sizeof *m->experts * (size_t)p->n_experts);
+    if (p->mask) memcpy(m->mask, p->mask, (size_t)p->n_experts);
+    m->tg = p->experts[0].gate.type;
+    m->tu = p->experts[0].up.type;
+    m->td = p->experts[0].down.type;
+    if (hm_act_type(m->tg) != hm_act_type(m->tu)) {
+        st = hm_errorf(HM_ERR_UNSUPPORTED, "moe: gate (%s) and up (%s) need different activations",
+                       hm_type_name(m->tg), hm_type_name(m->tu));
+        goto fail;
+    }
+    for (int e = 0; e < p->n_experts; e++) {
+        hm_moe_expert *x = &m->experts[e];
+        if ((st = check_matrix(&x->gate, p->inter, p->hidden, e, "gate", m->tg,
+                               &x->gate.row_bytes)) ||
+            (st = check_matrix(&x->up, p->inter, p->hidden, e, "up", m->tu, &x->up.row_bytes)) ||
+            (st =
+                 check_matrix(&x->down, p->hidden, p->inter, e, "down", m->td, &x->down.row_bytes)))
+            goto fail;
+    }
+    if ((st = hm_cpu_ops_get(&m->ops))) goto fail;
+    m->dot_g = hm_vec_dot_for(m->ops, m->tg);
+    m->dot_u = hm_vec_dot_for(m->ops, m->tu);
+    m->dot_d = hm_vec_dot_for(m->ops, m->td);
+#if defined(__x86_64__)
+    m->amx = !p->no_amx && m->ops->isa == HM_ISA_AMX;
+#endif
+    m->xq_bytes = hm_act_bytes(m->tg, p->hidden);
+    m->hq_bytes = hm_act_bytes(m->td, p->inter);
+    m->nth = hm_pool_size(p->pool);
+    m->tscratch = calloc((size_t)m->nth, sizeof(void *));
+    if (!m->tscratch) {
+        st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
+        goto fail;
+    }
+    size_t amx_bytes = 0;
+#if defined(__x86_64__)
+    if (m->amx) {
+        size_t a = hm_amx_scratch_bytes(m->tg, p->hidden),
+               b = hm_amx_scratch_bytes(m->td, p->inter);
+        amx_bytes = (a > b ? a : b) + 64;
+    }
+#endif
+    m->tscratch_bytes = (amx_bytes + 63) & ~(size_t)63;
+    *out = m;
+    return HM_OK;
+fail:
+    hm_moe_free(m);
+    return st;
+}
+
+static void free_scratch(hm_moe *m) {
+    hm_free(m->xf), hm_free(m->xq), hm_free(m->h), hm_free(m->hq), hm_free(m->px), hm_free(m->ph);
+    hm_free(m->acc);
+    free(m->tok), free(m->wt);
+    m->xf = m->h = m->acc = NULL;
+    m->xq = m->hq = m->px = m->ph = NULL;
+    m->tok = NULL, m->wt = NULL;
+    if (m->tscratch)
+        for (int i = 0; i < m->nth; i++) {
+            if (m->tscratch[i]) hm_free((size_t *)m->tscratch[i] - 8);
+            m->tscratch[i] = NULL;
+        }
+    m->cap_tok = m->cap_pairs = m->cap_rows = m->cap_px = m->cap_ph = 0;
+}
+
+void hm_moe_free(hm_moe *m) {
+    if (!m) return;
+    hm_moe_wait(m);
+    free_scratch(m);
+    free(m->tscratch), free(m->experts), free(m->mask), free(m->cnt), free(m->act);
+    free(m->chunks);
+    free(m);
+}
+
+hm_status hm_moe_set_mask(hm_moe *m, const uint8_t *mask) {
+    if (m->in_flight)
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: set_mask while a batch is in flight");
+    if (mask)
+        memcpy(m->mask, mask, (size_t)m->p.n_experts);
+    else
+        memset(m->mask, 0, (size_t)m->p.n_experts);
+    return HM_OK;
+}
+
+/* ---------------------------------------------------------------- activations */
+
+static inline float act_fn(const hm_moe *m, float g, float u) {
+    switch (m->p.act) {
+    case HM_MOE_GELU:
+        return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
+    case HM_MOE_SWIGLU_OAI: {
+        const float lim = m->p.swiglu_limit;
+        g = g < lim ? g : lim;
+        u = u < -lim ? -lim : (u > lim ? lim : u);
+        return (u + 1.0f) * (g / (1.0f + expf(-m->p.swiglu_alpha * g)));
+    }
+    default:
+        return g / (1.0f + expf(-g)) * u;
+    }
+}
+
+static inline const float *x_row(const hm_moe *m, int t) {
+    return m->x_type == HM_MOE_BF16 ? m->xf + (size_t)t * (size_t)m->p.hidden
+                                    : (const float *)m->x + (size_t)t * (size_t)m->p.hidden;
+}
+
+/* ---------------------------------------------------------------- the job */
+
+static void span(int64_t n, int ith, int nth, int64_t *a, int64_t *b) {
+    *a = n * ith / nth;
+    *b = n * (ith + 1) / nth;
+}
+
+static void phase_pre(hm_moe *m, int ith, int nth) {
+    int64_t t0, t1;
+    span(m->n_tok, ith, nth, &t0, &t1);
+    const int64_t H = m->p.hidden;
+    for (int64_t t = t0; t < t1; t++) {
+        if (m->x_type == HM_MOE_BF16) {
+            const hm_bf16 *src = (const hm_bf16 *)m->x + (size_t)t * (size_t)H;
+            for (int64_t i = 0; i < H; i++)
+                m->xf[(size_t)t * (size_t)H + i] = hm_bf16_to_f32(src[i]);
+        }
+        hm_act_convert(m->tg, x_row(m, (int)t), m->xq + (size_t)t * m->xq_bytes, H);
+    }
+}
+
+#if defined(__x86_64__)
+/* packs items (expert, 16-token group) round robin; src rows given by idx (x) or contiguous (h) */
+static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
+    int item = 0;
+    for (int a = c->a0; a < c->a1; a++) {
+        const active_expert *ae = &m->act[a];
+        if (!ae->amx) continue;
+        const int groups = (ae->n + 31) / 32 * 2;
+        for (int g = 0; g < groups; g++, item++) {
+            if (item % nth != ith) continue;
+            if (!down) {
+                const float *x0 = m->x_type == HM_MOE_BF16 ? m->xf : (const float *)m->x;
+                hm_amx_pack_act(m->tg, x0, (size_t)m->p.hidden, m->tok + ae->off, ae->n,
+                                m->p.hidden, m->px + ae->px_off, g, g + 1);
+            } else {
+                const int64_t row0 = ae->off - m->act[c->a0].off;
+                hm_amx_pack_act(m->td, m->h + (size_t)row0 * (size_t)m->p.inter, (size_t)m->p.inter,
+                                NULL, ae->n, m->p.inter, m->ph + ae->ph_off, g, g + 1);
+            }
+        }
+    }
+}
+#endif
+
+/* gate + up + activation for rows [r0, r1) of expert ae into h (rows hrow0.. of the chunk);
+ * tb: this thread's [n][UNIT] float buffer */
+static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t r0, int64_t r1,
+                         void *scr, float *tb) {
+    const hm_moe_expert *x = &m->experts[ae->e];
+    const int64_t I = m->p.inter, H = m->p.hidden;
+    float *h = m->h + (size_t)hrow0 * (size_t)I;
+#if defined(__x86_64__)
+    if (ae->amx) {
+        const int nr = (int)(r1 - r0);
+        hm_amx_matmul(m->tg, x->gate.data, x->gate.row_bytes, H, r0, r1, m->px + ae->px_off, ae->n,
+                      h + r0, (size_t)I, scr);
+        hm_amx_matmul(m->tu, x->up.data, x->up.row_bytes, H, r0, r1, m->px + ae->px_off, ae->n, tb,
+                      (size_t)nr, scr);
+        for (int t = 0; t < ae->n; t++) {
+            float *ht = h + (size_t)t * (size_t)I;
+            for (int64_t r = r0; r < r1; r++) {
+                const float bg = x->gate_bias ? x->gate_bias[r] : 0.0f;
+                const float bu = x->up_bias ? x->up_bias[r] : 0.0f;
+                ht[r] = act_fn(m, ht[r] + bg, tb[(size_t)t * (size_t)nr + (size_t)(r - r0)] + bu);
+            }
+        }
+        return;
+    }
+#endif
+    (void)scr, (void)tb;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *gw = (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes;
+        const uint8_t *uw = (const uint8_t *)x->up.data + (size_t)r * x->up.row_bytes;
+        const float bg = x->gate_bias ? x->gate_bias[r] : 0.0f;
+        const float bu = x->up_bias ? x->up_bias[r] : 0.0f;
+        for (int t = 0; t < ae->n; t++) {
+            const uint8_t *xq = m->xq + (size_t)m->tok[ae->off + t] * m->xq_bytes;
+            const float g = m->dot_g(H, gw, xq) + bg, u = m->dot_u(H, uw, xq) + bu;
+            h[(size_t)t * (size_t)I + (size_t)r] = act_fn(m, g, u);
+        }
+    }
+}
+
+/* output rows [r0, r1): acc[tok][r] += w * (down_e[r] . h + bias[r]) for expert ae */
+static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t r0, int64_t r1,
+                      void *scr, float *tb) {
+    const hm_moe_expert *x = &m->experts[ae->e];
+    const int64_t I = m->p.inter, H = m->p.hidden;
+    const int nr = (int)(r1 - r0);
+#if defined(__x86_64__)
+    if (ae->amx)
+        hm_amx_matmul(m->td, x->down.data, x->down.row_bytes, I, r0, r1, m->ph + ae->ph_off, ae->n,
+                      tb, (size_t)nr, scr);
+#endif
+    for (int t = 0; t < ae->n; t++) {
+        const float w = m->wt[ae->off + t];
+        float *acc = m->acc + (size_t)m->tok[ae->off + t] * (size_t)H;
+        if (ae->amx) {
+            const float *y = tb + (size_t)t * (size_t)nr;
+            for (int i = 0; i < nr; i++)
+                acc[r0 + i] += w * (y[i] + (x->down_bias ? x->down_bias[r0 + i] : 0.0f));
+            continue;
+        }
+        const uint8_t *hq = m->hq + (size_t)(hrow0 + t) * m->hq_bytes;
+        const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
+        for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes)
+            acc[r] += w * (m->dot_d(I, dw, hq) + (x->down_bias ? x->down_bias[r] : 0.0f));
+    }
+}
+
+/* Thread ith's share of a chunk's units: the chunk's experts' row ranges concatenated, in UNIT
+ * rows, split evenly over the threads. */
+static void gate_up_phase(hm_moe *m, const chunk *c, int ith, int nth, void *scr, float *tb) {
+    const int64_t upe = (m->p.inter + UNIT - 1) / UNIT;
+    const int64_t total = upe * (c->a1 - c->a0);
+    int64_t u0, u1;
+    span(total, ith, nth, &u0, &u1);
+    const int64_t base = m->act[c->a0].off;
+    for (int64_t u = u0; u < u1; u++) {
+        const active_expert *ae = &m->act[c->a0 + u / upe];
+        const int64_t r0 = (u % upe) * UNIT, r1 = r0 + UNIT;
+        gate_up_unit(m, ae, ae->off - base, r0, r1 < m->p.inter ? r1 : m->p.inter, scr, tb);
+    }
+}
+
+static void convert_h_phase(hm_moe *m, const chunk *c, int ith, int nth) {
+    const int64_t base = m->act[c->a0].off;
+    for (int a = c->a0; a < c->a1; a++) {
+        const active_expert *ae = &m->act[a];
+        if (ae->amx) continue;
+        for (int t = 0; t < ae->n; t++) {
+            const int64_t row = ae->off - base + t;
+            if (row % nth != ith) continue;
+            hm_act_convert(m->td, m->h + (size_t)row * (size_t)m->p.inter,
+                           m->hq + (size_t)row * m->hq_bytes, m->p.inter);
+        }
+    }
+}
+
+static void job(int ith, int nth, void *arg) {
+    hm_moe *m = arg;
+    void *scr = m->tscratch[ith];
+    float *tb = (float *)((uint8_t *)scr + m->tscratch_bytes);
+    const int64_t H = m->p.hidden, hu = (H + UNIT - 1) / UNIT;
+    int64_t o0, o1; /* this thread's output units */
+    span(hu, ith, nth, &o0, &o1);
+    const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
+    for (int t = 0; t < m->n_tok; t++)
+        memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
+    phase_pre(m, ith, nth);
+    hm_pool_barrier(m->p.pool);
+    for (int ci = 0; ci < m->n_chunks; ci++) {
+        const chunk *c = &m->chunks[ci];
+#if defined(__x86_64__)
+        if (c->any_amx) {
+            phase_pack(m, c, false, ith, nth);
+            hm_pool_barrier(m->p.pool);
+        }
+#endif
+        gate_up_phase(m, c, ith, nth, scr, tb);
+        hm_pool_barrier(m->p.pool);
+        convert_h_phase(m, c, ith, nth);
+#if defined(__x86_64__)
+        if (c->any_amx) phase_pack(m, c, true, ith, nth);
+#endif
+        hm_pool_barrier(m->p.pool);
+        const int64_t base = m->act[c->a0].off;
+        for (int a = c->a0; a < c->a1; a++) {
+            const active_expert *ae = &m->act[a];
+            for (int64_t r = R0; r < R1; r += UNIT)
+                down_unit(m, ae, ae->off - base, r, r + UNIT < R1 ? r + UNIT : R1, scr, tb);
+        }
+        if (ci + 1 < m->n_chunks) hm_pool_barrier(m->p.pool);
+    }
+    /* write this thread's output rows */
+    for (int t = 0; t < m->n_tok; t++) {
+        const float *a = m->acc + (size_t)t * (size_t)H;
+        if (m->out_type == HM_MOE_F32) {
+            float *o = (float *)m->out + (size_t)t * (size_t)H;
+            for (int64_t r = R0; r < R1; r++) o[r] = m->accumulate ? o[r] + a[r] : a[r];
+        } else {
+            hm_bf16 *o = (hm_bf16 *)m->out + (size_t)t * (size_t)H;
+            for (int64_t r = R0; r < R1; r++)
+                o[r] = hm_f32_to_bf16(m->accumulate ? hm_bf16_to_f32(o[r]) + a[r] : a[r]);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- submit */
+
+static bool grow(void **p, size_t *cap, size_t need, const char *what) {
+    if (need <= *cap) return true;
+    hm_free(*p);
+    *p = hm_malloc_aligned(need, 64, what);
+    *cap = *p ? need : 0;
+    return *p != NULL;
+}
+
+hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
+                        const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
+                        bool accumulate) {
+    if (m->in_flight)
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: submit while a batch is in flight");
+    if (n_tok < 0 || k < 0 || k > m->p.n_experts || (n_tok > 0 && (!x || !ids || !w || !out)))
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad batch: %d tokens, k = %d (%d experts)",
+                         n_tok, k, m->p.n_experts);
+    if ((x_type != HM_MOE_F32 && x_type != HM_MOE_BF16) ||
+        (out_type != HM_MOE_F32 && out_type != HM_MOE_BF16))
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: input/output must be f32 or bf16");
+    const int E = m->p.n_experts;
+    for (int64_t i = 0; i < (int64_t)n_tok * k; i++)
+        if (ids[i] < -1 || ids[i] >= E)
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "moe: token %lld slot %lld: expert id %d not in [0, %d)",
+                             (long long)(i / k), (long long)(i % k), ids[i], E);
+    const int64_t H = m->p.hidden, I = m->p.inter;
+    /* route: counting sort of the unmasked assignments by expert */
+    memset(m->cnt, 0, sizeof *m->cnt * (size_t)E);
+    int64_t n_asg = 0;
+    for (int64_t i = 0; i < (int64_t)n_tok * k; i++)
+        if (ids[i] >= 0 && !m->mask[ids[i]]) m->cnt[ids[i]]++, n_asg++;
+    if (n_asg == 0) { /* nothing to compute here */
+        if (!accumulate && n_tok > 0)
+            memset(out, 0, (size_t)n_tok * (size_t)H * (out_type == HM_MOE_F32 ? 4 : 2));
+        return HM_OK;
+    }
+    if ((size_t)n_asg > m->cap_pairs) {
+        free(m->tok), free(m->wt);
+        m->tok = malloc(sizeof *m->tok * (size_t)n_asg);
+        m->wt = malloc(sizeof *m->wt * (size_t)n_asg);
+        m->cap_pairs = m->tok && m->wt ? (size_t)n_asg : 0;
+        if (!m->cap_pairs) {
+            free_scratch(m);
+            return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %lld assignments",
+                             (long long)n_asg);
+        }
+    }
+    m->n_act = 0;
+    int64_t off = 0;
+    int max_n = 0;
+    for (int e = 0; e < E; e++) {
+        if (!m->cnt[e]) continue;
+        active_expert *ae = &m->act[m->n_act++];
+        ae->e = e, ae->n = m->cnt[e], ae->off = off;
+        ae->amx = m->amx && ae->n > MATVEC_MAX;
+        off += ae->n;
+        max_n = ae->n > max_n ? ae->n : max_n;
+        m->cnt[e] = (int)ae->off; /* now the fill cursor */
+    }
+    for (int64_t i = 0; i < (int64_t)n_tok * k; i++) {
+        const int e = ids[i];
+        if (e < 0 || m->mask[e]) continue;
+        m->tok[m->cnt[e]] = (int32_t)(i / k);
+        m->wt[m->cnt[e]++] = w[i];
+    }
+    /* chunks of whole experts with at most max_tokens * 8 assignments (at least one expert) */
+    const int64_t cap = (int64_t)m->p.max_tokens * 8;
+    m->n_chunks = 0;
+    int64_t chunk_rows = 0;
+    size_t px_need = 0, ph_need = 0, px = 0, ph = 0;
+    for (int a = 0; a < m->n_act; a++) {
+        active_expert *ae = &m->act[a];
+        if (m->n_chunks == 0 || m->chunks[m->n_chunks - 1].rows + ae->n > cap) {
+            chunk *c = &m->chunks[m->n_chunks++];
+            c->a0 = a, c->a1 = a, c->rows = 0, c->any_amx = false;
+            px = ph = 0;
+        }
+        chunk *c = &m->chunks[m->n_chunks - 1];
+        c->a1 = a + 1;
+        c->rows += ae->n;
+        chunk_rows = c->rows > chunk_rows ? c->rows : chunk_rows;
+#if defined(__x86_64__)
+        if (ae->amx) {
+            c->any_amx = true;
+            ae->px_off = px, ae->ph_off = ph;
+            px += (hm_amx_act_bytes(m->tg, H, ae->n) + 63) & ~(size_t)63;
+            ph += (hm_amx_act_bytes(m->td, I, ae->n) + 63) & ~(size_t)63;
+        }
+#endif
+        px_need = px > px_need ? px : px_need;
+        ph_need = ph > ph_need ? ph : ph_need;
+    }
+    /* scratch */
+    bool ok = true;
+    if ((size_t)n_tok > m->cap_tok) {
+        hm_free(m->xf), hm_free(m->xq), hm_free(m->acc);
+        m->xf = hm_malloc_aligned(sizeof(float) * (size_t)n_tok * (size_t)H, 64, "moe input");
+        m->xq = hm_malloc_aligned(m->xq_bytes * (size_t)n_tok + 64, 64, "moe activations");
+        m->acc = hm_malloc_aligned(sizeof(float) * (size_t)n_tok * (size_t)H, 64, "moe output");
+        ok = m->xf && m->xq && m->acc;
+        m->cap_tok = ok ? (size_t)n_tok : 0;
+    }
+    if (ok && (size_t)chunk_rows > m->cap_rows) {
+        hm_free(m->h), hm_free(m->hq);
+        m->h = hm_malloc_aligned(sizeof(float) * (size_t)chunk_rows * (size_t)I, 64, "moe hidden");
+        m->hq = hm_malloc_aligned(m->hq_bytes * (size_t)chunk_rows + 64, 64, "moe hidden q");
+        ok = m->h && m->hq;
+        m->cap_rows = ok ? (size_t)chunk_rows : 0;
+    }
+    ok = ok && (px_need == 0 || grow((void **)&m->px, &m->cap_px, px_need, "moe packed x"));
+    ok = ok && (ph_need == 0 || grow((void **)&m->ph, &m->cap_ph, ph_need, "moe packed h"));
+    /* per-thread: AMX scratch + a [max tokens of one expert][UNIT] float tile; the size is kept
+     * in a header word before the buffer */
+    const size_t tneed = m->tscratch_bytes + sizeof(float) * (size_t)max_n * UNIT + 64;
+    for (int i = 0; ok && i < m->nth; i++) {
+        size_t *hdr = m->tscratch[i] ? (size_t *)m->tscratch[i] - 8 : NULL;
+        if (hdr && hdr[0] >= tneed) continue;
+        hm_free(hdr);
+        hdr = hm_malloc_aligned(tneed + 64, 64, "moe thread scratch");
+        m->tscratch[i] = hdr ? hdr + 8 : NULL;
+        if (hdr) hdr[0] = tneed;
+        ok = hdr != NULL;
+    }
+    if (!ok) {
+        free_scratch(m);
+        return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);
+    }
+    m->x = x, m->x_type = x_type, m->out = out, m->out_type = out_type;
+    m->accumulate = accumulate, m->n_tok = n_tok;
+    if (hm_pool_submit(m->p.pool, job, m) == HM_OK) {
+        m->in_flight = true;
+        return HM_OK;
+    }
+    hm_pool_run(m->p.pool, job, m); /* a sync pool: run to completion */
+    return HM_OK;
+}
+
+void hm_moe_wait(hm_moe *m) {
+    if (!m || !m->in_flight) return;
+    hm_pool_wait(m->p.pool);
+    m->in_flight = false;
+}
+
+/* ---------------------------------------------------------------- routers */
+
+/* indices of the k largest v[0..n) (ties: lower index first), in descending order */
+static void topk(const float *v, int n, int k, int32_t *ids) {
+    for (int j = 0; j < k; j++) ids[j] = -1;
+    for (int i = 0; i < n; i++) {
+        int j = k;
+        while (j > 0 && (ids[j - 1] < 0 || v[i] > v[ids[j - 1]])) j--;
+        if (j >= k) continue;
+        memmove(ids + j + 1, ids + j, sizeof *ids * (size_t)(k - j - 1));
+        ids[j] = i;
+    }
+}
+
+hm_status hm_router_softmax_topk(const float *logits, int n, int k, bool renorm, int32_t *ids,
+                                 float *w) {
+    if (n < 1 || k < 1 || k > n)
+        return hm_errorf(HM_ERR_INVALID_ARG, "router: top-%d of %d experts", k, n);
+    float mx = logits[0];
+    for (int i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
+    topk(logits, n, k, ids);
+    double sel = 0;
+    for (int j = 0; j < k; j++) {
+        w[j] = (float)(exp((double)logits[ids[j]] - mx) / sum);
+        sel += w[j];
+    }
+    if (renorm)
+        for (int j = 0; j < k; j++) w[j] = (float)(w[j] / sel);
+    return HM_OK;
+}
+
+hm_status hm_router_sigmoid_group_topk(const float *logits, const float *bias, int n, int n_group,
+                                       int topk_group, int k, bool renorm, float scale,
+                                       int32_t *ids, float *w) {
+    if (n < 1 || n_group < 1 || n % n_group || topk_group < 1 || topk_group > n_group || k < 1 ||
+        k > n / n_group * topk_group || n > 4096)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "router: top-%d of %d experts in %d groups (top %d groups)", k, n, n_group,
+                         topk_group);
+    float s[4096], choice[4096], gscore[4096];
+    int32_t gids[4096];
+    for (int i = 0; i < n; i++) {
+        s[i] = 1.0f / (1.0f + expf(-logits[i]));
+        choice[i] = s[i] + (bias ? bias[i] : 0.0f);
+    }
+    const int per = n / n_group;
+    for (int g = 0; g < n_group; g++) {
+        int32_t t2[2];
+        topk(choice + g * per, per, per < 2 ? 1 : 2, t2);
+        gscore[g] = choice[g * per + t2[0]] + (per < 2 ? 0.0f : choice[g * per + t2[1]]);
+    }
+    topk(gscore, n_group, topk_group, gids);
+    for (int i = 0; i < n; i++) { /* experts of dropped groups can never win */
+        bool kept = false;
+        for (int j = 0; j < topk_group; j++) kept |= gids[j] == i / per;
+        if (!kept) choice[i] = -INFINITY;
+    }
+    topk(choice, n, k, ids);
+    double sum = 0;
+    for (int j = 0; j < k; j++) sum += s[ids[j]];
+    for (int j = 0; j < k; j++)
+        w[j] = (float)((renorm ? s[ids[j]] / (sum + 1e-20) : s[ids[j]]) * scale);
+    return HM_OK;
+}

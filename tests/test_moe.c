@@ -1,0 +1,347 @@
+/* test_moe.c - the CPU expert engine against a per-token dense reference in float64 computed from
+ * the dequantized weights (the reference dequantizers are bit-exact with gguf-py, test_quant).
+ * Tolerance: the engine quantizes activations (Q8_K / Q8_0 per block for matvec, int8 per 256
+ * values for AMX, and the hidden state again for down), so outputs may differ by up to 3% of
+ * max |out| for quantized weights; float weights with float activations by 1e-4. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/pool.h"
+#include "hmoe_moe.h"
+#include "quant/fp16.h"
+#include "quant/ref.h"
+#include "quant/synth.h"
+#include "quant/types.h"
+#include "test.h"
+
+#define NSETS 5
+
+typedef struct {
+    uint32_t tg, td;
+    int64_t H, I;
+    int E, k;
+    hm_moe_act act;
+    bool bias;
+    uint8_t *wg[NSETS], *wu[NSETS], *wd[NSETS];
+    float *fg[NSETS], *fu[NSETS], *fd[NSETS]; /* dequantized */
+    float *bg, *bu, *bd;                      /* biases (shared by all experts) */
+    hm_moe_expert *ex;
+} model;
+
+static int set_of(int e) {
+    return (e * 3 + 1) % NSETS;
+}
+
+static void model_init(model *m, uint32_t tg, uint32_t td, int64_t H, int64_t I, int E, int k,
+                       hm_moe_act act, bool bias, uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    m->tg = tg, m->td = td, m->H = H, m->I = I, m->E = E, m->k = k, m->act = act, m->bias = bias;
+    uint64_t rg, rd;
+    hm_type_row_bytes(tg, (uint64_t)H, &rg);
+    hm_type_row_bytes(td, (uint64_t)I, &rd);
+    for (int s = 0; s < NSETS; s++) {
+        m->wg[s] = malloc(rg * (size_t)I);
+        m->wu[s] = malloc(rg * (size_t)I);
+        m->wd[s] = malloc(rd * (size_t)H);
+        m->fg[s] = malloc(sizeof(float) * (size_t)(I * H));
+        m->fu[s] = malloc(sizeof(float) * (size_t)(I * H));
+        m->fd[s] = malloc(sizeof(float) * (size_t)(I * H));
+        CHECK_OK(hm_synth_fill(tg, m->wg[s], (uint64_t)(I * H), 0.0f, 0.05f, seed + 10 * s + 1));
+        CHECK_OK(hm_synth_fill(tg, m->wu[s], (uint64_t)(I * H), 0.0f, 0.05f, seed + 10 * s + 2));
+        CHECK_OK(hm_synth_fill(td, m->wd[s], (uint64_t)(I * H), 0.0f, 0.05f, seed + 10 * s + 3));
+        for (int64_t r = 0; r < I; r++) {
+            CHECK_OK(hm_dequantize_row(tg, m->wg[s] + r * rg, m->fg[s] + r * H, H));
+            CHECK_OK(hm_dequantize_row(tg, m->wu[s] + r * rg, m->fu[s] + r * H, H));
+        }
+        for (int64_t r = 0; r < H; r++)
+            CHECK_OK(hm_dequantize_row(td, m->wd[s] + r * rd, m->fd[s] + r * I, I));
+    }
+    if (bias) {
+        m->bg = malloc(sizeof(float) * (size_t)I), m->bu = malloc(sizeof(float) * (size_t)I);
+        m->bd = malloc(sizeof(float) * (size_t)H);
+        for (int64_t i = 0; i < I; i++)
+            m->bg[i] = 0.1f * sinf((float)i), m->bu[i] = 0.1f * cosf((float)i);
+        for (int64_t i = 0; i < H; i++) m->bd[i] = 0.05f * sinf(0.3f * (float)i);
+    }
+    m->ex = calloc((size_t)E, sizeof *m->ex);
+    for (int e = 0; e < E; e++) {
+        const int s = set_of(e);
+        m->ex[e].gate = (hm_moe_matrix){tg, m->wg[s], 0};
+        m->ex[e].up = (hm_moe_matrix){tg, m->wu[s], 0};
+        m->ex[e].down = (hm_moe_matrix){td, m->wd[s], 0};
+        m->ex[e].gate_bias = m->bg, m->ex[e].up_bias = m->bu, m->ex[e].down_bias = m->bd;
+    }
+}
+
+static void model_free(model *m) {
+    for (int s = 0; s < NSETS; s++) {
+        free(m->wg[s]), free(m->wu[s]), free(m->wd[s]);
+        free(m->fg[s]), free(m->fu[s]), free(m->fd[s]);
+    }
+    free(m->bg), free(m->bu), free(m->bd), free(m->ex);
+}
+
+static double act_ref(hm_moe_act a, double g, double u) {
+    if (a == HM_MOE_GELU) return 0.5 * g * (1.0 + erf(g / sqrt(2.0))) * u;
+    if (a == HM_MOE_SWIGLU_OAI) {
+        g = g < 7.0 ? g : 7.0;
+        u = u < -7.0 ? -7.0 : (u > 7.0 ? 7.0 : u);
+        return (u + 1.0) * g / (1.0 + exp(-1.702 * g));
+    }
+    return g / (1.0 + exp(-g)) * u;
+}
+
+/* out[t] = sum over unmasked slots of w * expert(x[t]) */
+static void reference(const model *m, const float *x, const int32_t *ids, const float *w, int n,
+                      const uint8_t *mask, double *out) {
+    const int64_t H = m->H, I = m->I;
+    double *h = malloc(sizeof(double) * (size_t)I);
+    memset(out, 0, sizeof(double) * (size_t)(n * H));
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < m->k; j++) {
+            const int e = ids[t * m->k + j];
+            if (e < 0 || (mask && mask[e])) continue;
+            const int s = set_of(e);
+            const float *xt = x + t * H;
+            for (int64_t r = 0; r < I; r++) {
+                double g = m->bias ? m->bg[r] : 0, u = m->bias ? m->bu[r] : 0;
+                for (int64_t c = 0; c < H; c++) {
+                    g += (double)m->fg[s][r * H + c] * xt[c];
+                    u += (double)m->fu[s][r * H + c] * xt[c];
+                }
+                h[r] = act_ref(m->act, g, u);
+            }
+            for (int64_t r = 0; r < H; r++) {
+                double y = m->bias ? m->bd[r] : 0;
+                for (int64_t c = 0; c < I; c++) y += (double)m->fd[s][r * I + c] * h[c];
+                out[t * H + r] += w[t * m->k + j] * y;
+            }
+        }
+    free(h);
+}
+
+static double max_err(const float *got, const double *want, int64_t n, double *scale) {
+    double mx = 1e-9, e = 0;
+    for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs(want[i]));
+    for (int64_t i = 0; i < n; i++) e = fmax(e, fabs(got[i] - want[i]));
+    *scale = mx;
+    return e / mx;
+}
+
+/* random routing: k distinct experts per token, softmax-like weights */
+static void route(int n, int E, int k, uint64_t seed, int32_t *ids, float *w) {
+    for (int t = 0; t < n; t++) {
+        for (int j = 0; j < k; j++) {
+            int e;
+            bool dup;
+            do {
+                e = (int)(hm_rng_next(&seed) % (uint64_t)E);
+                dup = false;
+                for (int q = 0; q < j; q++) dup |= ids[t * k + q] == e;
+            } while (dup);
+            ids[t * k + j] = e;
+            w[t * k + j] = 0.2f + (float)(hm_rng_next(&seed) % 1000) / 1250.0f;
+        }
+    }
+}
+
+static void run_case(hm_pool *pool, const model *m, int n, double tol, const char *name,
+                     bool no_amx) {
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
+    p.pool = pool, p.no_amx = no_amx, p.max_tokens = 48; /* small: several chunks at 513 tokens */
+    hm_moe *moe;
+    CHECK_OK(hm_moe_create(&p, &moe));
+    if (!moe) return;
+    float *x = malloc(sizeof(float) * (size_t)(n * m->H)),
+          *out = malloc(sizeof(float) * (size_t)(n * m->H));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
+    float *w = malloc(sizeof(float) * (size_t)(n * m->k));
+    double *ref = malloc(sizeof(double) * (size_t)(n * m->H));
+    uint64_t s = 99 + (uint64_t)n;
+    for (int64_t i = 0; i < n * m->H; i++)
+        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
+    route(n, m->E, m->k, 1234 + (uint64_t)n, ids, w);
+    CHECK_OK(hm_moe_submit(moe, x, HM_MOE_F32, ids, w, n, m->k, out, HM_MOE_F32, false));
+    hm_moe_wait(moe);
+    reference(m, x, ids, w, n, NULL, ref);
+    double sc, err = max_err(out, ref, n * m->H, &sc);
+    CHECK_MSG(err <= tol, "%s, %d tokens%s: max error %.3g of max |out| %.3g (tolerance %.3g)",
+              name, n, no_amx ? " (no amx)" : "", err, sc, tol);
+
+    if (n <= 7 || n == 64) {
+        /* a mask: experts 0..E/2 live elsewhere */
+        uint8_t *mask = calloc((size_t)m->E, 1);
+        for (int e = 0; e < m->E / 2; e++) mask[e] = 1;
+        CHECK_OK(hm_moe_set_mask(moe, mask));
+        CHECK_OK(hm_moe_submit(moe, x, HM_MOE_F32, ids, w, n, m->k, out, HM_MOE_F32, false));
+        hm_moe_wait(moe);
+        reference(m, x, ids, w, n, mask, ref);
+        err = max_err(out, ref, n * m->H, &sc);
+        CHECK_MSG(err <= tol, "%s masked, %d tokens: max error %.3g", name, n, err);
+        CHECK_OK(hm_moe_set_mask(moe, NULL));
+        free(mask);
+        /* deferral: the first k-1 slots now, the last one added afterwards == all at once */
+        float *full = malloc(sizeof(float) * (size_t)(n * m->H));
+        CHECK_OK(hm_moe_submit(moe, x, HM_MOE_F32, ids, w, n, m->k, full, HM_MOE_F32, false));
+        hm_moe_wait(moe);
+        int32_t *ia = malloc(sizeof(int32_t) * (size_t)(n * m->k)),
+                *ib = malloc(sizeof(int32_t) * (size_t)(n * m->k));
+        for (int i = 0; i < n * m->k; i++) {
+            const bool last = i % m->k == m->k - 1;
+            ia[i] = last ? -1 : ids[i];
+            ib[i] = last ? ids[i] : -1;
+        }
+        CHECK_OK(hm_moe_submit(moe, x, HM_MOE_F32, ia, w, n, m->k, out, HM_MOE_F32, false));
+        hm_moe_wait(moe);
+        CHECK_OK(hm_moe_submit(moe, x, HM_MOE_F32, ib, w, n, m->k, out, HM_MOE_F32, true));
+        hm_moe_wait(moe);
+        /* the split changes experts' token counts and so maybe their path (matvec / AMX): both
+         * must match the reference; with the matvec path only, they agree to rounding */
+        reference(m, x, ids, w, n, NULL, ref);
+        err = max_err(out, ref, n * m->H, &sc);
+        CHECK_MSG(err <= tol, "%s deferral, %d tokens: max error %.3g", name, n, err);
+        if (n <= 4) {
+            double d = 0, fm = 1e-9;
+            for (int64_t i = 0; i < n * m->H; i++)
+                d = fmax(d, fabs(out[i] - full[i])), fm = fmax(fm, fabs(full[i]));
+            CHECK_MSG(d <= 1e-5 * fm, "%s deferral, %d tokens: split != whole by %.3g", name, n,
+                      d / fm);
+        }
+        /* bf16 in and out */
+        hm_bf16 *xb = malloc(sizeof(hm_bf16) * (size_t)(n * m->H)),
+                *ob = malloc(sizeof(hm_bf16) * (size_t)(n * m->H));
+        for (int64_t i = 0; i < n * m->H; i++) xb[i] = hm_f32_to_bf16(x[i]);
+        CHECK_OK(hm_moe_submit(moe, xb, HM_MOE_BF16, ids, w, n, m->k, ob, HM_MOE_BF16, false));
+        hm_moe_wait(moe);
+        for (int64_t i = 0; i < n * m->H; i++) out[i] = hm_bf16_to_f32(ob[i]);
+        reference(m, x, ids, w, n, NULL, ref);
+        err = max_err(out, ref, n * m->H, &sc);
+        CHECK_MSG(err <= tol + 1e-2, "%s bf16, %d tokens: max error %.3g", name, n, err);
+        free(xb), free(ob), free(ia), free(ib), free(full);
+    }
+    free(x), free(out), free(ids), free(w), free(ref);
+    hm_moe_free(moe);
+}
+
+static void test_errors(hm_pool *pool) {
+    model m;
+    model_init(&m, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 64, 32, 4, 2, HM_MOE_SILU, false, 5);
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = 4, p.hidden = 64, p.inter = 32, p.experts = m.ex, p.pool = pool;
+    hm_moe *moe = NULL;
+    p.hidden = 48; /* not a whole number of Q8_0 blocks */
+    CHECK_STATUS(hm_moe_create(&p, &moe), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "blocks");
+    p.hidden = 64;
+    m.ex[2].up.type = HM_TYPE_Q4_0;
+    CHECK_STATUS(hm_moe_create(&p, &moe), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "expert 2 up");
+    m.ex[2].up.type = HM_TYPE_Q8_0;
+    CHECK_OK(hm_moe_create(&p, &moe));
+    float x[64] = {0}, out[64];
+    int32_t ids[2] = {1, 4};
+    float w[2] = {0.5f, 0.5f};
+    CHECK_STATUS(hm_moe_submit(moe, x, HM_MOE_F32, ids, w, 1, 2, out, HM_MOE_F32, false),
+                 HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "expert id 4");
+    ids[1] = 2;
+    CHECK_STATUS(hm_moe_submit(moe, x, HM_MOE_F32, ids, w, -1, 2, out, HM_MOE_F32, false),
+                 HM_ERR_INVALID_ARG);
+    /* all slots masked: output zero, no job */
+    uint8_t mask[4] = {1, 1, 1, 1};
+    CHECK_OK(hm_moe_set_mask(moe, mask));
+    out[0] = 7.0f;
+    CHECK_OK(hm_moe_submit(moe, x, HM_MOE_F32, ids, w, 1, 2, out, HM_MOE_F32, false));
+    hm_moe_wait(moe);
+    CHECK(out[0] == 0.0f);
+    hm_moe_free(moe);
+    model_free(&m);
+}
+
+static void test_routers(void) {
+    float lg[16];
+    for (int i = 0; i < 16; i++) lg[i] = sinf((float)i * 1.7f);
+    int32_t ids[4];
+    float w[4];
+    CHECK_OK(hm_router_softmax_topk(lg, 16, 4, true, ids, w));
+    double z = 0;
+    for (int i = 0; i < 16; i++) z += exp(lg[i]);
+    float s = 0;
+    for (int j = 0; j < 4; j++) {
+        int better = 0;
+        for (int i = 0; i < 16; i++) better += lg[i] > lg[ids[j]];
+        CHECK(better == j); /* the j-th largest */
+        s += w[j];
+        if (j) CHECK(w[j] <= w[j - 1]);
+    }
+    CHECK(fabsf(s - 1.0f) < 1e-6f);
+    CHECK_OK(hm_router_softmax_topk(lg, 16, 2, false, ids, w));
+    CHECK(fabs(w[0] - exp(lg[ids[0]]) / z) < 1e-6);
+    CHECK_STATUS(hm_router_softmax_topk(lg, 16, 17, true, ids, w), HM_ERR_INVALID_ARG);
+    /* DeepSeek-V3 grouping: 16 experts in 4 groups, 2 groups kept, top 4; a bias that makes
+     * group 3 win although its sigmoid scores are low */
+    float bias[16] = {0};
+    for (int i = 12; i < 16; i++) bias[i] = 5.0f;
+    CHECK_OK(hm_router_sigmoid_group_topk(lg, bias, 16, 4, 2, 4, true, 2.5f, ids, w));
+    int in3 = 0;
+    s = 0;
+    for (int j = 0; j < 4; j++) in3 += ids[j] >= 12, s += w[j];
+    CHECK(in3 == 4);
+    CHECK(fabsf(s - 2.5f) < 1e-5f);
+    /* the weights are the unbiased sigmoid scores */
+    float s0 = 1.0f / (1.0f + expf(-lg[ids[0]])), tot = 0;
+    for (int j = 0; j < 4; j++) tot += 1.0f / (1.0f + expf(-lg[ids[j]]));
+    CHECK(fabsf(w[0] - 2.5f * s0 / tot) < 1e-5f);
+    CHECK_STATUS(hm_router_sigmoid_group_topk(lg, NULL, 16, 5, 2, 4, true, 1, ids, w),
+                 HM_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    hm_pool_params pp = hm_pool_default_params();
+    pp.n_threads = 3;
+    pp.async = true;
+    pp.pin = false;
+    hm_pool *pool;
+    CHECK_OK(hm_pool_create(&pp, &pool));
+    pp.async = false;
+    hm_pool *spool;
+    CHECK_OK(hm_pool_create(&pp, &spool));
+    test_routers();
+    test_errors(pool);
+    model m;
+    /* Qwen3-30B-A3B-like expert rows (hidden 2048, inter 768), Q4_K, SiLU, top-2 of 8 */
+    model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 2048, 768, 8, 2, HM_MOE_SILU, false, 11);
+    const int ns[] = {1, 2, 3, 4, 7, 64};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+        run_case(pool, &m, ns[i], 3e-2, "q4_k 2048x768 top-2/8", false);
+    run_case(spool, &m, 64, 3e-2, "q4_k 2048x768 top-2/8 (sync pool)", true);
+    model_free(&m);
+    /* DeepSeek-V2-Lite inter 1408 (not a multiple of 256): Q4_K gate/up, Q8_0 down, top-6/64 */
+    model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 512, 1408, 64, 6, HM_MOE_SILU, false, 12);
+    run_case(pool, &m, 1, 3e-2, "q4_k/q8_0 512x1408 top-6/64", false);
+    run_case(pool, &m, 513, 3e-2, "q4_k/q8_0 512x1408 top-6/64", false);
+    model_free(&m);
+    /* top-8 of 256 experts, Q8_0, GELU */
+    model_init(&m, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 256, 256, 256, 8, HM_MOE_GELU, false, 13);
+    run_case(pool, &m, 3, 3e-2, "q8_0 256x256 top-8/256 gelu", false);
+    run_case(pool, &m, 64, 3e-2, "q8_0 256x256 top-8/256 gelu", false);
+    model_free(&m);
+    /* gpt-oss: MXFP4 with biases and the clamped SwiGLU, top-4 of 32 (hidden 2880 = 90 x 32) */
+    model_init(&m, HM_TYPE_MXFP4, HM_TYPE_MXFP4, 2880, 64, 32, 4, HM_MOE_SWIGLU_OAI, true, 14);
+    run_case(pool, &m, 2, 3e-2, "mxfp4 2880x64 top-4/32 swiglu-oai", false);
+    run_case(pool, &m, 37, 3e-2, "mxfp4 2880x64 top-4/32 swiglu-oai", false);
+    model_free(&m);
+    /* BF16 weights: float activations, tight */
+    model_init(&m, HM_TYPE_BF16, HM_TYPE_BF16, 128, 96, 16, 1, HM_MOE_SILU, false, 15);
+    run_case(pool, &m, 4, 1e-4, "bf16 128x96 top-1/16", true);
+    model_free(&m);
+    /* hidden 7168 (DeepSeek-V3), Q6_K, top-8 of 16 */
+    model_init(&m, HM_TYPE_Q6_K, HM_TYPE_Q6_K, 7168, 256, 16, 8, HM_MOE_SILU, false, 16);
+    run_case(pool, &m, 1, 3e-2, "q6_k 7168x256 top-8/16", false);
+    model_free(&m);
+    hm_pool_free(pool);
+    hm_pool_free(spool);
+    return test_done("moe");
+}
