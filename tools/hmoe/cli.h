@@ -9,6 +9,11 @@ int cmd_doctor(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int bench_tokenizer(int argc, char **argv);
+int bench_moe(int argc, char **argv);
 
 /* Parses "123", "64K", "512M", "1G", "2GiB" into bytes. false on malformed or overflowing text. */
 bool cli_parse_size(const char *s, size_t *out);
