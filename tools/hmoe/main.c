@@ -86,6 +86,13 @@ static void usage(FILE *f) {
         "  synth --preset NAME -o FILE [--layers N] [--experts N] [--experts-type T]\n"
         "        [--dense-type T] [--seed S] [--vocab FILE|none] [--threads N] [--plan] [--list]\n"
         "        a GGUF with a real model's exact tensors and metadata and RANDOM weights\n"
+        "  tokenize -m PATH (--text T | --file F) [--special] [--no-bos]\n"
+        "        token ids of a text (PATH: GGUF, HF directory, tiktoken or SentencePiece file)\n"
+        "  detokenize -m PATH --ids \"1 2 3\" [--no-special] [--strip-space]\n"
+        "        the exact text of token ids\n"
+        "  template (-m PATH | --template FILE) --messages JSON [--add-generation-prompt]\n"
+        "        [--tools JSON] [--kwargs JSON] [--bos-token S] [--eos-token S]\n"
+        "        render a chat template exactly as transformers' apply_chat_template\n"
         "  version\n"
         "\n"
         "environment: HMOE_LOG=debug|info|warn|error  HMOE_ISA=ref|avx2|avx512|amx\n"
@@ -103,6 +110,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("hmoe %s\n", hm_version());
         return 0;
