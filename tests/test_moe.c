@@ -319,9 +319,9 @@ int main(void) {
     run_case(spool, &m, 64, 3e-2, "q4_k 2048x768 top-2/8 (sync pool)", true);
     model_free(&m);
     /* DeepSeek-V2-Lite inter 1408 (not a multiple of 256): Q4_K gate/up, Q8_0 down, top-6/64 */
-    model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 512, 1408, 64, 6, HM_MOE_SILU, false, 12);
-    run_case(pool, &m, 1, 3e-2, "q4_k/q8_0 512x1408 top-6/64", false);
-    run_case(pool, &m, 513, 3e-2, "q4_k/q8_0 512x1408 top-6/64", false);
+    model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 256, 1408, 64, 6, HM_MOE_SILU, false, 12);
+    run_case(pool, &m, 1, 3e-2, "q4_k/q8_0 256x1408 top-6/64", false);
+    run_case(pool, &m, 513, 3e-2, "q4_k/q8_0 256x1408 top-6/64", false);
     model_free(&m);
     /* top-8 of 256 experts, Q8_0, GELU */
     model_init(&m, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 256, 256, 256, 8, HM_MOE_GELU, false, 13);
