@@ -46,6 +46,27 @@ static int t_checks, t_failures;
 #define CHECK_CONTAINS(hay, needle)                                                                \
     CHECK_MSG(strstr((hay), (needle)) != NULL, "'%s' does not contain '%s'", (hay), (needle))
 
+/* Reads a whole file, NUL-terminated (*len without the NUL when len is not NULL); NULL if it
+ * cannot be opened or read. The caller frees. */
+static inline char *test_read_file(const char *path, size_t *len) {
+    if (len) *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (!b) return NULL;
+    b[n] = '\0';
+    if (len) *len = (size_t)n;
+    return b;
+}
+
 static inline int test_done(const char *name) {
     printf("%s: %d checks, %d failed\n", name, t_checks, t_failures);
     return t_failures ? 1 : 0;

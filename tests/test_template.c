@@ -15,23 +15,6 @@
 
 #define DATA HMOE_SOURCE_DIR "/tests/data/chat_templates"
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    if (len) *len = (size_t)n;
-    return buf;
-}
-
 static time_t golden_now(const json_t *g) {
     struct tm tm = {0};
     const char *s = json_string_value(json_object_get(g, "now"));
@@ -101,7 +84,7 @@ static void test_goldens(const json_t *g, const hm_jinja_params *p) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", DATA, file);
         size_t len;
-        char *src = slurp(path, &len);
+        char *src = test_read_file(path, &len);
         CHECK_MSG(src != NULL, "%s: cannot read", path);
         if (!src) continue;
         hm_jinja *tpl = NULL;

@@ -14,23 +14,6 @@
 
 static char g_data[1024];
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    if (len) *len = (size_t)n;
-    return b;
-}
-
 /* ---- vector files ------------------------------------------------------------------------------
  */
 
@@ -56,8 +39,8 @@ static void vectors_free(vectors *v) {
 static bool vectors_load(const char *inp_path, const char *out_path, vectors *v) {
     memset(v, 0, sizeof *v);
     size_t li, lo;
-    v->inp = slurp(inp_path, &li);
-    v->out = slurp(out_path, &lo);
+    v->inp = test_read_file(inp_path, &li);
+    v->out = test_read_file(out_path, &lo);
     if (!v->inp || !v->out) return false;
     static const char SEP[] = "\n__ggml_vocab_test__\n";
     v->c = calloc(256, sizeof *v->c);
@@ -316,7 +299,7 @@ static void test_mistral(void) {
             json_decref(j);
             /* 1. the raw pieces concatenate to text_vN.txt */
             size_t xl;
-            char *expect = slurp(xp, &xl);
+            char *expect = test_read_file(xp, &xl);
             char *cat = malloc(1);
             size_t cl = 0;
             for (size_t i = 0; i < n; i++) {
@@ -634,7 +617,7 @@ static void test_bad_inputs(void) {
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizers/gguf/ggml-vocab-gpt-2.gguf", g_data);
     size_t len;
-    char *file = slurp(path, &len);
+    char *file = test_read_file(path, &len);
     if (file) {
         int ok_count = 0;
         for (size_t cut = 0; cut < len; cut += len / 97 + 1) {
