@@ -132,6 +132,27 @@ static cand heap_pop(enc *e) {
     return top;
 }
 
+/* Merges the linked symbols syms[0..ns) best candidate first: try_pair queues the merge of two
+ * neighbours (BPE by merge rank, SentencePiece by score); stale candidates (a side already merged
+ * away) are skipped when popped. */
+typedef void (*try_pair_fn)(enc *e, const char *w, int32_t l, int32_t r);
+static void merge_symbols(enc *e, const char *w, size_t ns, try_pair_fn try_pair) {
+    e->n_heap = 0;
+    for (size_t i = 1; i < ns; i++) try_pair(e, w, (int32_t)i - 1, (int32_t)i);
+    while (e->n_heap) {
+        cand c = heap_pop(e);
+        sym *a = &e->syms[c.left], *b = &e->syms[c.right];
+        if (!a->len || !b->len || a->next != c.right || a->len + b->len != c.size) continue;
+        a->len += b->len;
+        a->id = c.merged;
+        b->len = 0;
+        a->next = b->next;
+        if (b->next >= 0) e->syms[b->next].prev = c.left;
+        try_pair(e, w, a->prev, c.left);
+        try_pair(e, w, c.left, a->next);
+    }
+}
+
 /* ---- byte-level BPE ---------------------------------------------------------------------------
  */
 
@@ -173,20 +194,7 @@ static void bpe_word_uncached(enc *e, const char *w, size_t n) {
         e->syms[i] = (sym){(uint32_t)i, 1, t->byte_id[(uint8_t)w[i]], (int32_t)i - 1,
                            i + 1 < n ? (int32_t)i + 1 : -1};
     }
-    e->n_heap = 0;
-    for (size_t i = 1; i < n; i++) bpe_try_pair(e, w, (int32_t)i - 1, (int32_t)i);
-    while (e->n_heap) {
-        cand c = heap_pop(e);
-        sym *a = &e->syms[c.left], *b = &e->syms[c.right];
-        if (!a->len || !b->len || a->next != c.right || a->len + b->len != c.size) continue;
-        a->len += b->len;
-        a->id = c.merged;
-        b->len = 0;
-        a->next = b->next;
-        if (b->next >= 0) e->syms[b->next].prev = c.left;
-        bpe_try_pair(e, w, a->prev, c.left);
-        bpe_try_pair(e, w, c.left, a->next);
-    }
+    merge_symbols(e, w, n, bpe_try_pair);
     for (int32_t i = 0; i >= 0; i = e->syms[i].next) {
         const sym *s = &e->syms[i];
         if (s->id >= 0) {
@@ -371,20 +379,7 @@ static void spm_word(enc *e, const char *w, size_t n) {
         ns++;
         off += len;
     }
-    e->n_heap = 0;
-    for (size_t i = 1; i < ns; i++) spm_try_pair(e, w, (int32_t)i - 1, (int32_t)i);
-    while (e->n_heap) {
-        cand c = heap_pop(e);
-        sym *a = &e->syms[c.left], *b = &e->syms[c.right];
-        if (!a->len || !b->len || a->next != c.right || a->len + b->len != c.size) continue;
-        a->len += b->len;
-        a->id = c.merged;
-        b->len = 0;
-        a->next = b->next;
-        if (b->next >= 0) e->syms[b->next].prev = c.left;
-        spm_try_pair(e, w, a->prev, c.left);
-        spm_try_pair(e, w, c.left, a->next);
-    }
+    merge_symbols(e, w, ns, spm_try_pair);
     for (int32_t i = 0; i >= 0; i = e->syms[i].next) {
         const sym *s = &e->syms[i];
         int32_t id = s->id >= 0 ? s->id : hm_tok_lookup(t, w + s->start, s->len);

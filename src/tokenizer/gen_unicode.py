@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gen_unicode.py - writes unicode_data.h (WordPiece normalisation tables) from Python's
 unicodedata: category ranges (punctuation, symbol, control, mark, whitespace), simple lowercase
-pairs and accent-stripped canonical decompositions. Run: python3 gen_unicode.py > unicode_data.h"""
+pairs and accent-stripped canonical decompositions. Run: python3 gen_unicode.py > unicode_data.h && clang-format -i unicode_data.h"""
 import sys
 import unicodedata as ud
 
