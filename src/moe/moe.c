@@ -72,6 +72,7 @@ struct hm_moe {
     size_t cap_tok, cap_pairs, cap_rows, cap_px, cap_ph;
     float *xf;        /* [n_tok][hidden] bf16 input as f32 */
     uint8_t *xq;      /* [n_tok][xq_bytes] */
+    uint8_t *xq_need; /* [n_tok] 1: the token goes to a matvec expert and needs xq */
     float *h;         /* [chunk assignments][inter] */
     uint8_t *hq;      /* [chunk assignments][hq_bytes] */
     uint8_t *px, *ph; /* packed AMX activations of the chunk */
@@ -192,7 +193,8 @@ fail:
 static void free_scratch(hm_moe *m) {
     hm_free(m->xf), hm_free(m->xq), hm_free(m->h), hm_free(m->hq), hm_free(m->px), hm_free(m->ph);
     hm_free(m->acc);
-    free(m->tok), free(m->wt);
+    free(m->tok), free(m->wt), free(m->xq_need);
+    m->xq_need = NULL;
     m->xf = m->h = m->acc = NULL;
     m->xq = m->hq = m->px = m->ph = NULL;
     m->tok = NULL, m->wt = NULL;
@@ -262,7 +264,8 @@ static void phase_pre(hm_moe *m, int ith, int nth) {
             for (int64_t i = 0; i < H; i++)
                 m->xf[(size_t)t * (size_t)H + i] = hm_bf16_to_f32(src[i]);
         }
-        hm_act_convert(m->tg, x_row(m, (int)t), m->xq + (size_t)t * m->xq_bytes, H);
+        if (m->xq_need[t]) /* AMX experts quantize x themselves */
+            hm_act_convert(m->tg, x_row(m, (int)t), m->xq + (size_t)t * m->xq_bytes, H);
     }
 }
 
@@ -531,11 +534,12 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     /* scratch */
     bool ok = true;
     if ((size_t)n_tok > m->cap_tok) {
-        hm_free(m->xf), hm_free(m->xq), hm_free(m->acc);
+        hm_free(m->xf), hm_free(m->xq), hm_free(m->acc), free(m->xq_need);
+        m->xq_need = malloc((size_t)n_tok);
         m->xf = hm_malloc_aligned(sizeof(float) * (size_t)n_tok * (size_t)H, 64, "moe input");
         m->xq = hm_malloc_aligned(m->xq_bytes * (size_t)n_tok + 64, 64, "moe activations");
         m->acc = hm_malloc_aligned(sizeof(float) * (size_t)n_tok * (size_t)H, 64, "moe output");
-        ok = m->xf && m->xq && m->acc;
+        ok = m->xf && m->xq && m->acc && m->xq_need;
         m->cap_tok = ok ? (size_t)n_tok : 0;
     }
     if (ok && (size_t)chunk_rows > m->cap_rows) {
@@ -564,6 +568,10 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);
     }
     m->x = x, m->x_type = x_type, m->out = out, m->out_type = out_type;
+    memset(m->xq_need, 0, (size_t)n_tok);
+    for (int a = 0; a < m->n_act; a++)
+        if (!m->act[a].amx)
+            for (int t = 0; t < m->act[a].n; t++) m->xq_need[m->tok[m->act[a].off + t]] = 1;
     m->accumulate = accumulate, m->n_tok = n_tok;
     if (hm_pool_submit(m->p.pool, job, m) == HM_OK) {
         m->in_flight = true;

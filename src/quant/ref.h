@@ -61,8 +61,9 @@ static inline float hm_e8m0_to_f32_half(uint8_t e) {
  * Integer formats as w = sc[b] * q + bi[b] with int8 q and one float scale (and, for formats with
  * mins, one float bias) per block of hm_i8_block(type) values (32; 16 for Q2_K/Q3_K/Q6_K whose
  * scales are per 16). The float ops are dequantize's, so sc * q + bi equals hm_dequantize_row
- * bit for bit (bi = -(dmin * m), and x + -y == x - y). The AMX/VNNI matmuls tile q and apply
- * sc/bi per block. */
+ * bit for bit (bi = -(dmin * m), and x + -y == x - y). Not used by a kernel yet: the AMX path
+ * re-quantizes per 256 values instead (amx.c); this exact form is meant for an AVX-512 VNNI
+ * matmul that keeps GGUF's block scales. */
 
 /* Block length of the decomposition, 0 for types without one (floats, Q8_1, Q8_K). */
 int hm_i8_block(uint32_t type);

@@ -18,18 +18,21 @@
 
 typedef struct {
     uint8_t *base;
-    size_t bytes;
     uint32_t type;
-    uint64_t seed;
-    size_t elems_per_mat, mat_bytes;
-    int64_t n_mats;
+    int64_t n_experts; /* over all layers: gate, up, down of one expert are contiguous */
+    size_t mat_gu, mat_d;
+    uint64_t elems; /* values per matrix (inter x hidden) */
 } fill_job;
 
 static void fill_task(int ith, int nth, void *arg) {
     fill_job *j = arg;
-    for (int64_t m = ith; m < j->n_mats; m += nth)
-        hm_synth_fill(j->type, j->base + (size_t)m * j->mat_bytes, j->elems_per_mat, 0.0f, 0.02f,
-                      j->seed + (uint64_t)m);
+    for (int64_t e = ith; e < j->n_experts; e += nth) {
+        uint8_t *p = j->base + (size_t)e * (2 * j->mat_gu + j->mat_d);
+        const uint64_t seed = 5 + 3 * (uint64_t)e;
+        hm_synth_fill(j->type, p, j->elems, 0.0f, 0.02f, seed);
+        hm_synth_fill(j->type, p + j->mat_gu, j->elems, 0.0f, 0.02f, seed + 1);
+        hm_synth_fill(j->type, p + 2 * j->mat_gu, j->elems, 0.0f, 0.02f, seed + 2);
+    }
 }
 
 static int parse_tokens(const char *s, long *out, int max) {
@@ -107,14 +110,9 @@ int bench_moe(int argc, char **argv) {
         hm_pool_free(pool);
         return 1;
     }
-    /* first touch by the pool threads: gate/up/down of one expert are one 'matrix' triple */
-    fill_job fj = {wbuf.ptr, total, (uint32_t)type, 5, (size_t)(I * H), mat_gu, 0};
-    fj.n_mats = (int64_t)(total / mat_gu); /* mat_gu == mat_d in bytes when H*I blocks match */
-    if (mat_gu != mat_d) fj.n_mats = 0;
-    if (fj.n_mats)
-        hm_pool_run(pool, fill_task, &fj);
-    else
-        memset(wbuf.ptr, 0, total);
+    /* random valid blocks, first touched by the pool threads that will read them */
+    fill_job fj = {wbuf.ptr, (uint32_t)type, (int64_t)E * layers, mat_gu, mat_d, (uint64_t)(I * H)};
+    hm_pool_run(pool, fill_task, &fj);
 
     hm_membw_params bp = hm_membw_default_params();
     bp.pool = NULL; /* the membw pool is sync; measure with its own threads */
