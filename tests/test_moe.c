@@ -336,6 +336,8 @@ int main(void) {
     /* BF16 weights: float activations, tight */
     model_init(&m, HM_TYPE_BF16, HM_TYPE_BF16, 128, 96, 16, 1, HM_MOE_SILU, false, 15);
     run_case(pool, &m, 4, 1e-4, "bf16 128x96 top-1/16", true);
+    /* many tokens per expert: float weights must stay on the exact kernels (no int8 tiles) */
+    run_case(pool, &m, 96, 1e-4, "bf16 128x96 top-1/16, 96 tokens", true);
     model_free(&m);
     /* hidden 7168 (DeepSeek-V3), Q6_K, top-8 of 16 */
     model_init(&m, HM_TYPE_Q6_K, HM_TYPE_Q6_K, 7168, 256, 16, 8, HM_MOE_SILU, false, 16);

@@ -164,7 +164,10 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->dot_u = hm_vec_dot_for(m->ops, m->tu);
     m->dot_d = hm_vec_dot_for(m->ops, m->td);
 #if defined(__x86_64__)
-    m->amx = !p->no_amx && m->ops->isa == HM_ISA_AMX;
+    /* INT8 tiles only for integer-quantized weights: float weights (F32/F16/BF16) keep the exact
+     * kernels rather than losing precision to an int8 re-quantization */
+    m->amx = !p->no_amx && m->ops->isa == HM_ISA_AMX && hm_act_type(m->tg) != HM_TYPE_F32 &&
+             hm_act_type(m->td) != HM_TYPE_F32;
 #endif
     m->xq_bytes = hm_act_bytes(m->tg, p->hidden);
     m->hq_bytes = hm_act_bytes(m->td, p->inter);
