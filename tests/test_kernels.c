@@ -168,7 +168,29 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
 #endif
 }
 
+/* axpy of every variant equals plain C, for lengths around the vector widths */
+static void test_axpy(void) {
+    const hm_cpu_features *f = hm_cpu_features_get();
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        CHECK_MSG(ops->axpy_f32 != NULL, "%s has no axpy", ops->name);
+        if (!ops->axpy_f32) continue;
+        for (int64_t n = 0; n <= 70; n++) {
+            float x[71], y[72], want[72];
+            for (int64_t i = 0; i < 72; i++) {
+                if (i < 71) x[i] = (float)(i * 7 % 13) - 6.0f;
+                y[i] = want[i] = (float)(i % 5) * 0.25f;
+            }
+            for (int64_t i = 0; i < n; i++) want[i] += 0.375f * x[i];
+            ops->axpy_f32(n, 0.375f, x, y);
+            CHECK_MSG(!memcmp(y, want, sizeof y), "%s axpy n=%lld", ops->name, (long long)n);
+        }
+    }
+}
+
 int main(void) {
+    test_axpy();
     const uint32_t i8_types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_0,   HM_TYPE_Q4_1,  HM_TYPE_Q5_0,
                                  HM_TYPE_Q5_1, HM_TYPE_IQ4_NL, HM_TYPE_MXFP4, HM_TYPE_Q4_K,
                                  HM_TYPE_Q5_K, HM_TYPE_IQ4_XS, HM_TYPE_Q2_K,  HM_TYPE_Q3_K,
@@ -193,8 +215,11 @@ int main(void) {
         test_type(HM_TYPE_Q4_K, q4k_cols[i], 37, 0);
     for (size_t i = 0; i < sizeof q8_cols / sizeof *q8_cols; i++)
         test_type(HM_TYPE_Q8_0, q8_cols[i], 37, 2);
-    for (size_t i = 0; i < sizeof bf_cols / sizeof *bf_cols; i++)
+    for (size_t i = 0; i < sizeof bf_cols / sizeof *bf_cols; i++) {
         test_type(HM_TYPE_BF16, bf_cols[i], 19, 2);
+        test_type(HM_TYPE_F16, bf_cols[i], 19, 2);
+        test_type(HM_TYPE_F32, bf_cols[i], 19, (int)(i % 2)); /* tails of 16 / 64 lanes */
+    }
     /* every other format runs on every variant (reference dot where a variant has no kernel) */
     const uint32_t others[] = {HM_TYPE_Q4_0,   HM_TYPE_Q4_1,   HM_TYPE_Q5_0,  HM_TYPE_Q5_1,
                                HM_TYPE_Q2_K,   HM_TYPE_Q3_K,   HM_TYPE_Q5_K,  HM_TYPE_Q6_K,

@@ -23,6 +23,8 @@ typedef struct hm_cpu_ops {
     /* vec_dot[weight type]; NULL where this variant has no kernel (the matvec driver then uses
      * the reference one, so every type runs on every variant) */
     hm_vec_dot_fn vec_dot[HM_TYPE_COUNT];
+    /* y[i] += a * x[i] for i < n (attention's weighted sum of V rows) */
+    void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
 } hm_cpu_ops;
 
 /* Activation format each weight type's kernels consume: Q8_K (K-quants, IQ4_XS), Q8_0 (32-blocks,

@@ -210,7 +210,12 @@ GENERIC_DOT(IQ4_XS)
 GENERIC_DOT(MXFP4)
 #undef GENERIC_DOT
 
+static void axpy_f32_ref(int64_t n, float a, const float *x, float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
 const hm_cpu_ops hm_ops_ref = {
+    .axpy_f32 = axpy_f32_ref,
     .isa = HM_ISA_REF,
     .name = "ref",
     .sum_u64 = sum_u64_ref,

@@ -16,6 +16,7 @@ const hm_cpu_ops hm_ops_amx = {
     .name = "amx",
     .sum_u64 = sum_u64_amx,
     .vec_dot = {HM_VEC_DOTS_AVX512},
+    .axpy_f32 = hm_axpy_f32_avx512,
 };
 
 /* Palette-1 tile configuration (64 bytes, layout fixed by the ISA). */

@@ -35,4 +35,5 @@ const hm_cpu_ops hm_ops_avx2 = {
     .name = "avx2",
     .sum_u64 = sum_u64_avx2,
     .vec_dot = {HM_VEC_DOTS_AVX2},
+    .axpy_f32 = hm_axpy_f32_avx2,
 };

@@ -440,8 +440,57 @@ static inline float hm_dot_bf16_f32_avx2(int64_t n, const void *vw, const void *
     return s;
 }
 
+static inline float hm_dot_f32_f32_avx2(int64_t n, const void *vw, const void *vx) {
+    const float *w = vw, *x = vx;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    float s = hm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) s += w[i] * x[i];
+    return s;
+}
+
+static inline float hm_dot_f16_f32_avx2(int64_t n, const void *vw, const void *vx) {
+    const uint16_t *w = vw;
+    const float *x = vx;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+#define HF(k) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + k)))
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        a0 = _mm256_fmadd_ps(HF(0), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(HF(8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(HF(16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(HF(24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(HF(0), _mm256_loadu_ps(x + i), a0);
+#undef HF
+    float s = hm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) s += _cvtsh_ss(w[i]) * x[i];
+    return s;
+}
+
+/* y += a * x */
+static inline void hm_axpy_f32_avx2(int64_t n, float a, const float *x, float *y) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
 #define HM_VEC_DOTS_AVX2                                                                           \
+    [HM_TYPE_F32] = hm_dot_f32_f32_avx2, [HM_TYPE_F16] = hm_dot_f16_f32_avx2,                      \
     [HM_TYPE_Q4_K] = hm_dot_q4_K_q8_K_avx2, [HM_TYPE_Q8_0] = hm_dot_q8_0_q8_0_avx2,                \
     [HM_TYPE_BF16] = hm_dot_bf16_f32_avx2, [HM_TYPE_Q6_K] = hm_dot_q6_K_q8_K_avx2,                 \
     [HM_TYPE_MXFP4] = hm_dot_mxfp4_q8_0_avx2, [HM_TYPE_IQ4_XS] = hm_dot_iq4_xs_q8_K_avx2,          \

@@ -397,8 +397,65 @@ static inline float hm_dot_bf16_f32_avx512(int64_t n, const void *vw, const void
     return s;
 }
 
+static inline float hm_dot_f32_f32_avx512(int64_t n, const void *vw, const void *vx) {
+    const float *w = vw, *x = vx;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16)
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+static inline float hm_dot_f16_f32_avx512(int64_t n, const void *vw, const void *vx) {
+    const uint16_t *w = vw;
+    const float *x = vx;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+#define HF(k) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + k)))
+    for (; i + 64 <= n; i += 64) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        a0 = _mm512_fmadd_ps(HF(0), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(HF(16), _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(HF(32), _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(HF(48), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(HF(0), _mm512_loadu_ps(x + i), a0);
+#undef HF
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    if (i < n) s += hm_dot_f16_f32_avx2(n - i, w + i, x + i);
+    return s;
+}
+
+/* y += a * x */
+static inline void hm_axpy_f32_avx512(int64_t n, float a, const float *x, float *y) {
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i,
+                         _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(
+            y + i, m,
+            _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
 #define HM_VEC_DOTS_AVX512                                                                         \
+    [HM_TYPE_F32] = hm_dot_f32_f32_avx512, [HM_TYPE_F16] = hm_dot_f16_f32_avx512,                  \
     [HM_TYPE_Q4_K] = hm_dot_q4_K_q8_K_avx512, [HM_TYPE_Q8_0] = hm_dot_q8_0_q8_0_avx512,            \
     [HM_TYPE_BF16] = hm_dot_bf16_f32_avx512, [HM_TYPE_Q6_K] = hm_dot_q6_K_q8_K_avx512,             \
     [HM_TYPE_MXFP4] = hm_dot_mxfp4_q8_0_avx512, [HM_TYPE_IQ4_XS] = hm_dot_iq4_xs_q8_K_avx512,      \
