@@ -16,6 +16,7 @@
 #include "hmoe_moe.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,9 @@ typedef struct {
     int a0, a1;   /* active experts [a0, a1) */
     int64_t rows; /* assignments of the chunk */
     bool any_amx;
+    /* next unclaimed work unit of the gate/up and down phases: threads claim units one at a
+     * time, so a thread slowed down (a busy core, a far memory channel) takes fewer of them */
+    atomic_llong gu_next, dn_next;
 } chunk;
 
 struct hm_moe {
@@ -364,13 +368,12 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
 
 /* Thread ith's share of a chunk's units: the chunk's experts' row ranges concatenated, in UNIT
  * rows, split evenly over the threads. */
-static void gate_up_phase(hm_moe *m, const chunk *c, int ith, int nth, void *scr, float *tb) {
+static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
     const int64_t upe = (m->p.inter + UNIT - 1) / UNIT;
     const int64_t total = upe * (c->a1 - c->a0);
-    int64_t u0, u1;
-    span(total, ith, nth, &u0, &u1);
     const int64_t base = m->act[c->a0].off;
-    for (int64_t u = u0; u < u1; u++) {
+    for (int64_t u;
+         (u = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed)) < total;) {
         const active_expert *ae = &m->act[c->a0 + u / upe];
         const int64_t r0 = (u % upe) * UNIT, r1 = r0 + UNIT;
         gate_up_unit(m, ae, ae->off - base, r0, r1 < m->p.inter ? r1 : m->p.inter, scr, tb);
@@ -391,52 +394,67 @@ static void convert_h_phase(hm_moe *m, const chunk *c, int ith, int nth) {
     }
 }
 
+/* this thread's output rows [r0, r1) of every token, from acc to out */
+static void write_out(hm_moe *m, int64_t r0, int64_t r1) {
+    const int64_t H = m->p.hidden;
+    for (int t = 0; t < m->n_tok; t++) {
+        const float *a = m->acc + (size_t)t * (size_t)H;
+        if (m->out_type == HM_MOE_F32) {
+            float *o = (float *)m->out + (size_t)t * (size_t)H;
+            for (int64_t r = r0; r < r1; r++) o[r] = m->accumulate ? o[r] + a[r] : a[r];
+        } else {
+            hm_bf16 *o = (hm_bf16 *)m->out + (size_t)t * (size_t)H;
+            for (int64_t r = r0; r < r1; r++)
+                o[r] = hm_f32_to_bf16(m->accumulate ? hm_bf16_to_f32(o[r]) + a[r] : a[r]);
+        }
+    }
+}
+
 static void job(int ith, int nth, void *arg) {
     hm_moe *m = arg;
     void *scr = m->tscratch[ith];
     float *tb = (float *)((uint8_t *)scr + m->tscratch_bytes);
     const int64_t H = m->p.hidden, hu = (H + UNIT - 1) / UNIT;
-    int64_t o0, o1; /* this thread's output units */
+    int64_t o0, o1; /* this thread's share of acc to clear */
     span(hu, ith, nth, &o0, &o1);
     const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
     for (int t = 0; t < m->n_tok; t++)
         memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
+    if (m->n_chunks == 0) { /* every expert masked or skipped */
+        write_out(m, R0, R1);
+        return;
+    }
     phase_pre(m, ith, nth);
     hm_pool_barrier(m->p.pool);
     for (int ci = 0; ci < m->n_chunks; ci++) {
-        const chunk *c = &m->chunks[ci];
+        chunk *c = &m->chunks[ci];
 #if defined(__x86_64__)
         if (c->any_amx) {
             phase_pack(m, c, false, ith, nth);
             hm_pool_barrier(m->p.pool);
         }
 #endif
-        gate_up_phase(m, c, ith, nth, scr, tb);
+        gate_up_phase(m, c, scr, tb);
         hm_pool_barrier(m->p.pool);
         convert_h_phase(m, c, ith, nth);
 #if defined(__x86_64__)
         if (c->any_amx) phase_pack(m, c, true, ith, nth);
 #endif
         hm_pool_barrier(m->p.pool);
+        /* down: units of UNIT output rows, each over every expert of the chunk, so no two
+         * threads add to the same rows; the last chunk writes a unit's rows out when done */
         const int64_t base = m->act[c->a0].off;
-        for (int a = c->a0; a < c->a1; a++) {
-            const active_expert *ae = &m->act[a];
-            for (int64_t r = R0; r < R1; r += UNIT)
-                down_unit(m, ae, ae->off - base, r, r + UNIT < R1 ? r + UNIT : R1, scr, tb);
+        const bool last = ci + 1 == m->n_chunks;
+        for (int64_t u;
+             (u = atomic_fetch_add_explicit(&c->dn_next, 1, memory_order_relaxed)) < hu;) {
+            const int64_t r = u * UNIT, re = r + UNIT < H ? r + UNIT : H;
+            for (int a = c->a0; a < c->a1; a++) {
+                const active_expert *ae = &m->act[a];
+                down_unit(m, ae, ae->off - base, r, re, scr, tb);
+            }
+            if (last) write_out(m, r, re);
         }
-        if (ci + 1 < m->n_chunks) hm_pool_barrier(m->p.pool);
-    }
-    /* write this thread's output rows */
-    for (int t = 0; t < m->n_tok; t++) {
-        const float *a = m->acc + (size_t)t * (size_t)H;
-        if (m->out_type == HM_MOE_F32) {
-            float *o = (float *)m->out + (size_t)t * (size_t)H;
-            for (int64_t r = R0; r < R1; r++) o[r] = m->accumulate ? o[r] + a[r] : a[r];
-        } else {
-            hm_bf16 *o = (hm_bf16 *)m->out + (size_t)t * (size_t)H;
-            for (int64_t r = R0; r < R1; r++)
-                o[r] = hm_f32_to_bf16(m->accumulate ? hm_bf16_to_f32(o[r]) + a[r] : a[r]);
-        }
+        if (!last) hm_pool_barrier(m->p.pool);
     }
 }
 
@@ -517,6 +535,8 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         if (m->n_chunks == 0 || m->chunks[m->n_chunks - 1].rows + ae->n > cap) {
             chunk *c = &m->chunks[m->n_chunks++];
             c->a0 = a, c->a1 = a, c->rows = 0, c->any_amx = false;
+            atomic_init(&c->gu_next, 0);
+            atomic_init(&c->dn_next, 0);
             px = ph = 0;
         }
         chunk *c = &m->chunks[m->n_chunks - 1];
