@@ -25,9 +25,18 @@ build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_OPTS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# For now the main job is the machine check; later it runs the engine on a built-in model.
+# The main job: generate text with a built-in default model. It is a synthetic Qwen3-MoE
+# (qwen3-tiny preset) written on first use with RANDOM weights, so its text is gibberish; point
+# `hmoe run -m` at a real GGUF file or Hugging Face directory for real output.
+SYNTH_MODEL ?= $(BUILD)/synth/qwen3-tiny.gguf
+RUN_PROMPT  ?= The capital of France is
 run: build
-	$(BUILD)/hmoe doctor
+	@$(BUILD)/hmoe doctor --no-bandwidth
+	@mkdir -p $(dir $(SYNTH_MODEL))
+	@test -f $(SYNTH_MODEL) || $(BUILD)/hmoe synth --preset qwen3-tiny --vocab none -o $(SYNTH_MODEL)
+	@echo "== hmoe run on $(SYNTH_MODEL): RANDOM weights, expect gibberish =="
+	$(BUILD)/hmoe run -m $(SYNTH_MODEL) -p "$(RUN_PROMPT)" -n 32 --temp 0.8 --top-k 40 --seed 1 --print-ids
+	@echo "== for real output: $(BUILD)/hmoe run -m MODEL.gguf|HF_DIR -p \"...\" -n 128 =="
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

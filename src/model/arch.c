@@ -260,9 +260,13 @@ hm_status hm_hparams_write_gguf(hm_gguf_writer *w, const hm_hparams *hp, const c
     case HM_ARCH_QWEN3MOE:
         T(wkey_u32(w, a, "attention.key_length", hp->head_dim));
         T(wkey_u32(w, a, "attention.value_length", hp->v_head_dim));
+        /* not a llama.cpp key (it always renormalises): only written when a model does not */
+        if (!hp->norm_topk_prob) T(hm_gguf_w_bool(w, "qwen3moe.expert_weights_norm", false));
         break;
     case HM_ARCH_QWEN2MOE:
         T(wkey_u32(w, a, "expert_shared_feed_forward_length", hp->shared_inter));
+        /* not a llama.cpp key (it never renormalises): only written when a model does */
+        if (hp->norm_topk_prob) T(hm_gguf_w_bool(w, "qwen2moe.expert_weights_norm", true));
         break;
     case HM_ARCH_MIXTRAL:
         T(wkey_u32(w, a, "rope.dimension_count", hp->rope_dim));
@@ -491,6 +495,7 @@ hm_status hm_hparams_from_gguf(const hm_gguf *g, hm_hparams *hp) {
     switch (hp->arch) {
     case HM_ARCH_QWEN3MOE:
         hp->qk_norm = true;
+        hp->attn_bias = tensor_exists(g, "blk.%u.attn_q.bias", 0); /* attention_bias: true */
         break;
     case HM_ARCH_QWEN2MOE:
         hp->attn_bias = true;

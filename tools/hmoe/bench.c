@@ -500,7 +500,8 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "membw")) return bench_membw(argc, argv);
     if (!strcmp(argv[1], "kernels")) return bench_kernels(argc, argv);
     if (!strcmp(argv[1], "moe")) return bench_moe(argc, argv);
+    if (!strcmp(argv[1], "e2e")) return bench_e2e(argc, argv);
     if (!strcmp(argv[1], "tokenizer")) return bench_tokenizer(argc - 1, argv + 1);
     return cli_usage_error(
-        "bench: unknown benchmark '%s' (pool | membw | kernels | moe | tokenizer)", argv[1]);
+        "bench: unknown benchmark '%s' (pool | membw | kernels | moe | e2e | tokenizer)", argv[1]);
 }

@@ -9,16 +9,25 @@ int cmd_doctor(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int bench_tokenizer(int argc, char **argv);
 int bench_moe(int argc, char **argv);
+int bench_e2e(int argc, char **argv);
 
 /* Parses "123", "64K", "512M", "1G", "2GiB" into bytes. false on malformed or overflowing text. */
 bool cli_parse_size(const char *s, size_t *out);
 /* Parses a decimal int in [lo, hi]. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
+/* Parses "1 2 3" or "1,2,3" into a malloc'd array (n >= 1). false on anything else. */
+#include <stdint.h>
+bool cli_parse_ids(const char *s, int32_t **ids, int *n);
+/* Parses --load auto|mmap|copy into an hm_load_mode value. */
+bool cli_parse_load(const char *s, int *out);
 /* Prints "hmoe: <msg>" to stderr, returns 2 (usage errors). */
 int cli_usage_error(const char *fmt, ...);
 

@@ -55,6 +55,18 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
+bool cli_parse_load(const char *s, int *out) {
+    if (!strcmp(s, "auto"))
+        *out = 0;
+    else if (!strcmp(s, "mmap"))
+        *out = 1;
+    else if (!strcmp(s, "copy"))
+        *out = 2;
+    else
+        return false;
+    return true;
+}
+
 int cli_usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -86,6 +98,9 @@ static void usage(FILE *f) {
         "  synth --preset NAME -o FILE [--layers N] [--experts N] [--experts-type T]\n"
         "        [--dense-type T] [--seed S] [--vocab FILE|none] [--threads N] [--plan] [--list]\n"
         "        a GGUF with a real model's exact tensors and metadata and RANDOM weights\n"
+        "  convert HF_DIR -o OUT.gguf [--type T] [--experts-type T] [--threads N] [--name S]\n"
+        "        [--dry-run]\n"
+        "        a Hugging Face model (config.json + *.safetensors) as a llama.cpp GGUF\n"
         "  tokenize -m PATH (--text T | --file F) [--special] [--no-bos]\n"
         "        token ids of a text (PATH: GGUF, HF directory, tiktoken or SentencePiece file)\n"
         "  detokenize -m PATH --ids \"1 2 3\" [--no-special] [--strip-space]\n"
@@ -93,6 +108,11 @@ static void usage(FILE *f) {
         "  template (-m PATH | --template FILE) --messages JSON [--add-generation-prompt]\n"
         "        [--tools JSON] [--kwargs JSON] [--bos-token S] [--eos-token S]\n"
         "        render a chat template exactly as transformers' apply_chat_template\n"
+        "  run -m MODEL (-p TEXT | --ids \"1 2 3\") [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+        "        [--min-p P] [--repeat-penalty R] [--seed S] [--threads N] [--print-ids]\n"
+        "        generate text on the CPU and print prompt and generation speed (run --help)\n"
+        "  logits -m MODEL --ids \"1 2 3\" --out FILE [--threads N] [--batch N] [--no-amx]\n"
+        "        logits of every position as little-endian float32 [n_ids x vocab]\n"
         "  version\n"
         "\n"
         "environment: HMOE_LOG=debug|info|warn|error  HMOE_ISA=ref|avx2|avx512|amx\n"
@@ -110,9 +130,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("hmoe %s\n", hm_version());
         return 0;

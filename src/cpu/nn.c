@@ -1,0 +1,335 @@
+/* nn.c - dense transformer ops on the CPU (see nn.h). */
+#include "cpu/nn.h"
+
+#include <float.h>
+#include <stdatomic.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/cpu.h"
+
+void hm_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    if (w)
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * r;
+}
+
+void hm_rope_inv_freq(float *inv, int dim, float theta) {
+    /* transformers: 1 / theta ** (arange(0, dim, 2).float() / dim), in float32 */
+    for (int i = 0; i < dim / 2; i++)
+        inv[i] = (float)(1.0 / pow((double)theta, (double)(float)(2 * i) / (double)dim));
+}
+
+void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos,
+                  const float *inv_freq) {
+    const int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        /* freqs = pos * inv_freq in float32, cos/sin of that float (as transformers does) */
+        float ang = (float)pos * inv_freq[i];
+        float c = cosf(ang), s = sinf(ang);
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)h * (size_t)head_dim;
+            float a = v[i], b = v[i + half];
+            v[i] = a * c - b * s;
+            v[i + half] = b * c + a * s;
+        }
+    }
+}
+
+void hm_silu_mul(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+enum { MM_ROW_BLOCK = 16, MM_TOK_BLOCK = 4, MM_AMX_MIN_TOKENS = 16 };
+
+static bool type_is_float(uint32_t t) {
+    return t == HM_TYPE_F32 || t == HM_TYPE_F16 || t == HM_TYPE_BF16;
+}
+
+static bool use_amx(const hm_cpu_ops *ops, const hm_matrix *w, int n) {
+#if defined(__x86_64__)
+    return ops->isa == HM_ISA_AMX && n >= MM_AMX_MIN_TOKENS && !type_is_float(w->type);
+#else
+    (void)ops, (void)w, (void)n;
+    return false;
+#endif
+}
+
+static size_t align64(size_t b) {
+    return (b + 63) & ~(size_t)63;
+}
+
+size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, bool no_amx) {
+    const hm_cpu_ops *ops;
+    if (hm_cpu_ops_get(&ops) != HM_OK) return 0;
+#if defined(__x86_64__)
+    if (!no_amx && use_amx(ops, w, n))
+        return align64(hm_amx_act_bytes(w->type, w->cols, n)) +
+               (size_t)n_threads * align64(hm_amx_scratch_bytes(w->type, w->cols) + 64) + 64;
+#endif
+    if (hm_act_type(w->type) == HM_TYPE_F32) return 0;
+    return (size_t)n * hm_act_bytes(w->type, w->cols) + 64;
+}
+
+typedef struct mm_job {
+    hm_pool *pool;
+    const hm_matrix *const *w; /* nw matrices with the same cols and activation type */
+    int nw;
+    const float *x;
+    size_t xs;
+    int n;
+    float *const *y;
+    const size_t *ys;
+    uint8_t *scratch;
+    const hm_cpu_ops *ops;
+    bool amx;
+    atomic_llong next; /* next unclaimed unit */
+} mm_job;
+
+static void rows_of(int64_t rows, int ith, int nth, int64_t align, int64_t *r0, int64_t *r1) {
+    int64_t units = (rows + align - 1) / align;
+    int64_t a = units * ith / nth, b = units * (ith + 1) / nth;
+    *r0 = a * align < rows ? a * align : rows;
+    *r1 = b * align < rows ? b * align : rows;
+}
+
+/* Rows per work unit: 16, fewer when that would leave threads idle (small matrices). */
+static int64_t row_block(int64_t rows, int nth) {
+    int64_t rb = MM_ROW_BLOCK;
+    while (rb > 4 && rows / rb < 2 * (int64_t)nth) rb /= 2;
+    return rb;
+}
+
+static void mm_task(int ith, int nth, void *arg) {
+    mm_job *j = arg;
+    uint8_t *scr = (uint8_t *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
+#if defined(__x86_64__)
+    if (j->amx) {
+        const hm_matrix *w = j->w[0];
+        int groups = 2 * ((j->n + 31) / 32);
+        hm_amx_pack_act(w->type, j->x, j->xs, NULL, j->n, w->cols, scr, groups * ith / nth,
+                        groups * (ith + 1) / nth);
+        hm_pool_barrier(j->pool);
+        int64_t r0, r1;
+        rows_of(w->rows, ith, nth, 32, &r0, &r1);
+        if (r0 < r1) {
+            size_t packed = align64(hm_amx_act_bytes(w->type, w->cols, j->n));
+            uint8_t *ts =
+                scr + packed + (size_t)ith * align64(hm_amx_scratch_bytes(w->type, w->cols) + 64);
+            hm_amx_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, scr, j->n, j->y[0] + r0,
+                          j->ys[0], ts);
+        }
+        return;
+    }
+#endif
+    const hm_matrix *w0 = j->w[0];
+    const void *xq = j->x;
+    size_t xq_stride = j->xs * sizeof(float);
+    if (hm_act_type(w0->type) != HM_TYPE_F32) {
+        size_t ab = hm_act_bytes(w0->type, w0->cols);
+        for (int t = ith; t < j->n; t += nth)
+            hm_act_convert(w0->type, j->x + (size_t)t * j->xs, scr + (size_t)t * ab, w0->cols);
+        hm_pool_barrier(j->pool);
+        xq = scr;
+        xq_stride = ab;
+    }
+    /* units: (matrix, row block, token block), row blocks outer so consecutive units share
+     * weights; threads claim units one at a time (a slow thread takes fewer) */
+    const int tb = j->n <= MM_TOK_BLOCK ? j->n : 4 * MM_TOK_BLOCK;
+    const int ntb = (j->n + tb - 1) / tb;
+    int64_t nrb[8], rbs[8], total = 0;
+    for (int m = 0; m < j->nw; m++) {
+        rbs[m] = row_block(j->w[m]->rows * ntb, nth);
+        nrb[m] = (j->w[m]->rows + rbs[m] - 1) / rbs[m];
+        total += nrb[m] * ntb;
+    }
+    for (int64_t g; (g = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < total;) {
+        int m = 0;
+        int64_t u = g;
+        while (u >= nrb[m] * ntb) u -= nrb[m] * ntb, m++;
+        const hm_matrix *w = j->w[m];
+        int64_t rb = (u / ntb) * rbs[m], re = rb + rbs[m] < w->rows ? rb + rbs[m] : w->rows;
+        int t0 = (int)(u % ntb) * tb, te = t0 + tb < j->n ? t0 + tb : j->n;
+        hm_vec_dot_fn dot = hm_vec_dot_for(j->ops, w->type);
+        for (int t = t0; t < te; t += MM_TOK_BLOCK) {
+            int nt = te - t < MM_TOK_BLOCK ? te - t : MM_TOK_BLOCK;
+            hm_matvec_rows(dot, w, (const uint8_t *)xq + (size_t)t * xq_stride, xq_stride, nt,
+                           j->y[m] + (size_t)t * j->ys[m], j->ys[m], rb, re);
+        }
+    }
+}
+
+void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,
+                        size_t x_stride, int n, float *const *y, const size_t *y_stride,
+                        void *scratch, bool no_amx) {
+    const hm_cpu_ops *ops = NULL;
+    if (n <= 0 || nw <= 0 || hm_cpu_ops_get(&ops) != HM_OK) return;
+    bool same = nw <= 8;
+    for (int m = 1; m < nw && same; m++)
+        same = hm_act_type(w[m]->type) == hm_act_type(w[0]->type) && w[m]->cols == w[0]->cols;
+    bool amx = false;
+    for (int m = 0; m < nw; m++) amx |= !no_amx && use_amx(ops, w[m], n);
+    if (!same || amx) {
+        for (int m = 0; m < nw; m++) {
+            mm_job j = {.pool = pool,
+                        .w = &w[m],
+                        .nw = 1,
+                        .x = x,
+                        .xs = x_stride,
+                        .n = n,
+                        .y = &y[m],
+                        .ys = &y_stride[m],
+                        .scratch = scratch,
+                        .ops = ops,
+                        .amx = !no_amx && use_amx(ops, w[m], n)};
+            atomic_init(&j.next, 0);
+            hm_pool_run(pool, mm_task, &j);
+        }
+        return;
+    }
+    mm_job j = {.pool = pool,
+                .w = w,
+                .nw = nw,
+                .x = x,
+                .xs = x_stride,
+                .n = n,
+                .y = y,
+                .ys = y_stride,
+                .scratch = scratch,
+                .ops = ops,
+                .amx = false};
+    atomic_init(&j.next, 0);
+    hm_pool_run(pool, mm_task, &j);
+}
+
+void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_stride, int n,
+                  float *y, size_t y_stride, void *scratch, bool no_amx) {
+    hm_nn_matmul_multi(pool, &w, 1, x, x_stride, n, &y, &y_stride, scratch, no_amx);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* Work units are (token, kv head, position chunk): the group of query heads sharing a kv head
+ * runs together, so every K and V row is read once per unit and reused from L1 by the group.
+ * When tokens x kv heads cannot keep the threads busy (decode), positions are split into chunks
+ * whose partial softmax results (max, sum, unnormalised output) are merged after a barrier. */
+enum { ATTN_MAX_UNITS_PER_THREAD = 4, ATTN_MIN_CHUNK = 64 };
+
+static size_t part_floats(int group, int hd) {
+    return (size_t)group * ((size_t)hd + 2);
+}
+
+size_t hm_nn_attn_scratch_floats(int max_ctx, int n_heads, int n_kv_heads, int head_dim,
+                                 int n_threads) {
+    const int group = n_heads / (n_kv_heads > 0 ? n_kv_heads : 1);
+    size_t per_thread = (((size_t)group * (size_t)max_ctx) + 15) & ~(size_t)15;
+    size_t parts =
+        (size_t)ATTN_MAX_UNITS_PER_THREAD * (size_t)n_threads * part_floats(group, head_dim);
+    return (size_t)n_threads * per_thread + parts + 16;
+}
+
+typedef struct attn_job {
+    const hm_nn_attn *a;
+    hm_pool *pool;
+    hm_vec_dot_fn dot;
+    void (*axpy)(int64_t n, float a, const float *x, float *y);
+    int chunks; /* position chunks per (token, kv head) */
+    float *parts;
+} attn_job;
+
+static void attn_task(int ith, int nth, void *arg) {
+    const attn_job *j = arg;
+    const hm_nn_attn *a = j->a;
+    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, C = j->chunks;
+    const size_t pf = part_floats(group, hd);
+    float *sc =
+        a->scratch + (size_t)ith * ((((size_t)group * (size_t)a->max_ctx) + 15) & ~(size_t)15);
+    const int units = a->n_tok * a->n_kv_heads * C;
+    for (int u = ith; u < units; u += nth) {
+        const int t = u / (a->n_kv_heads * C), kvh = (u / C) % a->n_kv_heads, ch = u % C;
+        const int np = a->pos[t] + 1, p0 = (int)((int64_t)np * ch / C),
+                  p1 = (int)((int64_t)np * (ch + 1) / C), len = p1 - p0;
+        const float *k = a->kv[t].k + (size_t)kvh * a->kv_head_stride + (size_t)p0 * hd;
+        const float *v = a->kv[t].v + (size_t)kvh * a->kv_head_stride + (size_t)p0 * hd;
+        const float *q = a->q + (size_t)t * a->q_stride + (size_t)kvh * group * hd;
+        for (int p = 0; p < len; p++)
+            for (int g = 0; g < group; g++)
+                sc[(size_t)g * len + p] =
+                    j->dot(hd, k + (size_t)p * hd, q + (size_t)g * hd) * a->scale;
+        float *part = C > 1 ? j->parts + (size_t)u * pf : NULL;
+        float *o0 = part ? part : a->out + (size_t)t * a->out_stride + (size_t)kvh * group * hd;
+        float mx[64], sum[64];
+        for (int g = 0; g < group; g++) {
+            float *s = sc + (size_t)g * len, m = -FLT_MAX, z = 0;
+            for (int p = 0; p < len; p++) m = s[p] > m ? s[p] : m;
+            for (int p = 0; p < len; p++) z += (s[p] = expf(s[p] - m));
+            mx[g] = m, sum[g] = z;
+            /* normalise now when this unit covers every position */
+            if (!part && z > 0)
+                for (int p = 0; p < len; p++) s[p] /= z;
+            memset(o0 + (size_t)g * hd, 0, (size_t)hd * sizeof(float));
+        }
+        for (int p = 0; p < len; p++)
+            for (int g = 0; g < group; g++)
+                j->axpy(hd, sc[(size_t)g * len + p], v + (size_t)p * hd, o0 + (size_t)g * hd);
+        if (part)
+            for (int g = 0; g < group; g++) {
+                part[(size_t)group * hd + 2 * (size_t)g] = mx[g];
+                part[(size_t)group * hd + 2 * (size_t)g + 1] = sum[g];
+            }
+    }
+    if (C == 1) return;
+    hm_pool_barrier(j->pool);
+    /* merge the chunks of every (token, head) */
+    const int rows = a->n_tok * a->n_heads;
+    for (int r = ith; r < rows; r += nth) {
+        const int t = r / a->n_heads, h = r % a->n_heads, kvh = h / group, g = h % group;
+        const float *base = j->parts + ((size_t)t * a->n_kv_heads + (size_t)kvh) * C * pf;
+        float M = -FLT_MAX, Z = 0;
+        for (int ch = 0; ch < C; ch++) {
+            const float *pp = base + (size_t)ch * pf + (size_t)group * hd + 2 * (size_t)g;
+            if (pp[1] > 0 && pp[0] > M) M = pp[0];
+        }
+        float *o = a->out + (size_t)t * a->out_stride + (size_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int ch = 0; ch < C; ch++) {
+            const float *pp = base + (size_t)ch * pf;
+            const float *mz = pp + (size_t)group * hd + 2 * (size_t)g;
+            if (!(mz[1] > 0)) continue;
+            const float f = expf(mz[0] - M);
+            Z += f * mz[1];
+            j->axpy(hd, f, pp + (size_t)g * hd, o);
+        }
+        const float inv = Z > 0 ? 1.0f / Z : 0.0f;
+        for (int d = 0; d < hd; d++) o[d] *= inv;
+    }
+}
+
+void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
+    const hm_cpu_ops *ops = NULL;
+    if (hm_cpu_ops_get(&ops) != HM_OK) ops = &hm_ops_ref;
+    const int nth = hm_pool_size(pool);
+    attn_job j = {a,
+                  pool,
+                  hm_vec_dot_for(ops, HM_TYPE_F32),
+                  ops->axpy_f32 ? ops->axpy_f32 : hm_ops_ref.axpy_f32,
+                  1,
+                  NULL};
+    const int base = a->n_tok * a->n_kv_heads;
+    int min_np = a->max_ctx;
+    for (int t = 0; t < a->n_tok; t++) min_np = a->pos[t] + 1 < min_np ? a->pos[t] + 1 : min_np;
+    /* split positions while there are fewer units than threads and chunks stay long enough */
+    while (base * j.chunks * 2 <= nth && base * j.chunks * 2 <= ATTN_MAX_UNITS_PER_THREAD * nth &&
+           min_np / (j.chunks * 2) >= ATTN_MIN_CHUNK)
+        j.chunks *= 2;
+    const int group = a->n_heads / a->n_kv_heads;
+    j.parts =
+        a->scratch + (size_t)nth * ((((size_t)group * (size_t)a->max_ctx) + 15) & ~(size_t)15);
+    hm_pool_run(pool, attn_task, &j);
+}

@@ -1,0 +1,77 @@
+/* nn.h - the dense transformer ops of a forward pass on the CPU: matrix multiply of any weight
+ * type with float activations (threaded over a pool), RMSNorm, rotary embedding, causal attention
+ * over a per-sequence KV cache, and small element-wise helpers.
+ *
+ * The plain functions are pure (no allocation, no threads); the hm_nn_* drivers split work over
+ * a pool's participants and take caller-owned scratch sized by the matching *_scratch_bytes. */
+#ifndef HM_CPU_NN_H
+#define HM_CPU_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/pool.h"
+#include "cpu/matvec.h"
+
+/* y = x / sqrt(mean(x^2) + eps) * w  (w may be NULL: no scale). In-place (y == x) is fine. */
+void hm_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
+
+/* Rotary inverse frequencies of transformers' default rope: inv[i] = theta^(-2i/dim), i < dim/2 */
+void hm_rope_inv_freq(float *inv, int dim, float theta);
+
+/* NeoX-style rotation (transformers' rotate_half) of the first rope_dim values of each of n_heads
+ * heads of head_dim values, at position pos: pairs (i, i + rope_dim/2). */
+void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos,
+                  const float *inv_freq);
+
+/* ---- matrix multiply: y[t][r] = W[r] . x[t] for t < n, r < W.rows ---------------------------- */
+
+/* Scratch bytes of hm_nn_matmul for n tokens (activation conversion, AMX packing). */
+size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, bool no_amx);
+
+/* Threads split W's rows. x: [n][w->cols] floats with row stride x_stride (floats); y: [n][rows]
+ * with row stride y_stride. Integer-quantized weights use the AMX tile path for n >= 16 where the
+ * CPU has AMX (about 0.5% relative error, see amx.c); float weights always run the exact
+ * kernels; no_amx forces the exact kernels for every type. */
+void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_stride, int n,
+                  float *y, size_t y_stride, void *scratch, bool no_amx);
+
+/* The same for nw <= 8 matrices that share x (q, k and v projections): one job, one activation
+ * conversion; y[m] has row stride y_stride[m]. */
+void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,
+                        size_t x_stride, int n, float *const *y, const size_t *y_stride,
+                        void *scratch, bool no_amx);
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* One layer's KV cache of one sequence: kv head h's position p is the head_dim floats at
+ * k + h * kv_head_stride + p * head_dim (same for v). */
+typedef struct hm_nn_kv {
+    float *k, *v;
+} hm_nn_kv;
+
+typedef struct hm_nn_attn {
+    int n_tok;
+    int n_heads, n_kv_heads, head_dim;
+    float scale;           /* softmax scale, usually head_dim^-0.5 */
+    const float *q;        /* [n_tok][n_heads * head_dim] */
+    size_t q_stride;       /* floats */
+    const hm_nn_kv *kv;    /* [n_tok]: the cache of each token's sequence (already holds its K/V) */
+    size_t kv_head_stride; /* floats between kv heads in the cache */
+    const int32_t *pos;    /* [n_tok]: token t attends to positions 0..pos[t] of its sequence */
+    float *out;            /* [n_tok][n_heads * head_dim] */
+    size_t out_stride;     /* floats */
+    float *scratch;        /* hm_nn_attn_scratch_floats(max_ctx, n_heads, n_kv_heads, head_dim,
+                              n_threads of the pool) floats */
+    int max_ctx;           /* positions the scratch was sized for (every pos[t] < max_ctx) */
+} hm_nn_attn;
+
+size_t hm_nn_attn_scratch_floats(int max_ctx, int n_heads, int n_kv_heads, int head_dim,
+                                 int n_threads);
+void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a);
+
+/* silu(g) * u over n values, into g. */
+void hm_silu_mul(float *g, const float *u, int64_t n);
+
+#endif

@@ -1,0 +1,290 @@
+/* ctx.c - a context: thread pool, expert engines, per-sequence KV cache and scratch; the batch
+ * driver of the forward pass (embedding, blocks, final norm, lm_head). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "model/ctx_int.h"
+#include "quant/ref.h"
+
+hm_ctx_params hm_ctx_default_params(void) {
+    hm_ctx_params p = {0};
+    return p;
+}
+
+int hm_ctx_n_batch(const hm_ctx *c) {
+    return c->p.n_batch;
+}
+int hm_ctx_n_threads(const hm_ctx *c) {
+    return c->nth;
+}
+
+static const char *const prof_names[HM_PROF_COUNT] = {
+    "embedding", "norms+residual", "attn projections", "attention",
+    "router",    "routed experts", "dense mlp",        "output"};
+
+const char *hm_ctx_prof_name(int part) {
+    return part >= 0 && part < HM_PROF_COUNT ? prof_names[part] : "?";
+}
+double hm_ctx_prof_seconds(const hm_ctx *c, int part) {
+    return part >= 0 && part < HM_PROF_COUNT ? (double)c->prof_ns[part] * 1e-9 : 0;
+}
+void hm_ctx_prof_reset(hm_ctx *c) {
+    memset(c->prof_ns, 0, sizeof c->prof_ns);
+}
+
+int hm_ctx_n_ctx(const hm_ctx *c) {
+    return c->p.n_ctx;
+}
+int hm_ctx_n_seq(const hm_ctx *c) {
+    return c->p.n_seq;
+}
+int hm_ctx_seq_len(const hm_ctx *c, int seq) {
+    return seq >= 0 && seq < c->p.n_seq ? c->seq_len[seq] : 0;
+}
+void hm_ctx_seq_reset(hm_ctx *c, int seq) {
+    if (seq >= 0 && seq < c->p.n_seq) c->seq_len[seq] = 0;
+}
+
+typedef struct tok_job {
+    hm_ctx *c;
+    int n;
+    hm_ctx_tok_fn fn;
+    void *arg;
+} tok_job;
+
+static void tok_task(int ith, int nth, void *arg) {
+    tok_job *j = arg;
+    for (int i = ith; i < j->n; i += nth) j->fn(j->c, i, j->arg);
+}
+
+void hm_ctx_for_tokens(hm_ctx *c, int n, hm_ctx_tok_fn fn, void *arg) {
+    if (n == 1) {
+        fn(c, 0, arg);
+        return;
+    }
+    tok_job j = {c, n, fn, arg};
+    hm_pool_run(c->pool, tok_task, &j);
+}
+
+void hm_ctx_matmul(hm_ctx *c, const hm_matrix *w, const float *x, int n, float *y) {
+    hm_nn_matmul(c->pool, w, x, (size_t)w->cols, n, y, (size_t)w->rows, c->mm_scratch, c->p.no_amx);
+}
+
+static size_t mm_need(const hm_ctx *c, const hm_matrix *w, size_t cur) {
+    size_t b = hm_nn_matmul_scratch_bytes(w, c->p.n_batch, c->nth, c->p.no_amx);
+    return b > cur ? b : cur;
+}
+
+void hm_ctx_free(hm_ctx *c) {
+    if (!c) return;
+    if (c->moe) {
+        for (uint32_t il = 0; il < c->m->hp.n_layers; il++) hm_moe_free(c->moe[il]);
+        free(c->moe);
+    }
+    hm_pool_free(c->pool);
+    hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->inv_freq);
+    hm_free(c->x), hm_free(c->xn), hm_free(c->q), hm_free(c->k), hm_free(c->v);
+    hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u);
+    free(c->w), free(c->ids), free(c->pos), free(c->seq), free(c->kvv);
+    hm_free(c->attn_scratch), hm_free(c->mm_scratch);
+    free(c);
+}
+
+static float *fbuf(size_t n, const char *what) {
+    return hm_malloc_aligned((n ? n : 1) * sizeof(float), 64, what);
+}
+
+hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx **out) {
+    *out = NULL;
+    const hm_hparams *hp = &m->hp;
+    hm_ctx_params p = params ? *params : hm_ctx_default_params();
+    if (p.n_ctx < 0 || p.n_seq < 0 || p.n_batch < 0 || p.n_threads < 0)
+        return hm_errorf(HM_ERR_INVALID_ARG, "context: n_ctx, n_seq, n_batch and n_threads must "
+                                             "not be negative");
+    if (!p.n_ctx) p.n_ctx = hp->max_ctx && hp->max_ctx < 4096 ? (int)hp->max_ctx : 4096;
+    if (hp->max_ctx && (uint32_t)p.n_ctx > hp->max_ctx)
+        HM_WARN("context: %d positions is more than the model was trained for (%u)", p.n_ctx,
+                hp->max_ctx);
+    if (!p.n_seq) p.n_seq = 1;
+    if (hp->n_kv_heads == 0 || hp->n_heads % hp->n_kv_heads || hp->n_heads / hp->n_kv_heads > 64)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "%s: %u query heads per kv head (%u / %u); attention runs up to 64",
+                         m->path, hp->n_kv_heads ? hp->n_heads / hp->n_kv_heads : 0, hp->n_heads,
+                         hp->n_kv_heads);
+    if (!p.n_batch) p.n_batch = 512;
+    if (p.n_batch > 65536)
+        return hm_errorf(HM_ERR_INVALID_ARG, "context: n_batch %d is above 65536", p.n_batch);
+    hm_ctx *c = calloc(1, sizeof *c);
+    if (!c) return hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory");
+    c->m = m;
+    c->p = p;
+    hm_status st;
+    hm_pool_params pp = hm_pool_default_params();
+    pp.n_threads = p.n_threads;
+    pp.async = false;
+    pp.pin_caller = p.pin_caller;
+    if ((st = hm_pool_create(&pp, &c->pool))) goto fail;
+    c->nth = hm_pool_size(c->pool);
+
+    const size_t H = hp->hidden, B = (size_t)p.n_batch;
+    c->q_dim = (size_t)hp->n_heads * hp->head_dim;
+    c->kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
+    c->ffn_max = hp->ffn_inter;
+    size_t kv_floats = (size_t)hp->n_layers * (size_t)p.n_seq * (size_t)p.n_ctx * c->kv_dim;
+    if ((st = hm_large_alloc((kv_floats ? kv_floats : 1) * sizeof(float), true, "KV cache (K)",
+                             &c->kv_k)) ||
+        (st = hm_large_alloc((kv_floats ? kv_floats : 1) * sizeof(float), true, "KV cache (V)",
+                             &c->kv_v)))
+        goto fail;
+    c->seq_len = calloc((size_t)p.n_seq, sizeof(int32_t));
+    c->inv_freq = calloc(hp->rope_dim / 2 + 1, sizeof(float));
+    c->x = fbuf(B * H, "ctx x");
+    c->xn = fbuf(B * H, "ctx xn");
+    c->tmp = fbuf(B * H, "ctx tmp");
+    c->q = fbuf(B * c->q_dim, "ctx q");
+    c->att = fbuf(B * c->q_dim, "ctx att");
+    c->k = fbuf(B * c->kv_dim, "ctx k");
+    c->v = fbuf(B * c->kv_dim, "ctx v");
+    c->rl = fbuf(B * (hp->n_experts ? hp->n_experts : 1), "ctx router");
+    c->g = fbuf(B * c->ffn_max, "ctx gate");
+    c->u = fbuf(B * c->ffn_max, "ctx up");
+    size_t K = hp->n_experts_used ? hp->n_experts_used : 1;
+    c->w = calloc(B * K, sizeof(float));
+    c->ids = calloc(B * K, sizeof(int32_t));
+    c->pos = calloc(B, sizeof(int32_t));
+    c->seq = calloc(B, sizeof(int32_t));
+    c->kvv = calloc(B, sizeof(hm_nn_kv));
+    c->attn_scratch = fbuf(hm_nn_attn_scratch_floats(p.n_ctx, (int)hp->n_heads, (int)hp->n_kv_heads,
+                                                     (int)hp->head_dim, c->nth),
+                           "ctx attention");
+    if (!c->seq_len || !c->inv_freq || !c->x || !c->xn || !c->tmp || !c->q || !c->att || !c->k ||
+        !c->v || !c->rl || !c->g || !c->u || !c->w || !c->ids || !c->pos || !c->seq || !c->kvv ||
+        !c->attn_scratch) {
+        st = hm_errorf(HM_ERR_NO_MEMORY,
+                       "context: out of memory (KV cache %zu MiB for %d positions x %d sequences)",
+                       kv_floats * 2 * sizeof(float) >> 20, p.n_ctx, p.n_seq);
+        goto fail;
+    }
+    hm_rope_inv_freq(c->inv_freq, (int)hp->rope_dim, hp->rope_theta);
+
+    size_t mmb = mm_need(c, &m->output, 0);
+    c->moe = calloc(hp->n_layers, sizeof *c->moe);
+    if (!c->moe) {
+        st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory");
+        goto fail;
+    }
+    for (uint32_t il = 0; il < hp->n_layers; il++) {
+        const hm_layer *L = &m->layers[il];
+        mmb = mm_need(c, &L->wq, mmb);
+        mmb = mm_need(c, &L->wk, mmb);
+        mmb = mm_need(c, &L->wv, mmb);
+        mmb = mm_need(c, &L->wo, mmb);
+        if (!L->moe) {
+            mmb = mm_need(c, &L->ffn_gate, mmb);
+            mmb = mm_need(c, &L->ffn_up, mmb);
+            mmb = mm_need(c, &L->ffn_down, mmb);
+            continue;
+        }
+        mmb = mm_need(c, &L->router, mmb);
+        hm_moe_params mp = hm_moe_default_params();
+        mp.n_experts = (int)hp->n_experts;
+        mp.hidden = hp->hidden;
+        mp.inter = hp->moe_inter;
+        mp.experts = L->experts;
+        mp.act = HM_MOE_SILU;
+        mp.pool = c->pool;
+        mp.max_tokens = p.n_batch;
+        mp.no_amx = p.no_amx;
+        if ((st = hm_moe_create(&mp, &c->moe[il]))) {
+            st = hm_errorf(st, "%s: layer %u experts: %s", m->path, il, hm_last_error());
+            goto fail;
+        }
+    }
+    c->mm_scratch = hm_malloc_aligned(mmb ? mmb : 64, 64, "ctx matmul scratch");
+    if (!c->mm_scratch) {
+        st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory (%zu bytes of matmul scratch)",
+                       mmb);
+        goto fail;
+    }
+    *out = c;
+    return HM_OK;
+fail:
+    hm_ctx_free(c);
+    return st;
+}
+
+typedef struct fin_arg {
+    const int32_t *rows;
+    const float *norm;
+} fin_arg;
+
+static void embed_tok(hm_ctx *c, int i, void *arg) {
+    const int32_t *tokens = arg;
+    const hm_matrix *e = &c->m->tok_embd;
+    hm_dequantize_row(e->type, (const uint8_t *)e->data + (size_t)tokens[i] * e->row_bytes,
+                      c->x + (size_t)i * c->m->hp.hidden, e->cols);
+}
+
+static void final_norm(hm_ctx *c, int i, void *arg) {
+    const fin_arg *a = arg;
+    const size_t H = c->m->hp.hidden;
+    hm_rmsnorm(c->x + (size_t)a->rows[i] * H, a->norm, c->xn + (size_t)i * H, (int64_t)H,
+               c->m->hp.norm_eps);
+}
+
+hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
+                        const uint8_t *want, float *logits) {
+    const hm_hparams *hp = &c->m->hp;
+    if (n <= 0) return HM_OK;
+    if (!tokens) return hm_errorf(HM_ERR_INVALID_ARG, "decode: no tokens given");
+    if (n > c->p.n_batch)
+        return hm_errorf(HM_ERR_INVALID_ARG, "decode: %d tokens in one batch, the context takes %d",
+                         n, c->p.n_batch);
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= hp->vocab_size)
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "decode: token %d (at batch index %d) is outside the vocabulary "
+                             "[0, %u)",
+                             tokens[i], i, hp->vocab_size);
+        int s = seq ? seq[i] : 0;
+        if (s < 0 || s >= c->p.n_seq)
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "decode: sequence %d (at batch index %d) is outside [0, %d)", s, i,
+                             c->p.n_seq);
+        c->seq[i] = s;
+    }
+    /* positions: each sequence continues where its cache ends */
+    for (int i = 0; i < n; i++) {
+        int s = c->seq[i], before = 0;
+        for (int j = 0; j < i; j++) before += c->seq[j] == s;
+        c->pos[i] = c->seq_len[s] + before;
+        if (c->pos[i] >= c->p.n_ctx)
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "decode: sequence %d would reach position %d, past the context size "
+                             "%d (%d positions already cached)",
+                             s, c->pos[i] + 1, c->p.n_ctx, c->seq_len[s]);
+    }
+    uint64_t t0 = hm_time_ns();
+    hm_ctx_for_tokens(c, n, embed_tok, (void *)tokens);
+    hm_ctx_prof(c, HM_PROF_EMBED, &t0);
+    for (uint32_t il = 0; il < hp->n_layers; il++) {
+        hm_status st = hm_qwen3moe_block(c, (int)il, n);
+        if (st) return st;
+    }
+    for (int i = 0; i < n; i++)
+        if (c->pos[i] + 1 > c->seq_len[c->seq[i]]) c->seq_len[c->seq[i]] = c->pos[i] + 1;
+    if (!logits) return HM_OK;
+    t0 = hm_time_ns();
+    int32_t *rows = c->ids; /* free now; holds >= n entries */
+    int nw = 0;
+    for (int i = 0; i < n; i++)
+        if (!want || want[i]) rows[nw++] = i;
+    fin_arg fa = {rows, c->m->output_norm};
+    hm_ctx_for_tokens(c, nw, final_norm, &fa);
+    hm_ctx_matmul(c, &c->m->output, c->xn, nw, logits);
+    hm_ctx_prof(c, HM_PROF_OUTPUT, &t0);
+    return HM_OK;
+}

@@ -1,0 +1,59 @@
+/* ctx_int.h - the context's internals, shared by ctx.c and the per-architecture block files. */
+#ifndef HM_MODEL_CTX_INT_H
+#define HM_MODEL_CTX_INT_H
+
+#include "core/pool.h"
+#include "cpu/nn.h"
+#include "core/timer.h"
+#include "model/model.h"
+
+struct hm_ctx {
+    const hm_model *m;
+    hm_ctx_params p;
+    hm_pool *pool;
+    int nth;
+    hm_moe **moe; /* [n_layers], NULL for dense layers */
+    /* KV cache: (layer, seq, kv head) -> n_ctx rows of head_dim floats, K and V, so one head's
+     * positions are contiguous; huge pages (attention walks every position of every head) */
+    hm_large kv_k, kv_v;
+    size_t kv_dim;
+    int32_t *seq_len; /* [n_seq] */
+    float *inv_freq;  /* [rope_dim / 2] */
+    /* scratch for n_batch tokens */
+    float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w;
+    int32_t *ids, *pos, *seq;
+    hm_nn_kv *kvv;
+    float *attn_scratch;
+    void *mm_scratch;
+    size_t q_dim, ffn_max;
+    uint64_t prof_ns[HM_PROF_COUNT]; /* time per part of the forward pass, summed */
+};
+
+static inline float *hm_ctx_kv_k(hm_ctx *c, int il, int s) {
+    return (float *)c->kv_k.ptr +
+           ((size_t)il * (size_t)c->p.n_seq + (size_t)s) * (size_t)c->p.n_ctx * c->kv_dim;
+}
+static inline float *hm_ctx_kv_v(hm_ctx *c, int il, int s) {
+    return (float *)c->kv_v.ptr +
+           ((size_t)il * (size_t)c->p.n_seq + (size_t)s) * (size_t)c->p.n_ctx * c->kv_dim;
+}
+
+/* Adds the time since *t0 to part p and restarts *t0. */
+static inline void hm_ctx_prof(hm_ctx *c, int p, uint64_t *t0) {
+    uint64_t t = hm_time_ns();
+    c->prof_ns[p] += t - *t0;
+    *t0 = t;
+}
+
+/* Runs fn(c, i, arg) for every token i < n, tokens split across the pool's threads. */
+typedef void (*hm_ctx_tok_fn)(hm_ctx *c, int i, void *arg);
+void hm_ctx_for_tokens(hm_ctx *c, int n, hm_ctx_tok_fn fn, void *arg);
+
+/* y = W x over n tokens of the context's scratch layout (row strides = cols / rows). */
+void hm_ctx_matmul(hm_ctx *c, const hm_matrix *w, const float *x, int n, float *y);
+
+/* One transformer block of a Qwen3-MoE-style model over the batch in c's scratch (x holds the
+ * residual stream; tokens' positions, sequences and KV views are set). */
+hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n);
+
+#endif

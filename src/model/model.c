@@ -1,0 +1,454 @@
+/* model.c - binds a model's weights from a GGUF file or a Hugging Face directory (model.h). */
+#include "model/model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/log.h"
+#include "core/pool.h"
+#include "model/arch.h"
+#include "quant/ref.h"
+#include "quant/types.h"
+
+/* One weight as found in the file: its type, data and shape (ne[0] contiguous). */
+typedef struct tview {
+    char name[256];
+    uint32_t type;
+    const void *data;
+    uint32_t n_dims;
+    uint64_t ne[4];
+} tview;
+
+static bool is_gguf(const hm_model *m) {
+    return m->gguf != NULL;
+}
+
+static hm_status st_type(const hm_st_tensor *t, uint32_t *out) {
+    switch (t->dtype) {
+    case HM_ST_F32:
+        *out = HM_TYPE_F32;
+        return HM_OK;
+    case HM_ST_F16:
+        *out = HM_TYPE_F16;
+        return HM_OK;
+    case HM_ST_BF16:
+        *out = HM_TYPE_BF16;
+        return HM_OK;
+    default:
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "tensor '%s' has dtype %s, which hmoe cannot load from safetensors yet "
+                         "(supported: F32, F16, BF16)",
+                         t->name, hm_st_dtype_name(t->dtype));
+    }
+}
+
+/* Finds a tensor by its GGUF name or its HF name (printf patterns over layer il and expert e).
+ * For GGUF experts the view is expert e's slab of the stacked 3-D tensor. */
+static hm_status find(const hm_model *m, bool required, tview *v, const char *gguf_fmt,
+                      const char *hf_fmt, ...) {
+    memset(v, 0, sizeof *v);
+    va_list ap;
+    va_start(ap, hf_fmt);
+    unsigned a0 = va_arg(ap, unsigned), a1 = va_arg(ap, unsigned);
+    va_end(ap);
+    if (is_gguf(m)) {
+        snprintf(v->name, sizeof v->name, gguf_fmt, a0, a1);
+        const hm_gguf_tensor *t = hm_gguf_find_tensor(m->gguf, v->name);
+        if (!t) goto missing;
+        v->type = t->type;
+        v->data = t->data;
+        v->n_dims = t->n_dims;
+        for (int i = 0; i < 4; i++) v->ne[i] = t->ne[i];
+        return HM_OK;
+    }
+    snprintf(v->name, sizeof v->name, hf_fmt, a0, a1);
+    const hm_st_tensor *t = hm_st_find(m->st, v->name);
+    if (!t) goto missing;
+    hm_status st = st_type(t, &v->type);
+    if (st) return st;
+    if (t->n_dims < 1 || t->n_dims > 4)
+        return hm_errorf(HM_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (expected 1 or 2)",
+                         m->path, v->name, t->n_dims);
+    v->data = t->data;
+    v->n_dims = t->n_dims;
+    for (int i = 0; i < 4; i++) v->ne[i] = 1;
+    for (uint32_t i = 0; i < t->n_dims; i++) v->ne[i] = (uint64_t)t->shape[t->n_dims - 1 - i];
+    return HM_OK;
+missing:
+    if (!required) return HM_ERR_NOT_FOUND;
+    return hm_errorf(HM_ERR_NOT_FOUND, "%s: tensor '%s' is missing (needed by %s)", m->path,
+                     v->name, m->hp.model_type);
+}
+
+static hm_status check_shape(const hm_model *m, const tview *v, uint64_t ne0, uint64_t ne1,
+                             uint64_t ne2) {
+    uint64_t want[3] = {ne0, ne1, ne2};
+    for (int i = 0; i < 3; i++)
+        if (v->ne[i] != want[i]) goto bad;
+    if (v->ne[3] != 1) goto bad;
+    return HM_OK;
+bad:
+    if (is_gguf(m))
+        return hm_errorf(HM_ERR_FORMAT,
+                         "%s: tensor '%s' has ne [%llu, %llu, %llu, %llu], expected [%llu, %llu, "
+                         "%llu]",
+                         m->path, v->name, (unsigned long long)v->ne[0],
+                         (unsigned long long)v->ne[1], (unsigned long long)v->ne[2],
+                         (unsigned long long)v->ne[3], (unsigned long long)ne0,
+                         (unsigned long long)ne1, (unsigned long long)ne2);
+    if (ne1 == 1)
+        return hm_errorf(HM_ERR_FORMAT, "%s: tensor '%s' has shape [%llu x %llu], expected [%llu]",
+                         m->path, v->name, (unsigned long long)v->ne[1],
+                         (unsigned long long)v->ne[0], (unsigned long long)ne0);
+    return hm_errorf(HM_ERR_FORMAT,
+                     "%s: tensor '%s' has shape [%llu x %llu], expected [%llu x %llu]", m->path,
+                     v->name, (unsigned long long)v->ne[1], (unsigned long long)v->ne[0],
+                     (unsigned long long)ne1, (unsigned long long)ne0);
+}
+
+static float *own_floats(hm_model *m, size_t n) {
+    if (m->n_owned == m->cap_owned) {
+        size_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        float **p = realloc(m->owned, cap * sizeof *p);
+        if (!p) return NULL;
+        m->owned = p;
+        m->cap_owned = cap;
+    }
+    float *f = malloc(n * sizeof(float));
+    if (f) m->owned[m->n_owned++] = f;
+    return f;
+}
+
+/* A 1-D weight of n values as floats (copied and converted from F32/F16/BF16/...). */
+static hm_status bind_vec(hm_model *m, const float **out, uint64_t n, const char *gguf_fmt,
+                          const char *hf_fmt, unsigned il) {
+    tview v;
+    hm_status st = find(m, true, &v, gguf_fmt, hf_fmt, il, 0u);
+    if (st) return st;
+    if ((st = check_shape(m, &v, n, 1, 1))) return st;
+    if (!hm_dequantize_supported(v.type))
+        return hm_errorf(HM_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which hmoe cannot read",
+                         m->path, v.name, hm_type_name(v.type));
+    float *f = own_floats(m, n);
+    if (!f) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+    if ((st = hm_dequantize_row(v.type, v.data, f, (int64_t)n))) return st;
+    *out = f;
+    return HM_OK;
+}
+
+static hm_status view_matrix(hm_model *m, const tview *v, hm_matrix *mat, uint64_t rows,
+                             uint64_t cols, uint64_t n_slabs, unsigned slab) {
+    hm_status st = check_shape(m, v, cols, rows, n_slabs);
+    if (st) return st;
+    if ((st = hm_kernel_check(v->type, v->name))) return st;
+    uint64_t rb;
+    if (!hm_type_row_bytes(v->type, cols, &rb))
+        return hm_errorf(HM_ERR_FORMAT,
+                         "%s: tensor '%s': %llu columns is not a whole number of %s blocks",
+                         m->path, v->name, (unsigned long long)cols, hm_type_name(v->type));
+    const uint8_t *base = (const uint8_t *)v->data + (size_t)slab * (size_t)rb * (size_t)rows;
+    return hm_matrix_init(mat, v->type, base, (int64_t)rows, (int64_t)cols);
+}
+
+static hm_status bind_mat(hm_model *m, hm_matrix *mat, uint64_t rows, uint64_t cols,
+                          const char *gguf_fmt, const char *hf_fmt, unsigned il) {
+    tview v;
+    hm_status st = find(m, true, &v, gguf_fmt, hf_fmt, il, 0u);
+    if (st) return st;
+    return view_matrix(m, &v, mat, rows, cols, 1, 0);
+}
+
+/* Routed expert e's projection: a slab of the stacked GGUF tensor or the HF per-expert tensor. */
+static hm_status bind_expert(hm_model *m, hm_moe_matrix *mm, uint32_t *type, uint64_t rows,
+                             uint64_t cols, const char *gguf_fmt, const char *hf_fmt, unsigned il,
+                             unsigned e) {
+    tview v;
+    hm_matrix mat;
+    hm_status st;
+    if (is_gguf(m)) {
+        if ((st = find(m, true, &v, gguf_fmt, hf_fmt, il, e))) return st;
+        st = view_matrix(m, &v, &mat, rows, cols, m->hp.n_experts, e);
+    } else {
+        if ((st = find(m, true, &v, gguf_fmt, hf_fmt, il, e))) return st;
+        st = view_matrix(m, &v, &mat, rows, cols, 1, 0);
+    }
+    if (st) return st;
+    if (e > 0 && mat.type != *type)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "%s: tensor '%s' has type %s but expert 0 of the layer has %s (one type "
+                         "per projection is supported)",
+                         m->path, v.name, hm_type_name(mat.type), hm_type_name(*type));
+    *type = mat.type;
+    mm->type = mat.type;
+    mm->data = mat.data;
+    mm->row_bytes = mat.row_bytes;
+    return HM_OK;
+}
+
+static hm_status bind_qwen3moe(hm_model *m) {
+    const hm_hparams *hp = &m->hp;
+    const uint64_t H = hp->hidden, V = hp->vocab_size, hd = hp->head_dim;
+    const uint64_t nq = (uint64_t)hp->n_heads * hd, nkv = (uint64_t)hp->n_kv_heads * hd;
+    hm_status st;
+    if ((st = bind_mat(m, &m->tok_embd, V, H, "token_embd.weight", "model.embed_tokens.weight", 0)))
+        return st;
+    if (!hm_dequantize_supported(m->tok_embd.type))
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "%s: token embeddings have type %s, which hmoe cannot read", m->path,
+                         hm_type_name(m->tok_embd.type));
+    if ((st = bind_vec(m, &m->output_norm, H, "output_norm.weight", "model.norm.weight", 0)))
+        return st;
+    if (hp->tie_embeddings) {
+        m->output = m->tok_embd;
+    } else if ((st = bind_mat(m, &m->output, V, H, "output.weight", "lm_head.weight", 0))) {
+        return st;
+    }
+    m->layers = calloc(hp->n_layers, sizeof *m->layers);
+    if (!m->layers) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+    for (unsigned il = 0; il < hp->n_layers; il++) {
+        hm_layer *L = &m->layers[il];
+        if ((st = bind_vec(m, &L->attn_norm, H, "blk.%u.attn_norm.weight",
+                           "model.layers.%u.input_layernorm.weight", il)) ||
+            (st = bind_vec(m, &L->ffn_norm, H, "blk.%u.ffn_norm.weight",
+                           "model.layers.%u.post_attention_layernorm.weight", il)) ||
+            (st = bind_mat(m, &L->wq, nq, H, "blk.%u.attn_q.weight",
+                           "model.layers.%u.self_attn.q_proj.weight", il)) ||
+            (st = bind_mat(m, &L->wk, nkv, H, "blk.%u.attn_k.weight",
+                           "model.layers.%u.self_attn.k_proj.weight", il)) ||
+            (st = bind_mat(m, &L->wv, nkv, H, "blk.%u.attn_v.weight",
+                           "model.layers.%u.self_attn.v_proj.weight", il)) ||
+            (st = bind_mat(m, &L->wo, H, nq, "blk.%u.attn_output.weight",
+                           "model.layers.%u.self_attn.o_proj.weight", il)))
+            return st;
+        if (hp->qk_norm && ((st = bind_vec(m, &L->q_norm, hd, "blk.%u.attn_q_norm.weight",
+                                           "model.layers.%u.self_attn.q_norm.weight", il)) ||
+                            (st = bind_vec(m, &L->k_norm, hd, "blk.%u.attn_k_norm.weight",
+                                           "model.layers.%u.self_attn.k_norm.weight", il))))
+            return st;
+        L->moe = hm_hparams_layer_is_moe(hp, il);
+        if (!L->moe) {
+            const uint64_t F = hp->ffn_inter;
+            if ((st = bind_mat(m, &L->ffn_gate, F, H, "blk.%u.ffn_gate.weight",
+                               "model.layers.%u.mlp.gate_proj.weight", il)) ||
+                (st = bind_mat(m, &L->ffn_up, F, H, "blk.%u.ffn_up.weight",
+                               "model.layers.%u.mlp.up_proj.weight", il)) ||
+                (st = bind_mat(m, &L->ffn_down, H, F, "blk.%u.ffn_down.weight",
+                               "model.layers.%u.mlp.down_proj.weight", il)))
+                return st;
+            continue;
+        }
+        const uint64_t E = hp->n_experts, FE = hp->moe_inter;
+        if ((st = bind_mat(m, &L->router, E, H, "blk.%u.ffn_gate_inp.weight",
+                           "model.layers.%u.mlp.gate.weight", il)))
+            return st;
+        L->experts = calloc(E, sizeof *L->experts);
+        if (!L->experts) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+        for (unsigned e = 0; e < E; e++) {
+            hm_moe_expert *x = &L->experts[e];
+            if ((st = bind_expert(m, &x->gate, &L->expert_type[0], FE, H,
+                                  "blk.%u.ffn_gate_exps.weight",
+                                  "model.layers.%u.mlp.experts.%u.gate_proj.weight", il, e)) ||
+                (st = bind_expert(m, &x->up, &L->expert_type[1], FE, H, "blk.%u.ffn_up_exps.weight",
+                                  "model.layers.%u.mlp.experts.%u.up_proj.weight", il, e)) ||
+                (st = bind_expert(m, &x->down, &L->expert_type[2], H, FE,
+                                  "blk.%u.ffn_down_exps.weight",
+                                  "model.layers.%u.mlp.experts.%u.down_proj.weight", il, e)))
+                return st;
+        }
+    }
+    return HM_OK;
+}
+
+hm_model_params hm_model_default_params(void) {
+    hm_model_params p = {HM_LOAD_AUTO, 0};
+    return p;
+}
+
+bool hm_model_copied(const hm_model *m) {
+    return m->copy.ptr != NULL;
+}
+
+/* ---------------------------------------------------------------- copy into huge pages */
+
+/* A mapped byte range the weights live in (the GGUF's tensor data, or one safetensors shard). */
+typedef struct region {
+    const uint8_t *lo, *hi;
+    size_t off; /* where it starts in the copy */
+} region;
+
+typedef struct copy_job {
+    const region *r;
+    size_t n;
+    uint8_t *dst;
+    size_t total;
+} copy_job;
+
+static void copy_task(int ith, int nth, void *arg) {
+    copy_job *j = arg;
+    /* every thread copies (and first-touches) an equal slice of the destination */
+    size_t a = j->total * (size_t)ith / (size_t)nth, b = j->total * (size_t)(ith + 1) / (size_t)nth;
+    for (size_t i = 0; i < j->n; i++) {
+        size_t r0 = j->r[i].off, r1 = r0 + (size_t)(j->r[i].hi - j->r[i].lo);
+        size_t s = a > r0 ? a : r0, e = b < r1 ? b : r1;
+        if (s < e) memcpy(j->dst + s, j->r[i].lo + (s - r0), e - s);
+    }
+}
+
+static const void *rebase(const region *r, size_t n, uint8_t *dst, const void *p) {
+    const uint8_t *q = p;
+    for (size_t i = 0; i < n; i++)
+        if (q >= r[i].lo && q < r[i].hi) return dst + r[i].off + (size_t)(q - r[i].lo);
+    return p; /* not inside the file: an owned copy */
+}
+
+static uint64_t mem_total_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    unsigned long long kb = 0;
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) break;
+        fclose(f);
+    }
+    return (uint64_t)kb * 1024;
+}
+
+static hm_status copy_weights(hm_model *m, const hm_model_params *p) {
+    region *r = NULL;
+    size_t n = 0;
+    if (m->gguf) {
+        const uint8_t *lo = NULL, *hi = NULL;
+        for (uint64_t i = 0; i < hm_gguf_n_tensors(m->gguf); i++) {
+            const hm_gguf_tensor *t = hm_gguf_tensor_at(m->gguf, i);
+            if (!t->bytes) continue;
+            if (!lo || t->data < lo) lo = t->data;
+            if (!hi || t->data + t->bytes > hi) hi = t->data + t->bytes;
+        }
+        if (!lo) return HM_OK;
+        r = calloc(1, sizeof *r);
+        if (!r) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+        r[0] = (region){lo, hi, 0};
+        n = 1;
+    } else {
+        n = hm_st_n_shards(m->st);
+        r = calloc(n ? n : 1, sizeof *r);
+        if (!r) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+        size_t off = 0;
+        for (size_t i = 0; i < n; i++) {
+            const hm_st_shard *sh = hm_st_shard_at(m->st, i);
+            r[i] = (region){sh->base, sh->base + sh->size, off};
+            off += ((size_t)sh->size + 63) & ~(size_t)63;
+        }
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t e = r[i].off + (size_t)(r[i].hi - r[i].lo);
+        if (e > total) total = e;
+    }
+    if (p->load == HM_LOAD_AUTO) {
+        uint64_t mem = mem_total_bytes();
+        if (!mem || (uint64_t)total > mem / 4 * 3) {
+            free(r);
+            return HM_OK;
+        }
+    }
+    hm_status st = hm_large_alloc(total, true, "model weights", &m->copy);
+    if (st) {
+        free(r);
+        return st;
+    }
+    hm_pool_params pp = hm_pool_default_params();
+    pp.n_threads = p->n_threads;
+    hm_pool *pool = NULL;
+    if ((st = hm_pool_create(&pp, &pool))) {
+        free(r);
+        return st;
+    }
+    copy_job j = {r, n, m->copy.ptr, total};
+    hm_pool_run(pool, copy_task, &j);
+    hm_pool_free(pool);
+    uint8_t *d = m->copy.ptr;
+#define RB(mat) (mat).data = rebase(r, n, d, (mat).data)
+    RB(m->tok_embd);
+    RB(m->output);
+    for (uint32_t il = 0; il < m->hp.n_layers; il++) {
+        hm_layer *L = &m->layers[il];
+        RB(L->wq), RB(L->wk), RB(L->wv), RB(L->wo), RB(L->router);
+        RB(L->ffn_gate), RB(L->ffn_up), RB(L->ffn_down);
+        if (L->experts)
+            for (uint32_t e = 0; e < m->hp.n_experts; e++)
+                RB(L->experts[e].gate), RB(L->experts[e].up), RB(L->experts[e].down);
+    }
+#undef RB
+    free(r);
+    HM_INFO("%s: weights copied into %.2f GB of anonymous memory", m->path, (double)total * 1e-9);
+    return HM_OK;
+}
+
+hm_status hm_model_load(const char *path, hm_model **out) {
+    return hm_model_load_ex(path, NULL, out);
+}
+
+hm_status hm_model_load_ex(const char *path, const hm_model_params *params, hm_model **out) {
+    *out = NULL;
+    hm_model_params mp = params ? *params : hm_model_default_params();
+    if (!path || !*path) return hm_errorf(HM_ERR_INVALID_ARG, "model: no path given");
+    hm_model *m = calloc(1, sizeof *m);
+    if (!m) return hm_errorf(HM_ERR_NO_MEMORY, "model: out of memory");
+    snprintf(m->path, sizeof m->path, "%s", path);
+    hm_status st;
+    struct stat sb;
+    size_t plen = strlen(path);
+    bool gguf = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+                !(plen >= 5 && !strcmp(path + plen - 5, ".json"));
+    if (gguf) {
+        if ((st = hm_gguf_open(path, &m->gguf)) || (st = hm_hparams_from_gguf(m->gguf, &m->hp)))
+            goto fail;
+    } else {
+        /* a directory, or its config.json */
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s", path);
+        if (plen >= 5 && !strcmp(path + plen - 5, ".json")) {
+            char *slash = strrchr(dir, '/');
+            if (slash)
+                *slash = '\0';
+            else
+                snprintf(dir, sizeof dir, ".");
+        }
+        if ((st = hm_hparams_from_hf_config(dir, &m->hp)) || (st = hm_st_open(dir, &m->st)))
+            goto fail;
+    }
+    switch (m->hp.arch) {
+    case HM_ARCH_QWEN3MOE:
+        st = bind_qwen3moe(m);
+        break;
+    default:
+        st = hm_errorf(HM_ERR_UNSUPPORTED,
+                       "%s: architecture '%s' can be inspected but not run yet (runs: qwen3moe)",
+                       path, m->hp.model_type);
+    }
+    if (st) goto fail;
+    if (mp.load != HM_LOAD_MMAP && (st = copy_weights(m, &mp))) goto fail;
+    *out = m;
+    return HM_OK;
+fail:
+    hm_model_free(m);
+    return st;
+}
+
+void hm_model_free(hm_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (uint32_t il = 0; il < m->hp.n_layers; il++) free(m->layers[il].experts);
+        free(m->layers);
+    }
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    hm_large_free(&m->copy);
+    hm_gguf_close(m->gguf);
+    hm_st_close(m->st);
+    free(m);
+}

@@ -1,0 +1,139 @@
+/* qwen3moe.c - one Qwen3-MoE transformer block on the CPU, as transformers' Qwen3MoeDecoderLayer
+ * computes it:
+ *   h = x + o_proj(attn(rope(q_norm(q_proj(rms(x)))), rope(k_norm(k_proj(rms(x)))),
+ * v_proj(rms(x)))) x' = h + moe(rms(h))   (or the dense MLP on mlp_only_layers / off-step layers)
+ * RMSNorm multiplies by w (not 1 + w); q_norm/k_norm are RMSNorms over each head's head_dim
+ * applied before the NeoX rotation; attention scale is head_dim^-0.5; the router is a softmax over
+ * all experts in float, the top-k taken, renormalised when norm_topk_prob. */
+#include <math.h>
+#include <string.h>
+
+#include "model/ctx_int.h"
+
+static void norm_attn(hm_ctx *c, int i, void *arg) {
+    const hm_layer *L = arg;
+    const size_t H = c->m->hp.hidden;
+    hm_rmsnorm(c->x + (size_t)i * H, L->attn_norm, c->xn + (size_t)i * H, (int64_t)H,
+               c->m->hp.norm_eps);
+}
+
+static void norm_ffn(hm_ctx *c, int i, void *arg) {
+    const hm_layer *L = arg;
+    const size_t H = c->m->hp.hidden;
+    hm_rmsnorm(c->x + (size_t)i * H, L->ffn_norm, c->xn + (size_t)i * H, (int64_t)H,
+               c->m->hp.norm_eps);
+}
+
+typedef struct qk_arg {
+    const hm_layer *L;
+    int il;
+} qk_arg;
+
+/* q/k norms, rotary embedding, and the token's K/V into its sequence's cache */
+static void qk_rope_store(hm_ctx *c, int i, void *arg) {
+    const qk_arg *a = arg;
+    const hm_hparams *hp = &c->m->hp;
+    const int hd = (int)hp->head_dim, nh = (int)hp->n_heads, nkv = (int)hp->n_kv_heads;
+    float *q = c->q + (size_t)i * c->q_dim, *k = c->k + (size_t)i * c->kv_dim;
+    const float *v = c->v + (size_t)i * c->kv_dim;
+    if (a->L->q_norm) {
+        for (int h = 0; h < nh; h++)
+            hm_rmsnorm(q + (size_t)h * hd, a->L->q_norm, q + (size_t)h * hd, hd, hp->norm_eps);
+        for (int h = 0; h < nkv; h++)
+            hm_rmsnorm(k + (size_t)h * hd, a->L->k_norm, k + (size_t)h * hd, hd, hp->norm_eps);
+    }
+    hm_rope_neox(q, nh, hd, (int)hp->rope_dim, c->pos[i], c->inv_freq);
+    hm_rope_neox(k, nkv, hd, (int)hp->rope_dim, c->pos[i], c->inv_freq);
+    float *kc = hm_ctx_kv_k(c, a->il, c->seq[i]), *vc = hm_ctx_kv_v(c, a->il, c->seq[i]);
+    const size_t hstride = (size_t)c->p.n_ctx * (size_t)hd, row = (size_t)c->pos[i] * (size_t)hd;
+    for (int h = 0; h < nkv; h++) {
+        memcpy(kc + h * hstride + row, k + (size_t)h * hd, (size_t)hd * sizeof(float));
+        memcpy(vc + h * hstride + row, v + (size_t)h * hd, (size_t)hd * sizeof(float));
+    }
+}
+
+static void add_tmp(hm_ctx *c, int i, void *arg) {
+    (void)arg;
+    const size_t H = c->m->hp.hidden;
+    float *x = c->x + (size_t)i * H;
+    const float *t = c->tmp + (size_t)i * H;
+    for (size_t d = 0; d < H; d++) x[d] += t[d];
+}
+
+static void silu_gu(hm_ctx *c, int i, void *arg) {
+    const size_t F = *(const size_t *)arg;
+    hm_silu_mul(c->g + (size_t)i * F, c->u + (size_t)i * F, (int64_t)F);
+}
+
+hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
+    const hm_hparams *hp = &c->m->hp;
+    const hm_layer *L = &c->m->layers[il];
+    const size_t H = hp->hidden;
+
+    uint64_t t0 = hm_time_ns();
+    /* attention */
+    hm_ctx_for_tokens(c, n, norm_attn, (void *)L);
+    hm_ctx_prof(c, HM_PROF_NORM, &t0);
+    const hm_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_y[3] = {c->q, c->k, c->v};
+    const size_t qkv_s[3] = {c->q_dim, c->kv_dim, c->kv_dim};
+    hm_nn_matmul_multi(c->pool, qkv, 3, c->xn, hp->hidden, n, qkv_y, qkv_s, c->mm_scratch,
+                       c->p.no_amx);
+    hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
+    qk_arg qa = {L, il};
+    hm_ctx_for_tokens(c, n, qk_rope_store, &qa);
+    for (int i = 0; i < n; i++) {
+        c->kvv[i].k = hm_ctx_kv_k(c, il, c->seq[i]);
+        c->kvv[i].v = hm_ctx_kv_v(c, il, c->seq[i]);
+    }
+    hm_nn_attn a = {.n_tok = n,
+                    .n_heads = (int)hp->n_heads,
+                    .n_kv_heads = (int)hp->n_kv_heads,
+                    .head_dim = (int)hp->head_dim,
+                    .scale = 1.0f / sqrtf((float)hp->head_dim),
+                    .q = c->q,
+                    .q_stride = c->q_dim,
+                    .kv = c->kvv,
+                    .kv_head_stride = (size_t)c->p.n_ctx * hp->head_dim,
+                    .pos = c->pos,
+                    .out = c->att,
+                    .out_stride = c->q_dim,
+                    .scratch = c->attn_scratch,
+                    .max_ctx = c->p.n_ctx};
+    hm_nn_attention(c->pool, &a);
+    hm_ctx_prof(c, HM_PROF_ATTN, &t0);
+    hm_ctx_matmul(c, &L->wo, c->att, n, c->tmp);
+    hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
+    hm_ctx_for_tokens(c, n, add_tmp, NULL);
+
+    /* feed-forward */
+    hm_ctx_for_tokens(c, n, norm_ffn, (void *)L);
+    hm_ctx_prof(c, HM_PROF_NORM, &t0);
+    if (L->moe) {
+        const int E = (int)hp->n_experts, k = (int)hp->n_experts_used;
+        hm_ctx_matmul(c, &L->router, c->xn, n, c->rl);
+        for (int i = 0; i < n; i++) {
+            hm_status st =
+                hm_router_softmax_topk(c->rl + (size_t)i * (size_t)E, E, k, hp->norm_topk_prob,
+                                       c->ids + (size_t)i * k, c->w + (size_t)i * k);
+            if (st) return st;
+        }
+        hm_ctx_prof(c, HM_PROF_ROUTER, &t0);
+        hm_status st = hm_moe_submit(c->moe[il], c->xn, HM_MOE_F32, c->ids, c->w, n, k, c->tmp,
+                                     HM_MOE_F32, false);
+        if (st) return st;
+        hm_moe_wait(c->moe[il]);
+        hm_ctx_prof(c, HM_PROF_MOE, &t0);
+    } else {
+        size_t F = hp->ffn_inter;
+        hm_ctx_matmul(c, &L->ffn_gate, c->xn, n, c->g);
+        hm_ctx_matmul(c, &L->ffn_up, c->xn, n, c->u);
+        hm_ctx_for_tokens(c, n, silu_gu, &F);
+        hm_ctx_matmul(c, &L->ffn_down, c->g, n, c->tmp);
+        hm_ctx_prof(c, HM_PROF_DENSE, &t0);
+    }
+    (void)H;
+    hm_ctx_for_tokens(c, n, add_tmp, NULL);
+    hm_ctx_prof(c, HM_PROF_NORM, &t0);
+    return HM_OK;
+}

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Cross-checks `hmoe convert` with llama.cpp's own Python package (pip: gguf, numpy):
+1. tensor names from gguf.TensorNameMap (the table convert_hf_to_gguf.py maps with), experts
+   stacked and Mixtral's q/k rows permuted the way convert_hf_to_gguf.py does it, values compared
+   exactly (kept dtypes, F16 casts) or byte for byte against gguf.quants.quantize (Q8_0);
+2. the metadata keys llama.cpp reads, against config.json;
+3. gguf.GGUFReader reads every file: tiny models written here (qwen3_moe with a dense layer,
+   qwen2_moe, mixtral) and every transformers checkpoint under tests/data/qwen3moe/.
+Usage: convert_python.py HMOE_BINARY"""
+import glob
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+try:
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+    from gguf import GGUFReader
+except ImportError:
+    print("convert_python: the `gguf` package is missing (pip install gguf numpy)", file=sys.stderr)
+    sys.exit(1)
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+failures = 0
+
+
+def check(cond, msg):
+    global failures
+    if not cond:
+        failures += 1
+        print("FAIL:", msg)
+
+
+# ---- safetensors without the safetensors package (bf16 needs no torch) ----------------------
+
+def bf16_to_f32(u16):
+    return (u16.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(f):
+    u = f.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def st_read(path):
+    """name -> float32 array in HF shape, and name -> dtype string."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out, dtypes = {}, {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        buf = data[b:e]
+        dt = info["dtype"]
+        if dt == "F32":
+            a = np.frombuffer(buf, dtype="<f4")
+        elif dt == "F16":
+            a = np.frombuffer(buf, dtype="<f2").astype(np.float32)
+        elif dt == "BF16":
+            a = bf16_to_f32(np.frombuffer(buf, dtype="<u2"))
+        else:
+            raise ValueError(f"{path}: {name}: dtype {dt}")
+        out[name] = a.reshape(info["shape"])
+        dtypes[name] = dt
+    return out, dtypes
+
+
+def st_read_dir(d):
+    index = os.path.join(d, "model.safetensors.index.json")
+    files = (sorted(set(json.load(open(index))["weight_map"].values()))
+             if os.path.exists(index) else ["model.safetensors"])
+    out, dtypes = {}, {}
+    for f in files:
+        a, b = st_read(os.path.join(d, f))
+        out.update(a)
+        dtypes.update(b)
+    return out, dtypes
+
+
+def st_write(path, tensors, dtype):
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, a in tensors.items():
+        a = np.asarray(a, dtype=np.float32)
+        if dtype == "F32":
+            b = a.astype("<f4").tobytes()
+        elif dtype == "F16":
+            b = a.astype("<f2").tobytes()
+        else:
+            b = f32_to_bf16(a).astype("<u2").tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+# ---- tiny models -----------------------------------------------------------------------------
+
+def tiny_model(d, model_type, dtype, rng):
+    V, H, L, NH, NKV, HD, E, K, MI, FI, SI = 96, 64, 3, 4, 2, 16, 4, 2, 32, 64, 40
+    mixtral, qwen2 = model_type == "mixtral", model_type == "qwen2_moe"
+    cfg = {"model_type": model_type, "vocab_size": V, "hidden_size": H, "num_hidden_layers": L,
+           "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": HD,
+           "intermediate_size": FI, "num_experts_per_tok": K, "max_position_embeddings": 512,
+           "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu",
+           "tie_word_embeddings": False}
+    if mixtral:
+        cfg.update({"num_local_experts": E, "sliding_window": None})
+        dense = []
+    else:
+        cfg.update({"num_experts": E, "moe_intermediate_size": MI, "norm_topk_prob": not qwen2,
+                    "decoder_sparse_step": 1, "mlp_only_layers": [1]})
+        dense = [1]
+        if qwen2:
+            cfg["shared_expert_intermediate_size"] = SI
+    t = {}
+
+    def w(name, *shape):
+        t[name] = rng.uniform(-1, 1, size=shape).astype(np.float32)
+
+    w("model.embed_tokens.weight", V, H)
+    w("model.norm.weight", H)
+    w("lm_head.weight", V, H)
+    for il in range(L):
+        p = f"model.layers.{il}."
+        w(p + "input_layernorm.weight", H)
+        w(p + "post_attention_layernorm.weight", H)
+        w(p + "self_attn.q_proj.weight", NH * HD, H)
+        w(p + "self_attn.k_proj.weight", NKV * HD, H)
+        w(p + "self_attn.v_proj.weight", NKV * HD, H)
+        w(p + "self_attn.o_proj.weight", H, NH * HD)
+        if qwen2:
+            w(p + "self_attn.q_proj.bias", NH * HD)
+            w(p + "self_attn.k_proj.bias", NKV * HD)
+            w(p + "self_attn.v_proj.bias", NKV * HD)
+        elif not mixtral:
+            w(p + "self_attn.q_norm.weight", HD)
+            w(p + "self_attn.k_norm.weight", HD)
+        if mixtral:
+            w(p + "block_sparse_moe.gate.weight", E, H)
+            for e in range(E):
+                w(p + f"block_sparse_moe.experts.{e}.w1.weight", FI, H)
+                w(p + f"block_sparse_moe.experts.{e}.w2.weight", H, FI)
+                w(p + f"block_sparse_moe.experts.{e}.w3.weight", FI, H)
+        elif il in dense:
+            w(p + "mlp.gate_proj.weight", FI, H)
+            w(p + "mlp.up_proj.weight", FI, H)
+            w(p + "mlp.down_proj.weight", H, FI)
+        else:
+            w(p + "mlp.gate.weight", E, H)
+            for e in range(E):
+                w(p + f"mlp.experts.{e}.gate_proj.weight", MI, H)
+                w(p + f"mlp.experts.{e}.up_proj.weight", MI, H)
+                w(p + f"mlp.experts.{e}.down_proj.weight", H, MI)
+            if qwen2:
+                w(p + "mlp.shared_expert.gate_proj.weight", SI, H)
+                w(p + "mlp.shared_expert.up_proj.weight", SI, H)
+                w(p + "mlp.shared_expert.down_proj.weight", H, SI)
+                w(p + "mlp.shared_expert_gate.weight", 1, H)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    st_write(os.path.join(d, "model.safetensors"), t, dtype)
+
+
+# ---- what llama.cpp's convert_hf_to_gguf.py would write ----------------------------------------
+
+ARCHS = {"qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
+         "mixtral": gguf.MODEL_ARCH.LLAMA}
+EXPERT = re.compile(r"^(model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts)\.(\d+)\.(\w+)\.weight$")
+
+
+def permute(w, n_head, n_head_kv):  # convert_hf_to_gguf.py LlamaModel.permute
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def expected_tensors(cfg, hf):
+    """GGUF name -> float32 array (HF order), as convert_hf_to_gguf.py builds them."""
+    arch = ARCHS[cfg["model_type"]]
+    n = cfg["num_hidden_layers"]
+    tmap = gguf.get_tensor_name_map(arch, n)
+    generic = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n)  # dense MLP of mlp_only_layers
+    experts, out = {}, {}
+    for name, a in hf.items():
+        m = EXPERT.match(name)
+        if m:  # stacked per layer and projection, in expert order
+            experts.setdefault(f"{m.group(1)}.{m.group(3)}.weight", {})[int(m.group(2))] = a
+            continue
+        if cfg["model_type"] == "mixtral":
+            if name.endswith("q_proj.weight"):
+                a = permute(a, cfg["num_attention_heads"], cfg["num_attention_heads"])
+            if name.endswith("k_proj.weight"):
+                a = permute(a, cfg["num_attention_heads"], cfg["num_key_value_heads"])
+        g = tmap.get_name(name, try_suffixes=(".weight", ".bias")) or \
+            generic.get_name(name, try_suffixes=(".weight", ".bias"))
+        check(g is not None, f"gguf has no name for {name}")
+        out[g] = a
+    for merged, by_e in experts.items():
+        g = tmap.get_name(merged, try_suffixes=(".weight", ".bias"))
+        check(g is not None, f"gguf has no name for {merged}")
+        out[g] = np.stack([by_e[e] for e in sorted(by_e)])
+    return out
+
+
+def gguf_values(t):
+    if t.tensor_type == QT.BF16:
+        return bf16_to_f32(np.asarray(t.data).view("<u2"))
+    return np.asarray(t.data)
+
+
+def check_file(label, gguf_path, hf_dir, qtype=None):
+    cfg = json.load(open(os.path.join(hf_dir, "config.json")))
+    hf, dtypes = st_read_dir(hf_dir)
+    want = expected_tensors(cfg, hf)
+    r = GGUFReader(gguf_path)
+    got = {t.name: t for t in r.tensors}
+    check(set(got) == set(want), f"{label}: tensor names differ: extra {sorted(set(got) - set(want))}"
+          f", missing {sorted(set(want) - set(got))}")
+    for name, a in want.items():
+        t = got.get(name)
+        if t is None:
+            continue
+        check(list(t.shape) == list(a.shape[::-1]) or (a.ndim == 2 and a.shape[0] == 1 and
+                                                       list(t.shape) == [a.shape[1]]),
+              f"{label}: {name}: ne {list(t.shape)}, HF shape {list(a.shape)}")
+        small = a.ndim == 1 or "ffn_gate_inp" in name
+        if small:
+            check(t.tensor_type == QT.F32, f"{label}: {name} is {t.tensor_type.name}, want F32")
+        if t.tensor_type in (QT.F32, QT.F16, QT.BF16):
+            v = gguf_values(t).astype(np.float32).reshape(-1)
+            exp = a.reshape(-1)
+            if t.tensor_type == QT.F16:
+                exp = exp.astype(np.float16).astype(np.float32)
+            if t.tensor_type == QT.BF16:
+                exp = bf16_to_f32(f32_to_bf16(exp))
+            check(np.array_equal(v, exp), f"{label}: {name} ({t.tensor_type.name}) values differ")
+        else:
+            check(qtype is not None and t.tensor_type == qtype,
+                  f"{label}: {name} is {t.tensor_type.name}")
+            rows = a.reshape(-1, a.shape[-1])
+            exp = gguf.quants.quantize(rows, t.tensor_type)
+            check(np.array_equal(np.asarray(t.data).reshape(-1), exp.reshape(-1)),
+                  f"{label}: {name} ({t.tensor_type.name}) differs from gguf.quants.quantize")
+
+    # metadata llama.cpp reads
+    arch = r.fields["general.architecture"].contents()
+    check(arch == {"mixtral": "llama"}.get(cfg["model_type"], cfg["model_type"].replace("_", "")),
+          f"{label}: architecture {arch}")
+    rope = cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta"))
+    n_exp = cfg.get("num_experts", cfg.get("num_local_experts"))
+    keys = {"block_count": cfg["num_hidden_layers"], "embedding_length": cfg["hidden_size"],
+            "context_length": cfg["max_position_embeddings"],
+            "attention.head_count": cfg["num_attention_heads"],
+            "attention.head_count_kv": cfg["num_key_value_heads"],
+            "attention.layer_norm_rms_epsilon": np.float32(cfg["rms_norm_eps"]),
+            "rope.freq_base": np.float32(rope), "expert_count": n_exp,
+            "expert_used_count": cfg["num_experts_per_tok"],
+            "feed_forward_length": cfg["intermediate_size"]}
+    if cfg["model_type"] != "mixtral":
+        keys["expert_feed_forward_length"] = cfg["moe_intermediate_size"]
+    if cfg["model_type"] == "qwen3_moe":
+        keys["attention.key_length"] = cfg["head_dim"]
+        keys["attention.value_length"] = cfg["head_dim"]
+        if not cfg.get("norm_topk_prob", False):
+            keys["expert_weights_norm"] = False
+    if cfg["model_type"] == "qwen2_moe":
+        keys["expert_shared_feed_forward_length"] = cfg["shared_expert_intermediate_size"]
+    for k, v in keys.items():
+        f = r.fields.get(f"{arch}.{k}")
+        check(f is not None and f.contents() == v,
+              f"{label}: {arch}.{k} = {f.contents() if f else None}, want {v}")
+    return len(got)
+
+
+def convert(binary, hf_dir, out, *args):
+    p = subprocess.run([binary, "convert", hf_dir, "-o", out, "--threads", "2", *args],
+                       capture_output=True, text=True)
+    check(p.returncode == 0, f"hmoe convert {hf_dir} {' '.join(args)}: {p.stdout}{p.stderr}")
+    return p.returncode == 0
+
+
+def main(binary):
+    rng = np.random.default_rng(7)
+    with tempfile.TemporaryDirectory() as tmp:
+        models = []
+        for mt, dt in (("qwen3_moe", "F32"), ("qwen3_moe", "BF16"), ("qwen2_moe", "F16"),
+                       ("mixtral", "F32")):
+            d = os.path.join(tmp, f"{mt}-{dt}")
+            tiny_model(d, mt, dt, rng)
+            models.append((f"{mt} {dt}", d))
+        for d in sorted(glob.glob(os.path.join(ROOT, "tests", "data", "qwen3moe", "*"))):
+            if os.path.exists(os.path.join(d, "config.json")):
+                models.append(("checkpoint " + os.path.basename(d), d))
+        for label, d in models:
+            out = os.path.join(tmp, "out.gguf")
+            if convert(binary, d, out):
+                n = check_file(label, out, d)
+                print(f"convert_python: {label}: {n} tensors ok (source dtypes)")
+            if convert(binary, d, out, "--type", "q8_0"):
+                check_file(label + " q8_0", out, d, QT.Q8_0)
+    print(f"convert_python: {len(models)} models, {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,998 @@
+/* test_convert.c - `hmoe convert` (hm_convert_hf) on tiny Hugging Face models written here: every
+ * GGUF tensor is compared with what the safetensors hold, mapped by this file's own reading of
+ * llama.cpp's convert_hf_to_gguf.py (names, expert stacking, Mixtral's q/k permutation) and
+ * converted by the reference quantizers; hyper-parameters read back from the GGUF equal the ones
+ * from config.json; every malformed model fails with a message naming the tensor and leaves no
+ * file. Real checkpoints in tests/data/qwen3moe/<name>/ (transformers-written) are converted and
+ * checked the same way. tests/convert_python.py checks names and values with the gguf package.
+ * HMOE_TEST_VERBOSE=1 prints each expected error message. */
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "format/gguf.h"
+#include "format/hparams.h"
+#include "format/safetensors.h"
+#include "model/arch.h"
+#include "model/convert.h"
+#include "quant/fp16.h"
+#include "quant/ref.h"
+#include "quant/synth.h"
+#include "test.h"
+
+static bool g_verbose;
+static char g_tmp[64];
+
+/* ---------------------------------------------------------------- tiny safetensors models */
+
+typedef struct ht {
+    char name[160];
+    char dtype[12];
+    uint32_t n_dims;
+    int64_t shape[4];
+    uint8_t *data;
+    size_t nbytes;
+} ht;
+
+typedef struct hmodel {
+    ht *t;
+    size_t n, cap;
+} hmodel;
+
+typedef struct opts {
+    hm_arch arch;
+    const char *dtype; /* F32, F16, BF16 */
+    bool tie;
+    const char *mlp_only; /* JSON array text, NULL = absent */
+    int sparse_step;      /* 0 = absent */
+    bool norm_topk_off;
+    bool fused; /* transformers-5 fused experts */
+    int shards; /* 0/1: model.safetensors; 2: index + two shards */
+    /* damage */
+    const char *drop;      /* leave this tensor out */
+    const char *misshape;  /* one more column (or element) in this tensor */
+    const char *extra;     /* add this unknown tensor */
+    const char *odd_name;  /* store this tensor with dtype odd_dtype */
+    const char *odd_dtype; /* "I32", "F8_E4M3" */
+    const char *nan_name;  /* a NaN at element 5 of this tensor */
+    bool inv_freq;         /* a rotary_emb.inv_freq buffer (skipped) */
+    int lm_head_when_tied; /* 1: a copy of the embeddings, 2: different values */
+} opts;
+
+enum {
+    V = 96,
+    H = 64,
+    L = 3,
+    NH = 4,
+    NKV = 2,
+    HD = 16,
+    E = 4,
+    TOPK = 2,
+    MI = 32,
+    FI = 48,
+    SI = 40
+};
+
+static uint64_t fnv(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static size_t dtype_size(const char *dt) {
+    return !strcmp(dt, "F32") || !strcmp(dt, "I32") ? 4 : !strcmp(dt, "F8_E4M3") ? 1 : 2;
+}
+
+/* Adds a tensor of random values (uniform in +-1, rounded to the dtype), shape outermost first. */
+static void add_t(hmodel *m, const opts *o, const char *name, uint32_t nd, int64_t d0, int64_t d1,
+                  int64_t d2) {
+    if (o->drop && !strcmp(o->drop, name)) return;
+    if (m->n == m->cap) {
+        m->cap = m->cap ? m->cap * 2 : 64;
+        m->t = realloc(m->t, m->cap * sizeof *m->t);
+    }
+    ht *t = &m->t[m->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    bool odd = o->odd_name && !strcmp(o->odd_name, name);
+    snprintf(t->dtype, sizeof t->dtype, "%s", odd ? o->odd_dtype : o->dtype);
+    t->n_dims = nd;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->shape[2] = d2;
+    if (o->misshape && !strcmp(o->misshape, name)) t->shape[nd - 1]++;
+    size_t n = 1, es = dtype_size(t->dtype);
+    for (uint32_t d = 0; d < nd; d++) n *= (size_t)t->shape[d];
+    t->nbytes = n * es;
+    t->data = malloc(t->nbytes);
+    uint64_t seed = fnv(name);
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)((double)(hm_rng_next(&seed) >> 11) * 0x1p-53 * 2.0 - 1.0);
+        if (o->nan_name && !strcmp(o->nan_name, name) && i == 5) v = NAN;
+        if (es == 4)
+            memcpy(t->data + 4 * i, &v, 4);
+        else if (es == 1)
+            t->data[i] = (uint8_t)(hm_rng_next(&seed) & 0x77);
+        else {
+            uint16_t h = !strcmp(t->dtype, "F16") ? hm_f32_to_f16(v) : hm_f32_to_bf16(v);
+            memcpy(t->data + 2 * i, &h, 2);
+        }
+    }
+}
+
+static void add(hmodel *m, const opts *o, const char *name, int64_t rows, int64_t cols) {
+    add_t(m, o, name, cols ? 2 : 1, rows, cols, 0);
+}
+
+static void add3(hmodel *m, const opts *o, const char *name, int64_t a, int64_t b, int64_t c) {
+    add_t(m, o, name, 3, a, b, c);
+}
+
+static bool layer_dense(const opts *o, int il) {
+    if (o->sparse_step > 1 && (il + 1) % o->sparse_step != 0) return true;
+    if (o->mlp_only) {
+        char k[8];
+        snprintf(k, sizeof k, "%d", il);
+        if (strstr(o->mlp_only, k)) return true; /* single-digit layer lists only */
+    }
+    return false;
+}
+
+static void build(hmodel *m, const opts *o) {
+    char n[160];
+    bool mixtral = o->arch == HM_ARCH_MIXTRAL, qwen2 = o->arch == HM_ARCH_QWEN2MOE;
+    add(m, o, "model.embed_tokens.weight", V, H);
+    add(m, o, "model.norm.weight", H, 0);
+    if (!o->tie)
+        add(m, o, "lm_head.weight", V, H);
+    else if (o->lm_head_when_tied) {
+        add(m, o, "lm_head.weight", V, H);
+        if (o->lm_head_when_tied == 1) memcpy(m->t[m->n - 1].data, m->t[0].data, m->t[0].nbytes);
+    }
+    for (int il = 0; il < L; il++) {
+#define P(fmt, ...) (snprintf(n, sizeof n, "model.layers.%d." fmt, il, ##__VA_ARGS__), n)
+        add(m, o, P("input_layernorm.weight"), H, 0);
+        add(m, o, P("post_attention_layernorm.weight"), H, 0);
+        add(m, o, P("self_attn.q_proj.weight"), NH * HD, H);
+        add(m, o, P("self_attn.k_proj.weight"), NKV * HD, H);
+        add(m, o, P("self_attn.v_proj.weight"), NKV * HD, H);
+        add(m, o, P("self_attn.o_proj.weight"), H, NH * HD);
+        if (qwen2) {
+            add(m, o, P("self_attn.q_proj.bias"), NH * HD, 0);
+            add(m, o, P("self_attn.k_proj.bias"), NKV * HD, 0);
+            add(m, o, P("self_attn.v_proj.bias"), NKV * HD, 0);
+        } else if (!mixtral) {
+            add(m, o, P("self_attn.q_norm.weight"), HD, 0);
+            add(m, o, P("self_attn.k_norm.weight"), HD, 0);
+        }
+        if (o->inv_freq && il == 0) add(m, o, P("self_attn.rotary_emb.inv_freq"), HD / 2, 0);
+        if (mixtral) {
+            add(m, o, P("block_sparse_moe.gate.weight"), E, H);
+            for (int e = 0; e < E; e++) {
+                add(m, o, P("block_sparse_moe.experts.%d.w1.weight", e), FI, H);
+                add(m, o, P("block_sparse_moe.experts.%d.w2.weight", e), H, FI);
+                add(m, o, P("block_sparse_moe.experts.%d.w3.weight", e), FI, H);
+            }
+            continue;
+        }
+        if (layer_dense(o, il)) {
+            add(m, o, P("mlp.gate_proj.weight"), FI, H);
+            add(m, o, P("mlp.up_proj.weight"), FI, H);
+            add(m, o, P("mlp.down_proj.weight"), H, FI);
+            continue;
+        }
+        add(m, o, P("mlp.gate.weight"), E, H);
+        if (o->fused) {
+            add3(m, o, P("mlp.experts.gate_up_proj"), E, 2 * MI, H);
+            add3(m, o, P("mlp.experts.down_proj"), E, H, MI);
+        } else {
+            for (int e = 0; e < E; e++) {
+                add(m, o, P("mlp.experts.%d.gate_proj.weight", e), MI, H);
+                add(m, o, P("mlp.experts.%d.up_proj.weight", e), MI, H);
+                add(m, o, P("mlp.experts.%d.down_proj.weight", e), H, MI);
+            }
+        }
+        if (qwen2) {
+            add(m, o, P("mlp.shared_expert.gate_proj.weight"), SI, H);
+            add(m, o, P("mlp.shared_expert.up_proj.weight"), SI, H);
+            add(m, o, P("mlp.shared_expert.down_proj.weight"), H, SI);
+            add(m, o, P("mlp.shared_expert_gate.weight"), 1, H);
+        }
+#undef P
+    }
+    if (o->extra) add(m, o, o->extra, 4, 0);
+}
+
+static void hmodel_free(hmodel *m) {
+    for (size_t i = 0; i < m->n; i++) free(m->t[i].data);
+    free(m->t);
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fwrite(p, 1, n, f) == n);
+    fclose(f);
+}
+
+/* Tensors [lo, hi) of m as one safetensors file. */
+static void write_st(const char *path, const hmodel *m, size_t lo, size_t hi) {
+    json_t *root = json_object();
+    json_object_set_new(root, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    size_t off = 0;
+    for (size_t i = lo; i < hi; i++) {
+        const ht *t = &m->t[i];
+        json_t *shape = json_array();
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        json_object_set_new(root, t->name,
+                            json_pack("{s:s,s:o,s:[I,I]}", "dtype", t->dtype, "shape", shape,
+                                      "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + t->nbytes)));
+        off += t->nbytes;
+    }
+    char *hdr = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    size_t hl = strlen(hdr), padded = (hl + 7) / 8 * 8;
+    size_t total = 8 + padded + off;
+    uint8_t *buf = malloc(total);
+    uint64_t n64 = padded;
+    memcpy(buf, &n64, 8);
+    memcpy(buf + 8, hdr, hl);
+    memset(buf + 8 + hl, ' ', padded - hl);
+    off = 8 + padded;
+    for (size_t i = lo; i < hi; i++) {
+        memcpy(buf + off, m->t[i].data, m->t[i].nbytes);
+        off += m->t[i].nbytes;
+    }
+    write_bytes(path, buf, total);
+    free(buf);
+    free(hdr);
+}
+
+static void path_in(char *out, size_t cap, const char *dir, const char *name) {
+    snprintf(out, cap, "%s/%s", dir, name);
+}
+
+static void write_config(const char *dir, const opts *o) {
+    char cfg[2048], p[256];
+    if (o->arch == HM_ARCH_MIXTRAL)
+        snprintf(cfg, sizeof cfg,
+                 "{\"architectures\": [\"MixtralForCausalLM\"], \"model_type\": \"mixtral\", "
+                 "\"vocab_size\": %d, \"hidden_size\": %d, \"num_hidden_layers\": %d, "
+                 "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
+                 "\"intermediate_size\": %d, \"num_local_experts\": %d, \"num_experts_per_tok\": "
+                 "%d, \"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-05, \"rope_theta\": "
+                 "1000000.0, \"hidden_act\": \"silu\", \"sliding_window\": null, "
+                 "\"tie_word_embeddings\": %s}",
+                 V, H, L, NH, NKV, HD, FI, E, TOPK, o->tie ? "true" : "false");
+    else
+        snprintf(cfg, sizeof cfg,
+                 "{\"architectures\": [\"X\"], \"model_type\": \"%s\", \"vocab_size\": %d, "
+                 "\"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+                 "\"num_key_value_heads\": %d, \"head_dim\": %d, \"intermediate_size\": %d, "
+                 "\"moe_intermediate_size\": %d, \"num_experts\": %d, \"num_experts_per_tok\": %d, "
+                 "\"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-06, \"rope_theta\": "
+                 "1000000.0, \"hidden_act\": \"silu\", \"tie_word_embeddings\": %s, "
+                 "\"norm_topk_prob\": %s, \"decoder_sparse_step\": %d, \"mlp_only_layers\": %s%s}",
+                 o->arch == HM_ARCH_QWEN2MOE ? "qwen2_moe" : "qwen3_moe", V, H, L, NH, NKV, HD, FI,
+                 MI, E, TOPK, o->tie ? "true" : "false", o->norm_topk_off ? "false" : "true",
+                 o->sparse_step ? o->sparse_step : 1, o->mlp_only ? o->mlp_only : "[]",
+                 o->arch == HM_ARCH_QWEN2MOE ? ", \"shared_expert_intermediate_size\": 40" : "");
+    path_in(p, sizeof p, dir, "config.json");
+    write_bytes(p, cfg, strlen(cfg));
+}
+
+static void clear_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+}
+
+/* A fresh model directory g_tmp/hf (emptied first). */
+static const char *make_model(const opts *o) {
+    static char dir[128];
+    snprintf(dir, sizeof dir, "%s/hf", g_tmp);
+    mkdir(dir, 0755);
+    clear_dir(dir);
+    write_config(dir, o);
+    hmodel m = {0};
+    build(&m, o);
+    char p[256];
+    if (o->shards == 2) {
+        size_t half = m.n / 2;
+        path_in(p, sizeof p, dir, "model-00001-of-00002.safetensors");
+        write_st(p, &m, 0, half);
+        path_in(p, sizeof p, dir, "model-00002-of-00002.safetensors");
+        write_st(p, &m, half, m.n);
+        json_t *wm = json_object();
+        for (size_t i = 0; i < m.n; i++)
+            json_object_set_new(wm, m.t[i].name,
+                                json_string(i < half ? "model-00001-of-00002.safetensors"
+                                                     : "model-00002-of-00002.safetensors"));
+        json_t *idx = json_pack("{s:{s:i},s:o}", "metadata", "total_size", 0, "weight_map", wm);
+        path_in(p, sizeof p, dir, "model.safetensors.index.json");
+        CHECK(json_dump_file(idx, p, 0) == 0);
+        json_decref(idx);
+    } else {
+        path_in(p, sizeof p, dir, "model.safetensors");
+        write_st(p, &m, 0, m.n);
+    }
+    /* tokenizer files are ignored, not an error */
+    path_in(p, sizeof p, dir, "tokenizer_config.json");
+    write_bytes(p, "{}", 2);
+    hmodel_free(&m);
+    return dir;
+}
+
+/* ---------------------------------------------------------------- the oracle */
+
+/* llama.cpp's GGUF name of an HF tensor (convert_hf_to_gguf.py + gguf's tensor_mapping.py), the
+ * expert it is (or -1), and for transformers-5 fused experts the number of row blocks (else 0). */
+static bool hf_to_gguf(const char *hf, char *gguf, size_t cap, int *expert, int *fused_parts) {
+    static const char *const pairs[][2] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},
+        {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+        {"mlp.gate.weight", "ffn_gate_inp.weight"},
+        {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"},
+        {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+        {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+        {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+        {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+        {"mlp.experts.gate_up_proj", "ffn_gate_up_exps.weight"}, /* split by the caller */
+        {"mlp.experts.down_proj", "ffn_down_exps.weight"},
+    };
+    *expert = -1;
+    *fused_parts = 0;
+    if (!strcmp(hf, "model.embed_tokens.weight")) return snprintf(gguf, cap, "token_embd.weight");
+    if (!strcmp(hf, "model.norm.weight")) return snprintf(gguf, cap, "output_norm.weight");
+    if (!strcmp(hf, "lm_head.weight")) return snprintf(gguf, cap, "output.weight");
+    unsigned il, e;
+    int pos = 0;
+    if (sscanf(hf, "model.layers.%u.%n", &il, &pos) != 1 || !pos) return false;
+    const char *rest = hf + pos;
+    char tail[64];
+    if (sscanf(rest, "mlp.experts.%u.%63s", &e, tail) == 2 ||
+        sscanf(rest, "block_sparse_moe.experts.%u.%63s", &e, tail) == 2) {
+        const char *g = !strcmp(tail, "gate_proj.weight") || !strcmp(tail, "w1.weight")   ? "gate"
+                        : !strcmp(tail, "up_proj.weight") || !strcmp(tail, "w3.weight")   ? "up"
+                        : !strcmp(tail, "down_proj.weight") || !strcmp(tail, "w2.weight") ? "down"
+                                                                                          : NULL;
+        if (!g) return false;
+        *expert = (int)e;
+        return snprintf(gguf, cap, "blk.%u.ffn_%s_exps.weight", il, g);
+    }
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (!strcmp(rest, pairs[i][0])) {
+            if (strstr(rest, "mlp.experts.")) *fused_parts = strstr(rest, "gate_up") ? 2 : 1;
+            return snprintf(gguf, cap, "blk.%u.%s", il, pairs[i][1]);
+        }
+    return false;
+}
+
+static void widen(const hm_st_tensor *t, size_t i0, float *out, size_t n) {
+    const uint8_t *p = (const uint8_t *)t->data;
+    for (size_t i = 0; i < n; i++) {
+        if (t->dtype == HM_ST_F32) {
+            memcpy(&out[i], p + 4 * (i0 + i), 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, p + 2 * (i0 + i), 2);
+            out[i] = t->dtype == HM_ST_F16 ? hm_f16_to_f32(h) : hm_bf16_to_f32(h);
+        }
+    }
+}
+
+static int st_type(hm_st_dtype dt) {
+    return dt == HM_ST_F32 ? HM_TYPE_F32 : dt == HM_ST_F16 ? HM_TYPE_F16 : HM_TYPE_BF16;
+}
+
+typedef struct want_types {
+    int dense, experts; /* hm_type or HM_CONVERT_KEEP */
+} want_types;
+
+/* Type the brief and llama.cpp give a tensor: F32 for norms, routers and 1-D tensors; otherwise the
+ * requested type (the source's when kept), with llama.cpp's fallback for partial blocks. */
+static uint32_t expected_type(const hm_gguf_tensor *g, const want_types *wt, hm_st_dtype src) {
+    if (g->n_dims == 1 || strstr(g->name, "ffn_gate_inp")) return HM_TYPE_F32;
+    int t = strstr(g->name, "_exps") ? wt->experts : wt->dense;
+    if (t == HM_CONVERT_KEEP) return (uint32_t)st_type(src);
+    return hm_type_for_row((uint32_t)t, g->ne[0]);
+}
+
+/* Compares every tensor of the GGUF with the safetensors at hf_dir. */
+static void check_tensors(const char *what, const hm_gguf *g, const char *hf_dir,
+                          const want_types *wt, hm_arch arch) {
+    hm_safetensors *st;
+    hm_status s = hm_st_open(hf_dir, &st);
+    CHECK_OK(s);
+    if (s != HM_OK) return;
+    for (uint64_t k = 0; k < hm_gguf_n_tensors(g); k++) {
+        const hm_gguf_tensor *gt = hm_gguf_tensor_at(g, k);
+        uint64_t cols = gt->ne[0], rows = gt->ne[1], slabs = gt->ne[2];
+        size_t n = (size_t)(cols * rows * slabs);
+        float *want = malloc(n * sizeof(float));
+        uint8_t *filled = calloc(slabs, 1);
+        hm_st_dtype src_dt = HM_ST_F32;
+        for (size_t i = 0; i < hm_st_n_tensors(st); i++) {
+            const hm_st_tensor *t = hm_st_tensor_at(st, i);
+            char name[96];
+            int e, parts;
+            if (!hf_to_gguf(t->name, name, sizeof name, &e, &parts)) continue;
+            uint64_t part = 0;
+            if (parts == 2) { /* gate_up: each expert's gate rows, then its up rows */
+                char *p = strstr(name, "gate_up");
+                if (!p) continue;
+                bool up = strstr(gt->name, "ffn_up_exps") != NULL;
+                memmove(p + (up ? 2 : 4), p + 7, strlen(p + 7) + 1);
+                memcpy(p, up ? "up" : "gate", up ? 2 : 4);
+                part = up;
+            }
+            if (strcmp(name, gt->name) != 0) continue;
+            src_dt = t->dtype;
+            if (parts) {
+                CHECK_MSG(t->n_elements == (uint64_t)parts * rows * cols * slabs,
+                          "%s: %s does not fit %s", what, t->name, gt->name);
+                if (t->n_elements != (uint64_t)parts * rows * cols * slabs) continue;
+                for (uint64_t x = 0; x < slabs; x++) {
+                    widen(t, (size_t)((x * (uint64_t)parts + part) * rows * cols),
+                          want + x * rows * cols, (size_t)(rows * cols));
+                    filled[x]++;
+                }
+            } else {
+                uint64_t x = e < 0 ? 0 : (uint64_t)e;
+                CHECK_MSG(x < slabs && t->n_elements == rows * cols, "%s: %s does not fit %s", what,
+                          t->name, gt->name);
+                if (x >= slabs || t->n_elements != rows * cols) continue;
+                widen(t, 0, want + x * rows * cols, (size_t)(rows * cols));
+                filled[x]++;
+            }
+        }
+        for (uint64_t x = 0; x < slabs; x++)
+            CHECK_MSG(filled[x] == 1, "%s: %s slab %llu has %u sources", what, gt->name,
+                      (unsigned long long)x, filled[x]);
+        /* llama.cpp LlamaModel.permute: each head's rows [2][hd/2] -> [hd/2][2] */
+        bool perm = arch == HM_ARCH_MIXTRAL &&
+                    (strstr(gt->name, "attn_q.weight") || strstr(gt->name, "attn_k.weight"));
+        if (perm) {
+            uint64_t heads = strstr(gt->name, "attn_q") ? NH : NKV, hd = rows / heads;
+            float *tmp = malloc(n * sizeof(float));
+            for (uint64_t h = 0; h < heads; h++)
+                for (uint64_t half = 0; half < 2; half++)
+                    for (uint64_t i = 0; i < hd / 2; i++)
+                        memcpy(tmp + ((h * hd) + i * 2 + half) * cols,
+                               want + ((h * hd) + half * (hd / 2) + i) * cols,
+                               cols * sizeof(float));
+            free(want);
+            want = tmp;
+        }
+        uint32_t type = expected_type(gt, wt, src_dt);
+        CHECK_MSG(gt->type == type, "%s: %s is %s, want %s", what, gt->name, hm_type_name(gt->type),
+                  hm_type_name(type));
+        uint64_t row_bytes = 0;
+        hm_type_row_bytes(type, cols, &row_bytes);
+        uint8_t *bytes = malloc(row_bytes * rows * slabs + 1);
+        for (uint64_t r = 0; r < rows * slabs; r++) {
+            const float *x = want + r * cols;
+            uint8_t *out = bytes + r * row_bytes;
+            for (uint64_t c = 0; c < cols && (type == HM_TYPE_F16 || type == HM_TYPE_BF16); c++) {
+                uint16_t h = type == HM_TYPE_F16 ? hm_f32_to_f16(x[c]) : hm_f32_to_bf16(x[c]);
+                memcpy(out + 2 * c, &h, 2);
+            }
+            if (type == HM_TYPE_F32) memcpy(out, x, cols * 4);
+            if (type != HM_TYPE_F32 && type != HM_TYPE_F16 && type != HM_TYPE_BF16)
+                CHECK_OK(hm_quantize_row(type, x, out, (int64_t)cols));
+        }
+        CHECK_MSG(gt->bytes == row_bytes * rows * slabs &&
+                      memcmp(gt->data, bytes, (size_t)gt->bytes) == 0,
+                  "%s: %s (%s) differs from its source", what, gt->name, hm_type_name(gt->type));
+        free(bytes);
+        free(want);
+        free(filled);
+    }
+    hm_st_close(st);
+}
+
+/* Hyper-parameters the forward pass uses, from config.json and back from the GGUF. */
+static void check_hparams(const char *what, const hm_gguf *g, const char *hf_dir) {
+    hm_hparams a, b;
+    CHECK_OK(hm_hparams_from_hf_config(hf_dir, &a));
+    CHECK_OK(hm_hparams_from_gguf(g, &b));
+#define SAME(f)                                                                                    \
+    CHECK_MSG(a.f == b.f, "%s: " #f ": %g (config) vs %g (gguf)", what, (double)a.f, (double)b.f)
+    SAME(arch);
+    SAME(vocab_size);
+    SAME(hidden);
+    SAME(n_layers);
+    SAME(n_heads);
+    SAME(n_kv_heads);
+    SAME(head_dim);
+    SAME(v_head_dim);
+    SAME(norm_eps);
+    SAME(rope_theta);
+    SAME(rope_dim);
+    SAME(max_ctx);
+    SAME(n_experts);
+    SAME(n_experts_used);
+    SAME(moe_inter);
+    SAME(ffn_inter);
+    SAME(norm_topk_prob);
+    SAME(tie_embeddings);
+    SAME(qk_norm);
+    SAME(attn_bias);
+    SAME(n_shared_experts);
+    SAME(shared_inter);
+    SAME(shared_gate);
+    SAME(gating);
+    SAME(act);
+#undef SAME
+    for (uint32_t il = 0; il < a.n_layers; il++)
+        CHECK_MSG(a.layer_dense[il] == b.layer_dense[il], "%s: layer %u dense: %d vs %d", what, il,
+                  a.layer_dense[il], b.layer_dense[il]);
+}
+
+static bool file_exists(const char *p) {
+    return access(p, F_OK) == 0;
+}
+
+/* Converts hf_dir with the given types, checks tensors and hparams; returns the gguf path. */
+static const char *convert_check(const char *what, const char *hf_dir, const want_types *wt,
+                                 hm_arch arch, const char *out_name) {
+    static char out[256];
+    snprintf(out, sizeof out, "%s/%s", g_tmp, out_name ? out_name : "out.gguf");
+    hm_convert_params p = hm_convert_default_params();
+    p.type = wt->dense;
+    p.experts_type = wt->experts;
+    p.n_threads = 2;
+    hm_convert_stats stats;
+    hm_status s = hm_convert_hf(hf_dir, out, &p, &stats);
+    CHECK_MSG(s == HM_OK, "%s: %s", what, hm_last_error());
+    if (s != HM_OK) return out;
+    char part[300];
+    snprintf(part, sizeof part, "%s.part", out);
+    CHECK(!file_exists(part));
+    hm_gguf *g;
+    CHECK_OK(hm_gguf_open(out, &g));
+    if (!g) return out;
+    hm_safetensors *st;
+    CHECK_OK(hm_st_open(hf_dir, &st));
+    check_tensors(what, g, hf_dir, wt, arch);
+    CHECK(stats.n_tensors == hm_gguf_n_tensors(g));
+    size_t skipped = 0; /* not weights: inv_freq buffers, lm_head copies of tied embeddings */
+    for (size_t i = 0; i < hm_st_n_tensors(st); i++) {
+        const char *nm = hm_st_tensor_at(st, i)->name;
+        skipped += strstr(nm, "rotary_emb.inv_freq") ||
+                   (stats.hp.tie_embeddings && !strcmp(nm, "lm_head.weight"));
+    }
+    CHECK_MSG(stats.n_source_tensors + skipped == hm_st_n_tensors(st), "%s: %zu of %zu sources",
+              what, stats.n_source_tensors, hm_st_n_tensors(st));
+    uint64_t sum = 0, total = 0;
+    for (int c = 0; c < HM_CAT_COUNT; c++) sum += stats.cat_bytes[c];
+    for (uint64_t k = 0; k < hm_gguf_n_tensors(g); k++) total += hm_gguf_tensor_at(g, k)->bytes;
+    CHECK(sum == stats.total_bytes && total == stats.total_bytes);
+    check_hparams(what, g, hf_dir);
+    hm_st_close(st);
+    hm_gguf_close(g);
+    return out;
+}
+
+static char *slurp(const char *path, size_t *n) {
+    return test_read_file(path, n);
+}
+
+static bool same_file(const char *a, const char *b) {
+    size_t na, nb;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    bool same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+static const want_types k_keep = {HM_CONVERT_KEEP, HM_CONVERT_KEEP};
+
+static void test_round_trips(void) {
+    opts o = {.arch = HM_ARCH_QWEN3MOE, .dtype = "F32", .mlp_only = "[1]"};
+    const char *dir = make_model(&o);
+    convert_check("f32 keep", dir, &k_keep, o.arch, "f32.gguf");
+    want_types f32 = {HM_TYPE_F32, HM_TYPE_F32};
+    const char *out = convert_check("f32 -> f32", dir, &f32, o.arch, "f32b.gguf");
+    char a[256];
+    snprintf(a, sizeof a, "%s/f32.gguf", g_tmp);
+    CHECK(same_file(a, out));
+
+    /* default parameters (NULL) keep the dtype: the same file */
+    snprintf(a, sizeof a, "%s/null.gguf", g_tmp);
+    CHECK_OK(hm_convert_hf(dir, a, NULL, NULL));
+    CHECK(same_file(a, out));
+
+    want_types q8 = {HM_TYPE_Q8_0, HM_TYPE_Q8_0};
+    convert_check("f32 -> q8_0", dir, &q8, o.arch, "q8.gguf");
+    want_types mix = {HM_TYPE_Q8_0, HM_TYPE_Q4_K}; /* Q4_K rows of 64 / 32: Q5_0 fallback */
+    convert_check("f32 -> q8_0 + q4_k experts", dir, &mix, o.arch, "mix.gguf");
+    want_types k6 = {HM_TYPE_Q6_K, HM_TYPE_IQ4_XS};
+    convert_check("f32 -> q6_k + iq4_xs", dir, &k6, o.arch, "k6.gguf");
+    want_types half = {HM_TYPE_F16, HM_TYPE_BF16};
+    convert_check("f32 -> f16 + bf16 experts", dir, &half, o.arch, "half.gguf");
+    want_types keep_q = {HM_CONVERT_KEEP, HM_TYPE_Q8_0};
+    convert_check("keep + q8_0 experts", dir, &keep_q, o.arch, "keepq.gguf");
+
+    /* q8_0: no tensor left in F32 except the small ones */
+    snprintf(a, sizeof a, "%s/q8.gguf", g_tmp);
+    hm_gguf *g;
+    CHECK_OK(hm_gguf_open(a, &g));
+    if (g) {
+        const hm_gguf_tensor *t = hm_gguf_find_tensor(g, "blk.0.ffn_gate_exps.weight");
+        CHECK(t && t->type == HM_TYPE_Q8_0 && t->n_dims == 3 && t->ne[0] == H && t->ne[1] == MI &&
+              t->ne[2] == E);
+        t = hm_gguf_find_tensor(g, "blk.1.ffn_down.weight"); /* 48 columns: F16 fallback */
+        CHECK(t && t->type == HM_TYPE_F16 && t->ne[0] == FI && t->ne[1] == H);
+        CHECK(hm_gguf_find_tensor(g, "blk.1.ffn_gate_inp.weight") == NULL);
+        t = hm_gguf_find_tensor(g, "blk.0.ffn_gate_inp.weight");
+        CHECK(t && t->type == HM_TYPE_F32);
+        t = hm_gguf_find_tensor(g, "token_embd.weight");
+        CHECK(t && t->type == HM_TYPE_Q8_0);
+        hm_gguf_close(g);
+    }
+
+    o = (opts){.arch = HM_ARCH_QWEN3MOE, .dtype = "BF16", .tie = true};
+    dir = make_model(&o);
+    convert_check("bf16 keep, tied", dir, &k_keep, o.arch, NULL);
+    convert_check("bf16 -> q8_0, tied", dir, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q5_K}, o.arch,
+                  NULL);
+    convert_check("bf16 -> f32", dir, &(want_types){HM_TYPE_F32, HM_TYPE_F32}, o.arch, NULL);
+
+    o = (opts){.arch = HM_ARCH_QWEN3MOE, .dtype = "F16", .sparse_step = 2, .norm_topk_off = true};
+    dir = make_model(&o);
+    convert_check("f16 keep, sparse step 2, no top-k norm", dir, &k_keep, o.arch, NULL);
+    convert_check("f16 -> bf16", dir, &(want_types){HM_TYPE_BF16, HM_TYPE_BF16}, o.arch, NULL);
+    snprintf(a, sizeof a, "%s/out.gguf", g_tmp);
+    CHECK_OK(hm_gguf_open(a, &g));
+    if (g) {
+        bool norm = true;
+        CHECK_OK(hm_gguf_get_bool(g, "qwen3moe.expert_weights_norm", &norm));
+        CHECK(!norm);
+        CHECK(hm_gguf_find_tensor(g, "blk.0.ffn_gate.weight") != NULL);
+        CHECK(hm_gguf_find_tensor(g, "blk.1.ffn_gate_exps.weight") != NULL);
+        hm_gguf_close(g);
+    }
+}
+
+/* Sharded and transformers-5 fused layouts give the very same file as one plain file. */
+static void test_layouts(void) {
+    opts o = {.arch = HM_ARCH_QWEN3MOE, .dtype = "BF16", .mlp_only = "[2]"};
+    want_types q8 = {HM_TYPE_Q8_0, HM_TYPE_Q8_0};
+    const char *dir = make_model(&o);
+    char plain[256], plain_q[256];
+    snprintf(plain, sizeof plain, "%s/plain.gguf", g_tmp);
+    snprintf(plain_q, sizeof plain_q, "%s/plain_q.gguf", g_tmp);
+    convert_check("plain", dir, &k_keep, o.arch, "plain.gguf");
+    convert_check("plain q8", dir, &q8, o.arch, "plain_q.gguf");
+
+    o.shards = 2;
+    dir = make_model(&o);
+    CHECK(same_file(plain, convert_check("sharded", dir, &k_keep, o.arch, "sharded.gguf")));
+
+    o.shards = 0;
+    o.fused = true;
+    dir = make_model(&o);
+    convert_check("fused", dir, &k_keep, o.arch, "fused.gguf");
+    convert_check("fused q8", dir, &q8, o.arch, "fused_q.gguf");
+
+    o = (opts){.arch = HM_ARCH_QWEN3MOE, .dtype = "F32", .inv_freq = true};
+    dir = make_model(&o);
+    hm_log_set_level(HM_LOG_ERROR); /* the skip is logged as a warning */
+    convert_check("rotary_emb.inv_freq skipped", dir, &k_keep, o.arch, NULL);
+    hm_log_set_level(HM_LOG_WARN);
+    o = (opts){.arch = HM_ARCH_QWEN3MOE, .dtype = "F32", .tie = true, .lm_head_when_tied = 1};
+    dir = make_model(&o);
+    convert_check("tied lm_head copy skipped", dir, &k_keep, o.arch, NULL);
+}
+
+static void test_other_archs(void) {
+    opts o = {.arch = HM_ARCH_QWEN2MOE, .dtype = "BF16", .mlp_only = "[0]"};
+    const char *dir = make_model(&o);
+    convert_check("qwen2moe keep", dir, &k_keep, o.arch, NULL);
+    convert_check("qwen2moe q8_0", dir, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q4_0}, o.arch, NULL);
+
+    o = (opts){.arch = HM_ARCH_MIXTRAL, .dtype = "F32"};
+    dir = make_model(&o);
+    convert_check("mixtral keep", dir, &k_keep, o.arch, NULL);
+    convert_check("mixtral q8_0", dir, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q8_0}, o.arch, NULL);
+}
+
+/* A conversion that must fail with `want`, a message holding every needle, and no file left. */
+static void expect_fail(const char *what, const opts *o, const want_types *wt, hm_status want,
+                        const char *n1, const char *n2, const char *n3) {
+    const char *dir = make_model(o);
+    char out[256], part[300];
+    snprintf(out, sizeof out, "%s/bad.gguf", g_tmp);
+    snprintf(part, sizeof part, "%s.part", out);
+    hm_convert_params p = hm_convert_default_params();
+    p.type = wt->dense;
+    p.experts_type = wt->experts;
+    hm_status s = hm_convert_hf(dir, out, &p, NULL);
+    CHECK_MSG(s == want, "%s: got %s (%s), want %s", what, hm_status_str(s), hm_last_error(),
+              hm_status_str(want));
+    const char *msg = hm_last_error();
+    if (g_verbose) printf("  %s: %s\n", what, msg);
+    if (n1) CHECK_CONTAINS(msg, n1);
+    if (n2) CHECK_CONTAINS(msg, n2);
+    if (n3) CHECK_CONTAINS(msg, n3);
+    CHECK_MSG(!file_exists(out) && !file_exists(part), "%s: output left behind", what);
+    unlink(out);
+}
+
+static void test_errors(void) {
+    hm_log_set_level(HM_LOG_OFF);
+    opts o = {.arch = HM_ARCH_QWEN3MOE, .dtype = "F32"};
+    o.drop = "model.layers.1.mlp.experts.2.up_proj.weight";
+    expect_fail("missing expert", &o, &k_keep, HM_ERR_FORMAT, "missing 1 tensor",
+                "'model.layers.1.mlp.experts.2.up_proj.weight'", NULL);
+    o.drop = "model.layers.0.self_attn.k_norm.weight";
+    expect_fail("missing norm", &o, &k_keep, HM_ERR_FORMAT,
+                "model.layers.0.self_attn.k_norm.weight", NULL, NULL);
+    o.drop = NULL;
+    o.misshape = "model.layers.2.self_attn.q_proj.weight";
+    expect_fail("wrong shape", &o, &k_keep, HM_ERR_FORMAT,
+                "'model.layers.2.self_attn.q_proj.weight'", "[64, 65]", "expected [64, 64]");
+    o.misshape = "model.layers.0.mlp.experts.3.down_proj.weight";
+    expect_fail("wrong expert shape", &o, &k_keep, HM_ERR_FORMAT,
+                "'model.layers.0.mlp.experts.3.down_proj.weight'", "blk.0.ffn_down_exps.weight",
+                "expected [64, 32]");
+    o.misshape = NULL;
+    o.extra = "model.layers.0.mlp.mystery.weight";
+    expect_fail("extra tensor", &o, &k_keep, HM_ERR_FORMAT, "unexpected 1 tensor",
+                "'model.layers.0.mlp.mystery.weight'", NULL);
+    o.drop = "model.layers.0.input_layernorm.weight";
+    expect_fail("missing and extra", &o, &k_keep, HM_ERR_FORMAT,
+                "'model.layers.0.input_layernorm.weight'", "'model.layers.0.mlp.mystery.weight'",
+                NULL);
+    o.drop = o.extra = NULL;
+    o.odd_name = "model.layers.1.mlp.gate.weight";
+    o.odd_dtype = "I32";
+    expect_fail("I32 tensor", &o, &k_keep, HM_ERR_UNSUPPORTED, "'model.layers.1.mlp.gate.weight'",
+                "I32", NULL);
+    o.odd_name = "model.layers.1.self_attn.o_proj.weight";
+    o.odd_dtype = "F8_E4M3";
+    expect_fail("FP8 tensor", &o, &k_keep, HM_ERR_UNSUPPORTED,
+                "'model.layers.1.self_attn.o_proj.weight'", "FP8", NULL);
+    o.odd_name = NULL;
+    o.nan_name = "model.layers.1.mlp.experts.1.gate_proj.weight";
+    expect_fail("NaN when quantizing", &o, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q8_0},
+                HM_ERR_INVALID_ARG, "blk.1.ffn_gate_exps.weight",
+                "'model.layers.1.mlp.experts.1.gate_proj.weight'", "expert 1, row 0");
+    o.nan_name = NULL;
+    o.tie = true;
+    o.lm_head_when_tied = 2;
+    expect_fail("tied but lm_head differs", &o, &k_keep, HM_ERR_FORMAT, "'lm_head.weight'",
+                "tie_word_embeddings", NULL);
+    o = (opts){.arch = HM_ARCH_QWEN3MOE, .dtype = "F32", .fused = true};
+    o.misshape = "model.layers.0.mlp.experts.gate_up_proj";
+    expect_fail("wrong fused shape", &o, &k_keep, HM_ERR_FORMAT,
+                "'model.layers.0.mlp.experts.gate_up_proj'", "expected [4, 64, 64]", NULL);
+
+    /* bad parameters, unsupported architecture, no such directory */
+    o = (opts){.arch = HM_ARCH_QWEN3MOE, .dtype = "F32"};
+    const char *dir = make_model(&o);
+    char out[256];
+    snprintf(out, sizeof out, "%s/never.gguf", g_tmp);
+    hm_convert_params p = hm_convert_default_params();
+    p.type = HM_TYPE_Q2_K;
+    CHECK_STATUS(hm_convert_hf(dir, out, &p, NULL), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "Q2_K");
+    p.type = HM_CONVERT_KEEP;
+    p.experts_type = HM_TYPE_IQ2_XS;
+    CHECK_STATUS(hm_convert_hf(dir, out, &p, NULL), HM_ERR_INVALID_ARG);
+    CHECK(!file_exists(out));
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    size_t n;
+    char *ds = slurp(HMOE_SOURCE_DIR "/tests/data/model_configs/DeepSeek-V2-Lite/config.json", &n);
+    CHECK(ds != NULL);
+    if (ds) write_bytes(cfg, ds, n);
+    free(ds);
+    CHECK_STATUS(hm_convert_hf(dir, out, NULL, NULL), HM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(hm_last_error(), "deepseek");
+    CHECK_CONTAINS(hm_last_error(), "qwen3_moe");
+    CHECK_STATUS(hm_convert_hf("/nonexistent/model", out, NULL, NULL), HM_ERR_NOT_FOUND);
+    CHECK(!file_exists(out));
+    hm_log_set_level(HM_LOG_WARN);
+}
+
+/* ---------------------------------------------------------------- the command */
+
+static int run(const char *cmd) {
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void test_cli(void) {
+    opts o = {.arch = HM_ARCH_QWEN3MOE, .dtype = "BF16", .mlp_only = "[1]"};
+    const char *dir = make_model(&o);
+    char cmd[1024], out[256], log[256];
+    snprintf(out, sizeof out, "%s/cli.gguf", g_tmp);
+    snprintf(log, sizeof log, "%s/cli.log", g_tmp);
+    snprintf(cmd, sizeof cmd,
+             "%s convert %s -o %s --type q8_0 --experts-type q4_k --threads 2 >%s 2>&1",
+             HMOE_BINARY, dir, out, log);
+    CHECK(run(cmd) == 0);
+    char *text = slurp(log, NULL);
+    CHECK(text != NULL);
+    if (text) {
+        CHECK_CONTAINS(text, "routed experts");
+        CHECK_CONTAINS(text, "dense mlp");
+        CHECK_CONTAINS(text, "Q5_0"); /* Q4_K's fallback for 64- and 32-column rows */
+        CHECK_CONTAINS(text, "total");
+    }
+    free(text);
+    hm_gguf *g;
+    CHECK_OK(hm_gguf_open(out, &g));
+    if (g) {
+        check_tensors("cli", g, dir, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q4_K}, o.arch);
+        check_hparams("cli", g, dir);
+        hm_gguf_close(g);
+    }
+    unlink(out);
+
+    static const char *const bad[] = {
+        "",                         /* no HF_DIR */
+        "%s",                       /* no -o */
+        "%s -o x.gguf --type q2_k", /* no quantizer */
+        "%s -o x.gguf --type nope", /* unknown */
+        "%s -o x.gguf --threads 0", /* range */
+        "%s -o x.gguf --bogus",     /* unknown option */
+        "%s %s -o x.gguf",          /* two inputs */
+        "%s -o",                    /* missing value */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, bad[i], dir, dir);
+        snprintf(cmd, sizeof cmd, "cd %s && %s convert %s >%s 2>&1", g_tmp, HMOE_BINARY, args, log);
+        CHECK_MSG(run(cmd) == 2, "usage error %zu: %s", i, args);
+        text = slurp(log, NULL);
+        if (text) CHECK_CONTAINS(text, "usage: hmoe convert");
+        free(text);
+    }
+    snprintf(cmd, sizeof cmd, "%s convert --help >%s 2>&1", HMOE_BINARY, log);
+    CHECK(run(cmd) == 0);
+    text = slurp(log, NULL);
+    if (text) CHECK_CONTAINS(text, "tokenizer");
+    free(text);
+
+    snprintf(cmd, sizeof cmd, "%s convert %s -o %s --dry-run >%s 2>&1", HMOE_BINARY, dir, out, log);
+    CHECK(run(cmd) == 0);
+    CHECK(!file_exists(out));
+    text = slurp(log, NULL);
+    if (text) CHECK_CONTAINS(text, "would convert");
+    free(text);
+
+    o.drop = "model.layers.2.mlp.gate.weight";
+    dir = make_model(&o);
+    snprintf(cmd, sizeof cmd, "%s convert %s -o %s >%s 2>&1", HMOE_BINARY, dir, out, log);
+    CHECK(run(cmd) == 1);
+    CHECK(!file_exists(out));
+    text = slurp(log, NULL);
+    if (text) CHECK_CONTAINS(text, "'model.layers.2.mlp.gate.weight'");
+    free(text);
+}
+
+/* ---------------------------------------------------------------- transformers' checkpoints */
+
+/* The forward pass (`hmoe logits`, where this build has it) gives the same logits, bit for bit,
+ * from the converted GGUF as from the Hugging Face directory: the conversion lost nothing. */
+static void check_logits(const char *what, const char *hf_dir, const char *gguf_path) {
+    char cmd[2048], log[256], a[256], b[256], exp[600];
+    snprintf(log, sizeof log, "%s/logits.log", g_tmp);
+    snprintf(cmd, sizeof cmd, "%s logits >%s 2>&1", HMOE_BINARY, log);
+    run(cmd);
+    char *text = slurp(log, NULL);
+    bool have = text && strstr(text, "usage: hmoe logits");
+    free(text);
+    if (!have) return;
+    snprintf(exp, sizeof exp, "%s/expected.json", hf_dir);
+    json_t *j = json_load_file(exp, 0, NULL);
+    json_t *prompts = json_object_get(j, "prompts");
+    json_t *ids = json_array_get(prompts, json_array_size(prompts) - 1);
+    char list[1024] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < json_array_size(ids) && len + 16 < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%lld", i ? " " : "",
+                                (long long)json_integer_value(json_array_get(ids, i)));
+    json_decref(j);
+    if (!len) return;
+    snprintf(a, sizeof a, "%s/logits_hf.f32", g_tmp);
+    snprintf(b, sizeof b, "%s/logits_gguf.f32", g_tmp);
+    const char *models[2][2] = {{hf_dir, a}, {gguf_path, b}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s logits -m %s --ids \"%s\" --out %s --threads 2 >%s 2>&1",
+                 HMOE_BINARY, models[k][0], list, models[k][1], log);
+        CHECK_MSG(run(cmd) == 0, "%s: hmoe logits -m %s failed", what, models[k][0]);
+    }
+    size_t na, nb;
+    char *x = slurp(a, &na), *y = slurp(b, &nb);
+    CHECK_MSG(x && y && na == nb && na > 0 && memcmp(x, y, na) == 0,
+              "%s: logits from the GGUF differ from the Hugging Face directory's", what);
+    if (g_verbose && x && y && na == nb) printf("  %s: %zu logits identical\n", what, na / 4);
+    free(x);
+    free(y);
+    unlink(a);
+    unlink(b);
+}
+
+static void test_fixtures(void) {
+    const char *root = HMOE_SOURCE_DIR "/tests/data/qwen3moe";
+    DIR *d = opendir(root);
+    if (!d) {
+        printf("test_convert: no %s, real checkpoints not checked\n", root);
+        return;
+    }
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        char dir[512], cfg[600];
+        snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        if (e->d_name[0] == '.' || !file_exists(cfg)) continue;
+        char what[600];
+        snprintf(what, sizeof what, "fixture %s", e->d_name);
+        const char *out = convert_check(what, dir, &k_keep, HM_ARCH_QWEN3MOE, "fixture.gguf");
+        check_logits(what, dir, out);
+        snprintf(what, sizeof what, "fixture %s q8_0", e->d_name);
+        convert_check(what, dir, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q4_K}, HM_ARCH_QWEN3MOE,
+                      "fixture_q.gguf");
+        n++;
+    }
+    closedir(d);
+    printf("test_convert: %d transformers checkpoints converted\n", n);
+}
+
+int main(void) {
+    g_verbose = getenv("HMOE_TEST_VERBOSE") != NULL;
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/hmoe_convert_XXXXXX");
+    if (!mkdtemp(g_tmp)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_round_trips();
+    test_layouts();
+    test_other_archs();
+    test_errors();
+    test_cli();
+    test_fixtures();
+    char hf[128];
+    snprintf(hf, sizeof hf, "%s/hf", g_tmp);
+    clear_dir(hf);
+    rmdir(hf);
+    clear_dir(g_tmp);
+    rmdir(g_tmp);
+    return test_done("test_convert");
+}

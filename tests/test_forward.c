@@ -1,0 +1,381 @@
+/* test_forward.c - the Qwen3-MoE forward pass against transformers: tiny random models in
+ * tests/data/qwen3moe/<name>/ (made by tests/gen/qwen3moe_fixtures.py) with the logits
+ * transformers computed for fixed prompts and their 32-token greedy continuations.
+ *
+ * Checked for every model: logits of every position (float32 reference: 1e-3 x max|logit|; the
+ * bfloat16-compute reference, where present: 2e-2 x max|logit|, or the gap between transformers'
+ * own bfloat16 and float32 results when that is larger); identical greedy continuations;
+ * the same logits when the prompts run one token at a time, and when all prompts run together as
+ * separate sequences of one batch; bad input (token ids, sequences, context overflow). */
+#include <jansson.h>
+#include <math.h>
+
+#include "model/convert.h"
+#include "model/model.h"
+#include "quant/ref.h"
+#include "quant/types.h"
+#include <unistd.h>
+#include "test.h"
+
+#define DATA HMOE_SOURCE_DIR "/tests/data/qwen3moe"
+
+typedef struct fixture {
+    char dir[512];
+    int n_prompts;
+    int32_t *prompt[8];
+    int len[8];
+    int32_t greedy[8][32];
+    float *logits[8];      /* [len][vocab] float32 compute */
+    float *logits_bf16[8]; /* bfloat16 compute, or NULL */
+    int vocab;
+} fixture;
+
+static float *read_f32(const char *dir, const char *name, size_t want) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    size_t len;
+    char *b = test_read_file(path, &len);
+    if (!b || len != want * sizeof(float)) {
+        fprintf(stderr, "%s: %zu bytes, expected %zu\n", path, b ? len : 0, want * sizeof(float));
+        free(b);
+        return NULL;
+    }
+    return (float *)b;
+}
+
+static bool load_fixture(const char *name, fixture *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "%s/%s", DATA, name);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/expected.json", f->dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j) {
+        fprintf(stderr, "%s: %s\n", path, err.text);
+        return false;
+    }
+    json_t *prompts = json_object_get(j, "prompts"), *greedy = json_object_get(j, "greedy");
+    json_t *lg = json_object_get(j, "logits"), *lb = json_object_get(j, "logits_bf16");
+    f->vocab = (int)json_integer_value(json_object_get(j, "vocab"));
+    f->n_prompts = (int)json_array_size(prompts);
+    bool ok = f->n_prompts > 0 && f->n_prompts <= 8 && f->vocab > 0;
+    for (int i = 0; ok && i < f->n_prompts; i++) {
+        json_t *p = json_array_get(prompts, (size_t)i), *g = json_array_get(greedy, (size_t)i);
+        f->len[i] = (int)json_array_size(p);
+        f->prompt[i] = calloc((size_t)f->len[i] + 1, sizeof(int32_t));
+        for (int k = 0; k < f->len[i]; k++)
+            f->prompt[i][k] = (int32_t)json_integer_value(json_array_get(p, (size_t)k));
+        ok = json_array_size(g) == 32;
+        for (int k = 0; ok && k < 32; k++)
+            f->greedy[i][k] = (int32_t)json_integer_value(json_array_get(g, (size_t)k));
+        size_t n = (size_t)f->len[i] * (size_t)f->vocab;
+        f->logits[i] = read_f32(f->dir, json_string_value(json_array_get(lg, (size_t)i)), n);
+        ok = ok && f->logits[i];
+        if (lb) {
+            f->logits_bf16[i] =
+                read_f32(f->dir, json_string_value(json_array_get(lb, (size_t)i)), n);
+            ok = ok && f->logits_bf16[i];
+        }
+    }
+    json_decref(j);
+    return ok;
+}
+
+static void free_fixture(fixture *f) {
+    for (int i = 0; i < f->n_prompts; i++)
+        free(f->prompt[i]), free(f->logits[i]), free(f->logits_bf16[i]);
+}
+
+/* max |a - b| / max |b| over n values */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= d)) d = e; /* NaN propagates */
+        if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
+    }
+    return m > 0 ? d / m : d;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void check_model(const char *name, int n_threads, bool no_amx, hm_load_mode load) {
+    fixture f;
+    CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
+    if (!f.n_prompts) return;
+    hm_model *m = NULL;
+    hm_model_params mp = hm_model_default_params();
+    mp.load = load;
+    mp.n_threads = 2;
+    CHECK_OK(hm_model_load_ex(f.dir, &mp, &m));
+    if (!m) return free_fixture(&f);
+    CHECK(hm_model_copied(m) == (load != HM_LOAD_MMAP)); /* AUTO copies models this small */
+    CHECK((int)m->hp.vocab_size == f.vocab);
+    const int V = f.vocab;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_threads = n_threads;
+    cp.n_ctx = 64;
+    cp.n_seq = f.n_prompts;
+    cp.n_batch = 64;
+    cp.no_amx = no_amx;
+    hm_ctx *c = NULL;
+    CHECK_OK(hm_ctx_create(m, &cp, &c));
+    if (!c) {
+        hm_model_free(m);
+        return free_fixture(&f);
+    }
+    float *lg = malloc(sizeof(float) * 64 * (size_t)V);
+    for (int i = 0; i < f.n_prompts; i++) {
+        const int n = f.len[i];
+        const size_t nv = (size_t)n * (size_t)V;
+        /* whole prompt in one batch */
+        hm_ctx_seq_reset(c, 0);
+        CHECK_OK(hm_ctx_decode(c, f.prompt[i], NULL, n, NULL, lg));
+        double e = rel_err(lg, f.logits[i], nv);
+        CHECK_MSG(e <= 1e-3, "%s prompt %d (%d tokens): logits rel error %.3g > 1e-3", name, i, n,
+                  e);
+        if (f.logits_bf16[i]) {
+            /* transformers in bfloat16 is itself up to ~2.5% away from its float32 result (the
+             * 23-token prompt of model q); we compute in float32, so allow 2e-2 or that gap */
+            double eb = rel_err(lg, f.logits_bf16[i], nv);
+            double gap = rel_err(f.logits[i], f.logits_bf16[i], nv);
+            double tol = fmax(2e-2, 1.1 * gap + 1e-3);
+            CHECK_MSG(eb <= tol, "%s prompt %d: vs bf16 compute rel error %.3g > %.3g", name, i, eb,
+                      tol);
+        }
+        /* greedy continuation (from the batch's last logits, then one token at a time) */
+        int32_t t = argmax(lg + (size_t)(n - 1) * (size_t)V, V);
+        int same = 0;
+        for (int k = 0; k < 32; k++) {
+            same += t == f.greedy[i][k];
+            if (t != f.greedy[i][k]) break;
+            CHECK_OK(hm_ctx_decode(c, &t, NULL, 1, NULL, lg));
+            t = argmax(lg, V);
+        }
+        CHECK_MSG(same == 32, "%s prompt %d: greedy continuation differs at token %d", name, i,
+                  same);
+        /* one token at a time gives the same logits */
+        hm_ctx_seq_reset(c, 0);
+        double ei = 0;
+        for (int k = 0; k < n; k++) {
+            CHECK_OK(hm_ctx_decode(c, f.prompt[i] + k, NULL, 1, NULL, lg));
+            double ek = rel_err(lg, f.logits[i] + (size_t)k * (size_t)V, (size_t)V);
+            if (ek > ei) ei = ek;
+        }
+        CHECK_MSG(ei <= 1e-3, "%s prompt %d: token-by-token rel error %.3g", name, i, ei);
+    }
+
+    /* all prompts at once, one sequence each, tokens interleaved */
+    int total = 0, maxlen = 0;
+    for (int i = 0; i < f.n_prompts; i++) {
+        total += f.len[i];
+        if (f.len[i] > maxlen) maxlen = f.len[i];
+        hm_ctx_seq_reset(c, i);
+    }
+    if (total <= 64) {
+        int32_t tok[64], seq[64], src_p[64], src_k[64];
+        int n = 0;
+        for (int k = 0; k < maxlen; k++)
+            for (int i = 0; i < f.n_prompts; i++)
+                if (k < f.len[i]) tok[n] = f.prompt[i][k], seq[n] = i, src_p[n] = i, src_k[n++] = k;
+        CHECK_OK(hm_ctx_decode(c, tok, seq, n, NULL, lg));
+        double eb = 0;
+        for (int r = 0; r < n; r++) {
+            double er = rel_err(lg + (size_t)r * (size_t)V,
+                                f.logits[src_p[r]] + (size_t)src_k[r] * (size_t)V, (size_t)V);
+            if (er > eb) eb = er;
+        }
+        CHECK_MSG(eb <= 1e-3, "%s: %d sequences in one batch: rel error %.3g", name, f.n_prompts,
+                  eb);
+        /* only the wanted rows come back, in batch order */
+        uint8_t want[64] = {0};
+        for (int i = 0; i < f.n_prompts; i++) hm_ctx_seq_reset(c, i);
+        want[n - 1] = 1;
+        want[0] = 1;
+        CHECK_OK(hm_ctx_decode(c, tok, seq, n, want, lg));
+        CHECK(rel_err(lg, f.logits[src_p[0]] + (size_t)src_k[0] * (size_t)V, (size_t)V) <= 1e-3);
+        CHECK(rel_err(lg + V, f.logits[src_p[n - 1]] + (size_t)src_k[n - 1] * (size_t)V,
+                      (size_t)V) <= 1e-3);
+    }
+
+    /* bad input: nothing is cached, a message names the problem */
+    hm_ctx_seq_reset(c, 0);
+    int32_t bad = V;
+    CHECK_STATUS(hm_ctx_decode(c, &bad, NULL, 1, NULL, lg), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "outside the vocabulary");
+    int32_t ok_tok = 1, bad_seq = f.n_prompts;
+    CHECK_STATUS(hm_ctx_decode(c, &ok_tok, &bad_seq, 1, NULL, lg), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "sequence");
+    CHECK(hm_ctx_seq_len(c, 0) == 0);
+    int32_t many[65] = {0};
+    CHECK_STATUS(hm_ctx_decode(c, many, NULL, 65, NULL, lg), HM_ERR_INVALID_ARG);
+    for (int k = 0; k < 64; k++) CHECK_OK(hm_ctx_decode(c, &ok_tok, NULL, 1, NULL, NULL));
+    CHECK_STATUS(hm_ctx_decode(c, &ok_tok, NULL, 1, NULL, lg), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "context size");
+    CHECK(hm_ctx_seq_len(c, 0) == 64);
+
+    free(lg);
+    hm_ctx_free(c);
+    hm_model_free(m);
+    free_fixture(&f);
+}
+
+/* mean and max over positions of KL(softmax(ref) || softmax(got)) */
+static void kl_stats(const float *ref, const float *got, int n, int V, double *mean, double *max) {
+    *mean = *max = 0;
+    for (int t = 0; t < n; t++) {
+        const float *a = ref + (size_t)t * (size_t)V, *b = got + (size_t)t * (size_t)V;
+        double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
+        for (int v = 0; v < V; v++) ma = fmax(ma, a[v]), mb = fmax(mb, b[v]);
+        for (int v = 0; v < V; v++) sa += exp(a[v] - ma), sb += exp(b[v] - mb);
+        for (int v = 0; v < V; v++) {
+            double la = a[v] - ma - log(sa), lb = b[v] - mb - log(sb);
+            kl += exp(la) * (la - lb);
+        }
+        *mean += kl / n;
+        if (kl > *max) *max = kl;
+    }
+}
+
+/* logits of every prompt of f with the model at path; false if it cannot run */
+static bool logits_of(const char *path, const fixture *f, int prompt, float *lg, bool no_amx) {
+    hm_model *m = NULL;
+    hm_ctx *c = NULL;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_threads = 2, cp.n_ctx = 64, cp.n_batch = 64, cp.no_amx = no_amx;
+    CHECK_OK(hm_model_load(path, &m));
+    if (m) CHECK_OK(hm_ctx_create(m, &cp, &c));
+    bool ok = c && hm_ctx_decode(c, f->prompt[prompt], NULL, f->len[prompt], NULL, lg) == HM_OK;
+    CHECK_MSG(ok, "%s: %s", path, hm_last_error());
+    hm_ctx_free(c);
+    hm_model_free(m);
+    return ok;
+}
+
+/* Writes src's tensors dequantized to F32 (metadata copied): the same weights for exact kernels. */
+static bool write_dequantized(const char *src, const char *dst) {
+    hm_gguf *g = NULL;
+    hm_gguf_writer *w = NULL;
+    if (hm_gguf_open(src, &g) || hm_gguf_writer_open(dst, &w)) goto fail;
+    for (uint64_t i = 0; i < hm_gguf_n_kv(g); i++)
+        if (hm_gguf_w_copy_kv(w, NULL, hm_gguf_kv_at(g, i))) goto fail;
+    for (uint64_t i = 0; i < hm_gguf_n_tensors(g); i++) {
+        const hm_gguf_tensor *t = hm_gguf_tensor_at(g, i);
+        if (hm_gguf_w_tensor(w, t->name, HM_TYPE_F32, t->n_dims, t->ne)) goto fail;
+    }
+    for (uint64_t i = 0; i < hm_gguf_n_tensors(g); i++) {
+        const hm_gguf_tensor *t = hm_gguf_tensor_at(g, i);
+        float *row = malloc(sizeof(float) * t->ne[0]);
+        uint64_t rows = t->n_elements / t->ne[0], rb = t->bytes / rows;
+        for (uint64_t r = 0; r < rows; r++) {
+            if (hm_dequantize_row(t->type, t->data + r * rb, row, (int64_t)t->ne[0]) ||
+                hm_gguf_w_data(w, row, sizeof(float) * t->ne[0])) {
+                free(row);
+                goto fail;
+            }
+        }
+        free(row);
+    }
+    hm_gguf_close(g);
+    return hm_gguf_writer_finish(w) == HM_OK;
+fail:
+    fprintf(stderr, "write_dequantized: %s\n", hm_last_error());
+    hm_gguf_writer_abort(w);
+    hm_gguf_close(g);
+    return false;
+}
+
+/* The fixture written to GGUF by hm_convert_hf: same logits when kept in its dtype; quantized
+ * versions within the KL bounds documented in docs/models.md. */
+static void check_converted(const char *name, int type, int experts_type, double tol,
+                            double kl_mean_max, double kl_max_max) {
+    fixture f;
+    CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
+    if (!f.n_prompts) return;
+    char dir[] = "/tmp/hmoe-forward-XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    hm_convert_params p = hm_convert_default_params();
+    p.type = type;
+    p.experts_type = experts_type;
+    p.n_threads = 2;
+    CHECK_OK(hm_convert_hf(f.dir, path, &p, NULL));
+    const int V = f.vocab;
+    float *lg = malloc(sizeof(float) * 64 * (size_t)V),
+          *lf = malloc(sizeof(float) * 64 * (size_t)V);
+    char fpath[300];
+    snprintf(fpath, sizeof fpath, "%s/f32.gguf", dir);
+    const bool quant = type >= 0 && type != HM_TYPE_F32;
+    if (quant) CHECK(write_dequantized(path, fpath));
+    for (int i = 0; i < f.n_prompts; i++) {
+        /* the quantized kernels (with quantized activations) against exact float kernels on the
+         * very same dequantized weights: isolates the compute path from the format. The vec_dot
+         * kernels are tight; AMX tiles (prefill, >= 16 tokens) re-quantize weights to int8 per
+         * 256 values and add error (docs/models.md) */
+        for (int amx = 0; quant && amx < 2; amx++) {
+            if (!logits_of(fpath, &f, i, lf, true) || !logits_of(path, &f, i, lg, !amx)) break;
+            double km, kx;
+            kl_stats(lf, lg, f.len[i], V, &km, &kx);
+            printf("  %s %s/%s kernels%s vs the same weights in F32, prompt %d: KL mean %.2e max "
+                   "%.2e\n",
+                   name, hm_type_name((uint32_t)type),
+                   experts_type < 0 ? "same" : hm_type_name((uint32_t)experts_type),
+                   amx ? " (AMX allowed)" : "", i, km, kx);
+            CHECK_MSG(km <= (amx ? 1e-2 : 6e-3) && kx <= (amx ? 1e-1 : 5e-2),
+                      "%s %s kernels%s vs F32: KL mean %.3g max %.3g", name,
+                      hm_type_name((uint32_t)type), amx ? " (AMX)" : "", km, kx);
+        }
+        if (!logits_of(path, &f, i, lg, false)) break;
+        const size_t nv = (size_t)f.len[i] * (size_t)V;
+        if (tol > 0) {
+            double e = rel_err(lg, f.logits[i], nv);
+            CHECK_MSG(e <= tol, "%s as GGUF (%s): prompt %d rel error %.3g > %.3g", name,
+                      type < 0 ? "kept" : hm_type_name((uint32_t)type), i, e, tol);
+        }
+        double km, kx;
+        kl_stats(f.logits[i], lg, f.len[i], V, &km, &kx);
+        printf("  %s as GGUF %s/%s experts, prompt %d (%d tokens): KL mean %.2e max %.2e\n", name,
+               type < 0 ? "kept" : hm_type_name((uint32_t)type),
+               experts_type < 0 ? "same" : hm_type_name((uint32_t)experts_type), i, f.len[i], km,
+               kx);
+        CHECK_MSG(km <= kl_mean_max && kx <= kl_max_max,
+                  "%s %s: KL mean %.3g (bound %.3g), max %.3g (bound %.3g)", name,
+                  hm_type_name((uint32_t)type), km, kl_mean_max, kx, kl_max_max);
+    }
+    free(lg);
+    free(lf);
+    unlink(path);
+    unlink(fpath);
+    rmdir(dir);
+    free_fixture(&f);
+}
+
+static void check_bad_models(void) {
+    hm_model *m = NULL;
+    CHECK_STATUS(hm_model_load(DATA "/does-not-exist", &m), HM_ERR_NOT_FOUND);
+    CHECK(m == NULL);
+    CHECK_STATUS(hm_model_load("", &m), HM_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    static const char *const models[] = {"a", "b", "c", "q"};
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+        check_model(models[i], 2, false, HM_LOAD_AUTO);
+        check_model(models[i], 1, true, HM_LOAD_MMAP);
+    }
+    /* written to GGUF in their own dtype: the same numbers */
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
+        check_converted(models[i], HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
+    /* quantized (model q has 256-wide rows): KL bounds of docs/models.md */
+    check_converted("q", HM_TYPE_F16, HM_CONVERT_SAME, 0, 1e-9, 1e-9);
+    check_converted("q", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
+    check_converted("q", HM_TYPE_Q8_0, HM_TYPE_Q4_K, 0, 5e-2, 1e-1);
+    check_converted("q", HM_TYPE_Q4_K, HM_TYPE_Q4_K, 0, 3e-1, 1.5);
+    check_bad_models();
+    return test_done("forward");
+}

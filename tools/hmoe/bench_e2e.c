@@ -1,0 +1,182 @@
+/* bench_e2e.c - `hmoe bench e2e`: whole-model prompt processing and decode speed on the CPU for a
+ * model file (a synth preset of a real model's shapes, or a real one), against the bandwidth
+ * roofline of the same run: decode reads every dense weight, the output layer and the top-k
+ * experts of every MoE layer once per token. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core/timer.h"
+#include "cpu/membw.h"
+#include "model/model.h"
+#include "quant/types.h"
+
+static uint64_t mat_bytes(const hm_matrix *m) {
+    return (uint64_t)m->rows * m->row_bytes;
+}
+
+static uint64_t expert_bytes(const hm_model *m, const hm_layer *L) {
+    const hm_hparams *hp = &m->hp;
+    uint64_t b = 0, r;
+    if (hm_type_row_bytes(L->expert_type[0], hp->hidden, &r)) b += r * hp->moe_inter;
+    if (hm_type_row_bytes(L->expert_type[1], hp->hidden, &r)) b += r * hp->moe_inter;
+    if (hm_type_row_bytes(L->expert_type[2], hp->moe_inter, &r)) b += r * hp->hidden;
+    return b;
+}
+
+/* Weight bytes one decode token reads (experts: top-k distinct ones per MoE layer). */
+static void decode_bytes(const hm_model *m, uint64_t *dense, uint64_t *experts) {
+    const hm_hparams *hp = &m->hp;
+    *dense = mat_bytes(&m->output);
+    *experts = 0;
+    for (uint32_t il = 0; il < hp->n_layers; il++) {
+        const hm_layer *L = &m->layers[il];
+        *dense += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo);
+        if (L->moe) {
+            *dense += mat_bytes(&L->router);
+            *experts += expert_bytes(m, L) * hp->n_experts_used;
+        } else {
+            *dense += mat_bytes(&L->ffn_gate) + mat_bytes(&L->ffn_up) + mat_bytes(&L->ffn_down);
+        }
+    }
+}
+
+int bench_e2e(int argc, char **argv) {
+    const char *model = NULL;
+    long n_prompt = 512, n_gen = 128, reps = 1;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.pin_caller = true;
+    hm_model_params mlp = hm_model_default_params();
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
+            model = v, i++;
+        } else if (!strcmp(a, "-p") && v) {
+            if (!cli_parse_int(v, 0, 1 << 20, &n_prompt)) return cli_usage_error("bad -p '%s'", v);
+            i++;
+        } else if (!strcmp(a, "-n") && v) {
+            if (!cli_parse_int(v, 0, 1 << 20, &n_gen)) return cli_usage_error("bad -n '%s'", v);
+            i++;
+        } else if (!strcmp(a, "--reps") && v) {
+            if (!cli_parse_int(v, 1, 1000, &reps)) return cli_usage_error("bad --reps '%s'", v);
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (!cli_parse_int(v, 1, 4096, &n)) return cli_usage_error("bad --threads '%s'", v);
+            cp.n_threads = (int)n, i++;
+        } else if (!strcmp(a, "--batch") && v) {
+            if (!cli_parse_int(v, 1, 65536, &n)) return cli_usage_error("bad --batch '%s'", v);
+            cp.n_batch = (int)n, i++;
+        } else if (!strcmp(a, "--no-amx")) {
+            cp.no_amx = true;
+        } else if (!strcmp(a, "--load") && v) {
+            int lm;
+            if (!cli_parse_load(v, &lm))
+                return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
+            mlp.load = (hm_load_mode)lm, i++;
+        } else {
+            fprintf(stderr, "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
+                            "[--threads N] [--batch N] [--no-amx]\n"
+                            "       [--load auto|mmap|copy]\n");
+            return cli_usage_error("unknown or incomplete option '%s'", a);
+        }
+    }
+    if (!model) return cli_usage_error("bench e2e: -m MODEL is required");
+    hm_model *m = NULL;
+    hm_ctx *c = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    int rc = 1;
+    double t_load = hm_time_s();
+    if (hm_model_load_ex(model, &mlp, &m)) goto fail;
+    t_load = hm_time_s() - t_load;
+    cp.n_ctx = (int)(n_prompt + n_gen + 1);
+    if (!cp.n_batch) cp.n_batch = n_prompt > 0 && n_prompt < 512 ? (int)n_prompt : 512;
+    if (hm_ctx_create(m, &cp, &c)) goto fail;
+    const hm_hparams *hp = &m->hp;
+    uint64_t dense_b, exp_b;
+    decode_bytes(m, &dense_b, &exp_b);
+    printf("bench e2e: %s (%s), %u layers, hidden %u, %u experts top-%u of %ux%u (%s), vocab %u\n",
+           model, hp->model_type, hp->n_layers, hp->hidden, hp->n_experts, hp->n_experts_used,
+           hp->hidden, hp->moe_inter, hm_type_name(m->layers[hp->n_layers - 1].expert_type[0]),
+           hp->vocab_size);
+    printf("config: prompt %ld tokens (batch %d), generate %ld, %d threads, amx %s, weights %s, "
+           "load %.2f s\n",
+           n_prompt, hm_ctx_n_batch(c), n_gen, hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
+           hm_model_copied(m) ? "copied to huge pages" : "mmapped", t_load);
+    printf("decode reads per token: %.3f GB (dense+output %.3f GB, experts %.3f GB)\n",
+           (double)(dense_b + exp_b) * 1e-9, (double)dense_b * 1e-9, (double)exp_b * 1e-9);
+
+    hm_membw_params bp = hm_membw_default_params();
+    bp.passes = 9;
+    hm_membw_result bw;
+    if (hm_membw_read(&bp, &bw)) goto fail;
+    const double roof = bw.median_gbs * 1e9 / (double)(dense_b + exp_b);
+    printf("roofline: same-run streaming read %.1f GB/s (median of 9; best %.1f) -> decode <= %.1f "
+           "tok/s\n",
+           bw.median_gbs, bw.best_gbs, roof);
+
+    const int V = (int)hp->vocab_size;
+    ids = malloc(((size_t)n_prompt + 1) * sizeof *ids);
+    logits = malloc((size_t)V * sizeof(float));
+    if (!ids || !logits) {
+        fprintf(stderr, "hmoe bench e2e: out of memory\n");
+        goto done;
+    }
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (long i = 0; i < n_prompt; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        ids[i] = (int32_t)(s % hp->vocab_size);
+    }
+    double best_pp = 0, best_tg = 0;
+    for (long r = 0; r < reps; r++) {
+        hm_ctx_seq_reset(c, 0);
+        const int B = hm_ctx_n_batch(c);
+        hm_ctx_prof_reset(c);
+        double t0 = hm_time_s();
+        for (long i0 = 0; i0 < n_prompt; i0 += B) {
+            int nb = (int)(n_prompt - i0 < B ? n_prompt - i0 : B);
+            if (hm_ctx_decode(c, ids + i0, NULL, nb, NULL, NULL)) goto fail;
+        }
+        double t1 = hm_time_s();
+        double pp_prof[HM_PROF_COUNT];
+        for (int k = 0; k < HM_PROF_COUNT; k++) pp_prof[k] = hm_ctx_prof_seconds(c, k);
+        hm_ctx_prof_reset(c);
+        int32_t t = n_prompt ? ids[n_prompt - 1] : 1;
+        for (long g = 0; g < n_gen; g++) {
+            if (hm_ctx_decode(c, &t, NULL, 1, NULL, logits)) goto fail;
+            int b = 0;
+            for (int v = 1; v < V; v++)
+                if (logits[v] > logits[b]) b = v;
+            t = b;
+        }
+        double t2 = hm_time_s();
+        double pp = n_prompt ? (double)n_prompt / (t1 - t0) : 0,
+               tg = n_gen ? (double)n_gen / (t2 - t1) : 0;
+        printf("rep %ld: pp%ld %.1f tok/s (%.3f s), tg%ld %.2f tok/s (%.1f ms/token)\n", r,
+               n_prompt, pp, t1 - t0, n_gen, tg, n_gen ? (t2 - t1) * 1e3 / (double)n_gen : 0);
+        printf("  %-18s %12s %12s\n", "part", "prompt ms", "ms/token");
+        for (int k = 0; k < HM_PROF_COUNT; k++)
+            printf("  %-18s %12.1f %12.3f\n", hm_ctx_prof_name(k), pp_prof[k] * 1e3,
+                   n_gen ? hm_ctx_prof_seconds(c, k) * 1e3 / (double)n_gen : 0);
+        if (pp > best_pp) best_pp = pp;
+        if (tg > best_tg) best_tg = tg;
+    }
+    double gbs = best_tg * (double)(dense_b + exp_b) * 1e-9;
+    printf("result: pp%ld %.1f tok/s; tg%ld %.2f tok/s = %.1f GB/s = %.1f%% of the same-run read "
+           "bandwidth\n",
+           n_prompt, best_pp, n_gen, best_tg, gbs,
+           bw.median_gbs > 0 ? 100 * gbs / bw.median_gbs : 0);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "hmoe bench e2e: %s\n", hm_last_error());
+done:
+    free(ids);
+    free(logits);
+    hm_ctx_free(c);
+    hm_model_free(m);
+    return rc;
+}

@@ -1,0 +1,158 @@
+/* logits.c - `hmoe logits`: the logits of every position of a token sequence, as little-endian
+ * float32 [n_ids x vocab]. This is the verification interface against reference
+ * implementations: keep its output format stable. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core/log.h"
+#include "model/model.h"
+
+bool cli_parse_ids(const char *s, int32_t **ids, int *n) {
+    *ids = NULL;
+    *n = 0;
+    size_t cap = 0;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            (*end && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
+            free(*ids);
+            *ids = NULL;
+            *n = 0;
+            return false;
+        }
+        if ((size_t)*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            int32_t *q = realloc(*ids, cap * sizeof *q);
+            if (!q) {
+                free(*ids);
+                *ids = NULL;
+                return false;
+            }
+            *ids = q;
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        p = end;
+    }
+    return *n > 0;
+}
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: hmoe logits -m MODEL --ids \"1 2 3\" --out FILE [--threads N] [--batch N]\n"
+            "                   [--ctx N] [--no-amx] [--load auto|mmap|copy]\n"
+            "  writes the logits of every position as little-endian float32 [n_ids x vocab]\n");
+    return 2;
+}
+
+int cmd_logits(int argc, char **argv) {
+    const char *model = NULL, *ids_s = NULL, *out = NULL;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.pin_caller = true;
+    hm_model_params mlp = hm_model_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
+            model = v, i++;
+        } else if (!strcmp(a, "--ids") && v) {
+            ids_s = v, i++;
+        } else if ((!strcmp(a, "--out") || !strcmp(a, "-o")) && v) {
+            out = v, i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (!cli_parse_int(v, 1, 4096, &n)) return cli_usage_error("bad --threads '%s'", v);
+            cp.n_threads = (int)n, i++;
+        } else if (!strcmp(a, "--batch") && v) {
+            if (!cli_parse_int(v, 1, 65536, &n)) return cli_usage_error("bad --batch '%s'", v);
+            cp.n_batch = (int)n, i++;
+        } else if (!strcmp(a, "--ctx") && v) {
+            if (!cli_parse_int(v, 1, 1 << 24, &n)) return cli_usage_error("bad --ctx '%s'", v);
+            cp.n_ctx = (int)n, i++;
+        } else if (!strcmp(a, "--no-amx")) {
+            cp.no_amx = true;
+        } else if (!strcmp(a, "--load") && v) {
+            int lm;
+            if (!cli_parse_load(v, &lm))
+                return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
+            mlp.load = (hm_load_mode)lm, i++;
+        } else {
+            usage();
+            return cli_usage_error("unknown or incomplete option '%s'", a);
+        }
+    }
+    if (!model || !ids_s || !out) {
+        usage();
+        return cli_usage_error("-m, --ids and --out are required");
+    }
+    int32_t *ids;
+    int n_ids;
+    if (!cli_parse_ids(ids_s, &ids, &n_ids))
+        return cli_usage_error("--ids: expected non-negative integers separated by spaces or "
+                               "commas, got '%s'",
+                               ids_s);
+    hm_model *m = NULL;
+    hm_ctx *c = NULL;
+    float *logits = NULL;
+    FILE *f = NULL;
+    int rc = 1;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    if (hm_model_load_ex(model, &mlp, &m)) goto fail;
+    if (!cp.n_ctx) cp.n_ctx = n_ids;
+    if (hm_ctx_create(m, &cp, &c)) goto fail;
+    const int V = (int)m->hp.vocab_size, B = hm_ctx_n_batch(c);
+    logits = malloc((size_t)B * (size_t)V * sizeof(float));
+    if (!logits) {
+        fprintf(stderr, "hmoe: out of memory for %d x %d logits\n", B, V);
+        goto done;
+    }
+    f = fopen(tmp, "wb");
+    if (!f) {
+        fprintf(stderr, "hmoe: cannot create '%s': %s\n", tmp, strerror(errno));
+        goto done;
+    }
+    for (int i0 = 0; i0 < n_ids; i0 += B) {
+        int nb = n_ids - i0 < B ? n_ids - i0 : B;
+        if (hm_ctx_decode(c, ids + i0, NULL, nb, NULL, logits)) goto fail;
+        if (fwrite(logits, sizeof(float), (size_t)nb * V, f) != (size_t)nb * V) {
+            fprintf(stderr, "hmoe: writing '%s': %s\n", tmp, strerror(errno));
+            goto done;
+        }
+    }
+    if (fclose(f)) {
+        f = NULL;
+        fprintf(stderr, "hmoe: writing '%s': %s\n", tmp, strerror(errno));
+        goto done;
+    }
+    f = NULL;
+    if (rename(tmp, out)) {
+        fprintf(stderr, "hmoe: cannot rename '%s' to '%s': %s\n", tmp, out, strerror(errno));
+        goto done;
+    }
+    fprintf(stderr, "hmoe: wrote %d x %d float32 logits to %s\n", n_ids, V, out);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "hmoe: %s\n", hm_last_error());
+done:
+    if (f) {
+        fclose(f);
+        remove(tmp);
+    }
+    free(logits);
+    free(ids);
+    hm_ctx_free(c);
+    hm_model_free(m);
+    return rc;
+}

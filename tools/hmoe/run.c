@@ -1,0 +1,236 @@
+/* run.c - `hmoe run`: generate from a prompt (text or ids) with a model on the CPU and print the
+ * text (and/or ids), then prompt and generation speed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+static int usage(FILE *f) {
+    fprintf(f,
+            "usage: hmoe run -m MODEL (-p TEXT | --ids \"1 2 3\") [-n N] [options]\n"
+            "  MODEL: a .gguf file or a Hugging Face directory (config.json + *.safetensors)\n"
+            "  -n N                  tokens to generate (default 32)\n"
+            "  --temp T              0 = greedy (default 0)\n"
+            "  --top-k K  --top-p P  --min-p P\n"
+            "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
+            "  --penalty-last-n N    tokens the penalties look back over (-1 = all; default 64)\n"
+            "  --seed S              random seed of the sampler (default 0)\n"
+            "  --threads N  --ctx N  --batch N  --no-amx\n"
+            "  --load auto|mmap|copy  compute from the mapped file or from a huge-page copy\n"
+            "  --tokenizer PATH      tokenizer to use instead of the model's own\n"
+            "  --print-ids           also print the generated ids\n"
+            "  --ignore-eos          do not stop at end-of-generation tokens\n");
+    return f == stderr ? 2 : 0;
+}
+
+static bool parse_float(const char *s, float *out) {
+    char *end;
+    float v = strtof(s, &end);
+    if (!*s || *end) return false;
+    *out = v;
+    return true;
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *model = NULL, *prompt = NULL, *ids_s = NULL, *tok_path = NULL;
+    long n_gen = 32;
+    bool print_ids = false, ignore_eos = false;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.pin_caller = true;
+    hm_model_params mlp = hm_model_default_params();
+    hm_sampler_params sp = hm_sampler_default_params();
+    sp.temperature = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        float f;
+#define FLOAT_OPT(name, field)                                                                     \
+    else if (!strcmp(a, name) && v) {                                                              \
+        if (!parse_float(v, &f)) return cli_usage_error("bad %s '%s'", name, v);                   \
+        field = f, i++;                                                                            \
+    }
+#define INT_OPT(name, lo, hi, field)                                                               \
+    else if (!strcmp(a, name) && v) {                                                              \
+        if (!cli_parse_int(v, lo, hi, &n)) return cli_usage_error("bad %s '%s'", name, v);         \
+        field = (int)n, i++;                                                                       \
+    }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return usage(stdout);
+        else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v)
+            model = v, i++;
+        else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && v)
+            prompt = v, i++;
+        else if (!strcmp(a, "--ids") && v)
+            ids_s = v, i++;
+        else if (!strcmp(a, "--tokenizer") && v)
+            tok_path = v, i++;
+        else if (!strcmp(a, "-n") && v) {
+            if (!cli_parse_int(v, 0, 1 << 24, &n_gen)) return cli_usage_error("bad -n '%s'", v);
+            i++;
+        }
+        FLOAT_OPT("--temp", sp.temperature)
+        FLOAT_OPT("--top-p", sp.top_p)
+        FLOAT_OPT("--min-p", sp.min_p)
+        FLOAT_OPT("--repeat-penalty", sp.repetition_penalty)
+        FLOAT_OPT("--presence-penalty", sp.presence_penalty)
+        FLOAT_OPT("--frequency-penalty", sp.frequency_penalty)
+        INT_OPT("--top-k", 0, 1 << 30, sp.top_k)
+        INT_OPT("--penalty-last-n", -1, 1 << 30, sp.penalty_last_n)
+        INT_OPT("--threads", 1, 4096, cp.n_threads)
+        INT_OPT("--ctx", 1, 1 << 24, cp.n_ctx)
+        INT_OPT("--batch", 1, 65536, cp.n_batch)
+        else if (!strcmp(a, "--seed") && v) {
+            char *end;
+            unsigned long long s = strtoull(v, &end, 10);
+            if (!*v || *end || v[0] == '-') return cli_usage_error("bad --seed '%s'", v);
+            sp.seed = s, i++;
+        }
+        else if (!strcmp(a, "--print-ids")) print_ids = true;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else if (!strcmp(a, "--no-amx")) cp.no_amx = true;
+        else if (!strcmp(a, "--load") && v) {
+            int lm;
+            if (!cli_parse_load(v, &lm))
+                return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
+            mlp.load = (hm_load_mode)lm, i++;
+        }
+        else {
+            usage(stderr);
+            return cli_usage_error("unknown or incomplete option '%s'", a);
+        }
+#undef FLOAT_OPT
+#undef INT_OPT
+    }
+    if (!model || (!prompt == !ids_s)) {
+        usage(stderr);
+        return cli_usage_error("-m and exactly one of -p or --ids are required");
+    }
+
+    int rc = 1;
+    hm_model *m = NULL;
+    hm_ctx *c = NULL;
+    hm_tokenizer *tok = NULL;
+    hm_detok *dt = NULL;
+    hm_sampler *smp = NULL;
+    int32_t *ids = NULL, *gen = NULL;
+    float *logits = NULL;
+    int n_ids = 0;
+
+    if (hm_model_load_ex(model, &mlp, &m)) goto fail;
+    if (hm_tokenizer_load(tok_path ? tok_path : model, &tok)) {
+        if (prompt || tok_path) goto fail;
+        fprintf(stderr, "hmoe: no tokenizer (%s): printing ids only\n", hm_last_error());
+        tok = NULL;
+        print_ids = true;
+    }
+    if (prompt) {
+        size_t n = 0;
+        if (hm_tokenizer_encode_alloc(tok, prompt, strlen(prompt), HM_TOK_ADD_SPECIAL, &ids, &n))
+            goto fail;
+        if (n == 0) {
+            fprintf(stderr, "hmoe: the prompt encodes to no tokens\n");
+            goto done;
+        }
+        n_ids = (int)n;
+    } else if (!cli_parse_ids(ids_s, &ids, &n_ids)) {
+        rc = cli_usage_error("--ids: expected non-negative integers separated by spaces or commas");
+        goto done;
+    }
+    if (!cp.n_ctx) {
+        long want = (long)n_ids + n_gen;
+        cp.n_ctx = m->hp.max_ctx && want > (long)m->hp.max_ctx ? (int)m->hp.max_ctx : (int)want;
+    }
+    if ((long)n_ids + n_gen > cp.n_ctx) {
+        fprintf(stderr,
+                "hmoe: prompt (%d tokens) + %ld generated tokens do not fit in the context of %d "
+                "positions (--ctx)\n",
+                n_ids, n_gen, cp.n_ctx);
+        goto done;
+    }
+    if (hm_ctx_create(m, &cp, &c)) goto fail;
+    if (hm_sampler_create(&sp, (int32_t)m->hp.vocab_size, &smp)) goto fail;
+    if (tok && hm_detok_new(tok, HM_DETOK_REPLACE_INVALID, &dt)) goto fail;
+    const int V = (int)m->hp.vocab_size, B = hm_ctx_n_batch(c);
+    logits = malloc((size_t)V * sizeof(float));
+    gen = malloc(((size_t)n_gen + 1) * sizeof(int32_t));
+    uint8_t *want = calloc((size_t)B, 1);
+    if (!logits || !gen || !want) {
+        free(want);
+        fprintf(stderr, "hmoe: out of memory\n");
+        goto done;
+    }
+    for (int i = 0; i < n_ids; i++) hm_sampler_accept(smp, ids[i]);
+
+    hm_log(HM_LOG_INFO, "run: %d prompt tokens, %ld to generate, %d threads", n_ids, n_gen,
+           cp.n_threads);
+    double t0 = hm_time_s();
+    for (int i0 = 0; i0 < n_ids; i0 += B) {
+        int nb = n_ids - i0 < B ? n_ids - i0 : B;
+        memset(want, 0, (size_t)B);
+        want[nb - 1] = i0 + nb == n_ids;
+        if (hm_ctx_decode(c, ids + i0, NULL, nb, want, logits)) {
+            free(want);
+            goto fail;
+        }
+    }
+    free(want);
+    double t1 = hm_time_s();
+    long n_done = 0;
+    for (; n_done < n_gen; n_done++) {
+        int32_t t;
+        if (hm_sampler_sample(smp, logits, &t)) goto fail;
+        gen[n_done] = t;
+        hm_sampler_accept(smp, t);
+        if (dt) {
+            const char *s;
+            size_t len;
+            if (hm_detok_push(dt, t, &s, &len)) goto fail;
+            fwrite(s, 1, len, stdout);
+            fflush(stdout);
+        }
+        if (!ignore_eos && tok && hm_tokenizer_is_eog(tok, t)) {
+            n_done++;
+            break;
+        }
+        if (n_done + 1 < n_gen && hm_ctx_decode(c, &t, NULL, 1, NULL, logits)) goto fail;
+    }
+    double t2 = hm_time_s();
+    if (dt) {
+        const char *s;
+        size_t len;
+        hm_detok_flush(dt, &s, &len);
+        fwrite(s, 1, len, stdout);
+        fputc('\n', stdout);
+    }
+    if (print_ids) {
+        printf("ids:");
+        for (long i = 0; i < n_done; i++) printf(" %d", gen[i]);
+        printf("\n");
+    }
+    fflush(stdout);
+    fprintf(stderr,
+            "hmoe: prompt %d tokens in %.3f s (%.2f tok/s); generated %ld tokens in %.3f s "
+            "(%.2f tok/s)\n",
+            n_ids, t1 - t0, n_ids / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_done, t2 - t1,
+            n_done > 1 ? (double)(n_done - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "hmoe: %s\n", hm_last_error());
+done:
+    free(ids);
+    free(gen);
+    free(logits);
+    hm_detok_free(dt);
+    hm_sampler_free(smp);
+    hm_tokenizer_free(tok);
+    hm_ctx_free(c);
+    hm_model_free(m);
+    return rc;
+}
