@@ -218,7 +218,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof bf_cols / sizeof *bf_cols; i++) {
         test_type(HM_TYPE_BF16, bf_cols[i], 19, 2);
         test_type(HM_TYPE_F16, bf_cols[i], 19, 2);
-        test_type(HM_TYPE_F32, bf_cols[i], 19, (int)(i % 2)); /* tails of 16 / 64 lanes */
+        test_type(HM_TYPE_F32, bf_cols[i], 19, (int)(i % 2) * 4); /* tails of 16 / 64 lanes */
     }
     /* every other format runs on every variant (reference dot where a variant has no kernel) */
     const uint32_t others[] = {HM_TYPE_Q4_0,   HM_TYPE_Q4_1,   HM_TYPE_Q5_0,  HM_TYPE_Q5_1,
