@@ -1,6 +1,9 @@
 /* test_cli.c - the hmoe binary end to end: exit codes, usage errors, doctor text and JSON (checked
  * with Python's json module), the benchmarks' output. */
+#include <math.h>
+#include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -85,5 +88,80 @@ int main(void) {
     CHECK_MSG(run(cmd) == 0, "%s", out);
     CHECK_CONTAINS(out, "roofline");
     CHECK_CONTAINS(out, "% of the best variant");
+
+    /* run / logits / bench e2e on a transformers fixture (tests/data/qwen3moe/a) */
+    const char *fx = HMOE_SOURCE_DIR "/tests/data/qwen3moe/a";
+    /* prompt 1 of expected.json and the first 8 tokens of its greedy continuation */
+    snprintf(cmd, sizeof cmd, "%s run -m %s --ids \"14 408 419 163 17 83 24\" -n 8 --threads 2",
+             bin, fx);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "ids: 414 414 467 10 5 367 367 367");
+    CHECK_CONTAINS(out, "printing ids only"); /* the fixture has no tokenizer */
+    CHECK_CONTAINS(out, "tok/s");
+    snprintf(cmd, sizeof cmd,
+             "%s run -m %s --ids \"1 2\" -n 4 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.01 "
+             "--repeat-penalty 1.1 --seed 7 --threads 2",
+             bin, fx);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    char first[256];
+    snprintf(first, sizeof first, "%s", strstr(out, "ids:") ? strstr(out, "ids:") : "");
+    if (strchr(first, '\n')) *strchr(first, '\n') = 0;
+    CHECK(run(cmd) == 0);
+    CHECK_CONTAINS(out, first); /* same seed, same ids */
+    snprintf(cmd, sizeof cmd, "%s run -m %s --ids \"1 999\" -n 4", bin, fx);
+    CHECK(run(cmd) == 1);
+    CHECK_CONTAINS(out, "outside the vocabulary");
+    snprintf(cmd, sizeof cmd, "%s run -m %s --ids \"1 2 3\" -n 300", bin, fx);
+    CHECK(run(cmd) == 1);
+    CHECK_CONTAINS(out, "do not fit in the context");
+    snprintf(cmd, sizeof cmd, "%s run -m %s --ids \"1 2 3\" -n 4 --ctx 5", bin, fx);
+    CHECK(run(cmd) == 1);
+    CHECK_CONTAINS(out, "do not fit in the context");
+    snprintf(cmd, sizeof cmd, "%s run -m %s -p \"hello\"", bin, fx);
+    CHECK(run(cmd) == 1);
+    CHECK_CONTAINS(out, "tokenizer");
+    snprintf(cmd, sizeof cmd, "%s run -m %s --ids \"1 x\"", bin, fx);
+    CHECK(run(cmd) == 2);
+    snprintf(cmd, sizeof cmd, "%s run -m %s --ids \"1\" --temp -1", bin, fx);
+    CHECK(run(cmd) == 1);
+    CHECK_CONTAINS(out, "temperature");
+    snprintf(cmd, sizeof cmd, "%s run -m /nonexistent/model --ids 1", bin);
+    CHECK(run(cmd) == 1);
+    CHECK_CONTAINS(out, "/nonexistent/model");
+    snprintf(cmd, sizeof cmd, "%s run --ids 1", bin);
+    CHECK(run(cmd) == 2);
+
+    char tmpl[] = "/tmp/hmoe-cli-XXXXXX", lpath[256];
+    CHECK(mkdtemp(tmpl) != NULL);
+    snprintf(lpath, sizeof lpath, "%s/l.f32", tmpl);
+    snprintf(cmd, sizeof cmd, "%s logits -m %s --ids \"14 408 419 163 17 83 24\" --out %s", bin,
+             fx, lpath);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    size_t got_len = 0, want_len = 0;
+    char *got = test_read_file(lpath, &got_len);
+    char *want = test_read_file(HMOE_SOURCE_DIR "/tests/data/qwen3moe/a/logits_1.f32", &want_len);
+    CHECK(got && want && got_len == 7 * 512 * 4 && want_len == got_len);
+    if (got && want && got_len == want_len) {
+        const float *g = (const float *)got, *w = (const float *)want;
+        float md = 0, mx = 0;
+        for (size_t i = 0; i < got_len / 4; i++) {
+            md = fmaxf(md, fabsf(g[i] - w[i]));
+            mx = fmaxf(mx, fabsf(w[i]));
+        }
+        CHECK_MSG(md <= 1e-3f * mx, "logits differ by %g (max %g)", md, mx);
+    }
+    free(got), free(want);
+    snprintf(cmd, sizeof cmd, "%s logits -m %s --ids \"1 2\" --out /nonexistent-dir/x.f32", bin,
+             fx);
+    CHECK(run(cmd) == 1);
+    CHECK_CONTAINS(out, "nonexistent-dir");
+    unlink(lpath);
+    rmdir(tmpl);
+
+    snprintf(cmd, sizeof cmd, "%s bench e2e -m %s -p 16 -n 4 --threads 2", bin, fx);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "decode reads per token");
+    CHECK_CONTAINS(out, "roofline");
+    CHECK_CONTAINS(out, "% of the same-run read bandwidth");
     return test_done("cli");
 }

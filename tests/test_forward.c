@@ -355,11 +355,104 @@ static void check_converted(const char *name, int type, int experts_type, double
     free_fixture(&f);
 }
 
+/* Copies a GGUF with one change: tensor `drop` left out, tensor `reshape` given a wrong shape,
+ * tensor `retype` written as `new_type`, or general.architecture set to `arch`. */
+static bool rewrite_gguf(const char *src, const char *dst, const char *drop, const char *reshape,
+                         const char *retype, uint32_t new_type, const char *arch) {
+    hm_gguf *g = NULL;
+    hm_gguf_writer *w = NULL;
+    if (hm_gguf_open(src, &g) || hm_gguf_writer_open(dst, &w)) goto fail;
+    for (uint64_t i = 0; i < hm_gguf_n_kv(g); i++) {
+        const hm_gguf_kv *kv = hm_gguf_kv_at(g, i);
+        if (arch && hm_gguf_str_eq(kv->key, "general.architecture")) {
+            if (hm_gguf_w_str(w, "general.architecture", arch)) goto fail;
+        } else if (hm_gguf_w_copy_kv(w, NULL, kv)) {
+            goto fail;
+        }
+    }
+    for (uint64_t i = 0; i < hm_gguf_n_tensors(g); i++) {
+        const hm_gguf_tensor *t = hm_gguf_tensor_at(g, i);
+        if (drop && !strcmp(t->name, drop)) continue;
+        uint64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        if (reshape && !strcmp(t->name, reshape)) ne[1] += 1;
+        uint32_t ty = retype && !strcmp(t->name, retype) ? new_type : t->type;
+        if (hm_gguf_w_tensor(w, t->name, ty, t->n_dims, ne)) goto fail;
+    }
+    for (uint64_t i = 0; i < hm_gguf_n_tensors(g); i++) {
+        const hm_gguf_tensor *t = hm_gguf_tensor_at(g, i);
+        if (drop && !strcmp(t->name, drop)) continue;
+        uint64_t pending = hm_gguf_w_pending(w);
+        uint8_t *buf = calloc(1, pending ? pending : 1);
+        if (!strcmp(t->name, reshape ? reshape : "") || !strcmp(t->name, retype ? retype : "")) {
+            /* zeros of the new size */
+        } else {
+            memcpy(buf, t->data, t->bytes);
+        }
+        hm_status st = hm_gguf_w_data(w, buf, pending);
+        free(buf);
+        if (st) goto fail;
+    }
+    hm_gguf_close(g);
+    return hm_gguf_writer_finish(w) == HM_OK;
+fail:
+    fprintf(stderr, "rewrite_gguf: %s\n", hm_last_error());
+    hm_gguf_writer_abort(w);
+    hm_gguf_close(g);
+    return false;
+}
+
 static void check_bad_models(void) {
     hm_model *m = NULL;
     CHECK_STATUS(hm_model_load(DATA "/does-not-exist", &m), HM_ERR_NOT_FOUND);
     CHECK(m == NULL);
     CHECK_STATUS(hm_model_load("", &m), HM_ERR_INVALID_ARG);
+    /* an architecture we read but do not run: said before looking for weights */
+    CHECK_STATUS(hm_model_load(HMOE_SOURCE_DIR "/tests/data/model_configs/DeepSeek-V3", &m),
+                 HM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(hm_last_error(), "not run yet");
+
+    char dir[] = "/tmp/hmoe-badmodel-XXXXXX", good[300], bad[300];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(good, sizeof good, "%s/good.gguf", dir);
+    snprintf(bad, sizeof bad, "%s/bad.gguf", dir);
+    CHECK_OK(hm_convert_hf(DATA "/a", good, NULL, NULL));
+    CHECK_OK(hm_model_load(good, &m));
+    hm_model_free(m);
+    m = NULL;
+    struct {
+        const char *drop, *reshape, *retype;
+        uint32_t type;
+        const char *arch;
+        hm_status want;
+        const char *msg;
+    } cases[] = {
+        {"blk.1.attn_k.weight", NULL, NULL, 0, NULL, HM_ERR_NOT_FOUND, "blk.1.attn_k.weight"},
+        {"blk.0.ffn_down_exps.weight", NULL, NULL, 0, NULL, HM_ERR_NOT_FOUND, "ffn_down_exps"},
+        {"output_norm.weight", NULL, NULL, 0, NULL, HM_ERR_NOT_FOUND, "output_norm.weight"},
+        {NULL, "blk.0.attn_q.weight", NULL, 0, NULL, HM_ERR_FORMAT, "blk.0.attn_q.weight"},
+        {NULL, "blk.1.ffn_gate_exps.weight", NULL, 0, NULL, HM_ERR_FORMAT, "ffn_gate_exps"},
+        {NULL, NULL, "blk.0.attn_v.weight", HM_TYPE_Q8_1, NULL, HM_ERR_UNSUPPORTED,
+         "blk.0.attn_v.weight"},
+        {NULL, NULL, "blk.0.attn_v.weight", HM_TYPE_I32, NULL, HM_ERR_UNSUPPORTED, "I32"},
+        {NULL, NULL, NULL, 0, "llama4", HM_ERR_UNSUPPORTED, "llama4"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (!rewrite_gguf(good, bad, cases[i].drop, cases[i].reshape, cases[i].retype,
+                          cases[i].type, cases[i].arch)) {
+            CHECK_MSG(false, "case %zu: could not write the broken file", i);
+            continue;
+        }
+        hm_status st = hm_model_load(bad, &m);
+        CHECK_MSG(st == cases[i].want, "case %zu: got %s (%s)", i, hm_status_str(st),
+                  hm_last_error());
+        CHECK_CONTAINS(hm_last_error(), cases[i].msg);
+        CHECK(m == NULL);
+        hm_model_free(m);
+        m = NULL;
+        unlink(bad);
+    }
+    unlink(good);
+    rmdir(dir);
 }
 
 int main(void) {

@@ -418,8 +418,15 @@ hm_status hm_model_load_ex(const char *path, const hm_model_params *params, hm_m
             else
                 snprintf(dir, sizeof dir, ".");
         }
-        if ((st = hm_hparams_from_hf_config(dir, &m->hp)) || (st = hm_st_open(dir, &m->st)))
+        if ((st = hm_hparams_from_hf_config(dir, &m->hp))) goto fail;
+        if (m->hp.arch != HM_ARCH_QWEN3MOE) { /* say so before looking for weights */
+            st = hm_errorf(HM_ERR_UNSUPPORTED,
+                           "%s: architecture '%s' can be inspected (hmoe info) but not run yet "
+                           "(runs: qwen3_moe)",
+                           path, m->hp.model_type);
             goto fail;
+        }
+        if ((st = hm_st_open(dir, &m->st))) goto fail;
     }
     switch (m->hp.arch) {
     case HM_ARCH_QWEN3MOE:
