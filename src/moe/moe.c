@@ -23,6 +23,7 @@
 #include "core/alloc.h"
 #include "core/cpu.h"
 #include "core/pool.h"
+#include "core/timer.h"
 #include "cpu/matvec.h"
 #include "cpu/ops.h"
 #include "quant/fp16.h"
@@ -83,6 +84,13 @@ struct hm_moe {
     float *acc;       /* [n_tok][hidden] */
     void **tscratch;  /* per thread: AMX scratch + gate/up/down tiles */
     size_t tscratch_bytes;
+    /* decode path (one chunk, matvec only): per active expert, gate/up units done and h ready;
+     * part: [chunk assignments][hidden] weighted down outputs, summed per token at the end */
+    atomic_int *gu_done, *h_ready;
+    float *part;
+    size_t cap_part;
+    bool decode;
+    bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
 };
 
 hm_moe_params hm_moe_default_params(void) {
@@ -139,8 +147,12 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->cnt = calloc((size_t)p->n_experts, sizeof *m->cnt);
     m->act = calloc((size_t)p->n_experts, sizeof *m->act);
     m->chunks = calloc((size_t)p->n_experts, sizeof *m->chunks);
+    m->gu_done = calloc((size_t)p->n_experts, sizeof *m->gu_done);
+    const char *dp = getenv("HMOE_MOE_DECODE");
+    m->no_decode_path = dp && !strcmp(dp, "0");
+    m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
-    if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks) {
+    if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
         goto fail;
     }
@@ -199,7 +211,9 @@ fail:
 
 static void free_scratch(hm_moe *m) {
     hm_free(m->xf), hm_free(m->xq), hm_free(m->h), hm_free(m->hq), hm_free(m->px), hm_free(m->ph);
-    hm_free(m->acc);
+    hm_free(m->acc), hm_free(m->part);
+    m->part = NULL;
+    m->cap_part = 0;
     free(m->tok), free(m->wt), free(m->xq_need);
     m->xq_need = NULL;
     m->xf = m->h = m->acc = NULL;
@@ -218,7 +232,7 @@ void hm_moe_free(hm_moe *m) {
     hm_moe_wait(m);
     free_scratch(m);
     free(m->tscratch), free(m->experts), free(m->mask), free(m->cnt), free(m->act);
-    free(m->chunks);
+    free(m->chunks), free(m->gu_done), free(m->h_ready);
     free(m);
 }
 
@@ -410,8 +424,69 @@ static void write_out(hm_moe *m, int64_t r0, int64_t r1) {
     }
 }
 
+/* The decode path: one chunk, every expert on the matvec kernels (1-4 tokens each). Gate/up
+ * units and then down units are claimed from one sequence; the thread that finishes an expert's
+ * last gate/up unit converts its h and marks it ready, and a down unit (expert, UNIT output rows)
+ * waits only for its own expert. Down writes weighted rows per assignment into `part`; one
+ * barrier, then each thread sums its output rows over the assignments. */
+static void job_decode(hm_moe *m, int ith, int nth) {
+    chunk *c = &m->chunks[0];
+    const int64_t H = m->p.hidden, I = m->p.inter, hu = (H + UNIT - 1) / UNIT;
+    const int64_t upe = (I + UNIT - 1) / UNIT;
+    const int na = c->a1 - c->a0;
+    const int64_t n_gu = upe * na, n_all = n_gu + hu * na;
+    phase_pre(m, ith, nth);
+    hm_pool_barrier(m->p.pool);
+    for (int64_t u;
+         (u = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed)) < n_all;) {
+        if (u < n_gu) {
+            const int a = c->a0 + (int)(u / upe);
+            const active_expert *ae = &m->act[a];
+            const int64_t r0 = (u % upe) * UNIT, r1 = r0 + UNIT < I ? r0 + UNIT : I;
+            gate_up_unit(m, ae, ae->off, r0, r1, NULL, NULL);
+            if (atomic_fetch_add_explicit(&m->gu_done[a], 1, memory_order_acq_rel) == upe - 1) {
+                for (int t = 0; t < ae->n; t++)
+                    hm_act_convert(m->td, m->h + (size_t)(ae->off + t) * (size_t)I,
+                                   m->hq + (size_t)(ae->off + t) * m->hq_bytes, I);
+                atomic_store_explicit(&m->h_ready[a], 1, memory_order_release);
+            }
+            continue;
+        }
+        const int64_t v = u - n_gu;
+        const int a = c->a0 + (int)(v / hu);
+        const active_expert *ae = &m->act[a];
+        const hm_moe_expert *x = &m->experts[ae->e];
+        const int64_t r0 = (v % hu) * UNIT, r1 = r0 + UNIT < H ? r0 + UNIT : H;
+        while (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) hm_cpu_relax();
+        for (int t = 0; t < ae->n; t++) {
+            const float w = m->wt[ae->off + t];
+            float *dst = m->part + (size_t)(ae->off + t) * (size_t)H;
+            const uint8_t *hq = m->hq + (size_t)(ae->off + t) * m->hq_bytes;
+            const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
+            for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes)
+                dst[r] = w * (m->dot_d(I, dw, hq) + (x->down_bias ? x->down_bias[r] : 0.0f));
+        }
+    }
+    hm_pool_barrier(m->p.pool);
+    int64_t o0, o1;
+    span(hu, ith, nth, &o0, &o1);
+    const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
+    for (int t = 0; t < m->n_tok; t++)
+        memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
+    for (int64_t i = 0; i < c->rows; i++) {
+        float *acc = m->acc + (size_t)m->tok[i] * (size_t)H;
+        const float *src = m->part + (size_t)i * (size_t)H;
+        for (int64_t r = R0; r < R1; r++) acc[r] += src[r];
+    }
+    write_out(m, R0, R1);
+}
+
 static void job(int ith, int nth, void *arg) {
     hm_moe *m = arg;
+    if (m->decode) {
+        job_decode(m, ith, nth);
+        return;
+    }
     void *scr = m->tscratch[ith];
     float *tb = (float *)((uint8_t *)scr + m->tscratch_bytes);
     const int64_t H = m->p.hidden, hu = (H + UNIT - 1) / UNIT;
@@ -596,6 +671,20 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         if (!m->act[a].amx)
             for (int t = 0; t < m->act[a].n; t++) m->xq_need[m->tok[m->act[a].off + t]] = 1;
     m->accumulate = accumulate, m->n_tok = n_tok;
+    m->decode = m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= 64 &&
+                !m->no_decode_path;
+    if (m->decode) {
+        const size_t need = sizeof(float) * (size_t)m->chunks[0].rows * (size_t)H;
+        if (!grow((void **)&m->part, &m->cap_part, need, "moe decode rows")) {
+            free_scratch(m);
+            return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens",
+                             n_tok);
+        }
+        for (int a = m->chunks[0].a0; a < m->chunks[0].a1; a++) {
+            atomic_store_explicit(&m->gu_done[a], 0, memory_order_relaxed);
+            atomic_store_explicit(&m->h_ready[a], 0, memory_order_relaxed);
+        }
+    }
     if (hm_pool_submit(m->p.pool, job, m) == HM_OK) {
         m->in_flight = true;
         return HM_OK;

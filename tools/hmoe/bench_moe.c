@@ -51,6 +51,7 @@ static int parse_tokens(const char *s, long *out, int max) {
 int bench_moe(int argc, char **argv) {
     const char *preset = "qwen3-30b-a3b", *type_name = "q4_k";
     long tokens[16] = {1, 4, 32, 512}, layers = 0, threads = 0;
+    bool async = false;
     int n_tokens = 4;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -64,9 +65,11 @@ int bench_moe(int argc, char **argv) {
             i++;
         else if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads))
             i++;
+        else if (!strcmp(a, "--async"))
+            async = true;
         else
             return cli_usage_error("bench moe: bad option '%s' (--preset P --type T --tokens "
-                                   "1,4,32,512 --layers N --threads N)",
+                                   "1,4,32,512 --layers N --threads N --async)",
                                    a);
     }
     const hm_preset *pr = hm_preset_find(preset);
@@ -92,7 +95,11 @@ int bench_moe(int argc, char **argv) {
 
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = (int)threads;
-    pp.async = true;
+    /* sync (default): the caller is participant 0, pinned, as in CPU-only inference; async: all
+     * participants are workers and submit returns at once (the GPU-hybrid case: give the caller
+     * a core of its own, i.e. --threads one less than the cores, or it competes with a worker) */
+    pp.async = async;
+    pp.pin_caller = !async;
     hm_pool *pool;
     if (hm_pool_create(&pp, &pool) != HM_OK) {
         fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
@@ -104,6 +111,9 @@ int bench_moe(int argc, char **argv) {
            "layers, %s experts (%.2f GB, %.1f MB per layer), kernel variant %s, %d threads\n",
            preset, E, K, (long long)H, (long long)I, layers, hm_type_name((uint32_t)type),
            (double)total * 1e-9, (double)per_layer * 1e-6, ops->name, hm_pool_size(pool));
+    printf("pool: %s\n", async
+                             ? "async (submit returns at once; the caller waits on its own thread)"
+                             : "sync (the caller computes as participant 0)");
     hm_large wbuf;
     if (hm_large_alloc(total, true, "expert weights", &wbuf) != HM_OK) {
         fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
