@@ -189,8 +189,55 @@ static void test_axpy(void) {
     }
 }
 
+/* attention block kernels of every variant against plain double sums */
+static void test_attn_blocks(void) {
+    const hm_cpu_features *f = hm_cpu_features_get();
+    const int hds[] = {8, 64, 72, 128};
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        CHECK_MSG(ops->qk_block16 && ops->pv_block16, "%s has no attention blocks", ops->name);
+        if (!ops->qk_block16 || !ops->pv_block16) continue;
+        for (size_t h = 0; h < sizeof hds / sizeof *hds; h++)
+            for (int nq = 1; nq <= 9; nq += 4) {
+                const int hd = hds[h];
+                float *q = malloc(sizeof(float) * (size_t)nq * hd),
+                      *kt = malloc(sizeof(float) * 16 * (size_t)hd);
+                float *v = malloc(sizeof(float) * 16 * (size_t)hd),
+                      *o = malloc(sizeof(float) * (size_t)nq * (hd + 3));
+                float s[9 * 20], p[9 * 17];
+                for (int i = 0; i < nq * hd; i++) q[i] = (float)((i * 7) % 11) * 0.125f - 0.5f;
+                for (int i = 0; i < 16 * hd; i++) {
+                    kt[i] = (float)((i * 5) % 13) * 0.0625f - 0.25f;
+                    v[i] = (float)((i * 3) % 7) * 0.25f - 0.75f;
+                }
+                for (int i = 0; i < nq * 17; i++) p[i] = (float)((i * 9) % 17) / 16.0f;
+                for (int i = 0; i < nq * (hd + 3); i++) o[i] = (float)(i % 3);
+                ops->qk_block16(q, nq, hd, kt, 0.5f, s, 20);
+                ops->pv_block16(p, 17, nq, v, hd, o, (size_t)hd + 3);
+                int bad = 0;
+                for (int i = 0; i < nq; i++) {
+                    for (int j = 0; j < 16; j++) {
+                        double e = 0;
+                        for (int d = 0; d < hd; d++) e += (double)q[i * hd + d] * kt[d * 16 + j];
+                        bad += fabs(s[i * 20 + j] - 0.5 * e) > 1e-4;
+                    }
+                    for (int d = 0; d < hd; d++) {
+                        double e = (double)((i * (hd + 3) + d) % 3);
+                        for (int j = 0; j < 16; j++) e += (double)p[i * 17 + j] * v[j * hd + d];
+                        bad += fabs(o[i * (hd + 3) + d] - e) > 1e-4;
+                    }
+                }
+                CHECK_MSG(bad == 0, "%s attention blocks hd %d nq %d: %d values off", ops->name, hd,
+                          nq, bad);
+                free(q), free(kt), free(v), free(o);
+            }
+    }
+}
+
 int main(void) {
     test_axpy();
+    test_attn_blocks();
     const uint32_t i8_types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_0,   HM_TYPE_Q4_1,  HM_TYPE_Q5_0,
                                  HM_TYPE_Q5_1, HM_TYPE_IQ4_NL, HM_TYPE_MXFP4, HM_TYPE_Q4_K,
                                  HM_TYPE_Q5_K, HM_TYPE_IQ4_XS, HM_TYPE_Q2_K,  HM_TYPE_Q3_K,

@@ -220,15 +220,25 @@ void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_st
  * When tokens x kv heads cannot keep the threads busy (decode), positions are split into chunks
  * whose partial softmax results (max, sum, unnormalised output) are merged after a barrier. */
 enum { ATTN_MAX_UNITS_PER_THREAD = 4, ATTN_MIN_CHUNK = 64 };
+/* Prefill (>= ATTN_BLOCK_MIN_TOKENS tokens): units of (kv head, up to ATTN_QROWS / group
+ * consecutive tokens of one sequence); scores are small GEMMs over blocks of 16 keys (K
+ * transposed per block), so each K/V row is loaded once per unit for all its query rows. */
+enum { ATTN_QROWS = 64, ATTN_BLOCK_MIN_TOKENS = 16 };
 
 static size_t part_floats(int group, int hd) {
     return (size_t)group * ((size_t)hd + 2);
 }
 
+static size_t per_thread_floats(int group, int max_ctx, int hd) {
+    size_t dec = (size_t)group * (size_t)max_ctx;
+    size_t pre = (size_t)ATTN_QROWS * ((size_t)max_ctx + 16) + (size_t)(2 * ATTN_QROWS + 32) * hd;
+    return ((dec > pre ? dec : pre) + 15) & ~(size_t)15;
+}
+
 size_t hm_nn_attn_scratch_floats(int max_ctx, int n_heads, int n_kv_heads, int head_dim,
                                  int n_threads) {
     const int group = n_heads / (n_kv_heads > 0 ? n_kv_heads : 1);
-    size_t per_thread = (((size_t)group * (size_t)max_ctx) + 15) & ~(size_t)15;
+    size_t per_thread = per_thread_floats(group, max_ctx, head_dim);
     size_t parts =
         (size_t)ATTN_MAX_UNITS_PER_THREAD * (size_t)n_threads * part_floats(group, head_dim);
     return (size_t)n_threads * per_thread + parts + 16;
@@ -241,15 +251,86 @@ typedef struct attn_job {
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     int chunks; /* position chunks per (token, kv head) */
     float *parts;
+    bool blocked; /* prefill: blocked over query tokens */
+    void (*qk)(const float *q, int nq, int hd, const float *kt, float scale, float *s,
+               size_t s_stride);
+    void (*pv)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
+               size_t o_stride);
 } attn_job;
+
+/* The block of consecutive tokens starting at t0 that share t0's sequence (cache), at most tb. */
+static int token_block_end(const hm_nn_attn *a, int t0, int tb) {
+    int t1 = t0 + 1;
+    while (t1 < a->n_tok && t1 - t0 < tb && a->kv[t1].k == a->kv[t0].k) t1++;
+    return t1;
+}
+
+static void attn_blocked(const attn_job *j, int ith, int nth, float *scr) {
+    const hm_nn_attn *a = j->a;
+    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
+    const int tb = ATTN_QROWS / group > 0 ? ATTN_QROWS / group : 1;
+    const size_t ss = (size_t)a->max_ctx + 16; /* score row stride */
+    float *S = scr, *qb = S + (size_t)ATTN_QROWS * ss, *ob = qb + (size_t)ATTN_QROWS * hd;
+    float *kt = ob + (size_t)ATTN_QROWS * hd, *vb = kt + (size_t)16 * hd;
+    int u = 0; /* units: (token block, kv head), enumerated identically by every thread */
+    for (int t0 = 0; t0 < a->n_tok;) {
+        const int t1 = token_block_end(a, t0, tb);
+        for (int kvh = 0; kvh < a->n_kv_heads; kvh++, u++) {
+            if (u % nth != ith) continue;
+            const int nq = (t1 - t0) * group;
+            int maxnp = 0;
+            for (int t = t0; t < t1; t++) maxnp = a->pos[t] + 1 > maxnp ? a->pos[t] + 1 : maxnp;
+            for (int t = t0; t < t1; t++)
+                memcpy(qb + (size_t)(t - t0) * group * hd,
+                       a->q + (size_t)t * a->q_stride + (size_t)kvh * group * hd,
+                       (size_t)group * hd * sizeof(float));
+            const float *k = a->kv[t0].k + (size_t)kvh * a->kv_head_stride;
+            const float *v = a->kv[t0].v + (size_t)kvh * a->kv_head_stride;
+            for (int p0 = 0; p0 < maxnp; p0 += 16) {
+                const int nk = maxnp - p0 < 16 ? maxnp - p0 : 16;
+                for (int d = 0; d < hd; d++)
+                    for (int jj = 0; jj < 16; jj++)
+                        kt[d * 16 + jj] = jj < nk ? k[(size_t)(p0 + jj) * hd + d] : 0.0f;
+                j->qk(qb, nq, hd, kt, a->scale, S + p0, ss);
+            }
+            for (int i = 0; i < nq; i++) {
+                const int np = a->pos[t0 + i / group] + 1, padded = (maxnp + 15) & ~15;
+                float *si = S + (size_t)i * ss, m = -FLT_MAX, z = 0;
+                for (int p = 0; p < np; p++) m = si[p] > m ? si[p] : m;
+                for (int p = 0; p < np; p++) z += (si[p] = expf(si[p] - m));
+                const float inv = z > 0 ? 1.0f / z : 0.0f;
+                for (int p = 0; p < np; p++) si[p] *= inv;
+                for (int p = np; p < padded; p++) si[p] = 0.0f;
+            }
+            memset(ob, 0, (size_t)nq * hd * sizeof(float));
+            for (int p0 = 0; p0 < maxnp; p0 += 16) {
+                const int nk = maxnp - p0 < 16 ? maxnp - p0 : 16;
+                const float *vp = v + (size_t)p0 * hd;
+                if (nk < 16) { /* the cache may end before a whole block */
+                    memcpy(vb, vp, (size_t)nk * hd * sizeof(float));
+                    memset(vb + (size_t)nk * hd, 0, (size_t)(16 - nk) * hd * sizeof(float));
+                    vp = vb;
+                }
+                j->pv(S + p0, ss, nq, vp, hd, ob, (size_t)hd);
+            }
+            for (int t = t0; t < t1; t++)
+                memcpy(a->out + (size_t)t * a->out_stride + (size_t)kvh * group * hd,
+                       ob + (size_t)(t - t0) * group * hd, (size_t)group * hd * sizeof(float));
+        }
+        t0 = t1;
+    }
+}
 
 static void attn_task(int ith, int nth, void *arg) {
     const attn_job *j = arg;
     const hm_nn_attn *a = j->a;
     const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, C = j->chunks;
     const size_t pf = part_floats(group, hd);
-    float *sc =
-        a->scratch + (size_t)ith * ((((size_t)group * (size_t)a->max_ctx) + 15) & ~(size_t)15);
+    float *sc = a->scratch + (size_t)ith * per_thread_floats(group, a->max_ctx, hd);
+    if (j->blocked) {
+        attn_blocked(j, ith, nth, sc);
+        return;
+    }
     const int units = a->n_tok * a->n_kv_heads * C;
     for (int u = ith; u < units; u += nth) {
         const int t = u / (a->n_kv_heads * C), kvh = (u / C) % a->n_kv_heads, ch = u % C;
@@ -315,12 +396,15 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
     const hm_cpu_ops *ops = NULL;
     if (hm_cpu_ops_get(&ops) != HM_OK) ops = &hm_ops_ref;
     const int nth = hm_pool_size(pool);
-    attn_job j = {a,
-                  pool,
-                  hm_vec_dot_for(ops, HM_TYPE_F32),
-                  ops->axpy_f32 ? ops->axpy_f32 : hm_ops_ref.axpy_f32,
-                  1,
-                  NULL};
+    attn_job j = {.a = a,
+                  .pool = pool,
+                  .dot = hm_vec_dot_for(ops, HM_TYPE_F32),
+                  .axpy = ops->axpy_f32 ? ops->axpy_f32 : hm_ops_ref.axpy_f32,
+                  .chunks = 1,
+                  .blocked =
+                      a->n_tok >= ATTN_BLOCK_MIN_TOKENS && ops->qk_block16 && ops->pv_block16,
+                  .qk = ops->qk_block16,
+                  .pv = ops->pv_block16};
     const int base = a->n_tok * a->n_kv_heads;
     int min_np = a->max_ctx;
     for (int t = 0; t < a->n_tok; t++) min_np = a->pos[t] + 1 < min_np ? a->pos[t] + 1 : min_np;
@@ -329,7 +413,6 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
            min_np / (j.chunks * 2) >= ATTN_MIN_CHUNK)
         j.chunks *= 2;
     const int group = a->n_heads / a->n_kv_heads;
-    j.parts =
-        a->scratch + (size_t)nth * ((((size_t)group * (size_t)a->max_ctx) + 15) & ~(size_t)15);
+    j.parts = a->scratch + (size_t)nth * per_thread_floats(group, a->max_ctx, a->head_dim);
     hm_pool_run(pool, attn_task, &j);
 }

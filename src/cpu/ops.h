@@ -25,6 +25,13 @@ typedef struct hm_cpu_ops {
     hm_vec_dot_fn vec_dot[HM_TYPE_COUNT];
     /* y[i] += a * x[i] for i < n (attention's weighted sum of V rows) */
     void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
+    /* Attention blocks of 16 keys (prefill). qk: s[i * s_stride + j] = scale * q_i . k_j for
+     * i < nq, j < 16, with q_i = q + i * hd and the keys transposed: kt[d * 16 + j].
+     * pv: o[i * o_stride + d] += sum_j p[i * p_stride + j] * v[j * hd + d] for i < nq, d < hd. */
+    void (*qk_block16)(const float *q, int nq, int hd, const float *kt, float scale, float *s,
+                       size_t s_stride);
+    void (*pv_block16)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
+                       size_t o_stride);
 } hm_cpu_ops;
 
 /* Activation format each weight type's kernels consume: Q8_K (K-quants, IQ4_XS), Q8_0 (32-blocks,

@@ -214,8 +214,29 @@ static void axpy_f32_ref(int64_t n, float a, const float *x, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+static void qk_block16_ref(const float *q, int nq, int hd, const float *kt, float scale, float *s,
+                           size_t s_stride) {
+    for (int i = 0; i < nq; i++) {
+        float acc[16] = {0};
+        for (int d = 0; d < hd; d++)
+            for (int j = 0; j < 16; j++) acc[j] += q[(size_t)i * hd + d] * kt[d * 16 + j];
+        for (int j = 0; j < 16; j++) s[(size_t)i * s_stride + j] = acc[j] * scale;
+    }
+}
+
+static void pv_block16_ref(const float *p, size_t p_stride, int nq, const float *v, int hd,
+                           float *o, size_t o_stride) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < 16; j++) {
+            const float w = p[(size_t)i * p_stride + j];
+            for (int d = 0; d < hd; d++) o[(size_t)i * o_stride + d] += w * v[(size_t)j * hd + d];
+        }
+}
+
 const hm_cpu_ops hm_ops_ref = {
     .axpy_f32 = axpy_f32_ref,
+    .qk_block16 = qk_block16_ref,
+    .pv_block16 = pv_block16_ref,
     .isa = HM_ISA_REF,
     .name = "ref",
     .sum_u64 = sum_u64_ref,

@@ -488,6 +488,58 @@ static inline void hm_axpy_f32_avx2(int64_t n, float a, const float *x, float *y
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* attention blocks of 16 keys (hm_cpu_ops.qk_block16 / pv_block16) */
+static inline void hm_qk_block16_avx2(const float *q, int nq, int hd, const float *kt, float scale,
+                                      float *s, size_t s_stride) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    int i = 0;
+    for (; i + 2 <= nq; i += 2) {
+        const float *q0 = q + (size_t)i * hd;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+        for (int d = 0; d < hd; d++) {
+            const __m256 k0 = _mm256_loadu_ps(kt + d * 16), k1 = _mm256_loadu_ps(kt + d * 16 + 8);
+            const __m256 x = _mm256_set1_ps(q0[d]), y = _mm256_set1_ps(q0[hd + d]);
+            a0 = _mm256_fmadd_ps(x, k0, a0);
+            a1 = _mm256_fmadd_ps(x, k1, a1);
+            b0 = _mm256_fmadd_ps(y, k0, b0);
+            b1 = _mm256_fmadd_ps(y, k1, b1);
+        }
+        float *s0 = s + (size_t)i * s_stride, *s1 = s0 + s_stride;
+        _mm256_storeu_ps(s0, _mm256_mul_ps(a0, sc));
+        _mm256_storeu_ps(s0 + 8, _mm256_mul_ps(a1, sc));
+        _mm256_storeu_ps(s1, _mm256_mul_ps(b0, sc));
+        _mm256_storeu_ps(s1 + 8, _mm256_mul_ps(b1, sc));
+    }
+    for (; i < nq; i++) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (int d = 0; d < hd; d++) {
+            const __m256 x = _mm256_set1_ps(q[(size_t)i * hd + d]);
+            a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(kt + d * 16), a0);
+            a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(kt + d * 16 + 8), a1);
+        }
+        _mm256_storeu_ps(s + (size_t)i * s_stride, _mm256_mul_ps(a0, sc));
+        _mm256_storeu_ps(s + (size_t)i * s_stride + 8, _mm256_mul_ps(a1, sc));
+    }
+}
+
+static inline void hm_pv_block16_avx2(const float *p, size_t p_stride, int nq, const float *v,
+                                      int hd, float *o, size_t o_stride) {
+    for (int i = 0; i < nq; i++) {
+        const float *pi = p + (size_t)i * p_stride;
+        float *oi = o + (size_t)i * o_stride;
+        int d = 0;
+        for (; d + 8 <= hd; d += 8) {
+            __m256 acc = _mm256_loadu_ps(oi + d);
+            for (int j = 0; j < 16; j++)
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(pi[j]),
+                                      _mm256_loadu_ps(v + (size_t)j * hd + d), acc);
+            _mm256_storeu_ps(oi + d, acc);
+        }
+        for (; d < hd; d++)
+            for (int j = 0; j < 16; j++) oi[d] += pi[j] * v[(size_t)j * hd + d];
+    }
+}
+
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
 #define HM_VEC_DOTS_AVX2                                                                           \
     [HM_TYPE_F32] = hm_dot_f32_f32_avx2, [HM_TYPE_F16] = hm_dot_f16_f32_avx2,                      \

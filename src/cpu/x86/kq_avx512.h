@@ -453,6 +453,53 @@ static inline void hm_axpy_f32_avx512(int64_t n, float a, const float *x, float 
     }
 }
 
+/* attention blocks of 16 keys (hm_cpu_ops.qk_block16 / pv_block16) */
+static inline void hm_qk_block16_avx512(const float *q, int nq, int hd, const float *kt,
+                                        float scale, float *s, size_t s_stride) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        const float *q0 = q + (size_t)i * hd;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int d = 0; d < hd; d++) {
+            const __m512 k = _mm512_loadu_ps(kt + d * 16);
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d]), k, a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(q0[hd + d]), k, a1);
+            a2 = _mm512_fmadd_ps(_mm512_set1_ps(q0[2 * hd + d]), k, a2);
+            a3 = _mm512_fmadd_ps(_mm512_set1_ps(q0[3 * hd + d]), k, a3);
+        }
+        _mm512_storeu_ps(s + (size_t)i * s_stride, _mm512_mul_ps(a0, sc));
+        _mm512_storeu_ps(s + (size_t)(i + 1) * s_stride, _mm512_mul_ps(a1, sc));
+        _mm512_storeu_ps(s + (size_t)(i + 2) * s_stride, _mm512_mul_ps(a2, sc));
+        _mm512_storeu_ps(s + (size_t)(i + 3) * s_stride, _mm512_mul_ps(a3, sc));
+    }
+    for (; i < nq; i++) {
+        __m512 a = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++)
+            a = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)i * hd + d]), _mm512_loadu_ps(kt + d * 16),
+                                a);
+        _mm512_storeu_ps(s + (size_t)i * s_stride, _mm512_mul_ps(a, sc));
+    }
+}
+
+static inline void hm_pv_block16_avx512(const float *p, size_t p_stride, int nq, const float *v,
+                                        int hd, float *o, size_t o_stride) {
+    for (int i = 0; i < nq; i++) {
+        const float *pi = p + (size_t)i * p_stride;
+        float *oi = o + (size_t)i * o_stride;
+        int d = 0;
+        for (; d + 16 <= hd; d += 16) {
+            __m512 acc = _mm512_loadu_ps(oi + d);
+            for (int j = 0; j < 16; j++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(pi[j]),
+                                      _mm512_loadu_ps(v + (size_t)j * hd + d), acc);
+            _mm512_storeu_ps(oi + d, acc);
+        }
+        for (; d < hd; d++)
+            for (int j = 0; j < 16; j++) oi[d] += pi[j] * v[(size_t)j * hd + d];
+    }
+}
+
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
 #define HM_VEC_DOTS_AVX512                                                                         \
     [HM_TYPE_F32] = hm_dot_f32_f32_avx512, [HM_TYPE_F16] = hm_dot_f16_f32_avx512,                  \
