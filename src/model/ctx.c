@@ -85,7 +85,8 @@ void hm_ctx_free(hm_ctx *c) {
         free(c->moe);
     }
     hm_pool_free(c->pool);
-    hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->inv_freq);
+    hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->seq_next),
+        free(c->inv_freq);
     hm_free(c->x), hm_free(c->xn), hm_free(c->q), hm_free(c->k), hm_free(c->v);
     hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u);
     free(c->w), free(c->ids), free(c->pos), free(c->seq), free(c->kvv);
@@ -140,6 +141,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                              &c->kv_v)))
         goto fail;
     c->seq_len = calloc((size_t)p.n_seq, sizeof(int32_t));
+    c->seq_next = calloc((size_t)p.n_seq, sizeof(int32_t));
     c->inv_freq = calloc(hp->rope_dim / 2 + 1, sizeof(float));
     c->x = fbuf(B * H, "ctx x");
     c->xn = fbuf(B * H, "ctx xn");
@@ -160,9 +162,9 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->attn_scratch = fbuf(hm_nn_attn_scratch_floats(p.n_ctx, (int)hp->n_heads, (int)hp->n_kv_heads,
                                                      (int)hp->head_dim, c->nth),
                            "ctx attention");
-    if (!c->seq_len || !c->inv_freq || !c->x || !c->xn || !c->tmp || !c->q || !c->att || !c->k ||
-        !c->v || !c->rl || !c->g || !c->u || !c->w || !c->ids || !c->pos || !c->seq || !c->kvv ||
-        !c->attn_scratch) {
+    if (!c->seq_len || !c->seq_next || !c->inv_freq || !c->x || !c->xn || !c->tmp || !c->q ||
+        !c->att || !c->k || !c->v || !c->rl || !c->g || !c->u || !c->w || !c->ids || !c->pos ||
+        !c->seq || !c->kvv || !c->attn_scratch) {
         st = hm_errorf(HM_ERR_NO_MEMORY,
                        "context: out of memory (KV cache %zu MiB for %d positions x %d sequences)",
                        kv_floats * 2 * sizeof(float) >> 20, p.n_ctx, p.n_seq);
@@ -257,10 +259,10 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
         c->seq[i] = s;
     }
     /* positions: each sequence continues where its cache ends */
+    memcpy(c->seq_next, c->seq_len, sizeof(int32_t) * (size_t)c->p.n_seq);
     for (int i = 0; i < n; i++) {
-        int s = c->seq[i], before = 0;
-        for (int j = 0; j < i; j++) before += c->seq[j] == s;
-        c->pos[i] = c->seq_len[s] + before;
+        const int s = c->seq[i];
+        c->pos[i] = c->seq_next[s]++;
         if (c->pos[i] >= c->p.n_ctx)
             return hm_errorf(HM_ERR_INVALID_ARG,
                              "decode: sequence %d would reach position %d, past the context size "
@@ -274,8 +276,7 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
         hm_status st = hm_qwen3moe_block(c, (int)il, n);
         if (st) return st;
     }
-    for (int i = 0; i < n; i++)
-        if (c->pos[i] + 1 > c->seq_len[c->seq[i]]) c->seq_len[c->seq[i]] = c->pos[i] + 1;
+    memcpy(c->seq_len, c->seq_next, sizeof(int32_t) * (size_t)c->p.n_seq);
     if (!logits) return HM_OK;
     t0 = hm_time_ns();
     int32_t *rows = c->ids; /* free now; holds >= n entries */

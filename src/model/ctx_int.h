@@ -17,8 +17,9 @@ struct hm_ctx {
      * positions are contiguous; huge pages (attention walks every position of every head) */
     hm_large kv_k, kv_v;
     size_t kv_dim;
-    int32_t *seq_len; /* [n_seq] */
-    float *inv_freq;  /* [rope_dim / 2] */
+    int32_t *seq_len;  /* [n_seq] positions cached */
+    int32_t *seq_next; /* [n_seq] scratch: next position while a batch is placed */
+    float *inv_freq;   /* [rope_dim / 2] */
     /* scratch for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w;
     int32_t *ids, *pos, *seq;
