@@ -66,6 +66,13 @@ typedef struct hm_moe_params {
     float swiglu_alpha, swiglu_limit; /* HM_MOE_SWIGLU_OAI (gpt-oss: 1.702, 7.0) */
     const uint8_t *mask; /* [n_experts], nonzero: computed elsewhere, skipped; or NULL */
     hm_pool *pool;
+    /* NUMA: with n_slices > 1, slice i of every expert's intermediate dimension (gate/up rows,
+     * down columns; boundaries on whole blocks of the down type and its activation type) is
+     * computed on slice_pools[i] -- one pool per node, whose threads then read only their node's
+     * share of the weights when the caller placed it there. The slices run concurrently when the
+     * pools are async; their partial outputs are summed in hm_moe_wait. `pool` is unused then. */
+    int n_slices;
+    hm_pool *const *slice_pools;
     int max_tokens; /* tokens per internal pass (scratch is sized for it); 0 = 1024 */
     bool no_amx;    /* never use the AMX path (tests, comparisons) */
 } hm_moe_params;

@@ -146,11 +146,16 @@ static void route(int n, int E, int k, uint64_t seed, int32_t *ids, float *w) {
     }
 }
 
+/* NUMA emulation: when set, run_case builds engines with these slice pools */
+static hm_pool *const *g_slices;
+static int g_n_slices;
+
 static void run_case(hm_pool *pool, const model *m, int n, double tol, const char *name,
                      bool no_amx) {
     hm_moe_params p = hm_moe_default_params();
     p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
     p.pool = pool, p.no_amx = no_amx, p.max_tokens = 48; /* small: several chunks at 513 tokens */
+    p.n_slices = g_n_slices, p.slice_pools = g_slices;
     hm_moe *moe;
     CHECK_OK(hm_moe_create(&p, &moe));
     if (!moe) return;
@@ -343,6 +348,49 @@ int main(void) {
     model_init(&m, HM_TYPE_Q6_K, HM_TYPE_Q6_K, 7168, 256, 16, 8, HM_MOE_SILU, false, 16);
     run_case(pool, &m, 1, 3e-2, "q6_k 7168x256 top-8/16", false);
     model_free(&m);
+
+    /* NUMA: 2 emulated sub-pools, each computing a slice of every expert's intermediate
+     * dimension concurrently; the partial outputs are summed */
+    hm_poolset_params sp = hm_poolset_default_params();
+    sp.emulate_nodes = 2;
+    sp.threads_per_node = 1;
+    sp.async = true;
+    sp.pin = false;
+    hm_poolset *set = NULL;
+    CHECK_OK(hm_poolset_create(&sp, &set));
+    if (set) {
+        hm_pool *slices[2] = {hm_poolset_pool(set, 0), hm_poolset_pool(set, 1)};
+        g_slices = slices, g_n_slices = 2;
+        /* inter 768 = 3 Q8_K blocks of 256: slices of 256 and 512 */
+        model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 2048, 768, 8, 2, HM_MOE_SILU, false, 11);
+        run_case(pool, &m, 1, 3e-2, "2 slices: q4_k 2048x768 top-2/8", false);
+        run_case(pool, &m, 7, 3e-2, "2 slices: q4_k 2048x768 top-2/8", false);
+        run_case(pool, &m, 64, 3e-2, "2 slices: q4_k 2048x768 top-2/8", false);
+        model_free(&m);
+        /* 1408 = 44 blocks of 32 (Q8_0 down): 704 + 704 */
+        model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 256, 1408, 64, 6, HM_MOE_SILU, false, 12);
+        run_case(pool, &m, 3, 3e-2, "2 slices: q4_k/q8_0 256x1408 top-6/64", false);
+        model_free(&m);
+        /* biases (down bias added once) and the gpt-oss activation */
+        model_init(&m, HM_TYPE_MXFP4, HM_TYPE_MXFP4, 2880, 64, 32, 4, HM_MOE_SWIGLU_OAI, true, 14);
+        run_case(pool, &m, 2, 3e-2, "2 slices: mxfp4 2880x64 top-4/32 swiglu-oai", false);
+        model_free(&m);
+        model_init(&m, HM_TYPE_BF16, HM_TYPE_BF16, 128, 96, 16, 1, HM_MOE_SILU, false, 15);
+        run_case(pool, &m, 4, 1e-4, "2 slices: bf16 128x96 top-1/16", true);
+        /* an intermediate size that cannot be split into whole blocks */
+        hm_moe_params bp = hm_moe_default_params();
+        bp.n_experts = m.E, bp.hidden = m.H, bp.inter = m.I, bp.experts = m.ex;
+        bp.n_slices = 2, bp.slice_pools = slices;
+        model_free(&m);
+        model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 256, 256, 4, 1, HM_MOE_SILU, false, 17);
+        bp.n_experts = m.E, bp.hidden = m.H, bp.inter = m.I, bp.experts = m.ex;
+        hm_moe *bad = NULL;
+        CHECK_STATUS(hm_moe_create(&bp, &bad), HM_ERR_INVALID_ARG);
+        CHECK_CONTAINS(hm_last_error(), "cannot be split");
+        model_free(&m);
+        g_slices = NULL, g_n_slices = 0;
+        hm_poolset_free(set);
+    }
     hm_pool_free(pool);
     hm_pool_free(spool);
     return test_done("moe");

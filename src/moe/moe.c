@@ -91,6 +91,11 @@ struct hm_moe {
     size_t cap_part;
     bool decode;
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
+    /* NUMA slices: child engines over slices of inter, each with its own pool and output */
+    int n_sub;
+    hm_moe **sub;
+    float *sub_out; /* [n_sub][n_tok][hidden] */
+    size_t cap_sub_out;
 };
 
 hm_moe_params hm_moe_default_params(void) {
@@ -125,10 +130,12 @@ static hm_status check_matrix(const hm_moe_matrix *m, int64_t rows, int64_t cols
     return HM_OK;
 }
 
+static hm_status create_sliced(const hm_moe_params *p, hm_moe **out);
+
 hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     *out = NULL;
     const hm_moe_params *p = params;
-    if (!p || !p->pool || !p->experts)
+    if (!p || (!p->pool && p->n_slices <= 1) || !p->experts)
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: params, pool and experts are required");
     if (p->n_experts < 1 || p->n_experts > (1 << 16) || p->hidden < 1 || p->inter < 1 ||
         p->hidden > (1 << 20) || p->inter > (1 << 20))
@@ -138,6 +145,7 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: unknown activation %d", (int)p->act);
     if (p->max_tokens < 0)
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: max_tokens %d < 0", p->max_tokens);
+    if (p->n_slices > 1) return create_sliced(p, out);
     hm_moe *m = calloc(1, sizeof *m);
     if (!m) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
     m->p = *p;
@@ -227,8 +235,99 @@ static void free_scratch(hm_moe *m) {
     m->cap_tok = m->cap_pairs = m->cap_rows = m->cap_px = m->cap_ph = 0;
 }
 
+static uint64_t block_of(uint32_t type) {
+    const hm_type_info *ti = hm_type_get(type);
+    return ti && ti->block ? ti->block : 1;
+}
+
+static hm_status create_sliced(const hm_moe_params *p, hm_moe **out) {
+    const int n = p->n_slices;
+    if (n > 64 || !p->slice_pools)
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: %d slices (at most 64, each with a pool)", n);
+    for (int i = 0; i < n; i++)
+        if (!p->slice_pools[i])
+            return hm_errorf(HM_ERR_INVALID_ARG, "moe: slice %d has no pool", i);
+    const uint32_t td = p->experts[0].down.type;
+    uint64_t align = block_of(td), ab = block_of(hm_act_type(td));
+    align = align > ab ? align : ab;
+    hm_moe *m = calloc(1, sizeof *m);
+    if (!m) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
+    m->p = *p;
+    m->n_sub = n;
+    m->sub = calloc((size_t)n, sizeof *m->sub);
+    hm_moe_expert *ex = malloc(sizeof *ex * (size_t)p->n_experts);
+    hm_status st = HM_OK;
+    if (!m->sub || !ex) {
+        st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
+        goto done;
+    }
+    const int64_t units = p->inter / (int64_t)align;
+    if (p->inter % (int64_t)align || units < n) {
+        st = hm_errorf(HM_ERR_INVALID_ARG,
+                       "moe: intermediate size %lld cannot be split into %d slices of whole "
+                       "%llu-value blocks (down type %s)",
+                       (long long)p->inter, n, (unsigned long long)align, hm_type_name(td));
+        goto done;
+    }
+    for (int i = 0; i < n && st == HM_OK; i++) {
+        const int64_t i0 = units * i / n * (int64_t)align,
+                      i1 = units * (i + 1) / n * (int64_t)align;
+        uint64_t rb_d = 0, blk_bytes = hm_type_get(td) ? hm_type_get(td)->bytes : 0;
+        for (int e = 0; e < p->n_experts; e++) {
+            const hm_moe_expert *x = &p->experts[e];
+            uint64_t rbg, rbu;
+            if (!hm_type_row_bytes(x->gate.type, (uint64_t)p->hidden, &rbg) ||
+                !hm_type_row_bytes(x->up.type, (uint64_t)p->hidden, &rbu) ||
+                !hm_type_row_bytes(x->down.type, (uint64_t)p->inter, &rb_d)) {
+                st = hm_errorf(HM_ERR_INVALID_ARG, "moe: expert %d: rows are not whole blocks", e);
+                break;
+            }
+            const size_t sg = x->gate.row_bytes ? x->gate.row_bytes : rbg;
+            const size_t su = x->up.row_bytes ? x->up.row_bytes : rbu;
+            const size_t sd = x->down.row_bytes ? x->down.row_bytes : rb_d;
+            ex[e] = *x;
+            ex[e].gate.data = x->gate.data ? (const uint8_t *)x->gate.data + (size_t)i0 * sg : NULL;
+            ex[e].gate.row_bytes = sg;
+            ex[e].up.data = x->up.data ? (const uint8_t *)x->up.data + (size_t)i0 * su : NULL;
+            ex[e].up.row_bytes = su;
+            ex[e].down.data = x->down.data ? (const uint8_t *)x->down.data +
+                                                 (size_t)(i0 / (int64_t)block_of(td)) * blk_bytes
+                                           : NULL;
+            ex[e].down.row_bytes = sd; /* a column slice of every row */
+            ex[e].gate_bias = x->gate_bias ? x->gate_bias + i0 : NULL;
+            ex[e].up_bias = x->up_bias ? x->up_bias + i0 : NULL;
+            ex[e].down_bias = i == 0 ? x->down_bias : NULL; /* added once */
+        }
+        if (st) break;
+        hm_moe_params cp = *p;
+        cp.n_slices = 0, cp.slice_pools = NULL;
+        cp.pool = p->slice_pools[i];
+        cp.inter = i1 - i0;
+        cp.experts = ex;
+        if ((st = hm_moe_create(&cp, &m->sub[i])))
+            st = hm_errorf(st, "moe: slice %d (inter %lld..%lld): %s", i, (long long)i0,
+                           (long long)i1, hm_last_error());
+    }
+done:
+    free(ex);
+    if (st) {
+        hm_moe_free(m);
+        return st;
+    }
+    *out = m;
+    return HM_OK;
+}
+
 void hm_moe_free(hm_moe *m) {
     if (!m) return;
+    if (m->sub) {
+        hm_moe_wait(m);
+        for (int i = 0; i < m->n_sub; i++) hm_moe_free(m->sub[i]);
+        free(m->sub);
+        hm_free(m->sub_out);
+        free(m);
+        return;
+    }
     hm_moe_wait(m);
     free_scratch(m);
     free(m->tscratch), free(m->experts), free(m->mask), free(m->cnt), free(m->act);
@@ -239,6 +338,11 @@ void hm_moe_free(hm_moe *m) {
 hm_status hm_moe_set_mask(hm_moe *m, const uint8_t *mask) {
     if (m->in_flight)
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: set_mask while a batch is in flight");
+    for (int i = 0; i < m->n_sub; i++) {
+        hm_status st = hm_moe_set_mask(m->sub[i], mask);
+        if (st) return st;
+    }
+    if (m->n_sub) return HM_OK;
     if (mask)
         memcpy(m->mask, mask, (size_t)m->p.n_experts);
     else
@@ -543,11 +647,35 @@ static bool grow(void **p, size_t *cap, size_t need, const char *what) {
     return *p != NULL;
 }
 
+static hm_status submit_sliced(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
+                               const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
+                               bool accumulate) {
+    if ((out_type != HM_MOE_F32 && out_type != HM_MOE_BF16) || n_tok < 0 || (n_tok && !out))
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad output (type %d, %d tokens)", (int)out_type,
+                         n_tok);
+    const size_t per = (size_t)n_tok * (size_t)m->p.hidden;
+    if (!grow((void **)&m->sub_out, &m->cap_sub_out, sizeof(float) * per * (size_t)m->n_sub + 64,
+              "moe slice outputs"))
+        return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);
+    for (int i = 0; i < m->n_sub; i++) {
+        hm_status st = hm_moe_submit(m->sub[i], x, x_type, ids, w, n_tok, k,
+                                     m->sub_out + per * (size_t)i, HM_MOE_F32, false);
+        if (st) {
+            for (int j = 0; j < i; j++) hm_moe_wait(m->sub[j]);
+            return st;
+        }
+    }
+    m->out = out, m->out_type = out_type, m->accumulate = accumulate, m->n_tok = n_tok;
+    m->in_flight = true;
+    return HM_OK;
+}
+
 hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
                         const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
                         bool accumulate) {
     if (m->in_flight)
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: submit while a batch is in flight");
+    if (m->n_sub) return submit_sliced(m, x, x_type, ids, w, n_tok, k, out, out_type, accumulate);
     if (n_tok < 0 || k < 0 || k > m->p.n_experts || (n_tok > 0 && (!x || !ids || !w || !out)))
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad batch: %d tokens, k = %d (%d experts)",
                          n_tok, k, m->p.n_experts);
@@ -671,8 +799,8 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         if (!m->act[a].amx)
             for (int t = 0; t < m->act[a].n; t++) m->xq_need[m->tok[m->act[a].off + t]] = 1;
     m->accumulate = accumulate, m->n_tok = n_tok;
-    m->decode = m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= 64 &&
-                !m->no_decode_path;
+    m->decode =
+        m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= 64 && !m->no_decode_path;
     if (m->decode) {
         const size_t need = sizeof(float) * (size_t)m->chunks[0].rows * (size_t)H;
         if (!grow((void **)&m->part, &m->cap_part, need, "moe decode rows")) {
@@ -695,7 +823,25 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
 
 void hm_moe_wait(hm_moe *m) {
     if (!m || !m->in_flight) return;
-    hm_pool_wait(m->p.pool);
+    if (!m->n_sub) {
+        hm_pool_wait(m->p.pool);
+        m->in_flight = false;
+        return;
+    }
+    for (int i = 0; i < m->n_sub; i++) hm_moe_wait(m->sub[i]);
+    /* the slices' partial outputs, summed in slice order */
+    const size_t per = (size_t)m->n_tok * (size_t)m->p.hidden;
+    for (size_t j = 0; j < per; j++) {
+        float v = 0.0f;
+        for (int i = 0; i < m->n_sub; i++) v += m->sub_out[per * (size_t)i + j];
+        if (m->out_type == HM_MOE_F32) {
+            float *o = (float *)m->out + j;
+            *o = m->accumulate ? *o + v : v;
+        } else {
+            hm_bf16 *o = (hm_bf16 *)m->out + j;
+            *o = hm_f32_to_bf16(m->accumulate ? hm_bf16_to_f32(*o) + v : v);
+        }
+    }
     m->in_flight = false;
 }
 

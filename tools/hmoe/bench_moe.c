@@ -52,6 +52,7 @@ int bench_moe(int argc, char **argv) {
     const char *preset = "qwen3-30b-a3b", *type_name = "q4_k";
     long tokens[16] = {1, 4, 32, 512}, layers = 0, threads = 0;
     bool async = false;
+    long nodes = 1; /* > 1: one sub-pool per node (emulated on one node), a slice of inter each */
     int n_tokens = 4;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -67,9 +68,11 @@ int bench_moe(int argc, char **argv) {
             i++;
         else if (!strcmp(a, "--async"))
             async = true;
+        else if (!strcmp(a, "--nodes") && cli_parse_int(v, 1, 64, &nodes))
+            i++;
         else
             return cli_usage_error("bench moe: bad option '%s' (--preset P --type T --tokens "
-                                   "1,4,32,512 --layers N --threads N --async)",
+                                   "1,4,32,512 --layers N --threads N --async --nodes N)",
                                    a);
     }
     const hm_preset *pr = hm_preset_find(preset);
@@ -135,6 +138,22 @@ int bench_moe(int argc, char **argv) {
     printf("roofline: same-run streaming read %.1f GB/s (median of 9 passes; best %.1f)\n",
            bw.median_gbs, bw.best_gbs);
 
+    hm_poolset *set = NULL;
+    hm_pool *slices[64];
+    if (nodes > 1) {
+        hm_poolset_params sp = hm_poolset_default_params();
+        sp.emulate_nodes = (int)nodes;
+        sp.threads_per_node = threads > 0 ? (int)(threads / nodes) : 0;
+        sp.async = true;
+        if (hm_poolset_create(&sp, &set) != HM_OK) {
+            fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
+            return 1;
+        }
+        for (int i = 0; i < (int)nodes; i++) slices[i] = hm_poolset_pool(set, i);
+        printf("numa: %ld sub-pools of %d threads (emulated), each a slice of every expert's "
+               "intermediate dimension\n",
+               nodes, hm_pool_size(slices[0]));
+    }
     hm_moe **moe = calloc((size_t)layers, sizeof *moe);
     hm_moe_expert *ex = calloc((size_t)E, sizeof *ex);
     int rc = 0;
@@ -148,6 +167,7 @@ int bench_moe(int argc, char **argv) {
         }
         hm_moe_params mp = hm_moe_default_params();
         mp.n_experts = E, mp.hidden = H, mp.inter = I, mp.experts = ex, mp.pool = pool;
+        if (set) mp.n_slices = (int)nodes, mp.slice_pools = slices;
         if (hm_moe_create(&mp, &moe[l]) != HM_OK) {
             fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
             rc = 1;
@@ -226,6 +246,7 @@ int bench_moe(int argc, char **argv) {
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
     free(moe), free(ex), free(x), free(out), free(ids), free(w);
     hm_large_free(&wbuf);
+    hm_poolset_free(set);
     hm_pool_free(pool);
     return rc;
 }
