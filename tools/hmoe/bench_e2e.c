@@ -51,7 +51,9 @@ int bench_e2e(int argc, char **argv) {
     hm_model_params mlp = hm_model_default_params();
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
+        int r = cli_ctx_option(argc, argv, &i, &cp, &mlp);
+        if (r == 2) return 2;
+        if (r == 1) continue;
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
             model = v, i++;
         } else if (!strcmp(a, "-p") && v) {
@@ -63,19 +65,6 @@ int bench_e2e(int argc, char **argv) {
         } else if (!strcmp(a, "--reps") && v) {
             if (!cli_parse_int(v, 1, 1000, &reps)) return cli_usage_error("bad --reps '%s'", v);
             i++;
-        } else if (!strcmp(a, "--threads") && v) {
-            if (!cli_parse_int(v, 1, 4096, &n)) return cli_usage_error("bad --threads '%s'", v);
-            cp.n_threads = (int)n, i++;
-        } else if (!strcmp(a, "--batch") && v) {
-            if (!cli_parse_int(v, 1, 65536, &n)) return cli_usage_error("bad --batch '%s'", v);
-            cp.n_batch = (int)n, i++;
-        } else if (!strcmp(a, "--no-amx")) {
-            cp.no_amx = true;
-        } else if (!strcmp(a, "--load") && v) {
-            int lm;
-            if (!cli_parse_load(v, &lm))
-                return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
-            mlp.load = (hm_load_mode)lm, i++;
         } else {
             fprintf(stderr, "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
                             "[--threads N] [--batch N] [--no-amx]\n"

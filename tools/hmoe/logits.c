@@ -60,7 +60,9 @@ int cmd_logits(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
+        int r = cli_ctx_option(argc, argv, &i, &cp, &mlp);
+        if (r == 2) return 2;
+        if (r == 1) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             return 0;
@@ -70,22 +72,6 @@ int cmd_logits(int argc, char **argv) {
             ids_s = v, i++;
         } else if ((!strcmp(a, "--out") || !strcmp(a, "-o")) && v) {
             out = v, i++;
-        } else if (!strcmp(a, "--threads") && v) {
-            if (!cli_parse_int(v, 1, 4096, &n)) return cli_usage_error("bad --threads '%s'", v);
-            cp.n_threads = (int)n, i++;
-        } else if (!strcmp(a, "--batch") && v) {
-            if (!cli_parse_int(v, 1, 65536, &n)) return cli_usage_error("bad --batch '%s'", v);
-            cp.n_batch = (int)n, i++;
-        } else if (!strcmp(a, "--ctx") && v) {
-            if (!cli_parse_int(v, 1, 1 << 24, &n)) return cli_usage_error("bad --ctx '%s'", v);
-            cp.n_ctx = (int)n, i++;
-        } else if (!strcmp(a, "--no-amx")) {
-            cp.no_amx = true;
-        } else if (!strcmp(a, "--load") && v) {
-            int lm;
-            if (!cli_parse_load(v, &lm))
-                return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
-            mlp.load = (hm_load_mode)lm, i++;
         } else {
             usage();
             return cli_usage_error("unknown or incomplete option '%s'", a);

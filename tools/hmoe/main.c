@@ -67,6 +67,34 @@ bool cli_parse_load(const char *s, int *out) {
     return true;
 }
 
+int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_params *mp) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    long n;
+    int lm;
+    if (!strcmp(a, "--no-amx")) {
+        cp->no_amx = true;
+        return 1;
+    }
+    if (!v) return 0;
+    if (!strcmp(a, "--threads")) {
+        if (!cli_parse_int(v, 1, 4096, &n)) return cli_usage_error("bad --threads '%s'", v);
+        cp->n_threads = (int)n;
+    } else if (!strcmp(a, "--batch")) {
+        if (!cli_parse_int(v, 1, 65536, &n)) return cli_usage_error("bad --batch '%s'", v);
+        cp->n_batch = (int)n;
+    } else if (!strcmp(a, "--ctx")) {
+        if (!cli_parse_int(v, 1, 1 << 24, &n)) return cli_usage_error("bad --ctx '%s'", v);
+        cp->n_ctx = (int)n;
+    } else if (!strcmp(a, "--load")) {
+        if (!cli_parse_load(v, &lm)) return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
+        mp->load = (hm_load_mode)lm;
+    } else {
+        return 0;
+    }
+    (*i)++;
+    return 1;
+}
+
 int cli_usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -60,6 +60,9 @@ int cmd_run(int argc, char **argv) {
         if (!cli_parse_int(v, lo, hi, &n)) return cli_usage_error("bad %s '%s'", name, v);         \
         field = (int)n, i++;                                                                       \
     }
+        const int r = cli_ctx_option(argc, argv, &i, &cp, &mlp);
+        if (r == 2) return 2;
+        if (r == 1) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help"))
             return usage(stdout);
         else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v)
@@ -82,9 +85,6 @@ int cmd_run(int argc, char **argv) {
         FLOAT_OPT("--frequency-penalty", sp.frequency_penalty)
         INT_OPT("--top-k", 0, 1 << 30, sp.top_k)
         INT_OPT("--penalty-last-n", -1, 1 << 30, sp.penalty_last_n)
-        INT_OPT("--threads", 1, 4096, cp.n_threads)
-        INT_OPT("--ctx", 1, 1 << 24, cp.n_ctx)
-        INT_OPT("--batch", 1, 65536, cp.n_batch)
         else if (!strcmp(a, "--seed") && v) {
             char *end;
             unsigned long long s = strtoull(v, &end, 10);
@@ -93,13 +93,6 @@ int cmd_run(int argc, char **argv) {
         }
         else if (!strcmp(a, "--print-ids")) print_ids = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
-        else if (!strcmp(a, "--no-amx")) cp.no_amx = true;
-        else if (!strcmp(a, "--load") && v) {
-            int lm;
-            if (!cli_parse_load(v, &lm))
-                return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
-            mlp.load = (hm_load_mode)lm, i++;
-        }
         else {
             usage(stderr);
             return cli_usage_error("unknown or incomplete option '%s'", a);
