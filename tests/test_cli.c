@@ -131,11 +131,28 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "%s run --ids 1", bin);
     CHECK(run(cmd) == 2);
 
+    /* --chat: the model's template around a user turn (a synth model with the real Qwen2
+     * vocabulary and its template from ../shared; skipped without it) */
+    const char *qv =
+        HMOE_SOURCE_DIR "/../shared/testdata/tokenizers/gguf-mainline/ggml-vocab-qwen2.gguf";
+    if (access(qv, R_OK) == 0) {
+        snprintf(
+            cmd, sizeof cmd,
+            "%s synth --preset qwen3-tiny --vocab %s -o /tmp/hmoe-cli-chat.gguf >/dev/null && "
+            "HMOE_LOG=debug %s run -m /tmp/hmoe-cli-chat.gguf -p \"Hi\" --system \"Be brief.\" "
+            "--no-think -n 2 --threads 2",
+            bin, qv, bin);
+        CHECK_MSG(run(cmd) == 0, "%s", out);
+        CHECK_CONTAINS(out, "<|im_start|>system\nBe brief.<|im_end|>");
+        CHECK_CONTAINS(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+        unlink("/tmp/hmoe-cli-chat.gguf");
+    }
+
     char tmpl[] = "/tmp/hmoe-cli-XXXXXX", lpath[256];
     CHECK(mkdtemp(tmpl) != NULL);
     snprintf(lpath, sizeof lpath, "%s/l.f32", tmpl);
-    snprintf(cmd, sizeof cmd, "%s logits -m %s --ids \"14 408 419 163 17 83 24\" --out %s", bin,
-             fx, lpath);
+    snprintf(cmd, sizeof cmd, "%s logits -m %s --ids \"14 408 419 163 17 83 24\" --out %s", bin, fx,
+             lpath);
     CHECK_MSG(run(cmd) == 0, "%s", out);
     size_t got_len = 0, want_len = 0;
     char *got = test_read_file(lpath, &got_len);

@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "template/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 static int usage(FILE *f) {
@@ -24,9 +25,35 @@ static int usage(FILE *f) {
             "  --threads N  --ctx N  --batch N  --no-amx\n"
             "  --load auto|mmap|copy  compute from the mapped file or from a huge-page copy\n"
             "  --tokenizer PATH      tokenizer to use instead of the model's own\n"
+            "  --chat                put -p through the model's chat template as a user turn\n"
+            "  --system TEXT         a system turn before it (implies --chat)\n"
+            "  --no-think            chat: enable_thinking=false (Qwen3)\n"
             "  --print-ids           also print the generated ids\n"
             "  --ignore-eos          do not stop at end-of-generation tokens\n");
     return f == stderr ? 2 : 0;
+}
+
+/* One user turn (after an optional system turn) through the model's chat template, with the
+ * generation prompt; no_think passes enable_thinking=false (Qwen3). *out is malloc'd. */
+static hm_status render_chat(const char *model, const char *user, const char *system, bool no_think,
+                             char **out) {
+    hm_chat_template_source src = {0};
+    hm_jinja *tpl = NULL;
+    hm_status st = hm_chat_template_load(model, &src);
+    if (st) return st;
+    json_t *msgs = json_array(), *kw = no_think ? json_pack("{s:b}", "enable_thinking", 0) : NULL;
+    if (system)
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
+    json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
+    if (!(st = hm_jinja_parse(src.template_text, strlen(src.template_text),
+                              src.origin ? src.origin : "chat_template", &tpl)))
+        st = hm_chat_template_apply(tpl, msgs, NULL, true, kw, src.bos_token, src.eos_token, NULL,
+                                    out, NULL);
+    hm_jinja_free(tpl);
+    json_decref(msgs);
+    json_decref(kw);
+    hm_chat_template_source_free(&src);
+    return st;
 }
 
 static bool parse_float(const char *s, float *out) {
@@ -38,7 +65,9 @@ static bool parse_float(const char *s, float *out) {
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *ids_s = NULL, *tok_path = NULL;
+    const char *model = NULL, *prompt = NULL, *ids_s = NULL, *tok_path = NULL, *system = NULL;
+    bool chat = false, no_think = false;
+    char *rendered = NULL;
     long n_gen = 32;
     bool print_ids = false, ignore_eos = false;
     hm_ctx_params cp = hm_ctx_default_params();
@@ -71,6 +100,12 @@ int cmd_run(int argc, char **argv) {
             prompt = v, i++;
         else if (!strcmp(a, "--ids") && v)
             ids_s = v, i++;
+        else if (!strcmp(a, "--chat"))
+            chat = true;
+        else if (!strcmp(a, "--system") && v)
+            system = v, i++, chat = true;
+        else if (!strcmp(a, "--no-think"))
+            no_think = true;
         else if (!strcmp(a, "--tokenizer") && v)
             tok_path = v, i++;
         else if (!strcmp(a, "-n") && v) {
@@ -122,9 +157,16 @@ int cmd_run(int argc, char **argv) {
         tok = NULL;
         print_ids = true;
     }
+    if (prompt && chat) { /* the model's chat template around one user turn */
+        if (render_chat(model, prompt, system, no_think, &rendered)) goto fail;
+        prompt = rendered;
+        hm_log(HM_LOG_DEBUG, "run: chat prompt:\n%s", rendered);
+    }
     if (prompt) {
         size_t n = 0;
-        if (hm_tokenizer_encode_alloc(tok, prompt, strlen(prompt), HM_TOK_ADD_SPECIAL, &ids, &n))
+        /* a rendered chat carries its own special tokens (and BOS where the template has one) */
+        if (hm_tokenizer_encode_alloc(tok, prompt, strlen(prompt),
+                                      chat ? HM_TOK_PARSE_SPECIAL : HM_TOK_ADD_SPECIAL, &ids, &n))
             goto fail;
         if (n == 0) {
             fprintf(stderr, "hmoe: the prompt encodes to no tokens\n");
@@ -161,7 +203,7 @@ int cmd_run(int argc, char **argv) {
     for (int i = 0; i < n_ids; i++) hm_sampler_accept(smp, ids[i]);
 
     hm_log(HM_LOG_INFO, "run: %d prompt tokens, %ld to generate, %d threads", n_ids, n_gen,
-           cp.n_threads);
+           hm_ctx_n_threads(c));
     double t0 = hm_time_s();
     for (int i0 = 0; i0 < n_ids; i0 += B) {
         int nb = n_ids - i0 < B ? n_ids - i0 : B;
@@ -217,6 +259,7 @@ int cmd_run(int argc, char **argv) {
 fail:
     fprintf(stderr, "hmoe: %s\n", hm_last_error());
 done:
+    free(rendered);
     free(ids);
     free(gen);
     free(logits);
