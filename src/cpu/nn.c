@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/cpu.h"
+#include "quant/fp16.h"
 
 void hm_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     double ss = 0;
@@ -229,8 +230,21 @@ static size_t part_floats(int group, int hd) {
     return (size_t)group * ((size_t)hd + 2);
 }
 
+/* cache row p of head base (k or v) as floats: a pointer into the cache, or into tmp */
+static const float *kv_row(const hm_nn_attn *a, const void *base, size_t p, float *tmp) {
+    const int hd = a->head_dim;
+    if (!a->kv_f16) return (const float *)base + p * (size_t)hd;
+    const uint16_t *h = (const uint16_t *)base + p * (size_t)hd;
+    for (int d = 0; d < hd; d++) tmp[d] = hm_f16_to_f32(h[d]);
+    return tmp;
+}
+
+static const void *kv_at(const hm_nn_attn *a, const void *base, size_t elems) {
+    return (const uint8_t *)base + elems * (a->kv_f16 ? 2 : 4);
+}
+
 static size_t per_thread_floats(int group, int max_ctx, int hd) {
-    size_t dec = (size_t)group * (size_t)max_ctx;
+    size_t dec = (size_t)group * (size_t)max_ctx + (size_t)hd;
     size_t pre = (size_t)ATTN_QROWS * ((size_t)max_ctx + 16) + (size_t)(2 * ATTN_QROWS + 32) * hd;
     return ((dec > pre ? dec : pre) + 15) & ~(size_t)15;
 }
@@ -284,13 +298,14 @@ static void attn_blocked(const attn_job *j, int ith, int nth, float *scr) {
                 memcpy(qb + (size_t)(t - t0) * group * hd,
                        a->q + (size_t)t * a->q_stride + (size_t)kvh * group * hd,
                        (size_t)group * hd * sizeof(float));
-            const float *k = a->kv[t0].k + (size_t)kvh * a->kv_head_stride;
-            const float *v = a->kv[t0].v + (size_t)kvh * a->kv_head_stride;
+            const void *k = kv_at(a, a->kv[t0].k, (size_t)kvh * a->kv_head_stride);
+            const void *v = kv_at(a, a->kv[t0].v, (size_t)kvh * a->kv_head_stride);
             for (int p0 = 0; p0 < maxnp; p0 += 16) {
                 const int nk = maxnp - p0 < 16 ? maxnp - p0 : 16;
-                for (int d = 0; d < hd; d++)
-                    for (int jj = 0; jj < 16; jj++)
-                        kt[d * 16 + jj] = jj < nk ? k[(size_t)(p0 + jj) * hd + d] : 0.0f;
+                for (int jj = 0; jj < 16; jj++) {
+                    const float *kr = jj < nk ? kv_row(a, k, (size_t)(p0 + jj), vb) : NULL;
+                    for (int d = 0; d < hd; d++) kt[d * 16 + jj] = kr ? kr[d] : 0.0f;
+                }
                 j->qk(qb, nq, hd, kt, a->scale, S + p0, ss);
             }
             for (int i = 0; i < nq; i++) {
@@ -305,9 +320,14 @@ static void attn_blocked(const attn_job *j, int ith, int nth, float *scr) {
             memset(ob, 0, (size_t)nq * hd * sizeof(float));
             for (int p0 = 0; p0 < maxnp; p0 += 16) {
                 const int nk = maxnp - p0 < 16 ? maxnp - p0 : 16;
-                const float *vp = v + (size_t)p0 * hd;
-                if (nk < 16) { /* the cache may end before a whole block */
-                    memcpy(vb, vp, (size_t)nk * hd * sizeof(float));
+                const float *vp = a->kv_f16 ? NULL : (const float *)v + (size_t)p0 * hd;
+                if (nk < 16 || !vp) { /* f16 rows, or the cache ends before a whole block */
+                    for (int jj = 0; jj < nk; jj++)
+                        if (a->kv_f16)
+                            kv_row(a, v, (size_t)(p0 + jj), vb + (size_t)jj * hd);
+                        else
+                            memcpy(vb + (size_t)jj * hd, (const float *)v + (size_t)(p0 + jj) * hd,
+                                   (size_t)hd * sizeof(float));
                     memset(vb + (size_t)nk * hd, 0, (size_t)(16 - nk) * hd * sizeof(float));
                     vp = vb;
                 }
@@ -336,13 +356,14 @@ static void attn_task(int ith, int nth, void *arg) {
         const int t = u / (a->n_kv_heads * C), kvh = (u / C) % a->n_kv_heads, ch = u % C;
         const int np = a->pos[t] + 1, p0 = (int)((int64_t)np * ch / C),
                   p1 = (int)((int64_t)np * (ch + 1) / C), len = p1 - p0;
-        const float *k = a->kv[t].k + (size_t)kvh * a->kv_head_stride + (size_t)p0 * hd;
-        const float *v = a->kv[t].v + (size_t)kvh * a->kv_head_stride + (size_t)p0 * hd;
+        const void *k = kv_at(a, a->kv[t].k, (size_t)kvh * a->kv_head_stride + (size_t)p0 * hd);
+        const void *v = kv_at(a, a->kv[t].v, (size_t)kvh * a->kv_head_stride + (size_t)p0 * hd);
         const float *q = a->q + (size_t)t * a->q_stride + (size_t)kvh * group * hd;
+        float *vtmp = sc + (size_t)group * (size_t)a->max_ctx; /* one row of V as floats */
         for (int p = 0; p < len; p++)
             for (int g = 0; g < group; g++)
                 sc[(size_t)g * len + p] =
-                    j->dot(hd, k + (size_t)p * hd, q + (size_t)g * hd) * a->scale;
+                    j->dot(hd, kv_at(a, k, (size_t)p * hd), q + (size_t)g * hd) * a->scale;
         float *part = C > 1 ? j->parts + (size_t)u * pf : NULL;
         float *o0 = part ? part : a->out + (size_t)t * a->out_stride + (size_t)kvh * group * hd;
         float mx[64], sum[64];
@@ -356,9 +377,11 @@ static void attn_task(int ith, int nth, void *arg) {
                 for (int p = 0; p < len; p++) s[p] /= z;
             memset(o0 + (size_t)g * hd, 0, (size_t)hd * sizeof(float));
         }
-        for (int p = 0; p < len; p++)
+        for (int p = 0; p < len; p++) {
+            const float *vr = kv_row(a, v, (size_t)p, vtmp);
             for (int g = 0; g < group; g++)
-                j->axpy(hd, sc[(size_t)g * len + p], v + (size_t)p * hd, o0 + (size_t)g * hd);
+                j->axpy(hd, sc[(size_t)g * len + p], vr, o0 + (size_t)g * hd);
+        }
         if (part)
             for (int g = 0; g < group; g++) {
                 part[(size_t)group * hd + 2 * (size_t)g] = mx[g];
@@ -398,7 +421,7 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
     const int nth = hm_pool_size(pool);
     attn_job j = {.a = a,
                   .pool = pool,
-                  .dot = hm_vec_dot_for(ops, HM_TYPE_F32),
+                  .dot = hm_vec_dot_for(ops, a->kv_f16 ? HM_TYPE_F16 : HM_TYPE_F32),
                   .axpy = ops->axpy_f32 ? ops->axpy_f32 : hm_ops_ref.axpy_f32,
                   .chunks = 1,
                   .blocked =

@@ -48,7 +48,7 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
 /* One layer's KV cache of one sequence: kv head h's position p is the head_dim floats at
  * k + h * kv_head_stride + p * head_dim (same for v). */
 typedef struct hm_nn_kv {
-    float *k, *v;
+    const void *k, *v; /* float, or IEEE half when hm_nn_attn.kv_f16 */
 } hm_nn_kv;
 
 typedef struct hm_nn_attn {
@@ -58,7 +58,8 @@ typedef struct hm_nn_attn {
     const float *q;        /* [n_tok][n_heads * head_dim] */
     size_t q_stride;       /* floats */
     const hm_nn_kv *kv;    /* [n_tok]: the cache of each token's sequence (already holds its K/V) */
-    size_t kv_head_stride; /* floats between kv heads in the cache */
+    size_t kv_head_stride; /* elements between kv heads in the cache */
+    bool kv_f16;           /* the cache holds IEEE halves instead of floats */
     const int32_t *pos;    /* [n_tok]: token t attends to positions 0..pos[t] of its sequence */
     float *out;            /* [n_tok][n_heads * head_dim] */
     size_t out_stride;     /* floats */

@@ -135,9 +135,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
     c->ffn_max = hp->ffn_inter;
     size_t kv_floats = (size_t)hp->n_layers * (size_t)p.n_seq * (size_t)p.n_ctx * c->kv_dim;
-    if ((st = hm_large_alloc((kv_floats ? kv_floats : 1) * sizeof(float), true, "KV cache (K)",
+    c->kv_elem = p.kv_f16 ? 2 : 4;
+    if ((st = hm_large_alloc((kv_floats ? kv_floats : 1) * c->kv_elem, true, "KV cache (K)",
                              &c->kv_k)) ||
-        (st = hm_large_alloc((kv_floats ? kv_floats : 1) * sizeof(float), true, "KV cache (V)",
+        (st = hm_large_alloc((kv_floats ? kv_floats : 1) * c->kv_elem, true, "KV cache (V)",
                              &c->kv_v)))
         goto fail;
     c->seq_len = calloc((size_t)p.n_seq, sizeof(int32_t));
@@ -167,7 +168,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         !c->seq || !c->kvv || !c->attn_scratch) {
         st = hm_errorf(HM_ERR_NO_MEMORY,
                        "context: out of memory (KV cache %zu MiB for %d positions x %d sequences)",
-                       kv_floats * 2 * sizeof(float) >> 20, p.n_ctx, p.n_seq);
+                       kv_floats * 2 * c->kv_elem >> 20, p.n_ctx, p.n_seq);
         goto fail;
     }
     hm_rope_inv_freq(c->inv_freq, (int)hp->rope_dim, hp->rope_theta);

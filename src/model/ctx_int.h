@@ -17,6 +17,7 @@ struct hm_ctx {
      * positions are contiguous; huge pages (attention walks every position of every head) */
     hm_large kv_k, kv_v;
     size_t kv_dim;
+    size_t kv_elem; /* 4 (f32) or 2 (f16) */
     int32_t *seq_len;  /* [n_seq] positions cached */
     int32_t *seq_next; /* [n_seq] scratch: next position while a batch is placed */
     float *inv_freq;   /* [rope_dim / 2] */
@@ -30,13 +31,14 @@ struct hm_ctx {
     uint64_t prof_ns[HM_PROF_COUNT]; /* time per part of the forward pass, summed */
 };
 
-static inline float *hm_ctx_kv_k(hm_ctx *c, int il, int s) {
-    return (float *)c->kv_k.ptr +
-           ((size_t)il * (size_t)c->p.n_seq + (size_t)s) * (size_t)c->p.n_ctx * c->kv_dim;
+/* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half). */
+static inline void *hm_ctx_kv_k(hm_ctx *c, int il, int s) {
+    return (uint8_t *)c->kv_k.ptr + ((size_t)il * (size_t)c->p.n_seq + (size_t)s) *
+                                        (size_t)c->p.n_ctx * c->kv_dim * c->kv_elem;
 }
-static inline float *hm_ctx_kv_v(hm_ctx *c, int il, int s) {
-    return (float *)c->kv_v.ptr +
-           ((size_t)il * (size_t)c->p.n_seq + (size_t)s) * (size_t)c->p.n_ctx * c->kv_dim;
+static inline void *hm_ctx_kv_v(hm_ctx *c, int il, int s) {
+    return (uint8_t *)c->kv_v.ptr + ((size_t)il * (size_t)c->p.n_seq + (size_t)s) *
+                                        (size_t)c->p.n_ctx * c->kv_dim * c->kv_elem;
 }
 
 /* Adds the time since *t0 to part p and restarts *t0. */

@@ -77,6 +77,7 @@ typedef struct hm_ctx_params {
     int n_seq;       /* sequences (KV cache slots); 0 = 1 */
     int n_batch;     /* most tokens per hm_ctx_decode call; 0 = 512 */
     bool no_amx;     /* never use AMX tiles (exact kernels only) */
+    bool kv_f16;     /* KV cache in IEEE half: half the memory, ~1e-3 relative rounding */
     bool pin_caller; /* pin the calling thread to participant 0's core (it computes as one of the
                         pool's threads; unpinned, the OS may stack it on a worker's core) */
 } hm_ctx_params;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model/ctx_int.h"
+#include "quant/fp16.h"
 
 static void norm_attn(hm_ctx *c, int i, void *arg) {
     const hm_layer *L = arg;
@@ -44,8 +45,17 @@ static void qk_rope_store(hm_ctx *c, int i, void *arg) {
     }
     hm_rope_neox(q, nh, hd, (int)hp->rope_dim, c->pos[i], c->inv_freq);
     hm_rope_neox(k, nkv, hd, (int)hp->rope_dim, c->pos[i], c->inv_freq);
-    float *kc = hm_ctx_kv_k(c, a->il, c->seq[i]), *vc = hm_ctx_kv_v(c, a->il, c->seq[i]);
     const size_t hstride = (size_t)c->p.n_ctx * (size_t)hd, row = (size_t)c->pos[i] * (size_t)hd;
+    if (c->kv_elem == 2) {
+        uint16_t *kc = hm_ctx_kv_k(c, a->il, c->seq[i]), *vc = hm_ctx_kv_v(c, a->il, c->seq[i]);
+        for (int h = 0; h < nkv; h++)
+            for (int d = 0; d < hd; d++) {
+                kc[h * hstride + row + (size_t)d] = hm_f32_to_f16(k[(size_t)h * hd + d]);
+                vc[h * hstride + row + (size_t)d] = hm_f32_to_f16(v[(size_t)h * hd + d]);
+            }
+        return;
+    }
+    float *kc = hm_ctx_kv_k(c, a->il, c->seq[i]), *vc = hm_ctx_kv_v(c, a->il, c->seq[i]);
     for (int h = 0; h < nkv; h++) {
         memcpy(kc + h * hstride + row, k + (size_t)h * hd, (size_t)hd * sizeof(float));
         memcpy(vc + h * hstride + row, v + (size_t)h * hd, (size_t)hd * sizeof(float));
@@ -95,6 +105,7 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
                     .q_stride = c->q_dim,
                     .kv = c->kvv,
                     .kv_head_stride = (size_t)c->p.n_ctx * hp->head_dim,
+                    .kv_f16 = c->kv_elem == 2,
                     .pos = c->pos,
                     .out = c->att,
                     .out_stride = c->q_dim,

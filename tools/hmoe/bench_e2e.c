@@ -68,7 +68,7 @@ int bench_e2e(int argc, char **argv) {
         } else {
             fprintf(stderr, "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
                             "[--threads N] [--batch N] [--no-amx]\n"
-                            "       [--load auto|mmap|copy]\n");
+                            "       [--load auto|mmap|copy] [--kv f32|f16]\n");
             return cli_usage_error("unknown or incomplete option '%s'", a);
         }
     }
@@ -92,9 +92,10 @@ int bench_e2e(int argc, char **argv) {
            hp->hidden, hp->moe_inter, hm_type_name(m->layers[hp->n_layers - 1].expert_type[0]),
            hp->vocab_size);
     printf("config: prompt %ld tokens (batch %d), generate %ld, %d threads, amx %s, weights %s, "
-           "load %.2f s\n",
+           "KV cache %s, load %.2f s\n",
            n_prompt, hm_ctx_n_batch(c), n_gen, hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
-           hm_model_copied(m) ? "copied to huge pages" : "mmapped", t_load);
+           hm_model_copied(m) ? "copied to huge pages" : "mmapped", cp.kv_f16 ? "f16" : "f32",
+           t_load);
     printf("decode reads per token: %.3f GB (dense+output %.3f GB, experts %.3f GB)\n",
            (double)(dense_b + exp_b) * 1e-9, (double)dense_b * 1e-9, (double)exp_b * 1e-9);
 

@@ -85,6 +85,10 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
     } else if (!strcmp(a, "--ctx")) {
         if (!cli_parse_int(v, 1, 1 << 24, &n)) return cli_usage_error("bad --ctx '%s'", v);
         cp->n_ctx = (int)n;
+    } else if (!strcmp(a, "--kv")) {
+        if (strcmp(v, "f32") && strcmp(v, "f16"))
+            return cli_usage_error("bad --kv '%s' (f32|f16)", v);
+        cp->kv_f16 = !strcmp(v, "f16");
     } else if (!strcmp(a, "--load")) {
         if (!cli_parse_load(v, &lm)) return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
         mp->load = (hm_load_mode)lm;

@@ -24,6 +24,7 @@ static int usage(FILE *f) {
             "  --seed S              random seed of the sampler (default 0)\n"
             "  --threads N  --ctx N  --batch N  --no-amx\n"
             "  --load auto|mmap|copy  compute from the mapped file or from a huge-page copy\n"
+            "  --kv f32|f16          KV cache element type (default f32)\n"
             "  --tokenizer PATH      tokenizer to use instead of the model's own\n"
             "  --chat                put -p through the model's chat template as a user turn\n"
             "  --system TEXT         a system turn before it (implies --chat)\n"
