@@ -14,130 +14,12 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "quant/fp16.h"
+#include "model/names.h"
 #include "quant/ref.h"
 
 #define CHUNK_BYTES (16u << 20) /* output bytes converted per pool job (at least one row) */
 #define LIST_MAX    4           /* names quoted in a missing / left-over error */
 #define NAME_MAX_HF 192
-
-/* ---------------------------------------------------------------- name tables */
-
-enum {
-    MAP_EXPERTS = 1,   /* one HF tensor per expert: "%u" in hf is the expert index */
-    MAP_PERMUTE_Q = 2, /* llama.cpp's LlamaModel.permute of q rows (n_heads) */
-    MAP_PERMUTE_K = 4, /* the same for k (n_kv_heads) */
-};
-
-typedef struct name_map {
-    const char *gguf; /* after "blk.N." for layer tensors, else the whole name */
-    const char *hf;   /* after "model.layers.N." for layer tensors, else the whole name */
-    unsigned flags;
-    /* transformers 5 stores all experts in one [n_expert, n_parts * rows, cols] parameter; this
-     * tensor is row block `part` of each expert's slice */
-    const char *fused;
-    uint32_t part, n_parts;
-} name_map;
-
-static const name_map k_global[] = {
-    {"token_embd.weight", "model.embed_tokens.weight", 0, NULL, 0, 0},
-    {"output_norm.weight", "model.norm.weight", 0, NULL, 0, 0},
-    {"output.weight", "lm_head.weight", 0, NULL, 0, 0},
-};
-
-/* qwen3_moe and qwen2_moe (llama.cpp Qwen2MoeModel / Qwen3MoeModel: no q/k permutation); the
- * tensor plan decides which of these a model has (biases, q/k norms, shared expert, dense). */
-static const name_map k_qwen_layer[] = {
-    {"attn_norm.weight", "input_layernorm.weight", 0, NULL, 0, 0},
-    {"ffn_norm.weight", "post_attention_layernorm.weight", 0, NULL, 0, 0},
-    {"attn_q.weight", "self_attn.q_proj.weight", 0, NULL, 0, 0},
-    {"attn_k.weight", "self_attn.k_proj.weight", 0, NULL, 0, 0},
-    {"attn_v.weight", "self_attn.v_proj.weight", 0, NULL, 0, 0},
-    {"attn_output.weight", "self_attn.o_proj.weight", 0, NULL, 0, 0},
-    {"attn_q.bias", "self_attn.q_proj.bias", 0, NULL, 0, 0},
-    {"attn_k.bias", "self_attn.k_proj.bias", 0, NULL, 0, 0},
-    {"attn_v.bias", "self_attn.v_proj.bias", 0, NULL, 0, 0},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight", 0, NULL, 0, 0},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight", 0, NULL, 0, 0},
-    {"ffn_gate_inp.weight", "mlp.gate.weight", 0, NULL, 0, 0},
-    {"ffn_gate_exps.weight", "mlp.experts.%u.gate_proj.weight", MAP_EXPERTS,
-     "mlp.experts.gate_up_proj", 0, 2},
-    {"ffn_up_exps.weight", "mlp.experts.%u.up_proj.weight", MAP_EXPERTS, "mlp.experts.gate_up_proj",
-     1, 2},
-    {"ffn_down_exps.weight", "mlp.experts.%u.down_proj.weight", MAP_EXPERTS,
-     "mlp.experts.down_proj", 0, 1},
-    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", 0, NULL, 0, 0},
-    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", 0, NULL, 0, 0},
-    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", 0, NULL, 0, 0},
-    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", 0, NULL, 0, 0},
-    {"ffn_gate.weight", "mlp.gate_proj.weight", 0, NULL, 0, 0},
-    {"ffn_up.weight", "mlp.up_proj.weight", 0, NULL, 0, 0},
-    {"ffn_down.weight", "mlp.down_proj.weight", 0, NULL, 0, 0},
-};
-
-/* mixtral (llama.cpp LlamaModel: q/k rows permuted back to the interleaved rotary layout) */
-static const name_map k_mixtral_layer[] = {
-    {"attn_norm.weight", "input_layernorm.weight", 0, NULL, 0, 0},
-    {"ffn_norm.weight", "post_attention_layernorm.weight", 0, NULL, 0, 0},
-    {"attn_q.weight", "self_attn.q_proj.weight", MAP_PERMUTE_Q, NULL, 0, 0},
-    {"attn_k.weight", "self_attn.k_proj.weight", MAP_PERMUTE_K, NULL, 0, 0},
-    {"attn_v.weight", "self_attn.v_proj.weight", 0, NULL, 0, 0},
-    {"attn_output.weight", "self_attn.o_proj.weight", 0, NULL, 0, 0},
-    {"ffn_gate_inp.weight", "block_sparse_moe.gate.weight", 0, NULL, 0, 0},
-    {"ffn_gate_exps.weight", "block_sparse_moe.experts.%u.w1.weight", MAP_EXPERTS, NULL, 0, 0},
-    {"ffn_down_exps.weight", "block_sparse_moe.experts.%u.w2.weight", MAP_EXPERTS, NULL, 0, 0},
-    {"ffn_up_exps.weight", "block_sparse_moe.experts.%u.w3.weight", MAP_EXPERTS, NULL, 0, 0},
-};
-
-typedef struct arch_names {
-    hm_arch arch;
-    const name_map *layer;
-    size_t n_layer;
-} arch_names;
-
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
-static const arch_names k_archs[] = {
-    {HM_ARCH_QWEN3MOE, k_qwen_layer, COUNT(k_qwen_layer)},
-    {HM_ARCH_QWEN2MOE, k_qwen_layer, COUNT(k_qwen_layer)},
-    {HM_ARCH_MIXTRAL, k_mixtral_layer, COUNT(k_mixtral_layer)},
-};
-static const char k_supported[] = "qwen3_moe, qwen2_moe, mixtral";
-
-static const arch_names *arch_find(hm_arch arch) {
-    for (size_t i = 0; i < COUNT(k_archs); i++)
-        if (k_archs[i].arch == arch) return &k_archs[i];
-    return NULL;
-}
-
-/* The map entry of a GGUF name; *layer is set for "blk.N." names (else UINT32_MAX). */
-static const name_map *map_find(const arch_names *a, const char *gguf, uint32_t *layer) {
-    *layer = UINT32_MAX;
-    if (strncmp(gguf, "blk.", 4) != 0) {
-        for (size_t i = 0; i < COUNT(k_global); i++)
-            if (!strcmp(k_global[i].gguf, gguf)) return &k_global[i];
-        return NULL;
-    }
-    char *end;
-    unsigned long il = strtoul(gguf + 4, &end, 10);
-    if (end == gguf + 4 || *end != '.' || il >= HM_MAX_LAYERS) return NULL;
-    *layer = (uint32_t)il;
-    for (size_t i = 0; i < a->n_layer; i++)
-        if (!strcmp(a->layer[i].gguf, end + 1)) return &a->layer[i];
-    return NULL;
-}
-
-/* HF name from a pattern: "model.layers.<layer>." + pattern with "%u" replaced by expert. */
-static void hf_name(const char *pattern, uint32_t layer, uint32_t expert, char *out, size_t cap) {
-    char tail[128];
-    const char *pct = strstr(pattern, "%u");
-    if (pct)
-        snprintf(tail, sizeof tail, "%.*s%u%s", (int)(pct - pattern), pattern, expert, pct + 2);
-    else
-        snprintf(tail, sizeof tail, "%s", pattern);
-    if (layer == UINT32_MAX)
-        snprintf(out, cap, "%s", tail);
-    else
-        snprintf(out, cap, "model.layers.%u.%s", layer, tail);
-}
 
 /* ---------------------------------------------------------------- conversion plan */
 
@@ -178,7 +60,7 @@ static void list_fmt(const name_list *l, char *out, size_t cap) {
 typedef struct conv {
     const char *path;
     hm_hparams hp;
-    const arch_names *names;
+    const hm_arch_names *names;
     hm_safetensors *st;
     hm_tensor_spec *specs;
     size_t n_specs;
@@ -249,11 +131,11 @@ static hm_status use_source(conv *c, const hm_st_tensor *t, const char *gguf, co
 static hm_status resolve(conv *c, conv_tensor *ct) {
     const hm_tensor_spec *s = ct->spec;
     uint32_t layer;
-    const name_map *m = map_find(c->names, s->name, &layer);
+    const hm_name_map *m = hm_name_map_find(c->names, s->name, &layer);
     if (!m)
         return hm_errorf(HM_ERR_INTERNAL, "convert: no Hugging Face name for '%s' (%s)", s->name,
                          c->hp.model_type);
-    bool experts = (m->flags & MAP_EXPERTS) != 0;
+    bool experts = (m->flags & HM_MAP_EXPERTS) != 0;
     if (experts != (s->n_dims == 3))
         return hm_errorf(HM_ERR_INTERNAL, "convert: '%s' has %u dims but is%s per expert", s->name,
                          s->n_dims, experts ? "" : " not");
@@ -262,8 +144,8 @@ static hm_status resolve(conv *c, conv_tensor *ct) {
     ct->n_slabs = experts ? (uint32_t)s->ne[2] : 1;
     ct->slabs = calloc(ct->n_slabs, sizeof *ct->slabs);
     if (!ct->slabs) return hm_errorf(HM_ERR_NO_MEMORY, "convert: out of memory");
-    if (m->flags & MAP_PERMUTE_Q) ct->perm_heads = c->hp.n_heads;
-    if (m->flags & MAP_PERMUTE_K) ct->perm_heads = c->hp.n_kv_heads;
+    if (m->flags & HM_MAP_PERMUTE_Q) ct->perm_heads = c->hp.n_heads;
+    if (m->flags & HM_MAP_PERMUTE_K) ct->perm_heads = c->hp.n_kv_heads;
     if (ct->perm_heads && (ct->rows % ct->perm_heads || (ct->rows / ct->perm_heads) % 2))
         return hm_errorf(HM_ERR_FORMAT,
                          "%s: '%s': %llu rows do not split into %u heads of even size", c->path,
@@ -272,7 +154,7 @@ static hm_status resolve(conv *c, conv_tensor *ct) {
     char name[NAME_MAX_HF];
     hm_status st;
     if (!experts) {
-        hf_name(m->hf, layer, 0, name, sizeof name);
+        hm_hf_name(m->hf, layer, 0, name, sizeof name);
         const hm_st_tensor *t = hm_st_find(c->st, name);
         if (!t) {
             list_add(&c->missing, name);
@@ -285,11 +167,11 @@ static hm_status resolve(conv *c, conv_tensor *ct) {
         return HM_OK;
     }
 
-    hf_name(m->hf, layer, 0, name, sizeof name);
+    hm_hf_name(m->hf, layer, 0, name, sizeof name);
     const hm_st_tensor *fused = NULL;
     if (m->fused && !hm_st_find(c->st, name)) {
         char fname[NAME_MAX_HF];
-        hf_name(m->fused, layer, 0, fname, sizeof fname);
+        hm_hf_name(m->fused, layer, 0, fname, sizeof fname);
         fused = hm_st_find(c->st, fname);
     }
     if (fused) {
@@ -302,7 +184,7 @@ static hm_status resolve(conv *c, conv_tensor *ct) {
     }
     int64_t want[2] = {(int64_t)ct->rows, (int64_t)ct->cols};
     for (uint32_t e = 0; e < ct->n_slabs; e++) {
-        hf_name(m->hf, layer, e, name, sizeof name);
+        hm_hf_name(m->hf, layer, e, name, sizeof name);
         const hm_st_tensor *t = hm_st_find(c->st, name);
         if (!t) {
             list_add(&c->missing, name);
@@ -667,9 +549,9 @@ hm_status hm_convert_hf(const char *hf_path, const char *out_path, const hm_conv
     memset(&c, 0, sizeof c);
     c.path = hf_path;
     if ((st = hm_hparams_from_hf_config(hf_path, &c.hp)) != HM_OK) return st;
-    if (!(c.names = arch_find(c.hp.arch)))
+    if (!(c.names = hm_arch_names_find(c.hp.arch)))
         return hm_errorf(HM_ERR_UNSUPPORTED, "%s: convert does not handle %s yet (supported: %s)",
-                         hf_path, c.hp.model_type, k_supported);
+                         hf_path, c.hp.model_type, hm_arch_names_supported);
     if ((st = hm_st_open(hf_path, &c.st)) != HM_OK) return st;
 
     /* KEEP: plan with F32 as a placeholder; assign_types puts the source dtype in */

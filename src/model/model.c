@@ -1,7 +1,6 @@
 /* model.c - binds a model's weights from a GGUF file or a Hugging Face directory (model.h). */
 #include "model/model.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "model/arch.h"
+#include "model/names.h"
 #include "quant/ref.h"
 #include "quant/types.h"
 
@@ -45,17 +45,16 @@ static hm_status st_type(const hm_st_tensor *t, uint32_t *out) {
     }
 }
 
-/* Finds a tensor by its GGUF name or its HF name (printf patterns over layer il and expert e).
- * For GGUF experts the view is expert e's slab of the stacked 3-D tensor. */
-static hm_status find(const hm_model *m, bool required, tview *v, const char *gguf_fmt,
-                      const char *hf_fmt, ...) {
+/* Finds a tensor by its GGUF name (gguf_fmt: a printf pattern over the layer il). In an HF
+ * directory the name is translated with the architecture's table (names.h); for routed experts
+ * the view is expert e: the e-th slab of the stacked GGUF tensor, or the HF per-expert tensor. */
+static hm_status find(const hm_model *m, bool required, tview *v, const char *gguf_fmt, unsigned il,
+                      unsigned e) {
     memset(v, 0, sizeof *v);
-    va_list ap;
-    va_start(ap, hf_fmt);
-    unsigned a0 = va_arg(ap, unsigned), a1 = va_arg(ap, unsigned);
-    va_end(ap);
+    char gname[256];
+    snprintf(gname, sizeof gname, gguf_fmt, il);
     if (is_gguf(m)) {
-        snprintf(v->name, sizeof v->name, gguf_fmt, a0, a1);
+        snprintf(v->name, sizeof v->name, "%s", gname);
         const hm_gguf_tensor *t = hm_gguf_find_tensor(m->gguf, v->name);
         if (!t) goto missing;
         v->type = t->type;
@@ -64,7 +63,13 @@ static hm_status find(const hm_model *m, bool required, tview *v, const char *gg
         for (int i = 0; i < 4; i++) v->ne[i] = t->ne[i];
         return HM_OK;
     }
-    snprintf(v->name, sizeof v->name, hf_fmt, a0, a1);
+    uint32_t layer;
+    const hm_arch_names *an = hm_arch_names_find(m->hp.arch);
+    const hm_name_map *nm = an ? hm_name_map_find(an, gname, &layer) : NULL;
+    if (!nm)
+        return hm_errorf(HM_ERR_INTERNAL, "%s: no Hugging Face name for '%s' (%s)", m->path, gname,
+                         m->hp.model_type);
+    hm_hf_name(nm->hf, layer, e, v->name, sizeof v->name);
     const hm_st_tensor *t = hm_st_find(m->st, v->name);
     if (!t) goto missing;
     hm_status st = st_type(t, &v->type);
@@ -124,9 +129,9 @@ static float *own_floats(hm_model *m, size_t n) {
 
 /* A 1-D weight of n values as floats (copied and converted from F32/F16/BF16/...). */
 static hm_status bind_vec(hm_model *m, const float **out, uint64_t n, const char *gguf_fmt,
-                          const char *hf_fmt, unsigned il) {
+                          unsigned il) {
     tview v;
-    hm_status st = find(m, true, &v, gguf_fmt, hf_fmt, il, 0u);
+    hm_status st = find(m, true, &v, gguf_fmt, il, 0u);
     if (st) return st;
     if ((st = check_shape(m, &v, n, 1, 1))) return st;
     if (!hm_dequantize_supported(v.type))
@@ -154,25 +159,24 @@ static hm_status view_matrix(hm_model *m, const tview *v, hm_matrix *mat, uint64
 }
 
 static hm_status bind_mat(hm_model *m, hm_matrix *mat, uint64_t rows, uint64_t cols,
-                          const char *gguf_fmt, const char *hf_fmt, unsigned il) {
+                          const char *gguf_fmt, unsigned il) {
     tview v;
-    hm_status st = find(m, true, &v, gguf_fmt, hf_fmt, il, 0u);
+    hm_status st = find(m, true, &v, gguf_fmt, il, 0u);
     if (st) return st;
     return view_matrix(m, &v, mat, rows, cols, 1, 0);
 }
 
 /* Routed expert e's projection: a slab of the stacked GGUF tensor or the HF per-expert tensor. */
 static hm_status bind_expert(hm_model *m, hm_moe_matrix *mm, uint32_t *type, uint64_t rows,
-                             uint64_t cols, const char *gguf_fmt, const char *hf_fmt, unsigned il,
-                             unsigned e) {
+                             uint64_t cols, const char *gguf_fmt, unsigned il, unsigned e) {
     tview v;
     hm_matrix mat;
     hm_status st;
     if (is_gguf(m)) {
-        if ((st = find(m, true, &v, gguf_fmt, hf_fmt, il, e))) return st;
+        if ((st = find(m, true, &v, gguf_fmt, il, e))) return st;
         st = view_matrix(m, &v, &mat, rows, cols, m->hp.n_experts, e);
     } else {
-        if ((st = find(m, true, &v, gguf_fmt, hf_fmt, il, e))) return st;
+        if ((st = find(m, true, &v, gguf_fmt, il, e))) return st;
         st = view_matrix(m, &v, &mat, rows, cols, 1, 0);
     }
     if (st) return st;
@@ -193,69 +197,52 @@ static hm_status bind_qwen3moe(hm_model *m) {
     const uint64_t H = hp->hidden, V = hp->vocab_size, hd = hp->head_dim;
     const uint64_t nq = (uint64_t)hp->n_heads * hd, nkv = (uint64_t)hp->n_kv_heads * hd;
     hm_status st;
-    if ((st = bind_mat(m, &m->tok_embd, V, H, "token_embd.weight", "model.embed_tokens.weight", 0)))
-        return st;
+    if ((st = bind_mat(m, &m->tok_embd, V, H, "token_embd.weight", 0))) return st;
     if (!hm_dequantize_supported(m->tok_embd.type))
         return hm_errorf(HM_ERR_UNSUPPORTED,
                          "%s: token embeddings have type %s, which hmoe cannot read", m->path,
                          hm_type_name(m->tok_embd.type));
-    if ((st = bind_vec(m, &m->output_norm, H, "output_norm.weight", "model.norm.weight", 0)))
-        return st;
+    if ((st = bind_vec(m, &m->output_norm, H, "output_norm.weight", 0))) return st;
     if (hp->tie_embeddings) {
         m->output = m->tok_embd;
-    } else if ((st = bind_mat(m, &m->output, V, H, "output.weight", "lm_head.weight", 0))) {
+    } else if ((st = bind_mat(m, &m->output, V, H, "output.weight", 0))) {
         return st;
     }
     m->layers = calloc(hp->n_layers, sizeof *m->layers);
     if (!m->layers) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
     for (unsigned il = 0; il < hp->n_layers; il++) {
         hm_layer *L = &m->layers[il];
-        if ((st = bind_vec(m, &L->attn_norm, H, "blk.%u.attn_norm.weight",
-                           "model.layers.%u.input_layernorm.weight", il)) ||
-            (st = bind_vec(m, &L->ffn_norm, H, "blk.%u.ffn_norm.weight",
-                           "model.layers.%u.post_attention_layernorm.weight", il)) ||
-            (st = bind_mat(m, &L->wq, nq, H, "blk.%u.attn_q.weight",
-                           "model.layers.%u.self_attn.q_proj.weight", il)) ||
-            (st = bind_mat(m, &L->wk, nkv, H, "blk.%u.attn_k.weight",
-                           "model.layers.%u.self_attn.k_proj.weight", il)) ||
-            (st = bind_mat(m, &L->wv, nkv, H, "blk.%u.attn_v.weight",
-                           "model.layers.%u.self_attn.v_proj.weight", il)) ||
-            (st = bind_mat(m, &L->wo, H, nq, "blk.%u.attn_output.weight",
-                           "model.layers.%u.self_attn.o_proj.weight", il)))
+        if ((st = bind_vec(m, &L->attn_norm, H, "blk.%u.attn_norm.weight", il)) ||
+            (st = bind_vec(m, &L->ffn_norm, H, "blk.%u.ffn_norm.weight", il)) ||
+            (st = bind_mat(m, &L->wq, nq, H, "blk.%u.attn_q.weight", il)) ||
+            (st = bind_mat(m, &L->wk, nkv, H, "blk.%u.attn_k.weight", il)) ||
+            (st = bind_mat(m, &L->wv, nkv, H, "blk.%u.attn_v.weight", il)) ||
+            (st = bind_mat(m, &L->wo, H, nq, "blk.%u.attn_output.weight", il)))
             return st;
-        if (hp->qk_norm && ((st = bind_vec(m, &L->q_norm, hd, "blk.%u.attn_q_norm.weight",
-                                           "model.layers.%u.self_attn.q_norm.weight", il)) ||
-                            (st = bind_vec(m, &L->k_norm, hd, "blk.%u.attn_k_norm.weight",
-                                           "model.layers.%u.self_attn.k_norm.weight", il))))
+        if (hp->qk_norm && ((st = bind_vec(m, &L->q_norm, hd, "blk.%u.attn_q_norm.weight", il)) ||
+                            (st = bind_vec(m, &L->k_norm, hd, "blk.%u.attn_k_norm.weight", il))))
             return st;
         L->moe = hm_hparams_layer_is_moe(hp, il);
         if (!L->moe) {
             const uint64_t F = hp->ffn_inter;
-            if ((st = bind_mat(m, &L->ffn_gate, F, H, "blk.%u.ffn_gate.weight",
-                               "model.layers.%u.mlp.gate_proj.weight", il)) ||
-                (st = bind_mat(m, &L->ffn_up, F, H, "blk.%u.ffn_up.weight",
-                               "model.layers.%u.mlp.up_proj.weight", il)) ||
-                (st = bind_mat(m, &L->ffn_down, H, F, "blk.%u.ffn_down.weight",
-                               "model.layers.%u.mlp.down_proj.weight", il)))
+            if ((st = bind_mat(m, &L->ffn_gate, F, H, "blk.%u.ffn_gate.weight", il)) ||
+                (st = bind_mat(m, &L->ffn_up, F, H, "blk.%u.ffn_up.weight", il)) ||
+                (st = bind_mat(m, &L->ffn_down, H, F, "blk.%u.ffn_down.weight", il)))
                 return st;
             continue;
         }
         const uint64_t E = hp->n_experts, FE = hp->moe_inter;
-        if ((st = bind_mat(m, &L->router, E, H, "blk.%u.ffn_gate_inp.weight",
-                           "model.layers.%u.mlp.gate.weight", il)))
-            return st;
+        if ((st = bind_mat(m, &L->router, E, H, "blk.%u.ffn_gate_inp.weight", il))) return st;
         L->experts = calloc(E, sizeof *L->experts);
         if (!L->experts) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
         for (unsigned e = 0; e < E; e++) {
             hm_moe_expert *x = &L->experts[e];
             if ((st = bind_expert(m, &x->gate, &L->expert_type[0], FE, H,
-                                  "blk.%u.ffn_gate_exps.weight",
-                                  "model.layers.%u.mlp.experts.%u.gate_proj.weight", il, e)) ||
+                                  "blk.%u.ffn_gate_exps.weight", il, e)) ||
                 (st = bind_expert(m, &x->up, &L->expert_type[1], FE, H, "blk.%u.ffn_up_exps.weight",
-                                  "model.layers.%u.mlp.experts.%u.up_proj.weight", il, e)) ||
+                                  il, e)) ||
                 (st = bind_expert(m, &x->down, &L->expert_type[2], H, FE,
-                                  "blk.%u.ffn_down_exps.weight",
-                                  "model.layers.%u.mlp.experts.%u.down_proj.weight", il, e)))
+                                  "blk.%u.ffn_down_exps.weight", il, e)))
                 return st;
         }
     }
