@@ -21,6 +21,7 @@
 #include "format/safetensors.h"
 #include "model/arch.h"
 #include "model/convert.h"
+#include "model/model.h"
 #include "quant/fp16.h"
 #include "quant/ref.h"
 #include "quant/synth.h"
@@ -686,6 +687,23 @@ static void test_round_trips(void) {
     }
 }
 
+/* Logits of ids 1 2 3 with the model in dir (HF directory), or NULL. malloc'd [3][V]. */
+static float *model_logits(const char *dir) {
+    hm_model *m = NULL;
+    hm_ctx *c = NULL;
+    float *lg = malloc(sizeof(float) * 3 * V);
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_threads = 1, cp.n_ctx = 8, cp.n_batch = 8;
+    const int32_t ids[3] = {1, 2, 3};
+    bool ok = hm_model_load(dir, &m) == HM_OK && hm_ctx_create(m, &cp, &c) == HM_OK &&
+              hm_ctx_decode(c, ids, NULL, 3, NULL, lg) == HM_OK;
+    CHECK_MSG(ok, "%s: %s", dir, hm_last_error());
+    hm_ctx_free(c);
+    hm_model_free(m);
+    if (!ok) free(lg);
+    return ok ? lg : NULL;
+}
+
 /* Sharded and transformers-5 fused layouts give the very same file as one plain file. */
 static void test_layouts(void) {
     opts o = {.arch = HM_ARCH_QWEN3MOE, .dtype = "BF16", .mlp_only = "[2]"};
@@ -704,8 +722,16 @@ static void test_layouts(void) {
     o.shards = 0;
     o.fused = true;
     dir = make_model(&o);
-    convert_check("fused", dir, &k_keep, o.arch, "fused.gguf");
+    char fused_gguf[256]; /* convert_check's result is a static buffer */
+    snprintf(fused_gguf, sizeof fused_gguf, "%s",
+             convert_check("fused", dir, &k_keep, o.arch, "fused.gguf"));
     convert_check("fused q8", dir, &q8, o.arch, "fused_q.gguf");
+    /* the loader reads the fused layout straight from the HF directory: the same logits as the
+     * GGUF the converter (checked tensor by tensor above) made of it */
+    float *want = model_logits(fused_gguf), *got = model_logits(dir);
+    CHECK_MSG(want && got && !memcmp(want, got, sizeof(float) * 3 * V),
+              "fused HF experts give other logits than their GGUF");
+    free(want), free(got);
 
     o = (opts){.arch = HM_ARCH_QWEN3MOE, .dtype = "F32", .inv_freq = true};
     dir = make_model(&o);

@@ -71,6 +71,34 @@ static hm_status find(const hm_model *m, bool required, tview *v, const char *gg
                          m->hp.model_type);
     hm_hf_name(nm->hf, layer, e, v->name, sizeof v->name);
     const hm_st_tensor *t = hm_st_find(m->st, v->name);
+    if (!t && (nm->flags & HM_MAP_EXPERTS) && nm->fused) {
+        /* transformers 5's fused experts: [n_experts][n_parts * rows][cols], this tensor is row
+         * block `part` of expert e */
+        char fname[256];
+        hm_hf_name(nm->fused, layer, 0, fname, sizeof fname);
+        const hm_st_tensor *f = hm_st_find(m->st, fname);
+        if (f) {
+            hm_status st = st_type(f, &v->type);
+            if (st) return st;
+            snprintf(v->name, sizeof v->name, "%s", fname);
+            if (f->n_dims != 3 || f->shape[0] != (int64_t)m->hp.n_experts ||
+                f->shape[1] % (int64_t)nm->n_parts != 0)
+                return hm_errorf(HM_ERR_FORMAT,
+                                 "%s: fused expert tensor '%s' has shape [%lld x %lld x %lld], "
+                                 "expected [%u x %u*rows x cols]",
+                                 m->path, fname, (long long)f->shape[0],
+                                 f->n_dims > 1 ? (long long)f->shape[1] : 0,
+                                 f->n_dims > 2 ? (long long)f->shape[2] : 0, m->hp.n_experts,
+                                 nm->n_parts);
+            const int64_t rows = f->shape[1] / nm->n_parts, cols = f->shape[2];
+            const size_t es = hm_st_dtype_size(f->dtype);
+            v->data = (const uint8_t *)f->data +
+                      ((size_t)e * nm->n_parts + nm->part) * (size_t)rows * (size_t)cols * es;
+            v->n_dims = 2;
+            v->ne[0] = (uint64_t)cols, v->ne[1] = (uint64_t)rows, v->ne[2] = v->ne[3] = 1;
+            return HM_OK;
+        }
+    }
     if (!t) goto missing;
     hm_status st = st_type(t, &v->type);
     if (st) return st;
