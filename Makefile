@@ -45,6 +45,9 @@ bench: build
 	$(BUILD)/hmoe bench pool
 	$(BUILD)/hmoe bench membw
 	for t in q4_k q8_0 bf16; do $(BUILD)/hmoe bench kernels --type $$t --rows 768 --cols 2048 --tokens 1,4,64 || exit 1; done
+	@mkdir -p $(dir $(SYNTH_MODEL))
+	@test -f $(SYNTH_MODEL) || $(BUILD)/hmoe synth --preset qwen3-tiny --vocab none -o $(SYNTH_MODEL)
+	$(BUILD)/hmoe bench e2e -m $(SYNTH_MODEL) -p 128 -n 32
 
 test-sanitize: deps
 	@cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DHMOE_CUDA=OFF -DHMOE_SANITIZE=ON \
