@@ -17,7 +17,7 @@ struct hm_ctx {
      * positions are contiguous; huge pages (attention walks every position of every head) */
     hm_large kv_k, kv_v;
     size_t kv_dim;
-    size_t kv_elem; /* 4 (f32) or 2 (f16) */
+    size_t kv_elem;    /* 4 (f32) or 2 (f16) */
     int32_t *seq_len;  /* [n_seq] positions cached */
     int32_t *seq_next; /* [n_seq] scratch: next position while a batch is placed */
     float *inv_freq;   /* [rope_dim / 2] */
