@@ -301,19 +301,6 @@ static void kpack_task(int ith, int nth, void *arg) {
 #endif
 }
 
-static int parse_list(const char *s, long *out, int max) {
-    int n = 0;
-    while (s && *s && n < max) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 65536) return -1;
-        out[n++] = v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
-
 static int bench_kernels(int argc, char **argv) {
     const char *type_name = "q4_k";
     long rows = 768, cols = 2048, threads = 0, tokens[16] = {1, 4, 8, 64, 512};
@@ -331,7 +318,7 @@ static int bench_kernels(int argc, char **argv) {
             i++;
         else if (!strcmp(a, "--bytes") && cli_parse_size(v, &gib) && gib >= (1 << 20))
             i++;
-        else if (!strcmp(a, "--tokens") && (n_tokens = parse_list(v, tokens, 16)) > 0)
+        else if (!strcmp(a, "--tokens") && (n_tokens = cli_parse_list(v, tokens, 16)) > 0)
             i++;
         else
             return cli_usage_error("bench kernels: bad option '%s' (--type T --rows R --cols C "

@@ -35,19 +35,6 @@ static void fill_task(int ith, int nth, void *arg) {
     }
 }
 
-static int parse_tokens(const char *s, long *out, int max) {
-    int n = 0;
-    while (s && *s && n < max) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 65536) return -1;
-        out[n++] = v;
-        if (*end && *end != ',') return -1;
-        s = *end ? end + 1 : end;
-    }
-    return n;
-}
-
 int bench_moe(int argc, char **argv) {
     const char *preset = "qwen3-30b-a3b", *type_name = "q4_k";
     long tokens[16] = {1, 4, 32, 512}, layers = 0, threads = 0;
@@ -60,7 +47,7 @@ int bench_moe(int argc, char **argv) {
             preset = argv[++i];
         else if (!strcmp(a, "--type") && v)
             type_name = argv[++i];
-        else if (!strcmp(a, "--tokens") && (n_tokens = parse_tokens(v, tokens, 16)) > 0)
+        else if (!strcmp(a, "--tokens") && (n_tokens = cli_parse_list(v, tokens, 16)) > 0)
             i++;
         else if (!strcmp(a, "--layers") && cli_parse_int(v, 1, 512, &layers))
             i++;

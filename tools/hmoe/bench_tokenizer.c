@@ -58,22 +58,6 @@ static char *make_text(size_t bytes) {
     return buf;
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *len = (size_t)sz;
-    return buf;
-}
-
 int bench_tokenizer(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
     long mb = 16;
@@ -104,7 +88,7 @@ int bench_tokenizer(int argc, char **argv) {
     }
     double t_load = hm_time_s() - t0;
     size_t len;
-    char *text = file ? read_file(file, &len) : make_text((size_t)mb << 20);
+    char *text = file ? cli_read_file(file, &len) : make_text((size_t)mb << 20);
     if (!text) {
         fprintf(stderr, "hmoe: %s: cannot read input\n", file ? file : "(generated)");
         hm_tokenizer_free(tok);

@@ -26,6 +26,11 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out);
 /* Parses "1 2 3" or "1,2,3" into a malloc'd array (n >= 1). false on anything else. */
 #include <stdint.h>
 bool cli_parse_ids(const char *s, int32_t **ids, int *n);
+/* Parses "1,4,64" (values in [1, 65536]) into out[0..max); returns the count, -1 if malformed. */
+int cli_parse_list(const char *s, long *out, int max);
+/* Reads a whole file ("-": standard input), NUL-terminated (*len without the NUL); NULL when it
+ * cannot be opened or read. The caller frees. */
+char *cli_read_file(const char *path, size_t *len);
 /* Parses --load auto|mmap|copy into an hm_load_mode value. */
 bool cli_parse_load(const char *s, int *out);
 /* The model/context options of run, logits and bench e2e: --threads N, --batch N, --ctx N,

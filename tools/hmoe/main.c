@@ -55,6 +55,50 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
+int cli_parse_list(const char *s, long *out, int max) {
+    int n = 0;
+    while (s && *s && n < max) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 65536) return -1;
+        out[n++] = v;
+        if (*end && *end != ',') return -1;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    *len = 0;
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *q = realloc(buf, cap *= 2);
+            if (!q) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = q;
+        }
+        size_t k = fread(buf + n, 1, cap - 1 - n, f);
+        n += k;
+        if (k == 0) {
+            if (ferror(f)) {
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    if (f != stdin) fclose(f);
+    if (buf) buf[n] = '\0', *len = n;
+    return buf;
+}
+
 bool cli_parse_load(const char *s, int *out) {
     if (!strcmp(s, "auto"))
         *out = 0;

@@ -13,32 +13,6 @@ static const char k_usage[] =
     "                     [--tools JSON] [--kwargs JSON] [--bos-token S] [--eos-token S]\n"
     "  PATH: a .gguf file or a Hugging Face directory; JSON: literal JSON or @file\n";
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65537 > cap) {
-            cap = cap ? cap * 2 : 131072;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, 65536, f);
-        n += r;
-        if (r < 65536) break;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /* literal JSON or @file; NULL (message printed) on error */
 static json_t *json_arg(const char *opt, const char *v) {
     json_error_t je;
@@ -107,7 +81,7 @@ int cmd_template(int argc, char **argv) {
         }
     } else {
         size_t len;
-        src.template_text = slurp(tfile, &len);
+        src.template_text = cli_read_file(tfile, &len);
         if (!src.template_text) {
             fprintf(stderr, "hmoe: %s: %s\n", tfile, strerror(errno ? errno : EIO));
             goto done;

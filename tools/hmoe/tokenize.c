@@ -9,30 +9,6 @@
 #include "hmoe.h"
 #include "tokenizer/tokenizer.h"
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *q = realloc(buf, cap *= 2);
-            if (!q) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = q;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0) break;
-    }
-    if (f != stdin) fclose(f);
-    *len = n;
-    return buf;
-}
-
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL;
     bool special = false, bos = true;
@@ -59,7 +35,7 @@ int cmd_tokenize(int argc, char **argv) {
     size_t len = text ? strlen(text) : 0;
     char *owned = NULL;
     if (file) {
-        owned = read_all(file, &len);
+        owned = cli_read_file(file, &len);
         if (!owned) {
             fprintf(stderr, "hmoe: %s: %s\n", file, strerror(errno));
             return 1;
