@@ -25,13 +25,19 @@ void hm_rope_inv_freq(float *inv, int dim, float theta) {
         inv[i] = (float)(1.0 / pow((double)theta, (double)(float)(2 * i) / (double)dim));
 }
 
-void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos,
-                  const float *inv_freq) {
+void hm_rope_cos_sin(int32_t pos, const float *inv_freq, int rope_dim, float *cs) {
     const int half = rope_dim / 2;
     for (int i = 0; i < half; i++) {
         /* freqs = pos * inv_freq in float32, cos/sin of that float (as transformers does) */
-        float ang = (float)pos * inv_freq[i];
-        float c = cosf(ang), s = sinf(ang);
+        const float ang = (float)pos * inv_freq[i];
+        cs[i] = cosf(ang), cs[half + i] = sinf(ang);
+    }
+}
+
+void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, const float *cs) {
+    const int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        const float c = cs[i], s = cs[half + i];
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (size_t)h * (size_t)head_dim;
             float a = v[i], b = v[i + half];

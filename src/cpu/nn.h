@@ -20,10 +20,12 @@ void hm_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
 /* Rotary inverse frequencies of transformers' default rope: inv[i] = theta^(-2i/dim), i < dim/2 */
 void hm_rope_inv_freq(float *inv, int dim, float theta);
 
+/* cos and sin of position pos's rotary angles: cs[i] = cos, cs[rope_dim/2 + i] = sin. */
+void hm_rope_cos_sin(int32_t pos, const float *inv_freq, int rope_dim, float *cs);
+
 /* NeoX-style rotation (transformers' rotate_half) of the first rope_dim values of each of n_heads
- * heads of head_dim values, at position pos: pairs (i, i + rope_dim/2). */
-void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, int32_t pos,
-                  const float *inv_freq);
+ * heads of head_dim values, pairs (i, i + rope_dim/2), by the angles of hm_rope_cos_sin. */
+void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, const float *cs);
 
 /* ---- matrix multiply: y[t][r] = W[r] . x[t] for t < n, r < W.rows ---------------------------- */
 

@@ -87,6 +87,7 @@ void hm_ctx_free(hm_ctx *c) {
     hm_pool_free(c->pool);
     hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->seq_next),
         free(c->inv_freq);
+    hm_free(c->rope_cs);
     hm_free(c->x), hm_free(c->xn), hm_free(c->q), hm_free(c->k), hm_free(c->v);
     hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u);
     free(c->w), free(c->ids), free(c->pos), free(c->seq), free(c->kvv);
@@ -144,6 +145,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->seq_len = calloc((size_t)p.n_seq, sizeof(int32_t));
     c->seq_next = calloc((size_t)p.n_seq, sizeof(int32_t));
     c->inv_freq = calloc(hp->rope_dim / 2 + 1, sizeof(float));
+    c->rope_cs = fbuf(B * (hp->rope_dim ? hp->rope_dim : 1), "ctx rope");
     c->x = fbuf(B * H, "ctx x");
     c->xn = fbuf(B * H, "ctx xn");
     c->tmp = fbuf(B * H, "ctx tmp");
@@ -163,9 +165,9 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->attn_scratch = fbuf(hm_nn_attn_scratch_floats(p.n_ctx, (int)hp->n_heads, (int)hp->n_kv_heads,
                                                      (int)hp->head_dim, c->nth),
                            "ctx attention");
-    if (!c->seq_len || !c->seq_next || !c->inv_freq || !c->x || !c->xn || !c->tmp || !c->q ||
-        !c->att || !c->k || !c->v || !c->rl || !c->g || !c->u || !c->w || !c->ids || !c->pos ||
-        !c->seq || !c->kvv || !c->attn_scratch) {
+    if (!c->seq_len || !c->seq_next || !c->inv_freq || !c->rope_cs || !c->x || !c->xn || !c->tmp ||
+        !c->q || !c->att || !c->k || !c->v || !c->rl || !c->g || !c->u || !c->w || !c->ids ||
+        !c->pos || !c->seq || !c->kvv || !c->attn_scratch) {
         st = hm_errorf(HM_ERR_NO_MEMORY,
                        "context: out of memory (KV cache %zu MiB for %d positions x %d sequences)",
                        kv_floats * 2 * c->kv_elem >> 20, p.n_ctx, p.n_seq);
@@ -224,11 +226,14 @@ typedef struct fin_arg {
     const float *norm;
 } fin_arg;
 
+/* token i's embedding row, and the cos/sin of its rotary angles for every layer */
 static void embed_tok(hm_ctx *c, int i, void *arg) {
     const int32_t *tokens = arg;
     const hm_matrix *e = &c->m->tok_embd;
     hm_dequantize_row(e->type, (const uint8_t *)e->data + (size_t)tokens[i] * e->row_bytes,
                       c->x + (size_t)i * c->m->hp.hidden, e->cols);
+    const int rd = (int)c->m->hp.rope_dim;
+    hm_rope_cos_sin(c->pos[i], c->inv_freq, rd, c->rope_cs + (size_t)i * (size_t)rd);
 }
 
 static void final_norm(hm_ctx *c, int i, void *arg) {

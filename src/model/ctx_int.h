@@ -21,6 +21,8 @@ struct hm_ctx {
     int32_t *seq_len;  /* [n_seq] positions cached */
     int32_t *seq_next; /* [n_seq] scratch: next position while a batch is placed */
     float *inv_freq;   /* [rope_dim / 2] */
+    float *rope_cs;    /* [n_batch][rope_dim]: each token's cos/sin, once per batch (not per
+                          layer and per q and k) */
     /* scratch for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w;
     int32_t *ids, *pos, *seq;

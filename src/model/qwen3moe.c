@@ -43,8 +43,9 @@ static void qk_rope_store(hm_ctx *c, int i, void *arg) {
         for (int h = 0; h < nkv; h++)
             hm_rmsnorm(k + (size_t)h * hd, a->L->k_norm, k + (size_t)h * hd, hd, hp->norm_eps);
     }
-    hm_rope_neox(q, nh, hd, (int)hp->rope_dim, c->pos[i], c->inv_freq);
-    hm_rope_neox(k, nkv, hd, (int)hp->rope_dim, c->pos[i], c->inv_freq);
+    const float *cs = c->rope_cs + (size_t)i * hp->rope_dim;
+    hm_rope_neox(q, nh, hd, (int)hp->rope_dim, cs);
+    hm_rope_neox(k, nkv, hd, (int)hp->rope_dim, cs);
     const size_t hstride = (size_t)c->p.n_ctx * (size_t)hd, row = (size_t)c->pos[i] * (size_t)hd;
     if (c->kv_elem == 2) {
         uint16_t *kc = hm_ctx_kv_k(c, a->il, c->seq[i]), *vc = hm_ctx_kv_v(c, a->il, c->seq[i]);
