@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/cpu.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "model/arch.h"
@@ -319,18 +320,6 @@ static const void *rebase(const region *r, size_t n, uint8_t *dst, const void *p
     return p; /* not inside the file: an owned copy */
 }
 
-static uint64_t mem_total_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    unsigned long long kb = 0;
-    if (f) {
-        char line[256];
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) break;
-        fclose(f);
-    }
-    return (uint64_t)kb * 1024;
-}
-
 static hm_status copy_weights(hm_model *m, const hm_model_params *p) {
     region *r = NULL;
     size_t n = 0;
@@ -364,7 +353,8 @@ static hm_status copy_weights(hm_model *m, const hm_model_params *p) {
         if (e > total) total = e;
     }
     if (p->load == HM_LOAD_AUTO) {
-        uint64_t mem = mem_total_bytes();
+        hm_mem_info mi;
+        const uint64_t mem = hm_mem_info_get(&mi) == HM_OK ? mi.total : 0;
         if (!mem || (uint64_t)total > mem / 4 * 3) {
             free(r);
             return HM_OK;
