@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "cpu/membw.h"
 #include "model/model.h"
+#include "quant/synth.h"
 #include "quant/types.h"
 
 static uint64_t mat_bytes(const hm_matrix *m) {
@@ -115,11 +116,8 @@ int bench_e2e(int argc, char **argv) {
         fprintf(stderr, "hmoe bench e2e: out of memory\n");
         goto done;
     }
-    uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (long i = 0; i < n_prompt; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        ids[i] = (int32_t)(s % hp->vocab_size);
-    }
+    uint64_t s = 1;
+    for (long i = 0; i < n_prompt; i++) ids[i] = (int32_t)(hm_rng_next(&s) % hp->vocab_size);
     double best_pp = 0, best_tg = 0;
     for (long r = 0; r < reps; r++) {
         hm_ctx_seq_reset(c, 0);
