@@ -138,7 +138,7 @@ int main(void) {
     if (access(qv, R_OK) == 0) {
         snprintf(
             cmd, sizeof cmd,
-            "%s synth --preset qwen3-tiny --vocab %s -o /tmp/hmoe-cli-chat.gguf >/dev/null && "
+            "%s synth --preset qwen3-tiny --vocab %s -o /tmp/hmoe-cli-chat.gguf >/dev/null 2>&1 && "
             "HMOE_LOG=debug %s run -m /tmp/hmoe-cli-chat.gguf -p \"Hi\" --system \"Be brief.\" "
             "--no-think -n 2 --threads 2",
             bin, qv, bin);
