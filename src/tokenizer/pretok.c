@@ -47,6 +47,8 @@ static const pre_def PRE_DEFS[] = {
      {GPT2_RE}},
     {"qwen2 deepseek-r1-qwen kormo f2llmv2 megrez stablelm2 hunyuan solar-open", false, {QWEN2_RE}},
     {"qwen35", false, {QWEN35_RE}},
+    /* clang-format re-splits these UTF-8 literals on every run: keep them as they are */
+    // clang-format off
     {"deepseek-llm",
      false,
      {"[\\r\\n]",
@@ -61,6 +63,7 @@ static const pre_def PRE_DEFS[] = {
       "𐳲𑢠-"
       "𑣟𞤀-𞥃]+",
       "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", "[一-龥ࠀ-一가-퟿]+", "\\p{N}+"}},
+    // clang-format on
     {"deepseek-v3 hunyuan-dense joyai-llm hy_v4",
      false,
      {"\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
