@@ -75,9 +75,19 @@ typedef struct hm_moe_params {
     hm_pool *const *slice_pools;
     int max_tokens; /* tokens per internal pass (scratch is sized for it); 0 = 1024 */
     bool no_amx;    /* never use the AMX path (tests, comparisons) */
+    /* AMX prefill: also store every (unmasked at create) expert's weights once as int8 tile
+     * units (hm_moe_repack_bytes more memory, ~1 byte per weight, in huge pages), so experts with
+     * more than 4 tokens skip the per-call conversion to int8. Same results bit for bit; decode
+     * keeps reading the original weights. Ignored without AMX, with no_amx and with float
+     * weights. The pool computes the repacking in hm_moe_create (with n_slices > 1 each slice's
+     * pool packs its own slice, so the copy lands on that node). */
+    bool repack;
 } hm_moe_params;
 
 hm_moe_params hm_moe_default_params(void);
+/* Bytes the repack option would take for these shapes on this CPU (0 when it would be ignored:
+ * no AMX, no_amx, float weights). Only the shapes, types, mask and flags are read. */
+size_t hm_moe_repack_bytes(const hm_moe_params *params);
 hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out);
 void hm_moe_free(hm_moe *moe); /* waits for a submit in flight; NULL is a no-op */
 
@@ -92,6 +102,19 @@ hm_status hm_moe_submit(hm_moe *moe, const void *x, hm_moe_dtype x_type, const i
                         bool accumulate);
 /* Blocks until the submitted batch is complete (no-op when none is in flight). */
 void hm_moe_wait(hm_moe *moe);
+
+/* Diagnostics: seconds the caller's participant spent per phase of the batched path since the
+ * last reset (barrier waits included, so the phases add up to the wall time; the one-chunk
+ * decode path is not counted). With slices, the slowest slice per phase. */
+enum {
+    HM_MOE_PROF_PRE,     /* activation conversion for the matvec experts */
+    HM_MOE_PROF_PACK_X,  /* int8 packing of the AMX experts' inputs */
+    HM_MOE_PROF_GATE_UP, /* gate + up + activation */
+    HM_MOE_PROF_PACK_H,  /* conversion / packing of the hidden rows */
+    HM_MOE_PROF_DOWN,    /* down + weighted sum (+ the output of the last chunk) */
+    HM_MOE_PROF_N
+};
+void hm_moe_profile(hm_moe *moe, double sec[HM_MOE_PROF_N], bool reset);
 
 /* ---- routers (CPU helpers; scores in float) ---------------------------------------------- */
 

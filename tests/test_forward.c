@@ -264,11 +264,12 @@ static void kl_stats(const float *ref, const float *got, int n, int V, double *m
 }
 
 /* logits of every prompt of f with the model at path; false if it cannot run */
-static bool logits_of(const char *path, const fixture *f, int prompt, float *lg, bool no_amx) {
+static bool logits_rp(const char *path, const fixture *f, int prompt, float *lg, bool no_amx,
+                      hm_repack_mode repack) {
     hm_model *m = NULL;
     hm_ctx *c = NULL;
     hm_ctx_params cp = hm_ctx_default_params();
-    cp.n_threads = 2, cp.n_ctx = 64, cp.n_batch = 64, cp.no_amx = no_amx;
+    cp.n_threads = 2, cp.n_ctx = 64, cp.n_batch = 64, cp.no_amx = no_amx, cp.repack = repack;
     CHECK_OK(hm_model_load(path, &m));
     if (m) CHECK_OK(hm_ctx_create(m, &cp, &c));
     bool ok = c && hm_ctx_decode(c, f->prompt[prompt], NULL, f->len[prompt], NULL, lg) == HM_OK;
@@ -276,6 +277,10 @@ static bool logits_of(const char *path, const fixture *f, int prompt, float *lg,
     hm_ctx_free(c);
     hm_model_free(m);
     return ok;
+}
+
+static bool logits_of(const char *path, const fixture *f, int prompt, float *lg, bool no_amx) {
+    return logits_rp(path, f, prompt, lg, no_amx, HM_REPACK_AUTO);
 }
 
 /* Writes src's tensors dequantized to F32 (metadata copied): the same weights for exact kernels. */
@@ -351,8 +356,13 @@ static void check_converted(const char *name, int type, int experts_type, double
                       "%s %s kernels%s vs F32: KL mean %.3g max %.3g", name,
                       hm_type_name((uint32_t)type), amx ? " (AMX)" : "", km, kx);
         }
-        if (!logits_of(path, &f, i, lg, false)) break;
+        if (!logits_rp(path, &f, i, lg, false, HM_REPACK_ON)) break;
         const size_t nv = (size_t)f.len[i] * (size_t)V;
+        /* experts repacked for AMX at load or converted per batch: the same logits bit for bit */
+        if (quant && logits_rp(path, &f, i, lf, false, HM_REPACK_OFF))
+            CHECK_MSG(!memcmp(lf, lg, sizeof(float) * nv),
+                      "%s %s: logits with repacked experts differ from per-batch conversion", name,
+                      hm_type_name((uint32_t)type));
         if (tol > 0) {
             double e = rel_err(lg, f.logits[i], nv);
             CHECK_MSG(e <= tol, "%s as GGUF (%s): prompt %d rel error %.3g > %.3g", name,

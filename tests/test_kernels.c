@@ -162,6 +162,26 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
         }
     CHECK_MSG(bad == 0, "amx %s %lldx%lld, %d tokens: %d outputs off (max err %.3g of %.3g)",
               hm_type_name(type), (long long)rows, (long long)cols, n_tok, bad, emax, ymax);
+
+    /* weights repacked once: bit-identical to the per-call conversion, from unit 0 and from
+     * unit 1 (rows 32..), the units packed in two calls as two threads would */
+    const int64_t units = (rows + 31) / 32;
+    void *wp = aligned_alloc(64, (hm_amx_wpack_bytes(rows, cols) + 63) / 64 * 64);
+    hm_amx_wpack(type, w, rb, rows, cols, 0, units / 2, wp, scratch);
+    hm_amx_wpack(type, w, rb, rows, cols, units / 2, units, wp, scratch);
+    float *yp = calloc((size_t)(rows * n_tok), sizeof(float));
+    for (int64_t from = 0; from <= 32 && from < rows; from += 32) {
+        hm_amx_matmul_packed(wp, rows, cols, from, rows + 5, packed, n_tok, yp + from, (size_t)rows,
+                             scratch);
+        int diff = 0;
+        for (int t = 0; t < n_tok; t++)
+            for (int64_t r = from > r0 ? from : r0; r < rows; r++)
+                diff += memcmp(&yp[t * rows + r], &y[t * rows + r], sizeof(float)) != 0;
+        CHECK_MSG(diff == 0, "amx packed %s %lldx%lld, %d tokens, from row %lld: %d outputs differ",
+                  hm_type_name(type), (long long)rows, (long long)cols, n_tok, (long long)from,
+                  diff);
+    }
+    free(wp), free(yp);
     free(packed), free(scratch), free(y), free(yref), free(x), free(wf), free(w);
 #else
     (void)type, (void)rows, (void)cols, (void)n_tok;
@@ -253,6 +273,8 @@ int main(void) {
         test_i8_split(ty, 2304);
         for (size_t i = 0; i < 4; i++) test_amx_type(ty, 45, c1 == 256 ? 768 : 96, amx_tok[i]);
         test_amx_type(ty, 64, 2304, 37);
+        if (ty == HM_TYPE_Q4_K || ty == HM_TYPE_Q8_0) /* more token pairs than one pass takes */
+            test_amx_type(ty, 70, 512, 150);
     }
     CHECK(hm_i8_block(HM_TYPE_BF16) == 0 && hm_i8_block(HM_TYPE_Q8_K) == 0);
     const int64_t q4k_cols[] = {256, 512, 768, 2048, 2304};

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/pool.h"
+#include "cpu/ops.h"
 #include "hmoe_moe.h"
 #include "quant/fp16.h"
 #include "quant/ref.h"
@@ -230,6 +231,52 @@ static void run_case(hm_pool *pool, const model *m, int n, double tol, const cha
     hm_moe_free(moe);
 }
 
+/* repack: the engine with its experts repacked once equals the per-call conversion bit for bit,
+ * including experts masked at create (not packed) and unmasked later, which take the per-call
+ * path; the size query is 0 where nothing would be packed */
+static void test_repack(hm_pool *pool, const model *m, int n) {
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
+    p.pool = pool, p.max_tokens = 200;
+    p.n_slices = g_n_slices, p.slice_pools = g_slices;
+    const hm_cpu_ops *ops = NULL;
+    const bool amx = hm_cpu_ops_get(&ops) == HM_OK && ops->isa == HM_ISA_AMX;
+    uint8_t *mask = calloc((size_t)m->E, 1);
+    mask[1] = 1;
+    p.mask = mask;
+    p.repack = true;
+    const size_t want = hm_moe_repack_bytes(&p);
+    CHECK_MSG(amx ? want > 0 : want == 0, "repack bytes %zu with%s AMX", want, amx ? "" : "out");
+    hm_moe *a = NULL, *b = NULL;
+    CHECK_OK(hm_moe_create(&p, &a));
+    p.repack = false;
+    CHECK_OK(hm_moe_create(&p, &b));
+    p.no_amx = true, p.repack = true;
+    CHECK_MSG(hm_moe_repack_bytes(&p) == 0, "repack bytes with no_amx");
+    if (!a || !b) return;
+    CHECK_OK(hm_moe_set_mask(a, NULL));
+    CHECK_OK(hm_moe_set_mask(b, NULL));
+    float *x = malloc(sizeof(float) * (size_t)(n * m->H)),
+          *oa = malloc(sizeof(float) * (size_t)(n * m->H)),
+          *ob = malloc(sizeof(float) * (size_t)(n * m->H));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
+    float *w = malloc(sizeof(float) * (size_t)(n * m->k));
+    uint64_t s = 7 + (uint64_t)n;
+    for (int64_t i = 0; i < n * m->H; i++)
+        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
+    route(n, m->E, m->k, 4321 + (uint64_t)n, ids, w);
+    CHECK_OK(hm_moe_submit(a, x, HM_MOE_F32, ids, w, n, m->k, oa, HM_MOE_F32, false));
+    hm_moe_wait(a);
+    CHECK_OK(hm_moe_submit(b, x, HM_MOE_F32, ids, w, n, m->k, ob, HM_MOE_F32, false));
+    hm_moe_wait(b);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n * m->H; i++) diff += memcmp(&oa[i], &ob[i], sizeof(float)) != 0;
+    CHECK_MSG(diff == 0, "repack %s, %d tokens%s: %lld outputs differ from the per-call path",
+              hm_type_name(m->ex[0].gate.type), n, g_n_slices ? " (slices)" : "", (long long)diff);
+    free(x), free(oa), free(ob), free(ids), free(w), free(mask);
+    hm_moe_free(a), hm_moe_free(b);
+}
+
 static void test_errors(hm_pool *pool) {
     model m;
     model_init(&m, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 64, 32, 4, 2, HM_MOE_SILU, false, 5);
@@ -322,11 +369,13 @@ int main(void) {
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
         run_case(pool, &m, ns[i], 3e-2, "q4_k 2048x768 top-2/8", false);
     run_case(spool, &m, 64, 3e-2, "q4_k 2048x768 top-2/8 (sync pool)", true);
+    test_repack(pool, &m, 64);
     model_free(&m);
     /* DeepSeek-V2-Lite inter 1408 (not a multiple of 256): Q4_K gate/up, Q8_0 down, top-6/64 */
     model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 256, 1408, 64, 6, HM_MOE_SILU, false, 12);
     run_case(pool, &m, 1, 3e-2, "q4_k/q8_0 256x1408 top-6/64", false);
     run_case(pool, &m, 513, 3e-2, "q4_k/q8_0 256x1408 top-6/64", false);
+    test_repack(pool, &m, 513);
     model_free(&m);
     /* top-8 of 256 experts, Q8_0, GELU */
     model_init(&m, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 256, 256, 256, 8, HM_MOE_GELU, false, 13);
@@ -370,6 +419,7 @@ int main(void) {
         /* 1408 = 44 blocks of 32 (Q8_0 down): 704 + 704 */
         model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 256, 1408, 64, 6, HM_MOE_SILU, false, 12);
         run_case(pool, &m, 3, 3e-2, "2 slices: q4_k/q8_0 256x1408 top-6/64", false);
+        test_repack(pool, &m, 300);
         model_free(&m);
         /* biases (down bias added once) and the gpt-oss activation */
         model_init(&m, HM_TYPE_MXFP4, HM_TYPE_MXFP4, 2880, 64, 32, 4, HM_MOE_SWIGLU_OAI, true, 14);

@@ -80,6 +80,19 @@ size_t hm_amx_scratch_bytes(uint32_t type, int64_t cols);
 void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
                    int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
                    void *scratch);
+
+/* Load-time repacking for the AMX matmul: the per-call path above converts each 32-row unit of
+ * the weights to int8 tiles on every call (about one cycle per weight, which dominates when an
+ * expert gets few tokens); hm_amx_wpack stores that conversion once, in
+ * hm_amx_wpack_bytes(rows, cols) bytes at a 64-byte aligned dst, ~1.02 bytes per weight. Units
+ * [u0, u1) of 32 rows each (threads split the units); scratch as for hm_amx_matmul.
+ * hm_amx_matmul_packed then equals hm_amx_matmul bit for bit, for r0 a multiple of 32 (rows
+ * r0..r1-1, clamped to rows). Layout: src/quant/README.md ("AMX int8 units"). */
+size_t hm_amx_wpack_bytes(int64_t rows, int64_t cols);
+void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                  int64_t u0, int64_t u1, void *dst, void *scratch);
+void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                          const void *packed, int n_tok, float *y, size_t y_stride, void *scratch);
 #endif
 
 #endif

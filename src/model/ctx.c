@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/cpu.h"
 #include "core/log.h"
+#include "format/gguf.h"
 #include "model/ctx_int.h"
 #include "quant/ref.h"
 
@@ -38,6 +40,28 @@ void hm_ctx_prof_reset(hm_ctx *c) {
 int hm_ctx_n_ctx(const hm_ctx *c) {
     return c->p.n_ctx;
 }
+/* the bytes of a model computed from its mapping (the file, or for a HF directory its experts,
+ * which are nearly all of it) */
+static uint64_t mapped_bytes(const hm_model *m) {
+    if (m->gguf) return hm_gguf_file_size(m->gguf);
+    uint64_t b = 0;
+    const hm_hparams *hp = &m->hp;
+    for (uint32_t il = 0; il < hp->n_layers; il++) {
+        const hm_layer *L = &m->layers[il];
+        if (!L->moe) continue;
+        for (uint32_t e = 0; e < hp->n_experts; e++) {
+            const hm_moe_expert *x = &L->experts[e];
+            b += (uint64_t)(x->gate.row_bytes + x->up.row_bytes) * hp->moe_inter +
+                 (uint64_t)x->down.row_bytes * hp->hidden;
+        }
+    }
+    return b;
+}
+
+size_t hm_ctx_repacked_bytes(const hm_ctx *c) {
+    return c->repacked;
+}
+
 int hm_ctx_n_seq(const hm_ctx *c) {
     return c->p.n_seq;
 }
@@ -181,6 +205,29 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory");
         goto fail;
     }
+    bool repack = false;
+    if (p.repack != HM_REPACK_OFF) {
+        size_t need = 0;
+        for (uint32_t il = 0; il < hp->n_layers; il++) {
+            if (!m->layers[il].moe) continue;
+            hm_moe_params mp = hm_moe_default_params();
+            mp.n_experts = (int)hp->n_experts, mp.hidden = hp->hidden, mp.inter = hp->moe_inter;
+            mp.experts = m->layers[il].experts, mp.no_amx = p.no_amx;
+            need += hm_moe_repack_bytes(&mp);
+        }
+        hm_mem_info mi;
+        const bool have = hm_mem_info_get(&mi) == HM_OK;
+        const uint64_t keep = m->copy.ptr ? 0 : mapped_bytes(m);
+        repack =
+            need > 0 && (p.repack == HM_REPACK_ON || (have && need + keep <= mi.available / 5 * 4));
+        if (need > 0 && !repack)
+            hm_log(HM_LOG_INFO,
+                   "experts not repacked for AMX prefill: %.1f GB needed%s, %.1f GB available "
+                   "(--repack on forces it)",
+                   (double)need * 1e-9, keep ? " (+ the mmapped model)" : "",
+                   have ? (double)mi.available * 1e-9 : 0.0);
+        if (repack) c->repacked = need;
+    }
     for (uint32_t il = 0; il < hp->n_layers; il++) {
         const hm_layer *L = &m->layers[il];
         mmb = mm_need(c, &L->wq, mmb);
@@ -203,6 +250,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         mp.pool = c->pool;
         mp.max_tokens = p.n_batch;
         mp.no_amx = p.no_amx;
+        mp.repack = repack;
         if ((st = hm_moe_create(&mp, &c->moe[il]))) {
             st = hm_errorf(st, "%s: layer %u experts: %s", m->path, il, hm_last_error());
             goto fail;

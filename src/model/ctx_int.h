@@ -31,6 +31,7 @@ struct hm_ctx {
     void *mm_scratch;
     size_t q_dim, ffn_max;
     uint64_t prof_ns[HM_PROF_COUNT]; /* time per part of the forward pass, summed */
+    size_t repacked; /* bytes of the experts' int8 tile copy */
 };
 
 /* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half). */

@@ -71,6 +71,12 @@ void hm_model_free(hm_model *m);
 
 /* ---- context: KV cache + forward ------------------------------------------------------------ */
 
+typedef enum hm_repack_mode {
+    HM_REPACK_AUTO = 0, /* repack when the copy fits in the memory left (see hm_ctx_create) */
+    HM_REPACK_OFF,      /* prefill converts the experts' weights to int8 tiles on every batch */
+    HM_REPACK_ON,       /* always repack (fails when the memory cannot be had) */
+} hm_repack_mode;
+
 typedef struct hm_ctx_params {
     int n_threads;   /* 0 = one per physical core */
     int n_ctx;       /* positions per sequence; 0 = min(max_position_embeddings, 4096) */
@@ -80,6 +86,11 @@ typedef struct hm_ctx_params {
     bool kv_f16;     /* KV cache in IEEE half: half the memory, ~1e-3 relative rounding */
     bool pin_caller; /* pin the calling thread to participant 0's core (it computes as one of the
                         pool's threads; unpinned, the OS may stack it on a worker's core) */
+    /* AMX prefill: keep a second copy of the routed experts as int8 tile units (~1 byte per
+     * weight) so batches skip the per-call conversion; decode still reads the original weights.
+     * AUTO repacks when that copy (plus the model itself when it is mmapped, so that the page
+     * cache keeps it) fits in 80% of MemAvailable; nothing is repacked without AMX. */
+    hm_repack_mode repack;
 } hm_ctx_params;
 
 typedef struct hm_ctx hm_ctx;
@@ -92,7 +103,8 @@ int hm_ctx_n_batch(const hm_ctx *c);
 int hm_ctx_n_threads(const hm_ctx *c);
 int hm_ctx_n_ctx(const hm_ctx *c);
 int hm_ctx_n_seq(const hm_ctx *c);
-int hm_ctx_seq_len(const hm_ctx *c, int seq); /* positions already in the cache */
+size_t hm_ctx_repacked_bytes(const hm_ctx *c); /* the experts' int8 copy, 0 when none */
+int hm_ctx_seq_len(const hm_ctx *c, int seq);  /* positions already in the cache */
 /* Forgets a sequence's cache (its next token is position 0). */
 void hm_ctx_seq_reset(hm_ctx *c, int seq);
 

@@ -22,6 +22,7 @@
 
 #include "core/alloc.h"
 #include "core/cpu.h"
+#include "core/log.h"
 #include "core/pool.h"
 #include "core/timer.h"
 #include "cpu/matvec.h"
@@ -96,6 +97,13 @@ struct hm_moe {
     hm_moe **sub;
     float *sub_out; /* [n_sub][n_tok][hidden] */
     size_t cap_sub_out;
+    /* repack: expert e's gate, up, down int8 tile units at wpack + e * wp_expert (+ wp_gu for
+     * up, + 2 * wp_gu for down) when packed[e] */
+    hm_large wpack;
+    size_t wp_expert, wp_gu;
+    uint8_t *packed;
+    /* participant 0's seconds per phase of the phased path, barrier waits included */
+    double prof[HM_MOE_PROF_N];
 };
 
 hm_moe_params hm_moe_default_params(void) {
@@ -131,6 +139,106 @@ static hm_status check_matrix(const hm_moe_matrix *m, int64_t rows, int64_t cols
 }
 
 static hm_status create_sliced(const hm_moe_params *p, hm_moe **out);
+
+/* whether experts with many tokens take the AMX int8 path: integer-quantized weights only (float
+ * weights keep the exact kernels rather than losing precision to an int8 re-quantization) */
+static bool amx_wanted(const hm_moe_params *p, const hm_cpu_ops *ops) {
+    return !p->no_amx && ops->isa == HM_ISA_AMX && p->experts &&
+           hm_act_type(p->experts[0].gate.type) != HM_TYPE_F32 &&
+           hm_act_type(p->experts[0].down.type) != HM_TYPE_F32;
+}
+
+static void repack_sizes(const hm_moe_params *p, size_t *gu, size_t *expert) {
+    size_t g = 0, d = 0;
+#if defined(__x86_64__)
+    g = hm_align_up(hm_amx_wpack_bytes(p->inter, p->hidden), 64);
+    d = hm_align_up(hm_amx_wpack_bytes(p->hidden, p->inter), 64);
+#endif
+    *gu = g;
+    *expert = 2 * g + d;
+}
+
+size_t hm_moe_repack_bytes(const hm_moe_params *p) {
+    const hm_cpu_ops *ops;
+    if (!p || !p->experts || p->n_experts < 1 || hm_cpu_ops_get(&ops) || !amx_wanted(p, ops))
+        return 0;
+    size_t gu, ex, n = 0;
+    repack_sizes(p, &gu, &ex);
+    for (int e = 0; e < p->n_experts; e++) n += !(p->mask && p->mask[e]);
+    return n * ex;
+}
+
+typedef struct {
+    hm_moe *m;
+    atomic_llong next;
+} repack_job;
+
+/* work items: (expert, projection, 8 units); scratch from the thread's tscratch */
+static void repack_task(int ith, int nth, void *arg) {
+    (void)nth;
+#if defined(__x86_64__)
+    repack_job *j = arg;
+    hm_moe *m = j->m;
+    const int64_t H = m->p.hidden, I = m->p.inter;
+    const int64_t ug = (I + UNIT - 1) / UNIT, ud = (H + UNIT - 1) / UNIT;
+    const int64_t ig = (ug + 7) / 8, id = (ud + 7) / 8, per = 2 * ig + id;
+    const int64_t total = per * m->p.n_experts;
+    for (;;) {
+        const int64_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= total) break;
+        const int e = (int)(it / per);
+        if (!m->packed[e]) continue;
+        int64_t k = it % per;
+        const hm_moe_expert *x = &m->experts[e];
+        uint8_t *base = (uint8_t *)m->wpack.ptr + (size_t)e * m->wp_expert;
+        if (k < 2 * ig) {
+            const hm_moe_matrix *w = k < ig ? &x->gate : &x->up;
+            const int64_t u0 = (k % ig) * 8;
+            hm_amx_wpack(w->type, w->data, w->row_bytes, I, H, u0, u0 + 8,
+                         base + (k < ig ? 0 : m->wp_gu), m->tscratch[ith]);
+        } else {
+            const int64_t u0 = (k - 2 * ig) * 8;
+            hm_amx_wpack(x->down.type, x->down.data, x->down.row_bytes, H, I, u0, u0 + 8,
+                         base + 2 * m->wp_gu, m->tscratch[ith]);
+        }
+    }
+#else
+    (void)ith, (void)arg;
+#endif
+}
+
+/* every thread's scratch at least need bytes (kept in a header word before the buffer) */
+static hm_status thread_scratch(hm_moe *m, size_t need) {
+    for (int i = 0; i < m->nth; i++) {
+        size_t *hdr = m->tscratch[i] ? (size_t *)m->tscratch[i] - 8 : NULL;
+        if (hdr && hdr[0] >= need) continue;
+        hm_free(hdr);
+        hdr = hm_malloc_aligned(need + 64, 64, "moe thread scratch");
+        m->tscratch[i] = hdr ? hdr + 8 : NULL;
+        if (!hdr) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for thread scratch");
+        hdr[0] = need;
+    }
+    return HM_OK;
+}
+
+static hm_status repack(hm_moe *m) {
+    const uint64_t t0 = hm_time_ns();
+    repack_sizes(&m->p, &m->wp_gu, &m->wp_expert);
+    m->packed = calloc((size_t)m->p.n_experts, 1);
+    if (!m->packed) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
+    size_t n = 0;
+    for (int e = 0; e < m->p.n_experts; e++) n += m->packed[e] = !m->mask[e];
+    if (!n) return HM_OK;
+    hm_status st = hm_large_alloc(m->wp_expert * (size_t)m->p.n_experts, true,
+                                  "repacked expert weights", &m->wpack);
+    if (st) return st;
+    if ((st = thread_scratch(m, m->tscratch_bytes + 64))) return st;
+    repack_job j = {m, 0};
+    hm_pool_run(m->p.pool, repack_task, &j);
+    hm_log(HM_LOG_DEBUG, "moe: repacked %zu experts (%.1f MB) in %.1f ms", n,
+           (double)(n * m->wp_expert) * 1e-6, (double)(hm_time_ns() - t0) * 1e-6);
+    return HM_OK;
+}
 
 hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     *out = NULL;
@@ -188,10 +296,7 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->dot_u = hm_vec_dot_for(m->ops, m->tu);
     m->dot_d = hm_vec_dot_for(m->ops, m->td);
 #if defined(__x86_64__)
-    /* INT8 tiles only for integer-quantized weights: float weights (F32/F16/BF16) keep the exact
-     * kernels rather than losing precision to an int8 re-quantization */
-    m->amx = !p->no_amx && m->ops->isa == HM_ISA_AMX && hm_act_type(m->tg) != HM_TYPE_F32 &&
-             hm_act_type(m->td) != HM_TYPE_F32;
+    m->amx = amx_wanted(p, m->ops);
 #endif
     m->xq_bytes = hm_act_bytes(m->tg, p->hidden);
     m->hq_bytes = hm_act_bytes(m->td, p->inter);
@@ -210,6 +315,7 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     }
 #endif
     m->tscratch_bytes = (amx_bytes + 63) & ~(size_t)63;
+    if (m->amx && p->repack && (st = repack(m))) goto fail;
     *out = m;
     return HM_OK;
 fail:
@@ -331,7 +437,8 @@ void hm_moe_free(hm_moe *m) {
     hm_moe_wait(m);
     free_scratch(m);
     free(m->tscratch), free(m->experts), free(m->mask), free(m->cnt), free(m->act);
-    free(m->chunks), free(m->gu_done), free(m->h_ready);
+    free(m->chunks), free(m->gu_done), free(m->h_ready), free(m->packed);
+    hm_large_free(&m->wpack);
     free(m);
 }
 
@@ -428,10 +535,18 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
 #if defined(__x86_64__)
     if (ae->amx) {
         const int nr = (int)(r1 - r0);
-        hm_amx_matmul(m->tg, x->gate.data, x->gate.row_bytes, H, r0, r1, m->px + ae->px_off, ae->n,
-                      h + r0, (size_t)I, scr);
-        hm_amx_matmul(m->tu, x->up.data, x->up.row_bytes, H, r0, r1, m->px + ae->px_off, ae->n, tb,
-                      (size_t)nr, scr);
+        if (m->packed && m->packed[ae->e]) {
+            const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
+            hm_amx_matmul_packed(wp, I, H, r0, r1, m->px + ae->px_off, ae->n, h + r0, (size_t)I,
+                                 scr);
+            hm_amx_matmul_packed(wp + m->wp_gu, I, H, r0, r1, m->px + ae->px_off, ae->n, tb,
+                                 (size_t)nr, scr);
+        } else {
+            hm_amx_matmul(m->tg, x->gate.data, x->gate.row_bytes, H, r0, r1, m->px + ae->px_off,
+                          ae->n, h + r0, (size_t)I, scr);
+            hm_amx_matmul(m->tu, x->up.data, x->up.row_bytes, H, r0, r1, m->px + ae->px_off, ae->n,
+                          tb, (size_t)nr, scr);
+        }
         for (int t = 0; t < ae->n; t++) {
             float *ht = h + (size_t)t * (size_t)I;
             for (int64_t r = r0; r < r1; r++) {
@@ -464,7 +579,11 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     const int64_t I = m->p.inter, H = m->p.hidden;
     const int nr = (int)(r1 - r0);
 #if defined(__x86_64__)
-    if (ae->amx)
+    if (ae->amx && m->packed && m->packed[ae->e])
+        hm_amx_matmul_packed((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
+                                 2 * m->wp_gu,
+                             H, I, r0, r1, m->ph + ae->ph_off, ae->n, tb, (size_t)nr, scr);
+    else if (ae->amx)
         hm_amx_matmul(m->td, x->down.data, x->down.row_bytes, I, r0, r1, m->ph + ae->ph_off, ae->n,
                       tb, (size_t)nr, scr);
 #endif
@@ -603,8 +722,18 @@ static void job(int ith, int nth, void *arg) {
         write_out(m, R0, R1);
         return;
     }
+    uint64_t tp = ith == 0 ? hm_time_ns() : 0;
+#define PROF(i)                                                                                    \
+    do {                                                                                           \
+        if (ith == 0) {                                                                            \
+            const uint64_t now = hm_time_ns();                                                     \
+            m->prof[i] += (double)(now - tp) * 1e-9;                                               \
+            tp = now;                                                                              \
+        }                                                                                          \
+    } while (0)
     phase_pre(m, ith, nth);
     hm_pool_barrier(m->p.pool);
+    PROF(HM_MOE_PROF_PRE);
     for (int ci = 0; ci < m->n_chunks; ci++) {
         chunk *c = &m->chunks[ci];
 #if defined(__x86_64__)
@@ -613,13 +742,16 @@ static void job(int ith, int nth, void *arg) {
             hm_pool_barrier(m->p.pool);
         }
 #endif
+        PROF(HM_MOE_PROF_PACK_X);
         gate_up_phase(m, c, scr, tb);
         hm_pool_barrier(m->p.pool);
+        PROF(HM_MOE_PROF_GATE_UP);
         convert_h_phase(m, c, ith, nth);
 #if defined(__x86_64__)
         if (c->any_amx) phase_pack(m, c, true, ith, nth);
 #endif
         hm_pool_barrier(m->p.pool);
+        PROF(HM_MOE_PROF_PACK_H);
         /* down: units of UNIT output rows, each over every expert of the chunk, so no two
          * threads add to the same rows; the last chunk writes a unit's rows out when done */
         const int64_t base = m->act[c->a0].off;
@@ -634,6 +766,20 @@ static void job(int ith, int nth, void *arg) {
             if (last) write_out(m, r, re);
         }
         if (!last) hm_pool_barrier(m->p.pool);
+        PROF(HM_MOE_PROF_DOWN);
+    }
+#undef PROF
+}
+
+void hm_moe_profile(hm_moe *m, double sec[HM_MOE_PROF_N], bool reset) {
+    for (int i = 0; i < HM_MOE_PROF_N; i++) {
+        double v = m->prof[i];
+        for (int j = 0; j < m->n_sub; j++) v = fmax(v, m->sub[j]->prof[i]);
+        if (sec) sec[i] = v;
+        if (reset) {
+            m->prof[i] = 0;
+            for (int j = 0; j < m->n_sub; j++) m->sub[j]->prof[i] = 0;
+        }
     }
 }
 
@@ -779,16 +925,8 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     ok = ok && (ph_need == 0 || grow((void **)&m->ph, &m->cap_ph, ph_need, "moe packed h"));
     /* per-thread: AMX scratch + a [max tokens of one expert][UNIT] float tile; the size is kept
      * in a header word before the buffer */
-    const size_t tneed = m->tscratch_bytes + sizeof(float) * (size_t)max_n * UNIT + 64;
-    for (int i = 0; ok && i < m->nth; i++) {
-        size_t *hdr = m->tscratch[i] ? (size_t *)m->tscratch[i] - 8 : NULL;
-        if (hdr && hdr[0] >= tneed) continue;
-        hm_free(hdr);
-        hdr = hm_malloc_aligned(tneed + 64, 64, "moe thread scratch");
-        m->tscratch[i] = hdr ? hdr + 8 : NULL;
-        if (hdr) hdr[0] = tneed;
-        ok = hdr != NULL;
-    }
+    ok = ok &&
+         thread_scratch(m, m->tscratch_bytes + sizeof(float) * (size_t)max_n * UNIT + 64) == HM_OK;
     if (!ok) {
         free_scratch(m);
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);

@@ -257,6 +257,8 @@ typedef struct kjob {
     void **scratch; /* [nth] per-thread scratch of the AMX path, NULL when it is not used */
     void *packed;   /* activations packed once for the AMX path (shared by the threads) */
     const float *x; /* float activations [n_tok][cols] (the AMX path quantizes them itself) */
+    uint8_t *wpack; /* --repack: every matrix repacked for AMX, wpack_bytes apart; else NULL */
+    size_t wpack_bytes;
 } kjob;
 
 static void kfill_task(int ith, int nth, void *arg) {
@@ -276,7 +278,11 @@ static void kmatvec_task(int ith, int nth, void *arg) {
             int64_t groups = (w->rows + 31) / 32;
             int64_t r0 = groups * ith / nth * 32, r1 = groups * (ith + 1) / nth * 32;
             if (r1 > w->rows) r1 = w->rows;
-            if (r1 > r0)
+            if (r1 > r0 && j->wpack)
+                hm_amx_matmul_packed(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols, r0,
+                                     r1, j->packed, j->n_tok, j->y + r0, (size_t)w->rows,
+                                     j->scratch[ith]);
+            else if (r1 > r0)
                 hm_amx_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed, j->n_tok,
                               j->y + r0, (size_t)w->rows, j->scratch[ith]);
         }
@@ -301,15 +307,31 @@ static void kpack_task(int ith, int nth, void *arg) {
 #endif
 }
 
+static void kwpack_task(int ith, int nth, void *arg) {
+#if defined(__x86_64__)
+    kjob *j = arg;
+    for (int m = ith; m < j->n_mats; m += nth) {
+        const hm_matrix *w = &j->mats[m];
+        hm_amx_wpack(w->type, w->data, w->row_bytes, w->rows, w->cols, 0, (w->rows + 31) / 32,
+                     j->wpack + (size_t)m * j->wpack_bytes, j->scratch[ith]);
+    }
+#else
+    (void)ith, (void)nth, (void)arg;
+#endif
+}
+
 static int bench_kernels(int argc, char **argv) {
     const char *type_name = "q4_k";
     long rows = 768, cols = 2048, threads = 0, tokens[16] = {1, 4, 8, 64, 512};
     int n_tokens = 5;
+    bool repack = false;
     size_t gib = (size_t)1 << 30;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--type") && v)
             type_name = argv[++i];
+        else if (!strcmp(a, "--repack"))
+            repack = true;
         else if (!strcmp(a, "--rows") && cli_parse_int(v, 1, 1 << 20, &rows))
             i++;
         else if (!strcmp(a, "--cols") && cli_parse_int(v, 1, 1 << 20, &cols))
@@ -322,7 +344,7 @@ static int bench_kernels(int argc, char **argv) {
             i++;
         else
             return cli_usage_error("bench kernels: bad option '%s' (--type T --rows R --cols C "
-                                   "--tokens 1,8,64 --threads N --bytes SIZE)",
+                                   "--tokens 1,8,64 --threads N --bytes SIZE --repack)",
                                    a);
     }
     int type = hm_type_from_name(type_name);
@@ -387,9 +409,15 @@ static int bench_kernels(int argc, char **argv) {
             xt[i] = (float)((int64_t)(hm_rng_next(&seed) % 2001) - 1000) / 1000.0f;
         hm_act_convert((uint32_t)type, xt, xq + (size_t)t * xb, cols);
     }
-    kjob job = {
-        pool, hm_vec_dot_for(ops, (uint32_t)type), mats, n_mats, 1, xq, xb, y, 11, NULL, NULL, x};
+    kjob job = {pool, hm_vec_dot_for(ops, (uint32_t)type),
+                mats, n_mats,
+                1,    xq,
+                xb,   y,
+                11,   NULL,
+                NULL, x,
+                NULL, 0};
     void **scratch = NULL;
+    hm_large wpbuf = {0};
 #if defined(__x86_64__)
     /* AMX: tile matmul for more than 4 tokens */
     if (ops->isa == HM_ISA_AMX && hm_dequantize_supported((uint32_t)type)) {
@@ -400,11 +428,30 @@ static int bench_kernels(int argc, char **argv) {
         printf(
             "matmul (> 4 tokens): AMX INT8 tiles (TDPBSSD, K = 64, 32 rows x 32 tokens per step; "
             "weights and activations int8 per 256 values; activations packed once per token "
-            "set, untimed)\n");
+            "set, untimed); weights %s\n",
+            repack ? "repacked once to int8 tile units (untimed; the GB/s column still counts the "
+                     "original bytes)"
+                   : "converted to int8 on every call");
     }
 #endif
     job.scratch = scratch;
     hm_pool_run(pool, kfill_task, &job); /* first touch by the threads that will read */
+#if defined(__x86_64__)
+    if (repack && scratch) {
+        job.wpack_bytes = (hm_amx_wpack_bytes(rows, cols) + 63) & ~(size_t)63;
+        if (hm_large_alloc(job.wpack_bytes * (size_t)n_mats, true, "repacked weights", &wpbuf) !=
+            HM_OK) {
+            fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
+            return 1;
+        }
+        job.wpack = wpbuf.ptr;
+        uint64_t t0 = hm_time_ns();
+        hm_pool_run(pool, kwpack_task, &job);
+        printf("repacked %d matrices (%.2f GiB) in %.2f s\n", n_mats,
+               (double)job.wpack_bytes * n_mats / (1 << 30), (double)(hm_time_ns() - t0) * 1e-9);
+    }
+#endif
+    if (repack && !job.wpack) printf("--repack: no AMX on this machine, nothing repacked\n");
 
     /* validate against the reference on the first matrix */
     int vt = max_tok < 4 ? (int)max_tok : 4;
@@ -470,6 +517,7 @@ static int bench_kernels(int argc, char **argv) {
         for (int t = 0; t < hm_pool_size(pool); t++) free(scratch[t]);
         free(scratch);
         free(job.packed);
+        hm_large_free(&wpbuf);
     }
     hm_large_free(&wbuf);
     free(mats);

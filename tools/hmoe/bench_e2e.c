@@ -67,9 +67,10 @@ int bench_e2e(int argc, char **argv) {
             if (!cli_parse_int(v, 1, 1000, &reps)) return cli_usage_error("bad --reps '%s'", v);
             i++;
         } else {
-            fprintf(stderr, "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
-                            "[--threads N] [--batch N] [--no-amx]\n"
-                            "       [--load auto|mmap|copy] [--kv f32|f16]\n");
+            fprintf(stderr,
+                    "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
+                    "[--threads N] [--batch N] [--no-amx]\n"
+                    "       [--load auto|mmap|copy] [--kv f32|f16] [--repack auto|on|off]\n");
             return cli_usage_error("unknown or incomplete option '%s'", a);
         }
     }
@@ -84,7 +85,9 @@ int bench_e2e(int argc, char **argv) {
     t_load = hm_time_s() - t_load;
     cp.n_ctx = (int)(n_prompt + n_gen + 1);
     if (!cp.n_batch) cp.n_batch = n_prompt > 0 && n_prompt < 512 ? (int)n_prompt : 512;
+    double t_ctx = hm_time_s();
     if (hm_ctx_create(m, &cp, &c)) goto fail;
+    t_ctx = hm_time_s() - t_ctx;
     const hm_hparams *hp = &m->hp;
     uint64_t dense_b, exp_b;
     decode_bytes(m, &dense_b, &exp_b);
@@ -93,10 +96,10 @@ int bench_e2e(int argc, char **argv) {
            hp->hidden, hp->moe_inter, hm_type_name(m->layers[hp->n_layers - 1].expert_type[0]),
            hp->vocab_size);
     printf("config: prompt %ld tokens (batch %d), generate %ld, %d threads, amx %s, weights %s, "
-           "KV cache %s, load %.2f s\n",
+           "KV cache %s, load %.2f s, context %.2f s (experts repacked for AMX prefill: %.1f MB)\n",
            n_prompt, hm_ctx_n_batch(c), n_gen, hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
            hm_model_copied(m) ? "copied to huge pages" : "mmapped", cp.kv_f16 ? "f16" : "f32",
-           t_load);
+           t_load, t_ctx, (double)hm_ctx_repacked_bytes(c) * 1e-6);
     printf("decode reads per token: %.3f GB (dense+output %.3f GB, experts %.3f GB)\n",
            (double)(dense_b + exp_b) * 1e-9, (double)dense_b * 1e-9, (double)exp_b * 1e-9);
 

@@ -38,7 +38,7 @@ static void fill_task(int ith, int nth, void *arg) {
 int bench_moe(int argc, char **argv) {
     const char *preset = "qwen3-30b-a3b", *type_name = "q4_k";
     long tokens[16] = {1, 4, 32, 512}, layers = 0, threads = 0;
-    bool async = false;
+    bool async = false, repack = false;
     long nodes = 1; /* > 1: one sub-pool per node (emulated on one node), a slice of inter each */
     int n_tokens = 4;
     for (int i = 2; i < argc; i++) {
@@ -55,11 +55,13 @@ int bench_moe(int argc, char **argv) {
             i++;
         else if (!strcmp(a, "--async"))
             async = true;
+        else if (!strcmp(a, "--repack"))
+            repack = true;
         else if (!strcmp(a, "--nodes") && cli_parse_int(v, 1, 64, &nodes))
             i++;
         else
             return cli_usage_error("bench moe: bad option '%s' (--preset P --type T --tokens "
-                                   "1,4,32,512 --layers N --threads N --async --nodes N)",
+                                   "1,4,32,512 --layers N --threads N --async --nodes N --repack)",
                                    a);
     }
     const hm_preset *pr = hm_preset_find(preset);
@@ -144,6 +146,7 @@ int bench_moe(int argc, char **argv) {
     hm_moe **moe = calloc((size_t)layers, sizeof *moe);
     hm_moe_expert *ex = calloc((size_t)E, sizeof *ex);
     int rc = 0;
+    double create_s = 0;
     for (long l = 0; l < layers && !rc; l++) {
         uint8_t *lb = (uint8_t *)wbuf.ptr + (size_t)l * per_layer;
         for (int e = 0; e < E; e++) {
@@ -155,11 +158,19 @@ int bench_moe(int argc, char **argv) {
         hm_moe_params mp = hm_moe_default_params();
         mp.n_experts = E, mp.hidden = H, mp.inter = I, mp.experts = ex, mp.pool = pool;
         if (set) mp.n_slices = (int)nodes, mp.slice_pools = slices;
+        mp.repack = repack;
+        if (l == 0 && repack)
+            printf("repack: every expert also stored as int8 AMX tile units, %.2f GB more (%s)\n",
+                   (double)hm_moe_repack_bytes(&mp) * (double)layers * 1e-9,
+                   hm_moe_repack_bytes(&mp) ? "prefill reads those" : "nothing: no AMX here");
+        const uint64_t t0 = hm_time_ns();
         if (hm_moe_create(&mp, &moe[l]) != HM_OK) {
             fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
             rc = 1;
         }
+        create_s += (double)(hm_time_ns() - t0) * 1e-9;
     }
+    if (repack && !rc) printf("repack: %.2f s for %ld layers\n", create_s, layers);
     long max_tok = 1;
     for (int i = 0; i < n_tokens; i++) max_tok = tokens[i] > max_tok ? tokens[i] : max_tok;
     float *x = malloc(sizeof(float) * (size_t)(max_tok * H));
@@ -193,6 +204,7 @@ int bench_moe(int argc, char **argv) {
         const int n = (int)tokens[ti];
         double best = 1e30;
         size_t bytes = 0;
+        for (long l = 0; l < layers; l++) hm_moe_profile(moe[l], NULL, true);
         for (int pass = 0; pass < 3; pass++) {
             uint64_t t0 = hm_time_ns();
             bytes = 0;
@@ -229,6 +241,17 @@ int bench_moe(int argc, char **argv) {
         const double ops2 = 2.0 * 3.0 * (double)H * (double)I * (double)n * K * (double)layers;
         printf("%7d %12.1f %12.2f %12.1f %10.1f %8.1f%% %10.2f\n", n, best / (double)layers * 1e6,
                best * 1e3, (double)n / best, gbs, 100.0 * gbs / bw.median_gbs, ops2 / best * 1e-12);
+        double ph[HM_MOE_PROF_N] = {0}, one[HM_MOE_PROF_N];
+        for (long l = 0; l < layers; l++) {
+            hm_moe_profile(moe[l], one, true);
+            for (int i = 0; i < HM_MOE_PROF_N; i++) ph[i] += one[i] / 3.0;
+        }
+        if (ph[HM_MOE_PROF_GATE_UP] > 0)
+            printf("        phases (ms per pass of %ld layers): activations %.1f, pack x %.1f, "
+                   "gate/up %.1f, pack h %.1f, down %.1f\n",
+                   layers, ph[HM_MOE_PROF_PRE] * 1e3, ph[HM_MOE_PROF_PACK_X] * 1e3,
+                   ph[HM_MOE_PROF_GATE_UP] * 1e3, ph[HM_MOE_PROF_PACK_H] * 1e3,
+                   ph[HM_MOE_PROF_DOWN] * 1e3);
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
     free(moe), free(ex), free(x), free(out), free(ids), free(w);

@@ -133,6 +133,12 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
         if (strcmp(v, "f32") && strcmp(v, "f16"))
             return cli_usage_error("bad --kv '%s' (f32|f16)", v);
         cp->kv_f16 = !strcmp(v, "f16");
+    } else if (!strcmp(a, "--repack")) {
+        if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off"))
+            return cli_usage_error("bad --repack '%s' (auto|on|off)", v);
+        cp->repack = !strcmp(v, "on")    ? HM_REPACK_ON
+                     : !strcmp(v, "off") ? HM_REPACK_OFF
+                                         : HM_REPACK_AUTO;
     } else if (!strcmp(a, "--load")) {
         if (!cli_parse_load(v, &lm)) return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
         mp->load = (hm_load_mode)lm;

@@ -25,6 +25,8 @@ static int usage(FILE *f) {
             "  --threads N  --ctx N  --batch N  --no-amx\n"
             "  --load auto|mmap|copy  compute from the mapped file or from a huge-page copy\n"
             "  --kv f32|f16          KV cache element type (default f32)\n"
+            "  --repack auto|on|off  keep an int8 copy of the experts for AMX prefill (auto: when\n"
+            "                        it fits in memory)\n"
             "  --tokenizer PATH      tokenizer to use instead of the model's own\n"
             "  --chat                put -p through the model's chat template as a user turn\n"
             "  --system TEXT         a system turn before it (implies --chat)\n"

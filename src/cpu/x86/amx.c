@@ -48,12 +48,12 @@ hm_status hm_amx_selftest(void) {
     for (int k = 0; k < K; k++)
         for (int j = 0; j < N; j++) bv[k / 4][j][k % 4] = b[k][j];
 
-    _Alignas(64) tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    cfg.rows[0] = M, cfg.colsb[0] = N * 4;     /* C: 16 x 16 int32 */
-    cfg.rows[1] = M, cfg.colsb[1] = K;         /* A: 16 x 64 int8 */
-    cfg.rows[2] = K / 4, cfg.colsb[2] = N * 4; /* B: 16 x (16 x 4) int8 */
+    /* a constant object, not one built on the stack: see k_tile_config below */
+    static const _Alignas(64) tile_config cfg = {
+        .palette_id = 1,
+        .colsb = {N * 4, K, N * 4}, /* C: 16 x 16 int32, A: 16 x 64 int8, B: 16 x (16 x 4) */
+        .rows = {M, M, K / 4},
+    };
     _tile_loadconfig(&cfg);
     _tile_zero(0);
     _tile_loadd(1, a, K);
@@ -166,8 +166,20 @@ void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32
     }
 }
 
-/* scratch: A [2][kp / 64][16][64] int8 (each A tile one contiguous KiB: strided tile loads were
- * 3x slower on the device), sw [ngrp][32], acc [32 rows][32 tokens], cbuf [4][16][16], w [cols] */
+/* One 32-row weight unit, the layout hm_amx_wpack stores and the per-call path converts into:
+ * A [2][kp / 64][16][64] int8 (each A tile one contiguous KiB: strided tile loads were 3x slower
+ * on the device) then sw [ngrp][32] float scales. */
+static size_t unit_bytes(int64_t cols) {
+    const int64_t kp = (cols + 63) / 64 * 64, ngrp = (cols + AMX_G - 1) / AMX_G;
+    return (size_t)(32 * kp) + (size_t)ngrp * 32 * sizeof(float);
+}
+
+/* Token pairs folded together per pass over a weight unit's 256-value chunk: the chunk (8 KiB)
+ * then stays in L1 while AMX_TB pairs use it. */
+#define AMX_TB 4
+
+/* scratch: one unit (the per-call conversion), acc [AMX_TB][32 rows][32 tokens],
+ * cbuf [4][16][16], wrow [cols] */
 typedef struct {
     int8_t *A;
     float *sw, *acc, *wrow;
@@ -175,15 +187,14 @@ typedef struct {
 } amx_scratch;
 
 static amx_scratch scratch_layout(int64_t cols, void *base) {
-    const int64_t kp = (cols + 63) / 64 * 64, ngrp = (cols + AMX_G - 1) / AMX_G;
+    const int64_t kp = (cols + 63) / 64 * 64;
     amx_scratch s;
     uintptr_t p = align64((uintptr_t)base);
     s.A = (int8_t *)p;
-    p = align64(p + 32 * (size_t)kp);
-    s.sw = (float *)p;
-    p = align64(p + (size_t)ngrp * 32 * sizeof(float));
+    s.sw = (float *)(p + 32 * (size_t)kp);
+    p = align64(p + unit_bytes(cols));
     s.acc = (float *)p;
-    p += 32 * 32 * sizeof(float);
+    p += AMX_TB * 32 * 32 * sizeof(float);
     s.cbuf = (int32_t *)p;
     p += 4 * 256 * sizeof(int32_t);
     s.wrow = (float *)p;
@@ -194,6 +205,10 @@ size_t hm_amx_scratch_bytes(uint32_t type, int64_t cols) {
     (void)type;
     amx_scratch s = scratch_layout(cols, NULL);
     return (size_t)((uintptr_t)s.wrow + (size_t)cols * sizeof(float)) + 64;
+}
+
+size_t hm_amx_wpack_bytes(int64_t rows, int64_t cols) {
+    return (size_t)((rows + 31) / 32) * unit_bytes(cols);
 }
 
 /* Dequantizes one weight row to floats: AVX-512 for the main expert formats, else the
@@ -279,43 +294,50 @@ static void convert_row_q4_K(const hm_block_q4_K *b, int64_t nblk, int8_t *A, fl
     }
 }
 
-/* rows rg..rg+nr-1 (nr <= 32) -> int8 tile rows A[32][kp] + scales sw[g][32]; missing rows 0 */
+/* rows rg..rg+nr-1 (nr <= 32) -> one unit: int8 tile rows A[32][kp] + scales sw[g][32]; missing
+ * rows 0; wrow: cols floats of scratch */
 static void convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t cols, int nr,
-                         const amx_scratch *s, int64_t kp, int64_t ngrp) {
+                         int8_t *unit, float *wrow) {
+    const int64_t kp = (cols + 63) / 64 * 64, ngrp = (cols + AMX_G - 1) / AMX_G;
+    float *sw = (float *)(unit + 32 * kp);
     _Alignas(64) int8_t qg[AMX_G];
     for (int n = 0; n < 32; n++) {
         /* row n's 64-value chunk k sits at A + ((n / 16) * (kp / 64) + k) * 1024 + (n % 16) * 64 */
-        int8_t *A = s->A + (size_t)(n / 16) * (size_t)kp * 16 + (size_t)(n % 16) * 64;
+        int8_t *A = unit + (size_t)(n / 16) * (size_t)kp * 16 + (size_t)(n % 16) * 64;
         if (n >= nr) {
             for (int64_t k = 0; k < kp / 64; k++) memset(A + k * 1024, 0, 64);
-            for (int64_t g = 0; g < ngrp; g++) s->sw[g * 32 + n] = 0.0f;
+            for (int64_t g = 0; g < ngrp; g++) sw[g * 32 + n] = 0.0f;
             continue;
         }
         if (type == HM_TYPE_Q4_K && kp == cols) {
             convert_row_q4_K((const hm_block_q4_K *)(w + (size_t)n * row_bytes), cols / HM_QK_K, A,
-                             s->sw + n);
+                             sw + n);
             continue;
         }
-        dequant_row(type, w + (size_t)n * row_bytes, cols, s->wrow);
+        dequant_row(type, w + (size_t)n * row_bytes, cols, wrow);
         for (int64_t g = 0; g < ngrp; g++) {
             const int64_t c0 = g * AMX_G;
             const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
             const int plen = (int)(kp - c0 < AMX_G ? kp - c0 : AMX_G);
-            s->sw[g * 32 + n] = quant_group(s->wrow + c0, len, qg, plen);
+            sw[g * 32 + n] = quant_group(wrow + c0, len, qg, plen);
             for (int i = 0; i < plen; i += 64)
                 _mm512_store_si512(A + (c0 + i) / 64 * 1024, _mm512_load_si512(qg + i));
         }
     }
 }
 
+/* Every tile 16 rows x 64 bytes: C 0-3 (16 rows x 16 int32), A 4-5 (16 rows x 64 int8), B 6-7
+ * (16 x (16 tokens x 4)). A constant object: gcc 12 with -march=native dropped the stores to a
+ * stack-built config before LDTILECFG (it does not see the instruction read them), leaving every
+ * tile unconfigured (#UD on the first tile op). */
+static const _Alignas(64) tile_config k_tile_config = {
+    .palette_id = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
 static void amx_config(void) {
-    _Alignas(64) tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 4; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* C: 16 rows x 16 tokens */
-    for (int t = 4; t < 6; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* A: 16 rows x 64 int8 */
-    for (int t = 6; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64; /* B: 16 x (16 tok x 4) */
-    _tile_loadconfig(&cfg);
+    _tile_loadconfig(&k_tile_config);
 }
 
 /* acc[r][t] += sw[r] * dx[t] * C[r][t] for one 16x16 tile stored at cb */
@@ -330,43 +352,65 @@ static inline void fold(const int32_t *cb, const float *sw, const float *dx, flo
     }
 }
 
-/* acc [32 rows][32 tokens] for token pair p with the converted rows in s */
-static void amx_pair(const amx_act *a, int p, const amx_scratch *s, bool two_tok) {
+/* y[t][r] (r < nr) for every token from one weight unit (A tiles + scales sw). Token pairs go
+ * AMX_TB at a time: for each 256-value group, the unit's 8 KiB of that group is used by all of
+ * them while it is in L1, each pair's 16 products folded into its float accumulators. */
+static void amx_unit(const amx_act *a, const int8_t *A, const float *sw, int n_tok, int nr,
+                     float *y, size_t y_stride, const amx_scratch *s) {
     const int64_t kp = a->kp;
-    const int8_t *B0 = a->q + (size_t)(2 * p) * 16 * (size_t)kp, *B1 = B0 + 16 * (size_t)kp;
-    const float *dx0 = a->dx + (size_t)(2 * p) * a->ngrp * 16, *dx1 = dx0 + a->ngrp * 16;
-    for (int i = 0; i < 32 * 32; i += 16) _mm512_storeu_ps(s->acc + i, _mm512_setzero_ps());
-    for (int64_t g = 0; g < a->ngrp; g++) {
-        const int64_t k0 = g * AMX_G, k1 = k0 + AMX_G < kp ? k0 + AMX_G : kp;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t k = k0; k < k1; k += 64) {
-            _tile_loadd(4, s->A + k * 16, 64);
-            _tile_loadd(5, s->A + (kp + k) * 16, 64);
-            _tile_loadd(6, B0 + k * 16, 64);
-            _tile_dpbssd(0, 4, 6);
-            _tile_dpbssd(1, 5, 6);
-            if (two_tok) {
-                _tile_loadd(7, B1 + k * 16, 64);
-                _tile_dpbssd(2, 4, 7);
-                _tile_dpbssd(3, 5, 7);
+    const int8_t *A1 = A + 16 * kp;
+    int32_t *cb = s->cbuf;
+    for (int p0 = 0; p0 < a->tp; p0 += AMX_TB) {
+        const int pn = a->tp - p0 < AMX_TB ? a->tp - p0 : AMX_TB;
+        for (int i = 0; i < pn * 32 * 32; i += 16) _mm512_store_ps(s->acc + i, _mm512_setzero_ps());
+        for (int64_t g = 0; g < a->ngrp; g++) {
+            const int64_t k0 = g * AMX_G, k1 = k0 + AMX_G < kp ? k0 + AMX_G : kp;
+            const float *swg = sw + g * 32;
+            for (int pi = 0; pi < pn; pi++) {
+                const int p = p0 + pi;
+                const bool two_tok = n_tok - 32 * p > 16;
+                const int8_t *B0 = a->q + (size_t)(2 * p) * 16 * (size_t)kp,
+                             *B1 = B0 + 16 * (size_t)kp;
+                const float *dx0 = a->dx + ((size_t)(2 * p) * a->ngrp + g) * 16,
+                            *dx1 = dx0 + a->ngrp * 16;
+                float *acc = s->acc + pi * 32 * 32;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int64_t k = k0; k < k1; k += 64) {
+                    _tile_loadd(4, A + k * 16, 64);
+                    _tile_loadd(5, A1 + k * 16, 64);
+                    _tile_loadd(6, B0 + k * 16, 64);
+                    _tile_dpbssd(0, 4, 6);
+                    _tile_dpbssd(1, 5, 6);
+                    if (two_tok) {
+                        _tile_loadd(7, B1 + k * 16, 64);
+                        _tile_dpbssd(2, 4, 7);
+                        _tile_dpbssd(3, 5, 7);
+                    }
+                }
+                _tile_stored(0, cb, 64);
+                _tile_stored(1, cb + 256, 64);
+                if (two_tok) {
+                    _tile_stored(2, cb + 512, 64);
+                    _tile_stored(3, cb + 768, 64);
+                }
+                fold(cb, swg, dx0, acc);
+                fold(cb + 256, swg + 16, dx0, acc + 16 * 32);
+                if (two_tok) {
+                    fold(cb + 512, swg, dx1, acc + 16);
+                    fold(cb + 768, swg + 16, dx1, acc + 16 * 32 + 16);
+                }
             }
         }
-        int32_t *cb = s->cbuf;
-        _tile_stored(0, cb, 64);
-        _tile_stored(1, cb + 256, 64);
-        if (two_tok) {
-            _tile_stored(2, cb + 512, 64);
-            _tile_stored(3, cb + 768, 64);
-        }
-        const float *sw = s->sw + g * 32;
-        fold(cb, sw, dx0 + g * 16, s->acc);
-        fold(cb + 256, sw + 16, dx0 + g * 16, s->acc + 16 * 32);
-        if (two_tok) {
-            fold(cb + 512, sw, dx1 + g * 16, s->acc + 16);
-            fold(cb + 768, sw + 16, dx1 + g * 16, s->acc + 16 * 32 + 16);
+        for (int pi = 0; pi < pn; pi++) {
+            const int p = p0 + pi, nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
+            const float *acc = s->acc + pi * 32 * 32;
+            for (int t = 0; t < nt; t++) {
+                float *yt = y + (size_t)(32 * p + t) * y_stride;
+                for (int n = 0; n < nr; n++) yt[n] = acc[32 * n + t];
+            }
         }
     }
 }
@@ -379,16 +423,36 @@ void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols,
     amx_config();
     for (int64_t rg = r0; rg < r1; rg += 32) {
         const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
-        convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr, &s,
-                     a.kp, a.ngrp);
-        for (int p = 0; p < a.tp; p++) {
-            const int nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
-            amx_pair(&a, p, &s, nt > 16);
-            for (int t = 0; t < nt; t++) {
-                float *yt = y + (size_t)(32 * p + t) * y_stride + (rg - r0);
-                for (int n = 0; n < nr; n++) yt[n] = s.acc[32 * n + t];
-            }
-        }
+        convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr, s.A,
+                     s.wrow);
+        amx_unit(&a, s.A, s.sw, n_tok, nr, y + (rg - r0), y_stride, &s);
+    }
+    _tile_release();
+}
+
+void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                  int64_t u0, int64_t u1, void *dst, void *scratch) {
+    const amx_scratch s = scratch_layout(cols, scratch);
+    const size_t ub = unit_bytes(cols);
+    for (int64_t u = u0; u < u1 && 32 * u < rows; u++) {
+        const int nr = (int)(rows - 32 * u < 32 ? rows - 32 * u : 32);
+        convert_rows(type, (const uint8_t *)w + (size_t)(32 * u) * row_bytes, row_bytes, cols, nr,
+                     (int8_t *)dst + (size_t)u * ub, s.wrow);
+    }
+}
+
+void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                          const void *packed, int n_tok, float *y, size_t y_stride, void *scratch) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    const amx_scratch s = scratch_layout(cols, scratch);
+    const size_t ub = unit_bytes(cols);
+    const int64_t kp = (cols + 63) / 64 * 64;
+    if (r1 > rows) r1 = rows;
+    amx_config();
+    for (int64_t rg = r0; rg < r1; rg += 32) {
+        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
+        const int8_t *unit = (const int8_t *)wp + (size_t)(rg / 32) * ub;
+        amx_unit(&a, unit, (const float *)(unit + 32 * kp), n_tok, nr, y + (rg - r0), y_stride, &s);
     }
     _tile_release();
 }
