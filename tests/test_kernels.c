@@ -209,6 +209,36 @@ static void test_axpy(void) {
     }
 }
 
+/* silu(g) * u of every variant against double precision, over the whole float range the
+ * exponential clamps (and past it), for lengths around the vector widths */
+static void test_silu(void) {
+    const hm_cpu_features *f = hm_cpu_features_get();
+    enum { N = 203 };
+    float g[N], u[N], y[N];
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        CHECK_MSG(ops->silu_mul_f32 != NULL, "%s has no silu_mul", ops->name);
+        if (!ops->silu_mul_f32) continue;
+        for (int rep = 0; rep < 50; rep++) {
+            const int n = rep < 40 ? rep : N;
+            for (int i = 0; i < n; i++) {
+                g[i] = y[i] =
+                    (float)((i * 37 + rep * 101) % 2001 - 1000) * (rep % 3 ? 0.01f : 0.1f);
+                u[i] = 0.5f + (float)(i % 7) * 0.25f;
+            }
+            if (rep == 45) g[0] = y[0] = -1000.0f, g[1] = y[1] = 1000.0f, g[2] = y[2] = 0.0f;
+            ops->silu_mul_f32(n, y, u);
+            int bad = 0;
+            for (int i = 0; i < n; i++) {
+                const double x = g[i], want = x / (1.0 + exp(-x)) * u[i];
+                bad += !(fabs(y[i] - want) <= 1e-6 * fabs(want) + 1e-30); /* tiny: clamped */
+            }
+            CHECK_MSG(bad == 0, "%s silu_mul n=%d: %d values off", ops->name, n, bad);
+        }
+    }
+}
+
 /* attention block kernels of every variant against plain double sums */
 static void test_attn_blocks(void) {
     const hm_cpu_features *f = hm_cpu_features_get();
@@ -257,6 +287,7 @@ static void test_attn_blocks(void) {
 
 int main(void) {
     test_axpy();
+    test_silu();
     test_attn_blocks();
     const uint32_t i8_types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_0,   HM_TYPE_Q4_1,  HM_TYPE_Q5_0,
                                  HM_TYPE_Q5_1, HM_TYPE_IQ4_NL, HM_TYPE_MXFP4, HM_TYPE_Q4_K,

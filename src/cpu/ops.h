@@ -32,6 +32,9 @@ typedef struct hm_cpu_ops {
                        size_t s_stride);
     void (*pv_block16)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
                        size_t o_stride);
+    /* g[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u for i < n (SiLU-GLU); the SIMD variants
+     * compute e^-g with a degree-6 polynomial, within 4e-7 relative of the plain-C expf form */
+    void (*silu_mul_f32)(int64_t n, float *g, const float *u);
 } hm_cpu_ops;
 
 /* Activation format each weight type's kernels consume: Q8_K (K-quants, IQ4_XS), Q8_0 (32-blocks,

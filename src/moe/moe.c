@@ -30,8 +30,11 @@
 #include "quant/fp16.h"
 #include "quant/types.h"
 
-#define UNIT        32 /* rows per work unit (the AMX row group) */
-#define MATVEC_MAX  4  /* experts with more tokens take the AMX path where there is one */
+#define UNIT 32 /* rows per work unit (the AMX row group) */
+#define BLOCK                                                                                      \
+    4                 /* units per claim in the phased AMX path (an expert's activations, or a     \
+                         chunk's hidden rows, then serve 4 units from the claiming core's L2) */
+#define MATVEC_MAX  4 /* experts with more tokens take the AMX path where there is one */
 #define DEFAULT_MAX 1024
 
 typedef struct {
@@ -526,7 +529,7 @@ static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
 #endif
 
 /* gate + up + activation for rows [r0, r1) of expert ae into h (rows hrow0.. of the chunk);
- * tb: this thread's [n][UNIT] float buffer */
+ * tb: this thread's [n][BLOCK * UNIT] float buffer */
 static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t r0, int64_t r1,
                          void *scr, float *tb) {
     const hm_moe_expert *x = &m->experts[ae->e];
@@ -546,6 +549,11 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
                           ae->n, h + r0, (size_t)I, scr);
             hm_amx_matmul(m->tu, x->up.data, x->up.row_bytes, H, r0, r1, m->px + ae->px_off, ae->n,
                           tb, (size_t)nr, scr);
+        }
+        if (m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias && m->ops->silu_mul_f32) {
+            for (int t = 0; t < ae->n; t++)
+                m->ops->silu_mul_f32(nr, h + (size_t)t * (size_t)I + r0, tb + (size_t)t * nr);
+            return;
         }
         for (int t = 0; t < ae->n; t++) {
             float *ht = h + (size_t)t * (size_t)I;
@@ -606,13 +614,16 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
 /* Thread ith's share of a chunk's units: the chunk's experts' row ranges concatenated, in UNIT
  * rows, split evenly over the threads. */
 static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
-    const int64_t upe = (m->p.inter + UNIT - 1) / UNIT;
+    /* claims of BLOCK units of one expert with AMX experts (tile loads of activations that
+     * come from L3 stall the tile pipeline), single units otherwise (balance) */
+    const int64_t g = c->any_amx ? BLOCK : 1;
+    const int64_t upe = (m->p.inter + UNIT * g - 1) / (UNIT * g);
     const int64_t total = upe * (c->a1 - c->a0);
     const int64_t base = m->act[c->a0].off;
     for (int64_t u;
          (u = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed)) < total;) {
         const active_expert *ae = &m->act[c->a0 + u / upe];
-        const int64_t r0 = (u % upe) * UNIT, r1 = r0 + UNIT;
+        const int64_t r0 = (u % upe) * UNIT * g, r1 = r0 + UNIT * g;
         gate_up_unit(m, ae, ae->off - base, r0, r1 < m->p.inter ? r1 : m->p.inter, scr, tb);
     }
 }
@@ -756,9 +767,14 @@ static void job(int ith, int nth, void *arg) {
          * threads add to the same rows; the last chunk writes a unit's rows out when done */
         const int64_t base = m->act[c->a0].off;
         const bool last = ci + 1 == m->n_chunks;
+        /* with AMX experts, claims of up to BLOCK units so that each expert's packed hidden rows
+         * are read from L3 once per claim, not once per unit */
+        int64_t g = c->any_amx ? hu / nth : 1;
+        g = g < 1 ? 1 : (g > BLOCK ? BLOCK : g);
+        const int64_t groups = (hu + g - 1) / g;
         for (int64_t u;
-             (u = atomic_fetch_add_explicit(&c->dn_next, 1, memory_order_relaxed)) < hu;) {
-            const int64_t r = u * UNIT, re = r + UNIT < H ? r + UNIT : H;
+             (u = atomic_fetch_add_explicit(&c->dn_next, 1, memory_order_relaxed)) < groups;) {
+            const int64_t r = u * g * UNIT, re = r + g * UNIT < H ? r + g * UNIT : H;
             for (int a = c->a0; a < c->a1; a++) {
                 const active_expert *ae = &m->act[a];
                 down_unit(m, ae, ae->off - base, r, re, scr, tb);
@@ -923,10 +939,10 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     }
     ok = ok && (px_need == 0 || grow((void **)&m->px, &m->cap_px, px_need, "moe packed x"));
     ok = ok && (ph_need == 0 || grow((void **)&m->ph, &m->cap_ph, ph_need, "moe packed h"));
-    /* per-thread: AMX scratch + a [max tokens of one expert][UNIT] float tile; the size is kept
-     * in a header word before the buffer */
-    ok = ok &&
-         thread_scratch(m, m->tscratch_bytes + sizeof(float) * (size_t)max_n * UNIT + 64) == HM_OK;
+    /* per-thread: AMX scratch + a [max tokens of one expert][BLOCK * UNIT] float tile; the size is
+     * kept in a header word before the buffer */
+    ok = ok && thread_scratch(m, m->tscratch_bytes + sizeof(float) * (size_t)max_n * BLOCK * UNIT +
+                                     64) == HM_OK;
     if (!ok) {
         free_scratch(m);
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);

@@ -18,6 +18,7 @@ const hm_cpu_ops hm_ops_amx = {
     .sum_u64 = sum_u64_amx,
     .vec_dot = {HM_VEC_DOTS_AVX512},
     .axpy_f32 = hm_axpy_f32_avx512,
+    .silu_mul_f32 = hm_silu_mul_f32_avx512,
     .qk_block16 = hm_qk_block16_avx512,
     .pv_block16 = hm_pv_block16_avx512,
 };

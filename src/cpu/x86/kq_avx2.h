@@ -4,6 +4,7 @@
 #define HM_CPU_X86_KQ_AVX2_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -486,6 +487,43 @@ static inline void hm_axpy_f32_avx2(int64_t n, float a, const float *x, float *y
         _mm256_storeu_ps(y + i,
                          _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* e^x as hm_exp_ps_avx512, with 2^k built in the exponent bits (k in [-126, 128] after the
+ * clamp: 2^128 overflows to inf only where e^x does too, at x > 88.7 clamped to 88.7 -> finite) */
+static inline __m256 hm_exp_ps_avx2(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^k as two factors 2^(k/2) 2^(k - k/2), each a valid normal float for |k| <= 128 */
+    const __m256i ki = _mm256_cvtps_epi32(k), k1 = _mm256_srai_epi32(ki, 1),
+                  k2 = _mm256_sub_epi32(ki, k1);
+    const __m256 s1 = _mm256_castsi256_ps(
+                     _mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23)),
+                 s2 = _mm256_castsi256_ps(
+                     _mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+static inline void hm_silu_mul_f32_avx2(int64_t n, float *g, const float *u) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = hm_exp_ps_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_storeu_ps(
+            g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 /* attention blocks of 16 keys (hm_cpu_ops.qk_block16 / pv_block16) */

@@ -453,6 +453,36 @@ static inline void hm_axpy_f32_avx512(int64_t n, float a, const float *x, float 
     }
 }
 
+/* e^x for x in [-87.3, 88.7] (clamped): x = k ln2 + r, |r| <= ln2 / 2, e^r by a degree-6
+ * Taylor polynomial (relative error < 2e-7 on that interval), times 2^k by scalef */
+static inline __m512 hm_exp_ps_avx512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, k);
+}
+
+static inline void hm_silu_mul_f32_avx512(int64_t n, float *g, const float *u) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
+        const __m512 e = hm_exp_ps_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        const __m512 y =
+            _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, u + i));
+        _mm512_mask_storeu_ps(g + i, m, y);
+    }
+}
+
 /* attention blocks of 16 keys (hm_cpu_ops.qk_block16 / pv_block16) */
 static inline void hm_qk_block16_avx512(const float *q, int nq, int hd, const float *kt,
                                         float scale, float *s, size_t s_stride) {
