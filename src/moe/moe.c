@@ -599,9 +599,8 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
         const float w = m->wt[ae->off + t];
         float *acc = m->acc + (size_t)m->tok[ae->off + t] * (size_t)H;
         if (ae->amx) {
-            const float *y = tb + (size_t)t * (size_t)nr;
-            for (int i = 0; i < nr; i++)
-                acc[r0 + i] += w * (y[i] + (x->down_bias ? x->down_bias[r0 + i] : 0.0f));
+            m->ops->axpy_f32(nr, w, tb + (size_t)t * (size_t)nr, acc + r0);
+            if (x->down_bias) m->ops->axpy_f32(nr, w, x->down_bias + r0, acc + r0);
             continue;
         }
         const uint8_t *hq = m->hq + (size_t)(hrow0 + t) * m->hq_bytes;

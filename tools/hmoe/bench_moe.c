@@ -143,6 +143,8 @@ int bench_moe(int argc, char **argv) {
                "intermediate dimension\n",
                nodes, hm_pool_size(slices[0]));
     }
+    long max_tok = 1;
+    for (int i = 0; i < n_tokens; i++) max_tok = tokens[i] > max_tok ? tokens[i] : max_tok;
     hm_moe **moe = calloc((size_t)layers, sizeof *moe);
     hm_moe_expert *ex = calloc((size_t)E, sizeof *ex);
     int rc = 0;
@@ -159,6 +161,7 @@ int bench_moe(int argc, char **argv) {
         mp.n_experts = E, mp.hidden = H, mp.inter = I, mp.experts = ex, mp.pool = pool;
         if (set) mp.n_slices = (int)nodes, mp.slice_pools = slices;
         mp.repack = repack;
+        mp.max_tokens = (int)max_tok; /* the batch the engine is made for, as a context does */
         if (l == 0 && repack)
             printf("repack: every expert also stored as int8 AMX tile units, %.2f GB more (%s)\n",
                    (double)hm_moe_repack_bytes(&mp) * (double)layers * 1e-9,
@@ -171,8 +174,6 @@ int bench_moe(int argc, char **argv) {
         create_s += (double)(hm_time_ns() - t0) * 1e-9;
     }
     if (repack && !rc) printf("repack: %.2f s for %ld layers\n", create_s, layers);
-    long max_tok = 1;
-    for (int i = 0; i < n_tokens; i++) max_tok = tokens[i] > max_tok ? tokens[i] : max_tok;
     float *x = malloc(sizeof(float) * (size_t)(max_tok * H));
     float *out = malloc(sizeof(float) * (size_t)(max_tok * H));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(max_tok * K));
