@@ -42,11 +42,14 @@ typedef struct {
     int64_t off; /* first assignment (index into tok/wt and the rows of h) */
     bool amx;
     size_t px_off, ph_off; /* packed activations (AMX) in px / ph */
+    int64_t claim0;        /* its first gate/up claim in the chunk */
+    int g;                 /* units per gate/up claim */
 } active_expert;
 
 typedef struct {
-    int a0, a1;   /* active experts [a0, a1) */
-    int64_t rows; /* assignments of the chunk */
+    int a0, a1;     /* active experts [a0, a1) */
+    int64_t rows;   /* assignments of the chunk */
+    int64_t claims; /* gate/up claims of the chunk */
     bool any_amx;
     /* next unclaimed work unit of the gate/up and down phases: threads claim units one at a
      * time, so a thread slowed down (a busy core, a far memory channel) takes fewer of them */
@@ -613,16 +616,15 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
 /* Thread ith's share of a chunk's units: the chunk's experts' row ranges concatenated, in UNIT
  * rows, split evenly over the threads. */
 static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
-    /* claims of BLOCK units of one expert with AMX experts (tile loads of activations that
-     * come from L3 stall the tile pipeline), single units otherwise (balance) */
-    const int64_t g = c->any_amx ? BLOCK : 1;
-    const int64_t upe = (m->p.inter + UNIT * g - 1) / (UNIT * g);
-    const int64_t total = upe * (c->a1 - c->a0);
+    /* claims of ae->g units of one expert (set at submit: tile loads of activations that come
+     * from L3 stall the tile pipeline, so small AMX experts go 4 units per claim) */
     const int64_t base = m->act[c->a0].off;
+    int a = c->a0;
     for (int64_t u;
-         (u = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed)) < total;) {
-        const active_expert *ae = &m->act[c->a0 + u / upe];
-        const int64_t r0 = (u % upe) * UNIT * g, r1 = r0 + UNIT * g;
+         (u = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed)) < c->claims;) {
+        while (a + 1 < c->a1 && m->act[a + 1].claim0 <= u) a++; /* claims only grow */
+        const active_expert *ae = &m->act[a];
+        const int64_t r0 = (u - ae->claim0) * UNIT * ae->g, r1 = r0 + UNIT * ae->g;
         gate_up_unit(m, ae, ae->off - base, r0, r1 < m->p.inter ? r1 : m->p.inter, scr, tb);
     }
 }
@@ -898,7 +900,7 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         active_expert *ae = &m->act[a];
         if (m->n_chunks == 0 || m->chunks[m->n_chunks - 1].rows + ae->n > cap) {
             chunk *c = &m->chunks[m->n_chunks++];
-            c->a0 = a, c->a1 = a, c->rows = 0, c->any_amx = false;
+            c->a0 = a, c->a1 = a, c->rows = 0, c->claims = 0, c->any_amx = false;
             atomic_init(&c->gu_next, 0);
             atomic_init(&c->dn_next, 0);
             px = ph = 0;
@@ -906,6 +908,13 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         chunk *c = &m->chunks[m->n_chunks - 1];
         c->a1 = a + 1;
         c->rows += ae->n;
+        /* gate/up claims: an AMX expert with few tokens in claims of BLOCK units, so that the
+         * claiming core reads its activations from L3 once for 4 units; with many tokens single
+         * units (a thread's next claims are then mostly the same expert anyway, and a hot expert
+         * spreads over every thread) */
+        ae->g = !ae->amx ? 1 : ae->n >= 256 ? 1 : ae->n >= 64 ? 2 : BLOCK;
+        ae->claim0 = c->claims;
+        c->claims += (I + (int64_t)UNIT * ae->g - 1) / ((int64_t)UNIT * ae->g);
         chunk_rows = c->rows > chunk_rows ? c->rows : chunk_rows;
 #if defined(__x86_64__)
         if (ae->amx) {
