@@ -149,6 +149,27 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
     const int tg = (n_tok + 31) / 32 * 2;
     hm_amx_pack_act(type, x, (size_t)cols, NULL, n_tok, cols, packed, 0, 1);
     hm_amx_pack_act(type, x, (size_t)cols, NULL, n_tok, cols, packed, 1, tg);
+    {
+        /* rows quantized once, then gathered (reversed order through idx): the same bytes */
+        const size_t qb = hm_amx_qrow_bytes(cols), pb = hm_amx_act_bytes(type, cols, n_tok);
+        uint8_t *qr = aligned_alloc(64, qb * (size_t)n_tok);
+        int32_t *idx = malloc(sizeof(int32_t) * (size_t)n_tok);
+        float *xr = malloc(sizeof(float) * (size_t)(cols * n_tok));
+        for (int t = 0; t < n_tok; t++) {
+            idx[t] = n_tok - 1 - t;
+            memcpy(xr + (size_t)idx[t] * cols, x + (size_t)t * cols, sizeof(float) * cols);
+        }
+        for (int t = 0; t < n_tok; t++) hm_amx_quant_row(xr + (size_t)t * cols, cols, qr + t * qb);
+        void *p2 = malloc(pb);
+        memset(p2, 0x5a, pb);
+        hm_amx_pack_act_q(qr, qb, idx, n_tok, cols, p2, 0, tg);
+        /* both layouts start at the first 64-byte boundary of their buffers */
+        const uint8_t *a1 = (const uint8_t *)(((uintptr_t)packed + 63) & ~(uintptr_t)63),
+                      *a2 = (const uint8_t *)(((uintptr_t)p2 + 63) & ~(uintptr_t)63);
+        CHECK_MSG(!memcmp(a1, a2, pb - 64), "amx %s %lld cols, %d tokens: pack_act_q != pack_act",
+                  hm_type_name(type), (long long)cols, n_tok);
+        free(qr), free(idx), free(xr), free(p2);
+    }
     hm_amx_matmul(type, w, rb, cols, r0, rows, packed, n_tok, y + r0, (size_t)rows, scratch);
     double ymax = 1e-6;
     for (int64_t k = 0; k < rows * n_tok; k++) ymax = fmax(ymax, fabs(yref[k]));

@@ -80,6 +80,14 @@ size_t hm_amx_act_bytes(uint32_t type, int64_t cols, int n_tok);
 void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32_t *idx, int n_tok,
                      int64_t cols, void *packed, int g0, int g1);
 size_t hm_amx_scratch_bytes(uint32_t type, int64_t cols);
+/* The same packing from activation rows quantized once each (a token that goes to 8 experts is
+ * then quantized once, not 8 times): hm_amx_quant_row writes one row of hm_amx_qrow_bytes(cols)
+ * bytes (64-byte aligned size); hm_amx_pack_act_q gathers rows idx[t] (or t) of qrows, which
+ * must total < 2 GiB, into the layout of hm_amx_pack_act, bit for bit. */
+size_t hm_amx_qrow_bytes(int64_t cols);
+void hm_amx_quant_row(const float *x, int64_t cols, void *qrow);
+void hm_amx_pack_act_q(const void *qrows, size_t qrow_bytes, const int32_t *idx, int n_tok,
+                       int64_t cols, void *packed, int g0, int g1);
 void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
                    int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
                    void *scratch);

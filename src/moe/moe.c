@@ -85,6 +85,9 @@ struct hm_moe {
     float *xf;        /* [n_tok][hidden] bf16 input as f32 */
     uint8_t *xq;      /* [n_tok][xq_bytes] */
     uint8_t *xq_need; /* [n_tok] 1: the token goes to a matvec expert and needs xq */
+    uint8_t *xa;      /* [n_tok][xa_bytes] int8 rows for the AMX experts (quantized once) */
+    size_t xa_bytes, cap_xa;
+    bool xa_need;     /* this batch has AMX experts */
     float *h;         /* [chunk assignments][inter] */
     uint8_t *hq;      /* [chunk assignments][hq_bytes] */
     uint8_t *px, *ph; /* packed AMX activations of the chunk */
@@ -331,6 +334,9 @@ fail:
 
 static void free_scratch(hm_moe *m) {
     hm_free(m->xf), hm_free(m->xq), hm_free(m->h), hm_free(m->hq), hm_free(m->px), hm_free(m->ph);
+    hm_free(m->xa);
+    m->xa = NULL;
+    m->cap_xa = 0;
     hm_free(m->acc), hm_free(m->part);
     m->part = NULL;
     m->cap_part = 0;
@@ -502,8 +508,12 @@ static void phase_pre(hm_moe *m, int ith, int nth) {
             for (int64_t i = 0; i < H; i++)
                 m->xf[(size_t)t * (size_t)H + i] = hm_bf16_to_f32(src[i]);
         }
-        if (m->xq_need[t]) /* AMX experts quantize x themselves */
+        if (m->xq_need[t])
             hm_act_convert(m->tg, x_row(m, (int)t), m->xq + (size_t)t * m->xq_bytes, H);
+#if defined(__x86_64__)
+        if (m->xa_need) /* once per token, gathered per AMX expert in phase_pack */
+            hm_amx_quant_row(x_row(m, (int)t), H, m->xa + (size_t)t * m->xa_bytes);
+#endif
     }
 }
 
@@ -518,9 +528,8 @@ static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
         for (int g = 0; g < groups; g++, item++) {
             if (item % nth != ith) continue;
             if (!down) {
-                const float *x0 = m->x_type == HM_MOE_BF16 ? m->xf : (const float *)m->x;
-                hm_amx_pack_act(m->tg, x0, (size_t)m->p.hidden, m->tok + ae->off, ae->n,
-                                m->p.hidden, m->px + ae->px_off, g, g + 1);
+                hm_amx_pack_act_q(m->xa, m->xa_bytes, m->tok + ae->off, ae->n, m->p.hidden,
+                                  m->px + ae->px_off, g, g + 1);
             } else {
                 const int64_t row0 = ae->off - m->act[c->a0].off;
                 hm_amx_pack_act(m->td, m->h + (size_t)row0 * (size_t)m->p.inter, (size_t)m->p.inter,
@@ -946,6 +955,18 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         ok = m->h && m->hq;
         m->cap_rows = ok ? (size_t)chunk_rows : 0;
     }
+    m->xa_need = false;
+    for (int ci = 0; ci < m->n_chunks; ci++) m->xa_need |= m->chunks[ci].any_amx;
+#if defined(__x86_64__)
+    if (m->xa_need) {
+        m->xa_bytes = hm_amx_qrow_bytes(H);
+        if (m->xa_bytes * (size_t)n_tok >= ((size_t)1 << 31))
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "moe: %d tokens of hidden %lld exceed the AMX packing's 2 GiB", n_tok,
+                             (long long)H);
+        ok = ok && grow((void **)&m->xa, &m->cap_xa, m->xa_bytes * (size_t)n_tok, "moe int8 x");
+    }
+#endif
     ok = ok && (px_need == 0 || grow((void **)&m->px, &m->cap_px, px_need, "moe packed x"));
     ok = ok && (ph_need == 0 || grow((void **)&m->ph, &m->cap_ph, ph_need, "moe packed h"));
     /* per-thread: AMX scratch + a [max tokens of one expert][BLOCK * UNIT] float tile; the size is

@@ -1,6 +1,7 @@
 /* amx.c - AMX (TILE/INT8/BF16) kernel variant; streaming ops reuse the AVX-512 code. */
 #include <math.h>
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/ops.h"
@@ -164,6 +165,55 @@ void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32
                     memcpy(B + ((c0 + i) / 4) * 64 + tl * 4, qt + i, 4);
             }
         }
+    }
+}
+
+/* Per-token int8 rows: kp codes then ngrp float scales, 64-byte aligned size */
+size_t hm_amx_qrow_bytes(int64_t cols) {
+    const int64_t kp = (cols + 63) / 64 * 64, ngrp = (cols + AMX_G - 1) / AMX_G;
+    return ((size_t)kp + (size_t)ngrp * sizeof(float) + 63) & ~(size_t)63;
+}
+
+void hm_amx_quant_row(const float *x, int64_t cols, void *qrow) {
+    const int64_t kp = (cols + 63) / 64 * 64, ngrp = (cols + AMX_G - 1) / AMX_G;
+    int8_t *q = qrow;
+    float *d = (float *)(q + kp);
+    for (int64_t gi = 0; gi < ngrp; gi++) {
+        const int64_t c0 = gi * AMX_G;
+        const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
+        const int plen = (int)(kp - c0 < AMX_G ? kp - c0 : AMX_G);
+        d[gi] = quant_group(x + c0, len, q + c0, plen);
+    }
+}
+
+/* The packed layout of hm_amx_pack_act from rows quantized once (hm_amx_quant_row): each tile row
+ * (one 4-value quad of 16 tokens) is one 32-bit gather. Same codes and scales, so the same bits. */
+void hm_amx_pack_act_q(const void *qrows, size_t qrow_bytes, const int32_t *idx, int n_tok,
+                       int64_t cols, void *packed, int g0, int g1) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    const uint8_t *base = qrows;
+    for (int g = g0; g < g1 && g < a.tp * 2; g++) {
+        int8_t *B = a.q + (size_t)g * 16 * (size_t)a.kp;
+        int32_t off[16];
+        int live = 0;
+        for (int tl = 0; tl < 16; tl++) {
+            const int t = g * 16 + tl;
+            off[tl] = t < n_tok ? (int32_t)((size_t)(idx ? idx[t] : t) * qrow_bytes) : 0;
+            live += t < n_tok;
+        }
+        const __mmask16 km = tail_mask(live);
+        const __m512i vo = _mm512_loadu_si512(off);
+        for (int64_t k = 0; k < a.kp; k += 4) {
+            const __m512i v = _mm512_mask_i32gather_epi32(
+                _mm512_setzero_si512(), km, _mm512_add_epi32(vo, _mm512_set1_epi32((int)k)), base,
+                1);
+            _mm512_store_si512(B + (k / 4) * 64, v);
+        }
+        for (int64_t gi = 0; gi < a.ngrp; gi++)
+            for (int tl = 0; tl < 16; tl++)
+                a.dx[((size_t)g * a.ngrp + gi) * 16 + tl] =
+                    tl < live ? *(const float *)(base + (size_t)off[tl] + (size_t)a.kp + 4 * gi)
+                              : 0.0f;
     }
 }
 
@@ -356,17 +406,28 @@ static inline void fold(const int32_t *cb, const float *sw, const float *dx, flo
 /* y[t][r] (r < nr) for every token from one weight unit (A tiles + scales sw). Token pairs go
  * AMX_TB at a time: for each 256-value group, the unit's 8 KiB of that group is used by all of
  * them while it is in L1, each pair's 16 products folded into its float accumulators. */
+static int g_pf = -1;
 static void amx_unit(const amx_act *a, const int8_t *A, const float *sw, int n_tok, int nr,
-                     float *y, size_t y_stride, const amx_scratch *s) {
+                     float *y, size_t y_stride, const amx_scratch *s, const int8_t *next,
+                     size_t next_bytes) {
     const int64_t kp = a->kp;
     const int8_t *A1 = A + 16 * kp;
     int32_t *cb = s->cbuf;
+    if (g_pf < 0) g_pf = getenv("HMOE_AMX_PF") ? atoi(getenv("HMOE_AMX_PF")) : 1;
+    if (!g_pf) next = NULL;
+    /* the next unit's weights (repacked: straight from memory) are prefetched into L2 while
+     * this one computes, a share per 256-value group of the first token block */
+    const size_t pf_step = next ? (next_bytes / (size_t)a->ngrp + 63) & ~(size_t)63 : 0;
     for (int p0 = 0; p0 < a->tp; p0 += AMX_TB) {
         const int pn = a->tp - p0 < AMX_TB ? a->tp - p0 : AMX_TB;
         for (int i = 0; i < pn * 32 * 32; i += 16) _mm512_store_ps(s->acc + i, _mm512_setzero_ps());
         for (int64_t g = 0; g < a->ngrp; g++) {
             const int64_t k0 = g * AMX_G, k1 = k0 + AMX_G < kp ? k0 + AMX_G : kp;
             const float *swg = sw + g * 32;
+            if (next && p0 == 0)
+                for (size_t o = (size_t)g * pf_step;
+                     o < (size_t)(g + 1) * pf_step && o < next_bytes; o += 64)
+                    _mm_prefetch((const char *)next + o, _MM_HINT_T1);
             for (int pi = 0; pi < pn; pi++) {
                 const int p = p0 + pi;
                 const bool two_tok = n_tok - 32 * p > 16;
@@ -426,7 +487,7 @@ void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols,
         const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
         convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr, s.A,
                      s.wrow);
-        amx_unit(&a, s.A, s.sw, n_tok, nr, y + (rg - r0), y_stride, &s);
+        amx_unit(&a, s.A, s.sw, n_tok, nr, y + (rg - r0), y_stride, &s, NULL, 0);
     }
     _tile_release();
 }
@@ -453,7 +514,8 @@ void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0
     for (int64_t rg = r0; rg < r1; rg += 32) {
         const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
         const int8_t *unit = (const int8_t *)wp + (size_t)(rg / 32) * ub;
-        amx_unit(&a, unit, (const float *)(unit + 32 * kp), n_tok, nr, y + (rg - r0), y_stride, &s);
+        amx_unit(&a, unit, (const float *)(unit + 32 * kp), n_tok, nr, y + (rg - r0), y_stride, &s,
+                 rg + 32 < r1 ? unit + ub : NULL, ub);
     }
     _tile_release();
 }
