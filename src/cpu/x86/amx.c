@@ -1,7 +1,6 @@
 /* amx.c - AMX (TILE/INT8/BF16) kernel variant; streaming ops reuse the AVX-512 code. */
 #include <math.h>
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/ops.h"
@@ -406,28 +405,17 @@ static inline void fold(const int32_t *cb, const float *sw, const float *dx, flo
 /* y[t][r] (r < nr) for every token from one weight unit (A tiles + scales sw). Token pairs go
  * AMX_TB at a time: for each 256-value group, the unit's 8 KiB of that group is used by all of
  * them while it is in L1, each pair's 16 products folded into its float accumulators. */
-static int g_pf = -1;
 static void amx_unit(const amx_act *a, const int8_t *A, const float *sw, int n_tok, int nr,
-                     float *y, size_t y_stride, const amx_scratch *s, const int8_t *next,
-                     size_t next_bytes) {
+                     float *y, size_t y_stride, const amx_scratch *s) {
     const int64_t kp = a->kp;
     const int8_t *A1 = A + 16 * kp;
     int32_t *cb = s->cbuf;
-    if (g_pf < 0) g_pf = getenv("HMOE_AMX_PF") ? atoi(getenv("HMOE_AMX_PF")) : 1;
-    if (!g_pf) next = NULL;
-    /* the next unit's weights (repacked: straight from memory) are prefetched into L2 while
-     * this one computes, a share per 256-value group of the first token block */
-    const size_t pf_step = next ? (next_bytes / (size_t)a->ngrp + 63) & ~(size_t)63 : 0;
     for (int p0 = 0; p0 < a->tp; p0 += AMX_TB) {
         const int pn = a->tp - p0 < AMX_TB ? a->tp - p0 : AMX_TB;
         for (int i = 0; i < pn * 32 * 32; i += 16) _mm512_store_ps(s->acc + i, _mm512_setzero_ps());
         for (int64_t g = 0; g < a->ngrp; g++) {
             const int64_t k0 = g * AMX_G, k1 = k0 + AMX_G < kp ? k0 + AMX_G : kp;
             const float *swg = sw + g * 32;
-            if (next && p0 == 0)
-                for (size_t o = (size_t)g * pf_step;
-                     o < (size_t)(g + 1) * pf_step && o < next_bytes; o += 64)
-                    _mm_prefetch((const char *)next + o, _MM_HINT_T1);
             for (int pi = 0; pi < pn; pi++) {
                 const int p = p0 + pi;
                 const bool two_tok = n_tok - 32 * p > 16;
@@ -487,7 +475,7 @@ void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols,
         const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
         convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr, s.A,
                      s.wrow);
-        amx_unit(&a, s.A, s.sw, n_tok, nr, y + (rg - r0), y_stride, &s, NULL, 0);
+        amx_unit(&a, s.A, s.sw, n_tok, nr, y + (rg - r0), y_stride, &s);
     }
     _tile_release();
 }
@@ -514,8 +502,7 @@ void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0
     for (int64_t rg = r0; rg < r1; rg += 32) {
         const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
         const int8_t *unit = (const int8_t *)wp + (size_t)(rg / 32) * ub;
-        amx_unit(&a, unit, (const float *)(unit + 32 * kp), n_tok, nr, y + (rg - r0), y_stride, &s,
-                 rg + 32 < r1 ? unit + ub : NULL, ub);
+        amx_unit(&a, unit, (const float *)(unit + 32 * kp), n_tok, nr, y + (rg - r0), y_stride, &s);
     }
     _tile_release();
 }
