@@ -123,7 +123,14 @@ static void test_i8_split(uint32_t type, int64_t cols) {
  * multiple of 16, tokens not a multiple of 16, a row range that starts inside the matrix. */
 static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) {
 #if defined(__x86_64__)
-    if (!hm_isa_supported(hm_cpu_features_get(), HM_ISA_AMX)) return;
+    const hm_cpu_features *cf = hm_cpu_features_get();
+    const bool amx = hm_isa_supported(cf, HM_ISA_AMX),
+               vnni = cf->avx512vnni && hm_isa_supported(cf, HM_ISA_AVX512);
+    if (!amx && !vnni) return; /* without AMX, the VNNI kernels take the tile path's place */
+    void (*mm)(uint32_t, const void *, size_t, int64_t, int64_t, int64_t, const void *, int,
+               float *, size_t, void *) = amx ? hm_amx_matmul : hm_vnni_matmul;
+    void (*mmp)(const void *, int64_t, int64_t, int64_t, int64_t, const void *, int, float *,
+                size_t, void *) = amx ? hm_amx_matmul_packed : hm_vnni_matmul_packed;
     uint64_t rb;
     hm_type_row_bytes(type, (uint64_t)cols, &rb);
     uint8_t *w = malloc(rb * (size_t)rows);
@@ -170,7 +177,7 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
                   hm_type_name(type), (long long)cols, n_tok);
         free(qr), free(idx), free(xr), free(p2);
     }
-    hm_amx_matmul(type, w, rb, cols, r0, rows, packed, n_tok, y + r0, (size_t)rows, scratch);
+    mm(type, w, rb, cols, r0, rows, packed, n_tok, y + r0, (size_t)rows, scratch);
     double ymax = 1e-6;
     for (int64_t k = 0; k < rows * n_tok; k++) ymax = fmax(ymax, fabs(yref[k]));
     int bad = 0;
@@ -192,8 +199,7 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
     hm_amx_wpack(type, w, rb, rows, cols, units / 2, units, wp, scratch);
     float *yp = calloc((size_t)(rows * n_tok), sizeof(float));
     for (int64_t from = 0; from <= 32 && from < rows; from += 32) {
-        hm_amx_matmul_packed(wp, rows, cols, from, rows + 5, packed, n_tok, yp + from, (size_t)rows,
-                             scratch);
+        mmp(wp, rows, cols, from, rows + 5, packed, n_tok, yp + from, (size_t)rows, scratch);
         int diff = 0;
         for (int t = 0; t < n_tok; t++)
             for (int64_t r = from > r0 ? from : r0; r < rows; r++)
@@ -201,6 +207,26 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
         CHECK_MSG(diff == 0, "amx packed %s %lldx%lld, %d tokens, from row %lld: %d outputs differ",
                   hm_type_name(type), (long long)rows, (long long)cols, n_tok, (long long)from,
                   diff);
+    }
+    /* AVX-512 VNNI: the same products and folds, so the same bits as the tile path (and within
+     * the same tolerance of the reference where there is no AMX to compare with) */
+    if (amx && vnni) {
+        float *yv = calloc((size_t)(rows * n_tok), sizeof(float));
+        hm_vnni_matmul(type, w, rb, cols, r0, rows, packed, n_tok, yv + r0, (size_t)rows, scratch);
+        hm_vnni_matmul_packed(wp, rows, cols, 32 < rows ? 32 : 0, rows, packed, n_tok,
+                              yp + (32 < rows ? 32 : 0), (size_t)rows, scratch);
+        int diff = 0, dp = 0;
+        for (int t = 0; t < n_tok; t++)
+            for (int64_t r = r0; r < rows; r++) {
+                diff += memcmp(&yv[t * rows + r], &y[t * rows + r], sizeof(float)) != 0;
+                if (r >= 32) dp += memcmp(&yp[t * rows + r], &y[t * rows + r], sizeof(float)) != 0;
+            }
+        CHECK_MSG(
+            diff == 0 && dp == 0,
+            "vnni %s %lldx%lld, %d tokens: %d (per call) / %d (packed) outputs differ from the "
+            "tile path",
+            hm_type_name(type), (long long)rows, (long long)cols, n_tok, diff, dp);
+        free(yv);
     }
     free(wp), free(yp);
     free(packed), free(scratch), free(y), free(yref), free(x), free(wf), free(w);

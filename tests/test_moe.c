@@ -240,7 +240,7 @@ static void test_repack(hm_pool *pool, const model *m, int n) {
     p.pool = pool, p.max_tokens = 200;
     p.n_slices = g_n_slices, p.slice_pools = g_slices;
     const hm_cpu_ops *ops = NULL;
-    const bool amx = hm_cpu_ops_get(&ops) == HM_OK && ops->isa == HM_ISA_AMX;
+    const bool amx = hm_cpu_ops_get(&ops) == HM_OK && hm_i8_matmul_ok(ops); /* AMX or VNNI */
     uint8_t *mask = calloc((size_t)m->E, 1);
     mask[1] = 1;
     p.mask = mask;

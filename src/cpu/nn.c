@@ -61,7 +61,7 @@ static bool type_is_float(uint32_t t) {
 
 static bool use_amx(const hm_cpu_ops *ops, const hm_matrix *w, int n) {
 #if defined(__x86_64__)
-    return ops->isa == HM_ISA_AMX && n >= MM_AMX_MIN_TOKENS && !type_is_float(w->type);
+    return hm_i8_matmul_ok(ops) && n >= MM_AMX_MIN_TOKENS && !type_is_float(w->type);
 #else
     (void)ops, (void)w, (void)n;
     return false;
@@ -129,8 +129,8 @@ static void mm_task(int ith, int nth, void *arg) {
             size_t packed = align64(hm_amx_act_bytes(w->type, w->cols, j->n));
             uint8_t *ts =
                 scr + packed + (size_t)ith * align64(hm_amx_scratch_bytes(w->type, w->cols) + 64);
-            hm_amx_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, scr, j->n, j->y[0] + r0,
-                          j->ys[0], ts);
+            j->ops->i8_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, scr, j->n,
+                              j->y[0] + r0, j->ys[0], ts);
         }
         return;
     }

@@ -51,3 +51,9 @@ hm_status hm_cpu_ops_get(const hm_cpu_ops **out) {
     if (g_status != HM_OK) return hm_errorf(g_status, "%s", g_error);
     return HM_OK;
 }
+
+bool hm_i8_matmul_ok(const hm_cpu_ops *ops) {
+    if (!ops || !ops->i8_matmul) return false;
+    const hm_cpu_features *f = hm_cpu_features_get();
+    return ops->isa == HM_ISA_AMX || (ops->isa == HM_ISA_AVX512 && f->avx512vnni);
+}

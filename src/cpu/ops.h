@@ -3,6 +3,7 @@
 #ifndef HM_CPU_OPS_H
 #define HM_CPU_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,7 +36,19 @@ typedef struct hm_cpu_ops {
     /* g[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u for i < n (SiLU-GLU); the SIMD variants
      * compute e^-g with a degree-6 polynomial, within 4e-7 relative of the plain-C expf form */
     void (*silu_mul_f32)(int64_t n, float *g, const float *u);
+    /* int8 matmul for more than 4 tokens over the packed activations (the contract of
+     * hm_amx_matmul / hm_amx_matmul_packed below): AMX tiles, or AVX-512 VNNI; NULL elsewhere.
+     * Ask hm_i8_matmul_ok before use (the avx512 table also serves CPUs without VNNI). */
+    void (*i8_matmul)(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                      int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
+                      void *scratch);
+    void (*i8_matmul_packed)(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                             const void *packed, int n_tok, float *y, size_t y_stride,
+                             void *scratch);
 } hm_cpu_ops;
+
+/* Whether ops has an int8 matmul this CPU can run (AMX, or AVX-512 with VNNI). */
+bool hm_i8_matmul_ok(const hm_cpu_ops *ops);
 
 /* Activation format each weight type's kernels consume: Q8_K (K-quants, IQ4_XS), Q8_0 (32-blocks,
  * MXFP4), F32 (float weights). */
@@ -99,6 +112,12 @@ void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols,
  * [u0, u1) of 32 rows each (threads split the units); scratch as for hm_amx_matmul.
  * hm_amx_matmul_packed then equals hm_amx_matmul bit for bit, for r0 a multiple of 32 (rows
  * r0..r1-1, clamped to rows). Layout: src/quant/README.md ("AMX int8 units"). */
+/* The AVX-512 VNNI twins (no tiles; AVX-512BW + VNNI): same inputs, same results bit for bit. */
+void hm_vnni_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                    int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
+                    void *scratch);
+void hm_vnni_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                           const void *packed, int n_tok, float *y, size_t y_stride, void *scratch);
 size_t hm_amx_wpack_bytes(int64_t rows, int64_t cols);
 void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                   int64_t u0, int64_t u1, void *dst, void *scratch);

@@ -152,7 +152,7 @@ static hm_status create_sliced(const hm_moe_params *p, hm_moe **out);
 /* whether experts with many tokens take the AMX int8 path: integer-quantized weights only (float
  * weights keep the exact kernels rather than losing precision to an int8 re-quantization) */
 static bool amx_wanted(const hm_moe_params *p, const hm_cpu_ops *ops) {
-    return !p->no_amx && ops->isa == HM_ISA_AMX && p->experts &&
+    return !p->no_amx && hm_i8_matmul_ok(ops) && p->experts &&
            hm_act_type(p->experts[0].gate.type) != HM_TYPE_F32 &&
            hm_act_type(p->experts[0].down.type) != HM_TYPE_F32;
 }
@@ -552,15 +552,15 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
         const int nr = (int)(r1 - r0);
         if (m->packed && m->packed[ae->e]) {
             const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
-            hm_amx_matmul_packed(wp, I, H, r0, r1, m->px + ae->px_off, ae->n, h + r0, (size_t)I,
-                                 scr);
-            hm_amx_matmul_packed(wp + m->wp_gu, I, H, r0, r1, m->px + ae->px_off, ae->n, tb,
-                                 (size_t)nr, scr);
+            m->ops->i8_matmul_packed(wp, I, H, r0, r1, m->px + ae->px_off, ae->n, h + r0, (size_t)I,
+                                     scr);
+            m->ops->i8_matmul_packed(wp + m->wp_gu, I, H, r0, r1, m->px + ae->px_off, ae->n, tb,
+                                     (size_t)nr, scr);
         } else {
-            hm_amx_matmul(m->tg, x->gate.data, x->gate.row_bytes, H, r0, r1, m->px + ae->px_off,
-                          ae->n, h + r0, (size_t)I, scr);
-            hm_amx_matmul(m->tu, x->up.data, x->up.row_bytes, H, r0, r1, m->px + ae->px_off, ae->n,
-                          tb, (size_t)nr, scr);
+            m->ops->i8_matmul(m->tg, x->gate.data, x->gate.row_bytes, H, r0, r1, m->px + ae->px_off,
+                              ae->n, h + r0, (size_t)I, scr);
+            m->ops->i8_matmul(m->tu, x->up.data, x->up.row_bytes, H, r0, r1, m->px + ae->px_off,
+                              ae->n, tb, (size_t)nr, scr);
         }
         if (m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias && m->ops->silu_mul_f32) {
             for (int t = 0; t < ae->n; t++)
@@ -600,12 +600,12 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     const int nr = (int)(r1 - r0);
 #if defined(__x86_64__)
     if (ae->amx && m->packed && m->packed[ae->e])
-        hm_amx_matmul_packed((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
-                                 2 * m->wp_gu,
-                             H, I, r0, r1, m->ph + ae->ph_off, ae->n, tb, (size_t)nr, scr);
+        m->ops->i8_matmul_packed((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
+                                     2 * m->wp_gu,
+                                 H, I, r0, r1, m->ph + ae->ph_off, ae->n, tb, (size_t)nr, scr);
     else if (ae->amx)
-        hm_amx_matmul(m->td, x->down.data, x->down.row_bytes, I, r0, r1, m->ph + ae->ph_off, ae->n,
-                      tb, (size_t)nr, scr);
+        m->ops->i8_matmul(m->td, x->down.data, x->down.row_bytes, I, r0, r1, m->ph + ae->ph_off,
+                          ae->n, tb, (size_t)nr, scr);
 #endif
     for (int t = 0; t < ae->n; t++) {
         const float w = m->wt[ae->off + t];

@@ -259,6 +259,7 @@ typedef struct kjob {
     const float *x; /* float activations [n_tok][cols] (the AMX path quantizes them itself) */
     uint8_t *wpack; /* --repack: every matrix repacked for AMX, wpack_bytes apart; else NULL */
     size_t wpack_bytes;
+    const hm_cpu_ops *ops;
 } kjob;
 
 static void kfill_task(int ith, int nth, void *arg) {
@@ -279,12 +280,12 @@ static void kmatvec_task(int ith, int nth, void *arg) {
             int64_t r0 = groups * ith / nth * 32, r1 = groups * (ith + 1) / nth * 32;
             if (r1 > w->rows) r1 = w->rows;
             if (r1 > r0 && j->wpack)
-                hm_amx_matmul_packed(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols, r0,
-                                     r1, j->packed, j->n_tok, j->y + r0, (size_t)w->rows,
-                                     j->scratch[ith]);
+                j->ops->i8_matmul_packed(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
+                                         r0, r1, j->packed, j->n_tok, j->y + r0, (size_t)w->rows,
+                                         j->scratch[ith]);
             else if (r1 > r0)
-                hm_amx_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed, j->n_tok,
-                              j->y + r0, (size_t)w->rows, j->scratch[ith]);
+                j->ops->i8_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
+                                  j->n_tok, j->y + r0, (size_t)w->rows, j->scratch[ith]);
         }
         return;
     }
@@ -415,20 +416,22 @@ static int bench_kernels(int argc, char **argv) {
                 xb,   y,
                 11,   NULL,
                 NULL, x,
-                NULL, 0};
+                NULL, 0,
+                ops};
     void **scratch = NULL;
     hm_large wpbuf = {0};
 #if defined(__x86_64__)
     /* AMX: tile matmul for more than 4 tokens */
-    if (ops->isa == HM_ISA_AMX && hm_dequantize_supported((uint32_t)type)) {
+    if (hm_i8_matmul_ok(ops) && hm_dequantize_supported((uint32_t)type)) {
         scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
         for (int t = 0; scratch && t < hm_pool_size(pool); t++)
             scratch[t] = malloc(hm_amx_scratch_bytes((uint32_t)type, cols));
         job.packed = malloc(hm_amx_act_bytes((uint32_t)type, cols, (int)max_tok));
         printf(
-            "matmul (> 4 tokens): AMX INT8 tiles (TDPBSSD, K = 64, 32 rows x 32 tokens per step; "
-            "weights and activations int8 per 256 values; activations packed once per token "
-            "set, untimed); weights %s\n",
+            "matmul (> 4 tokens): %s; weights and activations int8 per 256 values; activations "
+            "packed once per token set, untimed); weights %s\n",
+            ops->isa == HM_ISA_AMX ? "AMX INT8 tiles (TDPBSSD, K = 64, 32 rows x 32 tokens per step"
+                                   : "AVX-512 VNNI (VPDPBUSD, 4 rows x 32 tokens per step",
             repack ? "repacked once to int8 tile units (untimed; the GB/s column still counts the "
                      "original bytes)"
                    : "converted to int8 on every call");
