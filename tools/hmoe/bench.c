@@ -511,9 +511,9 @@ static int bench_kernels(int argc, char **argv) {
                 emax = fmax(emax, fabs((double)y[k] - yr[k]));
             }
             /* int8 activations per 256 values vs the ref's activation format: 1% of max |y| */
-            printf("validation (AMX matmul, %ld tokens): max |amx - ref| = %.3g (%.2g of max |y|, "
+            printf("validation (int8 matmul, %ld tokens): max |%s - ref| = %.3g (%.2g of max |y|, "
                    "tolerance 1e-2) %s\n",
-                   max_tok, emax, emax / ym, emax <= 1e-2 * ym ? "ok" : "FAILED");
+                   max_tok, ops->name, emax, emax / ym, emax <= 1e-2 * ym ? "ok" : "FAILED");
             if (emax > 1e-2 * ym) rc = 1;
             free(yr);
         }
