@@ -282,6 +282,21 @@ static void test_silu(void) {
                 bad += !(fabs(y[i] - want) <= 1e-6 * fabs(want) + 1e-30); /* tiny: clamped */
             }
             CHECK_MSG(bad == 0, "%s silu_mul n=%d: %d values off", ops->name, n, bad);
+            /* softmax numerators: e^(x - max) and their sum */
+            if (!ops->expsum_f32) continue;
+            float m = -1e30f;
+            for (int i = 0; i < n; i++) m = g[i] > m ? g[i] : m;
+            memcpy(y, g, sizeof(float) * (size_t)n);
+            const float z = ops->expsum_f32(n, y, m);
+            double zr = 0;
+            bad = 0;
+            for (int i = 0; i < n; i++) {
+                const double e = exp((double)(g[i] - m)); /* the argument as float computes it */
+                zr += e;
+                bad += !(fabs(y[i] - e) <= 1e-6 * e + 1e-30);
+            }
+            CHECK_MSG(bad == 0 && fabs(z - zr) <= 1e-5 * zr + 1e-30,
+                      "%s expsum n=%d: %d values off, sum %.9g vs %.9g", ops->name, n, bad, z, zr);
         }
     }
 }
@@ -289,7 +304,7 @@ static void test_silu(void) {
 /* attention block kernels of every variant against plain double sums */
 static void test_attn_blocks(void) {
     const hm_cpu_features *f = hm_cpu_features_get();
-    const int hds[] = {8, 64, 72, 128};
+    const int hds[] = {8, 64, 72, 128, 200};
     for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
         const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
         if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;

@@ -276,6 +276,7 @@ typedef struct attn_job {
                size_t s_stride);
     void (*pv)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
                size_t o_stride);
+    float (*expsum)(int64_t n, float *x, float m);
 } attn_job;
 
 /* The block of consecutive tokens starting at t0 that share t0's sequence (cache), at most tb. */
@@ -318,7 +319,7 @@ static void attn_blocked(const attn_job *j, int ith, int nth, float *scr) {
                 const int np = a->pos[t0 + i / group] + 1, padded = (maxnp + 15) & ~15;
                 float *si = S + (size_t)i * ss, m = -FLT_MAX, z = 0;
                 for (int p = 0; p < np; p++) m = si[p] > m ? si[p] : m;
-                for (int p = 0; p < np; p++) z += (si[p] = expf(si[p] - m));
+                z = j->expsum(np, si, m);
                 const float inv = z > 0 ? 1.0f / z : 0.0f;
                 for (int p = 0; p < np; p++) si[p] *= inv;
                 for (int p = np; p < padded; p++) si[p] = 0.0f;
@@ -376,7 +377,7 @@ static void attn_task(int ith, int nth, void *arg) {
         for (int g = 0; g < group; g++) {
             float *s = sc + (size_t)g * len, m = -FLT_MAX, z = 0;
             for (int p = 0; p < len; p++) m = s[p] > m ? s[p] : m;
-            for (int p = 0; p < len; p++) z += (s[p] = expf(s[p] - m));
+            z = j->expsum(len, s, m);
             mx[g] = m, sum[g] = z;
             /* normalise now when this unit covers every position */
             if (!part && z > 0)
@@ -433,7 +434,8 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
                   .blocked =
                       a->n_tok >= ATTN_BLOCK_MIN_TOKENS && ops->qk_block16 && ops->pv_block16,
                   .qk = ops->qk_block16,
-                  .pv = ops->pv_block16};
+                  .pv = ops->pv_block16,
+                  .expsum = ops->expsum_f32 ? ops->expsum_f32 : hm_ops_ref.expsum_f32};
     const int base = a->n_tok * a->n_kv_heads;
     int min_np = a->max_ctx;
     for (int t = 0; t < a->n_tok; t++) min_np = a->pos[t] + 1 < min_np ? a->pos[t] + 1 : min_np;

@@ -36,6 +36,9 @@ typedef struct hm_cpu_ops {
     /* g[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u for i < n (SiLU-GLU); the SIMD variants
      * compute e^-g with a degree-6 polynomial, within 4e-7 relative of the plain-C expf form */
     void (*silu_mul_f32)(int64_t n, float *g, const float *u);
+    /* x[i] = e^(x[i] - m) for i < n, returning their sum (softmax numerators; m is the row's
+     * max, so every argument is <= 0); same polynomial exp as silu_mul_f32 */
+    float (*expsum_f32)(int64_t n, float *x, float m);
     /* int8 matmul for more than 4 tokens over the packed activations (the contract of
      * hm_amx_matmul / hm_amx_matmul_packed below): AMX tiles, or AVX-512 VNNI; NULL elsewhere.
      * Ask hm_i8_matmul_ok before use (the avx512 table also serves CPUs without VNNI). */

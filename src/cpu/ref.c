@@ -218,6 +218,12 @@ static void silu_mul_f32_ref(int64_t n, float *g, const float *u) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static float expsum_f32_ref(int64_t n, float *x, float m) {
+    float z = 0;
+    for (int64_t i = 0; i < n; i++) z += (x[i] = expf(x[i] - m));
+    return z;
+}
+
 static void qk_block16_ref(const float *q, int nq, int hd, const float *kt, float scale, float *s,
                            size_t s_stride) {
     for (int i = 0; i < nq; i++) {
@@ -240,6 +246,7 @@ static void pv_block16_ref(const float *p, size_t p_stride, int nq, const float 
 const hm_cpu_ops hm_ops_ref = {
     .axpy_f32 = axpy_f32_ref,
     .silu_mul_f32 = silu_mul_f32_ref,
+    .expsum_f32 = expsum_f32_ref,
     .qk_block16 = qk_block16_ref,
     .pv_block16 = pv_block16_ref,
     .isa = HM_ISA_REF,

@@ -14,6 +14,7 @@ const hm_cpu_ops hm_ops_avx512 = {
     .vec_dot = {HM_VEC_DOTS_AVX512},
     .axpy_f32 = hm_axpy_f32_avx512,
     .silu_mul_f32 = hm_silu_mul_f32_avx512,
+    .expsum_f32 = hm_expsum_f32_avx512,
     .i8_matmul = hm_vnni_matmul,
     .i8_matmul_packed = hm_vnni_matmul_packed,
     .qk_block16 = hm_qk_block16_avx512,

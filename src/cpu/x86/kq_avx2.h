@@ -560,22 +560,52 @@ static inline void hm_qk_block16_avx2(const float *q, int nq, int hd, const floa
     }
 }
 
+/* as hm_pv_block16_avx512: NC independent 8-wide accumulators per row, j in order */
+#define HM_PV8_CHUNKS(NC)                                                                          \
+    do {                                                                                           \
+        __m256 acc[NC];                                                                            \
+        _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =                              \
+            _mm256_loadu_ps(oi + d0 + 8 * c);                                                      \
+        for (int j = 0; j < 16; j++) {                                                             \
+            const __m256 pb = _mm256_set1_ps(pi[j]);                                               \
+            const float *vj = v + (size_t)j * hd + d0;                                             \
+            _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =                          \
+                _mm256_fmadd_ps(pb, _mm256_loadu_ps(vj + 8 * c), acc[c]);                          \
+        }                                                                                          \
+        _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++)                                       \
+            _mm256_storeu_ps(oi + d0 + 8 * c, acc[c]);                                             \
+    } while (0)
+
 static inline void hm_pv_block16_avx2(const float *p, size_t p_stride, int nq, const float *v,
                                       int hd, float *o, size_t o_stride) {
     for (int i = 0; i < nq; i++) {
         const float *pi = p + (size_t)i * p_stride;
         float *oi = o + (size_t)i * o_stride;
-        int d = 0;
-        for (; d + 8 <= hd; d += 8) {
-            __m256 acc = _mm256_loadu_ps(oi + d);
-            for (int j = 0; j < 16; j++)
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(pi[j]),
-                                      _mm256_loadu_ps(v + (size_t)j * hd + d), acc);
-            _mm256_storeu_ps(oi + d, acc);
-        }
-        for (; d < hd; d++)
-            for (int j = 0; j < 16; j++) oi[d] += pi[j] * v[(size_t)j * hd + d];
+        int d0 = 0;
+        for (; d0 + 64 <= hd; d0 += 64) HM_PV8_CHUNKS(8);
+        for (; d0 + 32 <= hd; d0 += 32) HM_PV8_CHUNKS(4);
+        for (; d0 + 8 <= hd; d0 += 8) HM_PV8_CHUNKS(1);
+        for (; d0 < hd; d0++)
+            for (int j = 0; j < 16; j++) oi[d0] += pi[j] * v[(size_t)j * hd + d0];
     }
+}
+#undef HM_PV8_CHUNKS
+
+/* x[i] = e^(x[i] - m) for i < n; returns their sum */
+static inline float hm_expsum_f32_avx2(int64_t n, float *x, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = hm_exp_ps_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    _Alignas(32) float t[8];
+    _mm256_store_ps(t, sum);
+    float z = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+    for (; i < n; i++) z += (x[i] = expf(x[i] - m));
+    return z;
 }
 
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */

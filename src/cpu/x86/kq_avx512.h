@@ -488,20 +488,21 @@ static inline void hm_qk_block16_avx512(const float *q, int nq, int hd, const fl
                                         float scale, float *s, size_t s_stride) {
     const __m512 sc = _mm512_set1_ps(scale);
     int i = 0;
-    for (; i + 4 <= nq; i += 4) {
+    /* 8 query rows: 8 independent FMA chains hide the FMA latency, one key load feeds 8 */
+    for (; i + 8 <= nq; i += 8) {
         const float *q0 = q + (size_t)i * hd;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m512 a[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) a[r] = _mm512_setzero_ps();
         for (int d = 0; d < hd; d++) {
             const __m512 k = _mm512_loadu_ps(kt + d * 16);
-            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[d]), k, a0);
-            a1 = _mm512_fmadd_ps(_mm512_set1_ps(q0[hd + d]), k, a1);
-            a2 = _mm512_fmadd_ps(_mm512_set1_ps(q0[2 * hd + d]), k, a2);
-            a3 = _mm512_fmadd_ps(_mm512_set1_ps(q0[3 * hd + d]), k, a3);
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                a[r] = _mm512_fmadd_ps(_mm512_set1_ps(q0[(size_t)r * hd + d]), k, a[r]);
         }
-        _mm512_storeu_ps(s + (size_t)i * s_stride, _mm512_mul_ps(a0, sc));
-        _mm512_storeu_ps(s + (size_t)(i + 1) * s_stride, _mm512_mul_ps(a1, sc));
-        _mm512_storeu_ps(s + (size_t)(i + 2) * s_stride, _mm512_mul_ps(a2, sc));
-        _mm512_storeu_ps(s + (size_t)(i + 3) * s_stride, _mm512_mul_ps(a3, sc));
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            _mm512_storeu_ps(s + (size_t)(i + r) * s_stride, _mm512_mul_ps(a[r], sc));
     }
     for (; i < nq; i++) {
         __m512 a = _mm512_setzero_ps();
@@ -512,22 +513,55 @@ static inline void hm_qk_block16_avx512(const float *q, int nq, int hd, const fl
     }
 }
 
+/* o_i[d0 .. d0 + 16 NC) += sum_j p_i[j] v_j for NC 16-wide chunks of one row: NC independent
+ * accumulators, j in order (each output element sums exactly as the one-chunk loop did) */
+#define HM_PV_CHUNKS(NC)                                                                           \
+    do {                                                                                           \
+        __m512 acc[NC];                                                                            \
+        _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =                              \
+            _mm512_loadu_ps(oi + d0 + 16 * c);                                                     \
+        for (int j = 0; j < 16; j++) {                                                             \
+            const __m512 pb = _mm512_set1_ps(pi[j]);                                               \
+            const float *vj = v + (size_t)j * hd + d0;                                             \
+            _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =                          \
+                _mm512_fmadd_ps(pb, _mm512_loadu_ps(vj + 16 * c), acc[c]);                         \
+        }                                                                                          \
+        _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++)                                       \
+            _mm512_storeu_ps(oi + d0 + 16 * c, acc[c]);                                            \
+    } while (0)
+
 static inline void hm_pv_block16_avx512(const float *p, size_t p_stride, int nq, const float *v,
                                         int hd, float *o, size_t o_stride) {
     for (int i = 0; i < nq; i++) {
         const float *pi = p + (size_t)i * p_stride;
         float *oi = o + (size_t)i * o_stride;
-        int d = 0;
-        for (; d + 16 <= hd; d += 16) {
-            __m512 acc = _mm512_loadu_ps(oi + d);
+        int d0 = 0;
+        for (; d0 + 128 <= hd; d0 += 128) HM_PV_CHUNKS(8);
+        for (; d0 + 64 <= hd; d0 += 64) HM_PV_CHUNKS(4);
+        for (; d0 + 16 <= hd; d0 += 16) HM_PV_CHUNKS(1);
+        if (d0 < hd) {
+            const __mmask16 m = (__mmask16)((1u << (hd - d0)) - 1);
+            __m512 acc = _mm512_maskz_loadu_ps(m, oi + d0);
             for (int j = 0; j < 16; j++)
                 acc = _mm512_fmadd_ps(_mm512_set1_ps(pi[j]),
-                                      _mm512_loadu_ps(v + (size_t)j * hd + d), acc);
-            _mm512_storeu_ps(oi + d, acc);
+                                      _mm512_maskz_loadu_ps(m, v + (size_t)j * hd + d0), acc);
+            _mm512_mask_storeu_ps(oi + d0, m, acc);
         }
-        for (; d < hd; d++)
-            for (int j = 0; j < 16; j++) oi[d] += pi[j] * v[(size_t)j * hd + d];
     }
+}
+#undef HM_PV_CHUNKS
+
+/* x[i] = e^(x[i] - m) for i < n; returns their sum (softmax numerators) */
+static inline float hm_expsum_f32_avx512(int64_t n, float *x, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 e = hm_exp_ps_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
+    }
+    return _mm512_reduce_add_ps(sum);
 }
 
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
