@@ -48,6 +48,11 @@ void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, const float
 }
 
 void hm_silu_mul(float *g, const float *u, int64_t n) {
+    const hm_cpu_ops *ops;
+    if (hm_cpu_ops_get(&ops) == HM_OK && ops->silu_mul_f32) {
+        ops->silu_mul_f32(n, g, u);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 

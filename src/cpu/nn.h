@@ -74,7 +74,7 @@ size_t hm_nn_attn_scratch_floats(int max_ctx, int n_heads, int n_kv_heads, int h
                                  int n_threads);
 void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a);
 
-/* silu(g) * u over n values, into g. */
+/* silu(g) * u over n values, into g (the kernel table's silu_mul_f32). */
 void hm_silu_mul(float *g, const float *u, int64_t n);
 
 #endif

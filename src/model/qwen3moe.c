@@ -5,6 +5,7 @@
  * RMSNorm multiplies by w (not 1 + w); q_norm/k_norm are RMSNorms over each head's head_dim
  * applied before the NeoX rotation; attention scale is head_dim^-0.5; the router is a softmax over
  * all experts in float, the top-k taken, renormalised when norm_topk_prob. */
+#include <stdatomic.h>
 #include <math.h>
 #include <string.h>
 
@@ -76,6 +77,22 @@ static void silu_gu(hm_ctx *c, int i, void *arg) {
     hm_silu_mul(c->g + (size_t)i * F, c->u + (size_t)i * F, (int64_t)F);
 }
 
+/* softmax top-k routing of one token (the tokens of a batch in parallel on the pool, not on the
+ * calling thread alone); a failure is kept for the caller */
+typedef struct route_arg {
+    int E, k;
+    bool renorm;
+    _Atomic int failed; /* hm_status of the first failure, 0 when none */
+} route_arg;
+
+static void route_tok(hm_ctx *c, int i, void *arg) {
+    route_arg *r = arg;
+    hm_status st = hm_router_softmax_topk(c->rl + (size_t)i * (size_t)r->E, r->E, r->k, r->renorm,
+                                          c->ids + (size_t)i * r->k, c->w + (size_t)i * r->k);
+    int none = 0;
+    if (st) atomic_compare_exchange_strong(&r->failed, &none, (int)st);
+}
+
 hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
     const hm_hparams *hp = &c->m->hp;
     const hm_layer *L = &c->m->layers[il];
@@ -124,12 +141,11 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
     if (L->moe) {
         const int E = (int)hp->n_experts, k = (int)hp->n_experts_used;
         hm_ctx_matmul(c, &L->router, c->xn, n, c->rl);
-        for (int i = 0; i < n; i++) {
-            hm_status st =
-                hm_router_softmax_topk(c->rl + (size_t)i * (size_t)E, E, k, hp->norm_topk_prob,
-                                       c->ids + (size_t)i * k, c->w + (size_t)i * k);
-            if (st) return st;
-        }
+        route_arg ra = {E, k, hp->norm_topk_prob, 0};
+        hm_ctx_for_tokens(c, n, route_tok, &ra);
+        if (atomic_load(&ra.failed))
+            return hm_errorf((hm_status)atomic_load(&ra.failed), "layer %d router: top-%d of %d",
+                             il, k, E);
         hm_ctx_prof(c, HM_PROF_ROUTER, &t0);
         hm_status st = hm_moe_submit(c->moe[il], c->xn, HM_MOE_F32, c->ids, c->w, n, k, c->tmp,
                                      HM_MOE_F32, false);
