@@ -235,6 +235,60 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
 #endif
 }
 
+/* AMX BF16 tiles for BF16 and F16 weights against float64 sums of the exact weights times the
+ * float activations: activations are rounded to bf16 (2^-9 relative), F16 weights to bf16 as
+ * well; tolerance 1% of max |y| as for the int8 path. Odd shapes: rows not a multiple of 16,
+ * cols not a multiple of 32, tokens not a multiple of 16, a row range inside the matrix. */
+static void test_amx_bf16(uint32_t type, int64_t rows, int64_t cols, int n_tok) {
+#if defined(__x86_64__)
+    if (!hm_isa_supported(hm_cpu_features_get(), HM_ISA_AMX)) return;
+    const size_t rb = (size_t)cols * 2;
+    uint16_t *w = malloc(rb * (size_t)rows);
+    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok));
+    uint64_t s = 17 + (uint64_t)cols;
+    for (int64_t i = 0; i < rows * cols; i++) {
+        const float v = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 20000.0f;
+        w[i] = type == HM_TYPE_BF16 ? hm_f32_to_bf16(v) : hm_f32_to_f16(v);
+    }
+    for (int64_t i = 0; i < cols * n_tok; i++)
+        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 500.0f;
+    double *yref = calloc((size_t)(rows * n_tok), sizeof(double));
+    for (int64_t r = 0; r < rows; r++)
+        for (int t = 0; t < n_tok; t++) {
+            double acc = 0;
+            for (int64_t i = 0; i < cols; i++) {
+                const uint16_t h = w[r * cols + i];
+                acc += (double)(type == HM_TYPE_BF16 ? hm_bf16_to_f32(h) : hm_f16_to_f32(h)) *
+                       x[t * cols + i];
+            }
+            yref[t * rows + r] = acc;
+        }
+    const int64_t r0 = 5;
+    float *y = calloc((size_t)(rows * n_tok), sizeof(float));
+    void *packed = malloc(hm_amx_bf16_act_bytes(cols, n_tok)),
+         *scr = malloc(hm_amx_bf16_scratch_bytes(cols));
+    const int tg = (n_tok + 31) / 32 * 2;
+    hm_amx_bf16_pack_act(x, (size_t)cols, NULL, n_tok, cols, packed, 0, 1);
+    hm_amx_bf16_pack_act(x, (size_t)cols, NULL, n_tok, cols, packed, 1, tg);
+    hm_amx_bf16_matmul(type, w, rb, cols, r0, rows, packed, n_tok, y + r0, (size_t)rows, scr);
+    double ymax = 1e-9, emax = 0;
+    int bad = 0;
+    for (int64_t k = 0; k < rows * n_tok; k++) ymax = fmax(ymax, fabs(yref[k]));
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            const double want = r < r0 ? 0.0 : yref[t * rows + r], e = fabs(y[t * rows + r] - want);
+            emax = fmax(emax, e);
+            bad += e > 1e-2 * ymax || (r < r0 && y[t * rows + r] != 0.0f);
+        }
+    if (getenv("HMOE_TEST_VERBOSE")) printf("bf16 tiles %s %lldx%lld %d tok: max err %.3g of %.3g\n", hm_type_name(type), (long long)rows, (long long)cols, n_tok, emax, ymax);
+    CHECK_MSG(bad == 0, "amx bf16 tiles, %s %lldx%lld, %d tokens: %d off (max err %.3g of %.3g)",
+              hm_type_name(type), (long long)rows, (long long)cols, n_tok, bad, emax, ymax);
+    free(w), free(x), free(yref), free(y), free(packed), free(scr);
+#else
+    (void)type, (void)rows, (void)cols, (void)n_tok;
+#endif
+}
+
 /* axpy of every variant equals plain C, for lengths around the vector widths */
 static void test_axpy(void) {
     const hm_cpu_features *f = hm_cpu_features_get();
@@ -350,6 +404,13 @@ static void test_attn_blocks(void) {
 int main(void) {
     test_axpy();
     test_silu();
+    for (int ty = 0; ty < 2; ty++) {
+        const uint32_t t = ty ? HM_TYPE_F16 : HM_TYPE_BF16;
+        test_amx_bf16(t, 45, 96, 5);
+        test_amx_bf16(t, 64, 2048, 37);
+        test_amx_bf16(t, 33, 72, 70);
+        test_amx_bf16(t, 70, 200, 16);
+    }
     test_attn_blocks();
     const uint32_t i8_types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_0,   HM_TYPE_Q4_1,  HM_TYPE_Q5_0,
                                  HM_TYPE_Q5_1, HM_TYPE_IQ4_NL, HM_TYPE_MXFP4, HM_TYPE_Q4_K,

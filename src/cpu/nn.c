@@ -64,12 +64,22 @@ static bool type_is_float(uint32_t t) {
     return t == HM_TYPE_F32 || t == HM_TYPE_F16 || t == HM_TYPE_BF16;
 }
 
-static bool use_amx(const hm_cpu_ops *ops, const hm_matrix *w, int n) {
+/* The matmul path of a weight matrix at n tokens: per-row dot products (exact for float
+ * weights), int8 tiles / VNNI (quantized weights), or AMX BF16 tiles (BF16 and F16 weights: the
+ * activations rounded to bf16, as a bf16 model computes them anyway; F32 weights stay exact). */
+enum { MM_DOTS = 0, MM_I8 = 1, MM_BF16 = 2 };
+
+static int use_amx(const hm_cpu_ops *ops, const hm_matrix *w, int n, unsigned flags) {
 #if defined(__x86_64__)
-    return hm_i8_matmul_ok(ops) && n >= MM_AMX_MIN_TOKENS && !type_is_float(w->type);
+    if (n < MM_AMX_MIN_TOKENS || (flags & HM_NN_NO_AMX)) return MM_DOTS;
+    if (!type_is_float(w->type)) return hm_i8_matmul_ok(ops) ? MM_I8 : MM_DOTS;
+    return (flags & HM_NN_BF16_TILES) && ops->isa == HM_ISA_AMX &&
+                   (w->type == HM_TYPE_BF16 || w->type == HM_TYPE_F16)
+               ? MM_BF16
+               : MM_DOTS;
 #else
-    (void)ops, (void)w, (void)n;
-    return false;
+    (void)ops, (void)w, (void)n, (void)flags;
+    return MM_DOTS;
 #endif
 }
 
@@ -77,13 +87,17 @@ static size_t align64(size_t b) {
     return (b + 63) & ~(size_t)63;
 }
 
-size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, bool no_amx) {
+size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, unsigned flags) {
     const hm_cpu_ops *ops;
     if (hm_cpu_ops_get(&ops) != HM_OK) return 0;
 #if defined(__x86_64__)
-    if (!no_amx && use_amx(ops, w, n))
+    const int path = use_amx(ops, w, n, flags);
+    if (path == MM_I8)
         return align64(hm_amx_act_bytes(w->type, w->cols, n)) +
                (size_t)n_threads * align64(hm_amx_scratch_bytes(w->type, w->cols) + 64) + 64;
+    if (path == MM_BF16)
+        return align64(hm_amx_bf16_act_bytes(w->cols, n)) +
+               (size_t)n_threads * align64(hm_amx_bf16_scratch_bytes(w->cols) + 64) + 64;
 #endif
     if (hm_act_type(w->type) == HM_TYPE_F32) return 0;
     return (size_t)n * hm_act_bytes(w->type, w->cols) + 64;
@@ -100,7 +114,7 @@ typedef struct mm_job {
     const size_t *ys;
     uint8_t *scratch;
     const hm_cpu_ops *ops;
-    bool amx;
+    int amx;           /* MM_DOTS, MM_I8, MM_BF16 */
     atomic_llong next; /* next unclaimed unit */
 } mm_job;
 
@@ -122,7 +136,24 @@ static void mm_task(int ith, int nth, void *arg) {
     mm_job *j = arg;
     uint8_t *scr = (uint8_t *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
 #if defined(__x86_64__)
-    if (j->amx) {
+    if (j->amx == MM_BF16) {
+        const hm_matrix *w = j->w[0];
+        int groups = 2 * ((j->n + 31) / 32);
+        hm_amx_bf16_pack_act(j->x, j->xs, NULL, j->n, w->cols, scr, groups * ith / nth,
+                             groups * (ith + 1) / nth);
+        hm_pool_barrier(j->pool);
+        int64_t r0, r1;
+        rows_of(w->rows, ith, nth, 32, &r0, &r1);
+        if (r0 < r1) {
+            size_t packed = align64(hm_amx_bf16_act_bytes(w->cols, j->n));
+            uint8_t *ts =
+                scr + packed + (size_t)ith * align64(hm_amx_bf16_scratch_bytes(w->cols) + 64);
+            hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, scr, j->n,
+                               j->y[0] + r0, j->ys[0], ts);
+        }
+        return;
+    }
+    if (j->amx == MM_I8) {
         const hm_matrix *w = j->w[0];
         int groups = 2 * ((j->n + 31) / 32);
         hm_amx_pack_act(w->type, j->x, j->xs, NULL, j->n, w->cols, scr, groups * ith / nth,
@@ -179,14 +210,14 @@ static void mm_task(int ith, int nth, void *arg) {
 
 void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,
                         size_t x_stride, int n, float *const *y, const size_t *y_stride,
-                        void *scratch, bool no_amx) {
+                        void *scratch, unsigned flags) {
     const hm_cpu_ops *ops = NULL;
     if (n <= 0 || nw <= 0 || hm_cpu_ops_get(&ops) != HM_OK) return;
     bool same = nw <= 8;
     for (int m = 1; m < nw && same; m++)
         same = hm_act_type(w[m]->type) == hm_act_type(w[0]->type) && w[m]->cols == w[0]->cols;
     bool amx = false;
-    for (int m = 0; m < nw; m++) amx |= !no_amx && use_amx(ops, w[m], n);
+    for (int m = 0; m < nw; m++) amx |= use_amx(ops, w[m], n, flags) != MM_DOTS;
     if (!same || amx) {
         for (int m = 0; m < nw; m++) {
             mm_job j = {.pool = pool,
@@ -199,7 +230,7 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
                         .ys = &y_stride[m],
                         .scratch = scratch,
                         .ops = ops,
-                        .amx = !no_amx && use_amx(ops, w[m], n)};
+                        .amx = use_amx(ops, w[m], n, flags)};
             atomic_init(&j.next, 0);
             hm_pool_run(pool, mm_task, &j);
         }
@@ -215,14 +246,14 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
                 .ys = y_stride,
                 .scratch = scratch,
                 .ops = ops,
-                .amx = false};
+                .amx = MM_DOTS};
     atomic_init(&j.next, 0);
     hm_pool_run(pool, mm_task, &j);
 }
 
 void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_stride, int n,
-                  float *y, size_t y_stride, void *scratch, bool no_amx) {
-    hm_nn_matmul_multi(pool, &w, 1, x, x_stride, n, &y, &y_stride, scratch, no_amx);
+                  float *y, size_t y_stride, void *scratch, unsigned flags) {
+    hm_nn_matmul_multi(pool, &w, 1, x, x_stride, n, &y, &y_stride, scratch, flags);
 }
 
 /* ---------------------------------------------------------------- attention */

@@ -29,21 +29,26 @@ void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, const float
 
 /* ---- matrix multiply: y[t][r] = W[r] . x[t] for t < n, r < W.rows ---------------------------- */
 
+/* Matmul flags: HM_NN_NO_AMX forces the exact per-row kernels for every type; HM_NN_BF16_TILES
+ * lets BF16 and F16 weights use AMX BF16 tiles (activations rounded to bf16, as a bf16 model
+ * computes them; off by default because float weights otherwise run exactly). */
+enum { HM_NN_NO_AMX = 1u, HM_NN_BF16_TILES = 2u };
+
 /* Scratch bytes of hm_nn_matmul for n tokens (activation conversion, AMX packing). */
-size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, bool no_amx);
+size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, unsigned flags);
 
 /* Threads split W's rows. x: [n][w->cols] floats with row stride x_stride (floats); y: [n][rows]
- * with row stride y_stride. Integer-quantized weights use the AMX tile path for n >= 16 where the
- * CPU has AMX (about 0.5% relative error, see amx.c); float weights always run the exact
- * kernels; no_amx forces the exact kernels for every type. */
+ * with row stride y_stride. Integer-quantized weights use the int8 path (AMX tiles, or AVX-512
+ * VNNI) for n >= 16 (about 0.5% relative error, see amx.c); float weights run the exact kernels
+ * unless flags has HM_NN_BF16_TILES. */
 void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_stride, int n,
-                  float *y, size_t y_stride, void *scratch, bool no_amx);
+                  float *y, size_t y_stride, void *scratch, unsigned flags);
 
 /* The same for nw <= 8 matrices that share x (q, k and v projections): one job, one activation
  * conversion; y[m] has row stride y_stride[m]. */
 void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,
                         size_t x_stride, int n, float *const *y, const size_t *y_stride,
-                        void *scratch, bool no_amx);
+                        void *scratch, unsigned flags);
 
 /* ---- attention ---------------------------------------------------------------------------- */
 

@@ -121,6 +121,18 @@ void hm_vnni_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols
                     void *scratch);
 void hm_vnni_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                            const void *packed, int n_tok, float *y, size_t y_stride, void *scratch);
+/* AMX BF16 tiles for BF16 weights (exact) and F16 weights (rounded to BF16): activations rounded
+ * to BF16 (~0.2% per value), products summed in float32 over all of K (TDPBF16PS). Same call
+ * pattern as the int8 path: pack the activations once (16-token groups [g0, g1) of
+ * 2 * ((n_tok + 31) / 32), idx as there), then any row range per thread with its own scratch of
+ * hm_amx_bf16_scratch_bytes(cols). */
+size_t hm_amx_bf16_act_bytes(int64_t cols, int n_tok);
+void hm_amx_bf16_pack_act(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
+                          int64_t cols, void *packed, int g0, int g1);
+size_t hm_amx_bf16_scratch_bytes(int64_t cols);
+void hm_amx_bf16_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                        int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
+                        void *scratch);
 size_t hm_amx_wpack_bytes(int64_t rows, int64_t cols);
 void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                   int64_t u0, int64_t u1, void *dst, void *scratch);

@@ -94,11 +94,12 @@ void hm_ctx_for_tokens(hm_ctx *c, int n, hm_ctx_tok_fn fn, void *arg) {
 }
 
 void hm_ctx_matmul(hm_ctx *c, const hm_matrix *w, const float *x, int n, float *y) {
-    hm_nn_matmul(c->pool, w, x, (size_t)w->cols, n, y, (size_t)w->rows, c->mm_scratch, c->p.no_amx);
+    hm_nn_matmul(c->pool, w, x, (size_t)w->cols, n, y, (size_t)w->rows, c->mm_scratch,
+                 hm_ctx_mm_flags(c));
 }
 
 static size_t mm_need(const hm_ctx *c, const hm_matrix *w, size_t cur) {
-    size_t b = hm_nn_matmul_scratch_bytes(w, c->p.n_batch, c->nth, c->p.no_amx);
+    size_t b = hm_nn_matmul_scratch_bytes(w, c->p.n_batch, c->nth, hm_ctx_mm_flags(c));
     return b > cur ? b : cur;
 }
 

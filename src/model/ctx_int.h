@@ -31,7 +31,7 @@ struct hm_ctx {
     void *mm_scratch;
     size_t q_dim, ffn_max;
     uint64_t prof_ns[HM_PROF_COUNT]; /* time per part of the forward pass, summed */
-    size_t repacked; /* bytes of the experts' int8 tile copy */
+    size_t repacked;                 /* bytes of the experts' int8 tile copy */
 };
 
 /* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half). */
@@ -54,6 +54,11 @@ static inline void hm_ctx_prof(hm_ctx *c, int p, uint64_t *t0) {
 /* Runs fn(c, i, arg) for every token i < n, tokens split across the pool's threads. */
 typedef void (*hm_ctx_tok_fn)(hm_ctx *c, int i, void *arg);
 void hm_ctx_for_tokens(hm_ctx *c, int n, hm_ctx_tok_fn fn, void *arg);
+
+/* hm_nn_matmul flags of this context (no_amx, bf16_tiles) */
+static inline unsigned hm_ctx_mm_flags(const hm_ctx *c) {
+    return (c->p.no_amx ? HM_NN_NO_AMX : 0u) | (c->p.bf16_tiles ? HM_NN_BF16_TILES : 0u);
+}
 
 /* y = W x over n tokens of the context's scratch layout (row strides = cols / rows). */
 void hm_ctx_matmul(hm_ctx *c, const hm_matrix *w, const float *x, int n, float *y);

@@ -91,6 +91,9 @@ typedef struct hm_ctx_params {
      * AUTO repacks when that copy (plus the model itself when it is mmapped, so that the page
      * cache keeps it) fits in 80% of MemAvailable; nothing is repacked without AMX. */
     hm_repack_mode repack;
+    /* prefill (16+ tokens) of BF16/F16 attention, dense and output weights on AMX BF16 tiles:
+     * activations rounded to bf16 as transformers' bf16 compute does (off: exact float kernels) */
+    bool bf16_tiles;
 } hm_ctx_params;
 
 typedef struct hm_ctx hm_ctx;

@@ -106,7 +106,7 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
     float *const qkv_y[3] = {c->q, c->k, c->v};
     const size_t qkv_s[3] = {c->q_dim, c->kv_dim, c->kv_dim};
     hm_nn_matmul_multi(c->pool, qkv, 3, c->xn, hp->hidden, n, qkv_y, qkv_s, c->mm_scratch,
-                       c->p.no_amx);
+                       hm_ctx_mm_flags(c));
     hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
     qk_arg qa = {L, il};
     hm_ctx_for_tokens(c, n, qk_rope_store, &qa);

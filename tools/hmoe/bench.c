@@ -260,6 +260,7 @@ typedef struct kjob {
     uint8_t *wpack; /* --repack: every matrix repacked for AMX, wpack_bytes apart; else NULL */
     size_t wpack_bytes;
     const hm_cpu_ops *ops;
+    bool bf16; /* BF16/F16 weights on AMX BF16 tiles instead of the int8 path */
 } kjob;
 
 static void kfill_task(int ith, int nth, void *arg) {
@@ -279,7 +280,10 @@ static void kmatvec_task(int ith, int nth, void *arg) {
             int64_t groups = (w->rows + 31) / 32;
             int64_t r0 = groups * ith / nth * 32, r1 = groups * (ith + 1) / nth * 32;
             if (r1 > w->rows) r1 = w->rows;
-            if (r1 > r0 && j->wpack)
+            if (r1 > r0 && j->bf16)
+                hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
+                                   j->n_tok, j->y + r0, (size_t)w->rows, j->scratch[ith]);
+            else if (r1 > r0 && j->wpack)
                 j->ops->i8_matmul_packed(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
                                          r0, r1, j->packed, j->n_tok, j->y + r0, (size_t)w->rows,
                                          j->scratch[ith]);
@@ -301,8 +305,12 @@ static void kpack_task(int ith, int nth, void *arg) {
 #if defined(__x86_64__)
     kjob *j = arg;
     const int tg = (j->n_tok + 31) / 32 * 2;
-    hm_amx_pack_act(j->mats[0].type, j->x, (size_t)j->mats[0].cols, NULL, j->n_tok, j->mats[0].cols,
-                    j->packed, tg * ith / nth, tg * (ith + 1) / nth);
+    if (j->bf16)
+        hm_amx_bf16_pack_act(j->x, (size_t)j->mats[0].cols, NULL, j->n_tok, j->mats[0].cols,
+                             j->packed, tg * ith / nth, tg * (ith + 1) / nth);
+    else
+        hm_amx_pack_act(j->mats[0].type, j->x, (size_t)j->mats[0].cols, NULL, j->n_tok,
+                        j->mats[0].cols, j->packed, tg * ith / nth, tg * (ith + 1) / nth);
 #else
     (void)ith, (void)nth, (void)arg;
 #endif
@@ -417,12 +425,22 @@ static int bench_kernels(int argc, char **argv) {
                 11,   NULL,
                 NULL, x,
                 NULL, 0,
-                ops};
+                ops,  false};
     void **scratch = NULL;
     hm_large wpbuf = {0};
 #if defined(__x86_64__)
     /* AMX: tile matmul for more than 4 tokens */
-    if (hm_i8_matmul_ok(ops) && hm_dequantize_supported((uint32_t)type)) {
+    job.bf16 = ops->isa == HM_ISA_AMX && (type == HM_TYPE_BF16 || type == HM_TYPE_F16);
+    if (job.bf16) {
+        scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
+        for (int t = 0; scratch && t < hm_pool_size(pool); t++)
+            scratch[t] = malloc(hm_amx_bf16_scratch_bytes(cols));
+        job.packed = malloc(hm_amx_bf16_act_bytes(cols, (int)max_tok));
+        printf("matmul (> 4 tokens): AMX BF16 tiles (TDPBF16PS, K = 32, 32 rows x 32 tokens per "
+               "step, float32 sums; activations rounded to bf16 and packed once per token set, "
+               "untimed; weights copied per 32-row unit)\n");
+        repack = false;
+    } else if (hm_i8_matmul_ok(ops) && hm_dequantize_supported((uint32_t)type)) {
         scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
         for (int t = 0; scratch && t < hm_pool_size(pool); t++)
             scratch[t] = malloc(hm_amx_scratch_bytes((uint32_t)type, cols));
@@ -510,10 +528,11 @@ static int bench_kernels(int argc, char **argv) {
                 ym = fmax(ym, fabs(yr[k]));
                 emax = fmax(emax, fabs((double)y[k] - yr[k]));
             }
-            /* int8 activations per 256 values vs the ref's activation format: 1% of max |y| */
-            printf("validation (int8 matmul, %ld tokens): max |%s - ref| = %.3g (%.2g of max |y|, "
+            /* int8 (per 256 values) or bf16 activations vs the ref's activation format: 1% */
+            printf("validation (%s matmul, %ld tokens): max |%s - ref| = %.3g (%.2g of max |y|, "
                    "tolerance 1e-2) %s\n",
-                   max_tok, ops->name, emax, emax / ym, emax <= 1e-2 * ym ? "ok" : "FAILED");
+                   job.bf16 ? "bf16 tile" : "int8", max_tok, ops->name, emax, emax / ym,
+                   emax <= 1e-2 * ym ? "ok" : "FAILED");
             if (emax > 1e-2 * ym) rc = 1;
             free(yr);
         }

@@ -119,6 +119,10 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
         cp->no_amx = true;
         return 1;
     }
+    if (!strcmp(a, "--bf16-tiles")) {
+        cp->bf16_tiles = true;
+        return 1;
+    }
     if (!v) return 0;
     if (!strcmp(a, "--threads")) {
         if (!cli_parse_int(v, 1, 4096, &n)) return cli_usage_error("bad --threads '%s'", v);

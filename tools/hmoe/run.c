@@ -27,6 +27,8 @@ static int usage(FILE *f) {
             "  --kv f32|f16          KV cache element type (default f32)\n"
             "  --repack auto|on|off  keep an int8 copy of the experts for AMX prefill (auto: when\n"
             "                        it fits in memory)\n"
+            "  --bf16-tiles          prompt batches of BF16/F16 weights on AMX BF16 tiles\n"
+            "                        (activations rounded to bf16; default: exact float kernels)\n"
             "  --tokenizer PATH      tokenizer to use instead of the model's own\n"
             "  --chat                put -p through the model's chat template as a user turn\n"
             "  --system TEXT         a system turn before it (implies --chat)\n"

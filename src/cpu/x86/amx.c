@@ -124,7 +124,7 @@ size_t hm_amx_act_bytes(uint32_t type, int64_t cols, int n_tok) {
 }
 
 static inline __mmask16 tail_mask(int left) {
-    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
 }
 
 /* n (<= 256) floats -> int8 codes (round to nearest even) in q[0..n), zeros up to pad; returns
@@ -617,4 +617,142 @@ void hm_vnni_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r
         vnni_unit(&a, unit, (const float *)(unit + 32 * kp), n_tok, nr, y + (rg - r0), y_stride,
                   (int32_t *)s.wrow);
     }
+}
+
+/* ---------------------------------------------------------------- AMX BF16 matmul
+ * Float-format weights (BF16 exactly, F16 rounded to BF16) times activations rounded to BF16, one
+ * TDPBF16PS per 32 values (16 x 16 x 32 products accumulated in float32 inside the tile), so
+ * there is no fold: the four C tiles of a 32-row x 32-token block hold the float sums over all of
+ * K. Activations: per 16-token group and 32-value chunk one B tile [16 value pairs][16 tokens][2]
+ * (1 KiB). Weights: each 32-row unit converted into scratch as A tiles [2][kp / 32][16 rows][32]. */
+
+typedef struct {
+    int64_t kp; /* cols rounded up to 32 (zero padded) */
+    int tp;     /* 32-token pairs of groups */
+    uint16_t *b;
+} bf_act;
+
+static bf_act bf_act_layout(int64_t cols, int n_tok, const void *packed) {
+    bf_act a;
+    a.kp = (cols + 31) / 32 * 32;
+    a.tp = (n_tok + 31) / 32;
+    a.b = (uint16_t *)align64((uintptr_t)packed);
+    return a;
+}
+
+size_t hm_amx_bf16_act_bytes(int64_t cols, int n_tok) {
+    const bf_act a = bf_act_layout(cols, n_tok, NULL);
+    return (size_t)a.tp * 32 * (size_t)a.kp * 2 + 64;
+}
+
+/* 32 floats (masked past n) -> 32 bf16, round to nearest even */
+static inline __m512i bf16x32(const float *x, int n) {
+    const __m512 lo = _mm512_maskz_loadu_ps(tail_mask(n), x);
+    const __m512 hi = _mm512_maskz_loadu_ps(tail_mask(n - 16), x + 16);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+void hm_amx_bf16_pack_act(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
+                          int64_t cols, void *packed, int g0, int g1) {
+    const bf_act a = bf_act_layout(cols, n_tok, packed);
+    /* dword i of a token's 32-value chunk (values 2i, 2i + 1) goes to tile row i, column tl */
+    const __m512i rows = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192,
+                                           208, 224, 240);
+    for (int g = g0; g < g1 && g < a.tp * 2; g++) {
+        uint16_t *B = a.b + (size_t)g * 16 * (size_t)a.kp;
+        for (int tl = 0; tl < 16; tl++) {
+            const int t = g * 16 + tl;
+            const float *xt = t < n_tok ? x + (size_t)(idx ? idx[t] : t) * x_stride : NULL;
+            for (int64_t c = 0; c < a.kp; c += 32) {
+                const int left = xt ? (int)(cols - c < 32 ? (cols - c > 0 ? cols - c : 0) : 32) : 0;
+                const __m512i v = left ? bf16x32(xt + c, left) : _mm512_setzero_si512();
+                _mm512_i32scatter_epi32(B + (c / 32) * 512 + tl * 2, rows, v, 4);
+            }
+        }
+    }
+}
+
+/* bf16 units: A [2][kp / 32][16][32] bf16 + cbuf [4][256] floats */
+static size_t bf_unit_bytes(int64_t cols) {
+    return (size_t)32 * (size_t)((cols + 31) / 32 * 32) * 2;
+}
+
+size_t hm_amx_bf16_scratch_bytes(int64_t cols) {
+    return bf_unit_bytes(cols) + 4 * 256 * sizeof(float) + 128;
+}
+
+static void bf_convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t cols,
+                            int nr, uint16_t *A) {
+    const int64_t kp = (cols + 31) / 32 * 32;
+    for (int n = 0; n < 32; n++) {
+        uint16_t *An = A + (size_t)(n / 16) * 16 * (size_t)kp + (size_t)(n % 16) * 32;
+        const uint8_t *row = w + (size_t)n * row_bytes;
+        for (int64_t c = 0; c < kp; c += 32) {
+            const int left = n < nr ? (int)(cols - c < 32 ? cols - c : 32) : 0;
+            __m512i v = _mm512_setzero_si512();
+            if (left && type == HM_TYPE_BF16) {
+                v = _mm512_maskz_loadu_epi16(left >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1,
+                                             row + 2 * c);
+            } else if (left) { /* F16: halves -> floats -> bf16 */
+                const __m256i h0 = _mm256_maskz_loadu_epi16(tail_mask(left), row + 2 * c);
+                const __m256i h1 = _mm256_maskz_loadu_epi16(tail_mask(left - 16), row + 2 * c + 32);
+                v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_cvtph_ps(h1), _mm512_cvtph_ps(h0));
+            }
+            _mm512_store_si512(An + (c / 32) * 512, v);
+        }
+    }
+}
+
+static void bf_unit(const bf_act *a, const uint16_t *A, int n_tok, int nr, float *y,
+                    size_t y_stride, float *cb) {
+    const int64_t kp = a->kp, nc = kp / 32;
+    const uint16_t *A1 = A + 16 * kp;
+    for (int p = 0; p < a->tp; p++) {
+        const bool two = n_tok - 32 * p > 16;
+        const uint16_t *B0 = a->b + (size_t)(2 * p) * 16 * (size_t)kp, *B1 = B0 + 16 * (size_t)kp;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t c = 0; c < nc; c++) {
+            _tile_loadd(4, A + c * 512, 64);
+            _tile_loadd(6, B0 + c * 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(5, A1 + c * 512, 64);
+            _tile_dpbf16ps(1, 5, 6);
+            if (two) {
+                _tile_loadd(7, B1 + c * 512, 64);
+                _tile_dpbf16ps(2, 4, 7);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+        _tile_stored(0, cb, 64);
+        _tile_stored(1, cb + 256, 64);
+        if (two) {
+            _tile_stored(2, cb + 512, 64);
+            _tile_stored(3, cb + 768, 64);
+        }
+        /* C tile (h, j): rows 16h.. of the unit, tokens 32p + 16j .. */
+        const int nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
+        for (int t = 0; t < nt; t++) {
+            const float *ct = cb + (t >= 16 ? 512 : 0) + (t % 16);
+            float *yt = y + (size_t)(32 * p + t) * y_stride;
+            for (int r = 0; r < nr; r++) yt[r] = ct[(r >= 16 ? 256 : 0) + (r % 16) * 16];
+        }
+    }
+}
+
+void hm_amx_bf16_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                        int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
+                        void *scratch) {
+    const bf_act a = bf_act_layout(cols, n_tok, packed);
+    uint16_t *A = (uint16_t *)align64((uintptr_t)scratch);
+    float *cb = (float *)((uint8_t *)A + bf_unit_bytes(cols));
+    amx_config();
+    for (int64_t rg = r0; rg < r1; rg += 32) {
+        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
+        bf_convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr, A);
+        bf_unit(&a, A, n_tok, nr, y + (rg - r0), y_stride, cb);
+    }
+    _tile_release();
 }
