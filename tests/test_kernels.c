@@ -280,7 +280,6 @@ static void test_amx_bf16(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
             emax = fmax(emax, e);
             bad += e > 1e-2 * ymax || (r < r0 && y[t * rows + r] != 0.0f);
         }
-    if (getenv("HMOE_TEST_VERBOSE")) printf("bf16 tiles %s %lldx%lld %d tok: max err %.3g of %.3g\n", hm_type_name(type), (long long)rows, (long long)cols, n_tok, emax, ymax);
     CHECK_MSG(bad == 0, "amx bf16 tiles, %s %lldx%lld, %d tokens: %d off (max err %.3g of %.3g)",
               hm_type_name(type), (long long)rows, (long long)cols, n_tok, bad, emax, ymax);
     free(w), free(x), free(yref), free(y), free(packed), free(scr);

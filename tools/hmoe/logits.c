@@ -45,10 +45,11 @@ bool cli_parse_ids(const char *s, int32_t **ids, int *n) {
 }
 
 static int usage(void) {
-    fprintf(stderr,
-            "usage: hmoe logits -m MODEL --ids \"1 2 3\" --out FILE [--threads N] [--batch N]\n"
-            "                   [--ctx N] [--no-amx] [--load auto|mmap|copy] [--repack auto|on|off]\n"
-            "  writes the logits of every position as little-endian float32 [n_ids x vocab]\n");
+    fprintf(
+        stderr,
+        "usage: hmoe logits -m MODEL --ids \"1 2 3\" --out FILE [--threads N] [--batch N]\n"
+        "                   [--ctx N] [--no-amx] [--load auto|mmap|copy] [--repack auto|on|off]\n"
+        "  writes the logits of every position as little-endian float32 [n_ids x vocab]\n");
     return 2;
 }
 

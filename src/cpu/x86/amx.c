@@ -470,21 +470,6 @@ static void amx_unit(const amx_act *a, const int8_t *A, const float *sw, int n_t
     }
 }
 
-void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
-                   int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
-                   void *scratch) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    const amx_scratch s = scratch_layout(cols, scratch);
-    amx_config();
-    for (int64_t rg = r0; rg < r1; rg += 32) {
-        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
-        convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr, s.A,
-                     s.wrow);
-        amx_unit(&a, s.A, s.sw, n_tok, nr, y + (rg - r0), y_stride, &s);
-    }
-    _tile_release();
-}
-
 void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                   int64_t u0, int64_t u1, void *dst, void *scratch) {
     const amx_scratch s = scratch_layout(cols, scratch);
@@ -494,22 +479,6 @@ void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, 
         convert_rows(type, (const uint8_t *)w + (size_t)(32 * u) * row_bytes, row_bytes, cols, nr,
                      (int8_t *)dst + (size_t)u * ub, s.wrow);
     }
-}
-
-void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
-                          const void *packed, int n_tok, float *y, size_t y_stride, void *scratch) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    const amx_scratch s = scratch_layout(cols, scratch);
-    const size_t ub = unit_bytes(cols);
-    const int64_t kp = (cols + 63) / 64 * 64;
-    if (r1 > rows) r1 = rows;
-    amx_config();
-    for (int64_t rg = r0; rg < r1; rg += 32) {
-        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
-        const int8_t *unit = (const int8_t *)wp + (size_t)(rg / 32) * ub;
-        amx_unit(&a, unit, (const float *)(unit + 32 * kp), n_tok, nr, y + (rg - r0), y_stride, &s);
-    }
-    _tile_release();
 }
 
 /* ---------------------------------------------------------------- AVX-512 VNNI int8 matmul
@@ -590,33 +559,57 @@ static void vnni_unit(const amx_act *a, const int8_t *A, const float *sw, int n_
     }
 }
 
+/* The int8 matmul of rows [r0, r1) (clamped to rows) in 32-row units, on tiles or with VNNI:
+ * each unit converted per call from the weights (w, row_bytes) into scratch, or read from the
+ * repacked units wp. */
+static void i8_matmul(bool tiles, uint32_t type, const void *w, size_t row_bytes, const void *wp,
+                      int64_t rows, int64_t cols, int64_t r0, int64_t r1, const void *packed,
+                      int n_tok, float *y, size_t y_stride, void *scratch) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    const amx_scratch s = scratch_layout(cols, scratch);
+    const size_t ub = unit_bytes(cols);
+    if (r1 > rows) r1 = rows;
+    if (tiles) amx_config();
+    for (int64_t rg = r0; rg < r1; rg += 32) {
+        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
+        const int8_t *unit = s.A;
+        if (wp)
+            unit = (const int8_t *)wp + (size_t)(rg / 32) * ub;
+        else
+            convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr,
+                         s.A, s.wrow);
+        const float *sw = (const float *)(unit + 32 * a.kp);
+        if (tiles)
+            amx_unit(&a, unit, sw, n_tok, nr, y + (rg - r0), y_stride, &s);
+        else
+            vnni_unit(&a, unit, sw, n_tok, nr, y + (rg - r0), y_stride, (int32_t *)s.wrow);
+    }
+    if (tiles) _tile_release();
+}
+
+void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
+                   int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
+                   void *scratch) {
+    i8_matmul(true, type, w, row_bytes, NULL, r1, cols, r0, r1, packed, n_tok, y, y_stride,
+              scratch);
+}
+
+void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                          const void *packed, int n_tok, float *y, size_t y_stride, void *scratch) {
+    i8_matmul(true, 0, NULL, 0, wp, rows, cols, r0, r1, packed, n_tok, y, y_stride, scratch);
+}
+
 void hm_vnni_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
                     int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
                     void *scratch) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    const amx_scratch s = scratch_layout(cols, scratch);
-    for (int64_t rg = r0; rg < r1; rg += 32) {
-        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
-        convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr, s.A,
-                     s.wrow);
-        vnni_unit(&a, s.A, s.sw, n_tok, nr, y + (rg - r0), y_stride, (int32_t *)s.wrow);
-    }
+    i8_matmul(false, type, w, row_bytes, NULL, r1, cols, r0, r1, packed, n_tok, y, y_stride,
+              scratch);
 }
 
 void hm_vnni_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                            const void *packed, int n_tok, float *y, size_t y_stride,
                            void *scratch) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    const amx_scratch s = scratch_layout(cols, scratch);
-    const size_t ub = unit_bytes(cols);
-    const int64_t kp = (cols + 63) / 64 * 64;
-    if (r1 > rows) r1 = rows;
-    for (int64_t rg = r0; rg < r1; rg += 32) {
-        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
-        const int8_t *unit = (const int8_t *)wp + (size_t)(rg / 32) * ub;
-        vnni_unit(&a, unit, (const float *)(unit + 32 * kp), n_tok, nr, y + (rg - r0), y_stride,
-                  (int32_t *)s.wrow);
-    }
+    i8_matmul(false, 0, NULL, 0, wp, rows, cols, r0, r1, packed, n_tok, y, y_stride, scratch);
 }
 
 /* ---------------------------------------------------------------- AMX BF16 matmul
@@ -624,7 +617,8 @@ void hm_vnni_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r
  * TDPBF16PS per 32 values (16 x 16 x 32 products accumulated in float32 inside the tile), so
  * there is no fold: the four C tiles of a 32-row x 32-token block hold the float sums over all of
  * K. Activations: per 16-token group and 32-value chunk one B tile [16 value pairs][16 tokens][2]
- * (1 KiB). Weights: each 32-row unit converted into scratch as A tiles [2][kp / 32][16 rows][32]. */
+ * (1 KiB). Weights: each 32-row unit converted into scratch as A tiles [2][kp / 32][16 rows][32].
+ */
 
 typedef struct {
     int64_t kp; /* cols rounded up to 32 (zero padded) */
@@ -656,8 +650,8 @@ void hm_amx_bf16_pack_act(const float *x, size_t x_stride, const int32_t *idx, i
                           int64_t cols, void *packed, int g0, int g1) {
     const bf_act a = bf_act_layout(cols, n_tok, packed);
     /* dword i of a token's 32-value chunk (values 2i, 2i + 1) goes to tile row i, column tl */
-    const __m512i rows = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192,
-                                           208, 224, 240);
+    const __m512i rows =
+        _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
     for (int g = g0; g < g1 && g < a.tp * 2; g++) {
         uint16_t *B = a.b + (size_t)g * 16 * (size_t)a.kp;
         for (int tl = 0; tl < 16; tl++) {
@@ -681,8 +675,8 @@ size_t hm_amx_bf16_scratch_bytes(int64_t cols) {
     return bf_unit_bytes(cols) + 4 * 256 * sizeof(float) + 128;
 }
 
-static void bf_convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t cols,
-                            int nr, uint16_t *A) {
+static void bf_convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t cols, int nr,
+                            uint16_t *A) {
     const int64_t kp = (cols + 31) / 32 * 32;
     for (int n = 0; n < 32; n++) {
         uint16_t *An = A + (size_t)(n / 16) * 16 * (size_t)kp + (size_t)(n % 16) * 32;
@@ -691,8 +685,8 @@ static void bf_convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, i
             const int left = n < nr ? (int)(cols - c < 32 ? cols - c : 32) : 0;
             __m512i v = _mm512_setzero_si512();
             if (left && type == HM_TYPE_BF16) {
-                v = _mm512_maskz_loadu_epi16(left >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1,
-                                             row + 2 * c);
+                v = _mm512_maskz_loadu_epi16(
+                    left >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1, row + 2 * c);
             } else if (left) { /* F16: halves -> floats -> bf16 */
                 const __m256i h0 = _mm256_maskz_loadu_epi16(tail_mask(left), row + 2 * c);
                 const __m256i h1 = _mm256_maskz_loadu_epi16(tail_mask(left - 16), row + 2 * c + 32);
