@@ -87,17 +87,30 @@ static size_t align64(size_t b) {
     return (b + 63) & ~(size_t)63;
 }
 
+#if defined(__x86_64__)
+/* The tile paths' scratch: packed activations (shared) and per-thread bytes; false for MM_DOTS */
+static bool tile_bytes(int path, const hm_matrix *w, int n, size_t *act, size_t *per_thread) {
+    if (path == MM_I8) {
+        *act = hm_amx_act_bytes(w->type, w->cols, n);
+        *per_thread = align64(hm_amx_scratch_bytes(w->type, w->cols) + 64);
+        return true;
+    }
+    if (path == MM_BF16) {
+        *act = hm_amx_bf16_act_bytes(w->cols, n);
+        *per_thread = align64(hm_amx_bf16_scratch_bytes(w->cols) + 64);
+        return true;
+    }
+    return false;
+}
+#endif
+
 size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, unsigned flags) {
     const hm_cpu_ops *ops;
     if (hm_cpu_ops_get(&ops) != HM_OK) return 0;
 #if defined(__x86_64__)
-    const int path = use_amx(ops, w, n, flags);
-    if (path == MM_I8)
-        return align64(hm_amx_act_bytes(w->type, w->cols, n)) +
-               (size_t)n_threads * align64(hm_amx_scratch_bytes(w->type, w->cols) + 64) + 64;
-    if (path == MM_BF16)
-        return align64(hm_amx_bf16_act_bytes(w->cols, n)) +
-               (size_t)n_threads * align64(hm_amx_bf16_scratch_bytes(w->cols) + 64) + 64;
+    size_t act, per_thread;
+    if (tile_bytes(use_amx(ops, w, n, flags), w, n, &act, &per_thread))
+        return align64(act) + (size_t)n_threads * per_thread + 64;
 #endif
     if (hm_act_type(w->type) == HM_TYPE_F32) return 0;
     return (size_t)n * hm_act_bytes(w->type, w->cols) + 64;
@@ -136,38 +149,27 @@ static void mm_task(int ith, int nth, void *arg) {
     mm_job *j = arg;
     uint8_t *scr = (uint8_t *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
 #if defined(__x86_64__)
-    if (j->amx == MM_BF16) {
+    size_t act, per_thread;
+    if (tile_bytes(j->amx, j->w[0], j->n, &act, &per_thread)) {
+        /* pack the activations (16-token groups split over the threads), then 32-row ranges */
         const hm_matrix *w = j->w[0];
-        int groups = 2 * ((j->n + 31) / 32);
-        hm_amx_bf16_pack_act(j->x, j->xs, NULL, j->n, w->cols, scr, groups * ith / nth,
-                             groups * (ith + 1) / nth);
+        const int groups = 2 * ((j->n + 31) / 32), g0 = groups * ith / nth,
+                  g1 = groups * (ith + 1) / nth;
+        if (j->amx == MM_BF16)
+            hm_amx_bf16_pack_act(j->x, j->xs, NULL, j->n, w->cols, scr, g0, g1);
+        else
+            hm_amx_pack_act(w->type, j->x, j->xs, NULL, j->n, w->cols, scr, g0, g1);
         hm_pool_barrier(j->pool);
         int64_t r0, r1;
         rows_of(w->rows, ith, nth, 32, &r0, &r1);
-        if (r0 < r1) {
-            size_t packed = align64(hm_amx_bf16_act_bytes(w->cols, j->n));
-            uint8_t *ts =
-                scr + packed + (size_t)ith * align64(hm_amx_bf16_scratch_bytes(w->cols) + 64);
+        if (r0 >= r1) return;
+        uint8_t *ts = scr + align64(act) + (size_t)ith * per_thread;
+        if (j->amx == MM_BF16)
             hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, scr, j->n,
                                j->y[0] + r0, j->ys[0], ts);
-        }
-        return;
-    }
-    if (j->amx == MM_I8) {
-        const hm_matrix *w = j->w[0];
-        int groups = 2 * ((j->n + 31) / 32);
-        hm_amx_pack_act(w->type, j->x, j->xs, NULL, j->n, w->cols, scr, groups * ith / nth,
-                        groups * (ith + 1) / nth);
-        hm_pool_barrier(j->pool);
-        int64_t r0, r1;
-        rows_of(w->rows, ith, nth, 32, &r0, &r1);
-        if (r0 < r1) {
-            size_t packed = align64(hm_amx_act_bytes(w->type, w->cols, j->n));
-            uint8_t *ts =
-                scr + packed + (size_t)ith * align64(hm_amx_scratch_bytes(w->type, w->cols) + 64);
+        else
             j->ops->i8_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, scr, j->n,
                               j->y[0] + r0, j->ys[0], ts);
-        }
         return;
     }
 #endif
