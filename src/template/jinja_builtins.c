@@ -52,17 +52,6 @@ static int64_t want_int(rctx *rc, const node *at, jv v, const char *what) {
     jx_fail(rc, at, "TypeError: %s must be an integer, not %s", what, jv_typename(v));
 }
 
-static jv bind(rctx *rc, const char *name, jbuiltin fn, jv self) {
-    jfunc *f = jx_alloc(rc, sizeof *f);
-    memset(f, 0, sizeof *f);
-    f->kind = JF_BUILTIN;
-    f->name = name;
-    f->fn = fn;
-    f->self = self;
-    f->caller = jv_undef();
-    return (jv){.t = JV_FUNC, .u.fn = f};
-}
-
 static jv undef_msg(rctx *rc, uint8_t flags, const char *fmt, const char *a, const char *b) {
     char buf[256];
     snprintf(buf, sizeof buf, fmt, a, b);
@@ -763,7 +752,7 @@ static jv method_of(rctx *rc, jv obj, const char *name) {
     if (obj.t == JV_FUNC && obj.u.fn->kind == JF_BUILTIN && obj.u.fn->self.t == JV_DICT &&
         obj.u.fn->self.flags == 0 && !strcmp(name, "next") && !strcmp(obj.u.fn->name, "cycler"))
         return jv_undef();
-    if (fn) return bind(rc, name, fn, obj);
+    if (fn) return jx_builtin_fn(rc, name, fn, obj);
     return jv_undef();
 }
 
@@ -942,9 +931,9 @@ METHOD(g_cycler) {
     jv_dict_set(rc, st, jv_cstr(rc, "items"), items);
     jv_dict_set(rc, st, jv_cstr(rc, "pos"), jv_int(0));
     jv_dict_set(rc, st, jv_cstr(rc, "current"), items.u.l->n ? items.u.l->v[0] : jv_undef());
-    jv_dict_set(rc, st, jv_cstr(rc, "next"), bind(rc, "next", cycler_next, st));
-    jv_dict_set(rc, st, jv_cstr(rc, "reset"), bind(rc, "reset", cycler_reset, st));
-    return bind(rc, "cycler", NULL, st);
+    jv_dict_set(rc, st, jv_cstr(rc, "next"), jx_builtin_fn(rc, "next", cycler_next, st));
+    jv_dict_set(rc, st, jv_cstr(rc, "reset"), jx_builtin_fn(rc, "reset", cycler_reset, st));
+    return jx_builtin_fn(rc, "cycler", NULL, st);
 }
 METHOD(joiner_call) {
     jv *used = jv_dict_find_s(self, "used");
@@ -958,7 +947,7 @@ METHOD(g_joiner) {
     jv st = jv_dict_new(rc, 2, 0);
     jv_dict_set(rc, st, jv_cstr(rc, "sep"), jx_arg(a, 0, "sep", jv_str(rc, ", ", 2)));
     jv_dict_set(rc, st, jv_cstr(rc, "used"), jv_bool(false));
-    return bind(rc, "joiner", joiner_call, st);
+    return jx_builtin_fn(rc, "joiner", joiner_call, st);
 }
 
 jv jx_global(rctx *rc, const char *name) {
@@ -967,7 +956,7 @@ jv jx_global(rctx *rc, const char *name) {
                                          {"strftime_now", g_strftime}, {"cycler", g_cycler},
                                          {"joiner", g_joiner},         {NULL, NULL}};
     jbuiltin fn = find_method(globals, name);
-    if (fn) return bind(rc, name, fn, jv_none());
+    if (fn) return jx_builtin_fn(rc, name, fn, jv_none());
     char msg[128];
     snprintf(msg, sizeof msg, "'%.100s' is undefined", name);
     jv u = jv_undef();

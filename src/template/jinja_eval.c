@@ -498,7 +498,7 @@ static jv loop_changed(rctx *rc, const node *at, jv self, jargs *a) {
     return jv_bool(true);
 }
 
-static jv mkfunc(rctx *rc, const char *name, jbuiltin fn, jv self) {
+jv jx_builtin_fn(rctx *rc, const char *name, jbuiltin fn, jv self) {
     jfunc *f = jx_alloc(rc, sizeof *f);
     memset(f, 0, sizeof *f);
     f->kind = JF_BUILTIN;
@@ -532,8 +532,8 @@ static int exec_for(rctx *rc, scope *sc, const node *x) {
     set_s(rc, loop, "length", jv_int(n));
     set_s(rc, loop, "depth", jv_int(1));
     set_s(rc, loop, "depth0", jv_int(0));
-    set_s(rc, loop, "cycle", mkfunc(rc, "loop.cycle", loop_cycle, loop));
-    set_s(rc, loop, "changed", mkfunc(rc, "loop.changed", loop_changed, loop));
+    set_s(rc, loop, "cycle", jx_builtin_fn(rc, "loop.cycle", loop_cycle, loop));
+    set_s(rc, loop, "changed", jx_builtin_fn(rc, "loop.changed", loop_changed, loop));
     for (int64_t i = 0; i < n; i++) {
         jx_step(rc, x, 1);
         set_s(rc, loop, "index", jv_int(i + 1));

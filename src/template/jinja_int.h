@@ -252,6 +252,8 @@ typedef jv (*jfilter)(rctx *rc, const node *at, jv in, jargs *a);
 jfilter jx_find_filter(const char *name);
 typedef bool (*jtest)(rctx *rc, const node *at, jv in, jargs *a);
 jtest jx_find_test(const char *name);
+/* A builtin function value (self: the bound object of a method, or undefined) */
+jv jx_builtin_fn(rctx *rc, const char *name, jbuiltin fn, jv self);
 jv jx_global(rctx *rc, const char *name); /* range, dict, namespace, ...; undefined if none */
 jv jx_getattr(rctx *rc, const node *at, jv obj, jv key, bool attr_first);
 jv jx_call(rctx *rc, const node *at, jv fn, jargs *a);
