@@ -637,23 +637,28 @@ static void parse_call_args(parser *p, nvec *args) {
     expect_op(p, ")");
 }
 
+/* a filter or test name at the current token, dotted parts included (e.g. "ns.name") */
+static char *dotted_name(parser *p) {
+    tok *k = cur(p);
+    if (k->t != T_NAME) unexpected(p, k);
+    nexttok(p);
+    size_t len = k->len;
+    while (is_op(cur(p), ".") && p->toks[p->pos + 1].t == T_NAME) {
+        tok *d = &p->toks[p->pos + 1];
+        len = (size_t)(d->s + d->len - k->s);
+        p->pos += 2;
+    }
+    return pstrdup(p, k->s, len);
+}
+
 static node *parse_filter(parser *p, node *x, bool start_inline) {
     while (is_op(cur(p), "|") || start_inline) {
         if (!start_inline) nexttok(p);
         start_inline = false;
         tok *k = cur(p);
-        if (k->t != T_NAME) unexpected(p, k);
-        nexttok(p);
-        size_t len = k->len;
-        /* dotted filter names */
-        while (is_op(cur(p), ".") && p->toks[p->pos + 1].t == T_NAME) {
-            tok *d = &p->toks[p->pos + 1];
-            len = (size_t)(d->s + d->len - k->s);
-            p->pos += 2;
-        }
         node *f = mk(p, E_FILTER, k);
         f->a = x;
-        f->name = pstrdup(p, k->s, len);
+        f->name = dotted_name(p);
         if (!jx_find_filter(f->name)) {
             if (!p->soft) perr(p, k->line, k->col, "No filter named '%s'.", f->name);
             f->runtime_check = true;
@@ -673,19 +678,11 @@ static node *parse_test(parser *p, node *x) {
         nexttok(p);
         neg = true;
     }
-    tok *k = cur(p);
-    if (k->t != T_NAME) unexpected(p, k);
-    nexttok(p);
-    size_t len = k->len;
-    while (is_op(cur(p), ".") && p->toks[p->pos + 1].t == T_NAME) {
-        tok *d = &p->toks[p->pos + 1];
-        len = (size_t)(d->s + d->len - k->s);
-        p->pos += 2;
-    }
     node *t = mk(p, E_TEST, is);
     t->a = x;
     t->neg = neg;
-    t->name = pstrdup(p, k->s, len);
+    tok *k = cur(p);
+    t->name = dotted_name(p);
     nvec args = {0};
     tok *c = cur(p);
     if (is_op(c, "(")) {
