@@ -442,10 +442,14 @@ static void check_attention(int n_tok, int n_heads, int n_kv, int hd, int ctx, b
     CHECK_OK(hm_pool_create(&pp, &pool));
     if (!pool) return;
     const int n_seq = 2;
-    const size_t hs = (size_t)ctx * hd, per_seq = hs * n_kv;
+    /* k, v: row-major reference values; the cache holds V as rows and K in transposed blocks of
+     * 16 positions (kb, khb), with NaN in the padding past ctx, which must never be used */
+    const size_t hs = (size_t)(ctx + 15) / 16 * 16 * hd, per_seq = hs * n_kv;
     float *k = malloc(sizeof(float) * per_seq * n_seq),
-          *v = malloc(sizeof(float) * per_seq * n_seq);
-    uint16_t *kh = malloc(2 * per_seq * n_seq), *vh = malloc(2 * per_seq * n_seq);
+          *v = malloc(sizeof(float) * per_seq * n_seq),
+          *kb = malloc(sizeof(float) * per_seq * n_seq);
+    uint16_t *kh = malloc(2 * per_seq * n_seq), *vh = malloc(2 * per_seq * n_seq),
+             *khb = malloc(2 * per_seq * n_seq);
     uint64_t r = 7;
     for (size_t i = 0; i < per_seq * n_seq; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
@@ -456,6 +460,16 @@ static void check_attention(int n_tok, int n_heads, int n_kv, int hd, int ctx, b
             k[i] = hm_f16_to_f32(kh[i]), v[i] = hm_f16_to_f32(vh[i]);
         }
     }
+    /* positions no token of a sequence attends to: NaN (sequence 1 reaches position n_tok / 5) */
+    const size_t used[2] = {(size_t)ctx, n_tok > 4 ? (size_t)n_tok / 5 : 0};
+    for (size_t i = 0; i < per_seq * n_seq; i++) {
+        const size_t head = i / hs * hs, p = i % hs / (size_t)hd, d = i % (size_t)hd;
+        const size_t at = head + hm_nn_k_index(p, d, (size_t)hd), s = i / per_seq;
+        const bool live = s == 0 ? p < used[0] : p < used[1];
+        kb[at] = live ? k[i] : NAN;
+        khb[at] = live ? kh[i] : 0x7e00;
+        if (!live) v[i] = NAN, vh[i] = 0x7e00;
+    }
     const size_t qd = (size_t)n_heads * hd;
     float *q = malloc(sizeof(float) * qd * n_tok), *out = malloc(sizeof(float) * qd * n_tok);
     for (size_t i = 0; i < qd * n_tok; i++) q[i] = (float)((i * 7919) % 997) / 997.0f - 0.5f;
@@ -464,7 +478,7 @@ static void check_attention(int n_tok, int n_heads, int n_kv, int hd, int ctx, b
     for (int t = 0; t < n_tok; t++) { /* sequence 0: the last positions; sequence 1: a few */
         const int s = n_tok > 4 && t % 5 == 4;
         pos[t] = s ? t / 5 : ctx - n_tok + t;
-        kv[t].k = f16 ? (const void *)(kh + per_seq * s) : (const void *)(k + per_seq * s);
+        kv[t].k = f16 ? (const void *)(khb + per_seq * s) : (const void *)(kb + per_seq * s);
         kv[t].v = f16 ? (const void *)(vh + per_seq * s) : (const void *)(v + per_seq * s);
     }
     float *scr = malloc(sizeof(float) * hm_nn_attn_scratch_floats(ctx, n_heads, n_kv, hd, 2));
@@ -502,14 +516,16 @@ static void check_attention(int n_tok, int n_heads, int n_kv, int hd, int ctx, b
             for (int i = 0; i < hd; i++) {
                 double o = 0;
                 for (int p = 0; p <= pos[t]; p++) o += w[p] / z * vv[(size_t)p * hd + i];
-                worst = fmax(worst, fabs(o - out[qd * t + (size_t)h * hd + i]));
+                const double e = fabs(o - out[qd * t + (size_t)h * hd + i]);
+                if (!(e <= worst)) worst = e; /* NaN sticks */
             }
             free(w);
         }
     }
     CHECK_MSG(worst <= 1e-4, "attention %d tokens, %d/%d heads, hd %d, ctx %d%s: max error %.3g",
               n_tok, n_heads, n_kv, hd, ctx, f16 ? ", f16 cache" : "", worst);
-    free(k), free(v), free(kh), free(vh), free(q), free(out), free(pos), free(kv), free(scr);
+    free(k), free(v), free(kb), free(kh), free(vh), free(khb), free(q), free(out), free(pos),
+        free(kv), free(scr);
     hm_pool_free(pool);
 }
 

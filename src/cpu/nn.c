@@ -261,36 +261,60 @@ void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_st
 /* ---------------------------------------------------------------- attention */
 
 /* Work units are (token, kv head, position chunk): the group of query heads sharing a kv head
- * runs together, so every K and V row is read once per unit and reused from L1 by the group.
- * When tokens x kv heads cannot keep the threads busy (decode), positions are split into chunks
- * whose partial softmax results (max, sum, unnormalised output) are merged after a barrier. */
+ * runs together, so every K and V block is read once per unit for the whole group. Scores are
+ * small GEMMs over blocks of 16 keys (qk_block16, straight from the transposed K blocks of the
+ * cache), the probabilities times V likewise (pv_block16). When tokens x kv heads cannot keep the
+ * threads busy (decode), positions are split into chunks of whole blocks whose partial softmax
+ * results (max, sum, unnormalised output) are merged after a barrier. */
 enum { ATTN_MAX_UNITS_PER_THREAD = 4, ATTN_MIN_CHUNK = 64 };
 /* Prefill (>= ATTN_BLOCK_MIN_TOKENS tokens): units of (kv head, up to ATTN_QROWS / group
- * consecutive tokens of one sequence); scores are small GEMMs over blocks of 16 keys (K
- * transposed per block), so each K/V row is loaded once per unit for all its query rows. */
+ * consecutive tokens of one sequence), so each K/V block is loaded once per unit for all its
+ * query rows. */
 enum { ATTN_QROWS = 64, ATTN_BLOCK_MIN_TOKENS = 16 };
 
 static size_t part_floats(int group, int hd) {
     return (size_t)group * ((size_t)hd + 2);
 }
 
-/* cache row p of head base (k or v) as floats: a pointer into the cache, or into tmp */
-static const float *kv_row(const hm_nn_attn *a, const void *base, size_t p, float *tmp) {
-    const int hd = a->head_dim;
-    if (!a->kv_f16) return (const float *)base + p * (size_t)hd;
-    const uint16_t *h = (const uint16_t *)base + p * (size_t)hd;
-    for (int d = 0; d < hd; d++) tmp[d] = hm_f16_to_f32(h[d]);
-    return tmp;
-}
-
 static const void *kv_at(const hm_nn_attn *a, const void *base, size_t elems) {
     return (const uint8_t *)base + elems * (a->kv_f16 ? 2 : 4);
 }
 
+/* K block b of a head (16 positions, [hd][16]) as floats: in the cache, or converted into tmp */
+static const float *k_block(const hm_nn_attn *a, const void *head, size_t b, float *tmp) {
+    const size_t n = (size_t)HM_NN_KBLK * (size_t)a->head_dim;
+    if (!a->kv_f16) return (const float *)head + b * n;
+    const uint16_t *h = (const uint16_t *)head + b * n;
+    for (size_t i = 0; i < n; i++) tmp[i] = hm_f16_to_f32(h[i]);
+    return tmp;
+}
+
+/* V rows p0 .. p0 + 15 of a head as floats: in the cache when all nk <= 16 rows are there and
+ * are floats, else converted/copied into tmp with the rows past nk zeroed (a 0 probability times
+ * a stale non-finite value would still be NaN) */
+static const float *v_block(const hm_nn_attn *a, const void *head, size_t p0, int nk, float *tmp) {
+    const int hd = a->head_dim;
+    if (!a->kv_f16 && nk == HM_NN_KBLK) return (const float *)head + p0 * (size_t)hd;
+    for (int j = 0; j < nk; j++) {
+        float *o = tmp + (size_t)j * hd;
+        if (a->kv_f16) {
+            const uint16_t *h = (const uint16_t *)head + (p0 + (size_t)j) * (size_t)hd;
+            for (int d = 0; d < hd; d++) o[d] = hm_f16_to_f32(h[d]);
+        } else {
+            memcpy(o, (const float *)head + (p0 + (size_t)j) * (size_t)hd,
+                   (size_t)hd * sizeof(float));
+        }
+    }
+    memset(tmp + (size_t)nk * hd, 0, (size_t)(HM_NN_KBLK - nk) * (size_t)hd * sizeof(float));
+    return tmp;
+}
+
+/* per thread: scores [ATTN_QROWS][max_ctx + 16], q rows and outputs [ATTN_QROWS][hd] each,
+ * a K block and a V block [16][hd] each */
 static size_t per_thread_floats(int group, int max_ctx, int hd) {
-    size_t dec = (size_t)group * (size_t)max_ctx + (size_t)hd;
-    size_t pre = (size_t)ATTN_QROWS * ((size_t)max_ctx + 16) + (size_t)(2 * ATTN_QROWS + 32) * hd;
-    return ((dec > pre ? dec : pre) + 15) & ~(size_t)15;
+    const int rows = group > ATTN_QROWS ? group : ATTN_QROWS;
+    const size_t f = (size_t)rows * ((size_t)max_ctx + 16) + (size_t)(2 * rows + 32) * (size_t)hd;
+    return (f + 15) & ~(size_t)15;
 }
 
 size_t hm_nn_attn_scratch_floats(int max_ctx, int n_heads, int n_kv_heads, int head_dim,
@@ -305,7 +329,6 @@ size_t hm_nn_attn_scratch_floats(int max_ctx, int n_heads, int n_kv_heads, int h
 typedef struct attn_job {
     const hm_nn_attn *a;
     hm_pool *pool;
-    hm_vec_dot_fn dot;
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     int chunks; /* position chunks per (token, kv head) */
     float *parts;
@@ -324,13 +347,46 @@ static int token_block_end(const hm_nn_attn *a, int t0, int tb) {
     return t1;
 }
 
+/* nq query rows (q, rows of hd) against positions [p0, p0 + len) of one kv head (p0 a multiple
+ * of 16); row i belongs to token i / group and sees the positions up to pos[i / group] of them.
+ * Scores go to S (row stride ss);
+ * with `norm` the rows are normalised and o = softmax . V, else o is unnormalised and the row max
+ * and sum go to mz[2 * i], mz[2 * i + 1]. */
+static void attn_span(const attn_job *j, const float *q, int nq, int group, const int32_t *pos,
+                      const void *kh, const void *vh, int p0, int len, float *S, size_t ss,
+                      float *kt, float *vb, float *o, size_t o_stride, bool norm, float *mz) {
+    const hm_nn_attn *a = j->a;
+    const int hd = a->head_dim, padded = (len + 15) & ~15;
+    for (int b = 0; b < padded; b += 16)
+        j->qk(q, nq, hd, k_block(a, kh, (size_t)(p0 + b) / 16, kt), a->scale, S + b, ss);
+    for (int i = 0; i < nq; i++) {
+        const int e = pos[i / group] + 1 < p0 + len ? pos[i / group] + 1 : p0 + len, n = e - p0;
+        float *si = S + (size_t)i * ss, m = -FLT_MAX;
+        for (int p = 0; p < n; p++) m = si[p] > m ? si[p] : m;
+        const float z = n > 0 ? j->expsum(n, si, m) : 0.0f;
+        if (norm) {
+            const float inv = z > 0 ? 1.0f / z : 0.0f;
+            for (int p = 0; p < n; p++) si[p] *= inv;
+        } else {
+            mz[2 * i] = m, mz[2 * i + 1] = z;
+        }
+        for (int p = n > 0 ? n : 0; p < padded; p++) si[p] = 0.0f;
+        memset(o + (size_t)i * o_stride, 0, (size_t)hd * sizeof(float));
+    }
+    for (int b = 0; b < padded; b += 16) {
+        const int nk = len - b < 16 ? len - b : 16;
+        j->pv(S + b, ss, nq, v_block(a, vh, (size_t)(p0 + b), nk, vb), hd, o, o_stride);
+    }
+}
+
 static void attn_blocked(const attn_job *j, int ith, int nth, float *scr) {
     const hm_nn_attn *a = j->a;
     const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
     const int tb = ATTN_QROWS / group > 0 ? ATTN_QROWS / group : 1;
     const size_t ss = (size_t)a->max_ctx + 16; /* score row stride */
-    float *S = scr, *qb = S + (size_t)ATTN_QROWS * ss, *ob = qb + (size_t)ATTN_QROWS * hd;
-    float *kt = ob + (size_t)ATTN_QROWS * hd, *vb = kt + (size_t)16 * hd;
+    const int rows = group > ATTN_QROWS ? group : ATTN_QROWS;
+    float *S = scr, *qb = S + (size_t)rows * ss, *ob = qb + (size_t)rows * hd;
+    float *kt = ob + (size_t)rows * hd, *vb = kt + (size_t)16 * hd;
     int u = 0; /* units: (token block, kv head), enumerated identically by every thread */
     for (int t0 = 0; t0 < a->n_tok;) {
         const int t1 = token_block_end(a, t0, tb);
@@ -338,46 +394,16 @@ static void attn_blocked(const attn_job *j, int ith, int nth, float *scr) {
             if (u % nth != ith) continue;
             const int nq = (t1 - t0) * group;
             int maxnp = 0;
-            for (int t = t0; t < t1; t++) maxnp = a->pos[t] + 1 > maxnp ? a->pos[t] + 1 : maxnp;
-            for (int t = t0; t < t1; t++)
+            for (int t = t0; t < t1; t++) {
+                maxnp = a->pos[t] + 1 > maxnp ? a->pos[t] + 1 : maxnp;
                 memcpy(qb + (size_t)(t - t0) * group * hd,
                        a->q + (size_t)t * a->q_stride + (size_t)kvh * group * hd,
                        (size_t)group * hd * sizeof(float));
-            const void *k = kv_at(a, a->kv[t0].k, (size_t)kvh * a->kv_head_stride);
-            const void *v = kv_at(a, a->kv[t0].v, (size_t)kvh * a->kv_head_stride);
-            for (int p0 = 0; p0 < maxnp; p0 += 16) {
-                const int nk = maxnp - p0 < 16 ? maxnp - p0 : 16;
-                for (int jj = 0; jj < 16; jj++) {
-                    const float *kr = jj < nk ? kv_row(a, k, (size_t)(p0 + jj), vb) : NULL;
-                    for (int d = 0; d < hd; d++) kt[d * 16 + jj] = kr ? kr[d] : 0.0f;
-                }
-                j->qk(qb, nq, hd, kt, a->scale, S + p0, ss);
             }
-            for (int i = 0; i < nq; i++) {
-                const int np = a->pos[t0 + i / group] + 1, padded = (maxnp + 15) & ~15;
-                float *si = S + (size_t)i * ss, m = -FLT_MAX, z = 0;
-                for (int p = 0; p < np; p++) m = si[p] > m ? si[p] : m;
-                z = j->expsum(np, si, m);
-                const float inv = z > 0 ? 1.0f / z : 0.0f;
-                for (int p = 0; p < np; p++) si[p] *= inv;
-                for (int p = np; p < padded; p++) si[p] = 0.0f;
-            }
-            memset(ob, 0, (size_t)nq * hd * sizeof(float));
-            for (int p0 = 0; p0 < maxnp; p0 += 16) {
-                const int nk = maxnp - p0 < 16 ? maxnp - p0 : 16;
-                const float *vp = a->kv_f16 ? NULL : (const float *)v + (size_t)p0 * hd;
-                if (nk < 16 || !vp) { /* f16 rows, or the cache ends before a whole block */
-                    for (int jj = 0; jj < nk; jj++)
-                        if (a->kv_f16)
-                            kv_row(a, v, (size_t)(p0 + jj), vb + (size_t)jj * hd);
-                        else
-                            memcpy(vb + (size_t)jj * hd, (const float *)v + (size_t)(p0 + jj) * hd,
-                                   (size_t)hd * sizeof(float));
-                    memset(vb + (size_t)nk * hd, 0, (size_t)(16 - nk) * hd * sizeof(float));
-                    vp = vb;
-                }
-                j->pv(S + p0, ss, nq, vp, hd, ob, (size_t)hd);
-            }
+            attn_span(j, qb, nq, group, a->pos + t0,
+                      kv_at(a, a->kv[t0].k, (size_t)kvh * a->kv_head_stride),
+                      kv_at(a, a->kv[t0].v, (size_t)kvh * a->kv_head_stride), 0, maxnp, S, ss, kt,
+                      vb, ob, (size_t)hd, true, NULL);
             for (int t = t0; t < t1; t++)
                 memcpy(a->out + (size_t)t * a->out_stride + (size_t)kvh * group * hd,
                        ob + (size_t)(t - t0) * group * hd, (size_t)group * hd * sizeof(float));
@@ -396,48 +422,29 @@ static void attn_task(int ith, int nth, void *arg) {
         attn_blocked(j, ith, nth, sc);
         return;
     }
+    const int rows = group > ATTN_QROWS ? group : ATTN_QROWS;
+    const size_t ss = (size_t)a->max_ctx + 16;
+    float *kt = sc + (size_t)rows * ss + (size_t)2 * rows * hd, *vb = kt + (size_t)16 * hd;
     const int units = a->n_tok * a->n_kv_heads * C;
     for (int u = ith; u < units; u += nth) {
         const int t = u / (a->n_kv_heads * C), kvh = (u / C) % a->n_kv_heads, ch = u % C;
-        const int np = a->pos[t] + 1, p0 = (int)((int64_t)np * ch / C),
-                  p1 = (int)((int64_t)np * (ch + 1) / C), len = p1 - p0;
-        const void *k = kv_at(a, a->kv[t].k, (size_t)kvh * a->kv_head_stride + (size_t)p0 * hd);
-        const void *v = kv_at(a, a->kv[t].v, (size_t)kvh * a->kv_head_stride + (size_t)p0 * hd);
+        const int np = a->pos[t] + 1, nb = (np + 15) / 16;
+        const int p0 = (int)((int64_t)nb * ch / C) * 16,
+                  p1e = (int)((int64_t)nb * (ch + 1) / C) * 16, p1 = p1e < np ? p1e : np;
         const float *q = a->q + (size_t)t * a->q_stride + (size_t)kvh * group * hd;
-        float *vtmp = sc + (size_t)group * (size_t)a->max_ctx; /* one row of V as floats */
-        for (int p = 0; p < len; p++)
-            for (int g = 0; g < group; g++)
-                sc[(size_t)g * len + p] =
-                    j->dot(hd, kv_at(a, k, (size_t)p * hd), q + (size_t)g * hd) * a->scale;
         float *part = C > 1 ? j->parts + (size_t)u * pf : NULL;
         float *o0 = part ? part : a->out + (size_t)t * a->out_stride + (size_t)kvh * group * hd;
-        float mx[64], sum[64];
-        for (int g = 0; g < group; g++) {
-            float *s = sc + (size_t)g * len, m = -FLT_MAX, z = 0;
-            for (int p = 0; p < len; p++) m = s[p] > m ? s[p] : m;
-            z = j->expsum(len, s, m);
-            mx[g] = m, sum[g] = z;
-            /* normalise now when this unit covers every position */
-            if (!part && z > 0)
-                for (int p = 0; p < len; p++) s[p] /= z;
-            memset(o0 + (size_t)g * hd, 0, (size_t)hd * sizeof(float));
-        }
-        for (int p = 0; p < len; p++) {
-            const float *vr = kv_row(a, v, (size_t)p, vtmp);
-            for (int g = 0; g < group; g++)
-                j->axpy(hd, sc[(size_t)g * len + p], vr, o0 + (size_t)g * hd);
-        }
-        if (part)
-            for (int g = 0; g < group; g++) {
-                part[(size_t)group * hd + 2 * (size_t)g] = mx[g];
-                part[(size_t)group * hd + 2 * (size_t)g + 1] = sum[g];
-            }
+        attn_span(j, q, group, group, a->pos + t,
+                  kv_at(a, a->kv[t].k, (size_t)kvh * a->kv_head_stride),
+                  kv_at(a, a->kv[t].v, (size_t)kvh * a->kv_head_stride), p0, p1 > p0 ? p1 - p0 : 0,
+                  sc, (size_t)(p1e - p0), kt, vb, o0, (size_t)hd, !part,
+                  part ? part + (size_t)group * hd : NULL);
     }
     if (C == 1) return;
     hm_pool_barrier(j->pool);
     /* merge the chunks of every (token, head) */
-    const int rows = a->n_tok * a->n_heads;
-    for (int r = ith; r < rows; r += nth) {
+    const int nrows = a->n_tok * a->n_heads;
+    for (int r = ith; r < nrows; r += nth) {
         const int t = r / a->n_heads, h = r % a->n_heads, kvh = h / group, g = h % group;
         const float *base = j->parts + ((size_t)t * a->n_kv_heads + (size_t)kvh) * C * pf;
         float M = -FLT_MAX, Z = 0;
@@ -464,23 +471,24 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
     const hm_cpu_ops *ops = NULL;
     if (hm_cpu_ops_get(&ops) != HM_OK) ops = &hm_ops_ref;
     const int nth = hm_pool_size(pool);
+    const bool blocks = ops->qk_block16 && ops->pv_block16;
     attn_job j = {.a = a,
                   .pool = pool,
-                  .dot = hm_vec_dot_for(ops, a->kv_f16 ? HM_TYPE_F16 : HM_TYPE_F32),
                   .axpy = ops->axpy_f32 ? ops->axpy_f32 : hm_ops_ref.axpy_f32,
                   .chunks = 1,
-                  .blocked =
-                      a->n_tok >= ATTN_BLOCK_MIN_TOKENS && ops->qk_block16 && ops->pv_block16,
-                  .qk = ops->qk_block16,
-                  .pv = ops->pv_block16,
+                  .blocked = a->n_tok >= ATTN_BLOCK_MIN_TOKENS,
+                  .qk = blocks ? ops->qk_block16 : hm_ops_ref.qk_block16,
+                  .pv = blocks ? ops->pv_block16 : hm_ops_ref.pv_block16,
                   .expsum = ops->expsum_f32 ? ops->expsum_f32 : hm_ops_ref.expsum_f32};
     const int base = a->n_tok * a->n_kv_heads;
     int min_np = a->max_ctx;
     for (int t = 0; t < a->n_tok; t++) min_np = a->pos[t] + 1 < min_np ? a->pos[t] + 1 : min_np;
     /* split positions while there are fewer units than threads and chunks stay long enough */
-    while (base * j.chunks * 2 <= nth && base * j.chunks * 2 <= ATTN_MAX_UNITS_PER_THREAD * nth &&
-           min_np / (j.chunks * 2) >= ATTN_MIN_CHUNK)
-        j.chunks *= 2;
+    if (!j.blocked)
+        while (base * j.chunks * 2 <= nth &&
+               base * j.chunks * 2 <= ATTN_MAX_UNITS_PER_THREAD * nth &&
+               min_np / (j.chunks * 2) >= ATTN_MIN_CHUNK)
+            j.chunks *= 2;
     const int group = a->n_heads / a->n_kv_heads;
     j.parts = a->scratch + (size_t)nth * per_thread_floats(group, a->max_ctx, a->head_dim);
     hm_pool_run(pool, attn_task, &j);

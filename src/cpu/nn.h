@@ -52,8 +52,18 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
-/* One layer's KV cache of one sequence: kv head h's position p is the head_dim floats at
- * k + h * kv_head_stride + p * head_dim (same for v). */
+/* One layer's KV cache of one sequence. V: kv head h's position p is the head_dim values at
+ * v + h * kv_head_stride + p * head_dim. K is kept in blocks of HM_NN_KBLK positions, each block
+ * transposed ([head_dim][16]), so the scores of 16 keys are one small GEMM straight from the
+ * cache: element d of position p is at k + h * kv_head_stride + hm_nn_k_index(p, d, head_dim).
+ * kv_head_stride is a multiple of HM_NN_KBLK * head_dim (the context rounded up to 16). Blocks
+ * past a sequence's last position may hold anything (stale or non-finite values are never
+ * used). */
+enum { HM_NN_KBLK = 16 };
+static inline size_t hm_nn_k_index(size_t p, size_t d, size_t hd) {
+    return (p / HM_NN_KBLK) * HM_NN_KBLK * hd + d * HM_NN_KBLK + p % HM_NN_KBLK;
+}
+
 typedef struct hm_nn_kv {
     const void *k, *v; /* float, or IEEE half when hm_nn_attn.kv_f16 */
 } hm_nn_kv;
@@ -65,7 +75,7 @@ typedef struct hm_nn_attn {
     const float *q;        /* [n_tok][n_heads * head_dim] */
     size_t q_stride;       /* floats */
     const hm_nn_kv *kv;    /* [n_tok]: the cache of each token's sequence (already holds its K/V) */
-    size_t kv_head_stride; /* elements between kv heads in the cache */
+    size_t kv_head_stride; /* elements between kv heads in the cache (a multiple of 16 * hd) */
     bool kv_f16;           /* the cache holds IEEE halves instead of floats */
     const int32_t *pos;    /* [n_tok]: token t attends to positions 0..pos[t] of its sequence */
     float *out;            /* [n_tok][n_heads * head_dim] */

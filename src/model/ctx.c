@@ -160,7 +160,8 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->q_dim = (size_t)hp->n_heads * hp->head_dim;
     c->kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
     c->ffn_max = hp->ffn_inter;
-    size_t kv_floats = (size_t)hp->n_layers * (size_t)p.n_seq * (size_t)p.n_ctx * c->kv_dim;
+    c->kv_ctx = ((size_t)p.n_ctx + HM_NN_KBLK - 1) / HM_NN_KBLK * HM_NN_KBLK;
+    size_t kv_floats = (size_t)hp->n_layers * (size_t)p.n_seq * c->kv_ctx * c->kv_dim;
     c->kv_elem = p.kv_f16 ? 2 : 4;
     if ((st = hm_large_alloc((kv_floats ? kv_floats : 1) * c->kv_elem, true, "KV cache (K)",
                              &c->kv_k)) ||

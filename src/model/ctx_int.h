@@ -13,11 +13,13 @@ struct hm_ctx {
     hm_pool *pool;
     int nth;
     hm_moe **moe; /* [n_layers], NULL for dense layers */
-    /* KV cache: (layer, seq, kv head) -> n_ctx rows of head_dim floats, K and V, so one head's
-     * positions are contiguous; huge pages (attention walks every position of every head) */
+    /* KV cache: (layer, seq, kv head) -> kv_ctx positions of head_dim values, K and V, so one
+     * head's positions are contiguous (K in transposed 16-position blocks, see hm_nn_kv); huge
+     * pages (attention walks every position of every head) */
     hm_large kv_k, kv_v;
     size_t kv_dim;
     size_t kv_elem;    /* 4 (f32) or 2 (f16) */
+    size_t kv_ctx;     /* positions per cache head: n_ctx rounded up to HM_NN_KBLK */
     int32_t *seq_len;  /* [n_seq] positions cached */
     int32_t *seq_next; /* [n_seq] scratch: next position while a batch is placed */
     float *inv_freq;   /* [rope_dim / 2] */
@@ -34,14 +36,15 @@ struct hm_ctx {
     size_t repacked;                 /* bytes of the experts' int8 tile copy */
 };
 
-/* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half). */
+/* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half), laid out
+ * as hm_nn_kv says with kv_head_stride = kv_ctx * head_dim. */
 static inline void *hm_ctx_kv_k(hm_ctx *c, int il, int s) {
-    return (uint8_t *)c->kv_k.ptr + ((size_t)il * (size_t)c->p.n_seq + (size_t)s) *
-                                        (size_t)c->p.n_ctx * c->kv_dim * c->kv_elem;
+    return (uint8_t *)c->kv_k.ptr +
+           ((size_t)il * (size_t)c->p.n_seq + (size_t)s) * c->kv_ctx * c->kv_dim * c->kv_elem;
 }
 static inline void *hm_ctx_kv_v(hm_ctx *c, int il, int s) {
-    return (uint8_t *)c->kv_v.ptr + ((size_t)il * (size_t)c->p.n_seq + (size_t)s) *
-                                        (size_t)c->p.n_ctx * c->kv_dim * c->kv_elem;
+    return (uint8_t *)c->kv_v.ptr +
+           ((size_t)il * (size_t)c->p.n_seq + (size_t)s) * c->kv_ctx * c->kv_dim * c->kv_elem;
 }
 
 /* Adds the time since *t0 to part p and restarts *t0. */

@@ -47,20 +47,22 @@ static void qk_rope_store(hm_ctx *c, int i, void *arg) {
     const float *cs = c->rope_cs + (size_t)i * hp->rope_dim;
     hm_rope_neox(q, nh, hd, (int)hp->rope_dim, cs);
     hm_rope_neox(k, nkv, hd, (int)hp->rope_dim, cs);
-    const size_t hstride = (size_t)c->p.n_ctx * (size_t)hd, row = (size_t)c->pos[i] * (size_t)hd;
+    const size_t hstride = c->kv_ctx * (size_t)hd, p = (size_t)c->pos[i];
     if (c->kv_elem == 2) {
         uint16_t *kc = hm_ctx_kv_k(c, a->il, c->seq[i]), *vc = hm_ctx_kv_v(c, a->il, c->seq[i]);
         for (int h = 0; h < nkv; h++)
             for (int d = 0; d < hd; d++) {
-                kc[h * hstride + row + (size_t)d] = hm_f32_to_f16(k[(size_t)h * hd + d]);
-                vc[h * hstride + row + (size_t)d] = hm_f32_to_f16(v[(size_t)h * hd + d]);
+                kc[h * hstride + hm_nn_k_index(p, (size_t)d, (size_t)hd)] =
+                    hm_f32_to_f16(k[(size_t)h * hd + d]);
+                vc[h * hstride + p * hd + (size_t)d] = hm_f32_to_f16(v[(size_t)h * hd + d]);
             }
         return;
     }
     float *kc = hm_ctx_kv_k(c, a->il, c->seq[i]), *vc = hm_ctx_kv_v(c, a->il, c->seq[i]);
     for (int h = 0; h < nkv; h++) {
-        memcpy(kc + h * hstride + row, k + (size_t)h * hd, (size_t)hd * sizeof(float));
-        memcpy(vc + h * hstride + row, v + (size_t)h * hd, (size_t)hd * sizeof(float));
+        for (int d = 0; d < hd; d++)
+            kc[h * hstride + hm_nn_k_index(p, (size_t)d, (size_t)hd)] = k[(size_t)h * hd + d];
+        memcpy(vc + h * hstride + p * hd, v + (size_t)h * hd, (size_t)hd * sizeof(float));
     }
 }
 
@@ -122,7 +124,7 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
                     .q = c->q,
                     .q_stride = c->q_dim,
                     .kv = c->kvv,
-                    .kv_head_stride = (size_t)c->p.n_ctx * hp->head_dim,
+                    .kv_head_stride = c->kv_ctx * hp->head_dim,
                     .kv_f16 = c->kv_elem == 2,
                     .pos = c->pos,
                     .out = c->att,
