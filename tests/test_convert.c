@@ -25,6 +25,7 @@
 #include "quant/fp16.h"
 #include "quant/ref.h"
 #include "quant/synth.h"
+#include "hparams_check.h"
 #include "test.h"
 
 static bool g_verbose;
@@ -525,37 +526,7 @@ static void check_hparams(const char *what, const hm_gguf *g, const char *hf_dir
     hm_hparams a, b;
     CHECK_OK(hm_hparams_from_hf_config(hf_dir, &a));
     CHECK_OK(hm_hparams_from_gguf(g, &b));
-#define SAME(f)                                                                                    \
-    CHECK_MSG(a.f == b.f, "%s: " #f ": %g (config) vs %g (gguf)", what, (double)a.f, (double)b.f)
-    SAME(arch);
-    SAME(vocab_size);
-    SAME(hidden);
-    SAME(n_layers);
-    SAME(n_heads);
-    SAME(n_kv_heads);
-    SAME(head_dim);
-    SAME(v_head_dim);
-    SAME(norm_eps);
-    SAME(rope_theta);
-    SAME(rope_dim);
-    SAME(max_ctx);
-    SAME(n_experts);
-    SAME(n_experts_used);
-    SAME(moe_inter);
-    SAME(ffn_inter);
-    SAME(norm_topk_prob);
-    SAME(tie_embeddings);
-    SAME(qk_norm);
-    SAME(attn_bias);
-    SAME(n_shared_experts);
-    SAME(shared_inter);
-    SAME(shared_gate);
-    SAME(gating);
-    SAME(act);
-#undef SAME
-    for (uint32_t il = 0; il < a.n_layers; il++)
-        CHECK_MSG(a.layer_dense[il] == b.layer_dense[il], "%s: layer %u dense: %d vs %d", what, il,
-                  a.layer_dense[il], b.layer_dense[il]);
+    check_same_hparams(what, &a, &b, true);
 }
 
 static bool file_exists(const char *p) {

@@ -5,58 +5,8 @@
 
 #include "format/gguf.h"
 #include "model/arch.h"
+#include "hparams_check.h"
 #include "test.h"
-
-#define SAME(field)                                                                                \
-    CHECK_MSG(a->field == b->field, "%s: " #field ": %g vs %g", what, (double)a->field,            \
-              (double)b->field)
-
-static void compare(const char *what, const hm_hparams *a, const hm_hparams *b, bool from_gguf) {
-    SAME(arch);
-    SAME(vocab_size);
-    SAME(hidden);
-    SAME(n_layers);
-    SAME(n_heads);
-    SAME(n_kv_heads);
-    SAME(head_dim);
-    SAME(v_head_dim);
-    SAME(n_experts);
-    SAME(n_experts_used);
-    SAME(moe_inter);
-    SAME(n_shared_experts);
-    SAME(shared_inter);
-    SAME(first_k_dense);
-    SAME(q_lora_rank);
-    SAME(kv_lora_rank);
-    SAME(qk_rope_head_dim);
-    SAME(qk_nope_head_dim);
-    SAME(rope_dim);
-    SAME(rope_theta);
-    SAME(rope_type);
-    SAME(rope_factor);
-    SAME(rope_orig_ctx);
-    SAME(norm_topk_prob);
-    SAME(gating);
-    SAME(routed_scaling);
-    SAME(n_group);
-    SAME(topk_group);
-    SAME(qk_norm);
-    SAME(attn_bias);
-    SAME(attn_sinks);
-    SAME(expert_bias);
-    SAME(sliding_window);
-    SAME(act);
-    SAME(max_ctx);
-    SAME(norm_eps);
-    SAME(tie_embeddings);
-    SAME(score_correction_bias);
-    if (!from_gguf) SAME(ffn_inter);
-    for (uint32_t il = 0; il < a->n_layers; il++) {
-        CHECK_MSG(hm_hparams_layer_is_moe(a, il) == hm_hparams_layer_is_moe(b, il),
-                  "%s: layer %u moe", what, il);
-        CHECK_MSG(a->layer_sliding[il] == b->layer_sliding[il], "%s: layer %u sliding", what, il);
-    }
-}
 
 int main(void) {
     static const struct {
@@ -75,7 +25,7 @@ int main(void) {
         CHECK_OK(hm_hparams_from_hf_config(path, &hf));
         hm_hparams pre = pr->hp;
         /* the presets leave mscale bookkeeping to the parser */
-        compare(pairs[i].preset, &pre, &hf, false);
+        check_same_hparams(pairs[i].preset, &pre, &hf, true);
     }
     CHECK(hm_preset_find("nope") == NULL && hm_preset_count() == 7);
 
@@ -95,7 +45,7 @@ int main(void) {
         hm_hparams back;
         CHECK_OK(hm_hparams_from_gguf(g, &back));
         back.tie_embeddings = pr->hp.tie_embeddings; /* no tensors in this file to tell */
-        compare(pr->name, &pr->hp, &back, true);
+        check_same_hparams(pr->name, &pr->hp, &back, false);
         hm_gguf_close(g);
         unlink(path);
     }
