@@ -395,6 +395,18 @@ static void amx_config(void) {
     _tile_loadconfig(&k_tile_config);
 }
 
+/* The C tiles 0-3 of a 32-row x 32-token block to cb [4][16][16] (int32 or float); tiles 2-3
+ * (the second 16 tokens) only when `two` */
+static inline void store_c(void *cb, bool two) {
+    uint8_t *b = cb;
+    _tile_stored(0, b, 64);
+    _tile_stored(1, b + 1024, 64);
+    if (two) {
+        _tile_stored(2, b + 2048, 64);
+        _tile_stored(3, b + 3072, 64);
+    }
+}
+
 /* acc[r][t] += sw[r] * dx[t] * C[r][t] for one 16x16 tile stored at cb */
 static inline void fold(const int32_t *cb, const float *sw, const float *dx, float *acc) {
     const __m512 dxv = _mm512_loadu_ps(dx);
@@ -445,12 +457,7 @@ static void amx_unit(const amx_act *a, const int8_t *A, const float *sw, int n_t
                         _tile_dpbssd(3, 5, 7);
                     }
                 }
-                _tile_stored(0, cb, 64);
-                _tile_stored(1, cb + 256, 64);
-                if (two_tok) {
-                    _tile_stored(2, cb + 512, 64);
-                    _tile_stored(3, cb + 768, 64);
-                }
+                store_c(cb, two_tok);
                 fold(cb, swg, dx0, acc);
                 fold(cb + 256, swg + 16, dx0, acc + 16 * 32);
                 if (two_tok) {
@@ -720,12 +727,7 @@ static void bf_unit(const bf_act *a, const uint16_t *A, int n_tok, int nr, float
                 _tile_dpbf16ps(3, 5, 7);
             }
         }
-        _tile_stored(0, cb, 64);
-        _tile_stored(1, cb + 256, 64);
-        if (two) {
-            _tile_stored(2, cb + 512, 64);
-            _tile_stored(3, cb + 768, 64);
-        }
+        store_c(cb, two);
         /* C tile (h, j): rows 16h.. of the unit, tokens 32p + 16j .. */
         const int nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
         for (int t = 0; t < nt; t++) {
