@@ -50,7 +50,8 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     }
     float *yref = calloc((size_t)(rows * T), sizeof(float)),
           *y = calloc((size_t)(rows * T), sizeof(float));
-    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, type), &m, xq, xb, T, yref, (size_t)rows, 0, rows);
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, type), NULL, &m, xq, xb, T, yref, (size_t)rows, 0,
+                   rows);
 
     /* reference vs float64 dot of dequantized operands */
     double *dw = malloc(sizeof(double) * (size_t)cols), *dx = malloc(sizeof(double) * (size_t)cols);
@@ -75,7 +76,8 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
         if (needs_simd(type))
             CHECK_MSG(ops->vec_dot[type] != NULL, "%s has no %s kernel", ops->name,
                       hm_type_name(type));
-        hm_matvec_rows(hm_vec_dot_for(ops, type), &m, xq, xb, T, y, (size_t)rows, 0, rows);
+        hm_matvec_rows(hm_vec_dot_for(ops, type), hm_vec_dot_n_for(ops, type), &m, xq, xb, T, y,
+                       (size_t)rows, 0, rows);
         int bad = 0;
         for (int64_t k = 0; k < rows * T; k++)
             if (fabs((double)y[k] - yref[k]) > 2e-5 * ymax) bad++;
@@ -90,6 +92,48 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     free(x);
     free(xq);
     free(wbuf);
+}
+
+/* Multi-token dot products equal the single-token kernel bit for bit for every count 1-4 (a token's
+ * output must not depend on how many tokens share an expert), with activation rows at unaligned
+ * addresses and a different row each. */
+static void test_dot_n(uint32_t type, int64_t cols) {
+    uint64_t rb;
+    CHECK(hm_type_row_bytes(type, (uint64_t)cols, &rb));
+    uint8_t *w = malloc(rb + 3);
+    CHECK_OK(hm_synth_fill(type, w + 3, (uint64_t)cols, 0.0f, 0.05f, 7 + (uint64_t)cols));
+    const size_t xb = hm_act_bytes(type, cols);
+    uint8_t *xbuf = malloc(4 * (xb + 8));
+    float *x = malloc(sizeof(float) * (size_t)cols);
+    const void *xs[4];
+    uint64_t s = 5;
+    for (int t = 0; t < 4; t++) {
+        for (int64_t i = 0; i < cols; i++)
+            x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 700.0f;
+        uint8_t *xt = xbuf + (size_t)t * (xb + 8) + 2 * (size_t)t; /* offsets 0, 2, 4, 6 */
+        CHECK_OK(hm_act_convert(type, x, xt, cols));
+        xs[3 - t] = xt; /* not in address order */
+    }
+    const hm_cpu_features *f = hm_cpu_features_get();
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        const hm_vec_dot_n_fn dotn = hm_vec_dot_n_for(ops, type);
+        if (isa >= HM_ISA_AVX2 && (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0))
+            CHECK_MSG(dotn != NULL, "%s has no multi-token %s kernel", ops->name,
+                      hm_type_name(type));
+        if (!dotn) continue;
+        const hm_vec_dot_fn dot = hm_vec_dot_for(ops, type);
+        for (int nt = 1; nt <= 4; nt++) {
+            float out[4], one[4];
+            dotn(cols, w + 3, xs, nt, out);
+            for (int t = 0; t < nt; t++) one[t] = dot(cols, w + 3, xs[t]);
+            CHECK_MSG(!memcmp(out, one, sizeof(float) * (size_t)nt),
+                      "%s %s cols %lld: %d-token dot differs from the one-token kernel (%g vs %g)",
+                      ops->name, hm_type_name(type), (long long)cols, nt, out[0], one[0]);
+        }
+    }
+    free(w), free(xbuf), free(x);
 }
 
 /* The int8 decomposition (sc * q + bi) equals the reference dequantization bit for bit. */
@@ -433,10 +477,14 @@ int main(void) {
     const int64_t q4k_cols[] = {256, 512, 768, 2048, 2304};
     const int64_t q8_cols[] = {32, 64, 96, 768, 2048, 2080};
     const int64_t bf_cols[] = {8, 15, 16, 33, 768, 2048, 2049};
-    for (size_t i = 0; i < sizeof q4k_cols / sizeof *q4k_cols; i++)
+    for (size_t i = 0; i < sizeof q4k_cols / sizeof *q4k_cols; i++) {
         test_type(HM_TYPE_Q4_K, q4k_cols[i], 37, 0);
-    for (size_t i = 0; i < sizeof q8_cols / sizeof *q8_cols; i++)
+        test_dot_n(HM_TYPE_Q4_K, q4k_cols[i]);
+    }
+    for (size_t i = 0; i < sizeof q8_cols / sizeof *q8_cols; i++) {
         test_type(HM_TYPE_Q8_0, q8_cols[i], 37, 2);
+        test_dot_n(HM_TYPE_Q8_0, q8_cols[i]);
+    }
     for (size_t i = 0; i < sizeof bf_cols / sizeof *bf_cols; i++) {
         test_type(HM_TYPE_BF16, bf_cols[i], 19, 2);
         test_type(HM_TYPE_F16, bf_cols[i], 19, 2);

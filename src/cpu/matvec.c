@@ -38,11 +38,39 @@ hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type) {
     return hm_ops_ref.vec_dot[type];
 }
 
-void hm_matvec_rows(hm_vec_dot_fn dot, const hm_matrix *w, const void *xq, size_t x_stride,
-                    int n_tok, float *y, size_t y_stride, int64_t r0, int64_t r1) {
+hm_vec_dot_n_fn hm_vec_dot_n_for(const hm_cpu_ops *ops, uint32_t type) {
+    if (!ops || type >= HM_TYPE_COUNT || !ops->vec_dot[type]) return NULL;
+    return ops->vec_dot_n[type];
+}
+
+void hm_dot_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, int64_t n, const void *w_row,
+                 const void *const *x, int nt, float *out) {
+    if (!dotn || nt == 1) {
+        for (int t = 0; t < nt; t++) out[t] = dot(n, w_row, x[t]);
+        return;
+    }
+    for (int t = 0; t < nt; t += 4) dotn(n, w_row, x + t, nt - t < 4 ? nt - t : 4, out + t);
+}
+
+void hm_matvec_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, const hm_matrix *w, const void *xq,
+                    size_t x_stride, int n_tok, float *y, size_t y_stride, int64_t r0, int64_t r1) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
-    for (int64_t r = r0; r < r1; r++, row += w->row_bytes)
-        for (int t = 0; t < n_tok; t++)
-            y[(size_t)t * y_stride + (size_t)r] =
-                dot(w->cols, row, (const uint8_t *)xq + (size_t)t * x_stride);
+    if (!dotn || n_tok == 1) {
+        for (int64_t r = r0; r < r1; r++, row += w->row_bytes)
+            for (int t = 0; t < n_tok; t++)
+                y[(size_t)t * y_stride + (size_t)r] =
+                    dot(w->cols, row, (const uint8_t *)xq + (size_t)t * x_stride);
+        return;
+    }
+    for (int t0 = 0; t0 < n_tok; t0 += 4) {
+        const int nt = n_tok - t0 < 4 ? n_tok - t0 : 4;
+        const void *x[4];
+        for (int t = 0; t < nt; t++) x[t] = (const uint8_t *)xq + (size_t)(t0 + t) * x_stride;
+        row = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+        for (int64_t r = r0; r < r1; r++, row += w->row_bytes) {
+            float out[4];
+            dotn(w->cols, row, x, nt, out);
+            for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * y_stride + (size_t)r] = out[t];
+        }
+    }
 }

@@ -26,9 +26,18 @@ hm_status hm_kernel_check(uint32_t type, const char *tensor_name);
 /* The variant's kernel for type, else the reference one; NULL if no kernel exists at all. */
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type);
 
+/* The variant's multi-token kernel for type, or NULL (none, or the variant has no single-token
+ * kernel for type either: then hm_vec_dot_for's fallback is used one token at a time). */
+hm_vec_dot_n_fn hm_vec_dot_n_for(const hm_cpu_ops *ops, uint32_t type);
+
+/* out[t] = dot(n, w_row, x[t]) for t < nt (any count): dotn (may be NULL) 4 tokens at a time. */
+void hm_dot_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, int64_t n, const void *w_row,
+                 const void *const *x, int nt, float *out);
+
 /* y[t * y_stride + r] = W[r] . x_t for r in [r0, r1) and t < n_tok, where x_t starts at
- * xq + t * x_stride bytes (activations converted with hm_act_convert for W's type). */
-void hm_matvec_rows(hm_vec_dot_fn dot, const hm_matrix *w, const void *xq, size_t x_stride,
-                    int n_tok, float *y, size_t y_stride, int64_t r0, int64_t r1);
+ * xq + t * x_stride bytes (activations converted with hm_act_convert for W's type). dotn (may be
+ * NULL): the multi-token twin of dot, which then reads each row once for up to 4 tokens. */
+void hm_matvec_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, const hm_matrix *w, const void *xq,
+                    size_t x_stride, int n_tok, float *y, size_t y_stride, int64_t r0, int64_t r1);
 
 #endif

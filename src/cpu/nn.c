@@ -209,9 +209,10 @@ static void mm_task(int ith, int nth, void *arg) {
         int64_t rb = (u / ntb) * rbs[m], re = rb + rbs[m] < w->rows ? rb + rbs[m] : w->rows;
         int t0 = (int)(u % ntb) * tb, te = t0 + tb < j->n ? t0 + tb : j->n;
         hm_vec_dot_fn dot = hm_vec_dot_for(j->ops, w->type);
+        hm_vec_dot_n_fn dotn = hm_vec_dot_n_for(j->ops, w->type);
         for (int t = t0; t < te; t += MM_TOK_BLOCK) {
             int nt = te - t < MM_TOK_BLOCK ? te - t : MM_TOK_BLOCK;
-            hm_matvec_rows(dot, w, (const uint8_t *)xq + (size_t)t * xq_stride, xq_stride, nt,
+            hm_matvec_rows(dot, dotn, w, (const uint8_t *)xq + (size_t)t * xq_stride, xq_stride, nt,
                            j->y[m] + (size_t)t * j->ys[m], j->ys[m], rb, re);
         }
     }

@@ -15,6 +15,11 @@
  * vector (the type hm_act_type() names for that weight type). */
 typedef float (*hm_vec_dot_fn)(int64_t n, const void *w_row, const void *x);
 
+/* The same row against nt (1-4) activation vectors x[0..nt): out[t] = vec_dot(n, w_row, x[t]),
+ * bit for bit (the weight row is read and unpacked once for all of them). */
+typedef void (*hm_vec_dot_n_fn)(int64_t n, const void *w_row, const void *const *x, int nt,
+                                float *out);
+
 typedef struct hm_cpu_ops {
     hm_isa isa;
     const char *name;
@@ -24,6 +29,8 @@ typedef struct hm_cpu_ops {
     /* vec_dot[weight type]; NULL where this variant has no kernel (the matvec driver then uses
      * the reference one, so every type runs on every variant) */
     hm_vec_dot_fn vec_dot[HM_TYPE_COUNT];
+    /* vec_dot_n[weight type]: NULL where this variant has none (callers then loop vec_dot) */
+    hm_vec_dot_n_fn vec_dot_n[HM_TYPE_COUNT];
     /* y[i] += a * x[i] for i < n (attention's weighted sum of V rows) */
     void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
     /* Attention blocks of 16 keys (prefill). qk: s[i * s_stride + j] = scale * q_i . k_j for

@@ -64,7 +64,8 @@ struct hm_moe {
     bool amx;
     uint32_t tg, tu, td;
     hm_vec_dot_fn dot_g, dot_u, dot_d;
-    size_t xq_bytes, hq_bytes; /* matvec activation bytes per token (hidden / inter) */
+    hm_vec_dot_n_fn dotn_g, dotn_u, dotn_d; /* their multi-token twins (NULL: none) */
+    size_t xq_bytes, hq_bytes;              /* matvec activation bytes per token (hidden / inter) */
     int nth;
     /* per-batch state */
     bool in_flight;
@@ -304,6 +305,9 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->dot_g = hm_vec_dot_for(m->ops, m->tg);
     m->dot_u = hm_vec_dot_for(m->ops, m->tu);
     m->dot_d = hm_vec_dot_for(m->ops, m->td);
+    m->dotn_g = hm_vec_dot_n_for(m->ops, m->tg);
+    m->dotn_u = hm_vec_dot_n_for(m->ops, m->tu);
+    m->dotn_d = hm_vec_dot_n_for(m->ops, m->td);
 #if defined(__x86_64__)
     m->amx = amx_wanted(p, m->ops);
 #endif
@@ -579,15 +583,22 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
     }
 #endif
     (void)scr, (void)tb;
+    /* each weight row read once for up to 4 tokens (the multi-token kernels) */
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *gw = (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes;
         const uint8_t *uw = (const uint8_t *)x->up.data + (size_t)r * x->up.row_bytes;
         const float bg = x->gate_bias ? x->gate_bias[r] : 0.0f;
         const float bu = x->up_bias ? x->up_bias[r] : 0.0f;
-        for (int t = 0; t < ae->n; t++) {
-            const uint8_t *xq = m->xq + (size_t)m->tok[ae->off + t] * m->xq_bytes;
-            const float g = m->dot_g(H, gw, xq) + bg, u = m->dot_u(H, uw, xq) + bu;
-            h[(size_t)t * (size_t)I + (size_t)r] = act_fn(m, g, u);
+        for (int t0 = 0; t0 < ae->n; t0 += 4) {
+            const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
+            const void *xs[4];
+            for (int t = 0; t < nt; t++)
+                xs[t] = m->xq + (size_t)m->tok[ae->off + t0 + t] * m->xq_bytes;
+            float g[4], u[4];
+            hm_dot_rows(m->dot_g, m->dotn_g, H, gw, xs, nt, g);
+            hm_dot_rows(m->dot_u, m->dotn_u, H, uw, xs, nt, u);
+            for (int t = 0; t < nt; t++)
+                h[(size_t)(t0 + t) * (size_t)I + (size_t)r] = act_fn(m, g[t] + bg, u[t] + bu);
         }
     }
 }
@@ -607,18 +618,29 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
         m->ops->i8_matmul(m->td, x->down.data, x->down.row_bytes, I, r0, r1, m->ph + ae->ph_off,
                           ae->n, tb, (size_t)nr, scr);
 #endif
-    for (int t = 0; t < ae->n; t++) {
-        const float w = m->wt[ae->off + t];
-        float *acc = m->acc + (size_t)m->tok[ae->off + t] * (size_t)H;
-        if (ae->amx) {
+    if (ae->amx) {
+        for (int t = 0; t < ae->n; t++) {
+            const float w = m->wt[ae->off + t];
+            float *acc = m->acc + (size_t)m->tok[ae->off + t] * (size_t)H;
             m->ops->axpy_f32(nr, w, tb + (size_t)t * (size_t)nr, acc + r0);
             if (x->down_bias) m->ops->axpy_f32(nr, w, x->down_bias + r0, acc + r0);
-            continue;
         }
-        const uint8_t *hq = m->hq + (size_t)(hrow0 + t) * m->hq_bytes;
-        const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
-        for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes)
-            acc[r] += w * (m->dot_d(I, dw, hq) + (x->down_bias ? x->down_bias[r] : 0.0f));
+        return;
+    }
+    /* each weight row read once for up to 4 tokens */
+    const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
+    for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes) {
+        const float b = x->down_bias ? x->down_bias[r] : 0.0f;
+        for (int t0 = 0; t0 < ae->n; t0 += 4) {
+            const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
+            const void *hs[4];
+            for (int t = 0; t < nt; t++) hs[t] = m->hq + (size_t)(hrow0 + t0 + t) * m->hq_bytes;
+            float d[4];
+            hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
+            for (int t = 0; t < nt; t++)
+                m->acc[(size_t)m->tok[ae->off + t0 + t] * (size_t)H + (size_t)r] +=
+                    m->wt[ae->off + t0 + t] * (d[t] + b);
+        }
     }
 }
 
@@ -702,13 +724,21 @@ static void job_decode(hm_moe *m, int ith, int nth) {
         const hm_moe_expert *x = &m->experts[ae->e];
         const int64_t r0 = (v % hu) * UNIT, r1 = r0 + UNIT < H ? r0 + UNIT : H;
         while (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) hm_cpu_relax();
-        for (int t = 0; t < ae->n; t++) {
-            const float w = m->wt[ae->off + t];
-            float *dst = m->part + (size_t)(ae->off + t) * (size_t)H;
-            const uint8_t *hq = m->hq + (size_t)(ae->off + t) * m->hq_bytes;
-            const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
-            for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes)
-                dst[r] = w * (m->dot_d(I, dw, hq) + (x->down_bias ? x->down_bias[r] : 0.0f));
+        /* each weight row read once for the expert's (up to 4) tokens */
+        const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
+        for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes) {
+            const float b = x->down_bias ? x->down_bias[r] : 0.0f;
+            for (int t0 = 0; t0 < ae->n; t0 += 4) {
+                const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
+                const void *hs[4];
+                for (int t = 0; t < nt; t++)
+                    hs[t] = m->hq + (size_t)(ae->off + t0 + t) * m->hq_bytes;
+                float d[4];
+                hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
+                for (int t = 0; t < nt; t++)
+                    m->part[(size_t)(ae->off + t0 + t) * (size_t)H + (size_t)r] =
+                        m->wt[ae->off + t0 + t] * (d[t] + b);
+            }
         }
     }
     hm_pool_barrier(m->p.pool);

@@ -260,7 +260,8 @@ typedef struct kjob {
     uint8_t *wpack; /* --repack: every matrix repacked for AMX, wpack_bytes apart; else NULL */
     size_t wpack_bytes;
     const hm_cpu_ops *ops;
-    bool bf16; /* BF16/F16 weights on AMX BF16 tiles instead of the int8 path */
+    bool bf16;            /* BF16/F16 weights on AMX BF16 tiles instead of the int8 path */
+    hm_vec_dot_n_fn dotn; /* the multi-token twin of dot (NULL: none) */
 } kjob;
 
 static void kfill_task(int ith, int nth, void *arg) {
@@ -297,7 +298,7 @@ static void kmatvec_task(int ith, int nth, void *arg) {
     for (int m = 0; m < j->n_mats; m++) {
         const hm_matrix *w = &j->mats[m];
         int64_t r0 = w->rows * ith / nth, r1 = w->rows * (ith + 1) / nth;
-        hm_matvec_rows(j->dot, w, j->xq, j->xb, j->n_tok, j->y, (size_t)w->rows, r0, r1);
+        hm_matvec_rows(j->dot, j->dotn, w, j->xq, j->xb, j->n_tok, j->y, (size_t)w->rows, r0, r1);
     }
 }
 
@@ -418,14 +419,18 @@ static int bench_kernels(int argc, char **argv) {
             xt[i] = (float)((int64_t)(hm_rng_next(&seed) % 2001) - 1000) / 1000.0f;
         hm_act_convert((uint32_t)type, xt, xq + (size_t)t * xb, cols);
     }
-    kjob job = {pool, hm_vec_dot_for(ops, (uint32_t)type),
-                mats, n_mats,
-                1,    xq,
-                xb,   y,
-                11,   NULL,
-                NULL, x,
-                NULL, 0,
-                ops,  false};
+    kjob job = {.pool = pool,
+                .dot = hm_vec_dot_for(ops, (uint32_t)type),
+                .dotn = hm_vec_dot_n_for(ops, (uint32_t)type),
+                .mats = mats,
+                .n_mats = n_mats,
+                .n_tok = 1,
+                .xq = xq,
+                .xb = xb,
+                .y = y,
+                .seed = 11,
+                .x = x,
+                .ops = ops};
     void **scratch = NULL;
     hm_large wpbuf = {0};
 #if defined(__x86_64__)
@@ -476,7 +481,7 @@ static int bench_kernels(int argc, char **argv) {
 
     /* validate against the reference on the first matrix */
     int vt = max_tok < 4 ? (int)max_tok : 4;
-    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), &mats[0], xq, xb, vt, yref,
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xq, xb, vt, yref,
                    (size_t)rows, 0, rows);
     job.n_mats = 1;
     job.n_tok = vt;
@@ -519,7 +524,7 @@ static int bench_kernels(int argc, char **argv) {
         job.n_tok = (int)max_tok;
         if (max_tok > 4) {
             float *yr = malloc(sizeof(float) * (size_t)(rows * max_tok));
-            hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), &mats[0], xq, xb,
+            hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xq, xb,
                            (int)max_tok, yr, (size_t)rows, 0, rows);
             hm_pool_run(pool, kpack_task, &job);
             hm_pool_run(pool, kmatvec_task, &job);

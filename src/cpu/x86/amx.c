@@ -17,6 +17,7 @@ const hm_cpu_ops hm_ops_amx = {
     .name = "amx",
     .sum_u64 = sum_u64_amx,
     .vec_dot = {HM_VEC_DOTS_AVX512},
+    .vec_dot_n = {HM_VEC_DOTNS_AVX512},
     .axpy_f32 = hm_axpy_f32_avx512,
     .silu_mul_f32 = hm_silu_mul_f32_avx512,
     .expsum_f32 = hm_expsum_f32_avx512,

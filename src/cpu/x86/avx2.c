@@ -35,6 +35,7 @@ const hm_cpu_ops hm_ops_avx2 = {
     .name = "avx2",
     .sum_u64 = sum_u64_avx2,
     .vec_dot = {HM_VEC_DOTS_AVX2},
+    .vec_dot_n = {HM_VEC_DOTNS_AVX2},
     .axpy_f32 = hm_axpy_f32_avx2,
     .silu_mul_f32 = hm_silu_mul_f32_avx2,
     .expsum_f32 = hm_expsum_f32_avx2,

@@ -52,12 +52,16 @@ static inline int32_t hm_k4_mins_dot(const uint32_t sm[4], const int16_t bsums[1
     return _mm_cvtsi128_si32(t);
 }
 
-static inline float hm_dot_q4_K_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+/* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
+ * them; every token's result is the same float operations in the same order whatever nt, so a
+ * token's output does not depend on how many tokens share the row. */
+static inline __attribute__((always_inline)) void
+hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q4_K *w = vw;
-    const hm_block_q8_K *x = vx;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0;
+    __m256 acc[4];
+    float summs[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps(), summs[t] = 0;
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         /* stream ahead: rows are contiguous, so this also covers the next row */
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
@@ -65,27 +69,59 @@ static inline float hm_dot_q4_K_q8_K_avx2(int64_t n, const void *vw, const void 
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         uint32_t sm[4];
         hm_k4_unpack_scales(w[i].scales, sm);
-        const float d = x[i].d * hm_h2f(w[i].d);
-        const float dmin = x[i].d * hm_h2f(w[i].dmin);
-        summs += dmin * (float)hm_k4_mins_dot(sm, x[i].bsums);
-
+        const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
+        const hm_block_q8_K *x[4];
+        __m256i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            summs[t] += x[t]->d * wdmin * (float)hm_k4_mins_dot(sm, x[t]->bsums);
+            sumi[t] = _mm256_setzero_si256();
+        }
         const uint8_t *sc = (const uint8_t *)sm;
-        __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
             const __m256i lo = _mm256_and_si256(q4, low4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
-            const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * j));
-            const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * j + 32));
-            __m256i plo = _mm256_maddubs_epi16(lo, ylo); /* |15*127*2| fits int16 */
-            __m256i phi = _mm256_maddubs_epi16(hi, yhi);
-            plo = _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * j]));
-            phi = _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+            const __m256i slo = _mm256_set1_epi16(sc[2 * j]),
+                          shi = _mm256_set1_epi16(sc[2 * j + 1]);
+            for (int t = 0; t < nt; t++) {
+                const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j));
+                const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j + 32));
+                /* |15*127*2| fits int16 */
+                const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
+                const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(plo, phi));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return hm_hsum256(acc) - summs;
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]) - summs[t];
+}
+
+static inline float hm_dot_q4_K_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+    float r;
+    hm_q4_K_rows_avx2(n, vw, &vx, 1, &r);
+    return r;
+}
+
+static inline void hm_dotn_q4_K_q8_K_avx2(int64_t n, const void *vw, const void *const *vx, int nt,
+                                          float *out) {
+    switch (nt) {
+    case 1:
+        hm_q4_K_rows_avx2(n, vw, vx, 1, out);
+        break;
+    case 2:
+        hm_q4_K_rows_avx2(n, vw, vx, 2, out);
+        break;
+    case 3:
+        hm_q4_K_rows_avx2(n, vw, vx, 3, out);
+        break;
+    default:
+        hm_q4_K_rows_avx2(n, vw, vx, 4, out);
+        break;
+    }
 }
 
 /* Signed int8 x signed int8 products of 32 bytes, summed in adjacent pairs into 16 int16 lanes.
@@ -393,25 +429,58 @@ static inline float hm_dot_iq4_xs_q8_K_avx2(int64_t n, const void *vw, const voi
     return hm_hsum256(acc);
 }
 
-static inline float hm_dot_q8_0_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
-    const hm_block_q8_0 *w = vw, *x = vx;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+/* Q8_0 row times nt (1-4) Q8_0 activation rows, each weight block loaded once (same per-token
+ * operations whatever nt, as hm_q4_K_rows_avx2). */
+static inline __attribute__((always_inline)) void
+hm_q8_0_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
+    const hm_block_q8_0 *w = vw;
+    const hm_block_q8_0 *x[4];
+    __m256 acc0[4], acc1[4];
     const __m256i ones = _mm256_set1_epi16(1);
+    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps(), x[t] = vx[t];
     int64_t nb = n / HM_QK8_0, i = 0;
     for (; i < nb; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         const __m256i a = _mm256_loadu_si256((const __m256i *)w[i].qs);
-        const __m256i b = _mm256_loadu_si256((const __m256i *)x[i].qs);
         /* u8 x s8 product needs one unsigned side: |a| and b carrying a's sign */
-        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        const __m256 d = _mm256_set1_ps(hm_h2f(w[i].d) * hm_h2f(x[i].d));
-        if (i & 1)
-            acc1 = _mm256_fmadd_ps(d, p, acc1);
-        else
-            acc0 = _mm256_fmadd_ps(d, p, acc0);
+        const __m256i ua = _mm256_sign_epi8(a, a);
+        const float wd = hm_h2f(w[i].d);
+        for (int t = 0; t < nt; t++) {
+            const __m256i b = _mm256_loadu_si256((const __m256i *)x[t][i].qs);
+            const __m256i p16 = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(b, a));
+            const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            const __m256 d = _mm256_set1_ps(wd * hm_h2f(x[t][i].d));
+            if (i & 1)
+                acc1[t] = _mm256_fmadd_ps(d, p, acc1[t]);
+            else
+                acc0[t] = _mm256_fmadd_ps(d, p, acc0[t]);
+        }
     }
-    return hm_hsum256(_mm256_add_ps(acc0, acc1));
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+static inline float hm_dot_q8_0_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
+    float r;
+    hm_q8_0_rows_avx2(n, vw, &vx, 1, &r);
+    return r;
+}
+
+static inline void hm_dotn_q8_0_q8_0_avx2(int64_t n, const void *vw, const void *const *vx, int nt,
+                                          float *out) {
+    switch (nt) {
+    case 1:
+        hm_q8_0_rows_avx2(n, vw, vx, 1, out);
+        break;
+    case 2:
+        hm_q8_0_rows_avx2(n, vw, vx, 2, out);
+        break;
+    case 3:
+        hm_q8_0_rows_avx2(n, vw, vx, 3, out);
+        break;
+    default:
+        hm_q8_0_rows_avx2(n, vw, vx, 4, out);
+        break;
+    }
 }
 
 static inline float hm_dot_bf16_f32_avx2(int64_t n, const void *vw, const void *vx) {
@@ -616,5 +685,9 @@ static inline float hm_expsum_f32_avx2(int64_t n, float *x, float m) {
     [HM_TYPE_MXFP4] = hm_dot_mxfp4_q8_0_avx2, [HM_TYPE_IQ4_XS] = hm_dot_iq4_xs_q8_K_avx2,          \
     [HM_TYPE_Q5_K] = hm_dot_q5_K_q8_K_avx2, [HM_TYPE_Q4_0] = hm_dot_q4_0_q8_0_avx2,                \
     [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx2, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx2
+
+/* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX2 kernels */
+#define HM_VEC_DOTNS_AVX2                                                                          \
+    [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx2, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx2
 
 #endif

@@ -5,43 +5,79 @@
 
 #include "cpu/x86/kq_avx2.h"
 
-static inline float hm_dot_q4_K_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
+/* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
+ * them; every token's result is the same float operations in the same order whatever nt, so a
+ * token's output does not depend on how many tokens share the row. */
+static inline __attribute__((always_inline)) void
+hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q4_K *w = vw;
-    const hm_block_q8_K *x = vx;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     /* both halves hold the same 32 code bytes: low nibbles in the lower half, high in the upper */
     const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     /* int16 lanes 0-15 take scale 2j, lanes 16-31 scale 2j+1 */
     const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
     const __m512i two = _mm512_set1_epi16(2);
-    __m512 acc = _mm512_setzero_ps();
-    float summs = 0;
+    __m512 acc[4];
+    float summs[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), summs[t] = 0;
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         uint32_t sm[4];
         hm_k4_unpack_scales(w[i].scales, sm);
-        const float d = x[i].d * hm_h2f(w[i].d);
-        const float dmin = x[i].d * hm_h2f(w[i].dmin);
-        summs += dmin * (float)hm_k4_mins_dot(sm, x[i].bsums);
-
+        const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
+        const hm_block_q8_K *x[4];
+        __m512i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            summs[t] += x[t]->d * wdmin * (float)hm_k4_mins_dot(sm, x[t]->bsums);
+            sumi[t] = _mm512_setzero_si512();
+        }
         const __m512i sc =
             _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
         __m512i sidx = sidx0;
-        __m512i sumi = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
             const __m512i q2 =
                 _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j)));
             const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, nib_shift), low4);
-            const __m512i y = _mm512_loadu_si512(x[i].qs + 64 * j);
             const __m512i s16 = _mm512_permutexvar_epi16(sidx, sc);
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s16));
+            for (int t = 0; t < nt; t++) {
+                const __m512i y = _mm512_loadu_si512(x[t]->qs + 64 * j);
+                sumi[t] =
+                    _mm512_add_epi32(sumi[t], _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s16));
+            }
             sidx = _mm512_add_epi16(sidx, two);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return _mm512_reduce_add_ps(acc) - summs;
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - summs[t];
+}
+
+static inline float hm_dot_q4_K_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
+    float r;
+    hm_q4_K_rows_avx512(n, vw, &vx, 1, &r);
+    return r;
+}
+
+static inline void hm_dotn_q4_K_q8_K_avx512(int64_t n, const void *vw, const void *const *vx,
+                                            int nt, float *out) {
+    switch (nt) {
+    case 1:
+        hm_q4_K_rows_avx512(n, vw, vx, 1, out);
+        break;
+    case 2:
+        hm_q4_K_rows_avx512(n, vw, vx, 2, out);
+        break;
+    case 3:
+        hm_q4_K_rows_avx512(n, vw, vx, 3, out);
+        break;
+    default:
+        hm_q4_K_rows_avx512(n, vw, vx, 4, out);
+        break;
+    }
 }
 
 /* Sum of 16-bit pair products w x y into 32 int16 lanes for signed w and y (|w|, |y| <= 127). */
@@ -346,9 +382,14 @@ static inline float hm_dot_q5_0_q8_0_avx512(int64_t n, const void *vw, const voi
     return s;
 }
 
-static inline float hm_dot_q8_0_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
-    const hm_block_q8_0 *w = vw, *x = vx;
-    __m512 acc = _mm512_setzero_ps();
+/* Q8_0 row times nt (1-4) Q8_0 activation rows, each weight pair of blocks loaded once (same
+ * per-token operations whatever nt, as hm_q4_K_rows_avx512). */
+static inline __attribute__((always_inline)) void
+hm_q8_0_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
+    const hm_block_q8_0 *w = vw;
+    const hm_block_q8_0 *x[4];
+    __m512 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), x[t] = vx[t];
     int64_t nb = n / HM_QK8_0, i = 0;
     for (; i + 2 <= nb; i += 2) { /* two blocks per register: lanes 0-7 block i, 8-15 block i+1 */
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
@@ -356,22 +397,50 @@ static inline float hm_dot_q8_0_q8_0_avx512(int64_t n, const void *vw, const voi
         const __m512i a =
             _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)w[i].qs)),
                                _mm256_loadu_si256((const __m256i *)w[i + 1].qs), 1);
-        const __m512i b =
-            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[i].qs)),
-                               _mm256_loadu_si256((const __m256i *)x[i + 1].qs), 1);
         const __m512i ua = _mm512_abs_epi8(a);
-        /* b carrying a's sign: negate where a < 0 */
-        const __m512i sb =
-            _mm512_mask_sub_epi8(b, _mm512_movepi8_mask(a), _mm512_setzero_si512(), b);
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, sb);
-        const __m512 d =
-            _mm512_insertf32x8(_mm512_set1_ps(hm_h2f(w[i].d) * hm_h2f(x[i].d)),
-                               _mm256_set1_ps(hm_h2f(w[i + 1].d) * hm_h2f(x[i + 1].d)), 1);
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+        const __mmask64 neg = _mm512_movepi8_mask(a);
+        const float wd0 = hm_h2f(w[i].d), wd1 = hm_h2f(w[i + 1].d);
+        for (int t = 0; t < nt; t++) {
+            const hm_block_q8_0 *xt = x[t];
+            const __m512i b = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xt[i].qs)),
+                _mm256_loadu_si256((const __m256i *)xt[i + 1].qs), 1);
+            /* b carrying a's sign: negate where a < 0 */
+            const __m512i sb = _mm512_mask_sub_epi8(b, neg, _mm512_setzero_si512(), b);
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, sb);
+            const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(wd0 * hm_h2f(xt[i].d)),
+                                                _mm256_set1_ps(wd1 * hm_h2f(xt[i + 1].d)), 1);
+            acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc[t]);
+        }
     }
-    float s = _mm512_reduce_add_ps(acc);
-    if (i < nb) s += hm_dot_q8_0_q8_0_avx2(HM_QK8_0, &w[i], &x[i]);
-    return s;
+    for (int t = 0; t < nt; t++) {
+        out[t] = _mm512_reduce_add_ps(acc[t]);
+        if (i < nb) out[t] += hm_dot_q8_0_q8_0_avx2(HM_QK8_0, &w[i], &x[t][i]);
+    }
+}
+
+static inline float hm_dot_q8_0_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
+    float r;
+    hm_q8_0_rows_avx512(n, vw, &vx, 1, &r);
+    return r;
+}
+
+static inline void hm_dotn_q8_0_q8_0_avx512(int64_t n, const void *vw, const void *const *vx,
+                                            int nt, float *out) {
+    switch (nt) {
+    case 1:
+        hm_q8_0_rows_avx512(n, vw, vx, 1, out);
+        break;
+    case 2:
+        hm_q8_0_rows_avx512(n, vw, vx, 2, out);
+        break;
+    case 3:
+        hm_q8_0_rows_avx512(n, vw, vx, 3, out);
+        break;
+    default:
+        hm_q8_0_rows_avx512(n, vw, vx, 4, out);
+        break;
+    }
 }
 
 static inline float hm_dot_bf16_f32_avx512(int64_t n, const void *vw, const void *vx) {
@@ -572,5 +641,9 @@ static inline float hm_expsum_f32_avx512(int64_t n, float *x, float m) {
     [HM_TYPE_MXFP4] = hm_dot_mxfp4_q8_0_avx512, [HM_TYPE_IQ4_XS] = hm_dot_iq4_xs_q8_K_avx512,      \
     [HM_TYPE_Q5_K] = hm_dot_q5_K_q8_K_avx512, [HM_TYPE_Q4_0] = hm_dot_q4_0_q8_0_avx512,            \
     [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx512, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx512
+
+/* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX-512 kernels */
+#define HM_VEC_DOTNS_AVX512                                                                        \
+    [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx512, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx512
 
 #endif
