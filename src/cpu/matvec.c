@@ -43,15 +43,6 @@ hm_vec_dot_n_fn hm_vec_dot_n_for(const hm_cpu_ops *ops, uint32_t type) {
     return ops->vec_dot_n[type];
 }
 
-void hm_dot_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, int64_t n, const void *w_row,
-                 const void *const *x, int nt, float *out) {
-    if (!dotn || nt == 1) {
-        for (int t = 0; t < nt; t++) out[t] = dot(n, w_row, x[t]);
-        return;
-    }
-    for (int t = 0; t < nt; t += 4) dotn(n, w_row, x + t, nt - t < 4 ? nt - t : 4, out + t);
-}
-
 void hm_matvec_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, const hm_matrix *w, const void *xq,
                     size_t x_stride, int n_tok, float *y, size_t y_stride, int64_t r0, int64_t r1) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;

@@ -30,9 +30,16 @@ hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type);
  * kernel for type either: then hm_vec_dot_for's fallback is used one token at a time). */
 hm_vec_dot_n_fn hm_vec_dot_n_for(const hm_cpu_ops *ops, uint32_t type);
 
-/* out[t] = dot(n, w_row, x[t]) for t < nt (any count): dotn (may be NULL) 4 tokens at a time. */
-void hm_dot_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, int64_t n, const void *w_row,
-                 const void *const *x, int nt, float *out);
+/* out[t] = dot(n, w_row, x[t]) for t < nt (any count): dotn (may be NULL) 4 tokens at a time.
+ * Inline: the one-token case is a plain call of dot, as before there were multi-token kernels. */
+static inline void hm_dot_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, int64_t n,
+                               const void *w_row, const void *const *x, int nt, float *out) {
+    if (!dotn || nt == 1) {
+        for (int t = 0; t < nt; t++) out[t] = dot(n, w_row, x[t]);
+        return;
+    }
+    for (int t = 0; t < nt; t += 4) dotn(n, w_row, x + t, nt - t < 4 ? nt - t : 4, out + t);
+}
 
 /* y[t * y_stride + r] = W[r] . x_t for r in [r0, r1) and t < n_tok, where x_t starts at
  * xq + t * x_stride bytes (activations converted with hm_act_convert for W's type). dotn (may be
