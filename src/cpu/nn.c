@@ -210,6 +210,9 @@ static void mm_task(int ith, int nth, void *arg) {
         int t0 = (int)(u % ntb) * tb, te = t0 + tb < j->n ? t0 + tb : j->n;
         hm_vec_dot_fn dot = hm_vec_dot_for(j->ops, w->type);
         hm_vec_dot_n_fn dotn = hm_vec_dot_n_for(j->ops, w->type);
+        if (t0 == 0)
+            hm_prefetch_start((const uint8_t *)w->data + (size_t)rb * w->row_bytes,
+                              (size_t)(re - rb) * w->row_bytes);
         for (int t = t0; t < te; t += MM_TOK_BLOCK) {
             int nt = te - t < MM_TOK_BLOCK ? te - t : MM_TOK_BLOCK;
             hm_matvec_rows(dot, dotn, w, (const uint8_t *)xq + (size_t)t * xq_stride, xq_stride, nt,

@@ -709,6 +709,11 @@ static void job_decode(hm_moe *m, int ith, int nth) {
             const int a = c->a0 + (int)(u / upe);
             const active_expert *ae = &m->act[a];
             const int64_t r0 = (u % upe) * UNIT, r1 = r0 + UNIT < I ? r0 + UNIT : I;
+            const hm_moe_expert *x = &m->experts[ae->e];
+            hm_prefetch_start((const uint8_t *)x->gate.data + (size_t)r0 * x->gate.row_bytes,
+                              (size_t)(r1 - r0) * x->gate.row_bytes);
+            hm_prefetch_start((const uint8_t *)x->up.data + (size_t)r0 * x->up.row_bytes,
+                              (size_t)(r1 - r0) * x->up.row_bytes);
             gate_up_unit(m, ae, ae->off, r0, r1, NULL, NULL);
             if (atomic_fetch_add_explicit(&m->gu_done[a], 1, memory_order_acq_rel) == upe - 1) {
                 for (int t = 0; t < ae->n; t++)
@@ -723,9 +728,10 @@ static void job_decode(hm_moe *m, int ith, int nth) {
         const active_expert *ae = &m->act[a];
         const hm_moe_expert *x = &m->experts[ae->e];
         const int64_t r0 = (v % hu) * UNIT, r1 = r0 + UNIT < H ? r0 + UNIT : H;
+        const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
+        hm_prefetch_start(dw, (size_t)(r1 - r0) * x->down.row_bytes); /* while h may be pending */
         while (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) hm_cpu_relax();
         /* each weight row read once for the expert's (up to 4) tokens */
-        const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
         for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes) {
             const float b = x->down_bias ? x->down_bias[r] : 0.0f;
             for (int t0 = 0; t0 < ae->n; t0 += 4) {
