@@ -253,6 +253,37 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
                   hm_type_name(type), (long long)rows, (long long)cols, n_tok, (long long)from,
                   diff);
     }
+    /* fused SiLU-GLU: w as the gate and a second matrix as the up projection, from unit 0 and
+     * from unit 1, equal bit for bit to the two matmuls followed by the table's silu_mul */
+    if (amx && n_tok > 4) {
+        uint8_t *w2 = malloc(rb * (size_t)rows);
+        CHECK_OK(hm_synth_fill(type, w2, (uint64_t)(rows * cols), 0.0f, 0.05f, 78 + type));
+        void *wp2 = aligned_alloc(64, (hm_amx_wpack_bytes(rows, cols) + 63) / 64 * 64);
+        hm_amx_wpack(type, w2, rb, rows, cols, 0, units, wp2, scratch);
+        float *g = calloc((size_t)(rows * n_tok), sizeof(float)),
+              *u = calloc((size_t)(rows * n_tok), sizeof(float)),
+              *h = calloc((size_t)(rows * n_tok), sizeof(float));
+        for (int64_t from = 0; from <= 32 && from < rows; from += 32) {
+            hm_amx_matmul_packed(wp, rows, cols, from, rows, packed, n_tok, g, (size_t)rows,
+                                 scratch);
+            hm_amx_matmul_packed(wp2, rows, cols, from, rows, packed, n_tok, u, (size_t)rows,
+                                 scratch);
+            for (int t = 0; t < n_tok; t++)
+                hm_ops_amx.silu_mul_f32(rows - from, g + (size_t)t * (size_t)rows,
+                                        u + (size_t)t * (size_t)rows);
+            hm_amx_glu_packed(wp, wp2, rows, cols, from, rows + 3, packed, n_tok, h, (size_t)rows,
+                              scratch);
+            int diff = 0; /* rows from.. land at column 0 of both */
+            for (int t = 0; t < n_tok; t++)
+                for (int64_t r = 0; r < rows - from; r++)
+                    diff += memcmp(&h[(size_t)t * (size_t)rows + (size_t)r],
+                                   &g[(size_t)t * (size_t)rows + (size_t)r], sizeof(float)) != 0;
+            CHECK_MSG(
+                diff == 0, "amx glu %s %lldx%lld, %d tokens, from row %lld: %d outputs differ",
+                hm_type_name(type), (long long)rows, (long long)cols, n_tok, (long long)from, diff);
+        }
+        free(g), free(u), free(h), free(wp2), free(w2);
+    }
     /* AVX-512 VNNI: the same products and folds, so the same bits as the tile path (and within
      * the same tolerance of the reference where there is no AMX to compare with) */
     if (amx && vnni) {

@@ -55,6 +55,12 @@ typedef struct hm_cpu_ops {
     void (*i8_matmul_packed)(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                              const void *packed, int n_tok, float *y, size_t y_stride,
                              void *scratch);
+    /* h = silu(G x) * (U x) from two repacked matrices of the same shape (gate and up), the
+     * contract of hm_amx_glu_packed; NULL where there is none (callers then run i8_matmul_packed
+     * twice and silu_mul_f32: the same values bit for bit). */
+    void (*i8_glu_packed)(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                          int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
+                          void *scratch);
 } hm_cpu_ops;
 
 /* Whether ops has an int8 matmul this CPU can run (AMX, or AVX-512 with VNNI). */
@@ -145,6 +151,13 @@ void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, 
                   int64_t u0, int64_t u1, void *dst, void *scratch);
 void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                           const void *packed, int n_tok, float *y, size_t y_stride, void *scratch);
+/* SiLU-GLU over two repacked matrices (gate wg and up wu, rows x cols each):
+ * h[t * h_stride + r - r0] = silu(G[r] . x_t) * (U[r] . x_t) for r0 <= r < r1 (r0 a multiple of
+ * 32), equal bit for bit to hm_amx_matmul_packed of each followed by silu_mul_f32 of the AMX
+ * table; the up projection never leaves the thread's scratch. */
+void hm_amx_glu_packed(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                       int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
+                       void *scratch);
 #endif
 
 #endif

@@ -554,6 +554,14 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
 #if defined(__x86_64__)
     if (ae->amx) {
         const int nr = (int)(r1 - r0);
+        const bool silu = m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias;
+        if (silu && m->packed && m->packed[ae->e] && m->ops->i8_glu_packed) {
+            /* gate and up in one pass: only silu(g) * u is written */
+            const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
+            m->ops->i8_glu_packed(wp, wp + m->wp_gu, I, H, r0, r1, m->px + ae->px_off, ae->n,
+                                  h + r0, (size_t)I, scr);
+            return;
+        }
         if (m->packed && m->packed[ae->e]) {
             const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
             m->ops->i8_matmul_packed(wp, I, H, r0, r1, m->px + ae->px_off, ae->n, h + r0, (size_t)I,
@@ -566,7 +574,7 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
             m->ops->i8_matmul(m->tu, x->up.data, x->up.row_bytes, H, r0, r1, m->px + ae->px_off,
                               ae->n, tb, (size_t)nr, scr);
         }
-        if (m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias && m->ops->silu_mul_f32) {
+        if (silu && m->ops->silu_mul_f32) {
             for (int t = 0; t < ae->n; t++)
                 m->ops->silu_mul_f32(nr, h + (size_t)t * (size_t)I + r0, tb + (size_t)t * nr);
             return;
