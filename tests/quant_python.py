@@ -78,7 +78,16 @@ def sane_f16(rng, n):
     return v.astype(np.float16)
 
 
+# hmoe's own layouts (not ggml types, so gguf-py knows nothing of them): (block, bytes)
+INTERNAL = {"FP8_B128": (128, 132)}
+
+
 def random_blocks(name, nblocks, rng):
+    if name == "FP8_B128":  # float d (finite, random sign), 128 codes of every value incl. NaN
+        raw = rng.integers(0, 256, size=(nblocks, 132), dtype=np.uint8)
+        d = (10.0 ** rng.uniform(-6, 2, nblocks) * rng.choice([-1, 1], nblocks)).astype(np.float32)
+        raw[:, 0:4] = d.view(np.uint8).reshape(nblocks, 4)
+        return raw
     qt = QT[name]
     _, ts = GGML_QUANT_SIZES[qt]
     if name == "Q8_1":
@@ -95,7 +104,11 @@ def random_blocks(name, nblocks, rng):
 
 
 def formula_dequant(name, raw):
-    """Q8_1 and Q8_K have no gguf-py dequantizer: y = d * q, in float32 like the C code"""
+    """Q8_1, Q8_K and FP8_B128 have no gguf-py dequantizer: y = d * q, in float32 like the C code
+    (FP8_B128: q from the E4M3 definition, fp8_table)"""
+    if name == "FP8_B128":
+        d = raw[:, 0:4].copy().view(np.float32)
+        return (fp8_table()[raw[:, 4:132]].astype(np.float32) * d).reshape(-1)
     if name == "Q8_1":
         d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
         return (raw[:, 4:36].view(np.int8).astype(np.float32) * d).reshape(-1)
@@ -124,8 +137,8 @@ def test_dequant(binary, ours_types, rng):
     gguf_types = {"F32", "F16"} | {t.name for t in _type_traits}
     print("dequantize (random blocks, f16 scales finite):")
     for name in ours_types:
-        qt = QT[name]
-        bs, _ = GGML_QUANT_SIZES[qt]
+        qt = QT[name] if name not in INTERNAL else None
+        bs = INTERNAL[name][0] if name in INTERNAL else GGML_QUANT_SIZES[qt][0]
         nblocks = 1024 if bs > 1 else 65536
         if name in ("F32", "F16", "BF16"):  # every bit pattern: NaN, inf, subnormals
             raw = rng.integers(0, 256, size=(nblocks, 4 if name == "F32" else 2), dtype=np.uint8)
@@ -134,7 +147,7 @@ def test_dequant(binary, ours_types, rng):
         ours = ours_dequant(binary, name, raw)
         if name in gguf_types:
             ref, oracle = dequantize(raw.reshape(-1), qt), "gguf"
-        elif name in ("Q8_1", "Q8_K"):
+        elif name in ("Q8_1", "Q8_K", "FP8_B128"):
             ref, oracle = formula_dequant(name, raw), "numpy formula (gguf-py has none)"
         else:
             check(False, f"{name}: no oracle")
@@ -313,6 +326,8 @@ def test_rmse(binary, ours_quant_types, rng):
           "format, used where gguf-py has no quantizer):")
     print(f"  {'type':7s} {'data':10s} {'ours':>10s} {'gguf':>10s} {'rtn':>10s}  ours/ref")
     for name in ours_quant_types:
+        if name in INTERNAL:
+            continue  # not a gguf-py type: test_fp8_b128 checks it byte for byte
         qt = QT[name]
         bs, ts = GGML_QUANT_SIZES[qt]
         for label, x in sets.items():
@@ -398,6 +413,32 @@ def test_fp8(binary, rng):
     print(f"; ml_dtypes {ml_dtypes.__version__} agrees on {int(ok.sum())} in-range values")
 
 
+def test_fp8_b128(binary, ours_quant_types, rng):
+    """FP8_B128 quantizer byte for byte against numpy: d = max|x| / 448 in float32, codes the
+    nearest-even E4M3 of x * (1 / d) (fp8_encode_ref), all-zero blocks d = 0 and codes 0"""
+    if "FP8_B128" not in ours_quant_types:
+        check(False, "FP8_B128: no quantizer")
+        return
+    g = rng.standard_normal((2048, 128)).astype(np.float32)
+    x = np.concatenate([g * (10.0 ** rng.uniform(-6, 4, (2048, 1))).astype(np.float32),
+                        rng.laplace(size=(512, 128)).astype(np.float32),
+                        np.zeros((2, 128), np.float32)]).astype(np.float32)
+    ours = ours_quant(binary, "FP8_B128", x).reshape(-1, 132)
+    amax = np.abs(x).max(axis=1).astype(np.float32)
+    d = (amax / np.float32(448.0)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
+    want = np.zeros((x.shape[0], 132), np.uint8)
+    want[:, 0:4] = d.view(np.uint8).reshape(-1, 4)
+    want[:, 4:] = fp8_encode_ref((x * inv[:, None]).astype(np.float32)).reshape(-1, 128)
+    bad = np.flatnonzero((ours != want).any(axis=1))
+    check(bad.size == 0, f"FP8_B128 quantize: {bad.size} of {x.shape[0]} blocks differ from numpy")
+    deq = formula_dequant("FP8_B128", ours)
+    r = rmse(deq, x.reshape(-1)) / float(np.sqrt(np.mean(x.astype(np.float64) ** 2)))
+    print(f"FP8_B128: {x.shape[0]} blocks quantized byte for byte as numpy does "
+          f"(relative RMSE {r:.4f})")
+
+
 def main(binary):
     lines = dict(ln.split(" ", 1) for ln in run(binary, "--list").strip().splitlines())
     deq, qnt = lines["dequant"].split(), lines["quant"].split()
@@ -406,6 +447,7 @@ def main(binary):
     test_exact_quant(binary, qnt, rng)
     test_rmse(binary, qnt, rng)
     test_fp8(binary, rng)
+    test_fp8_b128(binary, qnt, rng)
 
 
 if __name__ == "__main__":

@@ -288,6 +288,9 @@ static void test_writer_errors(void) {
     CHECK_STATUS(hm_gguf_w_tensor(w, "q", HM_TYPE_Q4_K, 2, ne), HM_ERR_INVALID_ARG);
     CHECK_CONTAINS(hm_last_error(), "not a multiple of Q4_K's block size 256");
     CHECK_STATUS(hm_gguf_w_tensor(w, "q", 4, 2, ne), HM_ERR_INVALID_ARG);
+    const uint64_t ne8[2] = {128, 2}; /* hmoe's own layouts never go into a GGUF file */
+    CHECK_STATUS(hm_gguf_w_tensor(w, "f", HM_TYPE_FP8_B128, 2, ne8), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "FP8_B128 is hmoe's in-memory layout");
     CHECK_STATUS(
         hm_gguf_w_tensor(w, "0123456789012345678901234567890123456789012345678901234567890123",
                          HM_TYPE_F32, 2, ne),
@@ -432,6 +435,8 @@ static void test_corruption(const char *fixture) {
     expect_reject(p, n, "removed type", "unknown ggml type id 4");
     MUTATE(info + 8 + 21 + 4 + 16, 77, 4);
     expect_reject(p, n, "type", "unknown ggml type id 77");
+    MUTATE(info + 8 + 21 + 4 + 16, HM_TYPE_FP8_B128, 4); /* an id of ours is not a file type */
+    expect_reject(p, n, "internal type", "unknown ggml type id 42");
     MUTATE(info + 8 + 21 + 4, 100, 8);
     expect_reject(p, n, "row", "not a multiple of the Q4_K block size 256");
     MUTATE(info + 8 + 21 + 4, 1ull << 63, 8);

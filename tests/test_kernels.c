@@ -20,9 +20,9 @@ static void deq_row(uint32_t type, const void *src, double *out, int64_t n) {
 }
 
 /* types every SIMD variant must have its own kernel for */
-static const uint32_t simd_types[] = {HM_TYPE_Q4_K,   HM_TYPE_Q8_0,   HM_TYPE_BF16, HM_TYPE_Q6_K,
-                                      HM_TYPE_MXFP4,  HM_TYPE_IQ4_XS, HM_TYPE_Q5_K, HM_TYPE_Q4_0,
-                                      HM_TYPE_IQ4_NL, HM_TYPE_Q5_0};
+static const uint32_t simd_types[] = {HM_TYPE_Q4_K,   HM_TYPE_Q8_0,   HM_TYPE_BF16,    HM_TYPE_Q6_K,
+                                      HM_TYPE_MXFP4,  HM_TYPE_IQ4_XS, HM_TYPE_Q5_K,    HM_TYPE_Q4_0,
+                                      HM_TYPE_IQ4_NL, HM_TYPE_Q5_0,   HM_TYPE_FP8_B128};
 
 static bool needs_simd(uint32_t type) {
     for (size_t i = 0; i < sizeof simd_types / sizeof *simd_types; i++)
@@ -80,7 +80,7 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
                        (size_t)rows, 0, rows);
         int bad = 0;
         for (int64_t k = 0; k < rows * T; k++)
-            if (fabs((double)y[k] - yref[k]) > 2e-5 * ymax) bad++;
+            if (!(fabs((double)y[k] - yref[k]) <= 2e-5 * ymax)) bad++; /* NaN counts */
         CHECK_MSG(bad == 0, "%s %s cols %lld: %d of %lld outputs differ from ref (e.g. %g vs %g)",
                   ops->name, hm_type_name(type), (long long)cols, bad, (long long)(rows * T), y[0],
                   yref[0]);
@@ -230,8 +230,8 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
     for (int t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < rows; r++) {
             double want = r < r0 ? 0.0 : yref[t * rows + r], e = fabs(y[t * rows + r] - want);
-            emax = fmax(emax, e);
-            if (e > 1e-2 * ymax || (r < r0 && y[t * rows + r] != 0.0f)) bad++;
+            emax = e > emax || e != e ? e : emax;                                  /* NaN-sticky */
+            if (!(e <= 1e-2 * ymax) || (r < r0 && y[t * rows + r] != 0.0f)) bad++; /* NaN too */
         }
     CHECK_MSG(bad == 0, "amx %s %lldx%lld, %d tokens: %d outputs off (max err %.3g of %.3g)",
               hm_type_name(type), (long long)rows, (long long)cols, n_tok, bad, emax, ymax);
@@ -318,25 +318,23 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
 static void test_amx_bf16(uint32_t type, int64_t rows, int64_t cols, int n_tok) {
 #if defined(__x86_64__)
     if (!hm_isa_supported(hm_cpu_features_get(), HM_ISA_AMX)) return;
-    const size_t rb = (size_t)cols * 2;
-    uint16_t *w = malloc(rb * (size_t)rows);
-    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok));
+    uint64_t rbu;
+    CHECK(hm_type_row_bytes(type, (uint64_t)cols, &rbu));
+    const size_t rb = (size_t)rbu;
+    uint8_t *w = malloc(rb * (size_t)rows);
+    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok)),
+          *wf = malloc(sizeof(float) * (size_t)(rows * cols));
     uint64_t s = 17 + (uint64_t)cols;
-    for (int64_t i = 0; i < rows * cols; i++) {
-        const float v = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 20000.0f;
-        w[i] = type == HM_TYPE_BF16 ? hm_f32_to_bf16(v) : hm_f32_to_f16(v);
-    }
+    CHECK_OK(hm_synth_fill(type, w, (uint64_t)(rows * cols), 0.0f, 0.03f, s));
+    for (int64_t r = 0; r < rows; r++)
+        CHECK_OK(hm_dequantize_row(type, w + (size_t)r * rb, wf + r * cols, cols));
     for (int64_t i = 0; i < cols * n_tok; i++)
         x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 500.0f;
     double *yref = calloc((size_t)(rows * n_tok), sizeof(double));
     for (int64_t r = 0; r < rows; r++)
         for (int t = 0; t < n_tok; t++) {
             double acc = 0;
-            for (int64_t i = 0; i < cols; i++) {
-                const uint16_t h = w[r * cols + i];
-                acc += (double)(type == HM_TYPE_BF16 ? hm_bf16_to_f32(h) : hm_f16_to_f32(h)) *
-                       x[t * cols + i];
-            }
+            for (int64_t i = 0; i < cols; i++) acc += (double)wf[r * cols + i] * x[t * cols + i];
             yref[t * rows + r] = acc;
         }
     const int64_t r0 = 5;
@@ -353,12 +351,12 @@ static void test_amx_bf16(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
     for (int t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < rows; r++) {
             const double want = r < r0 ? 0.0 : yref[t * rows + r], e = fabs(y[t * rows + r] - want);
-            emax = fmax(emax, e);
-            bad += e > 1e-2 * ymax || (r < r0 && y[t * rows + r] != 0.0f);
+            emax = e > emax || e != e ? e : emax;                              /* NaN-sticky */
+            bad += !(e <= 1e-2 * ymax) || (r < r0 && y[t * rows + r] != 0.0f); /* NaN too */
         }
     CHECK_MSG(bad == 0, "amx bf16 tiles, %s %lldx%lld, %d tokens: %d off (max err %.3g of %.3g)",
               hm_type_name(type), (long long)rows, (long long)cols, n_tok, bad, emax, ymax);
-    free(w), free(x), free(yref), free(y), free(packed), free(scr);
+    free(w), free(x), free(wf), free(yref), free(y), free(packed), free(scr);
 #else
     (void)type, (void)rows, (void)cols, (void)n_tok;
 #endif
@@ -486,6 +484,12 @@ int main(void) {
         test_amx_bf16(t, 33, 72, 70);
         test_amx_bf16(t, 70, 200, 16);
     }
+    /* FP8_B128 on the same tiles: each value times its block scale, rounded to bf16 */
+    {
+        test_amx_bf16(HM_TYPE_FP8_B128, 45, 128, 5);
+        test_amx_bf16(HM_TYPE_FP8_B128, 64, 2048, 37);
+        test_amx_bf16(HM_TYPE_FP8_B128, 70, 384, 16);
+    }
     test_attn_blocks();
     const uint32_t i8_types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_0,   HM_TYPE_Q4_1,  HM_TYPE_Q5_0,
                                  HM_TYPE_Q5_1, HM_TYPE_IQ4_NL, HM_TYPE_MXFP4, HM_TYPE_Q4_K,
@@ -506,6 +510,9 @@ int main(void) {
             test_amx_type(ty, 70, 512, 150);
     }
     CHECK(hm_i8_block(HM_TYPE_BF16) == 0 && hm_i8_block(HM_TYPE_Q8_K) == 0);
+    /* FP8_B128 through the int8 tiles too (any format with a dequantizer) */
+    for (size_t i = 1; i < 4; i++) test_amx_type(HM_TYPE_FP8_B128, 45, 256, amx_tok[i]);
+    test_amx_type(HM_TYPE_FP8_B128, 64, 2304, 37);
     const int64_t q4k_cols[] = {256, 512, 768, 2048, 2304};
     const int64_t q8_cols[] = {32, 64, 96, 768, 2048, 2080};
     const int64_t bf_cols[] = {8, 15, 16, 33, 768, 2048, 2049};
@@ -533,11 +540,14 @@ int main(void) {
     }
     /* the other SIMD kernels: more shapes, odd and even block counts (AVX-512 pairs 32-blocks) */
     const int64_t k_cols[] = {256, 768, 2304};
-    const int64_t b32_cols[] = {32, 64, 2080};
+    const int64_t b32_cols[] = {32, 64, 2080}, b128_cols[] = {128, 384, 2048};
     for (size_t i = 3; i < sizeof simd_types / sizeof *simd_types; i++) {
-        const bool k = hm_type_get(simd_types[i])->block == 256;
+        const uint32_t bl = hm_type_get(simd_types[i])->block;
+        const int64_t *cs = bl == 256 ? k_cols : bl == 128 ? b128_cols : b32_cols;
+        /* unaligned rows, as far as the block's scale allows (FP8_B128's is a float) */
+        const int step = simd_types[i] == HM_TYPE_FP8_B128 ? 4 : 2;
         for (size_t j = 0; j < 3; j++)
-            test_type(simd_types[i], k ? k_cols[j] : b32_cols[j], 13, (int)(2 * (j % 2)));
+            test_type(simd_types[i], cs[j], 13, (int)(step * (int)(j % 2)));
     }
     /* types we cannot compute open fine but are named when used */
     CHECK_OK(hm_kernel_check(HM_TYPE_Q4_K, "blk.0.ffn_up_exps.weight"));

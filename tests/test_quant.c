@@ -215,6 +215,40 @@ static void test_fp8_saturation(void) {
     CHECK(hm_f32_to_fp8_e4m3(0.0f) == 0x00 && hm_f32_to_fp8_e4m3(-0.0f) == 0x80);
 }
 
+/* FP8 checkpoints (tile and channel scales) as FP8_B128 rows dequantize to exactly what the
+ * checkpoint's own dequantization gives; shapes that are not whole blocks are refused. */
+static void test_fp8_b128(void) {
+    const int64_t rows = 300, cols = 384, nb = cols / 128;
+    uint8_t *w = xmalloc(rows * cols);
+    float *want = xmalloc(rows * cols * sizeof(float)), *got = xmalloc(rows * cols * sizeof(float));
+    float scale[3 * 3], ch[300];
+    void *b128 = xmalloc((size_t)(rows * nb) * sizeof(hm_block_fp8_b128));
+    uint64_t s = 11;
+    for (int64_t i = 0; i < rows * cols; i++) w[i] = (uint8_t)(hm_rng_next(&s) & 0xff);
+    for (int i = 0; i < 9; i++) scale[i] = ldexpf(1.0f + (float)i / 8, 2 - i);
+    for (int i = 0; i < rows; i++) ch[i] = 0.003f * (float)(i + 1);
+    for (int kind = 0; kind < 2; kind++) {
+        if (kind == 0) {
+            CHECK_OK(hm_dequantize_fp8_tiles(w, scale, rows, cols, 128, want));
+            CHECK_OK(hm_fp8_to_b128_tiles(w, scale, rows, cols, b128));
+        } else {
+            CHECK_OK(hm_dequantize_fp8_channel(w, ch, rows, cols, want));
+            CHECK_OK(hm_fp8_to_b128_channel(w, ch, rows, cols, b128));
+        }
+        CHECK_OK(hm_dequantize_row(HM_TYPE_FP8_B128, b128, got, rows * cols));
+        int bad = 0;
+        for (int64_t i = 0; i < rows * cols; i++)
+            bad +=
+                memcmp(&got[i], &want[i], sizeof(float)) != 0 && !(isnan(got[i]) && isnan(want[i]));
+        CHECK_MSG(bad == 0, "FP8_B128 from %s scales: %d values differ", kind ? "channel" : "tile",
+                  bad);
+    }
+    CHECK_STATUS(hm_fp8_to_b128_tiles(w, scale, rows, 200, b128), HM_ERR_INVALID_ARG);
+    CHECK_STATUS(hm_fp8_to_b128_channel(w, ch, rows, 100, b128), HM_ERR_INVALID_ARG);
+    CHECK_STATUS(hm_fp8_to_b128_channel(w, ch, -1, cols, b128), HM_ERR_INVALID_ARG);
+    free(w), free(want), free(got), free(b128);
+}
+
 static void test_fp8_scales(void) {
     const int64_t rows = 300, cols = 200;
     const int tile = 128, tr = 3, tc = 2;
@@ -387,6 +421,7 @@ int main(int argc, char **argv) {
     test_fp8_ties();
     test_fp8_saturation();
     test_fp8_scales();
+    test_fp8_b128();
     test_errors();
     return test_done("quant");
 }

@@ -67,8 +67,10 @@ void hm_silu_mul(float *g, const float *u, int64_t n) {
 
 enum { MM_ROW_BLOCK = 16, MM_TOK_BLOCK = 4, MM_AMX_MIN_TOKENS = 16 };
 
+/* float formats: exact per-row dot products unless BF16 tiles are asked for (FP8_B128 counts:
+ * its kernels take float activations, and the tiles keep more of it than int8 would) */
 static bool type_is_float(uint32_t t) {
-    return t == HM_TYPE_F32 || t == HM_TYPE_F16 || t == HM_TYPE_BF16;
+    return t == HM_TYPE_F32 || t == HM_TYPE_F16 || t == HM_TYPE_BF16 || t == HM_TYPE_FP8_B128;
 }
 
 /* The matmul path of a weight matrix at n tokens: per-row dot products (exact for float
@@ -81,7 +83,8 @@ static int use_amx(const hm_cpu_ops *ops, const hm_matrix *w, int n, unsigned fl
     if (n < MM_AMX_MIN_TOKENS || (flags & HM_NN_NO_AMX)) return MM_DOTS;
     if (!type_is_float(w->type)) return hm_i8_matmul_ok(ops) ? MM_I8 : MM_DOTS;
     return (flags & HM_NN_BF16_TILES) && ops->isa == HM_ISA_AMX &&
-                   (w->type == HM_TYPE_BF16 || w->type == HM_TYPE_F16)
+                   (w->type == HM_TYPE_BF16 || w->type == HM_TYPE_F16 ||
+                    w->type == HM_TYPE_FP8_B128)
                ? MM_BF16
                : MM_DOTS;
 #else

@@ -30,8 +30,8 @@ void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, const float
 /* ---- matrix multiply: y[t][r] = W[r] . x[t] for t < n, r < W.rows ---------------------------- */
 
 /* Matmul flags: HM_NN_NO_AMX forces the exact per-row kernels for every type; HM_NN_BF16_TILES
- * lets BF16 and F16 weights use AMX BF16 tiles (activations rounded to bf16, as a bf16 model
- * computes them; off by default because float weights otherwise run exactly). */
+ * lets BF16, F16 and FP8_B128 weights use AMX BF16 tiles (activations rounded to bf16, as a bf16
+ * model computes them; off by default because float weights otherwise run exactly). */
 enum { HM_NN_NO_AMX = 1u, HM_NN_BF16_TILES = 2u };
 
 /* Scratch bytes of hm_nn_matmul for n tokens (activation conversion, AMX packing). */

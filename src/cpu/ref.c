@@ -150,6 +150,19 @@ static float dot_bf16_ref(int64_t n, const void *vw, const void *vx) {
     return (float)s;
 }
 
+/* FP8_B128 times float activations: per block d * sum(fp8(q) * x) in double */
+static float dot_fp8_b128_ref(int64_t n, const void *vw, const void *vx) {
+    const hm_block_fp8_b128 *w = vw;
+    const float *x = vx;
+    double s = 0;
+    for (int64_t i = 0; i < n / HM_FP8_TILE; i++, x += HM_FP8_TILE) {
+        double b = 0;
+        for (int j = 0; j < HM_FP8_TILE; j++) b += (double)hm_fp8_e4m3_to_f32(w[i].qs[j]) * x[j];
+        s += b * w[i].d;
+    }
+    return (float)s;
+}
+
 static float dot_f16_ref(int64_t n, const void *vw, const void *vx) {
     const uint16_t *w = vw;
     const float *x = vx;
@@ -270,5 +283,6 @@ const hm_cpu_ops hm_ops_ref = {
             [HM_TYPE_IQ4_NL] = dot_IQ4_NL_generic,
             [HM_TYPE_IQ4_XS] = dot_IQ4_XS_generic,
             [HM_TYPE_MXFP4] = dot_MXFP4_generic,
+            [HM_TYPE_FP8_B128] = dot_fp8_b128_ref,
         },
 };

@@ -348,7 +348,7 @@ static hm_status parse_tensor_info(hm_gguf *g, cursor *c, uint64_t i) {
     st = rd_u32(c, "type", &t->type);
     if (st == HM_OK) st = rd_u64(c, "data offset", &t->offset);
     if (st != HM_OK) return hm_error_prefix(st, "tensor '%s'", t->name);
-    const hm_type_info *ti = hm_type_get(t->type);
+    const hm_type_info *ti = t->type < HM_TYPE_FIRST_INTERNAL ? hm_type_get(t->type) : NULL;
     if (!ti)
         return hm_errorf(HM_ERR_FORMAT, "%s: tensor '%s' at offset %llu: unknown ggml type id %u",
                          c->name, t->name, (unsigned long long)t->info_offset, t->type);
@@ -991,6 +991,10 @@ hm_status hm_gguf_w_tensor(hm_gguf_writer *w, const char *name, uint32_t type, u
     if (!ti)
         return hm_errorf(HM_ERR_INVALID_ARG, "%s: tensor '%s': unknown type id %u", w->path, name,
                          type);
+    if (type >= HM_TYPE_FIRST_INTERNAL)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "%s: tensor '%s': %s is hmoe's in-memory layout, not a GGUF type", w->path,
+                         name, ti->name);
     uint64_t nel = 1, row, bytes;
     for (uint32_t d = 0; d < n_dims; d++)
         if (__builtin_mul_overflow(nel, ne[d], &nel))

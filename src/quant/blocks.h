@@ -129,4 +129,14 @@ static const int8_t hm_kvalues_mxfp4[16] = {0, 1,  2,  3,  4,  6,  8,  12,
 typedef uint8_t hm_fp8_e4m3;
 #define HM_FP8_TILE 128
 
+/* FP8_B128 (hmoe's layout, not a ggml type): 128 FP8 E4M3 values along a row with their float
+ * scale, y[j] = d * fp8(qs[j]). A checkpoint's 128 x 128 tile scale (or its row's channel scale)
+ * is copied next to the values at load, so a row is a plain sequence of blocks like any ggml
+ * format and every kernel sees one scale per block. */
+typedef struct {
+    float d;
+    hm_fp8_e4m3 qs[HM_FP8_TILE];
+} hm_block_fp8_b128;
+HM_STATIC_ASSERT(sizeof(hm_block_fp8_b128) == 132, "fp8_b128");
+
 #endif

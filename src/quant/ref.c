@@ -241,6 +241,25 @@ uint8_t hm_f32_to_fp8_e4m3(float f) {
     return sign | (uint8_t)code;
 }
 
+/* FP8_B128 rows: y = d * fp8(q) */
+static void deq_fp8_b128(const void *vx, float *y, int64_t k) {
+    const hm_block_fp8_b128 *x = vx;
+    for (int64_t i = 0; i < k / HM_FP8_TILE; i++, y += HM_FP8_TILE)
+        for (int j = 0; j < HM_FP8_TILE; j++) y[j] = hm_fp8_e4m3_to_f32(x[i].qs[j]) * x[i].d;
+}
+
+/* scale max |x| / 448 per block, codes rounded to nearest even (a block of zeros: d = 0) */
+static void qnt_fp8_b128(const float *x, void *vy, int64_t k) {
+    hm_block_fp8_b128 *y = vy;
+    for (int64_t i = 0; i < k / HM_FP8_TILE; i++, x += HM_FP8_TILE) {
+        float amax = 0.0f;
+        for (int j = 0; j < HM_FP8_TILE; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 448.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        for (int j = 0; j < HM_FP8_TILE; j++) y[i].qs[j] = hm_f32_to_fp8_e4m3(x[j] * id);
+    }
+}
+
 static hm_status fp8_check(const char *what, int64_t rows, int64_t cols) {
     if (rows < 0 || cols < 0)
         return hm_errorf(HM_ERR_INVALID_ARG, "%s: negative shape %lld x %lld", what,
@@ -270,6 +289,45 @@ hm_status hm_dequantize_fp8_channel(const uint8_t *w, const float *scale, int64_
         for (int64_t c = 0; c < cols; c++)
             out[r * cols + c] = hm_fp8_e4m3_to_f32(w[r * cols + c]) * scale[r];
     return HM_OK;
+}
+
+/* rows x cols FP8 into FP8_B128 blocks; the scale of row r's block b is scale[r * rs + b * bs] */
+static hm_status fp8_to_b128(const char *what, const uint8_t *w, const float *scale, size_t rs,
+                             size_t bs, int64_t rows, int64_t cols, void *out) {
+    hm_status st = fp8_check(what, rows, cols);
+    if (st) return st;
+    if (cols % HM_FP8_TILE)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "%s: %lld columns is not a multiple of %d (FP8_B128 block)", what,
+                         (long long)cols, HM_FP8_TILE);
+    hm_block_fp8_b128 *o = out;
+    const int64_t nb = cols / HM_FP8_TILE;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nb; b++, o++) {
+            o->d = scale[(size_t)r * rs + (size_t)b * bs];
+            memcpy(o->qs, w + r * cols + b * HM_FP8_TILE, HM_FP8_TILE);
+        }
+    return HM_OK;
+}
+
+hm_status hm_fp8_to_b128_tiles(const uint8_t *w, const float *scale_inv, int64_t rows, int64_t cols,
+                               void *out) {
+    /* the scale of row r, block b: scale_inv[r / 128][b], rows of ceil(cols / 128) tiles; the
+     * row offset is applied per row below */
+    hm_status st = fp8_check("fp8 tiles to FP8_B128", rows, cols);
+    if (st) return st;
+    const int64_t nb = cols / HM_FP8_TILE;
+    for (int64_t r = 0; r < rows && st == HM_OK; r++) {
+        const float *srow = scale_inv + (size_t)(r / HM_FP8_TILE) * (size_t)nb;
+        st = fp8_to_b128("fp8 tiles to FP8_B128", w + r * cols, srow, 0, 1, 1, cols,
+                         (hm_block_fp8_b128 *)out + r * nb);
+    }
+    return st;
+}
+
+hm_status hm_fp8_to_b128_channel(const uint8_t *w, const float *scale, int64_t rows, int64_t cols,
+                                 void *out) {
+    return fp8_to_b128("fp8 channels to FP8_B128", w, scale, 1, 0, rows, cols, out);
 }
 
 /* ================================================================ legacy quantizers (exact) */
@@ -816,6 +874,7 @@ static const struct {
     [HM_TYPE_IQ4_NL] = {deq_iq4_nl, qnt_iq4_nl},
     [HM_TYPE_IQ4_XS] = {deq_iq4_xs, qnt_iq4_xs},
     [HM_TYPE_MXFP4] = {deq_mxfp4, NULL},
+    [HM_TYPE_FP8_B128] = {deq_fp8_b128, qnt_fp8_b128},
 };
 
 bool hm_dequantize_supported(uint32_t type) {

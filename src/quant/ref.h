@@ -89,6 +89,14 @@ hm_status hm_dequantize_fp8_tiles(const uint8_t *w, const float *scale_inv, int6
 /* One scale per output channel (row): out[r][c] = fp8(w[r][c]) * scale[r]. */
 hm_status hm_dequantize_fp8_channel(const uint8_t *w, const float *scale, int64_t rows,
                                     int64_t cols, float *out);
+/* The same weights as FP8_B128 rows (rows x cols / 128 blocks, cols a multiple of 128): each
+ * block keeps its 128 codes and takes the scale of its tile (tile 128) or of its row. Dequantized,
+ * the result equals hm_dequantize_fp8_tiles / _channel bit for bit. HM_ERR_INVALID_ARG for other
+ * shapes. */
+hm_status hm_fp8_to_b128_tiles(const uint8_t *w, const float *scale_inv, int64_t rows, int64_t cols,
+                               void *out);
+hm_status hm_fp8_to_b128_channel(const uint8_t *w, const float *scale, int64_t rows, int64_t cols,
+                                 void *out);
 
 /* ---- quantization (weights; the activation quantizers are in src/cpu) ------------------------ */
 

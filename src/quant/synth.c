@@ -6,7 +6,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "quant/blocks.h"
 #include "quant/fp16.h"
+#include "quant/ref.h"
 #include "quant/types.h"
 
 bool hm_synth_supported(uint32_t t) {
@@ -27,6 +29,7 @@ bool hm_synth_supported(uint32_t t) {
     case HM_TYPE_IQ4_NL:
     case HM_TYPE_IQ4_XS:
     case HM_TYPE_MXFP4:
+    case HM_TYPE_FP8_B128:
         return true;
     default:
         return false;
@@ -79,6 +82,13 @@ hm_status hm_synth_fill(uint32_t type, void *dst, uint64_t n, float mean, float 
         for (uint64_t i = 0; i < n; i++) {
             uint16_t b = hm_f32_to_bf16(mean + a * uniform(&s));
             memcpy(p + 2 * i, &b, 2);
+        }
+        return HM_OK;
+    case HM_TYPE_FP8_B128: /* uniform values, quantized per block (scale max |x| / 448) */
+        for (uint64_t b = 0; b < nb; b++, p += ti->bytes) {
+            float v[HM_FP8_TILE];
+            for (int j = 0; j < HM_FP8_TILE; j++) v[j] = mean + a * uniform(&s);
+            hm_quantize_row(HM_TYPE_FP8_B128, v, p, HM_FP8_TILE);
         }
         return HM_OK;
     default:

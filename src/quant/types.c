@@ -1,4 +1,5 @@
-/* types.c - the ggml type table (ids, names, block geometry) as ggml-common.h defines them. */
+/* types.c - the ggml type table (ids, names, block geometry) as ggml-common.h defines them, then
+ * hmoe's own layouts. */
 #include "quant/types.h"
 
 #include <strings.h>
@@ -38,6 +39,7 @@ static const hm_type_info g_types[HM_TYPE_COUNT] = {
     [HM_TYPE_MXFP4] = {"MXFP4", 32, 17},
     [HM_TYPE_NVFP4] = {"NVFP4", 64, 36},
     [HM_TYPE_Q1_0] = {"Q1_0", 128, 18},
+    [HM_TYPE_FP8_B128] = {"FP8_B128", 128, 132},
 };
 
 const hm_type_info *hm_type_get(uint32_t id) {

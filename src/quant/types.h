@@ -46,7 +46,11 @@ typedef enum hm_type {
     HM_TYPE_MXFP4 = 39,
     HM_TYPE_NVFP4 = 40,
     HM_TYPE_Q1_0 = 41,
-    HM_TYPE_COUNT
+    /* hmoe's own layouts from here on: never read from or written to GGUF files (ggml may give
+     * these ids to new types; the GGUF reader and writer reject them) */
+    HM_TYPE_FP8_B128 = 42, /* FP8 E4M3 in blocks of 128 with a float scale (blocks.h) */
+    HM_TYPE_FIRST_INTERNAL = HM_TYPE_FP8_B128,
+    HM_TYPE_COUNT = 43
 } hm_type;
 
 typedef struct hm_type_info {

@@ -435,7 +435,8 @@ static int bench_kernels(int argc, char **argv) {
     hm_large wpbuf = {0};
 #if defined(__x86_64__)
     /* AMX: tile matmul for more than 4 tokens */
-    job.bf16 = ops->isa == HM_ISA_AMX && (type == HM_TYPE_BF16 || type == HM_TYPE_F16);
+    job.bf16 = ops->isa == HM_ISA_AMX &&
+               (type == HM_TYPE_BF16 || type == HM_TYPE_F16 || type == HM_TYPE_FP8_B128);
     if (job.bf16) {
         scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
         for (int t = 0; scratch && t < hm_pool_size(pool); t++)

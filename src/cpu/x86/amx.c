@@ -667,7 +667,8 @@ void hm_vnni_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r
 }
 
 /* ---------------------------------------------------------------- AMX BF16 matmul
- * Float-format weights (BF16 exactly, F16 rounded to BF16) times activations rounded to BF16, one
+ * Float-format weights (BF16 exactly, F16 rounded to BF16, FP8_B128 times its block scale rounded
+ * to BF16) times activations rounded to BF16, one
  * TDPBF16PS per 32 values (16 x 16 x 32 products accumulated in float32 inside the tile), so
  * there is no fold: the four C tiles of a 32-row x 32-token block hold the float sums over all of
  * K. Activations: per 16-token group and 32-value chunk one B tile [16 value pairs][16 tokens][2]
@@ -741,6 +742,12 @@ static void bf_convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, i
             if (left && type == HM_TYPE_BF16) {
                 v = _mm512_maskz_loadu_epi16(
                     left >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1, row + 2 * c);
+            } else if (left && type == HM_TYPE_FP8_B128) { /* fp8 * block scale -> bf16 */
+                const hm_block_fp8_b128 *b = (const hm_block_fp8_b128 *)row + c / HM_FP8_TILE;
+                const uint8_t *q = b->qs + c % HM_FP8_TILE;
+                const __m512 d = _mm512_set1_ps(b->d * 256.0f);
+                v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hm_fp8x16_avx512(q + 16), d),
+                                                 _mm512_mul_ps(hm_fp8x16_avx512(q), d));
             } else if (left) { /* F16: halves -> floats -> bf16 */
                 const __m256i h0 = _mm256_maskz_loadu_epi16(tail_mask(left), row + 2 * c);
                 const __m256i h1 = _mm256_maskz_loadu_epi16(tail_mask(left - 16), row + 2 * c + 32);

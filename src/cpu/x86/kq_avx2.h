@@ -483,6 +483,40 @@ static inline void hm_dotn_q8_0_q8_0_avx2(int64_t n, const void *vw, const void 
     }
 }
 
+/* 8 FP8 E4M3 codes as floats divided by 256: sign to bit 15 and the 7 exponent and mantissa bits
+ * to bits 7-13 make a half of value fp8 / 256 (E4M3 subnormals become half normals of the same
+ * grid), 0x7f / 0xff (NaN) get an all-ones exponent; the 256 goes into the block scale. */
+static inline __m256 hm_fp8x8_avx2(const uint8_t *q) {
+    const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)q));
+    const __m128i mag = _mm_and_si128(v, _mm_set1_epi16(0x7f));
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x80)), 8),
+                                   _mm_slli_epi16(mag, 7));
+    const __m128i nan =
+        _mm_and_si128(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7e00));
+    return _mm256_cvtph_ps(_mm_or_si128(h, nan));
+}
+
+static inline float hm_dot_fp8_b128_f32_avx2(int64_t n, const void *vw, const void *vx) {
+    const hm_block_fp8_b128 *w = vw;
+    const float *x = vx;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / HM_FP8_TILE; i++, x += HM_FP8_TILE) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+        for (int j = 0; j < HM_FP8_TILE; j += 32) {
+            b0 = _mm256_fmadd_ps(hm_fp8x8_avx2(w[i].qs + j), _mm256_loadu_ps(x + j), b0);
+            b1 = _mm256_fmadd_ps(hm_fp8x8_avx2(w[i].qs + j + 8), _mm256_loadu_ps(x + j + 8), b1);
+            b2 = _mm256_fmadd_ps(hm_fp8x8_avx2(w[i].qs + j + 16), _mm256_loadu_ps(x + j + 16), b2);
+            b3 = _mm256_fmadd_ps(hm_fp8x8_avx2(w[i].qs + j + 24), _mm256_loadu_ps(x + j + 24), b3);
+        }
+        const __m256 b = _mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3));
+        acc = _mm256_fmadd_ps(b, _mm256_set1_ps(w[i].d * 256.0f), acc);
+    }
+    return hm_hsum256(acc);
+}
+
 static inline float hm_dot_bf16_f32_avx2(int64_t n, const void *vw, const void *vx) {
     const uint16_t *w = vw;
     const float *x = vx;
@@ -684,7 +718,8 @@ static inline float hm_expsum_f32_avx2(int64_t n, float *x, float m) {
     [HM_TYPE_BF16] = hm_dot_bf16_f32_avx2, [HM_TYPE_Q6_K] = hm_dot_q6_K_q8_K_avx2,                 \
     [HM_TYPE_MXFP4] = hm_dot_mxfp4_q8_0_avx2, [HM_TYPE_IQ4_XS] = hm_dot_iq4_xs_q8_K_avx2,          \
     [HM_TYPE_Q5_K] = hm_dot_q5_K_q8_K_avx2, [HM_TYPE_Q4_0] = hm_dot_q4_0_q8_0_avx2,                \
-    [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx2, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx2
+    [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx2, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx2,            \
+    [HM_TYPE_FP8_B128] = hm_dot_fp8_b128_f32_avx2
 
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX2 kernels */
 #define HM_VEC_DOTNS_AVX2                                                                          \

@@ -443,6 +443,42 @@ static inline void hm_dotn_q8_0_q8_0_avx512(int64_t n, const void *vw, const voi
     }
 }
 
+/* 16 FP8 E4M3 codes as floats divided by 256 (hm_fp8x8_avx2) */
+static inline __m512 hm_fp8x16_avx512(const uint8_t *q) {
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q));
+    const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi16(0x7f));
+    const __m256i h =
+        _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8),
+                        _mm256_slli_epi16(mag, 7));
+    const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f)),
+                                         _mm256_set1_epi16(0x7e00));
+    return _mm512_cvtph_ps(_mm256_or_si256(h, nan));
+}
+
+static inline float hm_dot_fp8_b128_f32_avx512(int64_t n, const void *vw, const void *vx) {
+    const hm_block_fp8_b128 *w = vw;
+    const float *x = vx;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / HM_FP8_TILE; i++, x += HM_FP8_TILE) {
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+        for (int j = 0; j < HM_FP8_TILE; j += 64) {
+            b0 = _mm512_fmadd_ps(hm_fp8x16_avx512(w[i].qs + j), _mm512_loadu_ps(x + j), b0);
+            b1 = _mm512_fmadd_ps(hm_fp8x16_avx512(w[i].qs + j + 16), _mm512_loadu_ps(x + j + 16),
+                                 b1);
+            b2 = _mm512_fmadd_ps(hm_fp8x16_avx512(w[i].qs + j + 32), _mm512_loadu_ps(x + j + 32),
+                                 b2);
+            b3 = _mm512_fmadd_ps(hm_fp8x16_avx512(w[i].qs + j + 48), _mm512_loadu_ps(x + j + 48),
+                                 b3);
+        }
+        const __m512 b = _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3));
+        acc = _mm512_fmadd_ps(b, _mm512_set1_ps(w[i].d * 256.0f), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
 static inline float hm_dot_bf16_f32_avx512(int64_t n, const void *vw, const void *vx) {
     const uint16_t *w = vw;
     const float *x = vx;
@@ -640,7 +676,8 @@ static inline float hm_expsum_f32_avx512(int64_t n, float *x, float m) {
     [HM_TYPE_BF16] = hm_dot_bf16_f32_avx512, [HM_TYPE_Q6_K] = hm_dot_q6_K_q8_K_avx512,             \
     [HM_TYPE_MXFP4] = hm_dot_mxfp4_q8_0_avx512, [HM_TYPE_IQ4_XS] = hm_dot_iq4_xs_q8_K_avx512,      \
     [HM_TYPE_Q5_K] = hm_dot_q5_K_q8_K_avx512, [HM_TYPE_Q4_0] = hm_dot_q4_0_q8_0_avx512,            \
-    [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx512, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx512
+    [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx512, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx512,        \
+    [HM_TYPE_FP8_B128] = hm_dot_fp8_b128_f32_avx512
 
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX-512 kernels */
 #define HM_VEC_DOTNS_AVX512                                                                        \
