@@ -782,6 +782,12 @@ static void test_errors(void) {
     o.odd_dtype = "F8_E4M3";
     expect_fail("FP8 tensor", &o, &k_keep, HM_ERR_UNSUPPORTED,
                 "'model.layers.1.self_attn.o_proj.weight'", "FP8", NULL);
+    { /* the loader binds FP8 weights, but only with their 128 x 128 block scales */
+        hm_model *m = NULL;
+        CHECK_STATUS(hm_model_load(make_model(&o), &m), HM_ERR_UNSUPPORTED);
+        CHECK_CONTAINS(hm_last_error(), "'model.layers.1.self_attn.o_proj.weight_scale_inv'");
+        CHECK(m == NULL);
+    }
     o.odd_name = NULL;
     o.nan_name = "model.layers.1.mlp.experts.1.gate_proj.weight";
     expect_fail("NaN when quantizing", &o, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q8_0},
@@ -961,6 +967,14 @@ static void test_fixtures(void) {
         if (e->d_name[0] == '.' || !file_exists(cfg)) continue;
         char what[600];
         snprintf(what, sizeof what, "fixture %s", e->d_name);
+        if (strstr(e->d_name, "fp8")) { /* the loader binds FP8 checkpoints; convert refuses */
+            char out[300];
+            snprintf(out, sizeof out, "%s/fp8.gguf", g_tmp);
+            CHECK_STATUS(hm_convert_hf(dir, out, NULL, NULL), HM_ERR_UNSUPPORTED);
+            CHECK_CONTAINS(hm_last_error(), "FP8 checkpoints are not supported by convert yet");
+            CHECK(!file_exists(out));
+            continue;
+        }
         const char *out = convert_check(what, dir, &k_keep, HM_ARCH_QWEN3MOE, "fixture.gguf");
         check_logits(what, dir, out);
         snprintf(what, sizeof what, "fixture %s q8_0", e->d_name);

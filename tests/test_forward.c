@@ -628,6 +628,10 @@ int main(void) {
         check_model(models[i], 1, true, HM_LOAD_MMAP, false);
         check_model(models[i], 2, false, HM_LOAD_AUTO, true);
     }
+    /* an FP8 checkpoint (128 x 128 block scales), bound as FP8_B128: transformers in float32 on
+     * the dequantized weights, to the same 1e-3 */
+    check_model("q_fp8", 2, false, HM_LOAD_AUTO, false);
+    check_model("q_fp8", 1, true, HM_LOAD_MMAP, false);
     /* written to GGUF in their own dtype: the same numbers */
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_converted(models[i], HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);

@@ -41,15 +41,82 @@ static hm_status st_type(const hm_st_tensor *t, uint32_t *out) {
     default:
         return hm_errorf(HM_ERR_UNSUPPORTED,
                          "tensor '%s' has dtype %s, which hmoe cannot load from safetensors yet "
-                         "(supported: F32, F16, BF16)",
+                         "(supported: F32, F16, BF16, and F8_E4M3 weights with 128 x 128 "
+                         "weight_scale_inv blocks)",
                          t->name, hm_st_dtype_name(t->dtype));
     }
+}
+
+static void *own_bytes(hm_model *m, size_t n) {
+    if (m->n_owned == m->cap_owned) {
+        size_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **p = realloc(m->owned, cap * sizeof *p);
+        if (!p) return NULL;
+        m->owned = p;
+        m->cap_owned = cap;
+    }
+    void *f = malloc(n ? n : 1);
+    if (f) m->owned[m->n_owned++] = f;
+    return f;
+}
+
+static float *own_floats(hm_model *m, size_t n) {
+    return own_bytes(m, n * sizeof(float));
+}
+
+/* An FP8 E4M3 weight of an HF checkpoint (DeepSeek-V3, Qwen3-FP8: "weight_block_size" 128 x 128)
+ * with its "<name>_scale_inv" tensor of [ceil(rows / 128)][ceil(cols / 128)] scales, bound as an
+ * FP8_B128 copy (1.03 bytes per weight; the file's bytes are not used after this). */
+static hm_status fp8_view(hm_model *m, const hm_st_tensor *t, tview *v) {
+    char sname[300];
+    snprintf(sname, sizeof sname, "%s_scale_inv", t->name);
+    const hm_st_tensor *s = hm_st_find(m->st, sname);
+    if (t->n_dims != 2)
+        return hm_errorf(HM_ERR_FORMAT, "%s: FP8 tensor '%s' has %u dimensions (expected 2)",
+                         m->path, t->name, t->n_dims);
+    const int64_t rows = t->shape[0], cols = t->shape[1], tr = (rows + 127) / 128,
+                  tc = (cols + 127) / 128;
+    if (!s)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "%s: FP8 tensor '%s' has no '%s' (only 128 x 128 block scales are "
+                         "supported)",
+                         m->path, t->name, sname);
+    if (s->n_dims != 2 || s->shape[0] != tr || s->shape[1] != tc ||
+        (s->dtype != HM_ST_F32 && s->dtype != HM_ST_BF16))
+        return hm_errorf(HM_ERR_FORMAT,
+                         "%s: '%s' is %s [%lld x %lld], expected F32 or BF16 [%lld x %lld] (one "
+                         "scale per 128 x 128 block of '%s')",
+                         m->path, sname, hm_st_dtype_name(s->dtype), (long long)s->shape[0],
+                         s->n_dims > 1 ? (long long)s->shape[1] : 0LL, (long long)tr, (long long)tc,
+                         t->name);
+    if (cols % HM_FP8_TILE)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "%s: FP8 tensor '%s' has %lld columns, not a multiple of %d", m->path,
+                         t->name, (long long)cols, HM_FP8_TILE);
+    float *sc = malloc(sizeof(float) * (size_t)(tr * tc));
+    void *dst =
+        own_bytes(m, (size_t)rows * (size_t)(cols / HM_FP8_TILE) * sizeof(hm_block_fp8_b128));
+    if (!sc || !dst) {
+        free(sc);
+        return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory for FP8 tensor '%s'", m->path,
+                         t->name);
+    }
+    hm_status st =
+        hm_dequantize_row(s->dtype == HM_ST_F32 ? HM_TYPE_F32 : HM_TYPE_BF16, s->data, sc, tr * tc);
+    if (st == HM_OK) st = hm_fp8_to_b128_tiles(t->data, sc, rows, cols, dst);
+    free(sc);
+    if (st) return hm_error_prefix(st, "%s: tensor '%s'", m->path, t->name);
+    v->type = HM_TYPE_FP8_B128;
+    v->data = dst;
+    v->n_dims = 2;
+    v->ne[0] = (uint64_t)cols, v->ne[1] = (uint64_t)rows, v->ne[2] = v->ne[3] = 1;
+    return HM_OK;
 }
 
 /* Finds a tensor by its GGUF name (gguf_fmt: a printf pattern over the layer il). In an HF
  * directory the name is translated with the architecture's table (names.h); for routed experts
  * the view is expert e: the e-th slab of the stacked GGUF tensor, or the HF per-expert tensor. */
-static hm_status find(const hm_model *m, bool required, tview *v, const char *gguf_fmt, unsigned il,
+static hm_status find(hm_model *m, bool required, tview *v, const char *gguf_fmt, unsigned il,
                       unsigned e) {
     memset(v, 0, sizeof *v);
     char gname[256];
@@ -101,6 +168,7 @@ static hm_status find(const hm_model *m, bool required, tview *v, const char *gg
         }
     }
     if (!t) goto missing;
+    if (t->dtype == HM_ST_F8_E4M3) return fp8_view(m, t, v);
     hm_status st = st_type(t, &v->type);
     if (st) return st;
     if (t->n_dims < 1 || t->n_dims > 4)
@@ -141,19 +209,6 @@ bad:
                      "%s: tensor '%s' has shape [%llu x %llu], expected [%llu x %llu]", m->path,
                      v->name, (unsigned long long)v->ne[1], (unsigned long long)v->ne[0],
                      (unsigned long long)ne1, (unsigned long long)ne0);
-}
-
-static float *own_floats(hm_model *m, size_t n) {
-    if (m->n_owned == m->cap_owned) {
-        size_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
-        float **p = realloc(m->owned, cap * sizeof *p);
-        if (!p) return NULL;
-        m->owned = p;
-        m->cap_owned = cap;
-    }
-    float *f = malloc(n * sizeof(float));
-    if (f) m->owned[m->n_owned++] = f;
-    return f;
 }
 
 /* A 1-D weight of n values as floats (copied and converted from F32/F16/BF16/...). */

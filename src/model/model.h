@@ -41,7 +41,7 @@ typedef struct hm_model {
     hm_matrix output;   /* [vocab][hidden]: lm_head, or tok_embd when tied */
     const float *output_norm;
     hm_layer *layers; /* [n_layers] */
-    float **owned;    /* float copies made at load */
+    void **owned;     /* copies made at load (float norms, FP8 weights as FP8_B128) */
     hm_large copy;    /* the weights' copy (HM_LOAD_COPY), else empty */
     size_t n_owned, cap_owned;
 } hm_model;
