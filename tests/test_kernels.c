@@ -137,6 +137,44 @@ static void test_dot_n(uint32_t type, int64_t cols) {
     free(w), free(xbuf), free(x);
 }
 
+/* FP8_B128 on every variant: every one of the 254 finite codes (subnormals, +-0, +-448) against
+ * the reference, and a NaN code makes the dot product NaN, as it does in the reference. */
+static void test_fp8_codes_all_variants(void) {
+    enum { N = 512 };
+    hm_block_fp8_b128 w[N / HM_FP8_TILE];
+    float x[N];
+    uint64_t s = 3;
+    int k = 0;
+    for (int b = 0; b < N / HM_FP8_TILE; b++) {
+        w[b].d = 0.01f * (float)(b + 1);
+        for (int j = 0; j < HM_FP8_TILE; j++, k++) {
+            int c = k % 256;
+            if ((c & 0x7f) == 0x7f) c ^= 1; /* 0x7e / 0xfe: +-448 instead of NaN */
+            w[b].qs[j] = (uint8_t)c;
+        }
+    }
+    for (int i = 0; i < N; i++) x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 700.0f;
+    const float ref = hm_ops_ref.vec_dot[HM_TYPE_FP8_B128](N, w, x);
+    const uint8_t keep = w[2].qs[77];
+    const hm_cpu_features *f = hm_cpu_features_get();
+    for (int isa = 1; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa) || !ops->vec_dot[HM_TYPE_FP8_B128]) continue;
+        const float got = ops->vec_dot[HM_TYPE_FP8_B128](N, w, x);
+        CHECK_MSG(fabsf(got - ref) <= 1e-5f * fabsf(ref) + 1e-6f, "%s FP8 codes: %g vs ref %g",
+                  ops->name, got, ref);
+        w[2].qs[77] = 0xff;
+        CHECK_MSG(isnan(ops->vec_dot[HM_TYPE_FP8_B128](N, w, x)), "%s: FP8 NaN code not NaN",
+                  ops->name);
+        w[2].qs[77] = 0x7f;
+        CHECK_MSG(isnan(ops->vec_dot[HM_TYPE_FP8_B128](N, w, x)), "%s: FP8 NaN code not NaN",
+                  ops->name);
+        w[2].qs[77] = keep;
+    }
+    w[2].qs[77] = 0x7f;
+    CHECK(isnan(hm_ops_ref.vec_dot[HM_TYPE_FP8_B128](N, w, x)));
+}
+
 /* The int8 decomposition (sc * q + bi) equals the reference dequantization bit for bit. */
 static void test_i8_split(uint32_t type, int64_t cols) {
     const int bs = hm_i8_block(type);
@@ -477,6 +515,9 @@ static void test_attn_blocks(void) {
 int main(void) {
     test_axpy();
     test_silu();
+    test_fp8_codes_all_variants();
+    test_dot_n(HM_TYPE_FP8_B128, 128);
+    test_dot_n(HM_TYPE_FP8_B128, 2048);
     for (int ty = 0; ty < 2; ty++) {
         const uint32_t t = ty ? HM_TYPE_F16 : HM_TYPE_BF16;
         test_amx_bf16(t, 45, 96, 5);

@@ -443,40 +443,88 @@ static inline void hm_dotn_q8_0_q8_0_avx512(int64_t n, const void *vw, const voi
     }
 }
 
-/* 16 FP8 E4M3 codes as floats divided by 256 (hm_fp8x8_avx2) */
+/* 32 FP8 E4M3 codes as halves of value fp8 / 256 (hm_fp8x8_avx2), in 16-bit lanes: the sign
+ * from v << 8, the other 7 bits from (v & 0x7f) << 7 (one ternary-logic merge); NaN codes get
+ * an all-ones exponent */
+static inline __m512i hm_fp8x32_half_avx512(const uint8_t *q) {
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)q));
+    const __m512i mag = _mm512_and_si512(v, _mm512_set1_epi16(0x7f));
+    /* (sign & 0x8000) | magnitude: imm 0xEC is (A & C) | B with A = v << 8, B = mag << 7 */
+    const __m512i h = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 8), _mm512_slli_epi16(mag, 7),
+                                                _mm512_set1_epi16((short)0x8000), 0xEC);
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7f));
+    return _mm512_mask_mov_epi16(h, nan, _mm512_set1_epi16(0x7e00));
+}
+
+/* 16 FP8 E4M3 codes as floats divided by 256 */
 static inline __m512 hm_fp8x16_avx512(const uint8_t *q) {
     const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q));
     const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi16(0x7f));
-    const __m256i h =
-        _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8),
-                        _mm256_slli_epi16(mag, 7));
-    const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f)),
-                                         _mm256_set1_epi16(0x7e00));
-    return _mm512_cvtph_ps(_mm256_or_si256(h, nan));
+    const __m256i h = _mm256_ternarylogic_epi32(_mm256_slli_epi16(v, 8), _mm256_slli_epi16(mag, 7),
+                                                _mm256_set1_epi16((short)0x8000), 0xEC);
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7f));
+    return _mm512_cvtph_ps(_mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7e00)));
 }
 
-static inline float hm_dot_fp8_b128_f32_avx512(int64_t n, const void *vw, const void *vx) {
+/* FP8_B128 row times nt (1-4) float activation rows: the codes of each 64-value step converted
+ * once for all of them (same per-token operations whatever nt, as hm_q4_K_rows_avx512) */
+static inline __attribute__((always_inline)) void
+hm_fp8_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_fp8_b128 *w = vw;
-    const float *x = vx;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / HM_FP8_TILE; i++, x += HM_FP8_TILE) {
+    __m512 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / HM_FP8_TILE; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
-        __m512 b0 = _mm512_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+        __m512 b[4][4];
+        for (int t = 0; t < nt; t++) b[t][0] = b[t][1] = b[t][2] = b[t][3] = _mm512_setzero_ps();
         for (int j = 0; j < HM_FP8_TILE; j += 64) {
-            b0 = _mm512_fmadd_ps(hm_fp8x16_avx512(w[i].qs + j), _mm512_loadu_ps(x + j), b0);
-            b1 = _mm512_fmadd_ps(hm_fp8x16_avx512(w[i].qs + j + 16), _mm512_loadu_ps(x + j + 16),
-                                 b1);
-            b2 = _mm512_fmadd_ps(hm_fp8x16_avx512(w[i].qs + j + 32), _mm512_loadu_ps(x + j + 32),
-                                 b2);
-            b3 = _mm512_fmadd_ps(hm_fp8x16_avx512(w[i].qs + j + 48), _mm512_loadu_ps(x + j + 48),
-                                 b3);
+            const __m512i h0 = hm_fp8x32_half_avx512(w[i].qs + j),
+                          h1 = hm_fp8x32_half_avx512(w[i].qs + j + 32);
+            const __m512 f0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h0)),
+                         f1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h0, 1)),
+                         f2 = _mm512_cvtph_ps(_mm512_castsi512_si256(h1)),
+                         f3 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h1, 1));
+            for (int t = 0; t < nt; t++) {
+                const float *x = (const float *)vx[t] + i * HM_FP8_TILE + j;
+                b[t][0] = _mm512_fmadd_ps(f0, _mm512_loadu_ps(x), b[t][0]);
+                b[t][1] = _mm512_fmadd_ps(f1, _mm512_loadu_ps(x + 16), b[t][1]);
+                b[t][2] = _mm512_fmadd_ps(f2, _mm512_loadu_ps(x + 32), b[t][2]);
+                b[t][3] = _mm512_fmadd_ps(f3, _mm512_loadu_ps(x + 48), b[t][3]);
+            }
         }
-        const __m512 b = _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3));
-        acc = _mm512_fmadd_ps(b, _mm512_set1_ps(w[i].d * 256.0f), acc);
+        const __m512 d = _mm512_set1_ps(w[i].d * 256.0f);
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm512_fmadd_ps(
+                _mm512_add_ps(_mm512_add_ps(b[t][0], b[t][1]), _mm512_add_ps(b[t][2], b[t][3])), d,
+                acc[t]);
     }
-    return _mm512_reduce_add_ps(acc);
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+static inline float hm_dot_fp8_b128_f32_avx512(int64_t n, const void *vw, const void *vx) {
+    float r;
+    hm_fp8_rows_avx512(n, vw, &vx, 1, &r);
+    return r;
+}
+
+static inline void hm_dotn_fp8_b128_f32_avx512(int64_t n, const void *vw, const void *const *vx,
+                                               int nt, float *out) {
+    switch (nt) {
+    case 1:
+        hm_fp8_rows_avx512(n, vw, vx, 1, out);
+        break;
+    case 2:
+        hm_fp8_rows_avx512(n, vw, vx, 2, out);
+        break;
+    case 3:
+        hm_fp8_rows_avx512(n, vw, vx, 3, out);
+        break;
+    default:
+        hm_fp8_rows_avx512(n, vw, vx, 4, out);
+        break;
+    }
 }
 
 static inline float hm_dot_bf16_f32_avx512(int64_t n, const void *vw, const void *vx) {
@@ -681,6 +729,7 @@ static inline float hm_expsum_f32_avx512(int64_t n, float *x, float m) {
 
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX-512 kernels */
 #define HM_VEC_DOTNS_AVX512                                                                        \
-    [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx512, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx512
+    [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx512, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx512,          \
+    [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx512
 
 #endif
