@@ -106,6 +106,7 @@ static hm_status fp8_view(hm_model *m, const hm_st_tensor *t, tview *v) {
     if (st == HM_OK) st = hm_fp8_to_b128_tiles(t->data, sc, rows, cols, dst);
     free(sc);
     if (st) return hm_error_prefix(st, "%s: tensor '%s'", m->path, t->name);
+    m->fp8_bytes += (size_t)rows * (size_t)(cols / HM_FP8_TILE) * sizeof(hm_block_fp8_b128);
     v->type = HM_TYPE_FP8_B128;
     v->data = dst;
     v->n_dims = 2;
@@ -406,6 +407,16 @@ static hm_status copy_weights(hm_model *m, const hm_model_params *p) {
     for (size_t i = 0; i < n; i++) {
         size_t e = r[i].off + (size_t)(r[i].hi - r[i].lo);
         if (e > total) total = e;
+    }
+    if (p->load == HM_LOAD_AUTO && m->fp8_bytes) {
+        /* the FP8 weights already live in their FP8_B128 copies: a copy of the file would hold
+         * them twice (--load copy still copies) */
+        hm_log(HM_LOG_INFO,
+               "%s: FP8 weights bound as FP8_B128 copies (%.1f GB); the file stays "
+               "mapped",
+               m->path, (double)m->fp8_bytes * 1e-9);
+        free(r);
+        return HM_OK;
     }
     if (p->load == HM_LOAD_AUTO) {
         hm_mem_info mi;

@@ -42,6 +42,7 @@ typedef struct hm_model {
     const float *output_norm;
     hm_layer *layers; /* [n_layers] */
     void **owned;     /* copies made at load (float norms, FP8 weights as FP8_B128) */
+    size_t fp8_bytes; /* bytes of those FP8_B128 copies (the file's FP8 bytes are then unused) */
     hm_large copy;    /* the weights' copy (HM_LOAD_COPY), else empty */
     size_t n_owned, cap_owned;
 } hm_model;
