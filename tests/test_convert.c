@@ -411,8 +411,24 @@ static void widen(const hm_st_tensor *t, size_t i0, float *out, size_t n) {
     }
 }
 
+/* The type a kept source dtype gets in the GGUF (FP8: BF16, GGUF has no FP8) */
 static int st_type(hm_st_dtype dt) {
     return dt == HM_ST_F32 ? HM_TYPE_F32 : dt == HM_ST_F16 ? HM_TYPE_F16 : HM_TYPE_BF16;
+}
+
+/* An FP8 E4M3 tensor [rows][cols] times its "<name>_scale_inv" 128 x 128 block scales (F32) */
+static bool widen_fp8(const hm_safetensors *st, const hm_st_tensor *t, float *out) {
+    char name[160];
+    snprintf(name, sizeof name, "%s_scale_inv", t->name);
+    const hm_st_tensor *s = hm_st_find(st, name);
+    if (!s || s->dtype != HM_ST_F32 || t->n_dims != 2) return false;
+    const int64_t rows = t->shape[0], cols = t->shape[1], tc = (cols + 127) / 128;
+    const float *sc = s->data;
+    const uint8_t *q = t->data;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            out[r * cols + c] = hm_fp8_e4m3_to_f32(q[r * cols + c]) * sc[(r / 128) * tc + c / 128];
+    return true;
 }
 
 typedef struct want_types {
@@ -472,7 +488,11 @@ static void check_tensors(const char *what, const hm_gguf *g, const char *hf_dir
                 CHECK_MSG(x < slabs && t->n_elements == rows * cols, "%s: %s does not fit %s", what,
                           t->name, gt->name);
                 if (x >= slabs || t->n_elements != rows * cols) continue;
-                widen(t, 0, want + x * rows * cols, (size_t)(rows * cols));
+                if (t->dtype == HM_ST_F8_E4M3)
+                    CHECK_MSG(widen_fp8(st, t, want + x * rows * cols), "%s: %s has no F32 scales",
+                              what, t->name);
+                else
+                    widen(t, 0, want + x * rows * cols, (size_t)(rows * cols));
                 filled[x]++;
             }
         }
@@ -912,7 +932,33 @@ static void test_cli(void) {
 
 /* The forward pass (`hmoe logits`, where this build has it) gives the same logits, bit for bit,
  * from the converted GGUF as from the Hugging Face directory: the conversion lost nothing. */
-static void check_logits(const char *what, const char *hf_dir, const char *gguf_path) {
+/* Sum over n positions of KL(softmax(p) || softmax(q)) for logits rows of nv values; *same
+ * counts the positions whose argmax agrees. */
+static double kl_total(const float *pl, const float *ql, size_t n, size_t nv, size_t *same) {
+    double sum = 0;
+    *same = 0;
+    for (size_t t = 0; t < n; t++) {
+        const float *p = pl + t * nv, *q = ql + t * nv;
+        double mp = p[0], mq = q[0], zp = 0, zq = 0, kl = 0;
+        size_t ap = 0, aq = 0;
+        for (size_t v = 1; v < nv; v++) {
+            if (p[v] > mp) mp = p[v], ap = v;
+            if (q[v] > mq) mq = q[v], aq = v;
+        }
+        for (size_t v = 0; v < nv; v++) zp += exp(p[v] - mp), zq += exp(q[v] - mq);
+        for (size_t v = 0; v < nv; v++) {
+            const double lp = p[v] - mp - log(zp), lq = q[v] - mq - log(zq);
+            kl += exp(lp) * (lp - lq);
+        }
+        sum += kl;
+        *same += ap == aq;
+    }
+    return sum;
+}
+
+/* The logits of the HF directory and of its GGUF: identical, or (tol > 0: FP8 weights written as
+ * BF16) a mean KL of at most tol with 90% of the argmaxes equal */
+static void check_logits(const char *what, const char *hf_dir, const char *gguf_path, double tol) {
     char cmd[2048], log[256], a[256], b[256], exp[600];
     snprintf(log, sizeof log, "%s/logits.log", g_tmp);
     snprintf(cmd, sizeof cmd, "%s logits >%s 2>&1", HMOE_BINARY, log);
@@ -925,6 +971,7 @@ static void check_logits(const char *what, const char *hf_dir, const char *gguf_
     json_t *j = json_load_file(exp, 0, NULL);
     json_t *prompts = json_object_get(j, "prompts");
     json_t *ids = json_array_get(prompts, json_array_size(prompts) - 1);
+    const json_int_t vocab = json_integer_value(json_object_get(j, "vocab"));
     char list[1024] = "";
     size_t len = 0;
     for (size_t i = 0; i < json_array_size(ids) && len + 16 < sizeof list; i++)
@@ -942,9 +989,24 @@ static void check_logits(const char *what, const char *hf_dir, const char *gguf_
     }
     size_t na, nb;
     char *x = slurp(a, &na), *y = slurp(b, &nb);
-    CHECK_MSG(x && y && na == nb && na > 0 && memcmp(x, y, na) == 0,
-              "%s: logits from the GGUF differ from the Hugging Face directory's", what);
-    if (g_verbose && x && y && na == nb) printf("  %s: %zu logits identical\n", what, na / 4);
+    if (tol > 0 && x && y && na == nb && na > 0) {
+        /* per position: KL(hf || gguf) of the softmax; a near-tied expert choice that flips
+         * changes one position a lot, so the bound is on the mean, with most argmaxes equal */
+        const size_t nv = (size_t)vocab, n = nv ? na / 4 / nv : 0;
+        size_t same = 0;
+        const double kl_sum = kl_total((const float *)x, (const float *)y, n, nv, &same);
+        const double km = n ? kl_sum / (double)n : 1e9;
+        CHECK_MSG(n > 0 && km <= tol && same * 10 >= n * 9,
+                  "%s: GGUF vs Hugging Face logits: KL mean %.3g (bound %.0e), argmax equal at "
+                  "%zu of %zu positions",
+                  what, km, tol, same, n);
+        if (g_verbose)
+            printf("  %s: KL mean %.3g, argmax equal at %zu of %zu positions\n", what, km, same, n);
+    } else {
+        CHECK_MSG(x && y && na == nb && na > 0 && memcmp(x, y, na) == 0,
+                  "%s: logits from the GGUF differ from the Hugging Face directory's", what);
+        if (g_verbose && x && y && na == nb) printf("  %s: %zu logits identical\n", what, na / 4);
+    }
     free(x);
     free(y);
     unlink(a);
@@ -967,16 +1029,10 @@ static void test_fixtures(void) {
         if (e->d_name[0] == '.' || !file_exists(cfg)) continue;
         char what[600];
         snprintf(what, sizeof what, "fixture %s", e->d_name);
-        if (strstr(e->d_name, "fp8")) { /* the loader binds FP8 checkpoints; convert refuses */
-            char out[300];
-            snprintf(out, sizeof out, "%s/fp8.gguf", g_tmp);
-            CHECK_STATUS(hm_convert_hf(dir, out, NULL, NULL), HM_ERR_UNSUPPORTED);
-            CHECK_CONTAINS(hm_last_error(), "FP8 checkpoints are not supported by convert yet");
-            CHECK(!file_exists(out));
-            continue;
-        }
         const char *out = convert_check(what, dir, &k_keep, HM_ARCH_QWEN3MOE, "fixture.gguf");
-        check_logits(what, dir, out);
+        /* FP8 weights become BF16 (fp8 * scale rounded to 8 bits): close, not identical
+         * (measured on q_fp8's 23-token prompt: KL mean 1.8e-3, 22 of 23 argmaxes equal) */
+        check_logits(what, dir, out, strstr(e->d_name, "fp8") ? 5e-3 : 0);
         snprintf(what, sizeof what, "fixture %s q8_0", e->d_name);
         convert_check(what, dir, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q4_K}, HM_ARCH_QWEN3MOE,
                       "fixture_q.gguf");

@@ -25,7 +25,8 @@
 
 typedef struct slab {
     const hm_st_tensor *src;
-    uint64_t row0; /* first row of this slab in src seen as [rows, cols] */
+    uint64_t row0;             /* first row of this slab in src seen as [rows, cols] */
+    const hm_st_tensor *scale; /* FP8 sources: the 128 x 128 block scales (weight_scale_inv) */
 } slab;
 
 typedef struct conv_tensor {
@@ -100,16 +101,60 @@ static int st_hm_type(hm_st_dtype dt) {
     }
 }
 
-/* Checks one source tensor (dtype, shape) and marks it used. */
+/* The GGUF type that keeps a source dtype (KEEP): itself, or BF16 for FP8 (GGUF has no FP8:
+ * fp8 * block scale rounded to bf16, as llama.cpp's converter does) */
+static int keep_type(hm_st_dtype dt) {
+    return dt == HM_ST_F8_E4M3 ? HM_TYPE_BF16 : st_hm_type(dt);
+}
+
+/* Marks source tensor t used. */
+static hm_status mark_used(conv *c, const hm_st_tensor *t) {
+    size_t i = (size_t)(t - hm_st_tensor_at(c->st, 0));
+    if (i >= hm_st_n_tensors(c->st) || hm_st_tensor_at(c->st, i) != t)
+        return hm_errorf(HM_ERR_INTERNAL, "convert: tensor '%s' is not in the table", t->name);
+    c->used[i] = 1;
+    return HM_OK;
+}
+
+/* An FP8 E4M3 source's "<name>_scale_inv": one F32 or BF16 scale per 128 x 128 block of the 2-D
+ * weight (the layout of Qwen3-*-FP8 and DeepSeek-V3). */
+static hm_status fp8_scale(conv *c, const hm_st_tensor *t, const char *gguf,
+                           const hm_st_tensor **out) {
+    char name[NAME_MAX_HF + 16];
+    snprintf(name, sizeof name, "%s_scale_inv", t->name);
+    const hm_st_tensor *s = hm_st_find(c->st, name);
+    if (t->n_dims != 2)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "%s: FP8 tensor '%s' (for '%s') has %u dimensions: convert reads 2-D FP8 "
+                         "weights",
+                         c->path, t->name, gguf, t->n_dims);
+    if (!s)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "%s: FP8 tensor '%s' (for '%s') has no '%s' (only 128 x 128 block scales "
+                         "are supported)",
+                         c->path, t->name, gguf, name);
+    const int64_t tr = (t->shape[0] + 127) / 128, tc = (t->shape[1] + 127) / 128;
+    if (s->n_dims != 2 || s->shape[0] != tr || s->shape[1] != tc ||
+        (s->dtype != HM_ST_F32 && s->dtype != HM_ST_BF16))
+        return hm_errorf(
+            HM_ERR_FORMAT, "%s: '%s' is %s [%lld x %lld], expected F32 or BF16 [%lld x %lld]",
+            c->path, name, hm_st_dtype_name(s->dtype), (long long)s->shape[0],
+            s->n_dims > 1 ? (long long)s->shape[1] : 0LL, (long long)tr, (long long)tc);
+    *out = s;
+    return mark_used(c, s);
+}
+
+/* Checks one source tensor (dtype, shape) and marks it used; FP8 weights also need their block
+ * scales (*scale, else NULL). */
 static hm_status use_source(conv *c, const hm_st_tensor *t, const char *gguf, const int64_t *want,
-                            uint32_t n_want) {
-    if (st_hm_type(t->dtype) < 0) {
-        bool fp8 = t->dtype == HM_ST_F8_E4M3 || t->dtype == HM_ST_F8_E5M2;
+                            uint32_t n_want, const hm_st_tensor **scale) {
+    *scale = NULL;
+    if (keep_type(t->dtype) < 0) {
+        bool fp8 = t->dtype == HM_ST_F8_E5M2 || t->dtype == HM_ST_F8_E8M0;
         return hm_errorf(HM_ERR_UNSUPPORTED, "%s: tensor '%s' (for '%s') has dtype %s: %s", c->path,
                          t->name, gguf, hm_st_dtype_name(t->dtype),
-                         fp8 ? "FP8 checkpoints are not supported by convert yet (convert them to "
-                               "BF16 first)"
-                             : "convert reads F32, F16 and BF16");
+                         fp8 ? "of the FP8 formats convert reads F8_E4M3 (with block scales)"
+                             : "convert reads F32, F16, BF16 and F8_E4M3");
     }
     if (!shape_matches(t, want, n_want)) {
         char have[128], exp[128];
@@ -120,11 +165,11 @@ static hm_status use_source(conv *c, const hm_st_tensor *t, const char *gguf, co
         return hm_errorf(HM_ERR_FORMAT, "%s: tensor '%s' (for '%s') has shape %s, expected %s",
                          c->path, t->name, gguf, have, exp);
     }
-    size_t i = (size_t)(t - hm_st_tensor_at(c->st, 0));
-    if (i >= hm_st_n_tensors(c->st) || hm_st_tensor_at(c->st, i) != t)
-        return hm_errorf(HM_ERR_INTERNAL, "convert: tensor '%s' is not in the table", t->name);
-    c->used[i] = 1;
-    return HM_OK;
+    if (t->dtype == HM_ST_F8_E4M3) {
+        hm_status st = fp8_scale(c, t, gguf, scale);
+        if (st) return st;
+    }
+    return mark_used(c, t);
 }
 
 /* Finds the source(s) of one GGUF tensor. Missing sources are listed in c->missing. */
@@ -162,7 +207,8 @@ static hm_status resolve(conv *c, conv_tensor *ct) {
         }
         int64_t want[HM_GGUF_MAX_DIMS];
         for (uint32_t d = 0; d < s->n_dims; d++) want[d] = (int64_t)s->ne[s->n_dims - 1 - d];
-        if ((st = use_source(c, t, s->name, want, s->n_dims)) != HM_OK) return st;
+        if ((st = use_source(c, t, s->name, want, s->n_dims, &ct->slabs[0].scale)) != HM_OK)
+            return st;
         ct->slabs[0].src = t;
         return HM_OK;
     }
@@ -177,9 +223,10 @@ static hm_status resolve(conv *c, conv_tensor *ct) {
     if (fused) {
         int64_t want[3] = {(int64_t)ct->n_slabs, (int64_t)(ct->rows * m->n_parts),
                            (int64_t)ct->cols};
-        if ((st = use_source(c, fused, s->name, want, 3)) != HM_OK) return st;
+        const hm_st_tensor *scale;
+        if ((st = use_source(c, fused, s->name, want, 3, &scale)) != HM_OK) return st;
         for (uint32_t e = 0; e < ct->n_slabs; e++)
-            ct->slabs[e] = (slab){fused, ((uint64_t)e * m->n_parts + m->part) * ct->rows};
+            ct->slabs[e] = (slab){fused, ((uint64_t)e * m->n_parts + m->part) * ct->rows, NULL};
         return HM_OK;
     }
     int64_t want[2] = {(int64_t)ct->rows, (int64_t)ct->cols};
@@ -190,7 +237,7 @@ static hm_status resolve(conv *c, conv_tensor *ct) {
             list_add(&c->missing, name);
             continue;
         }
-        if ((st = use_source(c, t, s->name, want, 2)) != HM_OK) return st;
+        if ((st = use_source(c, t, s->name, want, 2, &ct->slabs[e].scale)) != HM_OK) return st;
         ct->slabs[e].src = t;
     }
     return HM_OK;
@@ -262,6 +309,26 @@ static void widen(hm_st_dtype dt, const uint8_t *in, float *out, uint64_t n) {
     }
 }
 
+/* Row `row` of an FP8 E4M3 weight: fp8(w) * its block's scale (exact in float) */
+static void widen_fp8(const uint8_t *in, const hm_st_tensor *scale, uint64_t row, float *out,
+                      uint64_t n) {
+    const int64_t tc = scale->shape[1];
+    const uint8_t *s = (const uint8_t *)scale->data +
+                       (size_t)(row / 128) * (size_t)tc * (scale->dtype == HM_ST_F32 ? 4 : 2);
+    for (uint64_t b = 0; b * 128 < n; b++) {
+        float d;
+        if (scale->dtype == HM_ST_F32) {
+            memcpy(&d, s + 4 * b, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, s + 2 * b, 2);
+            d = hm_bf16_to_f32(h);
+        }
+        for (uint64_t i = b * 128; i < n && i < (b + 1) * 128; i++)
+            out[i] = hm_fp8_e4m3_to_f32(in[i]) * d;
+    }
+}
+
 static hm_status narrow(uint32_t type, const float *in, uint8_t *out, uint64_t n) {
     switch (type) {
     case HM_TYPE_F32:
@@ -316,7 +383,10 @@ static void chunk_task(int ith, int nth, void *arg) {
             memcpy(out, in, ct->cols * es);
             continue;
         }
-        widen(src->dtype, in, tmp, ct->cols);
+        if (j->sl->scale)
+            widen_fp8(in, j->sl->scale, j->sl->row0 + source_row(ct, r), tmp, ct->cols);
+        else
+            widen(src->dtype, in, tmp, ct->cols);
         hm_status st = narrow(ct->type, tmp, out, ct->cols);
         if (st != HM_OK) {
             j->st[ith] = st;
@@ -483,7 +553,7 @@ hm_convert_params hm_convert_default_params(void) {
 
 bool hm_convert_type_supported(int type) {
     return type == HM_TYPE_F32 || type == HM_TYPE_F16 || type == HM_TYPE_BF16 ||
-           (type >= 0 && hm_quantize_supported((uint32_t)type));
+           (type >= 0 && type < HM_TYPE_FIRST_INTERNAL && hm_quantize_supported((uint32_t)type));
 }
 
 static hm_status check_type(int type, const char *what) {
@@ -504,7 +574,7 @@ static hm_status assign_types(conv *c, int dense, int experts) {
         int want = s->cat == HM_CAT_ROUTED ? experts : dense;
         ct->type = s->type;
         if (big && want == HM_CONVERT_KEEP && ct->slabs[0].src)
-            ct->type = (uint32_t)st_hm_type(ct->slabs[0].src->dtype);
+            ct->type = (uint32_t)keep_type(ct->slabs[0].src->dtype);
         if (!hm_convert_type_supported((int)ct->type))
             return hm_errorf(HM_ERR_UNSUPPORTED, "convert: '%s' would be %s, which has no writer",
                              s->name, hm_type_name(ct->type));
