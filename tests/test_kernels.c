@@ -123,7 +123,8 @@ static void test_dot_n(uint32_t type, int64_t cols) {
         const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
         if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
         const hm_vec_dot_n_fn dotn = hm_vec_dot_n_for(ops, type);
-        if (isa >= HM_ISA_AVX2 && (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0))
+        if (isa >= HM_ISA_AVX2 &&
+            (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0 || type == HM_TYPE_FP8_B128))
             CHECK_MSG(dotn != NULL, "%s has no multi-token %s kernel", ops->name,
                       hm_type_name(type));
         if (!dotn) continue;

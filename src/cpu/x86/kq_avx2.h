@@ -496,25 +496,61 @@ static inline __m256 hm_fp8x8_avx2(const uint8_t *q) {
     return _mm256_cvtph_ps(_mm_or_si128(h, nan));
 }
 
-static inline float hm_dot_fp8_b128_f32_avx2(int64_t n, const void *vw, const void *vx) {
+/* FP8_B128 row times nt (1-4) float activation rows, the codes of each 32-value step converted
+ * once for all of them (same per-token operations whatever nt, as hm_q4_K_rows_avx2) */
+static inline __attribute__((always_inline)) void
+hm_fp8_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_fp8_b128 *w = vw;
-    const float *x = vx;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / HM_FP8_TILE; i++, x += HM_FP8_TILE) {
+    __m256 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / HM_FP8_TILE; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
-        __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+        __m256 b[4][4];
+        for (int t = 0; t < nt; t++) b[t][0] = b[t][1] = b[t][2] = b[t][3] = _mm256_setzero_ps();
         for (int j = 0; j < HM_FP8_TILE; j += 32) {
-            b0 = _mm256_fmadd_ps(hm_fp8x8_avx2(w[i].qs + j), _mm256_loadu_ps(x + j), b0);
-            b1 = _mm256_fmadd_ps(hm_fp8x8_avx2(w[i].qs + j + 8), _mm256_loadu_ps(x + j + 8), b1);
-            b2 = _mm256_fmadd_ps(hm_fp8x8_avx2(w[i].qs + j + 16), _mm256_loadu_ps(x + j + 16), b2);
-            b3 = _mm256_fmadd_ps(hm_fp8x8_avx2(w[i].qs + j + 24), _mm256_loadu_ps(x + j + 24), b3);
+            const __m256 f0 = hm_fp8x8_avx2(w[i].qs + j), f1 = hm_fp8x8_avx2(w[i].qs + j + 8),
+                         f2 = hm_fp8x8_avx2(w[i].qs + j + 16), f3 = hm_fp8x8_avx2(w[i].qs + j + 24);
+            for (int t = 0; t < nt; t++) {
+                const float *x = (const float *)vx[t] + i * HM_FP8_TILE + j;
+                b[t][0] = _mm256_fmadd_ps(f0, _mm256_loadu_ps(x), b[t][0]);
+                b[t][1] = _mm256_fmadd_ps(f1, _mm256_loadu_ps(x + 8), b[t][1]);
+                b[t][2] = _mm256_fmadd_ps(f2, _mm256_loadu_ps(x + 16), b[t][2]);
+                b[t][3] = _mm256_fmadd_ps(f3, _mm256_loadu_ps(x + 24), b[t][3]);
+            }
         }
-        const __m256 b = _mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3));
-        acc = _mm256_fmadd_ps(b, _mm256_set1_ps(w[i].d * 256.0f), acc);
+        const __m256 d = _mm256_set1_ps(w[i].d * 256.0f);
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_fmadd_ps(
+                _mm256_add_ps(_mm256_add_ps(b[t][0], b[t][1]), _mm256_add_ps(b[t][2], b[t][3])), d,
+                acc[t]);
     }
-    return hm_hsum256(acc);
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]);
+}
+
+static inline float hm_dot_fp8_b128_f32_avx2(int64_t n, const void *vw, const void *vx) {
+    float r;
+    hm_fp8_rows_avx2(n, vw, &vx, 1, &r);
+    return r;
+}
+
+static inline void hm_dotn_fp8_b128_f32_avx2(int64_t n, const void *vw, const void *const *vx,
+                                             int nt, float *out) {
+    switch (nt) {
+    case 1:
+        hm_fp8_rows_avx2(n, vw, vx, 1, out);
+        break;
+    case 2:
+        hm_fp8_rows_avx2(n, vw, vx, 2, out);
+        break;
+    case 3:
+        hm_fp8_rows_avx2(n, vw, vx, 3, out);
+        break;
+    default:
+        hm_fp8_rows_avx2(n, vw, vx, 4, out);
+        break;
+    }
 }
 
 static inline float hm_dot_bf16_f32_avx2(int64_t n, const void *vw, const void *vx) {
@@ -723,6 +759,7 @@ static inline float hm_expsum_f32_avx2(int64_t n, float *x, float m) {
 
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX2 kernels */
 #define HM_VEC_DOTNS_AVX2                                                                          \
-    [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx2, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx2
+    [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx2, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx2,              \
+    [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx2
 
 #endif
