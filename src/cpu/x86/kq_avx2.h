@@ -26,6 +26,27 @@ static inline float hm_h2f(hm_half h) {
     return _cvtsh_ss(h);
 }
 
+/* The one-token kernel hm_dot_NAME and the multi-token kernel hm_dotn_NAME (1-4 tokens) of a row
+ * template ROWS(n, w, x[], nt, out) whose nt must be a compile-time constant for the per-token
+ * arrays to stay in registers: the same code for every count, so every count gives the same bits */
+#define HM_DOT_ENTRIES(NAME, ROWS)                                                                 \
+    static inline float hm_dot_##NAME(int64_t n, const void *vw, const void *vx) {                 \
+        float r;                                                                                   \
+        ROWS(n, vw, &vx, 1, &r);                                                                   \
+        return r;                                                                                  \
+    }                                                                                              \
+    static inline void hm_dotn_##NAME(int64_t n, const void *vw, const void *const *vx, int nt,    \
+                                      float *out) {                                                \
+        if (nt == 1)                                                                               \
+            ROWS(n, vw, vx, 1, out);                                                               \
+        else if (nt == 2)                                                                          \
+            ROWS(n, vw, vx, 2, out);                                                               \
+        else if (nt == 3)                                                                          \
+            ROWS(n, vw, vx, 3, out);                                                               \
+        else                                                                                       \
+            ROWS(n, vw, vx, 4, out);                                                               \
+    }
+
 /* Unpacks the 12 scale bytes of a Q4_K/Q5_K block: out[0..7] scales, out[8..15] mins (6-bit). */
 static inline void hm_k4_unpack_scales(const uint8_t q[12], uint32_t out[4]) {
     uint32_t w0, w1, w2;
@@ -100,29 +121,7 @@ hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
     for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]) - summs[t];
 }
 
-static inline float hm_dot_q4_K_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
-    float r;
-    hm_q4_K_rows_avx2(n, vw, &vx, 1, &r);
-    return r;
-}
-
-static inline void hm_dotn_q4_K_q8_K_avx2(int64_t n, const void *vw, const void *const *vx, int nt,
-                                          float *out) {
-    switch (nt) {
-    case 1:
-        hm_q4_K_rows_avx2(n, vw, vx, 1, out);
-        break;
-    case 2:
-        hm_q4_K_rows_avx2(n, vw, vx, 2, out);
-        break;
-    case 3:
-        hm_q4_K_rows_avx2(n, vw, vx, 3, out);
-        break;
-    default:
-        hm_q4_K_rows_avx2(n, vw, vx, 4, out);
-        break;
-    }
-}
+HM_DOT_ENTRIES(q4_K_q8_K_avx2, hm_q4_K_rows_avx2)
 
 /* Signed int8 x signed int8 products of 32 bytes, summed in adjacent pairs into 16 int16 lanes.
  * maddubs needs one unsigned side: |w| and x carrying w's sign. |w| <= 127 and |x| <= 127 keep
@@ -459,29 +458,7 @@ hm_q8_0_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
     for (int t = 0; t < nt; t++) out[t] = hm_hsum256(_mm256_add_ps(acc0[t], acc1[t]));
 }
 
-static inline float hm_dot_q8_0_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
-    float r;
-    hm_q8_0_rows_avx2(n, vw, &vx, 1, &r);
-    return r;
-}
-
-static inline void hm_dotn_q8_0_q8_0_avx2(int64_t n, const void *vw, const void *const *vx, int nt,
-                                          float *out) {
-    switch (nt) {
-    case 1:
-        hm_q8_0_rows_avx2(n, vw, vx, 1, out);
-        break;
-    case 2:
-        hm_q8_0_rows_avx2(n, vw, vx, 2, out);
-        break;
-    case 3:
-        hm_q8_0_rows_avx2(n, vw, vx, 3, out);
-        break;
-    default:
-        hm_q8_0_rows_avx2(n, vw, vx, 4, out);
-        break;
-    }
-}
+HM_DOT_ENTRIES(q8_0_q8_0_avx2, hm_q8_0_rows_avx2)
 
 /* 8 FP8 E4M3 codes as floats divided by 256: sign to bit 15 and the 7 exponent and mantissa bits
  * to bits 7-13 make a half of value fp8 / 256 (E4M3 subnormals become half normals of the same
@@ -529,29 +506,7 @@ hm_fp8_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt,
     for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]);
 }
 
-static inline float hm_dot_fp8_b128_f32_avx2(int64_t n, const void *vw, const void *vx) {
-    float r;
-    hm_fp8_rows_avx2(n, vw, &vx, 1, &r);
-    return r;
-}
-
-static inline void hm_dotn_fp8_b128_f32_avx2(int64_t n, const void *vw, const void *const *vx,
-                                             int nt, float *out) {
-    switch (nt) {
-    case 1:
-        hm_fp8_rows_avx2(n, vw, vx, 1, out);
-        break;
-    case 2:
-        hm_fp8_rows_avx2(n, vw, vx, 2, out);
-        break;
-    case 3:
-        hm_fp8_rows_avx2(n, vw, vx, 3, out);
-        break;
-    default:
-        hm_fp8_rows_avx2(n, vw, vx, 4, out);
-        break;
-    }
-}
+HM_DOT_ENTRIES(fp8_b128_f32_avx2, hm_fp8_rows_avx2)
 
 static inline float hm_dot_bf16_f32_avx2(int64_t n, const void *vw, const void *vx) {
     const uint16_t *w = vw;

@@ -56,29 +56,7 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - summs[t];
 }
 
-static inline float hm_dot_q4_K_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
-    float r;
-    hm_q4_K_rows_avx512(n, vw, &vx, 1, &r);
-    return r;
-}
-
-static inline void hm_dotn_q4_K_q8_K_avx512(int64_t n, const void *vw, const void *const *vx,
-                                            int nt, float *out) {
-    switch (nt) {
-    case 1:
-        hm_q4_K_rows_avx512(n, vw, vx, 1, out);
-        break;
-    case 2:
-        hm_q4_K_rows_avx512(n, vw, vx, 2, out);
-        break;
-    case 3:
-        hm_q4_K_rows_avx512(n, vw, vx, 3, out);
-        break;
-    default:
-        hm_q4_K_rows_avx512(n, vw, vx, 4, out);
-        break;
-    }
-}
+HM_DOT_ENTRIES(q4_K_q8_K_avx512, hm_q4_K_rows_avx512)
 
 /* Sum of 16-bit pair products w x y into 32 int16 lanes for signed w and y (|w|, |y| <= 127). */
 static inline __m512i hm_dot_s8_pairs_avx512(__m512i w, __m512i y) {
@@ -419,29 +397,7 @@ hm_q8_0_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     }
 }
 
-static inline float hm_dot_q8_0_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
-    float r;
-    hm_q8_0_rows_avx512(n, vw, &vx, 1, &r);
-    return r;
-}
-
-static inline void hm_dotn_q8_0_q8_0_avx512(int64_t n, const void *vw, const void *const *vx,
-                                            int nt, float *out) {
-    switch (nt) {
-    case 1:
-        hm_q8_0_rows_avx512(n, vw, vx, 1, out);
-        break;
-    case 2:
-        hm_q8_0_rows_avx512(n, vw, vx, 2, out);
-        break;
-    case 3:
-        hm_q8_0_rows_avx512(n, vw, vx, 3, out);
-        break;
-    default:
-        hm_q8_0_rows_avx512(n, vw, vx, 4, out);
-        break;
-    }
-}
+HM_DOT_ENTRIES(q8_0_q8_0_avx512, hm_q8_0_rows_avx512)
 
 /* 32 FP8 E4M3 codes as halves of value fp8 / 256 (hm_fp8x8_avx2), in 16-bit lanes: the sign
  * from v << 8, the other 7 bits from (v & 0x7f) << 7 (one ternary-logic merge); NaN codes get
@@ -506,29 +462,7 @@ hm_fp8_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int n
     for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
-static inline float hm_dot_fp8_b128_f32_avx512(int64_t n, const void *vw, const void *vx) {
-    float r;
-    hm_fp8_rows_avx512(n, vw, &vx, 1, &r);
-    return r;
-}
-
-static inline void hm_dotn_fp8_b128_f32_avx512(int64_t n, const void *vw, const void *const *vx,
-                                               int nt, float *out) {
-    switch (nt) {
-    case 1:
-        hm_fp8_rows_avx512(n, vw, vx, 1, out);
-        break;
-    case 2:
-        hm_fp8_rows_avx512(n, vw, vx, 2, out);
-        break;
-    case 3:
-        hm_fp8_rows_avx512(n, vw, vx, 3, out);
-        break;
-    default:
-        hm_fp8_rows_avx512(n, vw, vx, 4, out);
-        break;
-    }
-}
+HM_DOT_ENTRIES(fp8_b128_f32_avx512, hm_fp8_rows_avx512)
 
 static inline float hm_dot_bf16_f32_avx512(int64_t n, const void *vw, const void *vx) {
     const uint16_t *w = vw;
