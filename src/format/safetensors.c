@@ -869,3 +869,45 @@ const char *hm_st_metadata_get(const hm_safetensors *st, const char *key) {
     }
     return NULL;
 }
+
+hm_status hm_st_fp8_scales(const hm_safetensors *st, const hm_st_tensor *t,
+                           const hm_st_tensor **out) {
+    char name[1024];
+    *out = NULL;
+    if (snprintf(name, sizeof name, "%s_scale_inv", t->name) >= (int)sizeof name)
+        return hm_errorf(HM_ERR_UNSUPPORTED, "FP8 tensor '%.64s...': name too long", t->name);
+    if (t->n_dims != 2)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "FP8 tensor '%s' has %u dimensions (only 2-D FP8 weights are read)",
+                         t->name, t->n_dims);
+    const hm_st_tensor *s = hm_st_find(st, name);
+    if (!s)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "FP8 tensor '%s' has no '%s' (only 128 x 128 block scales are supported)",
+                         t->name, name);
+    const int64_t tr = (t->shape[0] + 127) / 128, tc = (t->shape[1] + 127) / 128;
+    if (s->n_dims != 2 || s->shape[0] != tr || s->shape[1] != tc ||
+        (s->dtype != HM_ST_F32 && s->dtype != HM_ST_BF16))
+        return hm_errorf(HM_ERR_FORMAT,
+                         "'%s' is %s [%lld x %lld], expected F32 or BF16 [%lld x %lld] (one scale "
+                         "per 128 x 128 block of '%s')",
+                         name, hm_st_dtype_name(s->dtype), (long long)s->shape[0],
+                         s->n_dims > 1 ? (long long)s->shape[1] : 0LL, (long long)tr, (long long)tc,
+                         t->name);
+    *out = s;
+    return HM_OK;
+}
+
+float hm_st_scale_at(const hm_st_tensor *s, size_t i) {
+    if (s->dtype == HM_ST_F32) {
+        float f;
+        memcpy(&f, (const uint8_t *)s->data + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)s->data + 2 * i, 2);
+    uint32_t u = (uint32_t)h << 16; /* bf16: the high half of a float */
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}

@@ -125,6 +125,15 @@ const hm_st_tensor *hm_st_find(const hm_safetensors *st, const char *name);
 /* Like hm_st_find, but HM_ERR_NOT_FOUND with a message naming the tensor and the model. */
 hm_status hm_st_get(const hm_safetensors *st, const char *name, const hm_st_tensor **out);
 
+/* The block scales of an FP8 E4M3 weight t as DeepSeek-V3 and Qwen3-*-FP8 store them: the tensor
+ * "<t's name>_scale_inv" of [ceil(rows / 128)][ceil(cols / 128)] F32 or BF16 values
+ * (w ~ fp8 * scale). HM_ERR_UNSUPPORTED when t is not 2-D or has no such tensor, HM_ERR_FORMAT
+ * for a wrong shape or dtype; the message names both tensors. */
+hm_status hm_st_fp8_scales(const hm_safetensors *st, const hm_st_tensor *t,
+                           const hm_st_tensor **out);
+/* Value i of a scale tensor hm_st_fp8_scales returned, as a float. */
+float hm_st_scale_at(const hm_st_tensor *s, size_t i);
+
 /* Shards, in order of file name. hm_st_shard_at returns NULL for i >= n. */
 size_t hm_st_n_shards(const hm_safetensors *st);
 const hm_st_shard *hm_st_shard_at(const hm_safetensors *st, size_t i);

@@ -116,34 +116,6 @@ static hm_status mark_used(conv *c, const hm_st_tensor *t) {
     return HM_OK;
 }
 
-/* An FP8 E4M3 source's "<name>_scale_inv": one F32 or BF16 scale per 128 x 128 block of the 2-D
- * weight (the layout of Qwen3-*-FP8 and DeepSeek-V3). */
-static hm_status fp8_scale(conv *c, const hm_st_tensor *t, const char *gguf,
-                           const hm_st_tensor **out) {
-    char name[NAME_MAX_HF + 16];
-    snprintf(name, sizeof name, "%s_scale_inv", t->name);
-    const hm_st_tensor *s = hm_st_find(c->st, name);
-    if (t->n_dims != 2)
-        return hm_errorf(HM_ERR_UNSUPPORTED,
-                         "%s: FP8 tensor '%s' (for '%s') has %u dimensions: convert reads 2-D FP8 "
-                         "weights",
-                         c->path, t->name, gguf, t->n_dims);
-    if (!s)
-        return hm_errorf(HM_ERR_UNSUPPORTED,
-                         "%s: FP8 tensor '%s' (for '%s') has no '%s' (only 128 x 128 block scales "
-                         "are supported)",
-                         c->path, t->name, gguf, name);
-    const int64_t tr = (t->shape[0] + 127) / 128, tc = (t->shape[1] + 127) / 128;
-    if (s->n_dims != 2 || s->shape[0] != tr || s->shape[1] != tc ||
-        (s->dtype != HM_ST_F32 && s->dtype != HM_ST_BF16))
-        return hm_errorf(
-            HM_ERR_FORMAT, "%s: '%s' is %s [%lld x %lld], expected F32 or BF16 [%lld x %lld]",
-            c->path, name, hm_st_dtype_name(s->dtype), (long long)s->shape[0],
-            s->n_dims > 1 ? (long long)s->shape[1] : 0LL, (long long)tr, (long long)tc);
-    *out = s;
-    return mark_used(c, s);
-}
-
 /* Checks one source tensor (dtype, shape) and marks it used; FP8 weights also need their block
  * scales (*scale, else NULL). */
 static hm_status use_source(conv *c, const hm_st_tensor *t, const char *gguf, const int64_t *want,
@@ -166,8 +138,9 @@ static hm_status use_source(conv *c, const hm_st_tensor *t, const char *gguf, co
                          c->path, t->name, gguf, have, exp);
     }
     if (t->dtype == HM_ST_F8_E4M3) {
-        hm_status st = fp8_scale(c, t, gguf, scale);
-        if (st) return st;
+        hm_status st = hm_st_fp8_scales(c->st, t, scale);
+        if (st) return hm_error_prefix(st, "%s (for '%s')", c->path, gguf);
+        if ((st = mark_used(c, *scale))) return st;
     }
     return mark_used(c, t);
 }
@@ -312,18 +285,9 @@ static void widen(hm_st_dtype dt, const uint8_t *in, float *out, uint64_t n) {
 /* Row `row` of an FP8 E4M3 weight: fp8(w) * its block's scale (exact in float) */
 static void widen_fp8(const uint8_t *in, const hm_st_tensor *scale, uint64_t row, float *out,
                       uint64_t n) {
-    const int64_t tc = scale->shape[1];
-    const uint8_t *s = (const uint8_t *)scale->data +
-                       (size_t)(row / 128) * (size_t)tc * (scale->dtype == HM_ST_F32 ? 4 : 2);
+    const size_t s0 = (size_t)(row / 128) * (size_t)scale->shape[1];
     for (uint64_t b = 0; b * 128 < n; b++) {
-        float d;
-        if (scale->dtype == HM_ST_F32) {
-            memcpy(&d, s + 4 * b, 4);
-        } else {
-            uint16_t h;
-            memcpy(&h, s + 2 * b, 2);
-            d = hm_bf16_to_f32(h);
-        }
+        const float d = hm_st_scale_at(scale, s0 + (size_t)b);
         for (uint64_t i = b * 128; i < n && i < (b + 1) * 128; i++)
             out[i] = hm_fp8_e4m3_to_f32(in[i]) * d;
     }

@@ -68,45 +68,27 @@ static float *own_floats(hm_model *m, size_t n) {
  * with its "<name>_scale_inv" tensor of [ceil(rows / 128)][ceil(cols / 128)] scales, bound as an
  * FP8_B128 copy (1.03 bytes per weight; the file's bytes are not used after this). */
 static hm_status fp8_view(hm_model *m, const hm_st_tensor *t, tview *v) {
-    char sname[300];
-    snprintf(sname, sizeof sname, "%s_scale_inv", t->name);
-    const hm_st_tensor *s = hm_st_find(m->st, sname);
-    if (t->n_dims != 2)
-        return hm_errorf(HM_ERR_FORMAT, "%s: FP8 tensor '%s' has %u dimensions (expected 2)",
-                         m->path, t->name, t->n_dims);
-    const int64_t rows = t->shape[0], cols = t->shape[1], tr = (rows + 127) / 128,
-                  tc = (cols + 127) / 128;
-    if (!s)
-        return hm_errorf(HM_ERR_UNSUPPORTED,
-                         "%s: FP8 tensor '%s' has no '%s' (only 128 x 128 block scales are "
-                         "supported)",
-                         m->path, t->name, sname);
-    if (s->n_dims != 2 || s->shape[0] != tr || s->shape[1] != tc ||
-        (s->dtype != HM_ST_F32 && s->dtype != HM_ST_BF16))
-        return hm_errorf(HM_ERR_FORMAT,
-                         "%s: '%s' is %s [%lld x %lld], expected F32 or BF16 [%lld x %lld] (one "
-                         "scale per 128 x 128 block of '%s')",
-                         m->path, sname, hm_st_dtype_name(s->dtype), (long long)s->shape[0],
-                         s->n_dims > 1 ? (long long)s->shape[1] : 0LL, (long long)tr, (long long)tc,
-                         t->name);
+    const hm_st_tensor *s;
+    hm_status st = hm_st_fp8_scales(m->st, t, &s);
+    if (st) return hm_error_prefix(st, "%s", m->path);
+    const int64_t rows = t->shape[0], cols = t->shape[1], ns = s->shape[0] * s->shape[1];
     if (cols % HM_FP8_TILE)
         return hm_errorf(HM_ERR_UNSUPPORTED,
                          "%s: FP8 tensor '%s' has %lld columns, not a multiple of %d", m->path,
                          t->name, (long long)cols, HM_FP8_TILE);
-    float *sc = malloc(sizeof(float) * (size_t)(tr * tc));
-    void *dst =
-        own_bytes(m, (size_t)rows * (size_t)(cols / HM_FP8_TILE) * sizeof(hm_block_fp8_b128));
+    const size_t bytes = (size_t)rows * (size_t)(cols / HM_FP8_TILE) * sizeof(hm_block_fp8_b128);
+    float *sc = malloc(sizeof(float) * (size_t)ns);
+    void *dst = own_bytes(m, bytes);
     if (!sc || !dst) {
         free(sc);
         return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory for FP8 tensor '%s'", m->path,
                          t->name);
     }
-    hm_status st =
-        hm_dequantize_row(s->dtype == HM_ST_F32 ? HM_TYPE_F32 : HM_TYPE_BF16, s->data, sc, tr * tc);
-    if (st == HM_OK) st = hm_fp8_to_b128_tiles(t->data, sc, rows, cols, dst);
+    for (int64_t i = 0; i < ns; i++) sc[i] = hm_st_scale_at(s, (size_t)i);
+    st = hm_fp8_to_b128_tiles(t->data, sc, rows, cols, dst);
     free(sc);
     if (st) return hm_error_prefix(st, "%s: tensor '%s'", m->path, t->name);
-    m->fp8_bytes += (size_t)rows * (size_t)(cols / HM_FP8_TILE) * sizeof(hm_block_fp8_b128);
+    m->fp8_bytes += bytes;
     v->type = HM_TYPE_FP8_B128;
     v->data = dst;
     v->n_dims = 2;
