@@ -291,9 +291,11 @@ hm_status hm_dequantize_fp8_channel(const uint8_t *w, const float *scale, int64_
     return HM_OK;
 }
 
-/* rows x cols FP8 into FP8_B128 blocks; the scale of row r's block b is scale[r * rs + b * bs] */
-static hm_status fp8_to_b128(const char *what, const uint8_t *w, const float *scale, size_t rs,
-                             size_t bs, int64_t rows, int64_t cols, void *out) {
+/* rows x cols FP8 into FP8_B128 blocks; the scale of row r's block b is
+ * scale[(r / rg) * rs + b * bs] (tiles: rg 128, rs blocks per row, bs 1; channels: rg 1, rs 1,
+ * bs 0) */
+static hm_status fp8_to_b128(const char *what, const uint8_t *w, const float *scale, int64_t rg,
+                             size_t rs, size_t bs, int64_t rows, int64_t cols, void *out) {
     hm_status st = fp8_check(what, rows, cols);
     if (st) return st;
     if (cols % HM_FP8_TILE)
@@ -301,10 +303,9 @@ static hm_status fp8_to_b128(const char *what, const uint8_t *w, const float *sc
                          "%s: %lld columns is not a multiple of %d (FP8_B128 block)", what,
                          (long long)cols, HM_FP8_TILE);
     hm_block_fp8_b128 *o = out;
-    const int64_t nb = cols / HM_FP8_TILE;
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t b = 0; b < nb; b++, o++) {
-            o->d = scale[(size_t)r * rs + (size_t)b * bs];
+        for (int64_t b = 0; b < cols / HM_FP8_TILE; b++, o++) {
+            o->d = scale[(size_t)(r / rg) * rs + (size_t)b * bs];
             memcpy(o->qs, w + r * cols + b * HM_FP8_TILE, HM_FP8_TILE);
         }
     return HM_OK;
@@ -312,22 +313,13 @@ static hm_status fp8_to_b128(const char *what, const uint8_t *w, const float *sc
 
 hm_status hm_fp8_to_b128_tiles(const uint8_t *w, const float *scale_inv, int64_t rows, int64_t cols,
                                void *out) {
-    /* the scale of row r, block b: scale_inv[r / 128][b], rows of ceil(cols / 128) tiles; the
-     * row offset is applied per row below */
-    hm_status st = fp8_check("fp8 tiles to FP8_B128", rows, cols);
-    if (st) return st;
-    const int64_t nb = cols / HM_FP8_TILE;
-    for (int64_t r = 0; r < rows && st == HM_OK; r++) {
-        const float *srow = scale_inv + (size_t)(r / HM_FP8_TILE) * (size_t)nb;
-        st = fp8_to_b128("fp8 tiles to FP8_B128", w + r * cols, srow, 0, 1, 1, cols,
-                         (hm_block_fp8_b128 *)out + r * nb);
-    }
-    return st;
+    return fp8_to_b128("fp8 tiles to FP8_B128", w, scale_inv, HM_FP8_TILE,
+                       (size_t)(cols / HM_FP8_TILE), 1, rows, cols, out);
 }
 
 hm_status hm_fp8_to_b128_channel(const uint8_t *w, const float *scale, int64_t rows, int64_t cols,
                                  void *out) {
-    return fp8_to_b128("fp8 channels to FP8_B128", w, scale, 1, 0, rows, cols, out);
+    return fp8_to_b128("fp8 channels to FP8_B128", w, scale, 1, 1, 0, rows, cols, out);
 }
 
 /* ================================================================ legacy quantizers (exact) */
