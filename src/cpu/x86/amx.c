@@ -746,8 +746,10 @@ static void bf_convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, i
                 const hm_block_fp8_b128 *b = (const hm_block_fp8_b128 *)row + c / HM_FP8_TILE;
                 const uint8_t *q = b->qs + c % HM_FP8_TILE;
                 const __m512 d = _mm512_set1_ps(b->d * 256.0f);
-                v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hm_fp8x16_avx512(q + 16), d),
-                                                 _mm512_mul_ps(hm_fp8x16_avx512(q), d));
+                const __m512i h = hm_fp8x32_half_avx512(q);
+                v = (__m512i)_mm512_cvtne2ps_pbh(
+                    _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), d),
+                    _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), d));
             } else if (left) { /* F16: halves -> floats -> bf16 */
                 const __m256i h0 = _mm256_maskz_loadu_epi16(tail_mask(left), row + 2 * c);
                 const __m256i h1 = _mm256_maskz_loadu_epi16(tail_mask(left - 16), row + 2 * c + 32);

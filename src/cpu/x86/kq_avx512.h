@@ -412,19 +412,6 @@ static inline __m512i hm_fp8x32_half_avx512(const uint8_t *q) {
     return _mm512_mask_mov_epi16(h, nan, _mm512_set1_epi16(0x7e00));
 }
 
-/* 16 FP8 E4M3 codes as floats divided by 256 (the AMX BF16 unit conversion; the same halves as
- * hm_fp8x32_half_avx512, with AVX2 operations: measured faster there than the masked form) */
-static inline __m512 hm_fp8x16_avx512(const uint8_t *q) {
-    const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)q));
-    const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi16(0x7f));
-    const __m256i h =
-        _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8),
-                        _mm256_slli_epi16(mag, 7));
-    const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f)),
-                                         _mm256_set1_epi16(0x7e00));
-    return _mm512_cvtph_ps(_mm256_or_si256(h, nan));
-}
-
 /* FP8_B128 row times nt (1-4) float activation rows: the codes of each 64-value step converted
  * once for all of them (same per-token operations whatever nt, as hm_q4_K_rows_avx512) */
 static inline __attribute__((always_inline)) void
