@@ -33,6 +33,7 @@ extern "C" {
 
 typedef struct hm_pool hm_pool;
 typedef struct hm_moe hm_moe;
+typedef struct hm_moe_scratch hm_moe_scratch;
 
 typedef enum {
     HM_MOE_SILU = 0,   /* silu(g) * u (Qwen, DeepSeek, Mixtral) */
@@ -82,9 +83,22 @@ typedef struct hm_moe_params {
      * weights. The pool computes the repacking in hm_moe_create (with n_slices > 1 each slice's
      * pool packs its own slice, so the copy lands on that node). */
     bool repack;
+    /* Batch scratch shared with other engines (hm_moe_scratch_create), or NULL for the engine's
+     * own. A model's layers run one after another, so one scratch can serve them all: it grows
+     * to the largest batch any of them has seen and is allocated (and its pages faulted in)
+     * once instead of once per layer. Engines sharing it must use pools of the same size and
+     * not have batches in flight at the same time (hm_moe_submit refuses with an error). Not
+     * with n_slices > 1. */
+    hm_moe_scratch *scratch;
 } hm_moe_params;
 
 hm_moe_params hm_moe_default_params(void);
+
+/* A batch scratch for engines that take turns (see hm_moe_params.scratch). Reference counted:
+ * every engine created with it holds a reference, and hm_moe_scratch_free drops the caller's, so
+ * it may be freed right after the engines are created. Create and free from one thread. */
+hm_status hm_moe_scratch_create(hm_moe_scratch **out);
+void hm_moe_scratch_free(hm_moe_scratch *s); /* NULL is a no-op */
 /* Bytes the repack option would take for these shapes on this CPU (0 when it would be ignored:
  * no AMX, no_amx, float weights). Only the shapes, types, mask and flags are read. */
 size_t hm_moe_repack_bytes(const hm_moe_params *params);

@@ -277,6 +277,94 @@ static void test_repack(hm_pool *pool, const model *m, int n) {
     hm_moe_free(a), hm_moe_free(b);
 }
 
+/* Engines of different shapes and types sharing one batch scratch give bit for bit what engines
+ * with their own scratch give, in any order of batch sizes; a shared scratch in use refuses a
+ * second engine's submit; pools of another size and sliced engines are refused at create. */
+static void test_shared_scratch(hm_pool *pool) {
+    model ma, mb;
+    model_init(&ma, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 256, 256, 8, 2, HM_MOE_GELU, false, 31);
+    model_init(&mb, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 256, 1408, 64, 6, HM_MOE_SILU, true, 32);
+    const model *ms[2] = {&ma, &mb};
+    hm_moe_scratch *sh = NULL;
+    CHECK_OK(hm_moe_scratch_create(&sh));
+    hm_moe *own[2] = {NULL, NULL}, *shared[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        hm_moe_params p = hm_moe_default_params();
+        p.n_experts = ms[i]->E, p.hidden = ms[i]->H, p.inter = ms[i]->I, p.experts = ms[i]->ex;
+        p.act = ms[i]->act, p.pool = pool, p.max_tokens = 40;
+        CHECK_OK(hm_moe_create(&p, &own[i]));
+        p.scratch = sh;
+        CHECK_OK(hm_moe_create(&p, &shared[i]));
+    }
+    hm_pool_params pp = hm_pool_default_params();
+    pp.n_threads = hm_pool_size(pool) + 1, pp.pin = false;
+    hm_pool *other = NULL;
+    CHECK_OK(hm_pool_create(&pp, &other));
+    {
+        hm_moe_params p = hm_moe_default_params();
+        p.n_experts = ma.E, p.hidden = ma.H, p.inter = ma.I, p.experts = ma.ex, p.pool = other;
+        p.scratch = sh;
+        hm_moe *bad = NULL;
+        CHECK_STATUS(hm_moe_create(&p, &bad), HM_ERR_INVALID_ARG);
+        CHECK_CONTAINS(hm_last_error(), "pool of");
+        hm_pool *sl[2] = {pool, other};
+        p.n_slices = 2, p.slice_pools = sl;
+        CHECK_STATUS(hm_moe_create(&p, &bad), HM_ERR_INVALID_ARG);
+        CHECK_CONTAINS(hm_last_error(), "slices");
+    }
+    hm_pool_free(other);
+    hm_moe_scratch_free(sh); /* the engines keep it alive */
+    if (!own[0] || !own[1] || !shared[0] || !shared[1]) return;
+    /* (engine, tokens, bf16 input): the shared buffers grow, shrink in use, change shape */
+    const int order[][3] = {{1, 64, 0}, {0, 3, 0}, {0, 90, 1}, {1, 1, 0}, {1, 7, 1}, {0, 200, 0}};
+    const int NMAX = 200;
+    float *x = malloc(sizeof(float) * (size_t)NMAX * 256);
+    hm_bf16 *xb = malloc(sizeof(hm_bf16) * (size_t)NMAX * 256);
+    float *oa = malloc(sizeof(float) * (size_t)NMAX * 256), *ob = malloc(sizeof(float) * NMAX * 256);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)NMAX * 8);
+    float *w = malloc(sizeof(float) * (size_t)NMAX * 8);
+    for (size_t o = 0; o < sizeof order / sizeof order[0]; o++) {
+        const int i = order[o][0], n = order[o][1];
+        const bool bf = order[o][2];
+        uint64_t s = 100 + o;
+        for (int64_t j = 0; j < n * 256; j++) {
+            x[j] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
+            xb[j] = hm_f32_to_bf16(x[j]);
+        }
+        route(n, ms[i]->E, ms[i]->k, 77 + o, ids, w);
+        const void *xin = bf ? (const void *)xb : (const void *)x;
+        const hm_moe_dtype xt = bf ? HM_MOE_BF16 : HM_MOE_F32;
+        CHECK_OK(hm_moe_submit(own[i], xin, xt, ids, w, n, ms[i]->k, oa, HM_MOE_F32, false));
+        hm_moe_wait(own[i]);
+        CHECK_OK(hm_moe_submit(shared[i], xin, xt, ids, w, n, ms[i]->k, ob, HM_MOE_F32, false));
+        hm_moe_wait(shared[i]);
+        int64_t diff = 0;
+        for (int64_t j = 0; j < n * 256; j++) diff += memcmp(&oa[j], &ob[j], sizeof(float)) != 0;
+        CHECK_MSG(diff == 0, "shared scratch, batch %zu (%d tokens): %lld outputs differ", o, n,
+                  (long long)diff);
+    }
+    /* one engine's batch in flight on the shared scratch: the other's submit is refused */
+    route(4, ma.E, ma.k, 5, ids, w);
+    CHECK_OK(hm_moe_submit(shared[0], x, HM_MOE_F32, ids, w, 4, ma.k, oa, HM_MOE_F32, false));
+    route(4, mb.E, mb.k, 6, ids + 32, w + 32);
+    CHECK_STATUS(
+        hm_moe_submit(shared[1], x, HM_MOE_F32, ids + 32, w + 32, 4, mb.k, ob, HM_MOE_F32, false),
+        HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "in flight");
+    /* and an engine with its own scratch on the busy pool is refused too (not run silently) */
+    CHECK_STATUS(
+        hm_moe_submit(own[1], x, HM_MOE_F32, ids + 32, w + 32, 4, mb.k, ob, HM_MOE_F32, false),
+        HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "pool is still running");
+    hm_moe_wait(shared[0]);
+    CHECK_OK(
+        hm_moe_submit(shared[1], x, HM_MOE_F32, ids + 32, w + 32, 4, mb.k, ob, HM_MOE_F32, false));
+    hm_moe_wait(shared[1]);
+    free(x), free(xb), free(oa), free(ob), free(ids), free(w);
+    for (int i = 0; i < 2; i++) hm_moe_free(own[i]), hm_moe_free(shared[i]);
+    model_free(&ma), model_free(&mb);
+}
+
 static void test_errors(hm_pool *pool) {
     model m;
     model_init(&m, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 64, 32, 4, 2, HM_MOE_SILU, false, 5);
@@ -362,6 +450,7 @@ int main(void) {
     CHECK_OK(hm_pool_create(&pp, &spool));
     test_routers();
     test_errors(pool);
+    test_shared_scratch(pool);
     model m;
     /* Qwen3-30B-A3B-like expert rows (hidden 2048, inter 768), Q4_K, SiLU, top-2 of 8 */
     model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 2048, 768, 8, 2, HM_MOE_SILU, false, 11);

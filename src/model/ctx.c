@@ -35,6 +35,43 @@ double hm_ctx_prof_seconds(const hm_ctx *c, int part) {
 }
 void hm_ctx_prof_reset(hm_ctx *c) {
     memset(c->prof_ns, 0, sizeof c->prof_ns);
+    for (uint32_t il = 0; il < c->m->hp.n_layers; il++)
+        if (c->moe && c->moe[il]) hm_moe_profile(c->moe[il], NULL, true);
+    c->route_batches = 0;
+    c->route_active = c->route_busiest = c->route_tokens = 0;
+}
+
+void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E) {
+    if (n <= 4 || !c->route_count) return;
+    memset(c->route_count, 0, sizeof(uint32_t) * (size_t)E);
+    for (size_t i = 0; i < (size_t)n * (size_t)k; i++)
+        if (c->ids[i] >= 0 && c->ids[i] < E) c->route_count[c->ids[i]]++;
+    uint32_t active = 0, busiest = 0;
+    for (int e = 0; e < E; e++) {
+        active += c->route_count[e] > 0;
+        if (c->route_count[e] > busiest) busiest = c->route_count[e];
+    }
+    c->route_batches++;
+    c->route_active += active;
+    c->route_busiest += busiest;
+    c->route_tokens += n;
+}
+
+void hm_ctx_moe_stats_get(const hm_ctx *c, hm_ctx_moe_stats *out) {
+    memset(out, 0, sizeof *out);
+    for (uint32_t il = 0; il < c->m->hp.n_layers; il++) {
+        if (!c->moe || !c->moe[il]) continue;
+        double s[HM_MOE_PROF_N];
+        hm_moe_profile(c->moe[il], s, false);
+        for (int i = 0; i < HM_MOE_PROF_N; i++) out->phase_s[i] += s[i];
+    }
+    out->batches = c->route_batches;
+    if (c->route_batches) {
+        const double b = (double)c->route_batches;
+        out->active = c->route_active / b;
+        out->busiest = c->route_busiest / b;
+        out->tokens = c->route_tokens / b;
+    }
 }
 
 int hm_ctx_n_ctx(const hm_ctx *c) {
@@ -109,6 +146,7 @@ void hm_ctx_free(hm_ctx *c) {
         for (uint32_t il = 0; il < c->m->hp.n_layers; il++) hm_moe_free(c->moe[il]);
         free(c->moe);
     }
+    free(c->route_count);
     hm_pool_free(c->pool);
     hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->seq_next),
         free(c->inv_freq);
@@ -203,7 +241,8 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
 
     size_t mmb = mm_need(c, &m->output, 0);
     c->moe = calloc(hp->n_layers, sizeof *c->moe);
-    if (!c->moe) {
+    c->route_count = calloc(hp->n_experts ? hp->n_experts : 1, sizeof *c->route_count);
+    if (!c->moe || !c->route_count) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory");
         goto fail;
     }
@@ -230,6 +269,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                    have ? (double)mi.available * 1e-9 : 0.0);
         if (repack) c->repacked = need;
     }
+    /* the layers run one after another: one batch scratch serves every expert engine (the
+     * engines hold references; ours is dropped below) */
+    hm_moe_scratch *moe_scratch = NULL;
+    if ((st = hm_moe_scratch_create(&moe_scratch))) goto fail;
     for (uint32_t il = 0; il < hp->n_layers; il++) {
         const hm_layer *L = &m->layers[il];
         mmb = mm_need(c, &L->wq, mmb);
@@ -253,11 +296,14 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         mp.max_tokens = p.n_batch;
         mp.no_amx = p.no_amx;
         mp.repack = repack;
+        mp.scratch = moe_scratch;
         if ((st = hm_moe_create(&mp, &c->moe[il]))) {
             st = hm_errorf(st, "%s: layer %u experts: %s", m->path, il, hm_last_error());
+            hm_moe_scratch_free(moe_scratch);
             goto fail;
         }
     }
+    hm_moe_scratch_free(moe_scratch);
     c->mm_scratch = hm_malloc_aligned(mmb ? mmb : 64, 64, "ctx matmul scratch");
     if (!c->mm_scratch) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory (%zu bytes of matmul scratch)",

@@ -34,6 +34,10 @@ struct hm_ctx {
     size_t q_dim, ffn_max;
     uint64_t prof_ns[HM_PROF_COUNT]; /* time per part of the forward pass, summed */
     size_t repacked;                 /* bytes of the experts' int8 tile copy */
+    /* routing of prompt batches (hm_ctx_moe_stats): sums over (layer, batch) */
+    uint64_t route_batches;
+    double route_active, route_busiest, route_tokens;
+    uint32_t *route_count; /* [n_experts] scratch */
 };
 
 /* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half), laid out
@@ -53,6 +57,10 @@ static inline void hm_ctx_prof(hm_ctx *c, int p, uint64_t *t0) {
     c->prof_ns[p] += t - *t0;
     *t0 = t;
 }
+
+/* Counts the routing of a batch of n tokens (ids [n][k] of E experts) into the prompt routing
+ * statistics; batches of 4 tokens or fewer are not counted. */
+void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E);
 
 /* Runs fn(c, i, arg) for every token i < n, tokens split across the pool's threads. */
 typedef void (*hm_ctx_tok_fn)(hm_ctx *c, int i, void *arg);

@@ -135,4 +135,14 @@ const char *hm_ctx_prof_name(int part);
 double hm_ctx_prof_seconds(const hm_ctx *c, int part);
 void hm_ctx_prof_reset(hm_ctx *c);
 
+/* The routed experts of prompt batches (more than 4 tokens) since the last hm_ctx_prof_reset:
+ * the expert engines' phases summed over layers (hm_moe_profile), and the routing per (layer,
+ * batch) averaged: distinct experts used, tokens of the busiest expert, tokens per batch. */
+typedef struct hm_ctx_moe_stats {
+    double phase_s[HM_MOE_PROF_N];
+    uint64_t batches; /* (layer, batch) pairs counted */
+    double active, busiest, tokens;
+} hm_ctx_moe_stats;
+void hm_ctx_moe_stats_get(const hm_ctx *c, hm_ctx_moe_stats *out);
+
 #endif

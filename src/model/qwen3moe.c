@@ -148,6 +148,7 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
         if (atomic_load(&ra.failed))
             return hm_errorf((hm_status)atomic_load(&ra.failed), "layer %d router: top-%d of %d",
                              il, k, E);
+        hm_ctx_route_stats(c, n, k, E);
         hm_ctx_prof(c, HM_PROF_ROUTER, &t0);
         hm_status st = hm_moe_submit(c->moe[il], c->xn, HM_MOE_F32, c->ids, c->w, n, k, c->tmp,
                                      HM_MOE_F32, false);

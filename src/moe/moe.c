@@ -56,6 +56,29 @@ typedef struct {
     atomic_llong gu_next, dn_next;
 } chunk;
 
+/* Batch scratch, grown on demand between batches (every capacity in bytes, so engines of other
+ * types and shapes can share it); shared by engines that run one after another (a model's
+ * layers), see hm_moe_scratch_create. */
+struct hm_moe_scratch {
+    atomic_int refs;
+    int nth;            /* threads of the pool it serves (0: not yet bound) */
+    const hm_moe *busy; /* the engine whose batch is in flight on it, or NULL */
+    int32_t *tok;       /* [assignments] token of each assignment, sorted by expert */
+    float *wt;          /* [assignments] its weight */
+    float *xf;          /* [n_tok][hidden] bf16 input as f32 */
+    uint8_t *xq;        /* [n_tok][xq_bytes] */
+    uint8_t *xq_need;   /* [n_tok] 1: the token goes to a matvec expert and needs xq */
+    uint8_t *xa;        /* [n_tok][xa_bytes] int8 rows for the AMX experts (quantized once) */
+    float *h;           /* [chunk assignments][inter] */
+    uint8_t *hq;        /* [chunk assignments][hq_bytes] */
+    uint8_t *px, *ph;   /* packed AMX activations of the chunk */
+    float *acc;         /* [n_tok][hidden] */
+    float *part;        /* decode: [chunk assignments][hidden] weighted down outputs */
+    void **tscratch;    /* [nth] per thread: AMX scratch + gate/up/down tiles */
+    size_t cap_tok, cap_wt, cap_xf, cap_xq, cap_xq_need, cap_xa, cap_h, cap_hq, cap_px, cap_ph,
+        cap_acc, cap_part;
+};
+
 struct hm_moe {
     hm_moe_params p;
     hm_moe_expert *experts;
@@ -74,32 +97,19 @@ struct hm_moe {
     void *out;
     bool accumulate;
     int n_tok;
-    int32_t *tok; /* [assignments] token of each assignment, sorted by expert */
-    float *wt;    /* [assignments] its weight */
-    int *cnt;     /* [n_experts] */
+    int *cnt; /* [n_experts] */
     active_expert *act;
     int n_act;
     chunk *chunks;
     int n_chunks;
-    /* scratch (grown on demand, only between batches) */
-    size_t cap_tok, cap_pairs, cap_rows, cap_px, cap_ph;
-    float *xf;        /* [n_tok][hidden] bf16 input as f32 */
-    uint8_t *xq;      /* [n_tok][xq_bytes] */
-    uint8_t *xq_need; /* [n_tok] 1: the token goes to a matvec expert and needs xq */
-    uint8_t *xa;      /* [n_tok][xa_bytes] int8 rows for the AMX experts (quantized once) */
-    size_t xa_bytes, cap_xa;
-    bool xa_need;     /* this batch has AMX experts */
-    float *h;         /* [chunk assignments][inter] */
-    uint8_t *hq;      /* [chunk assignments][hq_bytes] */
-    uint8_t *px, *ph; /* packed AMX activations of the chunk */
-    float *acc;       /* [n_tok][hidden] */
-    void **tscratch;  /* per thread: AMX scratch + gate/up/down tiles */
+    hm_moe_scratch *s; /* batch scratch: the engine's own or one shared (params.scratch) */
+    bool own_scratch;
+    size_t xa_bytes;
+    bool xa_need; /* this batch has AMX experts */
     size_t tscratch_bytes;
     /* decode path (one chunk, matvec only): per active expert, gate/up units done and h ready;
      * part: [chunk assignments][hidden] weighted down outputs, summed per token at the end */
     atomic_int *gu_done, *h_ready;
-    float *part;
-    size_t cap_part;
     bool decode;
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
     /* NUMA slices: child engines over slices of inter, each with its own pool and output */
@@ -123,6 +133,61 @@ hm_moe_params hm_moe_default_params(void) {
     p.swiglu_alpha = 1.702f;
     p.swiglu_limit = 7.0f;
     return p;
+}
+
+/* Frees the scratch's buffers (it stays usable: they grow again on the next batch). */
+static void scratch_release(hm_moe_scratch *s) {
+    void **bufs[] = {(void **)&s->tok,     (void **)&s->wt, (void **)&s->xf,  (void **)&s->xq,
+                     (void **)&s->xq_need, (void **)&s->xa, (void **)&s->h,   (void **)&s->hq,
+                     (void **)&s->px,      (void **)&s->ph, (void **)&s->acc, (void **)&s->part};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        hm_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    s->cap_tok = s->cap_wt = s->cap_xf = s->cap_xq = s->cap_xq_need = s->cap_xa = s->cap_h =
+        s->cap_hq = s->cap_px = s->cap_ph = s->cap_acc = s->cap_part = 0;
+    if (s->tscratch)
+        for (int i = 0; i < s->nth; i++) {
+            if (s->tscratch[i]) hm_free((size_t *)s->tscratch[i] - 8);
+            s->tscratch[i] = NULL;
+        }
+}
+
+hm_status hm_moe_scratch_create(hm_moe_scratch **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a scratch");
+    atomic_init(&(*out)->refs, 1);
+    return HM_OK;
+}
+
+void hm_moe_scratch_free(hm_moe_scratch *s) {
+    if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+    scratch_release(s);
+    free(s->tscratch);
+    free(s);
+}
+
+/* Binds the engine to its scratch (params.scratch or a new one of its own) for a pool of nth
+ * threads. */
+static hm_status scratch_bind(hm_moe *m, hm_moe_scratch *shared) {
+    if (shared) {
+        if (shared->nth && shared->nth != m->nth)
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "moe: the shared scratch serves a pool of %d threads, this engine's "
+                             "pool has %d",
+                             shared->nth, m->nth);
+        atomic_fetch_add(&shared->refs, 1);
+        m->s = shared;
+    } else {
+        hm_status st = hm_moe_scratch_create(&m->s);
+        if (st) return st;
+    }
+    if (!m->s->tscratch) {
+        m->s->tscratch = calloc((size_t)m->nth, sizeof(void *));
+        if (!m->s->tscratch) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
+        m->s->nth = m->nth;
+    }
+    return HM_OK;
 }
 
 static hm_status check_matrix(const hm_moe_matrix *m, int64_t rows, int64_t cols, int e,
@@ -205,11 +270,11 @@ static void repack_task(int ith, int nth, void *arg) {
             const hm_moe_matrix *w = k < ig ? &x->gate : &x->up;
             const int64_t u0 = (k % ig) * 8;
             hm_amx_wpack(w->type, w->data, w->row_bytes, I, H, u0, u0 + 8,
-                         base + (k < ig ? 0 : m->wp_gu), m->tscratch[ith]);
+                         base + (k < ig ? 0 : m->wp_gu), m->s->tscratch[ith]);
         } else {
             const int64_t u0 = (k - 2 * ig) * 8;
             hm_amx_wpack(x->down.type, x->down.data, x->down.row_bytes, H, I, u0, u0 + 8,
-                         base + 2 * m->wp_gu, m->tscratch[ith]);
+                         base + 2 * m->wp_gu, m->s->tscratch[ith]);
         }
     }
 #else
@@ -220,11 +285,11 @@ static void repack_task(int ith, int nth, void *arg) {
 /* every thread's scratch at least need bytes (kept in a header word before the buffer) */
 static hm_status thread_scratch(hm_moe *m, size_t need) {
     for (int i = 0; i < m->nth; i++) {
-        size_t *hdr = m->tscratch[i] ? (size_t *)m->tscratch[i] - 8 : NULL;
+        size_t *hdr = m->s->tscratch[i] ? (size_t *)m->s->tscratch[i] - 8 : NULL;
         if (hdr && hdr[0] >= need) continue;
         hm_free(hdr);
         hdr = hm_malloc_aligned(need + 64, 64, "moe thread scratch");
-        m->tscratch[i] = hdr ? hdr + 8 : NULL;
+        m->s->tscratch[i] = hdr ? hdr + 8 : NULL;
         if (!hdr) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for thread scratch");
         hdr[0] = need;
     }
@@ -263,6 +328,11 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: unknown activation %d", (int)p->act);
     if (p->max_tokens < 0)
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: max_tokens %d < 0", p->max_tokens);
+    if (p->n_slices > 1 && p->scratch)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: a shared scratch serves one pool; engines with %d slices keep "
+                         "their own",
+                         p->n_slices);
     if (p->n_slices > 1) return create_sliced(p, out);
     hm_moe *m = calloc(1, sizeof *m);
     if (!m) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
@@ -314,11 +384,7 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->xq_bytes = hm_act_bytes(m->tg, p->hidden);
     m->hq_bytes = hm_act_bytes(m->td, p->inter);
     m->nth = hm_pool_size(p->pool);
-    m->tscratch = calloc((size_t)m->nth, sizeof(void *));
-    if (!m->tscratch) {
-        st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
-        goto fail;
-    }
+    if ((st = scratch_bind(m, p->scratch))) goto fail;
     size_t amx_bytes = 0;
 #if defined(__x86_64__)
     if (m->amx) {
@@ -328,33 +394,17 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     }
 #endif
     m->tscratch_bytes = (amx_bytes + 63) & ~(size_t)63;
+    if (m->amx && p->repack && hm_pool_busy(p->pool)) {
+        st = hm_errorf(HM_ERR_INVALID_ARG,
+                       "moe: cannot repack while the pool runs another submitted job");
+        goto fail;
+    }
     if (m->amx && p->repack && (st = repack(m))) goto fail;
     *out = m;
     return HM_OK;
 fail:
     hm_moe_free(m);
     return st;
-}
-
-static void free_scratch(hm_moe *m) {
-    hm_free(m->xf), hm_free(m->xq), hm_free(m->h), hm_free(m->hq), hm_free(m->px), hm_free(m->ph);
-    hm_free(m->xa);
-    m->xa = NULL;
-    m->cap_xa = 0;
-    hm_free(m->acc), hm_free(m->part);
-    m->part = NULL;
-    m->cap_part = 0;
-    free(m->tok), free(m->wt), free(m->xq_need);
-    m->xq_need = NULL;
-    m->xf = m->h = m->acc = NULL;
-    m->xq = m->hq = m->px = m->ph = NULL;
-    m->tok = NULL, m->wt = NULL;
-    if (m->tscratch)
-        for (int i = 0; i < m->nth; i++) {
-            if (m->tscratch[i]) hm_free((size_t *)m->tscratch[i] - 8);
-            m->tscratch[i] = NULL;
-        }
-    m->cap_tok = m->cap_pairs = m->cap_rows = m->cap_px = m->cap_ph = 0;
 }
 
 static uint64_t block_of(uint32_t type) {
@@ -451,8 +501,8 @@ void hm_moe_free(hm_moe *m) {
         return;
     }
     hm_moe_wait(m);
-    free_scratch(m);
-    free(m->tscratch), free(m->experts), free(m->mask), free(m->cnt), free(m->act);
+    hm_moe_scratch_free(m->s);
+    free(m->experts), free(m->mask), free(m->cnt), free(m->act);
     free(m->chunks), free(m->gu_done), free(m->h_ready), free(m->packed);
     hm_large_free(&m->wpack);
     free(m);
@@ -491,7 +541,7 @@ static inline float act_fn(const hm_moe *m, float g, float u) {
 }
 
 static inline const float *x_row(const hm_moe *m, int t) {
-    return m->x_type == HM_MOE_BF16 ? m->xf + (size_t)t * (size_t)m->p.hidden
+    return m->x_type == HM_MOE_BF16 ? m->s->xf + (size_t)t * (size_t)m->p.hidden
                                     : (const float *)m->x + (size_t)t * (size_t)m->p.hidden;
 }
 
@@ -510,13 +560,13 @@ static void phase_pre(hm_moe *m, int ith, int nth) {
         if (m->x_type == HM_MOE_BF16) {
             const hm_bf16 *src = (const hm_bf16 *)m->x + (size_t)t * (size_t)H;
             for (int64_t i = 0; i < H; i++)
-                m->xf[(size_t)t * (size_t)H + i] = hm_bf16_to_f32(src[i]);
+                m->s->xf[(size_t)t * (size_t)H + i] = hm_bf16_to_f32(src[i]);
         }
-        if (m->xq_need[t])
-            hm_act_convert(m->tg, x_row(m, (int)t), m->xq + (size_t)t * m->xq_bytes, H);
+        if (m->s->xq_need[t])
+            hm_act_convert(m->tg, x_row(m, (int)t), m->s->xq + (size_t)t * m->xq_bytes, H);
 #if defined(__x86_64__)
         if (m->xa_need) /* once per token, gathered per AMX expert in phase_pack */
-            hm_amx_quant_row(x_row(m, (int)t), H, m->xa + (size_t)t * m->xa_bytes);
+            hm_amx_quant_row(x_row(m, (int)t), H, m->s->xa + (size_t)t * m->xa_bytes);
 #endif
     }
 }
@@ -532,12 +582,13 @@ static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
         for (int g = 0; g < groups; g++, item++) {
             if (item % nth != ith) continue;
             if (!down) {
-                hm_amx_pack_act_q(m->xa, m->xa_bytes, m->tok + ae->off, ae->n, m->p.hidden,
-                                  m->px + ae->px_off, g, g + 1);
+                hm_amx_pack_act_q(m->s->xa, m->xa_bytes, m->s->tok + ae->off, ae->n, m->p.hidden,
+                                  m->s->px + ae->px_off, g, g + 1);
             } else {
                 const int64_t row0 = ae->off - m->act[c->a0].off;
-                hm_amx_pack_act(m->td, m->h + (size_t)row0 * (size_t)m->p.inter, (size_t)m->p.inter,
-                                NULL, ae->n, m->p.inter, m->ph + ae->ph_off, g, g + 1);
+                hm_amx_pack_act(m->td, m->s->h + (size_t)row0 * (size_t)m->p.inter,
+                                (size_t)m->p.inter, NULL, ae->n, m->p.inter, m->s->ph + ae->ph_off,
+                                g, g + 1);
             }
         }
     }
@@ -550,7 +601,7 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
                          void *scr, float *tb) {
     const hm_moe_expert *x = &m->experts[ae->e];
     const int64_t I = m->p.inter, H = m->p.hidden;
-    float *h = m->h + (size_t)hrow0 * (size_t)I;
+    float *h = m->s->h + (size_t)hrow0 * (size_t)I;
 #if defined(__x86_64__)
     if (ae->amx) {
         const int nr = (int)(r1 - r0);
@@ -558,20 +609,20 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
         if (silu && m->packed && m->packed[ae->e] && m->ops->i8_glu_packed) {
             /* gate and up in one pass: only silu(g) * u is written */
             const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
-            m->ops->i8_glu_packed(wp, wp + m->wp_gu, I, H, r0, r1, m->px + ae->px_off, ae->n,
+            m->ops->i8_glu_packed(wp, wp + m->wp_gu, I, H, r0, r1, m->s->px + ae->px_off, ae->n,
                                   h + r0, (size_t)I, scr);
             return;
         }
         if (m->packed && m->packed[ae->e]) {
             const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
-            m->ops->i8_matmul_packed(wp, I, H, r0, r1, m->px + ae->px_off, ae->n, h + r0, (size_t)I,
-                                     scr);
-            m->ops->i8_matmul_packed(wp + m->wp_gu, I, H, r0, r1, m->px + ae->px_off, ae->n, tb,
+            m->ops->i8_matmul_packed(wp, I, H, r0, r1, m->s->px + ae->px_off, ae->n, h + r0,
+                                     (size_t)I, scr);
+            m->ops->i8_matmul_packed(wp + m->wp_gu, I, H, r0, r1, m->s->px + ae->px_off, ae->n, tb,
                                      (size_t)nr, scr);
         } else {
-            m->ops->i8_matmul(m->tg, x->gate.data, x->gate.row_bytes, H, r0, r1, m->px + ae->px_off,
-                              ae->n, h + r0, (size_t)I, scr);
-            m->ops->i8_matmul(m->tu, x->up.data, x->up.row_bytes, H, r0, r1, m->px + ae->px_off,
+            m->ops->i8_matmul(m->tg, x->gate.data, x->gate.row_bytes, H, r0, r1,
+                              m->s->px + ae->px_off, ae->n, h + r0, (size_t)I, scr);
+            m->ops->i8_matmul(m->tu, x->up.data, x->up.row_bytes, H, r0, r1, m->s->px + ae->px_off,
                               ae->n, tb, (size_t)nr, scr);
         }
         if (silu && m->ops->silu_mul_f32) {
@@ -601,7 +652,7 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
             const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
             const void *xs[4];
             for (int t = 0; t < nt; t++)
-                xs[t] = m->xq + (size_t)m->tok[ae->off + t0 + t] * m->xq_bytes;
+                xs[t] = m->s->xq + (size_t)m->s->tok[ae->off + t0 + t] * m->xq_bytes;
             float g[4], u[4];
             hm_dot_rows(m->dot_g, m->dotn_g, H, gw, xs, nt, g);
             hm_dot_rows(m->dot_u, m->dotn_u, H, uw, xs, nt, u);
@@ -621,15 +672,15 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     if (ae->amx && m->packed && m->packed[ae->e])
         m->ops->i8_matmul_packed((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
                                      2 * m->wp_gu,
-                                 H, I, r0, r1, m->ph + ae->ph_off, ae->n, tb, (size_t)nr, scr);
+                                 H, I, r0, r1, m->s->ph + ae->ph_off, ae->n, tb, (size_t)nr, scr);
     else if (ae->amx)
-        m->ops->i8_matmul(m->td, x->down.data, x->down.row_bytes, I, r0, r1, m->ph + ae->ph_off,
+        m->ops->i8_matmul(m->td, x->down.data, x->down.row_bytes, I, r0, r1, m->s->ph + ae->ph_off,
                           ae->n, tb, (size_t)nr, scr);
 #endif
     if (ae->amx) {
         for (int t = 0; t < ae->n; t++) {
-            const float w = m->wt[ae->off + t];
-            float *acc = m->acc + (size_t)m->tok[ae->off + t] * (size_t)H;
+            const float w = m->s->wt[ae->off + t];
+            float *acc = m->s->acc + (size_t)m->s->tok[ae->off + t] * (size_t)H;
             m->ops->axpy_f32(nr, w, tb + (size_t)t * (size_t)nr, acc + r0);
             if (x->down_bias) m->ops->axpy_f32(nr, w, x->down_bias + r0, acc + r0);
         }
@@ -642,12 +693,12 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
         for (int t0 = 0; t0 < ae->n; t0 += 4) {
             const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
             const void *hs[4];
-            for (int t = 0; t < nt; t++) hs[t] = m->hq + (size_t)(hrow0 + t0 + t) * m->hq_bytes;
+            for (int t = 0; t < nt; t++) hs[t] = m->s->hq + (size_t)(hrow0 + t0 + t) * m->hq_bytes;
             float d[4];
             hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
             for (int t = 0; t < nt; t++)
-                m->acc[(size_t)m->tok[ae->off + t0 + t] * (size_t)H + (size_t)r] +=
-                    m->wt[ae->off + t0 + t] * (d[t] + b);
+                m->s->acc[(size_t)m->s->tok[ae->off + t0 + t] * (size_t)H + (size_t)r] +=
+                    m->s->wt[ae->off + t0 + t] * (d[t] + b);
         }
     }
 }
@@ -676,8 +727,8 @@ static void convert_h_phase(hm_moe *m, const chunk *c, int ith, int nth) {
         for (int t = 0; t < ae->n; t++) {
             const int64_t row = ae->off - base + t;
             if (row % nth != ith) continue;
-            hm_act_convert(m->td, m->h + (size_t)row * (size_t)m->p.inter,
-                           m->hq + (size_t)row * m->hq_bytes, m->p.inter);
+            hm_act_convert(m->td, m->s->h + (size_t)row * (size_t)m->p.inter,
+                           m->s->hq + (size_t)row * m->hq_bytes, m->p.inter);
         }
     }
 }
@@ -686,7 +737,7 @@ static void convert_h_phase(hm_moe *m, const chunk *c, int ith, int nth) {
 static void write_out(hm_moe *m, int64_t r0, int64_t r1) {
     const int64_t H = m->p.hidden;
     for (int t = 0; t < m->n_tok; t++) {
-        const float *a = m->acc + (size_t)t * (size_t)H;
+        const float *a = m->s->acc + (size_t)t * (size_t)H;
         if (m->out_type == HM_MOE_F32) {
             float *o = (float *)m->out + (size_t)t * (size_t)H;
             for (int64_t r = r0; r < r1; r++) o[r] = m->accumulate ? o[r] + a[r] : a[r];
@@ -725,8 +776,8 @@ static void job_decode(hm_moe *m, int ith, int nth) {
             gate_up_unit(m, ae, ae->off, r0, r1, NULL, NULL);
             if (atomic_fetch_add_explicit(&m->gu_done[a], 1, memory_order_acq_rel) == upe - 1) {
                 for (int t = 0; t < ae->n; t++)
-                    hm_act_convert(m->td, m->h + (size_t)(ae->off + t) * (size_t)I,
-                                   m->hq + (size_t)(ae->off + t) * m->hq_bytes, I);
+                    hm_act_convert(m->td, m->s->h + (size_t)(ae->off + t) * (size_t)I,
+                                   m->s->hq + (size_t)(ae->off + t) * m->hq_bytes, I);
                 atomic_store_explicit(&m->h_ready[a], 1, memory_order_release);
             }
             continue;
@@ -746,12 +797,12 @@ static void job_decode(hm_moe *m, int ith, int nth) {
                 const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
                 const void *hs[4];
                 for (int t = 0; t < nt; t++)
-                    hs[t] = m->hq + (size_t)(ae->off + t0 + t) * m->hq_bytes;
+                    hs[t] = m->s->hq + (size_t)(ae->off + t0 + t) * m->hq_bytes;
                 float d[4];
                 hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
                 for (int t = 0; t < nt; t++)
-                    m->part[(size_t)(ae->off + t0 + t) * (size_t)H + (size_t)r] =
-                        m->wt[ae->off + t0 + t] * (d[t] + b);
+                    m->s->part[(size_t)(ae->off + t0 + t) * (size_t)H + (size_t)r] =
+                        m->s->wt[ae->off + t0 + t] * (d[t] + b);
             }
         }
     }
@@ -760,10 +811,10 @@ static void job_decode(hm_moe *m, int ith, int nth) {
     span(hu, ith, nth, &o0, &o1);
     const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
     for (int t = 0; t < m->n_tok; t++)
-        memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
+        memset(m->s->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
     for (int64_t i = 0; i < c->rows; i++) {
-        float *acc = m->acc + (size_t)m->tok[i] * (size_t)H;
-        const float *src = m->part + (size_t)i * (size_t)H;
+        float *acc = m->s->acc + (size_t)m->s->tok[i] * (size_t)H;
+        const float *src = m->s->part + (size_t)i * (size_t)H;
         for (int64_t r = R0; r < R1; r++) acc[r] += src[r];
     }
     write_out(m, R0, R1);
@@ -775,14 +826,14 @@ static void job(int ith, int nth, void *arg) {
         job_decode(m, ith, nth);
         return;
     }
-    void *scr = m->tscratch[ith];
+    void *scr = m->s->tscratch[ith];
     float *tb = (float *)((uint8_t *)scr + m->tscratch_bytes);
     const int64_t H = m->p.hidden, hu = (H + UNIT - 1) / UNIT;
     int64_t o0, o1; /* this thread's share of acc to clear */
     span(hu, ith, nth, &o0, &o1);
     const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
     for (int t = 0; t < m->n_tok; t++)
-        memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
+        memset(m->s->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
     if (m->n_chunks == 0) { /* every expert masked or skipped */
         write_out(m, R0, R1);
         return;
@@ -892,6 +943,14 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     if (m->in_flight)
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: submit while a batch is in flight");
     if (m->n_sub) return submit_sliced(m, x, x_type, ids, w, n_tok, k, out, out_type, accumulate);
+    if (m->s->busy)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: the scratch shared with another engine is in use by its batch in "
+                         "flight (wait for it first)");
+    if (hm_pool_busy(m->p.pool))
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: the pool is still running another submitted job (wait for it "
+                         "first)");
     if (n_tok < 0 || k < 0 || k > m->p.n_experts || (n_tok > 0 && (!x || !ids || !w || !out)))
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad batch: %d tokens, k = %d (%d experts)",
                          n_tok, k, m->p.n_experts);
@@ -915,16 +974,12 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
             memset(out, 0, (size_t)n_tok * (size_t)H * (out_type == HM_MOE_F32 ? 4 : 2));
         return HM_OK;
     }
-    if ((size_t)n_asg > m->cap_pairs) {
-        free(m->tok), free(m->wt);
-        m->tok = malloc(sizeof *m->tok * (size_t)n_asg);
-        m->wt = malloc(sizeof *m->wt * (size_t)n_asg);
-        m->cap_pairs = m->tok && m->wt ? (size_t)n_asg : 0;
-        if (!m->cap_pairs) {
-            free_scratch(m);
-            return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %lld assignments",
-                             (long long)n_asg);
-        }
+    hm_moe_scratch *S = m->s;
+    if (!grow((void **)&S->tok, &S->cap_tok, sizeof *S->tok * (size_t)n_asg, "moe assignments") ||
+        !grow((void **)&S->wt, &S->cap_wt, sizeof *S->wt * (size_t)n_asg, "moe assignments")) {
+        scratch_release(S);
+        return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %lld assignments",
+                         (long long)n_asg);
     }
     m->n_act = 0;
     int64_t off = 0;
@@ -941,8 +996,8 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     for (int64_t i = 0; i < (int64_t)n_tok * k; i++) {
         const int e = ids[i];
         if (e < 0 || m->mask[e]) continue;
-        m->tok[m->cnt[e]] = (int32_t)(i / k);
-        m->wt[m->cnt[e]++] = w[i];
+        m->s->tok[m->cnt[e]] = (int32_t)(i / k);
+        m->s->wt[m->cnt[e]++] = w[i];
     }
     /* chunks of whole experts with at most max_tokens * 8 assignments (at least one expert) */
     const int64_t cap = (int64_t)m->p.max_tokens * 8;
@@ -982,23 +1037,15 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         ph_need = ph > ph_need ? ph : ph_need;
     }
     /* scratch */
-    bool ok = true;
-    if ((size_t)n_tok > m->cap_tok) {
-        hm_free(m->xf), hm_free(m->xq), hm_free(m->acc), free(m->xq_need);
-        m->xq_need = malloc((size_t)n_tok);
-        m->xf = hm_malloc_aligned(sizeof(float) * (size_t)n_tok * (size_t)H, 64, "moe input");
-        m->xq = hm_malloc_aligned(m->xq_bytes * (size_t)n_tok + 64, 64, "moe activations");
-        m->acc = hm_malloc_aligned(sizeof(float) * (size_t)n_tok * (size_t)H, 64, "moe output");
-        ok = m->xf && m->xq && m->acc && m->xq_need;
-        m->cap_tok = ok ? (size_t)n_tok : 0;
-    }
-    if (ok && (size_t)chunk_rows > m->cap_rows) {
-        hm_free(m->h), hm_free(m->hq);
-        m->h = hm_malloc_aligned(sizeof(float) * (size_t)chunk_rows * (size_t)I, 64, "moe hidden");
-        m->hq = hm_malloc_aligned(m->hq_bytes * (size_t)chunk_rows + 64, 64, "moe hidden q");
-        ok = m->h && m->hq;
-        m->cap_rows = ok ? (size_t)chunk_rows : 0;
-    }
+    const size_t act_bytes = sizeof(float) * (size_t)n_tok * (size_t)H;
+    bool ok =
+        grow((void **)&S->acc, &S->cap_acc, act_bytes, "moe output") &&
+        grow((void **)&S->xq_need, &S->cap_xq_need, (size_t)n_tok, "moe activations") &&
+        grow((void **)&S->xq, &S->cap_xq, m->xq_bytes * (size_t)n_tok + 64, "moe activations") &&
+        (x_type != HM_MOE_BF16 || grow((void **)&S->xf, &S->cap_xf, act_bytes, "moe input")) &&
+        grow((void **)&S->h, &S->cap_h, sizeof(float) * (size_t)chunk_rows * (size_t)I,
+             "moe hidden") &&
+        grow((void **)&S->hq, &S->cap_hq, m->hq_bytes * (size_t)chunk_rows + 64, "moe hidden q");
     m->xa_need = false;
     for (int ci = 0; ci < m->n_chunks; ci++) m->xa_need |= m->chunks[ci].any_amx;
 #if defined(__x86_64__)
@@ -1008,31 +1055,32 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
             return hm_errorf(HM_ERR_INVALID_ARG,
                              "moe: %d tokens of hidden %lld exceed the AMX packing's 2 GiB", n_tok,
                              (long long)H);
-        ok = ok && grow((void **)&m->xa, &m->cap_xa, m->xa_bytes * (size_t)n_tok, "moe int8 x");
+        ok = ok &&
+             grow((void **)&m->s->xa, &m->s->cap_xa, m->xa_bytes * (size_t)n_tok, "moe int8 x");
     }
 #endif
-    ok = ok && (px_need == 0 || grow((void **)&m->px, &m->cap_px, px_need, "moe packed x"));
-    ok = ok && (ph_need == 0 || grow((void **)&m->ph, &m->cap_ph, ph_need, "moe packed h"));
+    ok = ok && (px_need == 0 || grow((void **)&m->s->px, &m->s->cap_px, px_need, "moe packed x"));
+    ok = ok && (ph_need == 0 || grow((void **)&m->s->ph, &m->s->cap_ph, ph_need, "moe packed h"));
     /* per-thread: AMX scratch + a [max tokens of one expert][BLOCK * UNIT] float tile; the size is
      * kept in a header word before the buffer */
     ok = ok && thread_scratch(m, m->tscratch_bytes + sizeof(float) * (size_t)max_n * BLOCK * UNIT +
                                      64) == HM_OK;
     if (!ok) {
-        free_scratch(m);
+        scratch_release(S);
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);
     }
     m->x = x, m->x_type = x_type, m->out = out, m->out_type = out_type;
-    memset(m->xq_need, 0, (size_t)n_tok);
+    memset(m->s->xq_need, 0, (size_t)n_tok);
     for (int a = 0; a < m->n_act; a++)
         if (!m->act[a].amx)
-            for (int t = 0; t < m->act[a].n; t++) m->xq_need[m->tok[m->act[a].off + t]] = 1;
+            for (int t = 0; t < m->act[a].n; t++) m->s->xq_need[m->s->tok[m->act[a].off + t]] = 1;
     m->accumulate = accumulate, m->n_tok = n_tok;
     m->decode =
         m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= 64 && !m->no_decode_path;
     if (m->decode) {
         const size_t need = sizeof(float) * (size_t)m->chunks[0].rows * (size_t)H;
-        if (!grow((void **)&m->part, &m->cap_part, need, "moe decode rows")) {
-            free_scratch(m);
+        if (!grow((void **)&S->part, &S->cap_part, need, "moe decode rows")) {
+            scratch_release(S);
             return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens",
                              n_tok);
         }
@@ -1043,6 +1091,7 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     }
     if (hm_pool_submit(m->p.pool, job, m) == HM_OK) {
         m->in_flight = true;
+        S->busy = m;
         return HM_OK;
     }
     hm_pool_run(m->p.pool, job, m); /* a sync pool: run to completion */
@@ -1054,6 +1103,7 @@ void hm_moe_wait(hm_moe *m) {
     if (!m->n_sub) {
         hm_pool_wait(m->p.pool);
         m->in_flight = false;
+        m->s->busy = NULL;
         return;
     }
     for (int i = 0; i < m->n_sub; i++) hm_moe_wait(m->sub[i]);

@@ -134,6 +134,8 @@ int bench_e2e(int argc, char **argv) {
         double t1 = hm_time_s();
         double pp_prof[HM_PROF_COUNT];
         for (int k = 0; k < HM_PROF_COUNT; k++) pp_prof[k] = hm_ctx_prof_seconds(c, k);
+        hm_ctx_moe_stats ms;
+        hm_ctx_moe_stats_get(c, &ms);
         hm_ctx_prof_reset(c);
         int32_t t = n_prompt ? ids[n_prompt - 1] : 1;
         for (long g = 0; g < n_gen; g++) {
@@ -152,6 +154,16 @@ int bench_e2e(int argc, char **argv) {
         for (int k = 0; k < HM_PROF_COUNT; k++)
             printf("  %-18s %12.1f %12.3f\n", hm_ctx_prof_name(k), pp_prof[k] * 1e3,
                    n_gen ? hm_ctx_prof_seconds(c, k) * 1e3 / (double)n_gen : 0);
+        if (ms.batches) {
+            static const char *const ph[HM_MOE_PROF_N] = {"convert x", "pack x", "gate/up",
+                                                          "pack h", "down"};
+            printf("  prompt experts (ms):");
+            for (int k = 0; k < HM_MOE_PROF_N; k++) printf(" %s %.1f", ph[k], ms.phase_s[k] * 1e3);
+            printf("\n  prompt routing per layer and batch: %.1f tokens, %.1f of %u experts "
+                   "used, busiest %.1f tokens (mean %.1f)\n",
+                   ms.tokens, ms.active, hp->n_experts, ms.busiest,
+                   ms.active > 0 ? ms.tokens * hp->n_experts_used / ms.active : 0);
+        }
         if (pp > best_pp) best_pp = pp;
         if (tg > best_tg) best_tg = tg;
     }

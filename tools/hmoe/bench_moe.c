@@ -35,11 +35,55 @@ static void fill_task(int ith, int nth, void *arg) {
     }
 }
 
+/* Random routing of n tokens to k distinct experts each: uniform (skew 0) or with the experts'
+ * popularity following a Zipf law of exponent skew over a random order of the experts (real
+ * routers are uneven, and synth models' routers very much so); count[e] gets tokens per expert. */
+static void route(uint64_t *rs, double *cdf, int *count, int E, int K, int n, double skew,
+                  int32_t *ids, float *w) {
+    for (int e = 0; e < E; e++) count[e] = 0;
+    if (skew > 0) {
+        for (int e = 0; e < E; e++) cdf[e] = 1.0 / pow((double)e + 1.0, skew);
+        for (int e = E - 1; e > 0; e--) { /* shuffle which expert gets which popularity */
+            int j = (int)(hm_rng_next(rs) % (uint64_t)(e + 1));
+            double t = cdf[e];
+            cdf[e] = cdf[j], cdf[j] = t;
+        }
+        for (int e = 1; e < E; e++) cdf[e] += cdf[e - 1];
+    }
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < K; j++) {
+            int e;
+            bool dup;
+            do {
+                if (skew > 0) {
+                    const double u = (double)(hm_rng_next(rs) >> 11) * 0x1p-53 * cdf[E - 1];
+                    int lo = 0, hi = E - 1;
+                    while (lo < hi) {
+                        const int mid = (lo + hi) / 2;
+                        if (cdf[mid] > u)
+                            hi = mid;
+                        else
+                            lo = mid + 1;
+                    }
+                    e = lo;
+                } else {
+                    e = (int)(hm_rng_next(rs) % (uint64_t)E);
+                }
+                dup = false;
+                for (int q = 0; q < j; q++) dup |= ids[t * K + q] == e;
+            } while (dup);
+            ids[t * K + j] = e;
+            w[t * K + j] = 1.0f / (float)K;
+            count[e]++;
+        }
+}
+
 int bench_moe(int argc, char **argv) {
     const char *preset = "qwen3-30b-a3b", *type_name = "q4_k";
     long tokens[16] = {1, 4, 32, 512}, layers = 0, threads = 0;
     bool async = false, repack = false;
-    long nodes = 1; /* > 1: one sub-pool per node (emulated on one node), a slice of inter each */
+    double skew = 0; /* Zipf exponent of the experts' popularity (0: uniform routing) */
+    long nodes = 1;  /* > 1: one sub-pool per node (emulated on one node), a slice of inter each */
     int n_tokens = 4;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -59,10 +103,13 @@ int bench_moe(int argc, char **argv) {
             repack = true;
         else if (!strcmp(a, "--nodes") && cli_parse_int(v, 1, 64, &nodes))
             i++;
+        else if (!strcmp(a, "--skew") && v && cli_parse_double(v, 0, 8, &skew))
+            i++;
         else
-            return cli_usage_error("bench moe: bad option '%s' (--preset P --type T --tokens "
-                                   "1,4,32,512 --layers N --threads N --async --nodes N --repack)",
-                                   a);
+            return cli_usage_error(
+                "bench moe: bad option '%s' (--preset P --type T --tokens "
+                "1,4,32,512 --layers N --threads N --async --nodes N --repack --skew S)",
+                a);
     }
     const hm_preset *pr = hm_preset_find(preset);
     if (!pr || !pr->hp.n_experts) return cli_usage_error("bench moe: no MoE preset '%s'", preset);
@@ -103,6 +150,10 @@ int bench_moe(int argc, char **argv) {
            "layers, %s experts (%.2f GB, %.1f MB per layer), kernel variant %s, %d threads\n",
            preset, E, K, (long long)H, (long long)I, layers, hm_type_name((uint32_t)type),
            (double)total * 1e-9, (double)per_layer * 1e-6, ops->name, hm_pool_size(pool));
+    if (skew > 0)
+        printf("routing: expert popularity Zipf-distributed with exponent %.2f\n", skew);
+    else
+        printf("routing: uniform at random\n");
     printf("pool: %s\n", async
                              ? "async (submit returns at once; the caller waits on its own thread)"
                              : "sync (the caller computes as participant 0)");
@@ -178,12 +229,18 @@ int bench_moe(int argc, char **argv) {
     float *out = malloc(sizeof(float) * (size_t)(max_tok * H));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(max_tok * K));
     float *w = malloc(sizeof(float) * (size_t)(max_tok * K));
+    double *cdf = malloc(sizeof(double) * (size_t)E);
+    int *count = malloc(sizeof(int) * (size_t)E);
+    if (!x || !out || !ids || !w || !cdf || !count) {
+        fprintf(stderr, "hmoe bench moe: out of memory\n");
+        rc = 1;
+    }
     uint64_t s = 3;
-    for (long i = 0; i < max_tok * H; i++)
+    for (long i = 0; x && i < max_tok * H; i++)
         x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
     /* empty round trip: a submit whose experts are all elsewhere (masked) */
-    if (!rc) {
-        uint8_t *mask = malloc((size_t)E);
+    uint8_t *mask = rc ? NULL : malloc((size_t)E);
+    if (mask) {
         memset(mask, 1, (size_t)E);
         hm_moe_set_mask(moe[0], mask);
         for (int j = 0; j < K; j++) ids[j] = j, w[j] = 1.0f / (float)K;
@@ -205,28 +262,21 @@ int bench_moe(int argc, char **argv) {
         const int n = (int)tokens[ti];
         double best = 1e30;
         size_t bytes = 0;
+        double used_sum = 0, busiest_sum = 0;
         for (long l = 0; l < layers; l++) hm_moe_profile(moe[l], NULL, true);
         for (int pass = 0; pass < 3; pass++) {
             uint64_t t0 = hm_time_ns();
             bytes = 0;
             for (long l = 0; l < layers; l++) {
                 uint64_t rs = (uint64_t)(l * 7919 + pass * 104729 + n);
-                uint8_t *used = calloc((size_t)E, 1);
-                for (int t = 0; t < n; t++)
-                    for (int j = 0; j < K; j++) {
-                        int e;
-                        bool dup;
-                        do {
-                            e = (int)(hm_rng_next(&rs) % (uint64_t)E);
-                            dup = false;
-                            for (int q = 0; q < j; q++) dup |= ids[t * K + q] == e;
-                        } while (dup);
-                        ids[t * K + j] = e;
-                        w[t * K + j] = 1.0f / (float)K;
-                        used[e] = 1;
-                    }
-                for (int e = 0; e < E; e++) bytes += used[e] ? 2 * mat_gu + mat_d : 0;
-                free(used);
+                route(&rs, cdf, count, E, K, n, skew, ids, w);
+                int used = 0, busiest = 0;
+                for (int e = 0; e < E; e++) {
+                    bytes += count[e] ? 2 * mat_gu + mat_d : 0;
+                    used += count[e] > 0;
+                    busiest = count[e] > busiest ? count[e] : busiest;
+                }
+                used_sum += used, busiest_sum += busiest;
                 if (hm_moe_submit(moe[l], x, HM_MOE_F32, ids, w, n, K, out, HM_MOE_F32, false)) {
                     fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
                     rc = 1;
@@ -242,6 +292,10 @@ int bench_moe(int argc, char **argv) {
         const double ops2 = 2.0 * 3.0 * (double)H * (double)I * (double)n * K * (double)layers;
         printf("%7d %12.1f %12.2f %12.1f %10.1f %8.1f%% %10.2f\n", n, best / (double)layers * 1e6,
                best * 1e3, (double)n / best, gbs, 100.0 * gbs / bw.median_gbs, ops2 / best * 1e-12);
+        if (skew > 0 && n > 4)
+            printf("        routing (skew %.2f): %.1f of %d experts used, busiest %.1f tokens\n",
+                   skew, used_sum / (3.0 * (double)layers), E,
+                   busiest_sum / (3.0 * (double)layers));
         double ph[HM_MOE_PROF_N] = {0}, one[HM_MOE_PROF_N];
         for (long l = 0; l < layers; l++) {
             hm_moe_profile(moe[l], one, true);
@@ -255,7 +309,7 @@ int bench_moe(int argc, char **argv) {
                    ph[HM_MOE_PROF_DOWN] * 1e3);
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
-    free(moe), free(ex), free(x), free(out), free(ids), free(w);
+    free(moe), free(ex), free(x), free(out), free(ids), free(w), free(cdf), free(count);
     hm_large_free(&wbuf);
     hm_poolset_free(set);
     hm_pool_free(pool);

@@ -23,6 +23,8 @@ int bench_e2e(int argc, char **argv);
 bool cli_parse_size(const char *s, size_t *out);
 /* Parses a decimal int in [lo, hi]. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
+/* strtod of all of s into [lo, hi] */
+bool cli_parse_double(const char *s, double lo, double hi, double *out);
 /* Parses "1 2 3" or "1,2,3" into a malloc'd array (n >= 1). false on anything else. */
 #include <stdint.h>
 bool cli_parse_ids(const char *s, int32_t **ids, int *n);

@@ -55,6 +55,16 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
+bool cli_parse_double(const char *s, double lo, double hi, double *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || errno || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
 int cli_parse_list(const char *s, long *out, int max) {
     int n = 0;
     while (s && *s && n < max) {
