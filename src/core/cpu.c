@@ -484,6 +484,17 @@ static uint64_t parse_cache_size(const char *s) {
     return v;
 }
 
+uint64_t hm_mem_anon_huge_bytes(void) {
+    static char buf[4096];
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    const uint64_t v = read_small_file("/proc/self/smaps_rollup", buf, sizeof buf)
+                           ? meminfo_value(buf, "AnonHugePages")
+                           : 0;
+    pthread_mutex_unlock(&mu);
+    return v;
+}
+
 hm_status hm_mem_info_get(hm_mem_info *m) {
     memset(m, 0, sizeof *m);
     static char buf[16384];

@@ -105,6 +105,10 @@ typedef struct hm_mem_info {
 
 hm_status hm_mem_info_get(hm_mem_info *out);
 
+/* Bytes of this process's anonymous memory backed by transparent huge pages (AnonHugePages of
+ * /proc/self/smaps_rollup); 0 when unknown. */
+uint64_t hm_mem_anon_huge_bytes(void);
+
 /* Pins the calling thread to one logical CPU. */
 hm_status hm_thread_pin(int cpu);
 
