@@ -1,6 +1,7 @@
 /* test_kernels.c - every compiled kernel variant this CPU runs equals the plain-C reference on
  * random valid blocks: odd row counts, odd block counts, rows at 2-byte (not vector) alignment,
  * 1-4 tokens; and the reference dot products equal a float64 dot of the dequantized values. */
+#include <float.h>
 #include <math.h>
 
 #include "cpu/matvec.h"
@@ -470,6 +471,42 @@ static void test_silu(void) {
     }
 }
 
+/* row maxima (exact: every variant equals the plain loop, NaNs skipped, -FLT_MAX floor) and
+ * scaling (one multiply each: exact) of every variant, for lengths around the vector widths */
+static void test_max_scale(void) {
+    const hm_cpu_features *f = hm_cpu_features_get();
+    enum { N = 300 };
+    float x[N + 1], y[N + 1];
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        CHECK_MSG(ops->max_f32 && ops->scale_f32, "%s has no max_f32 / scale_f32", ops->name);
+        if (!ops->max_f32 || !ops->scale_f32) continue;
+        for (int rep = 0; rep < 60; rep++) {
+            const int n = rep < 40 ? rep : N - rep;
+            for (int i = 0; i <= n; i++) x[i] = (float)((i * 53 + rep * 17) % 997 - 600) * 0.37f;
+            if (n > 0 && rep % 5 == 1) x[n - 1] = 5000.0f; /* the max in the tail */
+            if (n > 3 && rep % 5 == 2) x[2] = NAN;         /* skipped */
+            if (n > 0 && rep % 5 == 3)                     /* all -inf: -FLT_MAX */
+                for (int i = 0; i < n; i++) x[i] = -INFINITY;
+            x[n] = 1e30f; /* past the end: must not be read as part of the row */
+            float want = -FLT_MAX;
+            for (int i = 0; i < n; i++) want = x[i] > want ? x[i] : want;
+            const float got = ops->max_f32(n, x);
+            CHECK_MSG(memcmp(&got, &want, sizeof got) == 0, "%s max_f32 n=%d: %.9g, want %.9g",
+                      ops->name, n, got, want);
+            memcpy(y, x, sizeof(float) * (size_t)(n + 1));
+            ops->scale_f32(n, 0.3f, y);
+            int bad = y[n] != x[n];
+            for (int i = 0; i < n; i++) {
+                const float w = x[i] * 0.3f;
+                bad += memcmp(&y[i], &w, sizeof w) != 0 && !(isnan(y[i]) && isnan(w));
+            }
+            CHECK_MSG(bad == 0, "%s scale_f32 n=%d: %d values off", ops->name, n, bad);
+        }
+    }
+}
+
 /* attention block kernels of every variant against plain double sums */
 static void test_attn_blocks(void) {
     const hm_cpu_features *f = hm_cpu_features_get();
@@ -519,6 +556,7 @@ static void test_attn_blocks(void) {
 int main(void) {
     test_axpy();
     test_silu();
+    test_max_scale();
     test_fp8_codes_all_variants();
     test_dot_n(HM_TYPE_FP8_B128, 128);
     test_dot_n(HM_TYPE_FP8_B128, 2048);

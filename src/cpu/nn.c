@@ -323,11 +323,10 @@ static const float *v_block(const hm_nn_attn *a, const void *head, size_t p0, in
     return tmp;
 }
 
-/* per thread: scores [ATTN_QROWS][max_ctx + 16], q rows and outputs [ATTN_QROWS][hd] each,
- * a K block and a V block [16][hd] each */
+/* per thread: scores [ATTN_QROWS][max_ctx + 16], a K block and a V block [16][hd] each */
 static size_t per_thread_floats(int group, int max_ctx, int hd) {
     const int rows = group > ATTN_QROWS ? group : ATTN_QROWS;
-    const size_t f = (size_t)rows * ((size_t)max_ctx + 16) + (size_t)(2 * rows + 32) * (size_t)hd;
+    const size_t f = (size_t)rows * ((size_t)max_ctx + 16) + (size_t)32 * (size_t)hd;
     return (f + 15) & ~(size_t)15;
 }
 
@@ -352,6 +351,8 @@ typedef struct attn_job {
     void (*pv)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
                size_t o_stride);
     float (*expsum)(int64_t n, float *x, float m);
+    float (*max)(int64_t n, const float *x);
+    void (*scale)(int64_t n, float a, float *x);
 } attn_job;
 
 /* The block of consecutive tokens starting at t0 that share t0's sequence (cache), at most tb. */
@@ -361,35 +362,44 @@ static int token_block_end(const hm_nn_attn *a, int t0, int tb) {
     return t1;
 }
 
-/* nq query rows (q, rows of hd) against positions [p0, p0 + len) of one kv head (p0 a multiple
- * of 16); row i belongs to token i / group and sees the positions up to pos[i / group] of them.
- * Scores go to S (row stride ss);
- * with `norm` the rows are normalised and o = softmax . V, else o is unnormalised and the row max
- * and sum go to mz[2 * i], mz[2 * i + 1]. */
-static void attn_span(const attn_job *j, const float *q, int nq, int group, const int32_t *pos,
-                      const void *kh, const void *vh, int p0, int len, float *S, size_t ss,
-                      float *kt, float *vb, float *o, size_t o_stride, bool norm, float *mz) {
+/* The query rows of nt consecutive tokens (group rows of hd each, contiguous per token; token i
+ * at q + i * q_ts) against positions [p0, p0 + len) of one kv head (p0 a multiple of 16); token i
+ * sees the positions up to pos[i] of them. Scores go to S (row stride ss, row r = i * group + g);
+ * with `norm` the rows are normalised and o = softmax . V (token i's rows at o + i * o_ts, rows
+ * hd apart), else o is unnormalised and row r's max and sum go to mz[2 * r], mz[2 * r + 1]. */
+static void attn_span(const attn_job *j, const float *q, size_t q_ts, int nt, int group,
+                      const int32_t *pos, const void *kh, const void *vh, int p0, int len, float *S,
+                      size_t ss, float *kt, float *vb, float *o, size_t o_ts, bool norm,
+                      float *mz) {
     const hm_nn_attn *a = j->a;
     const int hd = a->head_dim, padded = (len + 15) & ~15;
-    for (int b = 0; b < padded; b += 16)
-        j->qk(q, nq, hd, k_block(a, kh, (size_t)(p0 + b) / 16, kt), a->scale, S + b, ss);
-    for (int i = 0; i < nq; i++) {
-        const int e = pos[i / group] + 1 < p0 + len ? pos[i / group] + 1 : p0 + len, n = e - p0;
-        float *si = S + (size_t)i * ss, m = -FLT_MAX;
-        for (int p = 0; p < n; p++) m = si[p] > m ? si[p] : m;
-        const float z = n > 0 ? j->expsum(n, si, m) : 0.0f;
-        if (norm) {
-            const float inv = z > 0 ? 1.0f / z : 0.0f;
-            for (int p = 0; p < n; p++) si[p] *= inv;
-        } else {
-            mz[2 * i] = m, mz[2 * i + 1] = z;
+    const size_t tok_rows = (size_t)group * ss; /* S floats per token */
+    for (int b = 0; b < padded; b += 16) {
+        const float *kb = k_block(a, kh, (size_t)(p0 + b) / 16, kt);
+        for (int i = 0; i < nt; i++)
+            j->qk(q + (size_t)i * q_ts, group, hd, kb, a->scale, S + (size_t)i * tok_rows + b, ss);
+    }
+    for (int i = 0; i < nt; i++) {
+        const int e = pos[i] + 1 < p0 + len ? pos[i] + 1 : p0 + len, n = e > p0 ? e - p0 : 0;
+        for (int g = 0; g < group; g++) {
+            const int r = i * group + g;
+            float *si = S + (size_t)r * ss;
+            const float m = j->max(n, si);
+            const float z = n > 0 ? j->expsum(n, si, m) : 0.0f;
+            if (norm)
+                j->scale(n, z > 0 ? 1.0f / z : 0.0f, si);
+            else
+                mz[2 * r] = m, mz[2 * r + 1] = z;
+            memset(si + n, 0, sizeof(float) * (size_t)(padded - n));
+            memset(o + (size_t)i * o_ts + (size_t)g * hd, 0, (size_t)hd * sizeof(float));
         }
-        for (int p = n > 0 ? n : 0; p < padded; p++) si[p] = 0.0f;
-        memset(o + (size_t)i * o_stride, 0, (size_t)hd * sizeof(float));
     }
     for (int b = 0; b < padded; b += 16) {
         const int nk = len - b < 16 ? len - b : 16;
-        j->pv(S + b, ss, nq, v_block(a, vh, (size_t)(p0 + b), nk, vb), hd, o, o_stride);
+        const float *vblk = v_block(a, vh, (size_t)(p0 + b), nk, vb);
+        for (int i = 0; i < nt; i++)
+            j->pv(S + (size_t)i * tok_rows + b, ss, group, vblk, hd, o + (size_t)i * o_ts,
+                  (size_t)hd);
     }
 }
 
@@ -399,28 +409,19 @@ static void attn_blocked(const attn_job *j, int ith, int nth, float *scr) {
     const int tb = ATTN_QROWS / group > 0 ? ATTN_QROWS / group : 1;
     const size_t ss = (size_t)a->max_ctx + 16; /* score row stride */
     const int rows = group > ATTN_QROWS ? group : ATTN_QROWS;
-    float *S = scr, *qb = S + (size_t)rows * ss, *ob = qb + (size_t)rows * hd;
-    float *kt = ob + (size_t)rows * hd, *vb = kt + (size_t)16 * hd;
+    float *S = scr, *kt = S + (size_t)rows * ss, *vb = kt + (size_t)16 * hd;
     int u = 0; /* units: (token block, kv head), enumerated identically by every thread */
     for (int t0 = 0; t0 < a->n_tok;) {
         const int t1 = token_block_end(a, t0, tb);
         for (int kvh = 0; kvh < a->n_kv_heads; kvh++, u++) {
             if (u % nth != ith) continue;
-            const int nq = (t1 - t0) * group;
             int maxnp = 0;
-            for (int t = t0; t < t1; t++) {
-                maxnp = a->pos[t] + 1 > maxnp ? a->pos[t] + 1 : maxnp;
-                memcpy(qb + (size_t)(t - t0) * group * hd,
-                       a->q + (size_t)t * a->q_stride + (size_t)kvh * group * hd,
-                       (size_t)group * hd * sizeof(float));
-            }
-            attn_span(j, qb, nq, group, a->pos + t0,
-                      kv_at(a, a->kv[t0].k, (size_t)kvh * a->kv_head_stride),
+            for (int t = t0; t < t1; t++) maxnp = a->pos[t] + 1 > maxnp ? a->pos[t] + 1 : maxnp;
+            const size_t hoff = (size_t)kvh * group * hd;
+            attn_span(j, a->q + (size_t)t0 * a->q_stride + hoff, a->q_stride, t1 - t0, group,
+                      a->pos + t0, kv_at(a, a->kv[t0].k, (size_t)kvh * a->kv_head_stride),
                       kv_at(a, a->kv[t0].v, (size_t)kvh * a->kv_head_stride), 0, maxnp, S, ss, kt,
-                      vb, ob, (size_t)hd, true, NULL);
-            for (int t = t0; t < t1; t++)
-                memcpy(a->out + (size_t)t * a->out_stride + (size_t)kvh * group * hd,
-                       ob + (size_t)(t - t0) * group * hd, (size_t)group * hd * sizeof(float));
+                      vb, a->out + (size_t)t0 * a->out_stride + hoff, a->out_stride, true, NULL);
         }
         t0 = t1;
     }
@@ -438,7 +439,7 @@ static void attn_task(int ith, int nth, void *arg) {
     }
     const int rows = group > ATTN_QROWS ? group : ATTN_QROWS;
     const size_t ss = (size_t)a->max_ctx + 16;
-    float *kt = sc + (size_t)rows * ss + (size_t)2 * rows * hd, *vb = kt + (size_t)16 * hd;
+    float *kt = sc + (size_t)rows * ss, *vb = kt + (size_t)16 * hd;
     const int units = a->n_tok * a->n_kv_heads * C;
     for (int u = ith; u < units; u += nth) {
         const int t = u / (a->n_kv_heads * C), kvh = (u / C) % a->n_kv_heads, ch = u % C;
@@ -448,7 +449,7 @@ static void attn_task(int ith, int nth, void *arg) {
         const float *q = a->q + (size_t)t * a->q_stride + (size_t)kvh * group * hd;
         float *part = C > 1 ? j->parts + (size_t)u * pf : NULL;
         float *o0 = part ? part : a->out + (size_t)t * a->out_stride + (size_t)kvh * group * hd;
-        attn_span(j, q, group, group, a->pos + t,
+        attn_span(j, q, 0, 1, group, a->pos + t,
                   kv_at(a, a->kv[t].k, (size_t)kvh * a->kv_head_stride),
                   kv_at(a, a->kv[t].v, (size_t)kvh * a->kv_head_stride), p0, p1 > p0 ? p1 - p0 : 0,
                   sc, (size_t)(p1e - p0), kt, vb, o0, (size_t)hd, !part,
@@ -493,7 +494,9 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
                   .blocked = a->n_tok >= ATTN_BLOCK_MIN_TOKENS,
                   .qk = blocks ? ops->qk_block16 : hm_ops_ref.qk_block16,
                   .pv = blocks ? ops->pv_block16 : hm_ops_ref.pv_block16,
-                  .expsum = ops->expsum_f32 ? ops->expsum_f32 : hm_ops_ref.expsum_f32};
+                  .expsum = ops->expsum_f32 ? ops->expsum_f32 : hm_ops_ref.expsum_f32,
+                  .max = ops->max_f32 ? ops->max_f32 : hm_ops_ref.max_f32,
+                  .scale = ops->scale_f32 ? ops->scale_f32 : hm_ops_ref.scale_f32};
     const int base = a->n_tok * a->n_kv_heads;
     int min_np = a->max_ctx;
     for (int t = 0; t < a->n_tok; t++) min_np = a->pos[t] + 1 < min_np ? a->pos[t] + 1 : min_np;

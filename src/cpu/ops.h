@@ -46,6 +46,11 @@ typedef struct hm_cpu_ops {
     /* x[i] = e^(x[i] - m) for i < n, returning their sum (softmax numerators; m is the row's
      * max, so every argument is <= 0); same polynomial exp as silu_mul_f32 */
     float (*expsum_f32)(int64_t n, float *x, float m);
+    /* max of x[0..n) and -FLT_MAX, NaNs skipped (softmax row maxima; exact, so every variant
+     * returns the same value) */
+    float (*max_f32)(int64_t n, const float *x);
+    /* x[i] *= a for i < n */
+    void (*scale_f32)(int64_t n, float a, float *x);
     /* int8 matmul for more than 4 tokens over the packed activations (the contract of
      * hm_amx_matmul / hm_amx_matmul_packed below): AMX tiles, or AVX-512 VNNI; NULL elsewhere.
      * Ask hm_i8_matmul_ok before use (the avx512 table also serves CPUs without VNNI). */

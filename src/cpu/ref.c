@@ -1,5 +1,6 @@
 /* ref.c - plain-C reference kernels: the oracle for every ISA variant. Integer-domain dot products
  * follow the block formats exactly (src/quant/blocks.h); float formats accumulate in double. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -237,6 +238,16 @@ static float expsum_f32_ref(int64_t n, float *x, float m) {
     return z;
 }
 
+static float max_f32_ref(int64_t n, const float *x) {
+    float m = -FLT_MAX;
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+static void scale_f32_ref(int64_t n, float a, float *x) {
+    for (int64_t i = 0; i < n; i++) x[i] *= a;
+}
+
 static void qk_block16_ref(const float *q, int nq, int hd, const float *kt, float scale, float *s,
                            size_t s_stride) {
     for (int i = 0; i < nq; i++) {
@@ -260,6 +271,8 @@ const hm_cpu_ops hm_ops_ref = {
     .axpy_f32 = axpy_f32_ref,
     .silu_mul_f32 = silu_mul_f32_ref,
     .expsum_f32 = expsum_f32_ref,
+    .max_f32 = max_f32_ref,
+    .scale_f32 = scale_f32_ref,
     .qk_block16 = qk_block16_ref,
     .pv_block16 = pv_block16_ref,
     .isa = HM_ISA_REF,

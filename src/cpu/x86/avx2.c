@@ -39,6 +39,8 @@ const hm_cpu_ops hm_ops_avx2 = {
     .axpy_f32 = hm_axpy_f32_avx2,
     .silu_mul_f32 = hm_silu_mul_f32_avx2,
     .expsum_f32 = hm_expsum_f32_avx2,
+    .max_f32 = hm_max_f32_avx2,
+    .scale_f32 = hm_scale_f32_avx2,
     .qk_block16 = hm_qk_block16_avx2,
     .pv_block16 = hm_pv_block16_avx2,
 };

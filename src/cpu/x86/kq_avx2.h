@@ -3,6 +3,7 @@
 #ifndef HM_CPU_X86_KQ_AVX2_H
 #define HM_CPU_X86_KQ_AVX2_H
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -700,6 +701,27 @@ static inline float hm_expsum_f32_avx2(int64_t n, float *x, float m) {
     float z = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
     for (; i < n; i++) z += (x[i] = expf(x[i] - m));
     return z;
+}
+
+/* max of x[0..n) and -FLT_MAX, NaNs skipped (max_ps returns its second operand when the first
+ * is NaN) */
+static inline float hm_max_f32_avx2(int64_t n, const float *x) {
+    __m256 m = _mm256_set1_ps(-FLT_MAX);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    _Alignas(32) float t[8];
+    _mm256_store_ps(t, m);
+    float r = -FLT_MAX;
+    for (int j = 0; j < 8; j++) r = t[j] > r ? t[j] : r;
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
+static inline void hm_scale_f32_avx2(int64_t n, float a, float *x) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), va));
+    for (; i < n; i++) x[i] *= a;
 }
 
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */

@@ -641,6 +641,25 @@ static inline float hm_expsum_f32_avx512(int64_t n, float *x, float m) {
     return _mm512_reduce_add_ps(sum);
 }
 
+/* max of x[0..n) and -FLT_MAX, NaNs skipped (max_ps returns its second operand when the first
+ * is NaN) */
+static inline float hm_max_f32_avx512(int64_t n, const float *x) {
+    __m512 m = _mm512_set1_ps(-FLT_MAX);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, x + i), m);
+    }
+    return _mm512_reduce_max_ps(m);
+}
+
+static inline void hm_scale_f32_avx512(int64_t n, float a, float *x) {
+    const __m512 va = _mm512_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), va));
+    }
+}
+
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
 #define HM_VEC_DOTS_AVX512                                                                         \
     [HM_TYPE_F32] = hm_dot_f32_f32_avx512, [HM_TYPE_F16] = hm_dot_f16_f32_avx512,                  \
