@@ -353,6 +353,8 @@ typedef struct attn_job {
     float (*expsum)(int64_t n, float *x, float m);
     float (*max)(int64_t n, const float *x);
     void (*scale)(int64_t n, float a, float *x);
+    int units;       /* blocked: (kv head, token block) units */
+    atomic_int next; /* blocked: claims so far */
 } attn_job;
 
 /* The block of consecutive tokens starting at t0 that share t0's sequence (cache), at most tb. */
@@ -403,38 +405,38 @@ static void attn_span(const attn_job *j, const float *q, size_t q_ts, int nt, in
     }
 }
 
-static void attn_blocked(const attn_job *j, int ith, int nth, float *scr) {
+static void attn_blocked(attn_job *j, float *scr) {
     const hm_nn_attn *a = j->a;
     const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
     const int tb = ATTN_QROWS / group > 0 ? ATTN_QROWS / group : 1;
     const size_t ss = (size_t)a->max_ctx + 16; /* score row stride */
     const int rows = group > ATTN_QROWS ? group : ATTN_QROWS;
     float *S = scr, *kt = S + (size_t)rows * ss, *vb = kt + (size_t)16 * hd;
-    int u = 0; /* units: (token block, kv head), enumerated identically by every thread */
-    for (int t0 = 0; t0 < a->n_tok;) {
-        const int t1 = token_block_end(a, t0, tb);
-        for (int kvh = 0; kvh < a->n_kv_heads; kvh++, u++) {
-            if (u % nth != ith) continue;
-            int maxnp = 0;
-            for (int t = t0; t < t1; t++) maxnp = a->pos[t] + 1 > maxnp ? a->pos[t] + 1 : maxnp;
-            const size_t hoff = (size_t)kvh * group * hd;
-            attn_span(j, a->q + (size_t)t0 * a->q_stride + hoff, a->q_stride, t1 - t0, group,
-                      a->pos + t0, kv_at(a, a->kv[t0].k, (size_t)kvh * a->kv_head_stride),
-                      kv_at(a, a->kv[t0].v, (size_t)kvh * a->kv_head_stride), 0, maxnp, S, ss, kt,
-                      vb, a->out + (size_t)t0 * a->out_stride + hoff, a->out_stride, true, NULL);
-        }
-        t0 = t1;
+    /* units: (kv head, token block), claimed one at a time: a head's blocks together (its K and
+     * V stay in the caches of the cores working on it), the last blocks (the longest rows) first
+     * so that cheap early blocks fill the gaps at the end */
+    for (int c; (c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->units;) {
+        const int nb = j->units / a->n_kv_heads, kvh = c / nb, bi = nb - 1 - c % nb;
+        int t0 = 0, t1 = token_block_end(a, 0, tb);
+        for (int b = 0; b < bi; b++) t0 = t1, t1 = token_block_end(a, t0, tb);
+        int maxnp = 0;
+        for (int t = t0; t < t1; t++) maxnp = a->pos[t] + 1 > maxnp ? a->pos[t] + 1 : maxnp;
+        const size_t hoff = (size_t)kvh * group * hd;
+        attn_span(j, a->q + (size_t)t0 * a->q_stride + hoff, a->q_stride, t1 - t0, group,
+                  a->pos + t0, kv_at(a, a->kv[t0].k, (size_t)kvh * a->kv_head_stride),
+                  kv_at(a, a->kv[t0].v, (size_t)kvh * a->kv_head_stride), 0, maxnp, S, ss, kt, vb,
+                  a->out + (size_t)t0 * a->out_stride + hoff, a->out_stride, true, NULL);
     }
 }
 
 static void attn_task(int ith, int nth, void *arg) {
-    const attn_job *j = arg;
+    attn_job *j = arg;
     const hm_nn_attn *a = j->a;
     const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, C = j->chunks;
     const size_t pf = part_floats(group, hd);
     float *sc = a->scratch + (size_t)ith * per_thread_floats(group, a->max_ctx, hd);
     if (j->blocked) {
-        attn_blocked(j, ith, nth, sc);
+        attn_blocked(j, sc);
         return;
     }
     const int rows = group > ATTN_QROWS ? group : ATTN_QROWS;
@@ -507,6 +509,11 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
                min_np / (j.chunks * 2) >= ATTN_MIN_CHUNK)
             j.chunks *= 2;
     const int group = a->n_heads / a->n_kv_heads;
+    atomic_init(&j.next, 0);
+    if (j.blocked) {
+        const int tb = ATTN_QROWS / group > 0 ? ATTN_QROWS / group : 1;
+        for (int t0 = 0; t0 < a->n_tok; t0 = token_block_end(a, t0, tb)) j.units += a->n_kv_heads;
+    }
     j.parts = a->scratch + (size_t)nth * per_thread_floats(group, a->max_ctx, a->head_dim);
     hm_pool_run(pool, attn_task, &j);
 }
