@@ -103,7 +103,7 @@ static void test_dot_n(uint32_t type, int64_t cols) {
     CHECK(hm_type_row_bytes(type, (uint64_t)cols, &rb));
     /* a row that is not vector aligned, as far as the block's scale allows (FP8_B128's is a float)
      */
-    const size_t off = type == HM_TYPE_FP8_B128 ? 4 : 2;
+    const size_t off = type == HM_TYPE_FP8_B128 || type == HM_TYPE_F32 ? 4 : 2;
     uint8_t *w = malloc(rb + off);
     CHECK_OK(hm_synth_fill(type, w + off, (uint64_t)cols, 0.0f, 0.05f, 7 + (uint64_t)cols));
     const size_t xb = hm_act_bytes(type, cols);
@@ -124,8 +124,10 @@ static void test_dot_n(uint32_t type, int64_t cols) {
         const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
         if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
         const hm_vec_dot_n_fn dotn = hm_vec_dot_n_for(ops, type);
-        if (isa >= HM_ISA_AVX2 &&
-            (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0 || type == HM_TYPE_FP8_B128))
+        const bool fl = type == HM_TYPE_F32 || type == HM_TYPE_BF16 || type == HM_TYPE_F16;
+        if ((isa >= HM_ISA_AVX2 &&
+             (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0 || type == HM_TYPE_FP8_B128)) ||
+            (isa >= HM_ISA_AVX512 && fl))
             CHECK_MSG(dotn != NULL, "%s has no multi-token %s kernel", ops->name,
                       hm_type_name(type));
         if (!dotn) continue;
@@ -560,6 +562,13 @@ int main(void) {
     test_fp8_codes_all_variants();
     test_dot_n(HM_TYPE_FP8_B128, 128);
     test_dot_n(HM_TYPE_FP8_B128, 2048);
+    /* float weights: 64-element steps, 16-element steps and a masked tail */
+    const int64_t float_cols[] = {2048, 100, 7, 16, 65};
+    for (size_t i = 0; i < sizeof float_cols / sizeof float_cols[0]; i++) {
+        test_dot_n(HM_TYPE_F32, float_cols[i]);
+        test_dot_n(HM_TYPE_BF16, float_cols[i]);
+        test_dot_n(HM_TYPE_F16, float_cols[i]);
+    }
     for (int ty = 0; ty < 2; ty++) {
         const uint32_t t = ty ? HM_TYPE_F16 : HM_TYPE_BF16;
         test_amx_bf16(t, 45, 96, 5);

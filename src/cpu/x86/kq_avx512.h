@@ -451,69 +451,74 @@ hm_fp8_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int n
 
 HM_DOT_ENTRIES(fp8_b128_f32_avx512, hm_fp8_rows_avx512)
 
-static inline float hm_dot_bf16_f32_avx512(int64_t n, const void *vw, const void *vx) {
-    const uint16_t *w = vw;
-    const float *x = vx;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-#define BF(k)                                                                                      \
-    _mm512_castsi512_ps(_mm512_slli_epi32(                                                         \
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + i + k))), 16))
-    for (; i + 64 <= n; i += 64) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        a0 = _mm512_fmadd_ps(BF(0), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(BF(16), _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(BF(32), _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(BF(48), _mm512_loadu_ps(x + i + 48), a3);
+/* Float weights (F32, BF16, F16) against float activations, one row and NT (1-4) activation
+ * rows: four accumulators per activation row over 64-element steps, then 16-element steps into
+ * the first and a masked tail into the second; each weight vector is loaded and converted once
+ * for all NT. One template for every NT, so a row's result does not depend on NT. */
+#define HM_FLOAT_ROWS_AVX512(NAME, WT, LOADW, MLOADW)                                              \
+    static inline __attribute__((always_inline)) void NAME(                                        \
+        int64_t n, const void *vw, const void *const *vx, int nt, float *out) {                    \
+        const WT *w = vw;                                                                          \
+        const float *x[4];                                                                         \
+        __m512 a[4][4];                                                                            \
+        for (int t = 0; t < nt; t++) {                                                             \
+            x[t] = vx[t];                                                                          \
+            a[t][0] = a[t][1] = a[t][2] = a[t][3] = _mm512_setzero_ps();                           \
+        }                                                                                          \
+        int64_t i = 0;                                                                             \
+        for (; i + 64 <= n; i += 64) {                                                             \
+            _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);                  \
+            _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);             \
+            const __m512 w0 = LOADW(w + i), w1 = LOADW(w + i + 16), w2 = LOADW(w + i + 32),        \
+                         w3 = LOADW(w + i + 48);                                                   \
+            for (int t = 0; t < nt; t++) {                                                         \
+                a[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[t] + i), a[t][0]);                 \
+                a[t][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x[t] + i + 16), a[t][1]);            \
+                a[t][2] = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x[t] + i + 32), a[t][2]);            \
+                a[t][3] = _mm512_fmadd_ps(w3, _mm512_loadu_ps(x[t] + i + 48), a[t][3]);            \
+            }                                                                                      \
+        }                                                                                          \
+        for (; i + 16 <= n; i += 16) {                                                             \
+            const __m512 w0 = LOADW(w + i);                                                        \
+            for (int t = 0; t < nt; t++)                                                           \
+                a[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[t] + i), a[t][0]);                 \
+        }                                                                                          \
+        if (i < n) {                                                                               \
+            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                                  \
+            const __m512 w0 = MLOADW(m, w + i);                                                    \
+            for (int t = 0; t < nt; t++)                                                           \
+                a[t][1] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x[t] + i), a[t][1]);        \
+        }                                                                                          \
+        for (int t = 0; t < nt; t++)                                                               \
+            out[t] = _mm512_reduce_add_ps(                                                         \
+                _mm512_add_ps(_mm512_add_ps(a[t][0], a[t][1]), _mm512_add_ps(a[t][2], a[t][3])));  \
     }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(BF(0), _mm512_loadu_ps(x + i), a0);
-#undef BF
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    if (i < n) s += hm_dot_bf16_f32_avx2(n - i, w + i, x + i);
-    return s;
-}
 
-static inline float hm_dot_f32_f32_avx512(int64_t n, const void *vw, const void *vx) {
-    const float *w = vw, *x = vx;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_maskz_loadu_ps(m, x + i), a1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
+#define HM_LOADW_F32(p)     _mm512_loadu_ps(p)
+#define HM_MLOADW_F32(m, p) _mm512_maskz_loadu_ps(m, p)
+#define HM_LOADW_BF16(p)                                                                           \
+    _mm512_castsi512_ps(                                                                           \
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define HM_MLOADW_BF16(m, p)                                                                       \
+    _mm512_castsi512_ps(                                                                           \
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16))
+#define HM_LOADW_F16(p)     _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define HM_MLOADW_F16(m, p) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p))
 
-static inline float hm_dot_f16_f32_avx512(int64_t n, const void *vw, const void *vx) {
-    const uint16_t *w = vw;
-    const float *x = vx;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-#define HF(k) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i + k)))
-    for (; i + 64 <= n; i += 64) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        a0 = _mm512_fmadd_ps(HF(0), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(HF(16), _mm512_loadu_ps(x + i + 16), a1);
-        a2 = _mm512_fmadd_ps(HF(32), _mm512_loadu_ps(x + i + 32), a2);
-        a3 = _mm512_fmadd_ps(HF(48), _mm512_loadu_ps(x + i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(HF(0), _mm512_loadu_ps(x + i), a0);
-#undef HF
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    if (i < n) s += hm_dot_f16_f32_avx2(n - i, w + i, x + i);
-    return s;
-}
+HM_FLOAT_ROWS_AVX512(hm_f32_rows_avx512, float, HM_LOADW_F32, HM_MLOADW_F32)
+HM_FLOAT_ROWS_AVX512(hm_bf16_rows_avx512, uint16_t, HM_LOADW_BF16, HM_MLOADW_BF16)
+HM_FLOAT_ROWS_AVX512(hm_f16_rows_avx512, uint16_t, HM_LOADW_F16, HM_MLOADW_F16)
+#undef HM_FLOAT_ROWS_AVX512
+#undef HM_LOADW_F32
+#undef HM_MLOADW_F32
+#undef HM_LOADW_BF16
+#undef HM_MLOADW_BF16
+#undef HM_LOADW_F16
+#undef HM_MLOADW_F16
+
+HM_DOT_ENTRIES(f32_f32_avx512, hm_f32_rows_avx512)
+HM_DOT_ENTRIES(bf16_f32_avx512, hm_bf16_rows_avx512)
+HM_DOT_ENTRIES(f16_f32_avx512, hm_f16_rows_avx512)
 
 /* y += a * x */
 static inline void hm_axpy_f32_avx512(int64_t n, float a, const float *x, float *y) {
@@ -673,6 +678,7 @@ static inline void hm_scale_f32_avx512(int64_t n, float a, float *x) {
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX-512 kernels */
 #define HM_VEC_DOTNS_AVX512                                                                        \
     [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx512, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx512,          \
-    [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx512
+    [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx512, [HM_TYPE_F32] = hm_dotn_f32_f32_avx512,      \
+    [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx512, [HM_TYPE_F16] = hm_dotn_f16_f32_avx512
 
 #endif
