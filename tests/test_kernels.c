@@ -509,6 +509,35 @@ static void test_max_scale(void) {
     }
 }
 
+/* RMSNorm of every variant against the reference (the sum of squares is double in both, summed
+ * in other orders: within a few float roundings), with and without weights, in place */
+static void test_rmsnorm(void) {
+    const hm_cpu_features *f = hm_cpu_features_get();
+    enum { N = 2049 };
+    static float x[N], w[N], y[N], r[N];
+    const int64_t ns[] = {1, 7, 8, 31, 32, 33, 128, 2048, 2049};
+    for (int i = 0; i < N; i++)
+        x[i] = (float)((i * 71) % 1999 - 1000) * 0.013f, w[i] = 0.5f + (float)(i % 9) * 0.125f;
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa) || !ops->rmsnorm_f32) continue;
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+            for (int wi = 0; wi < 2; wi++) {
+                const int64_t n = ns[k];
+                hm_ops_ref.rmsnorm_f32(n, x, wi ? w : NULL, r, 1e-6f);
+                ops->rmsnorm_f32(n, x, wi ? w : NULL, y, 1e-6f);
+                int bad = 0;
+                for (int64_t i = 0; i < n; i++) bad += !(fabsf(y[i] - r[i]) <= 3e-7f * fabsf(r[i]));
+                float z[N];
+                memcpy(z, x, sizeof(float) * (size_t)n);
+                ops->rmsnorm_f32(n, z, wi ? w : NULL, z, 1e-6f); /* in place */
+                bad += memcmp(z, y, sizeof(float) * (size_t)n) != 0;
+                CHECK_MSG(bad == 0, "%s rmsnorm n=%lld%s: %d values off", ops->name, (long long)n,
+                          wi ? " (weighted)" : "", bad);
+            }
+    }
+}
+
 /* attention block kernels of every variant against plain double sums */
 static void test_attn_blocks(void) {
     const hm_cpu_features *f = hm_cpu_features_get();
@@ -559,6 +588,7 @@ int main(void) {
     test_axpy();
     test_silu();
     test_max_scale();
+    test_rmsnorm();
     test_fp8_codes_all_variants();
     test_dot_n(HM_TYPE_FP8_B128, 128);
     test_dot_n(HM_TYPE_FP8_B128, 2048);

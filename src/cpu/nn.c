@@ -10,20 +10,9 @@
 #include "quant/fp16.h"
 
 void hm_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
-    /* the sum of squares in double, in 8 independent chains (one chain was bound by the add
-     * latency: ~4 cycles per value) */
-    double acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += (double)x[i + j] * x[i + j];
-    for (; i < n; i++) acc[0] += (double)x[i] * x[i];
-    const double ss =
-        ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    float r = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-    if (w)
-        for (i = 0; i < n; i++) y[i] = x[i] * r * w[i];
-    else
-        for (i = 0; i < n; i++) y[i] = x[i] * r;
+    const hm_cpu_ops *ops;
+    if (hm_cpu_ops_get(&ops) != HM_OK || !ops->rmsnorm_f32) ops = &hm_ops_ref;
+    ops->rmsnorm_f32(n, x, w, y, eps);
 }
 
 void hm_rope_inv_freq(float *inv, int dim, float theta) {

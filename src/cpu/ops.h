@@ -51,6 +51,10 @@ typedef struct hm_cpu_ops {
     float (*max_f32)(int64_t n, const float *x);
     /* x[i] *= a for i < n */
     void (*scale_f32)(int64_t n, float a, float *x);
+    /* RMSNorm: y[i] = x[i] * r * w[i] (w NULL: 1), r = 1 / sqrt(mean(x^2) + eps) with the sum of
+     * squares in double (the variants sum in different orders: equal within double rounding);
+     * y may be x */
+    void (*rmsnorm_f32)(int64_t n, const float *x, const float *w, float *y, float eps);
     /* int8 matmul for more than 4 tokens over the packed activations (the contract of
      * hm_amx_matmul / hm_amx_matmul_packed below): AMX tiles, or AVX-512 VNNI; NULL elsewhere.
      * Ask hm_i8_matmul_ok before use (the avx512 table also serves CPUs without VNNI). */

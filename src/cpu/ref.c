@@ -248,6 +248,23 @@ static void scale_f32_ref(int64_t n, float a, float *x) {
     for (int64_t i = 0; i < n; i++) x[i] *= a;
 }
 
+static void rmsnorm_f32_ref(int64_t n, const float *x, const float *w, float *y, float eps) {
+    /* the sum of squares in double, in 8 independent chains (one chain was bound by the add
+     * latency: ~4 cycles per value) */
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += (double)x[i + j] * x[i + j];
+    for (; i < n; i++) acc[0] += (double)x[i] * x[i];
+    const double ss =
+        ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    const float r = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    if (w)
+        for (i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+    else
+        for (i = 0; i < n; i++) y[i] = x[i] * r;
+}
+
 static void qk_block16_ref(const float *q, int nq, int hd, const float *kt, float scale, float *s,
                            size_t s_stride) {
     for (int i = 0; i < nq; i++) {
@@ -273,6 +290,7 @@ const hm_cpu_ops hm_ops_ref = {
     .expsum_f32 = expsum_f32_ref,
     .max_f32 = max_f32_ref,
     .scale_f32 = scale_f32_ref,
+    .rmsnorm_f32 = rmsnorm_f32_ref,
     .qk_block16 = qk_block16_ref,
     .pv_block16 = pv_block16_ref,
     .isa = HM_ISA_REF,

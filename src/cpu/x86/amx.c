@@ -23,6 +23,7 @@ const hm_cpu_ops hm_ops_amx = {
     .expsum_f32 = hm_expsum_f32_avx512,
     .max_f32 = hm_max_f32_avx512,
     .scale_f32 = hm_scale_f32_avx512,
+    .rmsnorm_f32 = hm_rmsnorm_f32_avx512,
     .i8_matmul = hm_amx_matmul,
     .i8_matmul_packed = hm_amx_matmul_packed,
     .i8_glu_packed = hm_amx_glu_packed,

@@ -18,6 +18,7 @@ const hm_cpu_ops hm_ops_avx512 = {
     .expsum_f32 = hm_expsum_f32_avx512,
     .max_f32 = hm_max_f32_avx512,
     .scale_f32 = hm_scale_f32_avx512,
+    .rmsnorm_f32 = hm_rmsnorm_f32_avx512,
     .i8_matmul = hm_vnni_matmul,
     .i8_matmul_packed = hm_vnni_matmul_packed,
     .qk_block16 = hm_qk_block16_avx512,

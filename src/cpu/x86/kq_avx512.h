@@ -665,6 +665,40 @@ static inline void hm_scale_f32_avx512(int64_t n, float a, float *x) {
     }
 }
 
+/* RMSNorm with the sum of squares in double: 4 chains of 8 doubles, a masked tail */
+static inline void hm_rmsnorm_f32_avx512(int64_t n, const float *x, const float *w, float *y,
+                                         float eps) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 u = _mm512_loadu_ps(x + i), v = _mm512_loadu_ps(x + i + 16);
+        const __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(u)),
+                      d1 = _mm512_cvtps_pd(
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1))),
+                      d2 = _mm512_cvtps_pd(_mm512_castps512_ps256(v)),
+                      d3 = _mm512_cvtps_pd(
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        a0 = _mm512_fmadd_pd(d0, d0, a0);
+        a1 = _mm512_fmadd_pd(d1, d1, a1);
+        a2 = _mm512_fmadd_pd(d2, d2, a2);
+        a3 = _mm512_fmadd_pd(d3, d3, a3);
+    }
+    for (; i < n; i += 8) {
+        const __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
+        const __m512d d = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, x + i));
+        a0 = _mm512_fmadd_pd(d, d, a0);
+    }
+    const double ss =
+        _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+    const __m512 r = _mm512_set1_ps((float)(1.0 / sqrt(ss / (double)n + (double)eps)));
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), r);
+        if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + i));
+        _mm512_mask_storeu_ps(y + i, k, v);
+    }
+}
+
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
 #define HM_VEC_DOTS_AVX512                                                                         \
     [HM_TYPE_F32] = hm_dot_f32_f32_avx512, [HM_TYPE_F16] = hm_dot_f16_f32_avx512,                  \
