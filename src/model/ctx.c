@@ -374,6 +374,7 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
     uint64_t t0 = hm_time_ns();
     hm_ctx_for_tokens(c, n, embed_tok, (void *)tokens);
     hm_ctx_prof(c, HM_PROF_EMBED, &t0);
+    c->xn_ready = false;
     for (uint32_t il = 0; il < hp->n_layers; il++) {
         hm_status st = hm_qwen3moe_block(c, (int)il, n);
         if (st) return st;

@@ -28,6 +28,7 @@ struct hm_ctx {
     /* scratch for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w;
     int32_t *ids, *pos, *seq;
+    bool xn_ready; /* xn holds the next block's attention norm of x (set by the block before) */
     hm_nn_kv *kvv;
     float *attn_scratch;
     void *mm_scratch;

@@ -19,13 +19,6 @@ static void norm_attn(hm_ctx *c, int i, void *arg) {
                c->m->hp.norm_eps);
 }
 
-static void norm_ffn(hm_ctx *c, int i, void *arg) {
-    const hm_layer *L = arg;
-    const size_t H = c->m->hp.hidden;
-    hm_rmsnorm(c->x + (size_t)i * H, L->ffn_norm, c->xn + (size_t)i * H, (int64_t)H,
-               c->m->hp.norm_eps);
-}
-
 typedef struct qk_arg {
     const hm_layer *L;
     int il;
@@ -66,6 +59,16 @@ static void qk_rope_store(hm_ctx *c, int i, void *arg) {
     }
 }
 
+/* x += tmp, then xn = rmsnorm(x) * w (w: arg): the residual add and the next norm in one pass */
+static void add_norm(hm_ctx *c, int i, void *arg) {
+    const float *w = arg;
+    const size_t H = c->m->hp.hidden;
+    float *x = c->x + (size_t)i * H;
+    const float *t = c->tmp + (size_t)i * H;
+    for (size_t d = 0; d < H; d++) x[d] += t[d];
+    hm_rmsnorm(x, w, c->xn + (size_t)i * H, (int64_t)H, c->m->hp.norm_eps);
+}
+
 static void add_tmp(hm_ctx *c, int i, void *arg) {
     (void)arg;
     const size_t H = c->m->hp.hidden;
@@ -101,8 +104,9 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
     const size_t H = hp->hidden;
 
     uint64_t t0 = hm_time_ns();
-    /* attention */
-    hm_ctx_for_tokens(c, n, norm_attn, (void *)L);
+    /* attention (the previous block may have left xn = attn_norm(x) already) */
+    if (!c->xn_ready) hm_ctx_for_tokens(c, n, norm_attn, (void *)L);
+    c->xn_ready = false;
     hm_ctx_prof(c, HM_PROF_NORM, &t0);
     const hm_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
     float *const qkv_y[3] = {c->q, c->k, c->v};
@@ -135,10 +139,9 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
     hm_ctx_prof(c, HM_PROF_ATTN, &t0);
     hm_ctx_matmul(c, &L->wo, c->att, n, c->tmp);
     hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
-    hm_ctx_for_tokens(c, n, add_tmp, NULL);
 
     /* feed-forward */
-    hm_ctx_for_tokens(c, n, norm_ffn, (void *)L);
+    hm_ctx_for_tokens(c, n, add_norm, (void *)L->ffn_norm);
     hm_ctx_prof(c, HM_PROF_NORM, &t0);
     if (L->moe) {
         const int E = (int)hp->n_experts, k = (int)hp->n_experts_used;
@@ -164,7 +167,12 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
         hm_ctx_prof(c, HM_PROF_DENSE, &t0);
     }
     (void)H;
-    hm_ctx_for_tokens(c, n, add_tmp, NULL);
+    if ((uint32_t)il + 1 < hp->n_layers) { /* and the next block's attention norm */
+        hm_ctx_for_tokens(c, n, add_norm, (void *)c->m->layers[il + 1].attn_norm);
+        c->xn_ready = true;
+    } else {
+        hm_ctx_for_tokens(c, n, add_tmp, NULL);
+    }
     hm_ctx_prof(c, HM_PROF_NORM, &t0);
     return HM_OK;
 }
