@@ -130,13 +130,6 @@ typedef struct mm_job {
     atomic_llong next; /* next unclaimed unit */
 } mm_job;
 
-static void rows_of(int64_t rows, int ith, int nth, int64_t align, int64_t *r0, int64_t *r1) {
-    int64_t units = (rows + align - 1) / align;
-    int64_t a = units * ith / nth, b = units * (ith + 1) / nth;
-    *r0 = a * align < rows ? a * align : rows;
-    *r1 = b * align < rows ? b * align : rows;
-}
-
 /* Rows per work unit: 16, fewer when that would leave threads idle (small matrices). */
 static int64_t row_block(int64_t rows, int nth) {
     int64_t rb = MM_ROW_BLOCK;
@@ -159,16 +152,27 @@ static void mm_task(int ith, int nth, void *arg) {
         else
             hm_amx_pack_act(w->type, j->x, j->xs, NULL, j->n, w->cols, scr, g0, g1);
         hm_pool_barrier(j->pool);
-        int64_t r0, r1;
-        rows_of(w->rows, ith, nth, 32, &r0, &r1);
-        if (r0 >= r1) return;
+        /* the matrices' 32-row units concatenated, split evenly over the threads (the packed
+         * activations serve every matrix) */
+        int64_t units = 0;
+        for (int m = 0; m < j->nw; m++) units += (j->w[m]->rows + 31) / 32;
+        const int64_t u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
         uint8_t *ts = scr + align64(act) + (size_t)ith * per_thread;
-        if (j->amx == MM_BF16)
-            hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, scr, j->n,
-                               j->y[0] + r0, j->ys[0], ts);
-        else
-            j->ops->i8_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, scr, j->n,
-                              j->y[0] + r0, j->ys[0], ts);
+        int64_t base = 0;
+        for (int m = 0; m < j->nw && base < u1; m++) {
+            const hm_matrix *wm = j->w[m];
+            const int64_t um = (wm->rows + 31) / 32;
+            const int64_t a = u0 > base ? u0 - base : 0, b = u1 - base < um ? u1 - base : um;
+            base += um;
+            if (a >= b) continue;
+            const int64_t r0 = a * 32, r1 = b * 32 < wm->rows ? b * 32 : wm->rows;
+            if (j->amx == MM_BF16)
+                hm_amx_bf16_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, scr, j->n,
+                                   j->y[m] + r0, j->ys[m], ts);
+            else
+                j->ops->i8_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, scr, j->n,
+                                  j->y[m] + r0, j->ys[m], ts);
+        }
         return;
     }
 #endif
@@ -221,9 +225,13 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
     bool same = nw <= 8;
     for (int m = 1; m < nw && same; m++)
         same = hm_act_type(w[m]->type) == hm_act_type(w[0]->type) && w[m]->cols == w[0]->cols;
-    bool amx = false;
-    for (int m = 0; m < nw; m++) amx |= use_amx(ops, w[m], n, flags) != MM_DOTS;
-    if (!same || amx) {
+    /* one job for all: the same activation type and columns, and the same path (the tile
+     * paths then pack the activations once for every matrix) */
+    const int path = use_amx(ops, w[0], n, flags);
+    for (int m = 1; m < nw && same; m++)
+        same = use_amx(ops, w[m], n, flags) == path &&
+               (path != MM_I8 || w[m]->type == w[0]->type); /* the int8 packing is per type */
+    if (!same) {
         for (int m = 0; m < nw; m++) {
             mm_job j = {.pool = pool,
                         .w = &w[m],
@@ -251,7 +259,7 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
                 .ys = y_stride,
                 .scratch = scratch,
                 .ops = ops,
-                .amx = MM_DOTS};
+                .amx = path};
     atomic_init(&j.next, 0);
     hm_pool_run(pool, mm_task, &j);
 }
