@@ -267,6 +267,20 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
                       *a2 = (const uint8_t *)(((uintptr_t)p2 + 63) & ~(uintptr_t)63);
         CHECK_MSG(!memcmp(a1, a2, pb - 64), "amx %s %lld cols, %d tokens: pack_act_q != pack_act",
                   hm_type_name(type), (long long)cols, n_tok);
+        /* the layout from first principles: group g's tile row k / 4 holds token g * 16 + j's
+         * codes k .. k + 3 at bytes 4 j .. 4 j + 3 (zeros for tokens past n_tok) */
+        const int64_t kp = (cols + 63) / 64 * 64;
+        int wrong = 0;
+        for (int g = 0; g < tg; g++)
+            for (int64_t k = 0; k < kp; k++)
+                for (int j = 0; j < 16; j++) {
+                    const int t = g * 16 + j;
+                    const int8_t want = t < n_tok ? (int8_t)qr[(size_t)idx[t] * qb + (size_t)k] : 0;
+                    wrong += (int8_t)a2[(size_t)g * 16 * (size_t)kp + (size_t)(k / 4) * 64 +
+                                        (size_t)j * 4 + (size_t)(k % 4)] != want;
+                }
+        CHECK_MSG(wrong == 0, "amx %lld cols, %d tokens: %d packed bytes not where the layout says",
+                  (long long)cols, n_tok, wrong);
         free(qr), free(idx), free(xr), free(p2);
     }
     mm(type, w, rb, cols, r0, rows, packed, n_tok, y + r0, (size_t)rows, scratch);
