@@ -10,7 +10,9 @@
 #ifndef HM_CORE_POOL_H
 #define HM_CORE_POOL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "core/status.h"
 
@@ -55,6 +57,41 @@ bool hm_pool_busy(const hm_pool *pool); /* a submitted job has not been waited f
 
 /* Inside a job: returns once all nth participants have called it. */
 void hm_pool_barrier(hm_pool *pool);
+
+/* ---- work ranges: contiguous shares with stealing ---- */
+
+/* Units [0, n) of a job split into one contiguous range per participant: each takes its own
+ * units from the front, in order (long sequential streams for the hardware prefetchers), and
+ * when its range is empty takes single units from the back of the others' ranges (a slowed
+ * participant is relieved). One slot per participant, each on its own cache line; n < 2^32. */
+typedef struct hm_work_slot {
+    _Alignas(64) atomic_ullong fb; /* front << 32 | back: units [front, back) left */
+} hm_work_slot;
+
+static inline void hm_work_init(hm_work_slot *s, int nth, int64_t n) {
+    for (int i = 0; i < nth; i++) {
+        const uint64_t a = (uint64_t)(n * i / nth), b = (uint64_t)(n * (i + 1) / nth);
+        atomic_store_explicit(&s[i].fb, a << 32 | b, memory_order_relaxed);
+    }
+}
+
+/* The next unit for participant ith, or -1 when every range is empty. */
+static inline int64_t hm_work_next(hm_work_slot *s, int nth, int ith) {
+    uint64_t v = atomic_load_explicit(&s[ith].fb, memory_order_relaxed);
+    while ((v >> 32) < (v & 0xffffffffu))
+        if (atomic_compare_exchange_weak_explicit(&s[ith].fb, &v, v + ((uint64_t)1 << 32),
+                                                  memory_order_relaxed, memory_order_relaxed))
+            return (int64_t)(v >> 32);
+    for (int k = 1; k < nth; k++) {
+        hm_work_slot *o = &s[(ith + k) % nth];
+        v = atomic_load_explicit(&o->fb, memory_order_relaxed);
+        while ((v >> 32) < (v & 0xffffffffu))
+            if (atomic_compare_exchange_weak_explicit(&o->fb, &v, v - 1, memory_order_relaxed,
+                                                      memory_order_relaxed))
+                return (int64_t)(v & 0xffffffffu) - 1;
+    }
+    return -1;
+}
 
 /* ---- one sub-pool per NUMA node ---- */
 

@@ -111,8 +111,10 @@ size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, unsi
     if (tile_bytes(use_amx(ops, w, n, flags), w, n, &act, &per_thread))
         return align64(act) + (size_t)n_threads * per_thread + 64;
 #endif
-    if (hm_act_type(w->type) == HM_TYPE_F32) return 0;
-    return (size_t)n * hm_act_bytes(w->type, w->cols) + 64;
+    /* per-row dots: the threads' work ranges, then the converted activations */
+    const size_t slots = (size_t)n_threads * sizeof(hm_work_slot);
+    if (hm_act_type(w->type) == HM_TYPE_F32) return slots + 64;
+    return slots + (size_t)n * hm_act_bytes(w->type, w->cols) + 64;
 }
 
 typedef struct mm_job {
@@ -126,8 +128,8 @@ typedef struct mm_job {
     const size_t *ys;
     uint8_t *scratch;
     const hm_cpu_ops *ops;
-    int amx;           /* MM_DOTS, MM_I8, MM_BF16 */
-    atomic_llong next; /* next unclaimed unit */
+    int amx;            /* MM_DOTS, MM_I8, MM_BF16 */
+    hm_work_slot *work; /* MM_DOTS: the threads' unit ranges (in the scratch) */
 } mm_job;
 
 /* Rows per work unit: 16, fewer when that would leave threads idle (small matrices). */
@@ -135,6 +137,21 @@ static int64_t row_block(int64_t rows, int nth) {
     int64_t rb = MM_ROW_BLOCK;
     while (rb > 4 && rows / rb < 2 * (int64_t)nth) rb /= 2;
     return rb;
+}
+
+/* The per-row path's units: token blocks of tb (ntb of them) and row blocks of rbs[m] rows
+ * (nrb[m] of them) per matrix; returns their count. */
+static int64_t dots_units(const mm_job *j, int nth, int *tb, int *ntb, int64_t rbs[8],
+                          int64_t nrb[8]) {
+    *tb = j->n <= MM_TOK_BLOCK ? j->n : 4 * MM_TOK_BLOCK;
+    *ntb = (j->n + *tb - 1) / *tb;
+    int64_t total = 0;
+    for (int m = 0; m < j->nw; m++) {
+        rbs[m] = row_block(j->w[m]->rows * *ntb, nth);
+        nrb[m] = (j->w[m]->rows + rbs[m] - 1) / rbs[m];
+        total += nrb[m] * *ntb;
+    }
+    return total;
 }
 
 static void mm_task(int ith, int nth, void *arg) {
@@ -179,25 +196,21 @@ static void mm_task(int ith, int nth, void *arg) {
     const hm_matrix *w0 = j->w[0];
     const void *xq = j->x;
     size_t xq_stride = j->xs * sizeof(float);
+    uint8_t *xa = scr + (size_t)nth * sizeof(hm_work_slot);
     if (hm_act_type(w0->type) != HM_TYPE_F32) {
         size_t ab = hm_act_bytes(w0->type, w0->cols);
         for (int t = ith; t < j->n; t += nth)
-            hm_act_convert(w0->type, j->x + (size_t)t * j->xs, scr + (size_t)t * ab, w0->cols);
+            hm_act_convert(w0->type, j->x + (size_t)t * j->xs, xa + (size_t)t * ab, w0->cols);
         hm_pool_barrier(j->pool);
-        xq = scr;
+        xq = xa;
         xq_stride = ab;
     }
     /* units: (matrix, row block, token block), row blocks outer so consecutive units share
-     * weights; threads claim units one at a time (a slow thread takes fewer) */
-    const int tb = j->n <= MM_TOK_BLOCK ? j->n : 4 * MM_TOK_BLOCK;
-    const int ntb = (j->n + tb - 1) / tb;
-    int64_t nrb[8], rbs[8], total = 0;
-    for (int m = 0; m < j->nw; m++) {
-        rbs[m] = row_block(j->w[m]->rows * ntb, nth);
-        nrb[m] = (j->w[m]->rows + rbs[m] - 1) / rbs[m];
-        total += nrb[m] * ntb;
-    }
-    for (int64_t g; (g = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < total;) {
+     * weights; each thread walks its own contiguous share, then helps with the others' */
+    int64_t nrb[8], rbs[8];
+    int tb, ntb;
+    dots_units(j, nth, &tb, &ntb, rbs, nrb);
+    for (int64_t g; (g = hm_work_next(j->work, nth, ith)) >= 0;) {
         int m = 0;
         int64_t u = g;
         while (u >= nrb[m] * ntb) u -= nrb[m] * ntb, m++;
@@ -215,6 +228,18 @@ static void mm_task(int ith, int nth, void *arg) {
                            j->y[m] + (size_t)t * j->ys[m], j->ys[m], rb, re);
         }
     }
+}
+
+/* Runs a matmul job (the per-row path's work ranges set up first, at the scratch's start). */
+static void mm_start(hm_pool *pool, mm_job *j) {
+    if (j->amx == MM_DOTS) {
+        const int nth = hm_pool_size(pool);
+        int tb, ntb;
+        int64_t rbs[8], nrb[8];
+        j->work = (hm_work_slot *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
+        hm_work_init(j->work, nth, dots_units(j, nth, &tb, &ntb, rbs, nrb));
+    }
+    hm_pool_run(pool, mm_task, j);
 }
 
 void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,
@@ -244,8 +269,7 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
                         .scratch = scratch,
                         .ops = ops,
                         .amx = use_amx(ops, w[m], n, flags)};
-            atomic_init(&j.next, 0);
-            hm_pool_run(pool, mm_task, &j);
+            mm_start(pool, &j);
         }
         return;
     }
@@ -260,8 +284,7 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
                 .scratch = scratch,
                 .ops = ops,
                 .amx = path};
-    atomic_init(&j.next, 0);
-    hm_pool_run(pool, mm_task, &j);
+    mm_start(pool, &j);
 }
 
 void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_stride, int n,
