@@ -937,6 +937,13 @@ static hm_status submit_sliced(hm_moe *m, const void *x, hm_moe_dtype x_type, co
     return HM_OK;
 }
 
+/* active experts by token count, descending; ties by expert id */
+static int by_tokens_desc(const void *pa, const void *pb) {
+    const active_expert *a = pa, *b = pb;
+    if (a->n != b->n) return a->n > b->n ? -1 : 1;
+    return (a->e > b->e) - (a->e < b->e);
+}
+
 hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
                         const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
                         bool accumulate) {
@@ -982,16 +989,21 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
                          (long long)n_asg);
     }
     m->n_act = 0;
+    for (int e = 0; e < E; e++)
+        if (m->cnt[e]) m->act[m->n_act++] = (active_expert){.e = e, .n = m->cnt[e]};
+    /* batches of many tokens: the busiest experts first, so that their long gate/up claims are
+     * taken at the start and the small ones fill the end (routing is uneven: one expert can hold
+     * most of a batch) */
+    if (n_tok > MATVEC_MAX) qsort(m->act, (size_t)m->n_act, sizeof *m->act, by_tokens_desc);
     int64_t off = 0;
     int max_n = 0;
-    for (int e = 0; e < E; e++) {
-        if (!m->cnt[e]) continue;
-        active_expert *ae = &m->act[m->n_act++];
-        ae->e = e, ae->n = m->cnt[e], ae->off = off;
+    for (int a = 0; a < m->n_act; a++) {
+        active_expert *ae = &m->act[a];
+        ae->off = off;
         ae->amx = m->amx && ae->n > MATVEC_MAX;
         off += ae->n;
         max_n = ae->n > max_n ? ae->n : max_n;
-        m->cnt[e] = (int)ae->off; /* now the fill cursor */
+        m->cnt[ae->e] = (int)ae->off; /* now the fill cursor */
     }
     for (int64_t i = 0; i < (int64_t)n_tok * k; i++) {
         const int e = ids[i];
@@ -1018,10 +1030,10 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         c->rows += ae->n;
         /* gate/up claims: an AMX expert in claims of BLOCK units, so that the claiming core
          * reads its activations from L3 once for 4 units (single-unit claims measured 1.7x
-         * slower at 256 tokens per expert); one that alone is a large share of the batch (1024+
-         * tokens: its activations no longer fit L2 anyway) in single units, so it spreads over
-         * every thread */
-        ae->g = !ae->amx ? 1 : ae->n >= 1024 ? 1 : BLOCK;
+         * slower at 256 tokens per expert); one that alone is a large share of the batch (more
+         * than 1/nth of its assignments, or 1024+ tokens: its activations no longer fit L2
+         * anyway) in single units, so it spreads over every thread */
+        ae->g = !ae->amx || ae->n >= 1024 || (int64_t)ae->n * m->nth > n_asg ? 1 : BLOCK;
         ae->claim0 = c->claims;
         c->claims += (I + (int64_t)UNIT * ae->g - 1) / ((int64_t)UNIT * ae->g);
         chunk_rows = c->rows > chunk_rows ? c->rows : chunk_rows;
