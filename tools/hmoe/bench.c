@@ -275,11 +275,17 @@ static void kfill_task(int ith, int nth, void *arg) {
 static void kmatvec_task(int ith, int nth, void *arg) {
     kjob *j = arg;
 #if defined(__x86_64__)
-    if (j->scratch && j->n_tok > 4) { /* AMX INT8 tiles: rows in groups of 16 */
-        for (int m = 0; m < j->n_mats; m++) {
+    if (j->scratch && j->n_tok > 4) {
+        /* tiles: 32-row groups of all the job's matrices concatenated and split evenly (per
+         * matrix, 768 rows = 24 groups over 16 threads would leave half of them idle a third of
+         * the time, which a layer's many experts do not) */
+        const int64_t groups = (j->mats[0].rows + 31) / 32, total = groups * j->n_mats;
+        const int64_t u0 = total * ith / nth, u1 = total * (ith + 1) / nth;
+        for (int m = (int)(u0 / groups); m < j->n_mats && (int64_t)m * groups < u1; m++) {
             const hm_matrix *w = &j->mats[m];
-            int64_t groups = (w->rows + 31) / 32;
-            int64_t r0 = groups * ith / nth * 32, r1 = groups * (ith + 1) / nth * 32;
+            const int64_t a = u0 > m * groups ? u0 - m * groups : 0,
+                          b = u1 - m * groups < groups ? u1 - m * groups : groups;
+            int64_t r0 = a * 32, r1 = b * 32;
             if (r1 > w->rows) r1 = w->rows;
             if (r1 > r0 && j->bf16)
                 hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
