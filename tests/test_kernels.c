@@ -649,33 +649,6 @@ static void test_nn_matmul_multi(void) {
                     hm_nn_matmul(pool, &w[m], x, (size_t)cols, n, y1[m], ys[m], scr, fl);
                 }
                 hm_nn_matmul_multi(pool, wp, 3, x, (size_t)cols, n, y2, ys, scr, fl);
-                /* with the weights repacked as int8 tile units: the same bits */
-                const hm_cpu_ops *ops = NULL;
-                if (hm_cpu_ops_get(&ops) == HM_OK && hm_i8_matmul_ok(ops) &&
-                    hm_act_type(type) != HM_TYPE_F32) {
-                    hm_matrix wt[3];
-                    const hm_matrix *wtp[3] = {&wt[0], &wt[1], &wt[2]};
-                    void *tiles[3];
-                    void *ps = malloc(hm_amx_scratch_bytes(type, cols));
-                    float *y3[3];
-                    for (int m = 0; m < 3; m++) {
-                        wt[m] = w[m];
-                        tiles[m] =
-                            aligned_alloc(64, (hm_amx_wpack_bytes(rows[m], cols) + 63) / 64 * 64);
-                        hm_amx_wpack(type, w[m].data, w[m].row_bytes, rows[m], cols, 0,
-                                     (rows[m] + 31) / 32, tiles[m], ps);
-                        wt[m].i8_tiles = tiles[m];
-                        y3[m] = calloc((size_t)n * ys[m], sizeof(float));
-                    }
-                    hm_nn_matmul_multi(pool, wtp, 3, x, (size_t)cols, n, y3, ys, scr, fl);
-                    for (int m = 0; m < 3; m++) {
-                        CHECK_MSG(!memcmp(y3[m], y2[m], sizeof(float) * (size_t)n * ys[m]),
-                                  "%s, %d tokens, flags %u, matrix %d: repacked differs",
-                                  hm_type_name(type), n, fl, m);
-                        free(tiles[m]), free(y3[m]);
-                    }
-                    free(ps);
-                }
                 for (int m = 0; m < 3; m++) {
                     CHECK_MSG(!memcmp(y1[m], y2[m], sizeof(float) * (size_t)n * ys[m]),
                               "%s, %d tokens, flags %u, matrix %d: multi differs from single",

@@ -14,9 +14,6 @@ typedef struct hm_matrix {
     const void *data;
     int64_t rows, cols;
     size_t row_bytes;
-    /* the same weights as int8 tile units (hm_amx_wpack), or NULL: the int8 matmul paths then
-     * skip the per-call conversion (bit for bit the same results); matvecs read data */
-    const void *i8_tiles;
 } hm_matrix;
 
 /* Fails (naming the type and cols) when cols is not a whole number of blocks. */

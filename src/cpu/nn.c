@@ -186,9 +186,6 @@ static void mm_task(int ith, int nth, void *arg) {
             if (j->amx == MM_BF16)
                 hm_amx_bf16_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, scr, j->n,
                                    j->y[m] + r0, j->ys[m], ts);
-            else if (wm->i8_tiles && j->ops->i8_matmul_packed)
-                j->ops->i8_matmul_packed(wm->i8_tiles, wm->rows, wm->cols, r0, r1, scr, j->n,
-                                         j->y[m] + r0, j->ys[m], ts);
             else
                 j->ops->i8_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, scr, j->n,
                                   j->y[m] + r0, j->ys[m], ts);

@@ -1,7 +1,5 @@
 /* ctx.c - a context: thread pool, expert engines, per-sequence KV cache and scratch; the batch
  * driver of the forward pass (embedding, blocks, final norm, lm_head). */
-#include <stdatomic.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +7,6 @@
 #include "core/alloc.h"
 #include "core/cpu.h"
 #include "core/log.h"
-#include "cpu/ops.h"
 #include "format/gguf.h"
 #include "model/ctx_int.h"
 #include "quant/ref.h"
@@ -150,8 +147,6 @@ void hm_ctx_free(hm_ctx *c) {
         free(c->moe);
     }
     free(c->route_count);
-    free(c->lw);
-    hm_large_free(&c->dense_tiles);
     hm_pool_free(c->pool);
     hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->seq_next),
         free(c->inv_freq);
@@ -165,123 +160,6 @@ void hm_ctx_free(hm_ctx *c) {
 
 static float *fbuf(size_t n, const char *what) {
     return hm_malloc_aligned((n ? n : 1) * sizeof(float), 64, what);
-}
-
-/* The layer matrices that take the int8 tile path in prefill (integer-quantized: float weights
- * stay exact) and that this CPU can run it for. */
-static bool dense_tileable(const hm_ctx *c, const hm_matrix *w) {
-    const hm_cpu_ops *ops;
-    return w->data && w->rows > 0 && !c->p.no_amx && hm_cpu_ops_get(&ops) == HM_OK &&
-           hm_i8_matmul_ok(ops) && ops->i8_matmul_packed && hm_act_type(w->type) != HM_TYPE_F32;
-}
-
-static const hm_matrix *layer_mat(const hm_layer *L, int which) {
-    switch (which) {
-    case HM_CW_Q:
-        return &L->wq;
-    case HM_CW_K:
-        return &L->wk;
-    case HM_CW_V:
-        return &L->wv;
-    case HM_CW_O:
-        return &L->wo;
-    case HM_CW_GATE:
-        return &L->ffn_gate;
-    case HM_CW_UP:
-        return &L->ffn_up;
-    default:
-        return &L->ffn_down;
-    }
-}
-
-/* Bytes of the dense int8 tile copy; with `offsets`, each matrix's offset into it (or SIZE_MAX
- * when it is not repacked). */
-static size_t dense_tile_bytes(const hm_ctx *c, size_t *offsets) {
-    size_t total = 0;
-    for (uint32_t il = 0; il < c->m->hp.n_layers; il++)
-        for (int k = 0; k < HM_CW_COUNT; k++) {
-            const hm_matrix *w = layer_mat(&c->m->layers[il], k);
-            const bool t = dense_tileable(c, w);
-            if (offsets) offsets[il * HM_CW_COUNT + (uint32_t)k] = t ? total : SIZE_MAX;
-            if (t) total += hm_align_up(hm_amx_wpack_bytes(w->rows, w->cols), 64);
-        }
-    return total;
-}
-
-typedef struct dense_pack_job {
-    hm_ctx *c;
-    atomic_llong next;
-    size_t scratch_bytes;
-    hm_status failed;
-} dense_pack_job;
-
-/* items: (matrix, 8 units of 32 rows), matrices in layer order */
-static void dense_pack_task(int ith, int nth, void *arg) {
-    (void)ith, (void)nth;
-#if defined(__x86_64__)
-    dense_pack_job *j = arg;
-    hm_ctx *c = j->c;
-    void *scr = hm_malloc_aligned(j->scratch_bytes, 64, "repack scratch");
-    if (!scr) {
-        j->failed = HM_ERR_NO_MEMORY;
-        return;
-    }
-    const size_t nm = (size_t)c->m->hp.n_layers * HM_CW_COUNT;
-    for (int64_t it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) >= 0;) {
-        int64_t left = it;
-        size_t mi = 0;
-        for (; mi < nm; mi++) {
-            const hm_matrix *w = &c->lw[mi];
-            if (!w->i8_tiles) continue;
-            const int64_t items = ((w->rows + 31) / 32 + 7) / 8;
-            if (left < items) break;
-            left -= items;
-        }
-        if (mi == nm) break;
-        const hm_matrix *w = &c->lw[mi];
-        hm_amx_wpack(w->type, w->data, w->row_bytes, w->rows, w->cols, left * 8, left * 8 + 8,
-                     (void *)w->i8_tiles, scr);
-    }
-    hm_free(scr);
-#else
-    (void)arg;
-#endif
-}
-
-/* The context's copies of the layer matrices; with `repack`, the integer-quantized ones also as
- * int8 tile units (one huge-page allocation, packed on the pool). */
-static hm_status dense_setup(hm_ctx *c, bool repack) {
-    const uint32_t L = c->m->hp.n_layers;
-    c->lw = calloc((size_t)L * HM_CW_COUNT, sizeof *c->lw);
-    size_t *off = calloc((size_t)L * HM_CW_COUNT, sizeof *off);
-    if (!c->lw || !off) {
-        free(off);
-        return hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory");
-    }
-    for (uint32_t il = 0; il < L; il++)
-        for (int k = 0; k < HM_CW_COUNT; k++)
-            c->lw[il * HM_CW_COUNT + (uint32_t)k] = *layer_mat(&c->m->layers[il], k);
-    const size_t total = repack ? dense_tile_bytes(c, off) : 0;
-    hm_status st = HM_OK;
-    if (total > 0) {
-        if ((st = hm_large_alloc(total, true, "repacked dense weights", &c->dense_tiles))) {
-            free(off);
-            return st;
-        }
-        size_t sb = 64;
-        for (size_t i = 0; i < (size_t)L * HM_CW_COUNT; i++) {
-            hm_matrix *w = &c->lw[i];
-            if (off[i] == SIZE_MAX) continue;
-            w->i8_tiles = (uint8_t *)c->dense_tiles.ptr + off[i];
-            const size_t b = hm_amx_scratch_bytes(w->type, w->cols);
-            sb = b > sb ? b : sb;
-        }
-        dense_pack_job j = {c, 0, sb, HM_OK};
-        hm_pool_run(c->pool, dense_pack_task, &j);
-        if (j.failed) st = hm_errorf(j.failed, "context: out of memory for the repacking scratch");
-    }
-    free(off);
-    return st;
 }
 
 hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx **out) {
@@ -378,7 +256,6 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
             mp.experts = m->layers[il].experts, mp.no_amx = p.no_amx;
             need += hm_moe_repack_bytes(&mp);
         }
-        need += dense_tile_bytes(c, NULL);
         hm_mem_info mi;
         const bool have = hm_mem_info_get(&mi) == HM_OK;
         const uint64_t keep = m->copy.ptr ? 0 : mapped_bytes(m);
@@ -386,13 +263,12 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
             need > 0 && (p.repack == HM_REPACK_ON || (have && need + keep <= mi.available / 5 * 4));
         if (need > 0 && !repack)
             hm_log(HM_LOG_INFO,
-                   "weights not repacked for AMX prefill: %.1f GB needed%s, %.1f GB available "
+                   "experts not repacked for AMX prefill: %.1f GB needed%s, %.1f GB available "
                    "(--repack on forces it)",
                    (double)need * 1e-9, keep ? " (+ the mmapped model)" : "",
                    have ? (double)mi.available * 1e-9 : 0.0);
         if (repack) c->repacked = need;
     }
-    if ((st = dense_setup(c, repack))) goto fail;
     /* the layers run one after another: one batch scratch serves every expert engine (the
      * engines hold references; ours is dropped below) */
     hm_moe_scratch *moe_scratch = NULL;

@@ -34,23 +34,12 @@ struct hm_ctx {
     void *mm_scratch;
     size_t q_dim, ffn_max;
     uint64_t prof_ns[HM_PROF_COUNT]; /* time per part of the forward pass, summed */
-    size_t repacked;                 /* bytes of the int8 tile copies (experts and dense) */
-    /* the layers' attention and dense MLP matrices (HM_CW_* per layer): the model's, with
-     * i8_tiles set where they were repacked (into dense_tiles) */
-    hm_matrix *lw;
-    hm_large dense_tiles;
+    size_t repacked;                 /* bytes of the experts' int8 tile copy */
     /* routing of prompt batches (hm_ctx_moe_stats): sums over (layer, batch) */
     uint64_t route_batches;
     double route_active, route_busiest, route_tokens;
     uint32_t *route_count; /* [n_experts] scratch */
 };
-
-enum { HM_CW_Q, HM_CW_K, HM_CW_V, HM_CW_O, HM_CW_GATE, HM_CW_UP, HM_CW_DOWN, HM_CW_COUNT };
-
-/* Layer il's matrix `which` (HM_CW_*) as the context computes with it. */
-static inline const hm_matrix *hm_ctx_w(const hm_ctx *c, int il, int which) {
-    return &c->lw[(size_t)il * HM_CW_COUNT + (size_t)which];
-}
 
 /* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half), laid out
  * as hm_nn_kv says with kv_head_stride = kv_ctx * head_dim. */

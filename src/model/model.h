@@ -87,11 +87,10 @@ typedef struct hm_ctx_params {
     bool kv_f16;     /* KV cache in IEEE half: half the memory, ~1e-3 relative rounding */
     bool pin_caller; /* pin the calling thread to participant 0's core (it computes as one of the
                         pool's threads; unpinned, the OS may stack it on a worker's core) */
-    /* AMX prefill: keep a second copy of the routed experts and of the integer-quantized
-     * attention and dense MLP weights as int8 tile units (~1 byte per weight) so batches skip
-     * the per-call conversion; decode still reads the original weights. AUTO repacks when that
-     * copy (plus the model itself when it is mmapped, so that the page cache keeps it) fits in
-     * 80% of MemAvailable; nothing is repacked without AMX. */
+    /* AMX prefill: keep a second copy of the routed experts as int8 tile units (~1 byte per
+     * weight) so batches skip the per-call conversion; decode still reads the original weights.
+     * AUTO repacks when that copy (plus the model itself when it is mmapped, so that the page
+     * cache keeps it) fits in 80% of MemAvailable; nothing is repacked without AMX. */
     hm_repack_mode repack;
     /* prefill (16+ tokens) of BF16/F16 attention, dense and output weights on AMX BF16 tiles:
      * activations rounded to bf16 as transformers' bf16 compute does (off: exact float kernels) */
@@ -108,7 +107,7 @@ int hm_ctx_n_batch(const hm_ctx *c);
 int hm_ctx_n_threads(const hm_ctx *c);
 int hm_ctx_n_ctx(const hm_ctx *c);
 int hm_ctx_n_seq(const hm_ctx *c);
-size_t hm_ctx_repacked_bytes(const hm_ctx *c); /* the int8 tile copies, 0 when none */
+size_t hm_ctx_repacked_bytes(const hm_ctx *c); /* the experts' int8 copy, 0 when none */
 int hm_ctx_seq_len(const hm_ctx *c, int seq);  /* positions already in the cache */
 /* Forgets a sequence's cache (its next token is position 0). */
 void hm_ctx_seq_reset(hm_ctx *c, int seq);

@@ -108,8 +108,7 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
     if (!c->xn_ready) hm_ctx_for_tokens(c, n, norm_attn, (void *)L);
     c->xn_ready = false;
     hm_ctx_prof(c, HM_PROF_NORM, &t0);
-    const hm_matrix *qkv[3] = {hm_ctx_w(c, il, HM_CW_Q), hm_ctx_w(c, il, HM_CW_K),
-                               hm_ctx_w(c, il, HM_CW_V)};
+    const hm_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
     float *const qkv_y[3] = {c->q, c->k, c->v};
     const size_t qkv_s[3] = {c->q_dim, c->kv_dim, c->kv_dim};
     hm_nn_matmul_multi(c->pool, qkv, 3, c->xn, hp->hidden, n, qkv_y, qkv_s, c->mm_scratch,
@@ -138,7 +137,7 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
                     .max_ctx = c->p.n_ctx};
     hm_nn_attention(c->pool, &a);
     hm_ctx_prof(c, HM_PROF_ATTN, &t0);
-    hm_ctx_matmul(c, hm_ctx_w(c, il, HM_CW_O), c->att, n, c->tmp);
+    hm_ctx_matmul(c, &L->wo, c->att, n, c->tmp);
     hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
 
     /* feed-forward */
@@ -161,10 +160,10 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
         hm_ctx_prof(c, HM_PROF_MOE, &t0);
     } else {
         size_t F = hp->ffn_inter;
-        hm_ctx_matmul(c, hm_ctx_w(c, il, HM_CW_GATE), c->xn, n, c->g);
-        hm_ctx_matmul(c, hm_ctx_w(c, il, HM_CW_UP), c->xn, n, c->u);
+        hm_ctx_matmul(c, &L->ffn_gate, c->xn, n, c->g);
+        hm_ctx_matmul(c, &L->ffn_up, c->xn, n, c->u);
         hm_ctx_for_tokens(c, n, silu_gu, &F);
-        hm_ctx_matmul(c, hm_ctx_w(c, il, HM_CW_DOWN), c->g, n, c->tmp);
+        hm_ctx_matmul(c, &L->ffn_down, c->g, n, c->tmp);
         hm_ctx_prof(c, HM_PROF_DENSE, &t0);
     }
     (void)H;
