@@ -1030,10 +1030,10 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         c->rows += ae->n;
         /* gate/up claims: an AMX expert in claims of BLOCK units, so that the claiming core
          * reads its activations from L3 once for 4 units (single-unit claims measured 1.7x
-         * slower at 256 tokens per expert); one that alone is a large share of the batch (more
-         * than 1/nth of its assignments, or 1024+ tokens: its activations no longer fit L2
-         * anyway) in single units, so it spreads over every thread */
-        ae->g = !ae->amx || ae->n >= 1024 || (int64_t)ae->n * m->nth > n_asg ? 1 : BLOCK;
+         * slower at 256 tokens per expert); one that alone is a large share of the batch (1024+
+         * tokens: its activations no longer fit L2 anyway) in single units, so it spreads over
+         * every thread */
+        ae->g = !ae->amx || ae->n >= 1024 ? 1 : BLOCK;
         ae->claim0 = c->claims;
         c->claims += (I + (int64_t)UNIT * ae->g - 1) / ((int64_t)UNIT * ae->g);
         chunk_rows = c->rows > chunk_rows ? c->rows : chunk_rows;
