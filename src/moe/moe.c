@@ -103,7 +103,6 @@ struct hm_moe {
     chunk *chunks;
     int n_chunks;
     hm_moe_scratch *s; /* batch scratch: the engine's own or one shared (params.scratch) */
-    bool own_scratch;
     size_t xa_bytes;
     bool xa_need; /* this batch has AMX experts */
     size_t tscratch_bytes;
