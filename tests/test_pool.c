@@ -93,7 +93,68 @@ static hm_pool *make(int n, bool async, int spin_us, bool pin) {
 
 static job_t job;
 
+/* Work ranges (hm_work_slot): every unit is handed out exactly once, each participant takes its
+ * own share in order, and a participant that stalls has the back of its share taken by others. */
+enum { WU = 5000 };
+typedef struct {
+    hm_work_slot slots[8];
+    atomic_int taken[WU];
+    atomic_int own_out_of_order, stolen;
+} work_t;
+static work_t wk;
+
+static void work_task(int ith, int nth, void *arg) {
+    work_t *w = arg;
+    const int64_t lo = (int64_t)WU * ith / nth, hi = (int64_t)WU * (ith + 1) / nth;
+    int64_t prev = -1, u;
+    bool first = true;
+    while ((u = hm_work_next(w->slots, nth, ith)) >= 0) {
+        if (u >= WU) {
+            atomic_fetch_add(&w->own_out_of_order, 1000000);
+            break;
+        }
+        atomic_fetch_add(&w->taken[u], 1);
+        if (u >= lo && u < hi) {
+            if (u <= prev) atomic_fetch_add(&w->own_out_of_order, 1); /* own share: in order */
+            prev = u;
+        } else {
+            atomic_fetch_add(&w->stolen, 1);
+        }
+        if (ith == 0 && first) { /* participant 0 stalls after its first unit */
+            struct timespec ts = {0, 20 * 1000 * 1000L};
+            nanosleep(&ts, NULL);
+        }
+        first = false;
+    }
+}
+
+static void test_work_ranges(void) {
+    hm_pool *pool = make(4, false, 100, false);
+    if (!pool) return;
+    for (int rep = 0; rep < 3; rep++) {
+        memset(&wk, 0, sizeof wk);
+        hm_work_init(wk.slots, 4, WU);
+        hm_pool_run(pool, work_task, &wk);
+        int wrong = 0;
+        for (int u = 0; u < WU; u++) wrong += atomic_load(&wk.taken[u]) != 1;
+        CHECK_MSG(wrong == 0, "work ranges: %d of %d units not taken exactly once", wrong, WU);
+        CHECK_MSG(atomic_load(&wk.own_out_of_order) == 0, "own share taken out of order");
+        CHECK_MSG(atomic_load(&wk.stolen) > 0, "the stalled participant's share was not helped");
+        CHECK(hm_work_next(wk.slots, 4, 2) == -1);
+    }
+    /* fewer units than participants, and none */
+    memset(&wk, 0, sizeof wk);
+    hm_work_init(wk.slots, 4, 2);
+    int64_t a = hm_work_next(wk.slots, 4, 0), b = hm_work_next(wk.slots, 4, 0);
+    CHECK((a == 0 && b == 1) || (a == 1 && b == 0));
+    CHECK(hm_work_next(wk.slots, 4, 3) == -1);
+    hm_work_init(wk.slots, 4, 0);
+    CHECK(hm_work_next(wk.slots, 4, 1) == -1);
+    hm_pool_free(pool);
+}
+
 int main(void) {
+    test_work_ranges();
     const hm_topology *t = hm_topology_get();
     int cores = t->n_cores;
 
