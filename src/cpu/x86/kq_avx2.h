@@ -509,70 +509,69 @@ hm_fp8_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt,
 
 HM_DOT_ENTRIES(fp8_b128_f32_avx2, hm_fp8_rows_avx2)
 
-static inline float hm_dot_bf16_f32_avx2(int64_t n, const void *vw, const void *vx) {
-    const uint16_t *w = vw;
-    const float *x = vx;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-#define BF(k)                                                                                      \
-    _mm256_castsi256_ps(_mm256_slli_epi32(                                                         \
-        _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i + k))), 16))
-        a0 = _mm256_fmadd_ps(BF(0), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(BF(8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(BF(16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(BF(24), _mm256_loadu_ps(x + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(BF(0), _mm256_loadu_ps(x + i), a0);
-#undef BF
-    float s = hm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) {
-        uint32_t u = (uint32_t)w[i] << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        s += f * x[i];
-    }
-    return s;
+static inline float hm_bf16_scalar(uint16_t v) {
+    const uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
-static inline float hm_dot_f32_f32_avx2(int64_t n, const void *vw, const void *vx) {
-    const float *w = vw, *x = vx;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+/* Float weights (F32, BF16, F16) against float activations, one row and NT (1-4) activation
+ * rows: two accumulators per activation row over 16-element steps (sixteen registers hold four
+ * rows' sums and the weights), an 8-element step into the first, then a scalar tail; each weight
+ * vector is loaded and converted once for all NT. One template for every NT, so a row's result
+ * does not depend on NT. */
+#define HM_FLOAT_ROWS_AVX2(NAME, WT, LOADW, SCALARW)                                               \
+    static inline __attribute__((always_inline)) void NAME(                                        \
+        int64_t n, const void *vw, const void *const *vx, int nt, float *out) {                    \
+        const WT *w = vw;                                                                          \
+        const float *x[4];                                                                         \
+        __m256 a[4][2];                                                                            \
+        for (int t = 0; t < nt; t++) {                                                             \
+            x[t] = vx[t];                                                                          \
+            a[t][0] = a[t][1] = _mm256_setzero_ps();                                               \
+        }                                                                                          \
+        int64_t i = 0;                                                                             \
+        for (; i + 16 <= n; i += 16) {                                                             \
+            _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);                  \
+            const __m256 w0 = LOADW(w + i), w1 = LOADW(w + i + 8);                                 \
+            for (int t = 0; t < nt; t++) {                                                         \
+                a[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + i), a[t][0]);                 \
+                a[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + i + 8), a[t][1]);             \
+            }                                                                                      \
+        }                                                                                          \
+        if (i + 8 <= n) {                                                                          \
+            const __m256 w0 = LOADW(w + i);                                                        \
+            for (int t = 0; t < nt; t++)                                                           \
+                a[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + i), a[t][0]);                 \
+            i += 8;                                                                                \
+        }                                                                                          \
+        for (int t = 0; t < nt; t++) {                                                             \
+            float s = hm_hsum256(_mm256_add_ps(a[t][0], a[t][1]));                                 \
+            for (int64_t k = i; k < n; k++) s += SCALARW(w[k]) * x[t][k];                          \
+            out[t] = s;                                                                            \
+        }                                                                                          \
     }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    float s = hm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) s += w[i] * x[i];
-    return s;
-}
 
-static inline float hm_dot_f16_f32_avx2(int64_t n, const void *vw, const void *vx) {
-    const uint16_t *w = vw;
-    const float *x = vx;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-#define HF(k) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + k)))
-    for (; i + 32 <= n; i += 32) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        a0 = _mm256_fmadd_ps(HF(0), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(HF(8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(HF(16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(HF(24), _mm256_loadu_ps(x + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(HF(0), _mm256_loadu_ps(x + i), a0);
-#undef HF
-    float s = hm_hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) s += _cvtsh_ss(w[i]) * x[i];
-    return s;
-}
+#define HM_LOADW_F32_AVX2(p) _mm256_loadu_ps(p)
+#define HM_SCALAR_F32(v)     (v)
+#define HM_LOADW_BF16_AVX2(p)                                                                      \
+    _mm256_castsi256_ps(                                                                           \
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define HM_LOADW_F16_AVX2(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+
+HM_FLOAT_ROWS_AVX2(hm_f32_rows_avx2, float, HM_LOADW_F32_AVX2, HM_SCALAR_F32)
+HM_FLOAT_ROWS_AVX2(hm_bf16_rows_avx2, uint16_t, HM_LOADW_BF16_AVX2, hm_bf16_scalar)
+HM_FLOAT_ROWS_AVX2(hm_f16_rows_avx2, uint16_t, HM_LOADW_F16_AVX2, _cvtsh_ss)
+#undef HM_FLOAT_ROWS_AVX2
+#undef HM_LOADW_F32_AVX2
+#undef HM_SCALAR_F32
+#undef HM_LOADW_BF16_AVX2
+#undef HM_LOADW_F16_AVX2
+
+HM_DOT_ENTRIES(f32_f32_avx2, hm_f32_rows_avx2)
+HM_DOT_ENTRIES(bf16_f32_avx2, hm_bf16_rows_avx2)
+HM_DOT_ENTRIES(f16_f32_avx2, hm_f16_rows_avx2)
 
 /* y += a * x */
 static inline void hm_axpy_f32_avx2(int64_t n, float a, const float *x, float *y) {
@@ -737,6 +736,7 @@ static inline void hm_scale_f32_avx2(int64_t n, float a, float *x) {
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX2 kernels */
 #define HM_VEC_DOTNS_AVX2                                                                          \
     [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx2, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx2,              \
-    [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx2
+    [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx2, [HM_TYPE_F32] = hm_dotn_f32_f32_avx2,          \
+    [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx2, [HM_TYPE_F16] = hm_dotn_f16_f32_avx2
 
 #endif
