@@ -320,7 +320,8 @@ static void test_shared_scratch(hm_pool *pool) {
     const int NMAX = 200;
     float *x = malloc(sizeof(float) * (size_t)NMAX * 256);
     hm_bf16 *xb = malloc(sizeof(hm_bf16) * (size_t)NMAX * 256);
-    float *oa = malloc(sizeof(float) * (size_t)NMAX * 256), *ob = malloc(sizeof(float) * NMAX * 256);
+    float *oa = malloc(sizeof(float) * (size_t)NMAX * 256),
+          *ob = malloc(sizeof(float) * NMAX * 256);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)NMAX * 8);
     float *w = malloc(sizeof(float) * (size_t)NMAX * 8);
     for (size_t o = 0; o < sizeof order / sizeof order[0]; o++) {
@@ -481,6 +482,25 @@ int main(void) {
     run_case(pool, &m, 4, 1e-4, "bf16 128x96 top-1/16", true);
     /* many tokens per expert: float weights must stay on the exact kernels (no int8 tiles) */
     run_case(pool, &m, 96, 1e-4, "bf16 128x96 top-1/16, 96 tokens", true);
+    model_free(&m);
+    /* 128 experts top-8 (Qwen3-MoE routing width) with inter 2048, Q5_K gate/up, Q4_0 down */
+    model_init(&m, HM_TYPE_Q5_K, HM_TYPE_Q4_0, 256, 2048, 128, 8, HM_MOE_SILU, false, 18);
+    run_case(pool, &m, 3, 3e-2, "q5_k/q4_0 256x2048 top-8/128", false);
+    run_case(pool, &m, 24, 3e-2, "q5_k/q4_0 256x2048 top-8/128", false); /* phased path */
+    model_free(&m);
+    /* the remaining weight formats of the kernels issue: IQ4_XS and Q5_0 (int8 paths), F16, F32
+     * and FP8 (float weights: exact kernels, tight) */
+    model_init(&m, HM_TYPE_IQ4_XS, HM_TYPE_Q5_0, 256, 256, 16, 2, HM_MOE_SILU, false, 19);
+    run_case(pool, &m, 2, 3e-2, "iq4_xs/q5_0 256x256 top-2/16", false);
+    run_case(pool, &m, 40, 3e-2, "iq4_xs/q5_0 256x256 top-2/16", false);
+    model_free(&m);
+    model_init(&m, HM_TYPE_F16, HM_TYPE_F32, 128, 96, 16, 2, HM_MOE_GELU, false, 20);
+    run_case(pool, &m, 3, 1e-4, "f16/f32 128x96 top-2/16", false);
+    run_case(pool, &m, 40, 1e-4, "f16/f32 128x96 top-2/16", false);
+    model_free(&m);
+    model_init(&m, HM_TYPE_FP8_B128, HM_TYPE_FP8_B128, 256, 256, 16, 2, HM_MOE_SILU, false, 21);
+    run_case(pool, &m, 4, 1e-4, "fp8_b128 256x256 top-2/16", false);
+    run_case(pool, &m, 40, 1e-4, "fp8_b128 256x256 top-2/16", false);
     model_free(&m);
     /* hidden 7168 (DeepSeek-V3), Q6_K, top-8 of 16 */
     model_init(&m, HM_TYPE_Q6_K, HM_TYPE_Q6_K, 7168, 256, 16, 8, HM_MOE_SILU, false, 16);
