@@ -38,44 +38,50 @@ static void fill_task(int ith, int nth, void *arg) {
 /* Random routing of n tokens to k distinct experts each: uniform (skew 0) or with the experts'
  * popularity following a Zipf law of exponent skew over a random order of the experts (real
  * routers are uneven, and synth models' routers very much so); count[e] gets tokens per expert. */
-static void route(uint64_t *rs, double *cdf, int *count, int E, int K, int n, double skew,
+static void route(uint64_t *rs, double *wv, int *count, int E, int K, int n, double skew,
                   int32_t *ids, float *w) {
     for (int e = 0; e < E; e++) count[e] = 0;
+    double total = 0;
     if (skew > 0) {
-        for (int e = 0; e < E; e++) cdf[e] = 1.0 / pow((double)e + 1.0, skew);
+        for (int e = 0; e < E; e++) wv[e] = 1.0 / pow((double)e + 1.0, skew);
         for (int e = E - 1; e > 0; e--) { /* shuffle which expert gets which popularity */
             int j = (int)(hm_rng_next(rs) % (uint64_t)(e + 1));
-            double t = cdf[e];
-            cdf[e] = cdf[j], cdf[j] = t;
+            double t = wv[e];
+            wv[e] = wv[j], wv[j] = t;
         }
-        for (int e = 1; e < E; e++) cdf[e] += cdf[e - 1];
+        for (int e = 0; e < E; e++) total += wv[e];
     }
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < n; t++) {
+        int32_t *it = ids + (size_t)t * (size_t)K;
+        double left = total; /* the popularity mass of the experts not picked yet */
         for (int j = 0; j < K; j++) {
-            int e;
-            bool dup;
-            do {
-                if (skew > 0) {
-                    const double u = (double)(hm_rng_next(rs) >> 11) * 0x1p-53 * cdf[E - 1];
-                    int lo = 0, hi = E - 1;
-                    while (lo < hi) {
-                        const int mid = (lo + hi) / 2;
-                        if (cdf[mid] > u)
-                            hi = mid;
-                        else
-                            lo = mid + 1;
-                    }
-                    e = lo;
-                } else {
-                    e = (int)(hm_rng_next(rs) % (uint64_t)E);
+            int e = -1;
+            if (skew > 0) {
+                /* weighted draw without replacement: walk the experts not picked yet (a
+                 * rejection loop would almost never hit the unpopular ones at a high skew) */
+                const double u = (double)(hm_rng_next(rs) >> 11) * 0x1p-53 * left;
+                double acc = 0;
+                for (int c = 0; c < E; c++) {
+                    bool picked = false;
+                    for (int q = 0; q < j; q++) picked |= it[q] == c;
+                    if (picked) continue;
+                    e = c; /* the last one not picked, should rounding leave u past the end */
+                    if ((acc += wv[c]) > u) break;
                 }
-                dup = false;
-                for (int q = 0; q < j; q++) dup |= ids[t * K + q] == e;
-            } while (dup);
-            ids[t * K + j] = e;
+                left -= wv[e];
+            } else {
+                bool dup;
+                do {
+                    e = (int)(hm_rng_next(rs) % (uint64_t)E);
+                    dup = false;
+                    for (int q = 0; q < j; q++) dup |= it[q] == e;
+                } while (dup);
+            }
+            it[j] = e;
             w[t * K + j] = 1.0f / (float)K;
             count[e]++;
         }
+    }
 }
 
 int bench_moe(int argc, char **argv) {
@@ -229,9 +235,9 @@ int bench_moe(int argc, char **argv) {
     float *out = malloc(sizeof(float) * (size_t)(max_tok * H));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(max_tok * K));
     float *w = malloc(sizeof(float) * (size_t)(max_tok * K));
-    double *cdf = malloc(sizeof(double) * (size_t)E);
+    double *wv = malloc(sizeof(double) * (size_t)E);
     int *count = malloc(sizeof(int) * (size_t)E);
-    if (!x || !out || !ids || !w || !cdf || !count) {
+    if (!x || !out || !ids || !w || !wv || !count) {
         fprintf(stderr, "hmoe bench moe: out of memory\n");
         rc = 1;
     }
@@ -269,7 +275,7 @@ int bench_moe(int argc, char **argv) {
             bytes = 0;
             for (long l = 0; l < layers; l++) {
                 uint64_t rs = (uint64_t)(l * 7919 + pass * 104729 + n);
-                route(&rs, cdf, count, E, K, n, skew, ids, w);
+                route(&rs, wv, count, E, K, n, skew, ids, w);
                 int used = 0, busiest = 0;
                 for (int e = 0; e < E; e++) {
                     bytes += count[e] ? 2 * mat_gu + mat_d : 0;
@@ -309,7 +315,7 @@ int bench_moe(int argc, char **argv) {
                    ph[HM_MOE_PROF_DOWN] * 1e3);
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
-    free(moe), free(ex), free(x), free(out), free(ids), free(w), free(cdf), free(count);
+    free(moe), free(ex), free(x), free(out), free(ids), free(w), free(wv), free(count);
     hm_large_free(&wbuf);
     hm_poolset_free(set);
     hm_pool_free(pool);
