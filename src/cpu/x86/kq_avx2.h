@@ -509,13 +509,6 @@ hm_fp8_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt,
 
 HM_DOT_ENTRIES(fp8_b128_f32_avx2, hm_fp8_rows_avx2)
 
-static inline float hm_bf16_scalar(uint16_t v) {
-    const uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Float weights (F32, BF16, F16) against float activations, one row and NT (1-4) activation
  * rows: two accumulators per activation row over 16-element steps (sixteen registers hold four
  * rows' sums and the weights), an 8-element step into the first, then a scalar tail; each weight
@@ -561,7 +554,7 @@ static inline float hm_bf16_scalar(uint16_t v) {
 #define HM_LOADW_F16_AVX2(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 
 HM_FLOAT_ROWS_AVX2(hm_f32_rows_avx2, float, HM_LOADW_F32_AVX2, HM_SCALAR_F32)
-HM_FLOAT_ROWS_AVX2(hm_bf16_rows_avx2, uint16_t, HM_LOADW_BF16_AVX2, hm_bf16_scalar)
+HM_FLOAT_ROWS_AVX2(hm_bf16_rows_avx2, uint16_t, HM_LOADW_BF16_AVX2, hm_bf16_to_f32)
 HM_FLOAT_ROWS_AVX2(hm_f16_rows_avx2, uint16_t, HM_LOADW_F16_AVX2, _cvtsh_ss)
 #undef HM_FLOAT_ROWS_AVX2
 #undef HM_LOADW_F32_AVX2
