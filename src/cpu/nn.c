@@ -130,6 +130,10 @@ typedef struct mm_job {
     const hm_cpu_ops *ops;
     int amx;            /* MM_DOTS, MM_I8, MM_BF16 */
     hm_work_slot *work; /* MM_DOTS: the threads' unit ranges (in the scratch) */
+    /* MM_DOTS units (set by mm_start): token blocks of tb (ntb of them), row blocks of rbs[m]
+     * rows (nrb[m] of them) per matrix */
+    int tb, ntb;
+    int64_t rbs[8], nrb[8];
 } mm_job;
 
 /* Rows per work unit: 16, fewer when that would leave threads idle (small matrices). */
@@ -139,17 +143,15 @@ static int64_t row_block(int64_t rows, int nth) {
     return rb;
 }
 
-/* The per-row path's units: token blocks of tb (ntb of them) and row blocks of rbs[m] rows
- * (nrb[m] of them) per matrix; returns their count. */
-static int64_t dots_units(const mm_job *j, int nth, int *tb, int *ntb, int64_t rbs[8],
-                          int64_t nrb[8]) {
-    *tb = j->n <= MM_TOK_BLOCK ? j->n : 4 * MM_TOK_BLOCK;
-    *ntb = (j->n + *tb - 1) / *tb;
+/* The per-row path's units into the job; returns their count. */
+static int64_t dots_units(mm_job *j, int nth) {
+    j->tb = j->n <= MM_TOK_BLOCK ? j->n : 4 * MM_TOK_BLOCK;
+    j->ntb = (j->n + j->tb - 1) / j->tb;
     int64_t total = 0;
     for (int m = 0; m < j->nw; m++) {
-        rbs[m] = row_block(j->w[m]->rows * *ntb, nth);
-        nrb[m] = (j->w[m]->rows + rbs[m] - 1) / rbs[m];
-        total += nrb[m] * *ntb;
+        j->rbs[m] = row_block(j->w[m]->rows * j->ntb, nth);
+        j->nrb[m] = (j->w[m]->rows + j->rbs[m] - 1) / j->rbs[m];
+        total += j->nrb[m] * j->ntb;
     }
     return total;
 }
@@ -207,9 +209,8 @@ static void mm_task(int ith, int nth, void *arg) {
     }
     /* units: (matrix, row block, token block), row blocks outer so consecutive units share
      * weights; each thread walks its own contiguous share, then helps with the others' */
-    int64_t nrb[8], rbs[8];
-    int tb, ntb;
-    dots_units(j, nth, &tb, &ntb, rbs, nrb);
+    const int tb = j->tb, ntb = j->ntb;
+    const int64_t *nrb = j->nrb, *rbs = j->rbs;
     for (int64_t g; (g = hm_work_next(j->work, nth, ith)) >= 0;) {
         int m = 0;
         int64_t u = g;
@@ -234,10 +235,8 @@ static void mm_task(int ith, int nth, void *arg) {
 static void mm_start(hm_pool *pool, mm_job *j) {
     if (j->amx == MM_DOTS) {
         const int nth = hm_pool_size(pool);
-        int tb, ntb;
-        int64_t rbs[8], nrb[8];
         j->work = (hm_work_slot *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
-        hm_work_init(j->work, nth, dots_units(j, nth, &tb, &ntb, rbs, nrb));
+        hm_work_init(j->work, nth, dots_units(j, nth));
     }
     hm_pool_run(pool, mm_task, j);
 }
