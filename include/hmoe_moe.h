@@ -129,6 +129,8 @@ enum {
     HM_MOE_PROF_N
 };
 void hm_moe_profile(hm_moe *moe, double sec[HM_MOE_PROF_N], bool reset);
+/* Short name of a phase ("activations", "pack x", "gate/up", "pack h", "down"); "?" if none. */
+const char *hm_moe_profile_name(int phase);
 
 /* ---- routers (CPU helpers; scores in float) ---------------------------------------------- */
 

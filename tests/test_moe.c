@@ -452,6 +452,8 @@ int main(void) {
     test_routers();
     test_errors(pool);
     test_shared_scratch(pool);
+    CHECK(!strcmp(hm_moe_profile_name(HM_MOE_PROF_GATE_UP), "gate/up"));
+    CHECK(!strcmp(hm_moe_profile_name(HM_MOE_PROF_N), "?"));
     model m;
     /* Qwen3-30B-A3B-like expert rows (hidden 2048, inter 768), Q4_K, SiLU, top-2 of 8 */
     model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 2048, 768, 8, 2, HM_MOE_SILU, false, 11);

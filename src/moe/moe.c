@@ -891,6 +891,12 @@ static void job(int ith, int nth, void *arg) {
 #undef PROF
 }
 
+const char *hm_moe_profile_name(int phase) {
+    static const char *const names[HM_MOE_PROF_N] = {"activations", "pack x", "gate/up", "pack h",
+                                                     "down"};
+    return phase >= 0 && phase < HM_MOE_PROF_N ? names[phase] : "?";
+}
+
 void hm_moe_profile(hm_moe *m, double sec[HM_MOE_PROF_N], bool reset) {
     for (int i = 0; i < HM_MOE_PROF_N; i++) {
         double v = m->prof[i];

@@ -158,10 +158,9 @@ int bench_e2e(int argc, char **argv) {
             printf("  %-18s %12.1f %12.3f\n", hm_ctx_prof_name(k), pp_prof[k] * 1e3,
                    n_gen ? hm_ctx_prof_seconds(c, k) * 1e3 / (double)n_gen : 0);
         if (ms.batches) {
-            static const char *const ph[HM_MOE_PROF_N] = {"convert x", "pack x", "gate/up",
-                                                          "pack h", "down"};
             printf("  prompt experts (ms):");
-            for (int k = 0; k < HM_MOE_PROF_N; k++) printf(" %s %.1f", ph[k], ms.phase_s[k] * 1e3);
+            for (int k = 0; k < HM_MOE_PROF_N; k++)
+                printf(" %s %.1f", hm_moe_profile_name(k), ms.phase_s[k] * 1e3);
             printf("\n  prompt routing per layer and batch: %.1f tokens, %.1f of %u experts "
                    "used, busiest %.1f tokens (mean %.1f)\n",
                    ms.tokens, ms.active, hp->n_experts, ms.busiest,

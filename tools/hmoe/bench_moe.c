@@ -307,12 +307,12 @@ int bench_moe(int argc, char **argv) {
             hm_moe_profile(moe[l], one, true);
             for (int i = 0; i < HM_MOE_PROF_N; i++) ph[i] += one[i] / 3.0;
         }
-        if (ph[HM_MOE_PROF_GATE_UP] > 0)
-            printf("        phases (ms per pass of %ld layers): activations %.1f, pack x %.1f, "
-                   "gate/up %.1f, pack h %.1f, down %.1f\n",
-                   layers, ph[HM_MOE_PROF_PRE] * 1e3, ph[HM_MOE_PROF_PACK_X] * 1e3,
-                   ph[HM_MOE_PROF_GATE_UP] * 1e3, ph[HM_MOE_PROF_PACK_H] * 1e3,
-                   ph[HM_MOE_PROF_DOWN] * 1e3);
+        if (ph[HM_MOE_PROF_GATE_UP] > 0) {
+            printf("        phases (ms per pass of %ld layers):", layers);
+            for (int i = 0; i < HM_MOE_PROF_N; i++)
+                printf("%s %s %.1f", i ? "," : "", hm_moe_profile_name(i), ph[i] * 1e3);
+            printf("\n");
+        }
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
     free(moe), free(ex), free(x), free(out), free(ids), free(w), free(wv), free(count);
