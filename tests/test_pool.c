@@ -202,6 +202,11 @@ int main(void) {
     CHECK_CONTAINS(hm_last_error(), "in flight");
     hm_pool_wait(pool);
     CHECK(atomic_load(&job.calls[0]) == 1 && atomic_load(&job.calls[1]) == 1);
+    /* run while a submitted job is in flight: that one finishes, then fn runs (not skipped) */
+    CHECK_OK(hm_pool_submit(pool, count_task, &job));
+    hm_pool_run(pool, count_task, &job);
+    CHECK(!hm_pool_busy(pool));
+    CHECK(atomic_load(&job.calls[0]) == 3 && atomic_load(&job.calls[1]) == 3);
     hm_pool_free(pool);
     hm_pool_free(NULL);
 

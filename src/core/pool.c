@@ -278,6 +278,8 @@ static void join(hm_pool *pool, unsigned g) {
 
 void hm_pool_run(hm_pool *pool, hm_task_fn fn, void *arg) {
     if (pool->async) {
+        /* a job still in flight is finished first (submit would refuse, and fn would not run) */
+        hm_pool_wait(pool);
         if (hm_pool_submit(pool, fn, arg) == HM_OK) hm_pool_wait(pool);
         return;
     }

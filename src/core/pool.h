@@ -47,7 +47,7 @@ int hm_pool_cpu(const hm_pool *pool, int ith); /* CPU participant ith is pinned 
 int hm_pool_spin_us(const hm_pool *pool);
 
 /* Runs fn on all participants and returns when all have finished. In a sync pool the caller runs
- * ith = 0; in an async pool it is submit + wait. */
+ * ith = 0; in an async pool it is submit + wait (after waiting for a job still in flight). */
 void hm_pool_run(hm_pool *pool, hm_task_fn fn, void *arg);
 
 /* Async pools only: start fn on all workers and return at once / block until it is done. */
