@@ -525,6 +525,65 @@ static void test_max_scale(void) {
     }
 }
 
+/* IEEE half <-> float of every variant against the plain-C conversions (which the SIMD variants,
+ * through the CPU's own F16C conversions, check in turn): every half; floats sampled over all
+ * bit patterns (NaN, inf, overflow, subnormal results) plus exact ties; lengths 0-40 and the
+ * element past the end left alone */
+static void test_f16_convert(void) {
+    const hm_cpu_features *f = hm_cpu_features_get();
+    enum { NH = 65536, NF = 1 << 16 };
+    static uint16_t h[NH], hr[NF + 1], hg[NF + 1];
+    static float x[NF + 1], y[NH + 1], yr[NH];
+    for (int i = 0; i < NH; i++) h[i] = (uint16_t)i;
+    hm_ops_ref.f16_to_f32(NH, h, yr);
+    for (int i = 0; i < NF; i++) {
+        uint32_t b = (uint32_t)i * 65521u + 12345u; /* spread over all 2^32 patterns */
+        if (i % 4 == 1) /* a tie: the 13 bits below the half's last one are 1000000000000 */
+            b = (b & 0xffffe000u) | 0x1000u;
+        if (i % 4 == 2) /* half-range exponents, rounding into subnormal halves and overflow */
+            b = (b & 0x807fffffu) | (uint32_t)(100 + i % 48) << 23;
+        memcpy(&x[i], &b, sizeof b);
+    }
+    hm_ops_ref.f32_to_f16(NF, x, hr);
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        CHECK_MSG(ops->f16_to_f32 && ops->f32_to_f16, "%s has no f16 conversions", ops->name);
+        if (!ops->f16_to_f32 || !ops->f32_to_f16) continue;
+        y[NH] = 7.0f;
+        ops->f16_to_f32(NH, h, y);
+        int bad = y[NH] != 7.0f;
+        for (int i = 0; i < NH; i++)
+            bad += memcmp(&y[i], &yr[i], sizeof y[i]) != 0 && !(isnan(y[i]) && isnan(yr[i]));
+        CHECK_MSG(bad == 0, "%s f16_to_f32: %d of 65536 halves off", ops->name, bad);
+        hg[NF] = 0x1234;
+        ops->f32_to_f16(NF, x, hg);
+        bad = hg[NF] != 0x1234;
+        int first = -1;
+        for (int i = 0; i < NF; i++) {
+            const bool nan = (hg[i] & 0x7c00) == 0x7c00 && (hg[i] & 0x3ff) &&
+                             (hr[i] & 0x7c00) == 0x7c00 && (hr[i] & 0x3ff);
+            if (hg[i] != hr[i] && !nan) bad++, first = first < 0 ? i : first;
+        }
+        CHECK_MSG(bad == 0, "%s f32_to_f16: %d of %d values off (first %.9g: 0x%04x, want 0x%04x)",
+                  ops->name, bad, NF, first >= 0 ? x[first] : 0.0, first >= 0 ? hg[first] : 0,
+                  first >= 0 ? hr[first] : 0);
+        for (int n = 0; n <= 40; n++) { /* tails: exactly n written */
+            float yt[48];
+            uint16_t ht[48];
+            for (int i = 0; i < 48; i++) yt[i] = -1.0f, ht[i] = 0xffff;
+            ops->f16_to_f32(n, h + 15360, yt); /* 1.0 onwards */
+            ops->f32_to_f16(n, yr + 15360, ht);
+            int off = 0;
+            for (int i = 0; i < 48; i++) {
+                off += i < n ? yt[i] != yr[15360 + i] : yt[i] != -1.0f;
+                off += i < n ? ht[i] != h[15360 + i] : ht[i] != 0xffff;
+            }
+            CHECK_MSG(off == 0, "%s f16 conversions of %d values: %d off", ops->name, n, off);
+        }
+    }
+}
+
 /* RMSNorm of every variant against the reference (the sum of squares is double in both, summed
  * in other orders: within a few float roundings), with and without weights, in place */
 static void test_rmsnorm(void) {
@@ -685,6 +744,7 @@ int main(void) {
     test_axpy();
     test_silu();
     test_max_scale();
+    test_f16_convert();
     test_rmsnorm();
     test_fp8_codes_all_variants();
     test_dot_n(HM_TYPE_FP8_B128, 128);

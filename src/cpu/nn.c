@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core/cpu.h"
-#include "quant/fp16.h"
 
 void hm_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     const hm_cpu_ops *ops;
@@ -313,33 +312,60 @@ static const void *kv_at(const hm_nn_attn *a, const void *base, size_t elems) {
     return (const uint8_t *)base + elems * (a->kv_f16 ? 2 : 4);
 }
 
+typedef void (*f16_fn)(int64_t n, const uint16_t *x, float *y);
+
 /* K block b of a head (16 positions, [hd][16]) as floats: in the cache, or converted into tmp */
-static const float *k_block(const hm_nn_attn *a, const void *head, size_t b, float *tmp) {
+static const float *k_block(const hm_nn_attn *a, f16_fn cvt, const void *head, size_t b,
+                            float *tmp) {
     const size_t n = (size_t)HM_NN_KBLK * (size_t)a->head_dim;
     if (!a->kv_f16) return (const float *)head + b * n;
-    const uint16_t *h = (const uint16_t *)head + b * n;
-    for (size_t i = 0; i < n; i++) tmp[i] = hm_f16_to_f32(h[i]);
+    cvt((int64_t)n, (const uint16_t *)head + b * n, tmp);
     return tmp;
 }
 
 /* V rows p0 .. p0 + 15 of a head as floats: in the cache when all nk <= 16 rows are there and
  * are floats, else converted/copied into tmp with the rows past nk zeroed (a 0 probability times
  * a stale non-finite value would still be NaN) */
-static const float *v_block(const hm_nn_attn *a, const void *head, size_t p0, int nk, float *tmp) {
+static const float *v_block(const hm_nn_attn *a, f16_fn cvt, const void *head, size_t p0, int nk,
+                            float *tmp) {
     const int hd = a->head_dim;
     if (!a->kv_f16 && nk == HM_NN_KBLK) return (const float *)head + p0 * (size_t)hd;
-    for (int j = 0; j < nk; j++) {
-        float *o = tmp + (size_t)j * hd;
-        if (a->kv_f16) {
-            const uint16_t *h = (const uint16_t *)head + (p0 + (size_t)j) * (size_t)hd;
-            for (int d = 0; d < hd; d++) o[d] = hm_f16_to_f32(h[d]);
-        } else {
-            memcpy(o, (const float *)head + (p0 + (size_t)j) * (size_t)hd,
-                   (size_t)hd * sizeof(float));
-        }
-    }
+    /* the nk rows are contiguous in the cache */
+    if (a->kv_f16)
+        cvt((int64_t)nk * hd, (const uint16_t *)head + p0 * (size_t)hd, tmp);
+    else
+        memcpy(tmp, (const float *)head + p0 * (size_t)hd, (size_t)nk * hd * sizeof(float));
     memset(tmp + (size_t)nk * hd, 0, (size_t)(HM_NN_KBLK - nk) * (size_t)hd * sizeof(float));
     return tmp;
+}
+
+void hm_nn_kv_store(void *k_cache, void *v_cache, bool f16, size_t kv_head_stride, int n_kv_heads,
+                    int head_dim, int32_t pos, const float *k, const float *v) {
+    const size_t hd = (size_t)head_dim, p = (size_t)pos;
+    if (!f16) {
+        float *kc = k_cache, *vc = v_cache;
+        for (int h = 0; h < n_kv_heads; h++) {
+            const float *kh = k + (size_t)h * hd;
+            float *kb = kc + (size_t)h * kv_head_stride;
+            for (size_t d = 0; d < hd; d++) kb[hm_nn_k_index(p, d, hd)] = kh[d];
+            memcpy(vc + (size_t)h * kv_head_stride + p * hd, v + (size_t)h * hd,
+                   hd * sizeof(float));
+        }
+        return;
+    }
+    const hm_cpu_ops *ops;
+    if (hm_cpu_ops_get(&ops) != HM_OK || !ops->f32_to_f16) ops = &hm_ops_ref;
+    uint16_t *kc = k_cache, *vc = v_cache, t[256];
+    for (int h = 0; h < n_kv_heads; h++) {
+        const float *kh = k + (size_t)h * hd;
+        uint16_t *kb = kc + (size_t)h * kv_head_stride;
+        for (size_t d0 = 0; d0 < hd; d0 += 256) { /* K is transposed: convert, then scatter */
+            const size_t nd = hd - d0 < 256 ? hd - d0 : 256;
+            ops->f32_to_f16((int64_t)nd, kh + d0, t);
+            for (size_t d = 0; d < nd; d++) kb[hm_nn_k_index(p, d0 + d, hd)] = t[d];
+        }
+        ops->f32_to_f16((int64_t)hd, v + (size_t)h * hd, vc + (size_t)h * kv_head_stride + p * hd);
+    }
 }
 
 /* per thread: scores [ATTN_QROWS][max_ctx + 16], a K block and a V block [16][hd] each */
@@ -372,6 +398,7 @@ typedef struct attn_job {
     float (*expsum)(int64_t n, float *x, float m);
     float (*max)(int64_t n, const float *x);
     void (*scale)(int64_t n, float a, float *x);
+    f16_fn f16;      /* f16 cache blocks to floats */
     int units;       /* blocked: (kv head, token block) units */
     atomic_int next; /* blocked: claims so far */
 } attn_job;
@@ -396,7 +423,7 @@ static void attn_span(const attn_job *j, const float *q, size_t q_ts, int nt, in
     const int hd = a->head_dim, padded = (len + 15) & ~15;
     const size_t tok_rows = (size_t)group * ss; /* S floats per token */
     for (int b = 0; b < padded; b += 16) {
-        const float *kb = k_block(a, kh, (size_t)(p0 + b) / 16, kt);
+        const float *kb = k_block(a, j->f16, kh, (size_t)(p0 + b) / 16, kt);
         for (int i = 0; i < nt; i++)
             j->qk(q + (size_t)i * q_ts, group, hd, kb, a->scale, S + (size_t)i * tok_rows + b, ss);
     }
@@ -417,7 +444,7 @@ static void attn_span(const attn_job *j, const float *q, size_t q_ts, int nt, in
     }
     for (int b = 0; b < padded; b += 16) {
         const int nk = len - b < 16 ? len - b : 16;
-        const float *vblk = v_block(a, vh, (size_t)(p0 + b), nk, vb);
+        const float *vblk = v_block(a, j->f16, vh, (size_t)(p0 + b), nk, vb);
         for (int i = 0; i < nt; i++)
             j->pv(S + (size_t)i * tok_rows + b, ss, group, vblk, hd, o + (size_t)i * o_ts,
                   (size_t)hd);
@@ -517,7 +544,8 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
                   .pv = blocks ? ops->pv_block16 : hm_ops_ref.pv_block16,
                   .expsum = ops->expsum_f32 ? ops->expsum_f32 : hm_ops_ref.expsum_f32,
                   .max = ops->max_f32 ? ops->max_f32 : hm_ops_ref.max_f32,
-                  .scale = ops->scale_f32 ? ops->scale_f32 : hm_ops_ref.scale_f32};
+                  .scale = ops->scale_f32 ? ops->scale_f32 : hm_ops_ref.scale_f32,
+                  .f16 = ops->f16_to_f32 ? ops->f16_to_f32 : hm_ops_ref.f16_to_f32};
     const int base = a->n_tok * a->n_kv_heads;
     int min_np = a->max_ctx;
     for (int t = 0; t < a->n_tok; t++) min_np = a->pos[t] + 1 < min_np ? a->pos[t] + 1 : min_np;

@@ -68,6 +68,12 @@ typedef struct hm_nn_kv {
     const void *k, *v; /* float, or IEEE half when hm_nn_attn.kv_f16 */
 } hm_nn_kv;
 
+/* Stores one token's K and V (n_kv_heads heads of head_dim floats each, heads contiguous) at
+ * position pos of a cache in the layout above (floats, or IEEE halves rounded to nearest even
+ * when f16). */
+void hm_nn_kv_store(void *k_cache, void *v_cache, bool f16, size_t kv_head_stride, int n_kv_heads,
+                    int head_dim, int32_t pos, const float *k, const float *v);
+
 typedef struct hm_nn_attn {
     int n_tok;
     int n_heads, n_kv_heads, head_dim;

@@ -55,6 +55,11 @@ typedef struct hm_cpu_ops {
      * squares in double (the variants sum in different orders: equal within double rounding);
      * y may be x */
     void (*rmsnorm_f32)(int64_t n, const float *x, const float *w, float *y, float eps);
+    /* IEEE half <-> float for i < n (the f16 KV cache): exact widening; narrowing rounds to
+     * nearest even, overflow to inf; every variant gives the same bits except NaN payloads (a
+     * NaN stays a NaN) */
+    void (*f16_to_f32)(int64_t n, const uint16_t *x, float *y);
+    void (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);
     /* int8 matmul for more than 4 tokens over the packed activations (the contract of
      * hm_amx_matmul / hm_amx_matmul_packed below): AMX tiles, or AVX-512 VNNI; NULL elsewhere.
      * Ask hm_i8_matmul_ok before use (the avx512 table also serves CPUs without VNNI). */

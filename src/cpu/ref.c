@@ -248,6 +248,14 @@ static void scale_f32_ref(int64_t n, float a, float *x) {
     for (int64_t i = 0; i < n; i++) x[i] *= a;
 }
 
+static void f16_to_f32_ref(int64_t n, const uint16_t *x, float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = hm_f16_to_f32(x[i]);
+}
+
+static void f32_to_f16_ref(int64_t n, const float *x, uint16_t *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = hm_f32_to_f16(x[i]);
+}
+
 static void rmsnorm_f32_ref(int64_t n, const float *x, const float *w, float *y, float eps) {
     /* the sum of squares in double, in 8 independent chains (one chain was bound by the add
      * latency: ~4 cycles per value) */
@@ -290,6 +298,8 @@ const hm_cpu_ops hm_ops_ref = {
     .expsum_f32 = expsum_f32_ref,
     .max_f32 = max_f32_ref,
     .scale_f32 = scale_f32_ref,
+    .f16_to_f32 = f16_to_f32_ref,
+    .f32_to_f16 = f32_to_f16_ref,
     .rmsnorm_f32 = rmsnorm_f32_ref,
     .qk_block16 = qk_block16_ref,
     .pv_block16 = pv_block16_ref,

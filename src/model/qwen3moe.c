@@ -7,10 +7,8 @@
  * all experts in float, the top-k taken, renormalised when norm_topk_prob. */
 #include <stdatomic.h>
 #include <math.h>
-#include <string.h>
 
 #include "model/ctx_int.h"
-#include "quant/fp16.h"
 
 static void norm_attn(hm_ctx *c, int i, void *arg) {
     const hm_layer *L = arg;
@@ -40,23 +38,8 @@ static void qk_rope_store(hm_ctx *c, int i, void *arg) {
     const float *cs = c->rope_cs + (size_t)i * hp->rope_dim;
     hm_rope_neox(q, nh, hd, (int)hp->rope_dim, cs);
     hm_rope_neox(k, nkv, hd, (int)hp->rope_dim, cs);
-    const size_t hstride = c->kv_ctx * (size_t)hd, p = (size_t)c->pos[i];
-    if (c->kv_elem == 2) {
-        uint16_t *kc = hm_ctx_kv_k(c, a->il, c->seq[i]), *vc = hm_ctx_kv_v(c, a->il, c->seq[i]);
-        for (int h = 0; h < nkv; h++)
-            for (int d = 0; d < hd; d++) {
-                kc[h * hstride + hm_nn_k_index(p, (size_t)d, (size_t)hd)] =
-                    hm_f32_to_f16(k[(size_t)h * hd + d]);
-                vc[h * hstride + p * hd + (size_t)d] = hm_f32_to_f16(v[(size_t)h * hd + d]);
-            }
-        return;
-    }
-    float *kc = hm_ctx_kv_k(c, a->il, c->seq[i]), *vc = hm_ctx_kv_v(c, a->il, c->seq[i]);
-    for (int h = 0; h < nkv; h++) {
-        for (int d = 0; d < hd; d++)
-            kc[h * hstride + hm_nn_k_index(p, (size_t)d, (size_t)hd)] = k[(size_t)h * hd + d];
-        memcpy(vc + h * hstride + p * hd, v + (size_t)h * hd, (size_t)hd * sizeof(float));
-    }
+    hm_nn_kv_store(hm_ctx_kv_k(c, a->il, c->seq[i]), hm_ctx_kv_v(c, a->il, c->seq[i]),
+                   c->kv_elem == 2, c->kv_ctx * (size_t)hd, nkv, hd, c->pos[i], k, v);
 }
 
 /* x += tmp, then xn = rmsnorm(x) * w (w: arg): the residual add and the next norm in one pass */

@@ -716,6 +716,35 @@ static inline void hm_scale_f32_avx2(int64_t n, float a, float *x) {
     for (; i < n; i++) x[i] *= a;
 }
 
+/* IEEE half <-> float (F16C), 8 at a time; the tails through the same instructions on a copy */
+static inline void hm_f16_to_f32_avx2(int64_t n, const uint16_t *x, float *y) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    if (i < n) {
+        _Alignas(32) uint16_t t[8] = {0};
+        _Alignas(32) float o[8];
+        memcpy(t, x + i, (size_t)(n - i) * sizeof *t);
+        _mm256_store_ps(o, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)t)));
+        memcpy(y + i, o, (size_t)(n - i) * sizeof *o);
+    }
+}
+
+static inline void hm_f32_to_f16_avx2(int64_t n, const float *x, uint16_t *y) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n) {
+        _Alignas(32) float t[8] = {0};
+        _Alignas(32) uint16_t o[8];
+        memcpy(t, x + i, (size_t)(n - i) * sizeof *t);
+        _mm_store_si128((__m128i *)o,
+                        _mm256_cvtps_ph(_mm256_load_ps(t), _MM_FROUND_TO_NEAREST_INT));
+        memcpy(y + i, o, (size_t)(n - i) * sizeof *o);
+    }
+}
+
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
 #define HM_VEC_DOTS_AVX2                                                                           \
     [HM_TYPE_F32] = hm_dot_f32_f32_avx2, [HM_TYPE_F16] = hm_dot_f16_f32_avx2,                      \

@@ -665,6 +665,22 @@ static inline void hm_scale_f32_avx512(int64_t n, float a, float *x) {
     }
 }
 
+/* IEEE half <-> float, 16 at a time, masked tails */
+static inline void hm_f16_to_f32_avx512(int64_t n, const uint16_t *x, float *y) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, x + i)));
+    }
+}
+
+static inline void hm_f32_to_f16_avx512(int64_t n, const float *x, uint16_t *y) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(
+            y + i, k, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+
 /* RMSNorm with the sum of squares in double: 4 chains of 8 doubles, a masked tail */
 static inline void hm_rmsnorm_f32_avx512(int64_t n, const float *x, const float *w, float *y,
                                          float eps) {
