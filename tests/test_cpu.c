@@ -98,6 +98,14 @@ static void test_isa_select(void) {
     /* the ladder is monotone: supporting a variant implies supporting all below it */
     for (int i = 1; i < HM_ISA_COUNT; i++)
         if (hm_isa_supported(f, (hm_isa)i)) CHECK(hm_isa_supported(f, (hm_isa)(i - 1)));
+    /* a Skylake-SP: AVX-512 F/BW/VL/DQ without VNNI runs the AVX2 variant (the AVX-512 dot
+     * products use VPDPBUSD, an illegal instruction there) */
+    hm_cpu_features skx = {0};
+    skx.avx = skx.avx2 = skx.fma = skx.f16c = skx.os_avx = true;
+    skx.avx512f = skx.avx512bw = skx.avx512vl = skx.avx512dq = skx.os_avx512 = true;
+    CHECK(hm_isa_supported(&skx, HM_ISA_AVX2) && !hm_isa_supported(&skx, HM_ISA_AVX512));
+    skx.avx512vnni = true; /* Cascade Lake */
+    CHECK(hm_isa_supported(&skx, HM_ISA_AVX512) && !hm_isa_supported(&skx, HM_ISA_AMX));
 }
 
 static void test_cpulist(void) {

@@ -163,7 +163,8 @@ hm_status hm_isa_parse(const char *s, hm_isa *out) {
 
 bool hm_isa_supported(const hm_cpu_features *f, hm_isa isa) {
     bool avx2 = f->avx2 && f->fma && f->f16c;
-    bool avx512 = avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
+    /* the AVX-512 dot products use VPDPBUSD: CPUs without VNNI (Skylake-SP) run the AVX2 variant */
+    bool avx512 = avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni;
     switch (isa) {
     case HM_ISA_REF:
         return true;

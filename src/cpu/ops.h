@@ -62,7 +62,7 @@ typedef struct hm_cpu_ops {
     void (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);
     /* int8 matmul for more than 4 tokens over the packed activations (the contract of
      * hm_amx_matmul / hm_amx_matmul_packed below): AMX tiles, or AVX-512 VNNI; NULL elsewhere.
-     * Ask hm_i8_matmul_ok before use (the avx512 table also serves CPUs without VNNI). */
+     * Ask hm_i8_matmul_ok before use. */
     void (*i8_matmul)(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
                       int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
                       void *scratch);
@@ -77,7 +77,8 @@ typedef struct hm_cpu_ops {
                           void *scratch);
 } hm_cpu_ops;
 
-/* Whether ops has an int8 matmul this CPU can run (AMX, or AVX-512 with VNNI). */
+/* Whether ops has an int8 matmul (the amx and avx512 tables: the avx512 variant requires VNNI,
+ * so AVX-512 CPUs without it, Skylake-SP, run the avx2 variant). */
 bool hm_i8_matmul_ok(const hm_cpu_ops *ops);
 
 /* Activation format each weight type's kernels consume: Q8_K (K-quants, IQ4_XS), Q8_0 (32-blocks,
