@@ -18,8 +18,8 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
     const __m512i two = _mm512_set1_epi16(2);
     __m512 acc[4];
-    float summs[4];
-    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), summs[t] = 0;
+    __m256 accm[4]; /* the mins' term, lane i = sub-blocks 2i and 2i+1 (summed at the end) */
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
@@ -27,11 +27,18 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         uint32_t sm[4];
         hm_k4_unpack_scales(w[i].scales, sm);
         const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
+        /* the 8 mins as int16 pairs (min j in lanes 2j and 2j + 1): one VPMADDWD against the
+         * Q8_K block's 16 partial sums gives min_j x (sum of sub-block j) in int32 lane j */
+        const __m128i mn8 = _mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]);
+        const __m256i mins2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
         const hm_block_q8_K *x[4];
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) {
             x[t] = (const hm_block_q8_K *)vx[t] + i;
-            summs[t] += x[t]->d * wdmin * (float)hm_k4_mins_dot(sm, x[t]->bsums);
+            const __m256i mp =
+                _mm256_madd_epi16(mins2, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            accm[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wdmin), _mm256_cvtepi32_ps(mp), accm[t]);
             sumi[t] = _mm512_setzero_si512();
         }
         const __m512i sc =
@@ -42,10 +49,9 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
                 _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j)));
             const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, nib_shift), low4);
             const __m512i s16 = _mm512_permutexvar_epi16(sidx, sc);
-            for (int t = 0; t < nt; t++) {
+            for (int t = 0; t < nt; t++) { /* VPDPWSSD: the pair sums times the scales, added */
                 const __m512i y = _mm512_loadu_si512(x[t]->qs + 64 * j);
-                sumi[t] =
-                    _mm512_add_epi32(sumi[t], _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s16));
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q, y), s16);
             }
             sidx = _mm512_add_epi16(sidx, two);
         }
@@ -53,7 +59,7 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
             acc[t] =
                 _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - summs[t];
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hm_hsum256(accm[t]);
 }
 
 HM_DOT_ENTRIES(q4_K_q8_K_avx512, hm_q4_K_rows_avx512)
