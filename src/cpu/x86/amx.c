@@ -503,26 +503,15 @@ static void amx_chunk(const amx_act *a, const int8_t *A, const float *sw, int n_
     }
 }
 
-/* acc [pn][32 rows][32 tokens] of pairs p0.. to y[t][r] for r < nr: 16 x 16 blocks transposed
- * in registers, each token's 16 rows stored as one (masked) vector (the scalar element copies
- * were ~13% of the tile kernel's time on one core) */
+/* acc [pn][32 rows][32 tokens] of pairs p0.. to y[t][r] for r < nr */
 static void store_acc(const float *acc_all, int n_tok, int p0, int pn, int nr, float *y,
                       size_t y_stride) {
     for (int pi = 0; pi < pn; pi++) {
         const int p = p0 + pi, nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
         const float *acc = acc_all + pi * 32 * 32;
-        for (int rb = 0; rb < nr; rb += 16) {
-            const __mmask16 m = tail_mask(nr - rb);
-            for (int tb = 0; tb < nt; tb += 16) {
-                __m512i v[16];
-                for (int r = 0; r < 16; r++)
-                    v[r] = _mm512_load_si512(acc + 32 * (rb + r) + tb); /* rows rb + r */
-                transpose16_epi32(v); /* v[t]: token tb + t's 16 rows */
-                const int ntb = nt - tb < 16 ? nt - tb : 16;
-                for (int t = 0; t < ntb; t++)
-                    _mm512_mask_storeu_ps(y + (size_t)(32 * p + tb + t) * y_stride + rb, m,
-                                          _mm512_castsi512_ps(v[t]));
-            }
+        for (int t = 0; t < nt; t++) {
+            float *yt = y + (size_t)(32 * p + t) * y_stride;
+            for (int n = 0; n < nr; n++) yt[n] = acc[32 * n + t];
         }
     }
 }
