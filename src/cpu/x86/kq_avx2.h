@@ -74,6 +74,13 @@ static inline int32_t hm_k4_mins_dot(const uint32_t sm[4], const int16_t bsums[1
     return _mm_cvtsi128_si32(t);
 }
 
+/* The 8 mins (sm[2..3]) as int16 pairs, min j in lanes 2j and 2j + 1: one VPMADDWD against a
+ * Q8_K block's 16 partial sums gives min_j x (sum of sub-block j) in int32 lane j */
+static inline __m256i hm_k4_mins_pairs(const uint32_t sm[4]) {
+    const __m128i m8 = _mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+}
+
 /* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
  * them; every token's result is the same float operations in the same order whatever nt, so a
  * token's output does not depend on how many tokens share the row. */
@@ -81,9 +88,8 @@ static inline __attribute__((always_inline)) void
 hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q4_K *w = vw;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[4];
-    float summs[4];
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps(), summs[t] = 0;
+    __m256 acc[4], accm[4]; /* accm: the mins' term, lane j = sub-blocks 2j and 2j + 1 */
+    for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         /* stream ahead: rows are contiguous, so this also covers the next row */
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
@@ -92,11 +98,15 @@ hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
         uint32_t sm[4];
         hm_k4_unpack_scales(w[i].scales, sm);
         const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
+        const __m256i mins2 = hm_k4_mins_pairs(sm);
         const hm_block_q8_K *x[4];
         __m256i sumi[4];
         for (int t = 0; t < nt; t++) {
             x[t] = (const hm_block_q8_K *)vx[t] + i;
-            summs[t] += x[t]->d * wdmin * (float)hm_k4_mins_dot(sm, x[t]->bsums);
+            const __m256i mp =
+                _mm256_madd_epi16(mins2, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            accm[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wdmin), _mm256_cvtepi32_ps(mp), accm[t]);
             sumi[t] = _mm256_setzero_si256();
         }
         const uint8_t *sc = (const uint8_t *)sm;
@@ -119,7 +129,7 @@ hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
             acc[t] =
                 _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]) - summs[t];
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]) - hm_hsum256(accm[t]);
 }
 
 HM_DOT_ENTRIES(q4_K_q8_K_avx2, hm_q4_K_rows_avx2)

@@ -27,10 +27,7 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         uint32_t sm[4];
         hm_k4_unpack_scales(w[i].scales, sm);
         const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
-        /* the 8 mins as int16 pairs (min j in lanes 2j and 2j + 1): one VPMADDWD against the
-         * Q8_K block's 16 partial sums gives min_j x (sum of sub-block j) in int32 lane j */
-        const __m128i mn8 = _mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]);
-        const __m256i mins2 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
+        const __m256i mins2 = hm_k4_mins_pairs(sm);
         const hm_block_q8_K *x[4];
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) {
