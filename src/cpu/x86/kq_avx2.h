@@ -61,19 +61,6 @@ static inline void hm_k4_unpack_scales(const uint8_t q[12], uint32_t out[4]) {
     out[3] = ((w2 >> 4) & m4) | (((w1 >> 6) & m2) << 4); /* mins 4..7 */
 }
 
-/* sum over the 8 sub-blocks of min[j] x (sum of the 32 activations of sub-block j), from the
- * unpacked mins (sm[2..3]) and the Q8_K block's 16 partial sums */
-static inline int32_t hm_k4_mins_dot(const uint32_t sm[4], const int16_t bsums[16]) {
-    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]));
-    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
-    const __m128i bsum32 =
-        _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    const __m128i prod = _mm_madd_epi16(mins16, bsum32);
-    __m128i t = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0x4e));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-    return _mm_cvtsi128_si32(t);
-}
-
 /* The 8 mins (sm[2..3]) as int16 pairs, min j in lanes 2j and 2j + 1: one VPMADDWD against a
  * Q8_K block's 16 partial sums gives min_j x (sum of sub-block j) in int32 lane j */
 static inline __m256i hm_k4_mins_pairs(const uint32_t sm[4]) {
@@ -153,8 +140,7 @@ static inline float hm_dot_q5_K_q8_K_avx2(int64_t n, const void *vw, const void 
     const hm_block_q5_K *w = vw;
     const hm_block_q8_K *x = vx;
     const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0;
+    __m256 acc = _mm256_setzero_ps(), accm = acc; /* accm: the mins' term */
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
@@ -163,7 +149,11 @@ static inline float hm_dot_q5_K_q8_K_avx2(int64_t n, const void *vw, const void 
         hm_k4_unpack_scales(w[i].scales, sm);
         const float d = x[i].d * hm_h2f(w[i].d);
         const float dmin = x[i].d * hm_h2f(w[i].dmin);
-        summs += dmin * (float)hm_k4_mins_dot(sm, x[i].bsums);
+        accm = _mm256_fmadd_ps(
+            _mm256_set1_ps(dmin),
+            _mm256_cvtepi32_ps(_mm256_madd_epi16(hm_k4_mins_pairs(sm),
+                                                 _mm256_loadu_si256((const __m256i *)x[i].bsums))),
+            accm);
 
         const uint8_t *sc = (const uint8_t *)sm;
         /* qh shifted right by 2j for chunk j: bits 0 and 1 of every byte are then the 5th bits of
@@ -188,7 +178,7 @@ static inline float hm_dot_q5_K_q8_K_avx2(int64_t n, const void *vw, const void 
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hm_hsum256(acc) - summs;
+    return hm_hsum256(acc) - hm_hsum256(accm);
 }
 
 /* Q6_K: unsigned 6-bit codes u = q + 32 multiply the activations; the -32 is folded in once per

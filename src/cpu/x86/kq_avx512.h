@@ -77,7 +77,7 @@ static inline float hm_dot_q5_K_q8_K_avx512(int64_t n, const void *vw, const voi
     const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
     const __m512i two = _mm512_set1_epi16(2);
     __m512 acc = _mm512_setzero_ps();
-    float summs = 0;
+    __m256 accm = _mm256_setzero_ps(); /* the mins' term (hm_k4_mins_pairs) */
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
@@ -86,7 +86,11 @@ static inline float hm_dot_q5_K_q8_K_avx512(int64_t n, const void *vw, const voi
         hm_k4_unpack_scales(w[i].scales, sm);
         const float d = x[i].d * hm_h2f(w[i].d);
         const float dmin = x[i].d * hm_h2f(w[i].dmin);
-        summs += dmin * (float)hm_k4_mins_dot(sm, x[i].bsums);
+        accm = _mm256_fmadd_ps(
+            _mm256_set1_ps(dmin),
+            _mm256_cvtepi32_ps(_mm256_madd_epi16(hm_k4_mins_pairs(sm),
+                                                 _mm256_loadu_si256((const __m256i *)x[i].bsums))),
+            accm);
 
         const __m512i sc =
             _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
@@ -102,12 +106,12 @@ static inline float hm_dot_q5_K_q8_K_avx512(int64_t n, const void *vw, const voi
                 _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(q2, nib_shift), low4), hb);
             const __m512i y = _mm512_loadu_si512(x[i].qs + 64 * j);
             const __m512i s16 = _mm512_permutexvar_epi16(sidx, sc);
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s16));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, y), s16);
             sidx = _mm512_add_epi16(sidx, two);
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
-    return _mm512_reduce_add_ps(acc) - summs;
+    return _mm512_reduce_add_ps(acc) - hm_hsum256(accm);
 }
 
 static inline float hm_dot_q6_K_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
@@ -152,8 +156,8 @@ static inline float hm_dot_q6_K_q8_K_avx512(int64_t n, const void *vw, const voi
             const __m512i s23 = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(
                 sc, _mm256_add_epi8(sbase, _mm256_set1_epi8((char)(8 * h + 4)))));
             /* |63 * 127 * 2| fits int16 */
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u01, y01), s01));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(u23, y23), s23));
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u01, y01), s01);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u23, y23), s23);
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
