@@ -114,9 +114,11 @@ static inline float hm_dot_q5_K_q8_K_avx512(int64_t n, const void *vw, const voi
     return _mm512_reduce_add_ps(acc) - hm_hsum256(accm);
 }
 
-static inline float hm_dot_q6_K_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
+/* Q6_K row times nt (1-4) Q8_K activation rows, each weight block unpacked once for all of them
+ * (same per-token operations whatever nt, as hm_q4_K_rows_avx512). */
+static inline __attribute__((always_inline)) void
+hm_q6_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q6_K *w = vw;
-    const hm_block_q8_K *x = vx;
     const __m512i low4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
     /* 64 ql bytes hold planes p and p + 1 (low nibbles: p = 0, 1; high: 2, 3); the 32 qh bytes,
      * broadcast to both halves, give plane p's two bits at shift 2p */
@@ -125,20 +127,26 @@ static inline float hm_dot_q6_K_q8_K_avx512(int64_t n, const void *vw, const voi
     /* byte b of 32 selects scale k + b / 8 */
     const __m256i sbase =
         _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 192, _MM_HINT_T0);
-        const float d = x[i].d * hm_h2f(w[i].d);
+        const float wd = hm_h2f(w[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
-        const __m256i sc = _mm256_broadcastsi128_si256(sc8);
-        /* codes are stored + 32: subtract 32 * sum(scale[k] * bsums[k]) */
-        const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
-                                               _mm256_loadu_si256((const __m256i *)x[i].bsums));
-        __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                        _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+        const __m256i sc = _mm256_broadcastsi128_si256(sc8), sc16 = _mm256_cvtepi8_epi16(sc8);
+        const hm_block_q8_K *x[4];
+        __m512i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            /* codes are stored + 32: subtract 32 * sum(scale[k] * bsums[k]) */
+            const __m256i corr =
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            sumi[t] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+        }
         for (int h = 0; h < 2; h++) {
             const __m512i ql = _mm512_loadu_si512(w[i].ql + 64 * h);
             const __m512i qh =
@@ -149,20 +157,25 @@ static inline float hm_dot_q6_K_q8_K_avx512(int64_t n, const void *vw, const voi
             const __m512i u23 = _mm512_or_si512(
                 _mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
                 _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m3), 4));
-            const __m512i y01 = _mm512_loadu_si512(x[i].qs + 128 * h);
-            const __m512i y23 = _mm512_loadu_si512(x[i].qs + 128 * h + 64);
             const __m512i s01 = _mm512_cvtepi8_epi16(
                 _mm256_shuffle_epi8(sc, _mm256_add_epi8(sbase, _mm256_set1_epi8((char)(8 * h)))));
             const __m512i s23 = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(
                 sc, _mm256_add_epi8(sbase, _mm256_set1_epi8((char)(8 * h + 4)))));
-            /* |63 * 127 * 2| fits int16 */
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u01, y01), s01);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(u23, y23), s23);
+            for (int t = 0; t < nt; t++) { /* |63 * 127 * 2| fits int16 */
+                const __m512i y01 = _mm512_loadu_si512(x[t]->qs + 128 * h);
+                const __m512i y23 = _mm512_loadu_si512(x[t]->qs + 128 * h + 64);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(u01, y01), s01);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(u23, y23), s23);
+            }
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return _mm512_reduce_add_ps(acc);
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
+
+HM_DOT_ENTRIES(q6_K_q8_K_avx512, hm_q6_K_rows_avx512)
 
 static inline float hm_dot_iq4_xs_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
     const hm_block_iq4_xs *w = vw;
@@ -735,7 +748,8 @@ static inline void hm_rmsnorm_f32_avx512(int64_t n, const float *x, const float 
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX-512 kernels */
 #define HM_VEC_DOTNS_AVX512                                                                        \
     [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx512, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx512,          \
-    [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx512, [HM_TYPE_F32] = hm_dotn_f32_f32_avx512,      \
-    [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx512, [HM_TYPE_F16] = hm_dotn_f16_f32_avx512
+    [HM_TYPE_Q6_K] = hm_dotn_q6_K_q8_K_avx512, [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx512,   \
+    [HM_TYPE_F32] = hm_dotn_f32_f32_avx512, [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx512,              \
+    [HM_TYPE_F16] = hm_dotn_f16_f32_avx512
 
 #endif
