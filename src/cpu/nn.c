@@ -133,6 +133,7 @@ typedef struct mm_job {
      * rows (nrb[m] of them) per matrix */
     int tb, ntb;
     int64_t rbs[8], nrb[8];
+    bool pre_converted; /* MM_DOTS, 1-2 tokens: mm_start converted the activations already */
 } mm_job;
 
 /* Rows per work unit: 16, fewer when that would leave threads idle (small matrices). */
@@ -200,9 +201,11 @@ static void mm_task(int ith, int nth, void *arg) {
     uint8_t *xa = scr + (size_t)nth * sizeof(hm_work_slot);
     if (hm_act_type(w0->type) != HM_TYPE_F32) {
         size_t ab = hm_act_bytes(w0->type, w0->cols);
-        for (int t = ith; t < j->n; t += nth)
-            hm_act_convert(w0->type, j->x + (size_t)t * j->xs, xa + (size_t)t * ab, w0->cols);
-        hm_pool_barrier(j->pool);
+        if (!j->pre_converted) {
+            for (int t = ith; t < j->n; t += nth)
+                hm_act_convert(w0->type, j->x + (size_t)t * j->xs, xa + (size_t)t * ab, w0->cols);
+            hm_pool_barrier(j->pool);
+        }
         xq = xa;
         xq_stride = ab;
     }
@@ -236,6 +239,16 @@ static void mm_start(hm_pool *pool, mm_job *j) {
         const int nth = hm_pool_size(pool);
         j->work = (hm_work_slot *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
         hm_work_init(j->work, nth, dots_units(j, nth));
+        /* one or two tokens: the caller converts them (about its share's cost anyway) and the
+         * job needs no barrier before the rows start (decode: ~4 us per matmul) */
+        const hm_matrix *w0 = j->w[0];
+        j->pre_converted = j->n <= 2 && hm_act_type(w0->type) != HM_TYPE_F32;
+        if (j->pre_converted) {
+            const size_t ab = hm_act_bytes(w0->type, w0->cols);
+            uint8_t *xa = (uint8_t *)j->work + (size_t)nth * sizeof(hm_work_slot);
+            for (int t = 0; t < j->n; t++)
+                hm_act_convert(w0->type, j->x + (size_t)t * j->xs, xa + (size_t)t * ab, w0->cols);
+        }
     }
     hm_pool_run(pool, mm_task, j);
 }
