@@ -437,9 +437,9 @@ fail:
 /* hm_nn_attention against a float64 reference: GQA, causal positions, the decode path with
  * position chunks (1 token, many threads' worth of positions), the blocked prefill path, several
  * sequences in one batch; f32 and f16 caches. */
-static void check_attention(int n_tok, int n_heads, int n_kv, int hd, int ctx, bool f16) {
+static void check_attention(int n_tok, int n_heads, int n_kv, int hd, int ctx, bool f16, int nth) {
     hm_pool_params pp = hm_pool_default_params();
-    pp.n_threads = 2, pp.pin = false;
+    pp.n_threads = nth, pp.pin = false;
     hm_pool *pool = NULL;
     CHECK_OK(hm_pool_create(&pp, &pool));
     if (!pool) return;
@@ -483,7 +483,7 @@ static void check_attention(int n_tok, int n_heads, int n_kv, int hd, int ctx, b
         kv[t].k = f16 ? (const void *)(khb + per_seq * s) : (const void *)(kb + per_seq * s);
         kv[t].v = f16 ? (const void *)(vh + per_seq * s) : (const void *)(v + per_seq * s);
     }
-    float *scr = malloc(sizeof(float) * hm_nn_attn_scratch_floats(ctx, n_heads, n_kv, hd, 2));
+    float *scr = malloc(sizeof(float) * hm_nn_attn_scratch_floats(ctx, n_heads, n_kv, hd, nth));
     hm_nn_attn a = {.n_tok = n_tok,
                     .n_heads = n_heads,
                     .n_kv_heads = n_kv,
@@ -644,10 +644,13 @@ int main(void) {
     check_converted("q", HM_TYPE_Q8_0, HM_TYPE_Q4_K, 0, 5e-2, 1e-1);
     check_converted("q", HM_TYPE_Q4_K, HM_TYPE_Q4_K, 0, 3e-1, 1.5);
     for (int f16 = 0; f16 < 2; f16++) {
-        check_attention(1, 8, 2, 64, 700, f16);  /* decode: position chunks merged */
-        check_attention(3, 4, 4, 16, 90, f16);   /* few tokens, MHA */
-        check_attention(23, 8, 1, 32, 300, f16); /* prefill blocks, 2 sequences, MQA */
-        check_attention(40, 16, 4, 72, 64, f16); /* hd not a multiple of 16 */
+        /* decode: 8 threads split the positions of each kv head into 4 chunks, merged */
+        check_attention(1, 8, 2, 64, 700, f16, 8);
+        check_attention(1, 8, 2, 64, 700, f16, 2);  /* no chunks */
+        check_attention(2, 8, 1, 64, 300, f16, 8);  /* 2 tokens x 2 chunks */
+        check_attention(3, 4, 4, 16, 90, f16, 2);   /* few tokens, MHA */
+        check_attention(23, 8, 1, 32, 300, f16, 2); /* prefill blocks, 2 sequences, MQA */
+        check_attention(40, 16, 4, 72, 64, f16, 2); /* hd not a multiple of 16 */
     }
     check_bad_models();
     return test_done("forward");

@@ -310,7 +310,8 @@ void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_st
  * small GEMMs over blocks of 16 keys (qk_block16, straight from the transposed K blocks of the
  * cache), the probabilities times V likewise (pv_block16). When tokens x kv heads cannot keep the
  * threads busy (decode), positions are split into chunks of whole blocks whose partial softmax
- * results (max, sum, unnormalised output) are merged after a barrier. */
+ * results (max, sum, unnormalised output) are merged by the thread that finishes the last chunk of
+ * each (token, kv head). */
 enum { ATTN_MAX_UNITS_PER_THREAD = 4, ATTN_MIN_CHUNK = 64 };
 /* Prefill (>= ATTN_BLOCK_MIN_TOKENS tokens): units of (kv head, up to ATTN_QROWS / group
  * consecutive tokens of one sequence), so each K/V block is loaded once per unit for all its
@@ -394,7 +395,8 @@ size_t hm_nn_attn_scratch_floats(int max_ctx, int n_heads, int n_kv_heads, int h
     size_t per_thread = per_thread_floats(group, max_ctx, head_dim);
     size_t parts =
         (size_t)ATTN_MAX_UNITS_PER_THREAD * (size_t)n_threads * part_floats(group, head_dim);
-    return (size_t)n_threads * per_thread + parts + 16;
+    /* + one chunk counter per (token, kv head) of a split decode: fewer than n_threads */
+    return (size_t)n_threads * per_thread + parts + (size_t)n_threads + 16;
 }
 
 typedef struct attn_job {
@@ -403,7 +405,8 @@ typedef struct attn_job {
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     int chunks; /* position chunks per (token, kv head) */
     float *parts;
-    bool blocked; /* prefill: blocked over query tokens */
+    atomic_int *done; /* split decode: chunks finished per (token, kv head) */
+    bool blocked;     /* prefill: blocked over query tokens */
     void (*qk)(const float *q, int nq, int hd, const float *kt, float scale, float *s,
                size_t s_stride);
     void (*pv)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
@@ -488,6 +491,32 @@ static void attn_blocked(attn_job *j, float *scr) {
     }
 }
 
+/* Row (token t, head h) of a split decode from its C chunks' partial results (max, sum,
+ * unnormalised output). */
+static void merge_row(const attn_job *j, int t, int h) {
+    const hm_nn_attn *a = j->a;
+    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, C = j->chunks;
+    const int kvh = h / group, g = h % group;
+    const size_t pf = part_floats(group, hd);
+    const float *base = j->parts + ((size_t)t * a->n_kv_heads + (size_t)kvh) * C * pf;
+    float M = -FLT_MAX, Z = 0;
+    for (int ch = 0; ch < C; ch++) {
+        const float *pp = base + (size_t)ch * pf + (size_t)group * hd + 2 * (size_t)g;
+        if (pp[1] > 0 && pp[0] > M) M = pp[0];
+    }
+    float *o = a->out + (size_t)t * a->out_stride + (size_t)h * hd;
+    memset(o, 0, (size_t)hd * sizeof(float));
+    for (int ch = 0; ch < C; ch++) {
+        const float *pp = base + (size_t)ch * pf;
+        const float *mz = pp + (size_t)group * hd + 2 * (size_t)g;
+        if (!(mz[1] > 0)) continue;
+        const float f = expf(mz[0] - M);
+        Z += f * mz[1];
+        j->axpy(hd, f, pp + (size_t)g * hd, o);
+    }
+    j->scale(hd, Z > 0 ? 1.0f / Z : 0.0f, o);
+}
+
 static void attn_task(int ith, int nth, void *arg) {
     attn_job *j = arg;
     const hm_nn_attn *a = j->a;
@@ -515,31 +544,10 @@ static void attn_task(int ith, int nth, void *arg) {
                   kv_at(a, a->kv[t].v, (size_t)kvh * a->kv_head_stride), p0, p1 > p0 ? p1 - p0 : 0,
                   sc, (size_t)(p1e - p0), kt, vb, o0, (size_t)hd, !part,
                   part ? part + (size_t)group * hd : NULL);
-    }
-    if (C == 1) return;
-    hm_pool_barrier(j->pool);
-    /* merge the chunks of every (token, head) */
-    const int nrows = a->n_tok * a->n_heads;
-    for (int r = ith; r < nrows; r += nth) {
-        const int t = r / a->n_heads, h = r % a->n_heads, kvh = h / group, g = h % group;
-        const float *base = j->parts + ((size_t)t * a->n_kv_heads + (size_t)kvh) * C * pf;
-        float M = -FLT_MAX, Z = 0;
-        for (int ch = 0; ch < C; ch++) {
-            const float *pp = base + (size_t)ch * pf + (size_t)group * hd + 2 * (size_t)g;
-            if (pp[1] > 0 && pp[0] > M) M = pp[0];
-        }
-        float *o = a->out + (size_t)t * a->out_stride + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int ch = 0; ch < C; ch++) {
-            const float *pp = base + (size_t)ch * pf;
-            const float *mz = pp + (size_t)group * hd + 2 * (size_t)g;
-            if (!(mz[1] > 0)) continue;
-            const float f = expf(mz[0] - M);
-            Z += f * mz[1];
-            j->axpy(hd, f, pp + (size_t)g * hd, o);
-        }
-        const float inv = Z > 0 ? 1.0f / Z : 0.0f;
-        for (int d = 0; d < hd; d++) o[d] *= inv;
+        /* the unit that finishes a (token, kv head)'s last chunk merges its chunks (no barrier:
+         * the others go home) */
+        if (part && atomic_fetch_add_explicit(&j->done[u / C], 1, memory_order_acq_rel) == C - 1)
+            for (int g = 0; g < group; g++) merge_row(j, t, kvh * group + g);
     }
 }
 
@@ -575,5 +583,10 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
         for (int t0 = 0; t0 < a->n_tok; t0 = token_block_end(a, t0, tb)) j.units += a->n_kv_heads;
     }
     j.parts = a->scratch + (size_t)nth * per_thread_floats(group, a->max_ctx, a->head_dim);
+    if (j.chunks > 1) {
+        j.done = (atomic_int *)(j.parts + (size_t)ATTN_MAX_UNITS_PER_THREAD * (size_t)nth *
+                                              part_floats(group, a->head_dim));
+        for (int i = 0; i < base; i++) atomic_init(&j.done[i], 0);
+    }
     hm_pool_run(pool, attn_task, &j);
 }
