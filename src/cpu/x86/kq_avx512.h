@@ -194,11 +194,14 @@ static inline float hm_dot_iq4_xs_q8_K_avx512(int64_t n, const void *vw, const v
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        /* the 8 6-bit scales as bytes: the low nibbles (scales_l, 4 bits each in order) into bits
+         * 0-3 and the high pairs (scales_h, 2 bits each) into bits 4-5 of consecutive bytes */
+        uint32_t sl;
+        memcpy(&sl, w[i].scales_l, sizeof sl);
+        const uint64_t ls =
+            _pdep_u64(sl, 0x0F0F0F0F0F0F0F0Full) | _pdep_u64(w[i].scales_h, 0x3030303030303030ull);
         const __m512i sc = _mm512_castsi128_si512(
-            _mm_set_epi16((short)hm_iq4_xs_scale(&w[i], 7), (short)hm_iq4_xs_scale(&w[i], 6),
-                          (short)hm_iq4_xs_scale(&w[i], 5), (short)hm_iq4_xs_scale(&w[i], 4),
-                          (short)hm_iq4_xs_scale(&w[i], 3), (short)hm_iq4_xs_scale(&w[i], 2),
-                          (short)hm_iq4_xs_scale(&w[i], 1), (short)hm_iq4_xs_scale(&w[i], 0)));
+            _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)ls)), _mm_set1_epi16(32)));
         __m512i sidx = sidx0;
         __m512i sumi = _mm512_setzero_si512();
         for (int k = 0; k < 2; k++) {
@@ -214,8 +217,8 @@ static inline float hm_dot_iq4_xs_q8_K_avx512(int64_t n, const void *vw, const v
             sidx = _mm512_add_epi16(sidx, two);
             const __m512i s23 = _mm512_permutexvar_epi16(sidx, sc);
             sidx = _mm512_add_epi16(sidx, two);
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(hm_dot_s8_pairs_avx512(w01, y01), s01));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(hm_dot_s8_pairs_avx512(w23, y23), s23));
+            sumi = _mm512_dpwssd_epi32(sumi, hm_dot_s8_pairs_avx512(w01, y01), s01);
+            sumi = _mm512_dpwssd_epi32(sumi, hm_dot_s8_pairs_avx512(w23, y23), s23);
         }
         acc =
             _mm512_fmadd_ps(_mm512_set1_ps(x[i].d * hm_h2f(w[i].d)), _mm512_cvtepi32_ps(sumi), acc);
