@@ -177,9 +177,11 @@ hm_q6_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
 
 HM_DOT_ENTRIES(q6_K_q8_K_avx512, hm_q6_K_rows_avx512)
 
-static inline float hm_dot_iq4_xs_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
+/* IQ4_XS row times nt (1-4) Q8_K activation rows, each weight block looked up once for all of
+ * them (same per-token operations whatever nt, as hm_q4_K_rows_avx512). */
+static inline __attribute__((always_inline)) void
+hm_iq4_xs_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_iq4_xs *w = vw;
-    const hm_block_q8_K *x = vx;
     const __m512i table =
         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)hm_kvalues_iq4nl));
     const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -189,7 +191,8 @@ static inline float hm_dot_iq4_xs_q8_K_avx512(int64_t n, const void *vw, const v
     const __m512i perm23 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
     const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
     const __m512i two = _mm512_set1_epi16(2);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
@@ -202,8 +205,11 @@ static inline float hm_dot_iq4_xs_q8_K_avx512(int64_t n, const void *vw, const v
             _pdep_u64(sl, 0x0F0F0F0F0F0F0F0Full) | _pdep_u64(w[i].scales_h, 0x3030303030303030ull);
         const __m512i sc = _mm512_castsi128_si512(
             _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)ls)), _mm_set1_epi16(32)));
+        const hm_block_q8_K *x[4];
+        __m512i sumi[4];
+        for (int t = 0; t < nt; t++)
+            x[t] = (const hm_block_q8_K *)vx[t] + i, sumi[t] = _mm512_setzero_si512();
         __m512i sidx = sidx0;
-        __m512i sumi = _mm512_setzero_si512();
         for (int k = 0; k < 2; k++) {
             const __m512i q = _mm512_loadu_si512(w[i].qs + 64 * k);
             const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low4));
@@ -211,20 +217,34 @@ static inline float hm_dot_iq4_xs_q8_K_avx512(int64_t n, const void *vw, const v
                 _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
             const __m512i w01 = _mm512_permutex2var_epi64(lo, perm01, hi);
             const __m512i w23 = _mm512_permutex2var_epi64(lo, perm23, hi);
-            const __m512i y01 = _mm512_loadu_si512(x[i].qs + 128 * k);
-            const __m512i y23 = _mm512_loadu_si512(x[i].qs + 128 * k + 64);
+            /* signed x signed through VPMADDUBSW: |w| once, y takes w's sign per token */
+            const __m512i a01 = _mm512_abs_epi8(w01), a23 = _mm512_abs_epi8(w23);
+            const __mmask64 n01 = _mm512_movepi8_mask(w01), n23 = _mm512_movepi8_mask(w23);
             const __m512i s01 = _mm512_permutexvar_epi16(sidx, sc);
             sidx = _mm512_add_epi16(sidx, two);
             const __m512i s23 = _mm512_permutexvar_epi16(sidx, sc);
             sidx = _mm512_add_epi16(sidx, two);
-            sumi = _mm512_dpwssd_epi32(sumi, hm_dot_s8_pairs_avx512(w01, y01), s01);
-            sumi = _mm512_dpwssd_epi32(sumi, hm_dot_s8_pairs_avx512(w23, y23), s23);
+            for (int t = 0; t < nt; t++) {
+                const __m512i y01 = _mm512_loadu_si512(x[t]->qs + 128 * k);
+                const __m512i y23 = _mm512_loadu_si512(x[t]->qs + 128 * k + 64);
+                const __m512i z = _mm512_setzero_si512();
+                sumi[t] = _mm512_dpwssd_epi32(
+                    sumi[t], _mm512_maddubs_epi16(a01, _mm512_mask_sub_epi8(y01, n01, z, y01)),
+                    s01);
+                sumi[t] = _mm512_dpwssd_epi32(
+                    sumi[t], _mm512_maddubs_epi16(a23, _mm512_mask_sub_epi8(y23, n23, z, y23)),
+                    s23);
+            }
         }
-        acc =
-            _mm512_fmadd_ps(_mm512_set1_ps(x[i].d * hm_h2f(w[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        const float wd = hm_h2f(w[i].d);
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return _mm512_reduce_add_ps(acc);
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
+
+HM_DOT_ENTRIES(iq4_xs_q8_K_avx512, hm_iq4_xs_rows_avx512)
 
 /* The 4-bit codes of two 32-blocks (16 bytes each: low nibbles elements 0-15, high 16-31) as 64
  * bytes: block a in the lower half, b in the upper. */
@@ -752,7 +772,7 @@ static inline void hm_rmsnorm_f32_avx512(int64_t n, const float *x, const float 
 #define HM_VEC_DOTNS_AVX512                                                                        \
     [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx512, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx512,          \
     [HM_TYPE_Q6_K] = hm_dotn_q6_K_q8_K_avx512, [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx512,   \
-    [HM_TYPE_F32] = hm_dotn_f32_f32_avx512, [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx512,              \
-    [HM_TYPE_F16] = hm_dotn_f16_f32_avx512
+    [HM_TYPE_IQ4_XS] = hm_dotn_iq4_xs_q8_K_avx512, [HM_TYPE_F32] = hm_dotn_f32_f32_avx512,         \
+    [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx512, [HM_TYPE_F16] = hm_dotn_f16_f32_avx512
 
 #endif
