@@ -130,7 +130,8 @@ static void test_dot_n(uint32_t type, int64_t cols) {
         if ((isa >= HM_ISA_AVX2 &&
              (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0 || type == HM_TYPE_FP8_B128)) ||
             (isa >= HM_ISA_AVX2 && fl) ||
-            (isa >= HM_ISA_AVX512 && (type == HM_TYPE_Q6_K || type == HM_TYPE_IQ4_XS)))
+            (isa >= HM_ISA_AVX512 &&
+             (type == HM_TYPE_Q6_K || type == HM_TYPE_IQ4_XS || type == HM_TYPE_Q5_K)))
             CHECK_MSG(dotn != NULL, "%s has no multi-token %s kernel", ops->name,
                       hm_type_name(type));
         if (!dotn) continue;
@@ -802,6 +803,7 @@ int main(void) {
     }
     for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_Q6_K, q4k_cols[i]);
     for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_IQ4_XS, q4k_cols[i]);
+    for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_Q5_K, q4k_cols[i]);
     for (size_t i = 0; i < sizeof q8_cols / sizeof *q8_cols; i++) {
         test_type(HM_TYPE_Q8_0, q8_cols[i], 37, 2);
         test_dot_n(HM_TYPE_Q8_0, q8_cols[i]);

@@ -67,36 +67,42 @@ static inline __m512i hm_dot_s8_pairs_avx512(__m512i w, __m512i y) {
     return _mm512_maddubs_epi16(_mm512_abs_epi8(w), sy);
 }
 
-static inline float hm_dot_q5_K_q8_K_avx512(int64_t n, const void *vw, const void *vx) {
+/* Q5_K row times nt (1-4) Q8_K activation rows, each weight block unpacked once for all of them
+ * (same per-token operations whatever nt, as hm_q4_K_rows_avx512). */
+static inline __attribute__((always_inline)) void
+hm_q5_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q5_K *w = vw;
-    const hm_block_q8_K *x = vx;
     const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     /* both halves hold the same 32 code bytes: sub-block 2j in the lower half, 2j + 1 in the upper
      */
     const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
     const __m512i two = _mm512_set1_epi16(2);
-    __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps(); /* the mins' term (hm_k4_mins_pairs) */
+    __m512 acc[4];
+    __m256 accm[4]; /* the mins' term (hm_k4_mins_pairs) */
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         uint32_t sm[4];
         hm_k4_unpack_scales(w[i].scales, sm);
-        const float d = x[i].d * hm_h2f(w[i].d);
-        const float dmin = x[i].d * hm_h2f(w[i].dmin);
-        accm = _mm256_fmadd_ps(
-            _mm256_set1_ps(dmin),
-            _mm256_cvtepi32_ps(_mm256_madd_epi16(hm_k4_mins_pairs(sm),
-                                                 _mm256_loadu_si256((const __m256i *)x[i].bsums))),
-            accm);
-
+        const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
+        const __m256i mins2 = hm_k4_mins_pairs(sm);
+        const hm_block_q8_K *x[4];
+        __m512i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            const __m256i mp =
+                _mm256_madd_epi16(mins2, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            accm[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wdmin), _mm256_cvtepi32_ps(mp), accm[t]);
+            sumi[t] = _mm512_setzero_si512();
+        }
         const __m512i sc =
             _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));
         __m512i sidx = sidx0; /* also the qh bit of each half: 2j lower, 2j + 1 upper */
-        __m512i sumi = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
             const __m512i q2 =
                 _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j)));
@@ -104,15 +110,21 @@ static inline float hm_dot_q5_K_q8_K_avx512(int64_t n, const void *vw, const voi
                 _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sidx), one), 4);
             const __m512i q =
                 _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(q2, nib_shift), low4), hb);
-            const __m512i y = _mm512_loadu_si512(x[i].qs + 64 * j);
             const __m512i s16 = _mm512_permutexvar_epi16(sidx, sc);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, y), s16);
+            for (int t = 0; t < nt; t++) {
+                const __m512i y = _mm512_loadu_si512(x[t]->qs + 64 * j);
+                sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q, y), s16);
+            }
             sidx = _mm512_add_epi16(sidx, two);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return _mm512_reduce_add_ps(acc) - hm_hsum256(accm);
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hm_hsum256(accm[t]);
 }
+
+HM_DOT_ENTRIES(q5_K_q8_K_avx512, hm_q5_K_rows_avx512)
 
 /* Q6_K row times nt (1-4) Q8_K activation rows, each weight block unpacked once for all of them
  * (same per-token operations whatever nt, as hm_q4_K_rows_avx512). */
@@ -772,7 +784,8 @@ static inline void hm_rmsnorm_f32_avx512(int64_t n, const float *x, const float 
 #define HM_VEC_DOTNS_AVX512                                                                        \
     [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx512, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx512,          \
     [HM_TYPE_Q6_K] = hm_dotn_q6_K_q8_K_avx512, [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx512,   \
-    [HM_TYPE_IQ4_XS] = hm_dotn_iq4_xs_q8_K_avx512, [HM_TYPE_F32] = hm_dotn_f32_f32_avx512,         \
-    [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx512, [HM_TYPE_F16] = hm_dotn_f16_f32_avx512
+    [HM_TYPE_IQ4_XS] = hm_dotn_iq4_xs_q8_K_avx512, [HM_TYPE_Q5_K] = hm_dotn_q5_K_q8_K_avx512,      \
+    [HM_TYPE_F32] = hm_dotn_f32_f32_avx512, [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx512,              \
+    [HM_TYPE_F16] = hm_dotn_f16_f32_avx512
 
 #endif
