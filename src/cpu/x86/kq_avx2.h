@@ -96,13 +96,18 @@ hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
                 _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wdmin), _mm256_cvtepi32_ps(mp), accm[t]);
             sumi[t] = _mm256_setzero_si256();
         }
-        const uint8_t *sc = (const uint8_t *)sm;
+        /* the 8 scales as int16 in both 128-bit lanes; scale s is broadcast by one byte shuffle
+         * (control bytes 2s, 2s + 1 in every word) */
+        const __m256i sc16 = _mm256_broadcastsi128_si256(
+            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
             const __m256i lo = _mm256_and_si256(q4, low4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
-            const __m256i slo = _mm256_set1_epi16(sc[2 * j]),
-                          shi = _mm256_set1_epi16(sc[2 * j + 1]);
+            const __m256i slo = _mm256_shuffle_epi8(
+                              sc16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j))),
+                          shi = _mm256_shuffle_epi8(
+                              sc16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
             for (int t = 0; t < nt; t++) {
                 const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j));
                 const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j + 32));
