@@ -180,5 +180,6 @@ int main(void) {
     CHECK_CONTAINS(out, "decode reads per token");
     CHECK_CONTAINS(out, "roofline");
     CHECK_CONTAINS(out, "% of the same-run read bandwidth");
+    CHECK_CONTAINS(out, "roofline after the runs");
     return test_done("cli");
 }
