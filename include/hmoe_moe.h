@@ -14,7 +14,9 @@
  * is in flight.
  * Threading: one caller drives an object (submit, wait, set_mask from one thread at a time).
  * hm_moe_submit returns at once on an async pool (hm_pool_params.async) and runs to completion on
- * a sync one; x, ids, w and out must stay valid and untouched until hm_moe_wait returns. Several
+ * a sync one (a batch of 1-2 decode tokens is converted to the kernels' activation format on the
+ * calling thread first, ~1 us); x, ids, w and out must stay valid and untouched until hm_moe_wait
+ * returns. Several
  * objects (layers) may share one pool, one submit in flight at a time.
  * Errors: bad shapes or types fail in hm_moe_create, bad ids / token counts in hm_moe_submit,
  * each with a message naming what was wrong; nothing is computed then. */
