@@ -75,7 +75,7 @@ static inline __attribute__((always_inline)) void
 hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q4_K *w = vw;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[4], accm[4]; /* accm: the mins' term, lane j = sub-blocks 2j and 2j + 1 */
+    __m256 acc[4], accm[4]; /* accm: the mins' term, lane j = sub-block j */
     for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         /* stream ahead: rows are contiguous, so this also covers the next row */

@@ -18,7 +18,7 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
     const __m512i two = _mm512_set1_epi16(2);
     __m512 acc[4];
-    __m256 accm[4]; /* the mins' term, lane i = sub-blocks 2i and 2i+1 (summed at the end) */
+    __m256 accm[4]; /* the mins' term, lane j = sub-block j (summed at the end) */
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
