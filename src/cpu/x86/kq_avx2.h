@@ -68,6 +68,14 @@ static inline __m256i hm_k4_mins_pairs(const uint32_t sm[4]) {
     return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
 }
 
+/* acc + x.d * wdmin * (min_j x sum of sub-block j's activations, lane j): the mins' term of one
+ * K-quant block against one Q8_K block, kept as a float vector (summed once at the end) */
+static inline __m256 hm_k4_mins_fma(__m256i mins2, const hm_block_q8_K *x, float wdmin,
+                                    __m256 acc) {
+    const __m256i mp = _mm256_madd_epi16(mins2, _mm256_loadu_si256((const __m256i *)x->bsums));
+    return _mm256_fmadd_ps(_mm256_set1_ps(x->d * wdmin), _mm256_cvtepi32_ps(mp), acc);
+}
+
 /* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
  * them; every token's result is the same float operations in the same order whatever nt, so a
  * token's output does not depend on how many tokens share the row. */
@@ -90,10 +98,7 @@ hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
         __m256i sumi[4];
         for (int t = 0; t < nt; t++) {
             x[t] = (const hm_block_q8_K *)vx[t] + i;
-            const __m256i mp =
-                _mm256_madd_epi16(mins2, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
-            accm[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wdmin), _mm256_cvtepi32_ps(mp), accm[t]);
+            accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
             sumi[t] = _mm256_setzero_si256();
         }
         /* the 8 scales as int16 in both 128-bit lanes; scale s is broadcast by one byte shuffle
@@ -153,12 +158,7 @@ static inline float hm_dot_q5_K_q8_K_avx2(int64_t n, const void *vw, const void 
         uint32_t sm[4];
         hm_k4_unpack_scales(w[i].scales, sm);
         const float d = x[i].d * hm_h2f(w[i].d);
-        const float dmin = x[i].d * hm_h2f(w[i].dmin);
-        accm = _mm256_fmadd_ps(
-            _mm256_set1_ps(dmin),
-            _mm256_cvtepi32_ps(_mm256_madd_epi16(hm_k4_mins_pairs(sm),
-                                                 _mm256_loadu_si256((const __m256i *)x[i].bsums))),
-            accm);
+        accm = hm_k4_mins_fma(hm_k4_mins_pairs(sm), &x[i], hm_h2f(w[i].dmin), accm);
 
         const uint8_t *sc = (const uint8_t *)sm;
         /* qh shifted right by 2j for chunk j: bits 0 and 1 of every byte are then the 5th bits of

@@ -32,10 +32,7 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) {
             x[t] = (const hm_block_q8_K *)vx[t] + i;
-            const __m256i mp =
-                _mm256_madd_epi16(mins2, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
-            accm[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wdmin), _mm256_cvtepi32_ps(mp), accm[t]);
+            accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
             sumi[t] = _mm512_setzero_si512();
         }
         const __m512i sc =
@@ -93,10 +90,7 @@ hm_q5_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) {
             x[t] = (const hm_block_q8_K *)vx[t] + i;
-            const __m256i mp =
-                _mm256_madd_epi16(mins2, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
-            accm[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wdmin), _mm256_cvtepi32_ps(mp), accm[t]);
+            accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
             sumi[t] = _mm512_setzero_si512();
         }
         const __m512i sc =
