@@ -186,24 +186,32 @@ static inline float hm_dot_q5_K_q8_K_avx2(int64_t n, const void *vw, const void 
     return hm_hsum256(acc) - hm_hsum256(accm);
 }
 
-/* Q6_K: unsigned 6-bit codes u = q + 32 multiply the activations; the -32 is folded in once per
- * block as 32 * sum(scale[k] * bsums[k]). */
-static inline float hm_dot_q6_K_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+/* Q6_K row times nt (1-4) Q8_K activation rows (each block unpacked once for all of them, as
+ * hm_q4_K_rows_avx2): unsigned 6-bit codes u = q + 32 multiply the activations; the -32 is folded
+ * in once per block as 32 * sum(scale[k] * bsums[k]). */
+static inline __attribute__((always_inline)) void
+hm_q6_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q6_K *w = vw;
-    const hm_block_q8_K *x = vx;
     const __m256i low4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 192, _MM_HINT_T0);
-        const float d = x[i].d * hm_h2f(w[i].d);
+        const float wd = hm_h2f(w[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
-        /* -32 * sum over the 16 groups of scale x bsum */
-        const __m256i corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
-                                               _mm256_loadu_si256((const __m256i *)x[i].bsums));
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        const hm_block_q8_K *x[4];
+        __m256i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            /* -32 * sum over the 16 groups of scale x bsum */
+            const __m256i corr =
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+        }
         /* byte shuffle picking scale k for bytes 0-7 and k + 1 for bytes 8-15 */
         __m128i sidx = _mm_set_epi64x(0x0101010101010101, 0);
         const __m128i step = _mm_set1_epi8(2);
@@ -224,17 +232,24 @@ static inline float hm_dot_q6_K_q8_K_avx2(int64_t n, const void *vw, const void 
                 _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
             for (int p = 0; p < 4; p++) {
-                const __m256i y = _mm256_loadu_si256((const __m256i *)(x[i].qs + 128 * h + 32 * p));
                 const __m256i s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, sidx));
                 sidx = _mm_add_epi8(sidx, step);
-                const __m256i p16 = _mm256_maddubs_epi16(u[p], y); /* |63*127*2| fits int16 */
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, s16));
+                for (int t = 0; t < nt; t++) {
+                    const __m256i y =
+                        _mm256_loadu_si256((const __m256i *)(x[t]->qs + 128 * h + 32 * p));
+                    const __m256i p16 = _mm256_maddubs_epi16(u[p], y); /* |63*127*2| fits int16 */
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p16, s16));
+                }
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return hm_hsum256(acc);
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]);
 }
+
+HM_DOT_ENTRIES(q6_K_q8_K_avx2, hm_q6_K_rows_avx2)
 
 /* 32-blocks of 4-bit codes with a code book (IQ4_NL, MXFP4): codes to int8 by one byte shuffle
  * of the 16-entry table. */
@@ -763,7 +778,8 @@ static inline void hm_f32_to_f16_avx2(int64_t n, const float *x, uint16_t *y) {
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX2 kernels */
 #define HM_VEC_DOTNS_AVX2                                                                          \
     [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx2, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx2,              \
-    [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx2, [HM_TYPE_F32] = hm_dotn_f32_f32_avx2,          \
-    [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx2, [HM_TYPE_F16] = hm_dotn_f16_f32_avx2
+    [HM_TYPE_Q6_K] = hm_dotn_q6_K_q8_K_avx2, [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx2,       \
+    [HM_TYPE_F32] = hm_dotn_f32_f32_avx2, [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx2,                  \
+    [HM_TYPE_F16] = hm_dotn_f16_f32_avx2
 
 #endif
