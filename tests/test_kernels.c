@@ -130,7 +130,7 @@ static void test_dot_n(uint32_t type, int64_t cols) {
         if ((isa >= HM_ISA_AVX2 &&
              (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0 || type == HM_TYPE_FP8_B128)) ||
             (isa >= HM_ISA_AVX2 && fl) ||
-            (isa >= HM_ISA_AVX512 &&
+            (isa >= HM_ISA_AVX2 &&
              (type == HM_TYPE_Q6_K || type == HM_TYPE_IQ4_XS || type == HM_TYPE_Q5_K)))
             CHECK_MSG(dotn != NULL, "%s has no multi-token %s kernel", ops->name,
                       hm_type_name(type));

@@ -146,25 +146,33 @@ static inline __m256i hm_nibbles32_avx2(const uint8_t *qs) {
 }
 
 /* Q5_K: as Q4_K, with the 5th bit of sub-block j's element l in bit j of qh[l]. */
-static inline float hm_dot_q5_K_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+static inline __attribute__((always_inline)) void
+hm_q5_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q5_K *w = vw;
-    const hm_block_q8_K *x = vx;
     const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
-    __m256 acc = _mm256_setzero_ps(), accm = acc; /* accm: the mins' term */
+    __m256 acc[4], accm[4]; /* accm: the mins' term */
+    for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         uint32_t sm[4];
         hm_k4_unpack_scales(w[i].scales, sm);
-        const float d = x[i].d * hm_h2f(w[i].d);
-        accm = hm_k4_mins_fma(hm_k4_mins_pairs(sm), &x[i], hm_h2f(w[i].dmin), accm);
-
-        const uint8_t *sc = (const uint8_t *)sm;
+        const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
+        const __m256i mins2 = hm_k4_mins_pairs(sm);
+        const hm_block_q8_K *x[4];
+        __m256i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
+            sumi[t] = _mm256_setzero_si256();
+        }
+        /* the 8 scales as int16 in both 128-bit lanes, broadcast by byte shuffles (as Q4_K) */
+        const __m256i sc16 = _mm256_broadcastsi128_si256(
+            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
         /* qh shifted right by 2j for chunk j: bits 0 and 1 of every byte are then the 5th bits of
          * sub-blocks 2j and 2j + 1 (16-bit shifts move bits across bytes only into the top bits) */
         __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);
-        __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
             const __m256i hlo = _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4);
@@ -173,18 +181,27 @@ static inline float hm_dot_q5_K_q8_K_avx2(int64_t n, const void *vw, const void 
             const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, low4), hlo);
             const __m256i hi =
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), hhi);
-            const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * j));
-            const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * j + 32));
-            __m256i plo = _mm256_maddubs_epi16(lo, ylo); /* |31*127*2| fits int16 */
-            __m256i phi = _mm256_maddubs_epi16(hi, yhi);
-            plo = _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * j]));
-            phi = _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+            const __m256i slo =
+                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
+            const __m256i shi =
+                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
+            for (int t = 0; t < nt; t++) {
+                const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j));
+                const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j + 32));
+                /* |31*127*2| fits int16 */
+                const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
+                const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(plo, phi));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return hm_hsum256(acc) - hm_hsum256(accm);
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]) - hm_hsum256(accm[t]);
 }
+
+HM_DOT_ENTRIES(q5_K_q8_K_avx2, hm_q5_K_rows_avx2)
 
 /* Q6_K row times nt (1-4) Q8_K activation rows (each block unpacked once for all of them, as
  * hm_q4_K_rows_avx2): unsigned 6-bit codes u = q + 32 multiply the activations; the -32 is folded
@@ -416,17 +433,21 @@ static inline int hm_iq4_xs_scale(const hm_block_iq4_xs *b, int j) {
     return (((b->scales_l[j / 2] >> 4 * (j % 2)) & 0xF) | ((b->scales_h >> 2 * j) & 3) << 4) - 32;
 }
 
-static inline float hm_dot_iq4_xs_q8_K_avx2(int64_t n, const void *vw, const void *vx) {
+static inline __attribute__((always_inline)) void
+hm_iq4_xs_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_iq4_xs *w = vw;
-    const hm_block_q8_K *x = vx;
     const __m256i table = hm_table16_avx2(hm_kvalues_iq4nl);
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
-        __m256i sumi = _mm256_setzero_si256();
+        const hm_block_q8_K *x[4];
+        __m256i sumi[4];
+        for (int t = 0; t < nt; t++)
+            x[t] = (const hm_block_q8_K *)vx[t] + i, sumi[t] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j += 2) { /* 32 bytes: sub-block j in lane 0, j + 1 in lane 1 */
             const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 16 * j));
             const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
@@ -434,20 +455,29 @@ static inline float hm_dot_iq4_xs_q8_K_avx2(int64_t n, const void *vw, const voi
                 _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
             const __m256i w0 = _mm256_permute2x128_si256(lo, hi, 0x20);
             const __m256i w1 = _mm256_permute2x128_si256(lo, hi, 0x31);
-            const __m256i y0 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            const __m256i y1 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j + 32));
-            const __m256i p0 = _mm256_madd_epi16(
-                hm_dot_s8_pairs_avx2(w0, y0), _mm256_set1_epi16((short)hm_iq4_xs_scale(&w[i], j)));
-            const __m256i p1 =
-                _mm256_madd_epi16(hm_dot_s8_pairs_avx2(w1, y1),
-                                  _mm256_set1_epi16((short)hm_iq4_xs_scale(&w[i], j + 1)));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            const __m256i s0 = _mm256_set1_epi16((short)hm_iq4_xs_scale(&w[i], j)),
+                          s1 = _mm256_set1_epi16((short)hm_iq4_xs_scale(&w[i], j + 1));
+            /* signed x signed: |w| once, y takes w's sign per token */
+            const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+            for (int t = 0; t < nt; t++) {
+                const __m256i y0 = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 32 * j));
+                const __m256i y1 = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 32 * j + 32));
+                const __m256i p0 =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(y0, w0)), s0);
+                const __m256i p1 =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(y1, w1)), s1);
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p0, p1));
+            }
         }
-        acc =
-            _mm256_fmadd_ps(_mm256_set1_ps(x[i].d * hm_h2f(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        const float wd = hm_h2f(w[i].d);
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return hm_hsum256(acc);
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]);
 }
+
+HM_DOT_ENTRIES(iq4_xs_q8_K_avx2, hm_iq4_xs_rows_avx2)
 
 /* Q8_0 row times nt (1-4) Q8_0 activation rows, each weight block loaded once (same per-token
  * operations whatever nt, as hm_q4_K_rows_avx2). */
@@ -778,7 +808,8 @@ static inline void hm_f32_to_f16_avx2(int64_t n, const float *x, uint16_t *y) {
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX2 kernels */
 #define HM_VEC_DOTNS_AVX2                                                                          \
     [HM_TYPE_Q4_K] = hm_dotn_q4_K_q8_K_avx2, [HM_TYPE_Q8_0] = hm_dotn_q8_0_q8_0_avx2,              \
-    [HM_TYPE_Q6_K] = hm_dotn_q6_K_q8_K_avx2, [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx2,       \
+    [HM_TYPE_Q6_K] = hm_dotn_q6_K_q8_K_avx2, [HM_TYPE_Q5_K] = hm_dotn_q5_K_q8_K_avx2,              \
+    [HM_TYPE_IQ4_XS] = hm_dotn_iq4_xs_q8_K_avx2, [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx2,   \
     [HM_TYPE_F32] = hm_dotn_f32_f32_avx2, [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx2,                  \
     [HM_TYPE_F16] = hm_dotn_f16_f32_avx2
 
