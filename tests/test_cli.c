@@ -181,5 +181,6 @@ int main(void) {
     CHECK_CONTAINS(out, "roofline");
     CHECK_CONTAINS(out, "% of the same-run read bandwidth");
     CHECK_CONTAINS(out, "roofline after the runs");
+    CHECK_CONTAINS(out, "decode pool: ");
     return test_done("cli");
 }

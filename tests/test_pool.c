@@ -153,8 +153,43 @@ static void test_work_ranges(void) {
     hm_pool_free(pool);
 }
 
+/* hm_pool_run's counters: every job counted once; the caller's own share inside the job's time,
+ * and a job that sleeps 2 ms in participant 0 (own share) or in the last one (the wait) lands on
+ * the right side; reset clears them */
+static void sleep_task(int ith, int nth, void *arg) {
+    const int who = *(const int *)arg;
+    if (ith == (who < 0 ? nth - 1 : who)) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void test_stats(int n) {
+    hm_pool *pool = make(n, false, 50, false);
+    hm_pool_stats st;
+    hm_pool_stats_get(pool, &st);
+    CHECK(st.jobs == 0 && st.run_ns == 0 && st.own_ns == 0);
+    int who = 0;
+    for (int i = 0; i < 5; i++) hm_pool_run(pool, sleep_task, &who);
+    hm_pool_stats_get(pool, &st);
+    CHECK_MSG(st.jobs == 5 && st.own_ns >= 10000000 && st.run_ns >= st.own_ns,
+              "%d threads: %llu jobs, own %llu ns, run %llu ns", n, (unsigned long long)st.jobs,
+              (unsigned long long)st.own_ns, (unsigned long long)st.run_ns);
+    hm_pool_stats_reset(pool);
+    who = -1; /* the last participant sleeps: the caller waits for it */
+    for (int i = 0; i < 5; i++) hm_pool_run(pool, sleep_task, &who);
+    hm_pool_stats_get(pool, &st);
+    CHECK(st.jobs == 5 && st.run_ns >= 10000000);
+    if (n > 1)
+        CHECK_MSG(st.own_ns < st.run_ns / 2, "%d threads: own %llu of %llu ns", n,
+                  (unsigned long long)st.own_ns, (unsigned long long)st.run_ns);
+    hm_pool_free(pool);
+}
+
 int main(void) {
     test_work_ranges();
+    test_stats(1);
+    test_stats(3);
     const hm_topology *t = hm_topology_get();
     int cores = t->n_cores;
 

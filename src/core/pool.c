@@ -52,6 +52,7 @@ struct hm_pool {
     int spin_us;
     int *cpus; /* [n_threads] or NULL when unpinned */
     worker *workers;
+    hm_pool_stats stats; /* the caller's counters (hm_pool_run) */
 };
 
 static long futex_wait(atomic_uint *addr, unsigned val) {
@@ -280,16 +281,35 @@ void hm_pool_run(hm_pool *pool, hm_task_fn fn, void *arg) {
     if (pool->async) {
         /* a job still in flight is finished first (submit would refuse, and fn would not run) */
         hm_pool_wait(pool);
+        const uint64_t t0 = hm_time_ns();
         if (hm_pool_submit(pool, fn, arg) == HM_OK) hm_pool_wait(pool);
+        pool->stats.jobs++;
+        pool->stats.run_ns += hm_time_ns() - t0;
         return;
     }
+    const uint64_t t0 = hm_time_ns();
     if (pool->n_workers == 0) {
         fn(0, 1, arg);
+        const uint64_t t1 = hm_time_ns();
+        pool->stats.jobs++;
+        pool->stats.run_ns += t1 - t0, pool->stats.own_ns += t1 - t0;
         return;
     }
     unsigned g = dispatch(pool, fn, arg);
+    const uint64_t t1 = hm_time_ns();
     fn(0, pool->n_threads, arg);
+    const uint64_t t2 = hm_time_ns();
     join(pool, g);
+    pool->stats.jobs++;
+    pool->stats.run_ns += hm_time_ns() - t0, pool->stats.own_ns += t2 - t1;
+}
+
+void hm_pool_stats_get(const hm_pool *pool, hm_pool_stats *out) {
+    *out = pool->stats;
+}
+
+void hm_pool_stats_reset(hm_pool *pool) {
+    memset(&pool->stats, 0, sizeof pool->stats);
 }
 
 hm_status hm_pool_submit(hm_pool *pool, hm_task_fn fn, void *arg) {

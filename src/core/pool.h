@@ -58,6 +58,17 @@ bool hm_pool_busy(const hm_pool *pool); /* a submitted job has not been waited f
 /* Inside a job: returns once all nth participants have called it. */
 void hm_pool_barrier(hm_pool *pool);
 
+/* Counters of the jobs run through hm_pool_run since creation or the last reset, as the caller
+ * sees them: run_ns from dispatch to the end of the join; own_ns the part of it a sync pool's
+ * caller spent in its own share (participant 0); run_ns - own_ns is then the dispatch and the
+ * wait for the slowest participant. Kept by the caller (one thread drives a pool), ~3 clock
+ * reads per job. */
+typedef struct hm_pool_stats {
+    uint64_t jobs, run_ns, own_ns;
+} hm_pool_stats;
+void hm_pool_stats_get(const hm_pool *pool, hm_pool_stats *out);
+void hm_pool_stats_reset(hm_pool *pool);
+
 /* ---- work ranges: contiguous shares with stealing ---- */
 
 /* Units [0, n) of a job split into one contiguous range per participant: each takes its own

@@ -41,6 +41,11 @@ void hm_ctx_prof_reset(hm_ctx *c) {
     c->route_active = c->route_busiest = c->route_tokens = 0;
 }
 
+void hm_ctx_pool_stats(hm_ctx *c, hm_pool_stats *out, bool reset) {
+    if (out) hm_pool_stats_get(c->pool, out);
+    if (reset) hm_pool_stats_reset(c->pool);
+}
+
 void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E) {
     if (n <= 4 || !c->route_count) return;
     memset(c->route_count, 0, sizeof(uint32_t) * (size_t)E);

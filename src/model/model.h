@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "core/alloc.h"
+#include "core/pool.h"
 #include "cpu/matvec.h"
 #include "format/gguf.h"
 #include "format/hparams.h"
@@ -144,5 +145,9 @@ typedef struct hm_ctx_moe_stats {
     double active, busiest, tokens;
 } hm_ctx_moe_stats;
 void hm_ctx_moe_stats_get(const hm_ctx *c, hm_ctx_moe_stats *out);
+
+/* The context's thread-pool job counters (hm_pool_stats: jobs, time in jobs, the calling
+ * thread's own share); with reset they are zeroed after being read (out may be NULL). */
+void hm_ctx_pool_stats(hm_ctx *c, hm_pool_stats *out, bool reset);
 
 #endif

@@ -140,6 +140,7 @@ int bench_e2e(int argc, char **argv) {
         hm_ctx_moe_stats ms;
         hm_ctx_moe_stats_get(c, &ms);
         hm_ctx_prof_reset(c);
+        hm_ctx_pool_stats(c, NULL, true);
         int32_t t = n_prompt ? ids[n_prompt - 1] : 1;
         for (long g = 0; g < n_gen; g++) {
             if (hm_ctx_decode(c, &t, NULL, 1, NULL, logits)) goto fail;
@@ -149,6 +150,8 @@ int bench_e2e(int argc, char **argv) {
             t = b;
         }
         double t2 = hm_time_s();
+        hm_pool_stats ps;
+        hm_ctx_pool_stats(c, &ps, false);
         double pp = n_prompt ? (double)n_prompt / (t1 - t0) : 0,
                tg = n_gen ? (double)n_gen / (t2 - t1) : 0;
         printf("rep %ld: pp%ld %.1f tok/s (%.3f s), tg%ld %.2f tok/s (%.1f ms/token)\n", r,
@@ -157,6 +160,14 @@ int bench_e2e(int argc, char **argv) {
         for (int k = 0; k < HM_PROF_COUNT; k++)
             printf("  %-18s %12.1f %12.3f\n", hm_ctx_prof_name(k), pp_prof[k] * 1e3,
                    n_gen ? hm_ctx_prof_seconds(c, k) * 1e3 / (double)n_gen : 0);
+        if (n_gen) { /* where a decode step's time goes, as the calling thread sees it */
+            const double per = 1e-6 / (double)n_gen;
+            printf("  decode pool: %.1f jobs/token; ms/token: %.3f in jobs (own share %.3f, "
+                   "dispatch + waiting for the slowest %.3f), %.3f on the calling thread alone\n",
+                   (double)ps.jobs / (double)n_gen, (double)ps.run_ns * per,
+                   (double)ps.own_ns * per, (double)(ps.run_ns - ps.own_ns) * per,
+                   (t2 - t1) * 1e3 / (double)n_gen - (double)ps.run_ns * per);
+        }
         if (ms.batches) {
             printf("  prompt experts (ms):");
             for (int k = 0; k < HM_MOE_PROF_N; k++)
