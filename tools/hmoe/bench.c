@@ -440,7 +440,11 @@ static int bench_kernels(int argc, char **argv) {
     void **scratch = NULL;
     hm_large wpbuf = {0};
 #if defined(__x86_64__)
-    /* AMX: tile matmul for more than 4 tokens */
+    /* AMX: tile matmul for more than 4 tokens: int8 for integer formats; BF16 tiles for
+     * BF16/F16/FP8 (hm_nn_matmul's opt-in HM_NN_BF16_TILES path); other float weights run the
+     * exact kernels, as they do in a model */
+    const bool float_w = type == HM_TYPE_F32 || type == HM_TYPE_F16 || type == HM_TYPE_BF16 ||
+                         type == HM_TYPE_FP8_B128;
     job.bf16 = ops->isa == HM_ISA_AMX &&
                (type == HM_TYPE_BF16 || type == HM_TYPE_F16 || type == HM_TYPE_FP8_B128);
     if (job.bf16) {
@@ -450,8 +454,12 @@ static int bench_kernels(int argc, char **argv) {
         job.packed = malloc(hm_amx_bf16_act_bytes(cols, (int)max_tok));
         printf("matmul (> 4 tokens): AMX BF16 tiles (TDPBF16PS, K = 32, 32 rows x 32 tokens per "
                "step, float32 sums; activations rounded to bf16 and packed once per token set, "
-               "untimed; weights copied per 32-row unit)\n");
+               "untimed; weights copied per 32-row unit; in a model only with --bf16-tiles)\n");
         repack = false;
+    } else if (float_w) {
+        /* as hm_nn_matmul and the expert engine run float weights by default */
+        printf("matmul (> 4 tokens): the exact per-row kernels, 4 tokens per pass over the weights "
+               "(float weights never take the int8 path)\n");
     } else if (hm_i8_matmul_ok(ops) && hm_dequantize_supported((uint32_t)type)) {
         scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
         for (int t = 0; scratch && t < hm_pool_size(pool); t++)
