@@ -687,11 +687,12 @@ static void test_nn_matmul_multi(void) {
             CHECK_OK(hm_matrix_init(&w[m], type, data[m], rows[m], cols));
         }
         const hm_matrix *wp[3] = {&w[0], &w[1], &w[2]};
-        for (int ni = 0; ni < 2; ni++) {
-            const int n = ni ? 40 : 3;
-            float *x = malloc(sizeof(float) * (size_t)(n * cols));
+        for (int ni = 0; ni < 4; ni++) {
+            const int n = ni == 0 ? 1 : ni == 1 ? 2 : ni == 2 ? 3 : 40;
+            const int nx = n > 3 ? n : 3; /* 1-2 tokens are also checked against 3 */
+            float *x = malloc(sizeof(float) * (size_t)(nx * cols));
             uint64_t s = 9 + (uint64_t)n;
-            for (int64_t i = 0; i < n * cols; i++)
+            for (int64_t i = 0; i < nx * cols; i++)
                 x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
             for (size_t fi = 0; fi < sizeof flag_sets / sizeof flag_sets[0]; fi++) {
                 const unsigned fl = flag_sets[fi];
@@ -710,6 +711,20 @@ static void test_nn_matmul_multi(void) {
                     hm_nn_matmul(pool, &w[m], x, (size_t)cols, n, y1[m], ys[m], scr, fl);
                 }
                 hm_nn_matmul_multi(pool, wp, 3, x, (size_t)cols, n, y2, ys, scr, fl);
+                if (n < 3) { /* 1-2 tokens (activations converted before the job): each token
+                              * equals its result in a batch of 3, bit for bit */
+                    for (int m = 0; m < 3; m++) {
+                        const size_t nb = hm_nn_matmul_scratch_bytes(&w[m], 3, 3, fl);
+                        void *s3 = malloc(nb + 64);
+                        float *y3 = calloc((size_t)3 * ys[m], sizeof(float));
+                        hm_nn_matmul(pool, &w[m], x, (size_t)cols, 3, y3, ys[m], s3, fl);
+                        CHECK_MSG(!memcmp(y3, y2[m], sizeof(float) * (size_t)n * ys[m]),
+                                  "%s, %d tokens, matrix %d: differs from the same tokens in a "
+                                  "batch of 3",
+                                  hm_type_name(type), n, m);
+                        free(y3), free(s3);
+                    }
+                }
                 for (int m = 0; m < 3; m++) {
                     CHECK_MSG(!memcmp(y1[m], y2[m], sizeof(float) * (size_t)n * ys[m]),
                               "%s, %d tokens, flags %u, matrix %d: multi differs from single",
