@@ -76,6 +76,52 @@ static inline __m256 hm_k4_mins_fma(__m256i mins2, const hm_block_q8_K *x, float
     return _mm256_fmadd_ps(_mm256_set1_ps(x->d * wdmin), _mm256_cvtepi32_ps(mp), acc);
 }
 
+/* The start of a Q4_K / Q5_K block (both begin with d, dmin and the 12 packed scale bytes) for
+ * nt tokens: the weight stream prefetched ahead (rows are contiguous, so this also covers the next
+ * row), the scales unpacked into sm, each token's Q8_K block into x[t] and its mins' term added
+ * to accm[t]; returns the block's d as a float. */
+static inline __attribute__((always_inline)) float
+hm_k4_block_start(const void *blk, hm_half d, hm_half dmin, const uint8_t scales[12],
+                  const void *const *vx, int64_t i, int nt, uint32_t sm[4],
+                  const hm_block_q8_K *x[4], __m256 accm[4]) {
+    _mm_prefetch((const char *)blk + HM_PREFETCH_BYTES, _MM_HINT_T0);
+    _mm_prefetch((const char *)blk + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)blk + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+    hm_k4_unpack_scales(scales, sm);
+    const float wdmin = hm_h2f(dmin);
+    const __m256i mins2 = hm_k4_mins_pairs(sm);
+    for (int t = 0; t < nt; t++) {
+        x[t] = (const hm_block_q8_K *)vx[t] + i;
+        accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
+    }
+    return hm_h2f(d);
+}
+
+/* Sub-blocks 2j (codes lo) and 2j + 1 (codes hi, both unsigned bytes < 32) of a Q4_K/Q5_K block
+ * against nt tokens' Q8_K blocks, each sub-block times its scale (sc16: the 8 scales as int16 in
+ * both 128-bit lanes, scale s broadcast by one byte shuffle), added to sumi[t] */
+static inline __attribute__((always_inline)) void hm_k4_pair_dots_avx2(__m256i lo, __m256i hi,
+                                                                       __m256i sc16, int j,
+                                                                       const hm_block_q8_K *x[4],
+                                                                       int nt, __m256i sumi[4]) {
+    const __m256i slo = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
+    const __m256i shi = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
+    for (int t = 0; t < nt; t++) {
+        const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j));
+        const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j + 32));
+        /* |31*127*2| fits int16 */
+        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
+        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(plo, phi));
+    }
+}
+
+/* The 8 sub-block scales (sm[0..1]) as int16 in both 128-bit lanes (hm_k4_pair_dots_avx2) */
+static inline __m256i hm_k4_scales16_avx2(const uint32_t sm[4]) {
+    return _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
+}
+
 /* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
  * them; every token's result is the same float operations in the same order whatever nt, so a
  * token's output does not depend on how many tokens share the row. */
@@ -86,41 +132,18 @@ hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
     __m256 acc[4], accm[4]; /* accm: the mins' term, lane j = sub-block j */
     for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
-        /* stream ahead: rows are contiguous, so this also covers the next row */
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         uint32_t sm[4];
-        hm_k4_unpack_scales(w[i].scales, sm);
-        const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
-        const __m256i mins2 = hm_k4_mins_pairs(sm);
         const hm_block_q8_K *x[4];
+        const float wd =
+            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, sm, x, accm);
         __m256i sumi[4];
-        for (int t = 0; t < nt; t++) {
-            x[t] = (const hm_block_q8_K *)vx[t] + i;
-            accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
-            sumi[t] = _mm256_setzero_si256();
-        }
-        /* the 8 scales as int16 in both 128-bit lanes; scale s is broadcast by one byte shuffle
-         * (control bytes 2s, 2s + 1 in every word) */
-        const __m256i sc16 = _mm256_broadcastsi128_si256(
-            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
+        for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+        const __m256i sc16 = hm_k4_scales16_avx2(sm);
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
-            const __m256i lo = _mm256_and_si256(q4, low4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
-            const __m256i slo = _mm256_shuffle_epi8(
-                              sc16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j))),
-                          shi = _mm256_shuffle_epi8(
-                              sc16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
-            for (int t = 0; t < nt; t++) {
-                const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j));
-                const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j + 32));
-                /* |15*127*2| fits int16 */
-                const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
-                const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
-                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(plo, phi));
-            }
+            hm_k4_pair_dots_avx2(_mm256_and_si256(q4, low4),
+                                 _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), sc16, j, x, nt,
+                                 sumi);
         }
         for (int t = 0; t < nt; t++)
             acc[t] =
@@ -153,23 +176,13 @@ hm_q5_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
     __m256 acc[4], accm[4]; /* accm: the mins' term */
     for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         uint32_t sm[4];
-        hm_k4_unpack_scales(w[i].scales, sm);
-        const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
-        const __m256i mins2 = hm_k4_mins_pairs(sm);
         const hm_block_q8_K *x[4];
+        const float wd =
+            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, sm, x, accm);
         __m256i sumi[4];
-        for (int t = 0; t < nt; t++) {
-            x[t] = (const hm_block_q8_K *)vx[t] + i;
-            accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
-            sumi[t] = _mm256_setzero_si256();
-        }
-        /* the 8 scales as int16 in both 128-bit lanes, broadcast by byte shuffles (as Q4_K) */
-        const __m256i sc16 = _mm256_broadcastsi128_si256(
-            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
+        for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
+        const __m256i sc16 = hm_k4_scales16_avx2(sm);
         /* qh shifted right by 2j for chunk j: bits 0 and 1 of every byte are then the 5th bits of
          * sub-blocks 2j and 2j + 1 (16-bit shifts move bits across bytes only into the top bits) */
         __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);
@@ -181,18 +194,7 @@ hm_q5_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
             const __m256i lo = _mm256_or_si256(_mm256_and_si256(q4, low4), hlo);
             const __m256i hi =
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), hhi);
-            const __m256i slo =
-                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0404 * j)));
-            const __m256i shi =
-                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0302 + 0x0404 * j)));
-            for (int t = 0; t < nt; t++) {
-                const __m256i ylo = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j));
-                const __m256i yhi = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 64 * j + 32));
-                /* |31*127*2| fits int16 */
-                const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), slo);
-                const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), shi);
-                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(plo, phi));
-            }
+            hm_k4_pair_dots_avx2(lo, hi, sc16, j, x, nt, sumi);
         }
         for (int t = 0; t < nt; t++)
             acc[t] =

@@ -21,20 +21,12 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     __m256 accm[4]; /* the mins' term, lane j = sub-block j (summed at the end) */
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         uint32_t sm[4];
-        hm_k4_unpack_scales(w[i].scales, sm);
-        const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
-        const __m256i mins2 = hm_k4_mins_pairs(sm);
         const hm_block_q8_K *x[4];
+        const float wd =
+            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, sm, x, accm);
         __m512i sumi[4];
-        for (int t = 0; t < nt; t++) {
-            x[t] = (const hm_block_q8_K *)vx[t] + i;
-            accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
-            sumi[t] = _mm512_setzero_si512();
-        }
+        for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
         const __m512i sc =
             _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
         __m512i sidx = sidx0;
@@ -79,20 +71,12 @@ hm_q5_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     __m256 accm[4]; /* the mins' term (hm_k4_mins_pairs) */
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
         uint32_t sm[4];
-        hm_k4_unpack_scales(w[i].scales, sm);
-        const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
-        const __m256i mins2 = hm_k4_mins_pairs(sm);
         const hm_block_q8_K *x[4];
+        const float wd =
+            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, sm, x, accm);
         __m512i sumi[4];
-        for (int t = 0; t < nt; t++) {
-            x[t] = (const hm_block_q8_K *)vx[t] + i;
-            accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
-            sumi[t] = _mm512_setzero_si512();
-        }
+        for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
         const __m512i sc =
             _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));
