@@ -133,6 +133,7 @@ typedef struct mm_job {
      * rows (nrb[m] of them) per matrix */
     int tb, ntb;
     int64_t rbs[8], nrb[8];
+    uint8_t *xa;        /* MM_DOTS: the converted activations (in the scratch, after work) */
     bool pre_converted; /* MM_DOTS, 1-2 tokens: mm_start converted the activations already */
 } mm_job;
 
@@ -158,8 +159,8 @@ static int64_t dots_units(mm_job *j, int nth) {
 
 static void mm_task(int ith, int nth, void *arg) {
     mm_job *j = arg;
-    uint8_t *scr = (uint8_t *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
 #if defined(__x86_64__)
+    uint8_t *scr = (uint8_t *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
     size_t act, per_thread;
     if (tile_bytes(j->amx, j->w[0], j->n, &act, &per_thread)) {
         /* pack the activations (16-token groups split over the threads), then 32-row ranges */
@@ -198,7 +199,7 @@ static void mm_task(int ith, int nth, void *arg) {
     const hm_matrix *w0 = j->w[0];
     const void *xq = j->x;
     size_t xq_stride = j->xs * sizeof(float);
-    uint8_t *xa = scr + (size_t)nth * sizeof(hm_work_slot);
+    uint8_t *xa = j->xa;
     if (hm_act_type(w0->type) != HM_TYPE_F32) {
         size_t ab = hm_act_bytes(w0->type, w0->cols);
         if (!j->pre_converted) {
@@ -239,15 +240,16 @@ static void mm_start(hm_pool *pool, mm_job *j) {
         const int nth = hm_pool_size(pool);
         j->work = (hm_work_slot *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
         hm_work_init(j->work, nth, dots_units(j, nth));
+        j->xa = (uint8_t *)(j->work + nth);
         /* one or two tokens: the caller converts them (about its share's cost anyway) and the
          * job needs no barrier before the rows start (decode: ~4 us per matmul) */
         const hm_matrix *w0 = j->w[0];
         j->pre_converted = j->n <= 2 && hm_act_type(w0->type) != HM_TYPE_F32;
         if (j->pre_converted) {
             const size_t ab = hm_act_bytes(w0->type, w0->cols);
-            uint8_t *xa = (uint8_t *)j->work + (size_t)nth * sizeof(hm_work_slot);
             for (int t = 0; t < j->n; t++)
-                hm_act_convert(w0->type, j->x + (size_t)t * j->xs, xa + (size_t)t * ab, w0->cols);
+                hm_act_convert(w0->type, j->x + (size_t)t * j->xs, j->xa + (size_t)t * ab,
+                               w0->cols);
         }
     }
     hm_pool_run(pool, mm_task, j);

@@ -30,6 +30,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/mmap.h"
+#include "quant/fp16.h"
 
 static const struct {
     const char *name;
@@ -906,8 +907,5 @@ float hm_st_scale_at(const hm_st_tensor *s, size_t i) {
     }
     uint16_t h;
     memcpy(&h, (const uint8_t *)s->data + 2 * i, 2);
-    uint32_t u = (uint32_t)h << 16; /* bf16: the high half of a float */
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return hm_bf16_to_f32(h);
 }
