@@ -1016,8 +1016,8 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     for (int64_t i = 0; i < (int64_t)n_tok * k; i++) {
         const int e = ids[i];
         if (e < 0 || m->mask[e]) continue;
-        m->s->tok[m->cnt[e]] = (int32_t)(i / k);
-        m->s->wt[m->cnt[e]++] = w[i];
+        S->tok[m->cnt[e]] = (int32_t)(i / k);
+        S->wt[m->cnt[e]++] = w[i];
     }
     /* chunks of whole experts with at most max_tokens * 8 assignments (at least one expert) */
     const int64_t cap = (int64_t)m->p.max_tokens * 8;
@@ -1075,12 +1075,11 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
             return hm_errorf(HM_ERR_INVALID_ARG,
                              "moe: %d tokens of hidden %lld exceed the AMX packing's 2 GiB", n_tok,
                              (long long)H);
-        ok = ok &&
-             grow((void **)&m->s->xa, &m->s->cap_xa, m->xa_bytes * (size_t)n_tok, "moe int8 x");
+        ok = ok && grow((void **)&S->xa, &S->cap_xa, m->xa_bytes * (size_t)n_tok, "moe int8 x");
     }
 #endif
-    ok = ok && (px_need == 0 || grow((void **)&m->s->px, &m->s->cap_px, px_need, "moe packed x"));
-    ok = ok && (ph_need == 0 || grow((void **)&m->s->ph, &m->s->cap_ph, ph_need, "moe packed h"));
+    ok = ok && (px_need == 0 || grow((void **)&S->px, &S->cap_px, px_need, "moe packed x"));
+    ok = ok && (ph_need == 0 || grow((void **)&S->ph, &S->cap_ph, ph_need, "moe packed h"));
     /* per-thread: AMX scratch + a [max tokens of one expert][BLOCK * UNIT] float tile; the size is
      * kept in a header word before the buffer */
     ok = ok && thread_scratch(m, m->tscratch_bytes + sizeof(float) * (size_t)max_n * BLOCK * UNIT +
@@ -1090,10 +1089,10 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);
     }
     m->x = x, m->x_type = x_type, m->out = out, m->out_type = out_type;
-    memset(m->s->xq_need, 0, (size_t)n_tok);
+    memset(S->xq_need, 0, (size_t)n_tok);
     for (int a = 0; a < m->n_act; a++)
         if (!m->act[a].amx)
-            for (int t = 0; t < m->act[a].n; t++) m->s->xq_need[m->s->tok[m->act[a].off + t]] = 1;
+            for (int t = 0; t < m->act[a].n; t++) S->xq_need[S->tok[m->act[a].off + t]] = 1;
     m->accumulate = accumulate, m->n_tok = n_tok;
     m->decode =
         m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= 64 && !m->no_decode_path;
