@@ -1,5 +1,6 @@
 /* run.c - `hmoe run`: generate from a prompt (text or ids) with a model on the CPU and print the
  * text (and/or ids), then prompt and generation speed. */
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,11 +62,11 @@ static hm_status render_chat(const char *model, const char *user, const char *sy
     return st;
 }
 
+/* a finite float (the sampler checks each option's range) */
 static bool parse_float(const char *s, float *out) {
-    char *end;
-    float v = strtof(s, &end);
-    if (!*s || *end) return false;
-    *out = v;
+    double v;
+    if (!cli_parse_double(s, -FLT_MAX, FLT_MAX, &v)) return false;
+    *out = (float)v;
     return true;
 }
 
