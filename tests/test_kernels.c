@@ -586,6 +586,65 @@ static void test_f16_convert(void) {
     }
 }
 
+/* The activation quantizers of every variant equal the reference bit for bit: random rows of
+ * several magnitudes, a zero block, ties of +max and -max (the first one's sign wins in Q8_K),
+ * values on rounding ties, huge and subnormal values, an inf and a NaN */
+static void test_act_quant(void) {
+    const hm_cpu_features *f = hm_cpu_features_get();
+    enum { N = 4096 };
+    static float x[N];
+    static uint8_t want[N * 2], got[N * 2 + 64];
+    uint64_t s = 99;
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const float u = (float)(s >> 40) / (float)(1ull << 24) * 2.0f - 1.0f;
+        x[i] = u * (i < 1024 ? 1.0f : i < 2048 ? 3e4f : i < 3072 ? 1e-3f : 1e-39f);
+    }
+    for (int i = 256; i < 512; i++) x[i] = 0.0f;  /* a zero Q8_K block (and 8 zero Q8_0 blocks) */
+    x[600] = 2.0f, x[601] = -2.0f, x[610] = 2.0f; /* ties of |max| within one block */
+    x[800] = -2.0f, x[805] = 2.0f;
+    for (int i = 1088; i < 1120; i++) x[i] = (float)(i - 1104) + 0.5f; /* x.5 codes */
+    x[1087] = 127.0f;
+    x[1120 + 3] = 3e38f, x[1120 + 4] = -3e38f;
+    x[2100] = INFINITY;
+    x[2400] = NAN;
+    x[3500] = -FLT_MIN / 4; /* subnormal */
+    const struct {
+        uint32_t wt;
+        const char *name;
+    } kinds[] = {{HM_TYPE_Q8_0, "q8_0"}, {HM_TYPE_Q4_K, "q8_K"}};
+    for (size_t k = 0; k < 2; k++) {
+        const size_t bytes = hm_act_bytes(kinds[k].wt, N);
+        if (kinds[k].wt == HM_TYPE_Q8_0)
+            hm_quantize_row_q8_0_ref(x, want, N);
+        else
+            hm_quantize_row_q8_K_ref(x, want, N);
+        for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+            const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+            if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+            void (*fn)(const float *, void *, int64_t) =
+                kinds[k].wt == HM_TYPE_Q8_0 ? ops->quant_q8_0 : ops->quant_q8_K;
+            CHECK_MSG(fn != NULL, "%s has no %s quantizer", ops->name, kinds[k].name);
+            if (!fn) continue;
+            memset(got, 0xA5, sizeof got);
+            fn(x, got + 1, N); /* odd address */
+            size_t first = bytes;
+            for (size_t b = 0; b < bytes && first == bytes; b++)
+                if (got[1 + b] != want[b]) first = b;
+            CHECK_MSG(first == bytes, "%s %s: byte %zu of %zu differs (0x%02x, want 0x%02x)",
+                      ops->name, kinds[k].name, first, bytes, first < bytes ? got[1 + first] : 0,
+                      first < bytes ? want[first] : 0);
+            CHECK_MSG(got[0] == 0xA5 && got[1 + bytes] == 0xA5, "%s %s wrote outside its row",
+                      ops->name, kinds[k].name);
+        }
+    }
+    /* the tie rule itself: Q8_K's scale takes the sign of the first value of largest magnitude */
+    hm_block_q8_K b;
+    hm_quantize_row_q8_K_ref(x + 512, &b, 256);
+    CHECK_MSG(b.qs[600 - 512] == -127 && b.qs[601 - 512] == 127, "q8_K tie: %d %d", b.qs[600 - 512],
+              b.qs[601 - 512]);
+}
+
 /* RMSNorm of every variant against the reference (the sum of squares is double in both, summed
  * in other orders: within a few float roundings), with and without weights, in place */
 static void test_rmsnorm(void) {
@@ -762,6 +821,7 @@ int main(void) {
     test_silu();
     test_max_scale();
     test_f16_convert();
+    test_act_quant();
     test_rmsnorm();
     test_fp8_codes_all_variants();
     test_dot_n(HM_TYPE_FP8_B128, 128);

@@ -52,6 +52,11 @@ hm_status hm_cpu_ops_get(const hm_cpu_ops **out) {
     return HM_OK;
 }
 
+const hm_cpu_ops *hm_cpu_ops_or_ref(void) {
+    pthread_once(&g_once, select_once);
+    return g_ops ? g_ops : &hm_ops_ref;
+}
+
 bool hm_i8_matmul_ok(const hm_cpu_ops *ops) {
     if (!ops || !ops->i8_matmul) return false;
     return ops->isa == HM_ISA_AMX || ops->isa == HM_ISA_AVX512; /* both imply VNNI */

@@ -60,6 +60,10 @@ typedef struct hm_cpu_ops {
      * NaN stays a NaN) */
     void (*f16_to_f32)(int64_t n, const uint16_t *x, float *y);
     void (*f32_to_f16)(int64_t n, const float *x, uint16_t *y);
+    /* Activation quantizers (hm_act_convert): n floats (a whole number of blocks) to Q8_0 / Q8_K
+     * blocks, bit for bit hm_quantize_row_q8_0_ref / hm_quantize_row_q8_K_ref in every variant */
+    void (*quant_q8_0)(const float *x, void *y, int64_t n);
+    void (*quant_q8_K)(const float *x, void *y, int64_t n);
     /* int8 matmul for more than 4 tokens over the packed activations (the contract of
      * hm_amx_matmul / hm_amx_matmul_packed below): AMX tiles, or AVX-512 VNNI; NULL elsewhere.
      * Ask hm_i8_matmul_ok before use. */
@@ -86,7 +90,9 @@ bool hm_i8_matmul_ok(const hm_cpu_ops *ops);
 uint32_t hm_act_type(uint32_t weight_type);
 /* Bytes of one converted activation vector of n elements. */
 size_t hm_act_bytes(uint32_t weight_type, int64_t n);
-/* Converts one activation vector; n must be a whole number of the activation type's blocks. */
+/* Converts one activation vector; n must be a whole number of the activation type's blocks. The
+ * quantizers of the variant in use (hm_cpu_ops_or_ref), so the bits do not depend on the variant.
+ */
 hm_status hm_act_convert(uint32_t weight_type, const float *x, void *out, int64_t n);
 
 /* Reference (plain C) activation quantizers. */
@@ -99,6 +105,10 @@ const hm_cpu_ops *hm_cpu_ops_for(hm_isa isa);
 /* The variant in use (hm_isa_select: best supported, or HMOE_ISA). The choice is logged once at
  * info level. */
 hm_status hm_cpu_ops_get(const hm_cpu_ops **out);
+
+/* The variant in use, or the reference table when none could be selected (no error is set: for
+ * helpers such as hm_act_convert whose callers have checked hm_cpu_ops_get already). */
+const hm_cpu_ops *hm_cpu_ops_or_ref(void);
 
 /* Per-variant tables (defined in ref.c and x86/<isa>.c). */
 extern const hm_cpu_ops hm_ops_ref;

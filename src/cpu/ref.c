@@ -30,7 +30,8 @@ void hm_quantize_row_q8_K_ref(const float *x, void *vy, int64_t n) {
         /* scale so the value of largest magnitude maps to -127 exactly (as ggml does) */
         const float iscale = -127.0f / max;
         for (int j = 0; j < HM_QK_K; j++) {
-            int v = (int)lrintf(iscale * x[j]);
+            const float f = iscale * x[j];
+            const long v = f == f ? lrintf(f) : 0; /* a NaN codes 0 */
             y[i].qs[j] = (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
         }
         for (int j = 0; j < HM_QK_K / 16; j++) {
@@ -49,7 +50,11 @@ void hm_quantize_row_q8_0_ref(const float *x, void *vy, int64_t n) {
         for (int j = 0; j < HM_QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         y[i].d = hm_f32_to_f16(d);
-        for (int j = 0; j < HM_QK8_0; j++) y[i].qs[j] = (int8_t)lrintf(x[j] * id);
+        for (int j = 0; j < HM_QK8_0; j++) {
+            const float f = x[j] * id;
+            const long v = f == f ? lrintf(f) : 0; /* a NaN codes 0 */
+            y[i].qs[j] = (int8_t)(v > 127 ? 127 : v < -128 ? -128 : v);
+        }
     }
 }
 
@@ -88,10 +93,11 @@ hm_status hm_act_convert(uint32_t wt, const float *x, void *out, int64_t n) {
                          "activations: %lld values is not a whole number of %s "
                          "blocks (needed by %s weights)",
                          (long long)n, hm_type_name(at), hm_type_name(wt));
+    const hm_cpu_ops *ops = hm_cpu_ops_or_ref();
     if (at == HM_TYPE_Q8_K)
-        hm_quantize_row_q8_K_ref(x, out, n);
+        (ops->quant_q8_K ? ops->quant_q8_K : hm_quantize_row_q8_K_ref)(x, out, n);
     else if (at == HM_TYPE_Q8_0)
-        hm_quantize_row_q8_0_ref(x, out, n);
+        (ops->quant_q8_0 ? ops->quant_q8_0 : hm_quantize_row_q8_0_ref)(x, out, n);
     else
         memcpy(out, x, (size_t)n * sizeof(float));
     return HM_OK;
@@ -301,6 +307,8 @@ const hm_cpu_ops hm_ops_ref = {
     .f16_to_f32 = f16_to_f32_ref,
     .f32_to_f16 = f32_to_f16_ref,
     .rmsnorm_f32 = rmsnorm_f32_ref,
+    .quant_q8_0 = hm_quantize_row_q8_0_ref,
+    .quant_q8_K = hm_quantize_row_q8_K_ref,
     .qk_block16 = qk_block16_ref,
     .pv_block16 = pv_block16_ref,
     .isa = HM_ISA_REF,

@@ -11,6 +11,7 @@
 #include "core/cpu.h"
 #include "core/timer.h"
 #include "cpu/membw.h"
+#include "engine/sampler.h"
 #include "model/model.h"
 #include "quant/synth.h"
 #include "quant/types.h"
@@ -80,6 +81,7 @@ int bench_e2e(int argc, char **argv) {
     hm_ctx *c = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
+    hm_sampler *smp = NULL;
     int rc = 1;
     double t_load = hm_time_s();
     if (hm_model_load_ex(model, &mlp, &m)) goto fail;
@@ -116,6 +118,9 @@ int bench_e2e(int argc, char **argv) {
            bw.median_gbs, bw.best_gbs, roof);
 
     const int V = (int)hp->vocab_size;
+    hm_sampler_params sp = hm_sampler_default_params();
+    sp.temperature = 0; /* greedy: the sampler's argmax, as `hmoe run --temp 0` takes it */
+    if (hm_sampler_create(&sp, V, &smp)) goto fail;
     ids = malloc(((size_t)n_prompt + 1) * sizeof *ids);
     logits = malloc((size_t)V * sizeof(float));
     if (!ids || !logits) {
@@ -143,11 +148,8 @@ int bench_e2e(int argc, char **argv) {
         hm_ctx_pool_stats(c, NULL, true);
         int32_t t = n_prompt ? ids[n_prompt - 1] : 1;
         for (long g = 0; g < n_gen; g++) {
-            if (hm_ctx_decode(c, &t, NULL, 1, NULL, logits)) goto fail;
-            int b = 0;
-            for (int v = 1; v < V; v++)
-                if (logits[v] > logits[b]) b = v;
-            t = b;
+            if (hm_ctx_decode(c, &t, NULL, 1, NULL, logits) || hm_sampler_sample(smp, logits, &t))
+                goto fail;
         }
         double t2 = hm_time_s();
         hm_pool_stats ps;
@@ -199,6 +201,7 @@ fail:
 done:
     free(ids);
     free(logits);
+    hm_sampler_free(smp);
     hm_ctx_free(c);
     hm_model_free(m);
     return rc;

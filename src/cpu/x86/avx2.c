@@ -43,6 +43,8 @@ const hm_cpu_ops hm_ops_avx2 = {
     .scale_f32 = hm_scale_f32_avx2,
     .f16_to_f32 = hm_f16_to_f32_avx2,
     .f32_to_f16 = hm_f32_to_f16_avx2,
+    .quant_q8_0 = hm_quant_q8_0_avx2,
+    .quant_q8_K = hm_quant_q8_K_avx2,
     .qk_block16 = hm_qk_block16_avx2,
     .pv_block16 = hm_pv_block16_avx2,
 };

@@ -797,6 +797,90 @@ static inline void hm_f32_to_f16_avx2(int64_t n, const float *x, uint16_t *y) {
     }
 }
 
+/* Activation quantizers (hm_cpu_ops.quant_q8_0 / quant_q8_K), bit for bit the reference ones
+ * in ref.c: the same float operations on every value, the conversion rounding to nearest even as
+ * lrintf does, codes clamped to [-128, 127], a NaN coded 0 */
+static inline float hm_hmax256(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* 8 floats times s to int32 codes, a NaN product coded 0 */
+static inline __m256i hm_quant8_avx2(const float *x, __m256 s) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x), s);
+    return _mm256_and_si256(_mm256_cvtps_epi32(v),
+                            _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_ORD_Q)));
+}
+
+/* 32 floats times s to 32 int8 codes in order (saturating packs: the clamp) */
+static inline __m256i hm_quant32_avx2(const float *x, __m256 s) {
+    const __m256i q0 = hm_quant8_avx2(x, s), q1 = hm_quant8_avx2(x + 8, s),
+                  q2 = hm_quant8_avx2(x + 16, s), q3 = hm_quant8_avx2(x + 24, s);
+    /* the packs interleave 128-bit lanes: dword j of lane 0 holds x[4j..4j+4), of lane 1
+     * x[4j+4..4j+8) for j = 0..3 (one per source) */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* max |x| over 8 * nv floats, NaNs skipped (MAXPS returns its second operand for a NaN) */
+static inline float hm_absmax_avx2(const float *x, int nv) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < nv; j++)
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * j)), m);
+    return hm_hmax256(m);
+}
+
+static inline void hm_quant_q8_0_avx2(const float *x, void *vy, int64_t n) {
+    hm_block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / HM_QK8_0; i++, x += HM_QK8_0) {
+        const float amax = hm_absmax_avx2(x, 4);
+        const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        y[i].d = hm_f32_to_f16(d);
+        _mm256_storeu_si256((__m256i *)y[i].qs, hm_quant32_avx2(x, _mm256_set1_ps(id)));
+    }
+}
+
+static inline void hm_quant_q8_K_avx2(const float *x, void *vy, int64_t n) {
+    hm_block_q8_K *y = vy;
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / HM_QK_K; i++, x += HM_QK_K) {
+        const float amax = hm_absmax_avx2(x, HM_QK_K / 8);
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        /* the value of largest magnitude that comes first, with its sign */
+        float max = amax;
+        const __m256 va = _mm256_set1_ps(amax);
+        for (int j = 0; j < HM_QK_K / 8; j++) {
+            const int k = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * j)), va, _CMP_EQ_OQ));
+            if (k) {
+                max = x[8 * j + __builtin_ctz((unsigned)k)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m256 s = _mm256_set1_ps(iscale);
+        for (int j = 0; j < HM_QK_K / 32; j++) {
+            const __m256i q = hm_quant32_avx2(x + 32 * j, s);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * j), q);
+            /* the two 16-code sums: bytes to pair sums to quad sums, then two hadds */
+            __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+            t = _mm256_hadd_epi32(t, t);
+            t = _mm256_hadd_epi32(t, t);
+            y[i].bsums[2 * j] = (int16_t)_mm256_extract_epi32(t, 0);
+            y[i].bsums[2 * j + 1] = (int16_t)_mm256_extract_epi32(t, 4);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
 #define HM_VEC_DOTS_AVX2                                                                           \
     [HM_TYPE_F32] = hm_dot_f32_f32_avx2, [HM_TYPE_F16] = hm_dot_f16_f32_avx2,                      \

@@ -748,6 +748,62 @@ static inline void hm_rmsnorm_f32_avx512(int64_t n, const float *x, const float 
     }
 }
 
+/* Activation quantizers, the contract of the AVX2 ones (bit for bit the reference): 16 values
+ * per vector, the clamp through the saturating narrowing; a NaN product codes 0 */
+static inline __m512i hm_quant16_avx512(__m512 x, __m512 s) {
+    const __m512 v = _mm512_mul_ps(x, s);
+    return _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+}
+
+static inline void hm_quant_q8_0_avx512(const float *x, void *vy, int64_t n) {
+    hm_block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / HM_QK8_0; i++, x += HM_QK8_0) {
+        const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+        /* NaNs skipped: MAXPS returns its second operand for a NaN */
+        const __m512 m =
+            _mm512_max_ps(_mm512_abs_ps(b), _mm512_max_ps(_mm512_abs_ps(a), _mm512_setzero_ps()));
+        const float d = _mm512_reduce_max_ps(m) / 127.0f, id = d ? 1.0f / d : 0.0f;
+        const __m512 s = _mm512_set1_ps(id);
+        y[i].d = hm_f32_to_f16(d);
+        _mm_storeu_si128((__m128i *)y[i].qs, _mm512_cvtsepi32_epi8(hm_quant16_avx512(a, s)));
+        _mm_storeu_si128((__m128i *)(y[i].qs + 16), _mm512_cvtsepi32_epi8(hm_quant16_avx512(b, s)));
+    }
+}
+
+static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
+    hm_block_q8_K *y = vy;
+    const __m512i lo = _mm512_set1_epi32(-128), hi = _mm512_set1_epi32(127);
+    for (int64_t i = 0; i < n / HM_QK_K; i++, x += HM_QK_K) {
+        __m512 m = _mm512_setzero_ps();
+        for (int j = 0; j < HM_QK_K / 16; j++)
+            m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * j)), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        float max = amax; /* the first value of largest magnitude, with its sign */
+        const __m512 va = _mm512_set1_ps(amax);
+        for (int j = 0; j < HM_QK_K / 16; j++) {
+            const __mmask16 k =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * j)), va, _CMP_EQ_OQ);
+            if (k) {
+                max = x[16 * j + __builtin_ctz((unsigned)k)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 s = _mm512_set1_ps(iscale);
+        for (int j = 0; j < HM_QK_K / 16; j++) {
+            const __m512i q = _mm512_min_epi32(
+                _mm512_max_epi32(hm_quant16_avx512(_mm512_loadu_ps(x + 16 * j), s), lo), hi);
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * j), _mm512_cvtepi32_epi8(q));
+            y[i].bsums[j] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
 /* kernel table entries of this ISA (hm_cpu_ops.vec_dot), shared by the variants using it */
 #define HM_VEC_DOTS_AVX512                                                                         \
     [HM_TYPE_F32] = hm_dot_f32_f32_avx512, [HM_TYPE_F16] = hm_dot_f16_f32_avx512,                  \
