@@ -815,7 +815,54 @@ static void test_nn_matmul_multi(void) {
     hm_pool_free(pool);
 }
 
+/* Decode's idle prefetch: over all workers and steps, every byte of the next matmul's matrices
+ * is covered exactly once, each worker's bytes lie in the rows of its own share of the units
+ * (row blocks split as the matmul splits them: contiguous and in order), and more than 4 tokens
+ * (not the per-row kernels) get nothing. */
+static void test_nn_prefetch(void) {
+    const int64_t rows[3] = {4096, 512, 40}, cols = 2048;
+    size_t total = 0, off[3];
+    for (int m = 0; m < 3; m++) off[m] = total, total += (size_t)rows[m] * 2176; /* Q8_0 rows */
+    uint8_t *buf = malloc(total), *seen = malloc(total);
+    hm_matrix w[3];
+    hm_nn_prefetch p = {.nw = 3};
+    for (int m = 0; m < 3; m++) {
+        CHECK_OK(hm_matrix_init(&w[m], HM_TYPE_Q8_0, buf + off[m], rows[m], cols));
+        p.w[m] = &w[m];
+    }
+    const int nths[] = {1, 3, 16};
+    for (int a = 0; a < 3; a++)
+        for (int nt = 1; nt <= 5; nt++) {
+            const int nth = nths[a];
+            p.n_tok = nt;
+            memset(seen, 0, total);
+            int bad = 0;
+            size_t last_end = 0;
+            for (int ith = 0; ith < nth; ith++)
+                for (int step = 0;; step++) {
+                    const void *ptr;
+                    size_t len;
+                    if (!hm_nn_prefetch_step(&p, ith, nth, step, &ptr, &len)) break;
+                    const size_t o = (size_t)((const uint8_t *)ptr - buf);
+                    bad += o < last_end || len == 0 || len > 2048 || o + len > total;
+                    last_end = o + len; /* workers' shares follow each other in order */
+                    for (size_t b = o; b < o + len && b < total; b++) seen[b]++;
+                }
+            size_t once = 0;
+            for (size_t b = 0; b < total; b++) once += seen[b] == 1;
+            if (nt > 4)
+                CHECK_MSG(once == 0 && bad == 0, "%d tokens: %zu bytes prefetched", nt, once);
+            else
+                CHECK_MSG(once == total && bad == 0,
+                          "%d workers, %d tokens: %zu of %zu bytes covered once, %d bad steps", nth,
+                          nt, once, total, bad);
+        }
+    free(buf);
+    free(seen);
+}
+
 int main(void) {
+    test_nn_prefetch();
     test_nn_matmul_multi();
     test_axpy();
     test_silu();

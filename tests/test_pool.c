@@ -186,8 +186,61 @@ static void test_stats(int n) {
     hm_pool_free(pool);
 }
 
+/* idle work: each worker (never the sync caller) runs it after its share of the job it was set
+ * for, steps 0, 1, ... until it returns false; it belongs to that job only; a worker that would
+ * idle forever still starts the next job */
+typedef struct {
+    atomic_int steps[MAXT];
+    atomic_int order_bad;
+    int limit; /* < 0: never stop */
+} idle_t;
+
+static bool idle_fn(int ith, int nth, void *arg, int step) {
+    idle_t *d = arg;
+    (void)nth;
+    if (atomic_fetch_add(&d->steps[ith], 1) != step) atomic_fetch_add(&d->order_bad, 1);
+    return d->limit < 0 || step < d->limit;
+}
+
+static void noop_task(int ith, int nth, void *arg) {
+    (void)ith, (void)nth, (void)arg;
+}
+
+static void test_idle(int n, bool async) {
+    hm_pool *pool = make(n, async, 50, false);
+    static idle_t d;
+    memset(&d, 0, sizeof d);
+    d.limit = 5;
+    const int first = async ? 0 : 1;
+    hm_pool_set_idle(pool, idle_fn, &d);
+    hm_pool_run(pool, noop_task, NULL);
+    for (int i = first, waited = 0; i < n && waited < 5000; i++)
+        while (atomic_load(&d.steps[i]) < 6 && waited++ < 5000) { /* up to ~5 s */
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    hm_pool_run(pool, noop_task, NULL); /* no idle work set for this one */
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+    for (int i = 0; i < n; i++)
+        CHECK_MSG(atomic_load(&d.steps[i]) == (i < first ? 0 : 6),
+                  "%s pool of %d: participant %d ran %d idle steps", async ? "async" : "sync", n, i,
+                  atomic_load(&d.steps[i]));
+    CHECK(atomic_load(&d.order_bad) == 0);
+    /* idle work that never ends: the next jobs still run */
+    d.limit = -1;
+    hm_pool_set_idle(pool, idle_fn, &d);
+    hm_pool_run(pool, noop_task, NULL);
+    static job_t j;
+    run_counted(pool, &j, 20, async, 0);
+    hm_pool_free(pool);
+}
+
 int main(void) {
     test_work_ranges();
+    test_idle(1, false);
+    test_idle(4, false);
+    test_idle(3, true);
     test_stats(1);
     test_stats(3);
     const hm_topology *t = hm_topology_get();

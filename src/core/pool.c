@@ -33,6 +33,8 @@ struct hm_pool {
     _Alignas(64) atomic_uint gen; /* futex word: bumped to start a job */
     hm_task_fn fn;
     void *arg;
+    hm_idle_fn idle_fn; /* the job's idle work (hm_pool_set_idle) */
+    void *idle_arg;
     atomic_int stop;
     /* workers count down; the last one publishes done_gen */
     _Alignas(64) atomic_int pending;
@@ -52,7 +54,9 @@ struct hm_pool {
     int spin_us;
     int *cpus; /* [n_threads] or NULL when unpinned */
     worker *workers;
-    hm_pool_stats stats; /* the caller's counters (hm_pool_run) */
+    hm_pool_stats stats;  /* the caller's counters (hm_pool_run) */
+    hm_idle_fn idle_next; /* set by hm_pool_set_idle for the next dispatch */
+    void *idle_next_arg;
 };
 
 static long futex_wait(atomic_uint *addr, unsigned val) {
@@ -101,8 +105,16 @@ static void *worker_main(void *p) {
         seen = g;
         if (atomic_load_explicit(&pool->stop, memory_order_acquire)) break;
         pool->fn(w->ith, pool->n_threads, pool->arg);
+        /* read before the count down: the caller rewrites them only after the join */
+        const hm_idle_fn idle = pool->idle_fn;
+        void *idle_arg = pool->idle_arg;
         if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1)
             publish(&pool->done_gen, g, &pool->waiter_sleeping);
+        if (idle)
+            for (int step = 0; atomic_load_explicit(&pool->gen, memory_order_acquire) == g &&
+                               idle(w->ith, pool->n_threads, idle_arg, step);
+                 step++) {
+            }
     }
     return NULL;
 }
@@ -263,9 +275,16 @@ int hm_pool_cpu(const hm_pool *pool, int ith) {
     return pool->cpus[ith];
 }
 
+void hm_pool_set_idle(hm_pool *pool, hm_idle_fn fn, void *arg) {
+    pool->idle_next = fn;
+    pool->idle_next_arg = arg;
+}
+
 static unsigned dispatch(hm_pool *pool, hm_task_fn fn, void *arg) {
     pool->fn = fn;
     pool->arg = arg;
+    pool->idle_fn = pool->idle_next, pool->idle_arg = pool->idle_next_arg;
+    pool->idle_next = NULL, pool->idle_next_arg = NULL;
     atomic_store_explicit(&pool->pending, pool->n_workers, memory_order_relaxed);
     unsigned g = atomic_load_explicit(&pool->gen, memory_order_relaxed) + 1;
     publish(&pool->gen, g, &pool->sleepers); /* seq_cst store: fn/arg/pending visible first */
@@ -289,6 +308,7 @@ void hm_pool_run(hm_pool *pool, hm_task_fn fn, void *arg) {
     }
     const uint64_t t0 = hm_time_ns();
     if (pool->n_workers == 0) {
+        pool->idle_next = NULL, pool->idle_next_arg = NULL; /* no workers to idle */
         fn(0, 1, arg);
         const uint64_t t1 = hm_time_ns();
         pool->stats.jobs++;

@@ -55,6 +55,15 @@ hm_status hm_pool_submit(hm_pool *pool, hm_task_fn fn, void *arg);
 void hm_pool_wait(hm_pool *pool);
 bool hm_pool_busy(const hm_pool *pool); /* a submitted job has not been waited for */
 
+/* Idle work for the workers between jobs (prefetching what the next job reads, while the memory
+ * would otherwise idle): set before hm_pool_run or hm_pool_submit, it belongs to that job only.
+ * Each worker, once its share of the job is done, calls fn(ith, nth, arg, step) for step = 0,
+ * 1, 2, ... until fn returns false or the next job is dispatched; it checks for the next job
+ * between calls, so each call should be short (about a microsecond). The participant 0 of a sync
+ * pool (the caller) does not run it. arg must stay valid until the next job has finished. */
+typedef bool (*hm_idle_fn)(int ith, int nth, void *arg, int step);
+void hm_pool_set_idle(hm_pool *pool, hm_idle_fn fn, void *arg);
+
 /* Inside a job: returns once all nth participants have called it. */
 void hm_pool_barrier(hm_pool *pool);
 

@@ -234,6 +234,44 @@ static void mm_task(int ith, int nth, void *arg) {
     }
 }
 
+enum { PF_STEP = 2048 };
+
+bool hm_nn_prefetch_step(const hm_nn_prefetch *p, int ith, int nth, int step, const void **ptr,
+                         size_t *len) {
+    if (p->n_tok < 1 || p->n_tok > MM_TOK_BLOCK || p->nw < 1 || p->nw > 8) return false;
+    mm_job j = {.w = p->w, .nw = p->nw, .n = p->n_tok};
+    const int64_t total = dots_units(&j, nth);
+    /* the units of ith's own range, in the order mm_task takes them; step's bytes of them */
+    int64_t left = step; /* steps of up to PF_STEP bytes, each within one unit */
+    for (int64_t g = total * ith / nth; g < total * (ith + 1) / nth; g++) {
+        int m = 0;
+        int64_t u = g;
+        while (u >= j.nrb[m] * j.ntb) u -= j.nrb[m] * j.ntb, m++;
+        const hm_matrix *w = j.w[m];
+        const int64_t rb = (u / j.ntb) * j.rbs[m],
+                      re = rb + j.rbs[m] < w->rows ? rb + j.rbs[m] : w->rows;
+        const int64_t bytes = (re - rb) * (int64_t)w->row_bytes;
+        const int64_t steps = (bytes + PF_STEP - 1) / PF_STEP;
+        if (left >= steps) {
+            left -= steps;
+            continue;
+        }
+        const int64_t skip = left * PF_STEP;
+        *ptr = (const char *)w->data + (size_t)rb * w->row_bytes + (size_t)skip;
+        *len = (size_t)(bytes - skip < PF_STEP ? bytes - skip : PF_STEP);
+        return true;
+    }
+    return false;
+}
+
+bool hm_nn_prefetch_idle(int ith, int nth, void *arg, int step) {
+    const void *ptr;
+    size_t len;
+    if (!hm_nn_prefetch_step(arg, ith, nth, step, &ptr, &len)) return false;
+    for (size_t o = 0; o < len; o += 64) __builtin_prefetch((const char *)ptr + o, 0, 2);
+    return true;
+}
+
 /* Runs a matmul job (the per-row path's work ranges set up first, at the scratch's start). */
 static void mm_start(hm_pool *pool, mm_job *j) {
     if (j->amx == MM_DOTS) {

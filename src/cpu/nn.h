@@ -50,6 +50,21 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
                         size_t x_stride, int n, float *const *y, const size_t *y_stride,
                         void *scratch, unsigned flags);
 
+/* The weights a decode matmul (n_tok <= 4 tokens) over w[0..nw) will read, as pool idle work
+ * (hm_pool_set_idle(pool, hm_nn_prefetch_idle, &p)): worker ith prefetches towards its L2 the
+ * rows of its own share of that job's units (hm_nn_matmul's split), 2 KiB per step, so that the
+ * memory streams between jobs instead of idling. Returns false when the share is done (or the
+ * job would not run the per-row kernels). */
+typedef struct hm_nn_prefetch {
+    const hm_matrix *w[8];
+    int nw;
+    int n_tok;
+} hm_nn_prefetch;
+bool hm_nn_prefetch_idle(int ith, int nth, void *arg, int step);
+/* The bytes step `step` of worker ith covers: [*ptr, *ptr + *len); false when none are left. */
+bool hm_nn_prefetch_step(const hm_nn_prefetch *p, int ith, int nth, int step, const void **ptr,
+                         size_t *len);
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 /* One layer's KV cache of one sequence. V: kv head h's position p is the head_dim values at

@@ -39,6 +39,10 @@ struct hm_ctx {
     uint64_t route_batches;
     double route_active, route_busiest, route_tokens;
     uint32_t *route_count; /* [n_experts] scratch */
+    /* decode's idle-work hints (hm_ctx_prefetch): a ring, so a hint outlives the job after the
+     * one it was set for (a worker may still be prefetching when that one starts) */
+    hm_nn_prefetch pf[4];
+    int pf_next;
 };
 
 /* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half), laid out
@@ -66,6 +70,17 @@ void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E);
 /* Runs fn(c, i, arg) for every token i < n, tokens split across the pool's threads. */
 typedef void (*hm_ctx_tok_fn)(hm_ctx *c, int i, void *arg);
 void hm_ctx_for_tokens(hm_ctx *c, int n, hm_ctx_tok_fn fn, void *arg);
+
+/* Decode batches (n <= 4 tokens): the pool's next job leaves its idle workers prefetching their
+ * shares of the matmul over w[0..nw) that comes after it (hm_nn_prefetch_idle). */
+static inline void hm_ctx_prefetch(hm_ctx *c, const hm_matrix *const *w, int nw, int n) {
+    if (c->p.no_idle_prefetch || n > 4 || nw < 1 || nw > 8) return;
+    hm_nn_prefetch *p = &c->pf[c->pf_next];
+    c->pf_next = (c->pf_next + 1) % 4;
+    for (int i = 0; i < nw; i++) p->w[i] = w[i];
+    p->nw = nw, p->n_tok = n;
+    hm_pool_set_idle(c->pool, hm_nn_prefetch_idle, p);
+}
 
 /* hm_nn_matmul flags of this context (no_amx, bf16_tiles) */
 static inline unsigned hm_ctx_mm_flags(const hm_ctx *c) {

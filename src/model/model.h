@@ -96,6 +96,10 @@ typedef struct hm_ctx_params {
     /* prefill (16+ tokens) of BF16/F16 attention, dense and output weights on AMX BF16 tiles:
      * activations rounded to bf16 as transformers' bf16 compute does (off: exact float kernels) */
     bool bf16_tiles;
+    /* decode: no prefetching of the next matmul's weights by idle workers between jobs (they
+     * stream each worker's share of q/k/v, o and the router towards its L2 while the others
+     * finish and the calling thread runs alone; off only to measure what that gains) */
+    bool no_idle_prefetch;
 } hm_ctx_params;
 
 typedef struct hm_ctx hm_ctx;

@@ -94,6 +94,8 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
     const hm_matrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
     float *const qkv_y[3] = {c->q, c->k, c->v};
     const size_t qkv_s[3] = {c->q_dim, c->kv_dim, c->kv_dim};
+    const hm_matrix *wo = &L->wo;
+    hm_ctx_prefetch(c, &wo, 1, n); /* o_proj's rows, while q/k/v finish */
     hm_nn_matmul_multi(c->pool, qkv, 3, c->xn, hp->hidden, n, qkv_y, qkv_s, c->mm_scratch,
                        hm_ctx_mm_flags(c));
     hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
@@ -118,8 +120,16 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
                     .out_stride = c->q_dim,
                     .scratch = c->attn_scratch,
                     .max_ctx = c->p.n_ctx};
+    hm_ctx_prefetch(c, &wo, 1, n); /* and on after attention (steps already in L2 are cheap) */
     hm_nn_attention(c->pool, &a);
     hm_ctx_prof(c, HM_PROF_ATTN, &t0);
+    if (L->moe) {
+        const hm_matrix *r = &L->router;
+        hm_ctx_prefetch(c, &r, 1, n);
+    } else {
+        const hm_matrix *gu[2] = {&L->ffn_gate, &L->ffn_up};
+        hm_ctx_prefetch(c, gu, 1, n); /* gate: the first of two jobs */
+    }
     hm_ctx_matmul(c, &L->wo, c->att, n, c->tmp);
     hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
 
@@ -136,6 +146,11 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
                              il, k, E);
         hm_ctx_route_stats(c, n, k, E);
         hm_ctx_prof(c, HM_PROF_ROUTER, &t0);
+        if ((uint32_t)il + 1 < hp->n_layers) { /* the next block's q/k/v while experts finish */
+            const hm_layer *N = &c->m->layers[il + 1];
+            const hm_matrix *nq[3] = {&N->wq, &N->wk, &N->wv};
+            hm_ctx_prefetch(c, nq, 3, n);
+        }
         hm_status st = hm_moe_submit(c->moe[il], c->xn, HM_MOE_F32, c->ids, c->w, n, k, c->tmp,
                                      HM_MOE_F32, false);
         if (st) return st;

@@ -72,7 +72,8 @@ int bench_e2e(int argc, char **argv) {
             fprintf(stderr,
                     "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
                     "[--threads N] [--batch N] [--no-amx]\n"
-                    "       [--load auto|mmap|copy] [--kv f32|f16] [--repack auto|on|off]\n");
+                    "       [--load auto|mmap|copy] [--kv f32|f16] [--repack auto|on|off] "
+                    "[--bf16-tiles] [--no-idle-prefetch]\n");
             return cli_usage_error("unknown or incomplete option '%s'", a);
         }
     }
@@ -99,10 +100,12 @@ int bench_e2e(int argc, char **argv) {
            hp->hidden, hp->moe_inter, hm_type_name(m->layers[hp->n_layers - 1].expert_type[0]),
            hp->vocab_size);
     printf("config: prompt %ld tokens (batch %d), generate %ld, %d threads, amx %s, weights %s, "
-           "KV cache %s, load %.2f s, context %.2f s (experts repacked for AMX prefill: %.1f MB)\n",
+           "KV cache %s, decode idle prefetch %s, load %.2f s, context %.2f s (experts repacked "
+           "for AMX prefill: %.1f MB)\n",
            n_prompt, hm_ctx_n_batch(c), n_gen, hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
            hm_model_copied(m) ? "copied to huge pages" : "mmapped", cp.kv_f16 ? "f16" : "f32",
-           t_load, t_ctx, (double)hm_ctx_repacked_bytes(c) * 1e-6);
+           cp.no_idle_prefetch ? "off" : "on", t_load, t_ctx,
+           (double)hm_ctx_repacked_bytes(c) * 1e-6);
     printf("memory: %.1f GB of this process's memory in transparent huge pages\n",
            (double)hm_mem_anon_huge_bytes() * 1e-9);
     printf("decode reads per token: %.3f GB (dense+output %.3f GB, experts %.3f GB)\n",

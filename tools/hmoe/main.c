@@ -133,6 +133,10 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
         cp->bf16_tiles = true;
         return 1;
     }
+    if (!strcmp(a, "--no-idle-prefetch")) {
+        cp->no_idle_prefetch = true;
+        return 1;
+    }
     if (!v) return 0;
     if (!strcmp(a, "--threads")) {
         if (!cli_parse_int(v, 1, 4096, &n)) return cli_usage_error("bad --threads '%s'", v);

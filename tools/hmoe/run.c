@@ -30,6 +30,8 @@ static int usage(FILE *f) {
             "                        it fits in memory)\n"
             "  --bf16-tiles          prompt batches of BF16/F16 weights on AMX BF16 tiles\n"
             "                        (activations rounded to bf16; default: exact float kernels)\n"
+            "  --no-idle-prefetch    decode: idle workers do not prefetch the next matmul's\n"
+            "                        weights between jobs (to measure what that gains)\n"
             "  --tokenizer PATH      tokenizer to use instead of the model's own\n"
             "  --chat                put -p through the model's chat template as a user turn\n"
             "  --system TEXT         a system turn before it (implies --chat)\n"
