@@ -44,6 +44,7 @@ typedef struct {
     size_t px_off, ph_off; /* packed activations (AMX) in px / ph */
     int64_t claim0;        /* its first gate/up claim in the chunk */
     int g;                 /* units per gate/up claim */
+    bool fused;            /* AMX claims of one scale group: h packed for down as it is made */
 } active_expert;
 
 typedef struct {
@@ -112,6 +113,7 @@ struct hm_moe {
     bool decode;
     bool pre_done; /* decode of 1-2 tokens: the caller converted x before the job (no barrier) */
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
+    bool no_fused_h;     /* HMOE_MOE_FUSE_H=0: h packed in its own phase (A/B, tests) */
     /* NUMA slices: child engines over slices of inter, each with its own pool and output */
     int n_sub;
     hm_moe **sub;
@@ -346,6 +348,8 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->gu_done = calloc((size_t)p->n_experts, sizeof *m->gu_done);
     const char *dp = getenv("HMOE_MOE_DECODE");
     m->no_decode_path = dp && !strcmp(dp, "0");
+    const char *fh = getenv("HMOE_MOE_FUSE_H");
+    m->no_fused_h = fh && !strcmp(fh, "0");
     m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
     if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready) {
@@ -577,7 +581,7 @@ static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
     int item = 0;
     for (int a = c->a0; a < c->a1; a++) {
         const active_expert *ae = &m->act[a];
-        if (!ae->amx) continue;
+        if (!ae->amx || (down && ae->fused)) continue;
         const int groups = (ae->n + 31) / 32 * 2;
         for (int g = 0; g < groups; g++, item++) {
             if (item % nth != ith) continue;
@@ -716,6 +720,12 @@ static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
         const active_expert *ae = &m->act[a];
         const int64_t r0 = (u - ae->claim0) * UNIT * ae->g, r1 = r0 + UNIT * ae->g;
         gate_up_unit(m, ae, ae->off - base, r0, r1 < m->p.inter ? r1 : m->p.inter, scr, tb);
+#if defined(__x86_64__)
+        if (ae->fused) /* this claim is one whole scale group of h: pack it while it is in L2 */
+            hm_amx_pack_act_kgroup(m->s->h + (size_t)(ae->off - base) * (size_t)m->p.inter,
+                                   (size_t)m->p.inter, ae->n, m->p.inter, m->s->ph + ae->ph_off,
+                                   r0 / HM_AMX_GROUP);
+#endif
     }
 }
 
@@ -1004,13 +1014,11 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
      * most of a batch) */
     if (n_tok > MATVEC_MAX) qsort(m->act, (size_t)m->n_act, sizeof *m->act, by_tokens_desc);
     int64_t off = 0;
-    int max_n = 0;
     for (int a = 0; a < m->n_act; a++) {
         active_expert *ae = &m->act[a];
         ae->off = off;
         ae->amx = m->amx && ae->n > MATVEC_MAX;
         off += ae->n;
-        max_n = ae->n > max_n ? ae->n : max_n;
         m->cnt[ae->e] = (int)ae->off; /* now the fill cursor */
     }
     for (int64_t i = 0; i < (int64_t)n_tok * k; i++) {
@@ -1023,7 +1031,7 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     const int64_t cap = (int64_t)m->p.max_tokens * 8;
     m->n_chunks = 0;
     int64_t chunk_rows = 0;
-    size_t px_need = 0, ph_need = 0, px = 0, ph = 0;
+    size_t px_need = 0, ph_need = 0, px = 0, ph = 0, tb_floats = 0;
     for (int a = 0; a < m->n_act; a++) {
         active_expert *ae = &m->act[a];
         if (m->n_chunks == 0 || m->chunks[m->n_chunks - 1].rows + ae->n > cap) {
@@ -1042,6 +1050,18 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
          * tokens: its activations no longer fit L2 anyway) in single units, so it spreads over
          * every thread */
         ae->g = !ae->amx || ae->n >= 1024 ? 1 : BLOCK;
+        /* and where a claim can be one scale group of h (256 rows), it packs that group for
+         * the down projection itself: h then goes from the claiming core's L2 to the packing,
+         * instead of to memory and back in a phase of its own */
+#if defined(__x86_64__)
+        ae->fused = ae->amx && ae->g > 1 && !m->no_fused_h;
+        if (ae->fused) ae->g = HM_AMX_GROUP / UNIT;
+#else
+        ae->fused = false;
+#endif
+        tb_floats = (size_t)ae->n * (size_t)ae->g * UNIT > tb_floats
+                        ? (size_t)ae->n * (size_t)ae->g * UNIT
+                        : tb_floats;
         ae->claim0 = c->claims;
         c->claims += (I + (int64_t)UNIT * ae->g - 1) / ((int64_t)UNIT * ae->g);
         chunk_rows = c->rows > chunk_rows ? c->rows : chunk_rows;
@@ -1080,10 +1100,9 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
 #endif
     ok = ok && (px_need == 0 || grow((void **)&S->px, &S->cap_px, px_need, "moe packed x"));
     ok = ok && (ph_need == 0 || grow((void **)&S->ph, &S->cap_ph, ph_need, "moe packed h"));
-    /* per-thread: AMX scratch + a [max tokens of one expert][BLOCK * UNIT] float tile; the size is
-     * kept in a header word before the buffer */
-    ok = ok && thread_scratch(m, m->tscratch_bytes + sizeof(float) * (size_t)max_n * BLOCK * UNIT +
-                                     64) == HM_OK;
+    /* per-thread: AMX scratch + a [tokens of an expert][rows of its claims] float tile (the
+     * largest); the size is kept in a header word before the buffer */
+    ok = ok && thread_scratch(m, m->tscratch_bytes + sizeof(float) * tb_floats + 64) == HM_OK;
     if (!ok) {
         scratch_release(S);
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);

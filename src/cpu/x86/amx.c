@@ -101,7 +101,7 @@ hm_status hm_amx_selftest(void) {
  * loads them) and reused for every token pair; activations are packed once per call (VNNI).
  * Layouts: src/quant/README.md. */
 
-#define AMX_G 256 /* scale group (values) */
+#define AMX_G HM_AMX_GROUP /* scale group (values) */
 
 typedef struct {
     int64_t kp;   /* cols rounded up to 64 (zero padded) */
@@ -189,32 +189,42 @@ static inline void pack_b64(const int8_t *const rows[16], int64_t k, int8_t *dst
     for (int j = 0; j < 16; j++) _mm512_store_si512(dst + 64 * j, r[j]);
 }
 
+/* Scale group gi of the 16-token group g: quantized and packed (codes and scales) */
+static void pack_group(const amx_act *a, const float *x, size_t x_stride, const int32_t *idx,
+                       int n_tok, int64_t cols, int g, int64_t gi) {
+    _Alignas(64) int8_t qt[16][AMX_G];
+    int8_t *B = a->q + (size_t)g * 16 * (size_t)a->kp;
+    const int8_t *rows[16];
+    const int64_t c0 = gi * AMX_G;
+    const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
+    const int plen = (int)(a->kp - c0 < AMX_G ? a->kp - c0 : AMX_G);
+    for (int tl = 0; tl < 16; tl++) {
+        const int t = g * 16 + tl;
+        float d = 0.0f;
+        rows[tl] = NULL;
+        if (t < n_tok) {
+            d = quant_group(x + (size_t)(idx ? idx[t] : t) * x_stride + c0, len, qt[tl], plen);
+            rows[tl] = qt[tl];
+        }
+        a->dx[((size_t)g * a->ngrp + gi) * 16 + tl] = d;
+    }
+    for (int i = 0; i < plen; i += 64) pack_b64(rows, i, B + (c0 + i) / 4 * 64);
+}
+
 void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32_t *idx, int n_tok,
                      int64_t cols, void *packed, int g0, int g1) {
     (void)type;
     const amx_act a = act_layout(cols, n_tok, packed);
-    _Alignas(64) int8_t qt[16][AMX_G];
-    for (int g = g0; g < g1 && g < a.tp * 2; g++) {
-        int8_t *B = a.q + (size_t)g * 16 * (size_t)a.kp;
-        const int8_t *rows[16];
-        for (int64_t gi = 0; gi < a.ngrp; gi++) {
-            const int64_t c0 = gi * AMX_G;
-            const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
-            const int plen = (int)(a.kp - c0 < AMX_G ? a.kp - c0 : AMX_G);
-            for (int tl = 0; tl < 16; tl++) {
-                const int t = g * 16 + tl;
-                float d = 0.0f;
-                rows[tl] = NULL;
-                if (t < n_tok) {
-                    d = quant_group(x + (size_t)(idx ? idx[t] : t) * x_stride + c0, len, qt[tl],
-                                    plen);
-                    rows[tl] = qt[tl];
-                }
-                a.dx[((size_t)g * a.ngrp + gi) * 16 + tl] = d;
-            }
-            for (int i = 0; i < plen; i += 64) pack_b64(rows, i, B + (c0 + i) / 4 * 64);
-        }
-    }
+    for (int g = g0; g < g1 && g < a.tp * 2; g++)
+        for (int64_t gi = 0; gi < a.ngrp; gi++)
+            pack_group(&a, x, x_stride, idx, n_tok, cols, g, gi);
+}
+
+void hm_amx_pack_act_kgroup(const float *x, size_t x_stride, int n_tok, int64_t cols, void *packed,
+                            int64_t gi) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    if (gi < 0 || gi >= a.ngrp) return;
+    for (int g = 0; g < a.tp * 2; g++) pack_group(&a, x, x_stride, NULL, n_tok, cols, g, gi);
 }
 
 /* Per-token int8 rows: kp codes then ngrp float scales, 64-byte aligned size */
