@@ -2,6 +2,7 @@
  * random valid blocks: odd row counts, odd block counts, rows at 2-byte (not vector) alignment,
  * 1-4 tokens; and the reference dot products equal a float64 dot of the dequantized values. */
 #include <float.h>
+#include <stdatomic.h>
 #include <math.h>
 
 #include "core/pool.h"
@@ -724,6 +725,86 @@ static void test_attn_blocks(void) {
  * matrix bit for bit, on every path (per-row dots at 3 tokens; int8 or BF16 tiles at 40 where the
  * CPU has them), with row counts that are not multiples of the tile height; and the per-matrix
  * results are within the path's tolerance of a float64 reference. */
+/* The in-job epilogue: every group once, and when it runs its rows hold the final results (the
+ * same as a plain matmul's) for every token; groups the row blocks do not tile, rows that are not
+ * whole groups and more than 4 tokens take the after-the-job path, with the same calls. */
+typedef struct {
+    const float *want[3];
+    float *const *y;
+    const size_t *ys;
+    int n, group_rows;
+    atomic_int calls[3][64];
+    atomic_int stale;
+} ep_check;
+
+static void ep_check_fn(void *arg, int m, int g) {
+    ep_check *e = arg;
+    atomic_fetch_add(&e->calls[m][g], 1);
+    for (int t = 0; t < e->n; t++)
+        for (int r = g * e->group_rows; r < (g + 1) * e->group_rows; r++)
+            if (memcmp(&e->y[m][(size_t)t * e->ys[m] + (size_t)r],
+                       &e->want[m][(size_t)t * e->ys[m] + (size_t)r], sizeof(float)))
+                atomic_fetch_add(&e->stale, 1);
+}
+
+static void test_nn_epilogue(void) {
+    hm_pool_params pp = hm_pool_default_params();
+    pp.n_threads = 4, pp.pin = false;
+    hm_pool *pool = NULL;
+    CHECK_OK(hm_pool_create(&pp, &pool));
+    if (!pool) return;
+    const int64_t rows[3] = {512, 128, 128}, cols = 256;
+    uint64_t rb;
+    CHECK(hm_type_row_bytes(HM_TYPE_Q8_0, (uint64_t)cols, &rb));
+    hm_matrix w[3];
+    uint8_t *data[3];
+    float *want[3], *y[3];
+    size_t ys[3];
+    float *x = malloc(sizeof(float) * 8 * (size_t)cols);
+    uint64_t s = 5;
+    for (int64_t i = 0; i < 8 * cols; i++)
+        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
+    size_t sb = 0;
+    for (int m = 0; m < 3; m++) {
+        data[m] = malloc(rb * (size_t)rows[m]);
+        CHECK_OK(hm_synth_fill(HM_TYPE_Q8_0, data[m], (uint64_t)(rows[m] * cols), 0.0f, 0.05f,
+                               71 + (uint64_t)m));
+        CHECK_OK(hm_matrix_init(&w[m], HM_TYPE_Q8_0, data[m], rows[m], cols));
+        ys[m] = (size_t)rows[m];
+        want[m] = calloc(8 * ys[m], sizeof(float));
+        y[m] = calloc(8 * ys[m], sizeof(float));
+        const size_t b = hm_nn_matmul_scratch_bytes(&w[m], 8, 4, HM_NN_NO_AMX);
+        sb = b > sb ? b : sb;
+    }
+    void *scr = malloc(sb + 64);
+    const hm_matrix *wp[3] = {&w[0], &w[1], &w[2]};
+    const int groups[] = {128, 64, 24, 512};
+    for (int gi = 0; gi < 4; gi++)
+        for (int n = 1; n <= 5; n += 2) {
+            for (int m = 0; m < 3; m++) {
+                hm_nn_matmul(pool, &w[m], x, (size_t)cols, n, want[m], ys[m], scr, HM_NN_NO_AMX);
+                memset(y[m], 0, 8 * ys[m] * sizeof(float));
+            }
+            static ep_check e;
+            memset(&e, 0, sizeof e);
+            for (int m = 0; m < 3; m++) e.want[m] = want[m];
+            e.y = y, e.ys = ys, e.n = n, e.group_rows = groups[gi];
+            const hm_nn_epilogue ep = {groups[gi], ep_check_fn, &e};
+            hm_nn_matmul_multi_ep(pool, wp, 3, x, (size_t)cols, n, y, ys, scr, HM_NN_NO_AMX, &ep);
+            int bad = 0;
+            for (int m = 0; m < 3; m++)
+                for (int g = 0; g < 64; g++)
+                    bad += atomic_load(&e.calls[m][g]) != (g < rows[m] / groups[gi] ? 1 : 0);
+            CHECK_MSG(bad == 0 && atomic_load(&e.stale) == 0,
+                      "epilogue of %d rows, %d tokens: %d groups called wrongly, %d values not "
+                      "final when their group ran",
+                      groups[gi], n, bad, atomic_load(&e.stale));
+        }
+    for (int m = 0; m < 3; m++) free(data[m]), free(want[m]), free(y[m]);
+    free(x), free(scr);
+    hm_pool_free(pool);
+}
+
 static void test_nn_matmul_multi(void) {
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = 3, pp.pin = false;
@@ -863,6 +944,7 @@ static void test_nn_prefetch(void) {
 
 int main(void) {
     test_nn_prefetch();
+    test_nn_epilogue();
     test_nn_matmul_multi();
     test_axpy();
     test_silu();

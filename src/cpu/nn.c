@@ -135,6 +135,11 @@ typedef struct mm_job {
     int64_t rbs[8], nrb[8];
     uint8_t *xa;        /* MM_DOTS: the converted activations (in the scratch, after work) */
     bool pre_converted; /* MM_DOTS, 1-2 tokens: mm_start converted the activations already */
+    /* in-job epilogue (MM_DOTS with one token block): units done per row group; matrix m's
+     * groups start at ep_base[m] */
+    const hm_nn_epilogue *ep;
+    int ep_base[8];
+    atomic_int *ep_done; /* [HM_NN_EP_MAX], on the caller's stack */
 } mm_job;
 
 /* Rows per work unit: 16, fewer when that would leave threads idle (small matrices). */
@@ -231,6 +236,13 @@ static void mm_task(int ith, int nth, void *arg) {
             hm_matvec_rows(dot, dotn, w, (const uint8_t *)xq + (size_t)t * xq_stride, xq_stride, nt,
                            j->y[m] + (size_t)t * j->ys[m], j->ys[m], rb, re);
         }
+        if (j->ep) { /* the unit is whole rows of one group, for every token (one token block) */
+            const int gr = j->ep->group_rows, grp = (int)(rb / gr);
+            const int per = (int)(gr / rbs[m]);
+            if (atomic_fetch_add_explicit(&j->ep_done[j->ep_base[m] + grp], 1,
+                                          memory_order_acq_rel) == per - 1)
+                j->ep->fn(j->ep->arg, m, grp);
+        }
     }
 }
 
@@ -293,11 +305,37 @@ static void mm_start(hm_pool *pool, mm_job *j) {
     hm_pool_run(pool, mm_task, j);
 }
 
-void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,
-                        size_t x_stride, int n, float *const *y, const size_t *y_stride,
-                        void *scratch, unsigned flags) {
+/* Whether the job can run ep inside: the per-row path with one token block, every matrix whole
+ * groups that its row blocks tile, at most HM_NN_EP_MAX groups; sets the counters up. */
+static bool ep_setup(mm_job *j, const hm_nn_epilogue *ep, atomic_int *done) {
+    if (!ep || j->amx != MM_DOTS || j->n > MM_TOK_BLOCK || ep->group_rows <= 0) return false;
+    const int nth = hm_pool_size(j->pool);
+    mm_job t = {.w = j->w, .nw = j->nw, .n = j->n};
+    dots_units(&t, nth); /* the row blocks mm_start will use */
+    int total = 0;
+    for (int m = 0; m < j->nw; m++) {
+        const int64_t rows = j->w[m]->rows;
+        if (rows % ep->group_rows || ep->group_rows % t.rbs[m]) return false;
+        j->ep_base[m] = total;
+        total += (int)(rows / ep->group_rows);
+        if (total > HM_NN_EP_MAX) return false;
+    }
+    for (int i = 0; i < total; i++) atomic_init(&done[i], 0);
+    j->ep = ep, j->ep_done = done;
+    return true;
+}
+
+static void ep_after(const hm_matrix *const *w, int nw, const hm_nn_epilogue *ep) {
+    for (int m = 0; m < nw; m++)
+        for (int64_t g = 0; g < w[m]->rows / ep->group_rows; g++) ep->fn(ep->arg, m, (int)g);
+}
+
+void hm_nn_matmul_multi_ep(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,
+                           size_t x_stride, int n, float *const *y, const size_t *y_stride,
+                           void *scratch, unsigned flags, const hm_nn_epilogue *ep) {
     const hm_cpu_ops *ops = NULL;
     if (n <= 0 || nw <= 0 || hm_cpu_ops_get(&ops) != HM_OK) return;
+    if (ep && ep->group_rows <= 0) ep = NULL;
     bool same = nw <= 8;
     for (int m = 1; m < nw && same; m++)
         same = hm_act_type(w[m]->type) == hm_act_type(w[0]->type) && w[m]->cols == w[0]->cols;
@@ -322,6 +360,7 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
                         .amx = use_amx(ops, w[m], n, flags)};
             mm_start(pool, &j);
         }
+        if (ep) ep_after(w, nw, ep);
         return;
     }
     mm_job j = {.pool = pool,
@@ -335,7 +374,16 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
                 .scratch = scratch,
                 .ops = ops,
                 .amx = path};
+    atomic_int done[HM_NN_EP_MAX];
+    const bool inside = ep_setup(&j, ep, done);
     mm_start(pool, &j);
+    if (ep && !inside) ep_after(w, nw, ep);
+}
+
+void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,
+                        size_t x_stride, int n, float *const *y, const size_t *y_stride,
+                        void *scratch, unsigned flags) {
+    hm_nn_matmul_multi_ep(pool, w, nw, x, x_stride, n, y, y_stride, scratch, flags, NULL);
 }
 
 void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_stride, int n,

@@ -50,6 +50,25 @@ void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const 
                         size_t x_stride, int n, float *const *y, const size_t *y_stride,
                         void *scratch, unsigned flags);
 
+/* Work on groups of output rows inside the job (decode: q/k norms, rope and the KV cache store
+ * per head, as soon as a head's rows are done, instead of on the calling thread after the job).
+ * fn(arg, m, g) is called once per group g of group_rows rows of matrix m, by the thread that
+ * finished the group's last rows for every token; the group's outputs, whoever wrote them, are
+ * visible to it. Groups of different matrices may run concurrently on different threads. */
+typedef struct hm_nn_epilogue {
+    int group_rows;
+    void (*fn)(void *arg, int m, int g);
+    void *arg;
+} hm_nn_epilogue;
+
+/* hm_nn_matmul_multi with an epilogue. It runs inside the job on the per-row path (n <= 4
+ * tokens) when every matrix's rows are whole groups and there are at most HM_NN_EP_MAX groups in
+ * all; otherwise the calling thread runs fn for every group after the job (the same result). */
+enum { HM_NN_EP_MAX = 512 };
+void hm_nn_matmul_multi_ep(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,
+                           size_t x_stride, int n, float *const *y, const size_t *y_stride,
+                           void *scratch, unsigned flags, const hm_nn_epilogue *ep);
+
 /* The weights a decode matmul (n_tok <= 4 tokens) over w[0..nw) will read, as pool idle work
  * (hm_pool_set_idle(pool, hm_nn_prefetch_idle, &p)): worker ith prefetches towards its L2 the
  * rows of its own share of that job's units (hm_nn_matmul's split), 2 KiB per step, so that the

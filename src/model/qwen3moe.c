@@ -42,6 +42,39 @@ static void qk_rope_store(hm_ctx *c, int i, void *arg) {
                    c->kv_elem == 2, c->kv_ctx * (size_t)hd, nkv, hd, c->pos[i], k, v);
 }
 
+/* The same per head, inside the q/k/v job (decode batches): each head's q or k norm and rotation
+ * as soon as its rows are done, and a kv head's K and V stored by whichever of its two matrices
+ * finishes second. */
+typedef struct qkv_ep {
+    hm_ctx *c;
+    const hm_layer *L;
+    int il, n;
+    atomic_int kv_arrived[256]; /* per kv head: its k and v rows done (0, 1, 2) */
+} qkv_ep;
+
+static void qkv_head_done(void *arg, int m, int h) {
+    qkv_ep *e = arg;
+    hm_ctx *c = e->c;
+    const hm_hparams *hp = &c->m->hp;
+    const int hd = (int)hp->head_dim;
+    for (int i = 0; i < e->n && m < 2; i++) { /* q (m 0) or k (m 1) head h of every token */
+        float *x = m == 0 ? c->q + (size_t)i * c->q_dim + (size_t)h * hd
+                          : c->k + (size_t)i * c->kv_dim + (size_t)h * hd;
+        const float *nw = m == 0 ? e->L->q_norm : e->L->k_norm;
+        if (nw) hm_rmsnorm(x, nw, x, hd, hp->norm_eps);
+        hm_rope_neox(x, 1, hd, (int)hp->rope_dim, c->rope_cs + (size_t)i * hp->rope_dim);
+    }
+    if (m == 0 || atomic_fetch_add_explicit(&e->kv_arrived[h], 1, memory_order_acq_rel) != 1)
+        return;
+    const size_t off = (size_t)h * c->kv_ctx * (size_t)hd * c->kv_elem; /* head h of a cache */
+    for (int i = 0; i < e->n; i++)
+        hm_nn_kv_store((uint8_t *)hm_ctx_kv_k(c, e->il, c->seq[i]) + off,
+                       (uint8_t *)hm_ctx_kv_v(c, e->il, c->seq[i]) + off, c->kv_elem == 2,
+                       c->kv_ctx * (size_t)hd, 1, hd, c->pos[i],
+                       c->k + (size_t)i * c->kv_dim + (size_t)h * hd,
+                       c->v + (size_t)i * c->kv_dim + (size_t)h * hd);
+}
+
 /* x += tmp, then xn = rmsnorm(x) * w (w: arg): the residual add and the next norm in one pass */
 static void add_norm(hm_ctx *c, int i, void *arg) {
     const float *w = arg;
@@ -96,11 +129,21 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
     const size_t qkv_s[3] = {c->q_dim, c->kv_dim, c->kv_dim};
     const hm_matrix *wo = &L->wo;
     hm_ctx_prefetch(c, &wo, 1, n); /* o_proj's rows, while q/k/v finish */
-    hm_nn_matmul_multi(c->pool, qkv, 3, c->xn, hp->hidden, n, qkv_y, qkv_s, c->mm_scratch,
-                       hm_ctx_mm_flags(c));
-    hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
-    qk_arg qa = {L, il};
-    hm_ctx_for_tokens(c, n, qk_rope_store, &qa);
+    if (n <= 4 && hp->n_kv_heads <= 256) {
+        /* decode: norms, rope and the cache store per head inside the job */
+        qkv_ep e = {.c = c, .L = L, .il = il, .n = n};
+        for (uint32_t h = 0; h < hp->n_kv_heads; h++) atomic_init(&e.kv_arrived[h], 0);
+        const hm_nn_epilogue ep = {(int)hp->head_dim, qkv_head_done, &e};
+        hm_nn_matmul_multi_ep(c->pool, qkv, 3, c->xn, hp->hidden, n, qkv_y, qkv_s, c->mm_scratch,
+                              hm_ctx_mm_flags(c), &ep);
+        hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
+    } else {
+        hm_nn_matmul_multi(c->pool, qkv, 3, c->xn, hp->hidden, n, qkv_y, qkv_s, c->mm_scratch,
+                           hm_ctx_mm_flags(c));
+        hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);
+        qk_arg qa = {L, il};
+        hm_ctx_for_tokens(c, n, qk_rope_store, &qa);
+    }
     for (int i = 0; i < n; i++) {
         c->kvv[i].k = hm_ctx_kv_k(c, il, c->seq[i]);
         c->kvv[i].v = hm_ctx_kv_v(c, il, c->seq[i]);
