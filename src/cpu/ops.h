@@ -79,6 +79,11 @@ typedef struct hm_cpu_ops {
     void (*i8_glu_packed)(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
                           int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
                           void *scratch);
+    /* the same stored by row, hT[(r - r0) * hT_stride + t] (hm_amx_glu_packed_rows); NULL where
+     * i8_glu_packed is */
+    void (*i8_glu_packed_rows)(const void *wg, const void *wu, int64_t rows, int64_t cols,
+                               int64_t r0, int64_t r1, const void *packed, int n_tok, float *hT,
+                               size_t hT_stride, void *scratch);
 } hm_cpu_ops;
 
 /* Whether ops has an int8 matmul (the amx and avx512 tables: the avx512 variant requires VNNI,
@@ -191,6 +196,17 @@ void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0
 void hm_amx_glu_packed(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
                        int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
                        void *scratch);
+/* The same values stored by row: hT[(r - r0) * hT_stride + t] (each row's tokens contiguous, so
+ * the outputs leave as whole vectors instead of a transposing copy). */
+void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                            int64_t r1, const void *packed, int n_tok, float *hT, size_t hT_stride,
+                            void *scratch);
+/* hm_amx_pack_act_kgroup from rows stored by value: xT[r * xT_stride + t] holds value c0 + r of
+ * token t for the group's values (c0 = gi * HM_AMX_GROUP, r < min(HM_AMX_GROUP, cols - c0)). The
+ * same codes and scales for finite values, bit for bit; each 4 rows become a tile row by byte
+ * interleaving instead of a 16 x 16 transpose. */
+void hm_amx_pack_act_kgroup_rows(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
+                                 void *packed, int64_t gi);
 #endif
 
 #endif

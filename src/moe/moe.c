@@ -599,6 +599,14 @@ static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
 }
 #endif
 
+/* Whether expert ae's gate/up runs the SiLU-GLU tile kernel with row-stored outputs: repacked
+ * weights, SiLU without biases, an AMX variant. */
+static bool glu_rows(const hm_moe *m, const active_expert *ae) {
+    const hm_moe_expert *x = &m->experts[ae->e];
+    return m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias && m->packed &&
+           m->packed[ae->e] && m->ops->i8_glu_packed_rows;
+}
+
 /* gate + up + activation for rows [r0, r1) of expert ae into h (rows hrow0.. of the chunk);
  * tb: this thread's [n][BLOCK * UNIT] float buffer */
 static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t r0, int64_t r1,
@@ -719,7 +727,20 @@ static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
         while (a + 1 < c->a1 && m->act[a + 1].claim0 <= u) a++; /* claims only grow */
         const active_expert *ae = &m->act[a];
         const int64_t r0 = (u - ae->claim0) * UNIT * ae->g, r1 = r0 + UNIT * ae->g;
-        gate_up_unit(m, ae, ae->off - base, r0, r1 < m->p.inter ? r1 : m->p.inter, scr, tb);
+        const int64_t re = r1 < m->p.inter ? r1 : m->p.inter;
+#if defined(__x86_64__)
+        if (ae->fused && glu_rows(m, ae)) {
+            /* the claim's h by row into the thread's tile (its tokens contiguous: the outputs
+             * leave the tile kernel as vectors), then packed for down from there */
+            const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
+            m->ops->i8_glu_packed_rows(wp, wp + m->wp_gu, m->p.inter, m->p.hidden, r0, re,
+                                       m->s->px + ae->px_off, ae->n, tb, (size_t)ae->n, scr);
+            hm_amx_pack_act_kgroup_rows(tb, (size_t)ae->n, ae->n, m->p.inter, m->s->ph + ae->ph_off,
+                                        r0 / HM_AMX_GROUP);
+            continue;
+        }
+#endif
+        gate_up_unit(m, ae, ae->off - base, r0, re, scr, tb);
 #if defined(__x86_64__)
         if (ae->fused) /* this claim is one whole scale group of h: pack it while it is in L2 */
             hm_amx_pack_act_kgroup(m->s->h + (size_t)(ae->off - base) * (size_t)m->p.inter,

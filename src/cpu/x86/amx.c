@@ -31,6 +31,7 @@ const hm_cpu_ops hm_ops_amx = {
     .i8_matmul = hm_amx_matmul,
     .i8_matmul_packed = hm_amx_matmul_packed,
     .i8_glu_packed = hm_amx_glu_packed,
+    .i8_glu_packed_rows = hm_amx_glu_packed_rows,
     .qk_block16 = hm_qk_block16_avx512,
     .pv_block16 = hm_pv_block16_avx512,
 };
@@ -569,6 +570,89 @@ void hm_amx_glu_packed(const void *wg, const void *wu, int64_t rows, int64_t col
                      n_tok, nr, h + (rg - r0), h_stride, &s);
     }
     _tile_release();
+}
+
+/* acc [pn][32 rows][32 tokens] of pairs p0.. to hT[r][t] (rows r < nr, row stride ts): each
+ * row's tokens are contiguous in both, so whole vectors are copied (no transpose) */
+static void store_acc_rows(const float *acc_all, int n_tok, int p0, int pn, int nr, float *hT,
+                           size_t ts) {
+    for (int pi = 0; pi < pn; pi++) {
+        const int p = p0 + pi, nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
+        const __mmask16 k0 = tail_mask(nt), k1 = tail_mask(nt - 16);
+        const float *acc = acc_all + pi * 32 * 32;
+        for (int n = 0; n < nr; n++) {
+            float *d = hT + (size_t)n * ts + 32 * (size_t)p;
+            _mm512_mask_storeu_ps(d, k0, _mm512_load_ps(acc + 32 * n));
+            if (nt > 16) _mm512_mask_storeu_ps(d + 16, k1, _mm512_load_ps(acc + 32 * n + 16));
+        }
+    }
+}
+
+void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                            int64_t r1, const void *packed, int n_tok, float *hT, size_t hT_stride,
+                            void *scratch) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    const amx_scratch s = scratch_layout(cols, scratch);
+    const size_t ub = unit_bytes(cols);
+    if (r1 > rows) r1 = rows;
+    amx_config();
+    for (int64_t rg = r0; rg < r1; rg += 32) {
+        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
+        const int8_t *ug = (const int8_t *)wg + (size_t)(rg / 32) * ub,
+                     *uu = (const int8_t *)wu + (size_t)(rg / 32) * ub;
+        for (int p0 = 0; p0 < a.tp; p0 += AMX_TB) {
+            const int pn = a.tp - p0 < AMX_TB ? a.tp - p0 : AMX_TB;
+            amx_chunk(&a, ug, (const float *)(ug + 32 * a.kp), n_tok, p0, pn, s.acc, s.cbuf);
+            amx_chunk(&a, uu, (const float *)(uu + 32 * a.kp), n_tok, p0, pn, s.acc2, s.cbuf);
+            hm_silu_mul_f32_avx512(pn * 32 * 32, s.acc, s.acc2);
+            store_acc_rows(s.acc, n_tok, p0, pn, nr, hT + (size_t)(rg - r0) * hT_stride, hT_stride);
+        }
+    }
+    _tile_release();
+}
+
+void hm_amx_pack_act_kgroup_rows(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
+                                 void *packed, int64_t gi) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    if (gi < 0 || gi >= a.ngrp) return;
+    const int64_t c0 = gi * AMX_G;
+    const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
+    const int plen = (int)(a.kp - c0 < AMX_G ? a.kp - c0 : AMX_G);
+    _Alignas(64) int8_t q[AMX_G][16]; /* the group's codes of 16 tokens, row by row */
+    for (int g = 0; g < a.tp * 2; g++) {
+        const int t0 = 16 * g, nt = n_tok - t0 < 16 ? (n_tok - t0 > 0 ? n_tok - t0 : 0) : 16;
+        const __mmask16 k = tail_mask(nt);
+        /* per token: max |x| over the group's values, as quant_group takes it */
+        __m512 mx = _mm512_setzero_ps();
+        for (int r = 0; r < len; r++)
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(
+                                       k, xT + (size_t)r * xT_stride + (size_t)t0)));
+        const __m512 d = _mm512_div_ps(mx, _mm512_set1_ps(127.0f));
+        const __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        const __m512 id = _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d);
+        _mm512_storeu_ps(a.dx + ((size_t)g * a.ngrp + gi) * 16, _mm512_maskz_mov_ps(k, d));
+        for (int r = 0; r < len; r++) {
+            const __m512 x = _mm512_maskz_loadu_ps(k, xT + (size_t)r * xT_stride + (size_t)t0);
+            _mm_store_si128((__m128i *)q[r],
+                            _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x, id))));
+        }
+        for (int r = len; r < plen; r++) _mm_store_si128((__m128i *)q[r], _mm_setzero_si128());
+        /* tile row j of the group: tokens' 4 values of k-quad j, from rows 4j .. 4j + 3 */
+        int8_t *B = a.q + (size_t)g * 16 * (size_t)a.kp + (size_t)c0 / 4 * 64;
+        for (int j = 0; j < plen / 4; j++) {
+            const __m128i r0 = _mm_load_si128((const __m128i *)q[4 * j]),
+                          r1 = _mm_load_si128((const __m128i *)q[4 * j + 1]),
+                          r2 = _mm_load_si128((const __m128i *)q[4 * j + 2]),
+                          r3 = _mm_load_si128((const __m128i *)q[4 * j + 3]);
+            const __m128i a01l = _mm_unpacklo_epi8(r0, r1), a01h = _mm_unpackhi_epi8(r0, r1),
+                          a23l = _mm_unpacklo_epi8(r2, r3), a23h = _mm_unpackhi_epi8(r2, r3);
+            __m128i *o = (__m128i *)(B + (size_t)j * 64);
+            _mm_store_si128(o, _mm_unpacklo_epi16(a01l, a23l));
+            _mm_store_si128(o + 1, _mm_unpackhi_epi16(a01l, a23l));
+            _mm_store_si128(o + 2, _mm_unpacklo_epi16(a01h, a23h));
+            _mm_store_si128(o + 3, _mm_unpackhi_epi16(a01h, a23h));
+        }
+    }
 }
 
 void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
