@@ -36,9 +36,13 @@ double hm_ctx_prof_seconds(const hm_ctx *c, int part) {
 double hm_ctx_prof_alone_seconds(const hm_ctx *c, int part) {
     return part >= 0 && part < HM_PROF_COUNT ? (double)c->prof_alone_ns[part] * 1e-9 : 0;
 }
+double hm_ctx_prof_wait_seconds(const hm_ctx *c, int part) {
+    return part >= 0 && part < HM_PROF_COUNT ? (double)c->prof_wait_ns[part] * 1e-9 : 0;
+}
 void hm_ctx_prof_reset(hm_ctx *c) {
     memset(c->prof_ns, 0, sizeof c->prof_ns);
     memset(c->prof_alone_ns, 0, sizeof c->prof_alone_ns);
+    memset(c->prof_wait_ns, 0, sizeof c->prof_wait_ns);
     for (uint32_t il = 0; il < c->m->hp.n_layers; il++)
         if (c->moe && c->moe[il]) hm_moe_profile(c->moe[il], NULL, true);
     c->route_batches = 0;

@@ -33,10 +33,11 @@ struct hm_ctx {
     float *attn_scratch;
     void *mm_scratch;
     size_t q_dim, ffn_max;
-    uint64_t prof_ns[HM_PROF_COUNT];       /* time per part of the forward pass, summed */
-    uint64_t prof_alone_ns[HM_PROF_COUNT]; /* of it, outside the pool's jobs */
-    uint64_t prof_pool_mark;               /* the pool's run_ns at the last hm_ctx_prof */
-    size_t repacked;                       /* bytes of the experts' int8 tile copy */
+    uint64_t prof_ns[HM_PROF_COUNT];        /* time per part of the forward pass, summed */
+    uint64_t prof_alone_ns[HM_PROF_COUNT];  /* of it, outside the pool's jobs */
+    uint64_t prof_wait_ns[HM_PROF_COUNT];   /* of it, dispatch and waiting for the slowest */
+    uint64_t prof_pool_mark, prof_own_mark; /* the pool's run_ns, own_ns at the last prof */
+    size_t repacked;                        /* bytes of the experts' int8 tile copy */
     /* routing of prompt batches (hm_ctx_moe_stats): sums over (layer, batch) */
     uint64_t route_batches;
     double route_active, route_busiest, route_tokens;
@@ -64,11 +65,13 @@ static inline void hm_ctx_prof(hm_ctx *c, int p, uint64_t *t0) {
     hm_pool_stats st;
     hm_pool_stats_get(c->pool, &st);
     /* the pool's counters may have been reset since the mark */
-    const uint64_t in_jobs =
-        st.run_ns >= c->prof_pool_mark ? st.run_ns - c->prof_pool_mark : st.run_ns;
-    c->prof_pool_mark = st.run_ns;
+    const bool reset = st.run_ns < c->prof_pool_mark || st.own_ns < c->prof_own_mark;
+    const uint64_t in_jobs = reset ? st.run_ns : st.run_ns - c->prof_pool_mark,
+                   own = reset ? st.own_ns : st.own_ns - c->prof_own_mark;
+    c->prof_pool_mark = st.run_ns, c->prof_own_mark = st.own_ns;
     c->prof_ns[p] += t - *t0;
     c->prof_alone_ns[p] += t - *t0 > in_jobs ? t - *t0 - in_jobs : 0;
+    c->prof_wait_ns[p] += in_jobs > own ? in_jobs - own : 0;
     *t0 = t;
 }
 

@@ -141,6 +141,9 @@ double hm_ctx_prof_seconds(const hm_ctx *c, int part);
 /* Of a part's time, the calling thread's time outside the thread pool's jobs (work no other
  * thread shares: norms of one token, rope, routing, conversions before a job). */
 double hm_ctx_prof_alone_seconds(const hm_ctx *c, int part);
+/* Of a part's time, the pool jobs' dispatch and the calling thread's wait for the slowest
+ * participant (a sync pool's job time minus the caller's own share). */
+double hm_ctx_prof_wait_seconds(const hm_ctx *c, int part);
 void hm_ctx_prof_reset(hm_ctx *c);
 
 /* The routed experts of prompt batches (more than 4 tokens) since the last hm_ctx_prof_reset:

@@ -160,11 +160,13 @@ int bench_e2e(int argc, char **argv) {
                tg = n_gen ? (double)n_gen / (t2 - t1) : 0;
         printf("rep %ld: pp%ld %.1f tok/s (%.3f s), tg%ld %.2f tok/s (%.1f ms/token)\n", r,
                n_prompt, pp, t1 - t0, n_gen, tg, n_gen ? (t2 - t1) * 1e3 / (double)n_gen : 0);
-        printf("  %-18s %12s %12s %14s\n", "part", "prompt ms", "ms/token", "of it alone");
+        printf("  %-18s %12s %12s %14s %14s\n", "part", "prompt ms", "ms/token", "of it alone",
+               "of it waiting");
+        const double pt = n_gen ? 1e3 / (double)n_gen : 0;
         for (int k = 0; k < HM_PROF_COUNT; k++)
-            printf("  %-18s %12.1f %12.3f %14.3f\n", hm_ctx_prof_name(k), pp_prof[k] * 1e3,
-                   n_gen ? hm_ctx_prof_seconds(c, k) * 1e3 / (double)n_gen : 0,
-                   n_gen ? hm_ctx_prof_alone_seconds(c, k) * 1e3 / (double)n_gen : 0);
+            printf("  %-18s %12.1f %12.3f %14.3f %14.3f\n", hm_ctx_prof_name(k), pp_prof[k] * 1e3,
+                   hm_ctx_prof_seconds(c, k) * pt, hm_ctx_prof_alone_seconds(c, k) * pt,
+                   hm_ctx_prof_wait_seconds(c, k) * pt);
         if (n_gen) { /* where a decode step's time goes, as the calling thread sees it */
             const double per = 1e-6 / (double)n_gen;
             printf("  decode pool: %.1f jobs/token; ms/token: %.3f in jobs (own share %.3f, "
