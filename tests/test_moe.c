@@ -234,6 +234,27 @@ static void run_case(hm_pool *pool, const model *m, int n, double tol, const cha
 /* repack: the engine with its experts repacked once equals the per-call conversion bit for bit,
  * including experts masked at create (not packed) and unmasked later, which take the per-call
  * path; the size query is 0 where nothing would be packed */
+/* One random batch of n tokens through engines a and b: how many outputs differ in their bits. */
+static int64_t outputs_differ(hm_moe *a, hm_moe *b, const model *m, int n, uint64_t seed) {
+    float *x = malloc(sizeof(float) * (size_t)(n * m->H)),
+          *oa = malloc(sizeof(float) * (size_t)(n * m->H)),
+          *ob = malloc(sizeof(float) * (size_t)(n * m->H));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
+    float *w = malloc(sizeof(float) * (size_t)(n * m->k));
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n * m->H; i++)
+        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
+    route(n, m->E, m->k, seed + 4321, ids, w);
+    CHECK_OK(hm_moe_submit(a, x, HM_MOE_F32, ids, w, n, m->k, oa, HM_MOE_F32, false));
+    hm_moe_wait(a);
+    CHECK_OK(hm_moe_submit(b, x, HM_MOE_F32, ids, w, n, m->k, ob, HM_MOE_F32, false));
+    hm_moe_wait(b);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n * m->H; i++) diff += memcmp(&oa[i], &ob[i], sizeof(float)) != 0;
+    free(x), free(oa), free(ob), free(ids), free(w);
+    return diff;
+}
+
 static void test_repack(hm_pool *pool, const model *m, int n) {
     hm_moe_params p = hm_moe_default_params();
     p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
@@ -256,24 +277,10 @@ static void test_repack(hm_pool *pool, const model *m, int n) {
     if (!a || !b) return;
     CHECK_OK(hm_moe_set_mask(a, NULL));
     CHECK_OK(hm_moe_set_mask(b, NULL));
-    float *x = malloc(sizeof(float) * (size_t)(n * m->H)),
-          *oa = malloc(sizeof(float) * (size_t)(n * m->H)),
-          *ob = malloc(sizeof(float) * (size_t)(n * m->H));
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
-    float *w = malloc(sizeof(float) * (size_t)(n * m->k));
-    uint64_t s = 7 + (uint64_t)n;
-    for (int64_t i = 0; i < n * m->H; i++)
-        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
-    route(n, m->E, m->k, 4321 + (uint64_t)n, ids, w);
-    CHECK_OK(hm_moe_submit(a, x, HM_MOE_F32, ids, w, n, m->k, oa, HM_MOE_F32, false));
-    hm_moe_wait(a);
-    CHECK_OK(hm_moe_submit(b, x, HM_MOE_F32, ids, w, n, m->k, ob, HM_MOE_F32, false));
-    hm_moe_wait(b);
-    int64_t diff = 0;
-    for (int64_t i = 0; i < n * m->H; i++) diff += memcmp(&oa[i], &ob[i], sizeof(float)) != 0;
+    const int64_t diff = outputs_differ(a, b, m, n, 7 + (uint64_t)n);
     CHECK_MSG(diff == 0, "repack %s, %d tokens%s: %lld outputs differ from the per-call path",
               hm_type_name(m->ex[0].gate.type), n, g_n_slices ? " (slices)" : "", (long long)diff);
-    free(x), free(oa), free(ob), free(ids), free(w), free(mask);
+    free(mask);
     hm_moe_free(a), hm_moe_free(b);
 }
 
@@ -281,15 +288,6 @@ static void test_repack(hm_pool *pool, const model *m, int n) {
  * give bit for bit what the separate packing phase gives (HMOE_MOE_FUSE_H=0), with repacked
  * weights (the SiLU-GLU kernel) and without (two matmuls per claim through the float tile). */
 static void test_fused_h(hm_pool *pool, const model *m, int n) {
-    float *x = malloc(sizeof(float) * (size_t)(n * m->H)),
-          *oa = malloc(sizeof(float) * (size_t)(n * m->H)),
-          *ob = malloc(sizeof(float) * (size_t)(n * m->H));
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
-    float *w = malloc(sizeof(float) * (size_t)(n * m->k));
-    uint64_t s = 17 + (uint64_t)n;
-    for (int64_t i = 0; i < n * m->H; i++)
-        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
-    route(n, m->E, m->k, 999 + (uint64_t)n, ids, w);
     for (int rp = 0; rp < 2; rp++) {
         hm_moe_params p = hm_moe_default_params();
         p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
@@ -300,19 +298,13 @@ static void test_fused_h(hm_pool *pool, const model *m, int n) {
         CHECK_OK(hm_moe_create(&p, &b));
         unsetenv("HMOE_MOE_FUSE_H");
         if (!a || !b) break;
-        CHECK_OK(hm_moe_submit(a, x, HM_MOE_F32, ids, w, n, m->k, oa, HM_MOE_F32, false));
-        hm_moe_wait(a);
-        CHECK_OK(hm_moe_submit(b, x, HM_MOE_F32, ids, w, n, m->k, ob, HM_MOE_F32, false));
-        hm_moe_wait(b);
-        int64_t diff = 0;
-        for (int64_t i = 0; i < n * m->H; i++) diff += memcmp(&oa[i], &ob[i], sizeof(float)) != 0;
+        const int64_t diff = outputs_differ(a, b, m, n, 17 + (uint64_t)n);
         CHECK_MSG(diff == 0,
                   "%s, %d tokens, repack %d: %lld outputs differ with h packed by the "
                   "gate/up claims",
                   hm_type_name(m->ex[0].gate.type), n, rp, (long long)diff);
         hm_moe_free(a), hm_moe_free(b);
     }
-    free(x), free(oa), free(ob), free(ids), free(w);
 }
 
 /* Engines of different shapes and types sharing one batch scratch give bit for bit what engines

@@ -539,39 +539,6 @@ static void amx_unit(const amx_act *a, const int8_t *A, const float *sw, int n_t
     }
 }
 
-/* The SiLU-GLU of a gate unit and the up unit of the same rows: both accumulate in the
- * thread's scratch and only silu(g) * u is stored, so the up projection's outputs are never
- * written out and read back (the output stores cost a third of the tile kernel's time). */
-static void amx_glu_unit(const amx_act *a, const int8_t *Ag, const float *swg, const int8_t *Au,
-                         const float *swu, int n_tok, int nr, float *h, size_t h_stride,
-                         const amx_scratch *s) {
-    for (int p0 = 0; p0 < a->tp; p0 += AMX_TB) {
-        const int pn = a->tp - p0 < AMX_TB ? a->tp - p0 : AMX_TB;
-        amx_chunk(a, Ag, swg, n_tok, p0, pn, s->acc, s->cbuf);
-        amx_chunk(a, Au, swu, n_tok, p0, pn, s->acc2, s->cbuf);
-        hm_silu_mul_f32_avx512(pn * 32 * 32, s->acc, s->acc2);
-        store_acc(s->acc, n_tok, p0, pn, nr, h, h_stride);
-    }
-}
-
-void hm_amx_glu_packed(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
-                       int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
-                       void *scratch) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    const amx_scratch s = scratch_layout(cols, scratch);
-    const size_t ub = unit_bytes(cols);
-    if (r1 > rows) r1 = rows;
-    amx_config();
-    for (int64_t rg = r0; rg < r1; rg += 32) {
-        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
-        const int8_t *ug = (const int8_t *)wg + (size_t)(rg / 32) * ub,
-                     *uu = (const int8_t *)wu + (size_t)(rg / 32) * ub;
-        amx_glu_unit(&a, ug, (const float *)(ug + 32 * a.kp), uu, (const float *)(uu + 32 * a.kp),
-                     n_tok, nr, h + (rg - r0), h_stride, &s);
-    }
-    _tile_release();
-}
-
 /* acc [pn][32 rows][32 tokens] of pairs p0.. to hT[r][t] (rows r < nr, row stride ts): each
  * row's tokens are contiguous in both, so whole vectors are copied (no transpose) */
 static void store_acc_rows(const float *acc_all, int n_tok, int p0, int pn, int nr, float *hT,
@@ -588,9 +555,27 @@ static void store_acc_rows(const float *acc_all, int n_tok, int p0, int pn, int 
     }
 }
 
-void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
-                            int64_t r1, const void *packed, int n_tok, float *hT, size_t hT_stride,
-                            void *scratch) {
+/* The SiLU-GLU of a gate unit and the up unit of the same rows: both accumulate in the
+ * thread's scratch and only silu(g) * u is stored, so the up projection's outputs are never
+ * written out and read back (the output stores cost a third of the tile kernel's time). */
+static void amx_glu_unit(const amx_act *a, const int8_t *Ag, const float *swg, const int8_t *Au,
+                         const float *swu, int n_tok, int nr, float *h, size_t h_stride,
+                         bool by_row, const amx_scratch *s) {
+    for (int p0 = 0; p0 < a->tp; p0 += AMX_TB) {
+        const int pn = a->tp - p0 < AMX_TB ? a->tp - p0 : AMX_TB;
+        amx_chunk(a, Ag, swg, n_tok, p0, pn, s->acc, s->cbuf);
+        amx_chunk(a, Au, swu, n_tok, p0, pn, s->acc2, s->cbuf);
+        hm_silu_mul_f32_avx512(pn * 32 * 32, s->acc, s->acc2);
+        if (by_row)
+            store_acc_rows(s->acc, n_tok, p0, pn, nr, h, h_stride);
+        else
+            store_acc(s->acc, n_tok, p0, pn, nr, h, h_stride);
+    }
+}
+
+static void glu_packed(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                       int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
+                       bool by_row, void *scratch) {
     const amx_act a = act_layout(cols, n_tok, packed);
     const amx_scratch s = scratch_layout(cols, scratch);
     const size_t ub = unit_bytes(cols);
@@ -600,15 +585,23 @@ void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_
         const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
         const int8_t *ug = (const int8_t *)wg + (size_t)(rg / 32) * ub,
                      *uu = (const int8_t *)wu + (size_t)(rg / 32) * ub;
-        for (int p0 = 0; p0 < a.tp; p0 += AMX_TB) {
-            const int pn = a.tp - p0 < AMX_TB ? a.tp - p0 : AMX_TB;
-            amx_chunk(&a, ug, (const float *)(ug + 32 * a.kp), n_tok, p0, pn, s.acc, s.cbuf);
-            amx_chunk(&a, uu, (const float *)(uu + 32 * a.kp), n_tok, p0, pn, s.acc2, s.cbuf);
-            hm_silu_mul_f32_avx512(pn * 32 * 32, s.acc, s.acc2);
-            store_acc_rows(s.acc, n_tok, p0, pn, nr, hT + (size_t)(rg - r0) * hT_stride, hT_stride);
-        }
+        float *hr = by_row ? h + (size_t)(rg - r0) * h_stride : h + (rg - r0);
+        amx_glu_unit(&a, ug, (const float *)(ug + 32 * a.kp), uu, (const float *)(uu + 32 * a.kp),
+                     n_tok, nr, hr, h_stride, by_row, &s);
     }
     _tile_release();
+}
+
+void hm_amx_glu_packed(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                       int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
+                       void *scratch) {
+    glu_packed(wg, wu, rows, cols, r0, r1, packed, n_tok, h, h_stride, false, scratch);
+}
+
+void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                            int64_t r1, const void *packed, int n_tok, float *hT, size_t hT_stride,
+                            void *scratch) {
+    glu_packed(wg, wu, rows, cols, r0, r1, packed, n_tok, hT, hT_stride, true, scratch);
 }
 
 void hm_amx_pack_act_kgroup_rows(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
