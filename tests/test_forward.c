@@ -644,11 +644,10 @@ int main(void) {
     check_converted("q", HM_TYPE_Q8_0, HM_TYPE_Q4_K, 0, 5e-2, 1e-1);
     check_converted("q", HM_TYPE_Q4_K, HM_TYPE_Q4_K, 0, 3e-1, 1.5);
     for (int f16 = 0; f16 < 2; f16++) {
-        /* decode: 8 threads split the positions of each kv head into 8 chunks (two units per
-         * thread, claimed), merged */
+        /* decode: 8 threads split the positions of each kv head into 4 chunks, merged */
         check_attention(1, 8, 2, 64, 700, f16, 8);
-        check_attention(1, 8, 2, 64, 700, f16, 2);  /* 2 chunks */
-        check_attention(2, 8, 1, 64, 300, f16, 8);  /* 2 tokens x 4 chunks */
+        check_attention(1, 8, 2, 64, 700, f16, 2);  /* no chunks */
+        check_attention(2, 8, 1, 64, 300, f16, 8);  /* 2 tokens x 2 chunks */
         check_attention(3, 4, 4, 16, 90, f16, 2);   /* few tokens, MHA */
         check_attention(23, 8, 1, 32, 300, f16, 2); /* prefill blocks, 2 sequences, MQA */
         check_attention(40, 16, 4, 72, 64, f16, 2); /* hd not a multiple of 16 */

@@ -504,7 +504,7 @@ typedef struct attn_job {
     void (*scale)(int64_t n, float a, float *x);
     f16_fn f16;      /* f16 cache blocks to floats */
     int units;       /* blocked: (kv head, token block) units */
-    atomic_int next; /* units claimed so far */
+    atomic_int next; /* blocked: claims so far */
 } attn_job;
 
 /* The block of consecutive tokens starting at t0 that share t0's sequence (cache), at most tb. */
@@ -619,10 +619,7 @@ static void attn_task(int ith, int nth, void *arg) {
     const size_t ss = (size_t)a->max_ctx + 16;
     float *kt = sc + (size_t)rows * ss, *vb = kt + (size_t)16 * hd;
     const int units = a->n_tok * a->n_kv_heads * C;
-    (void)nth;
-    /* claimed one at a time: a thread slowed down (a busy core, a far memory channel) takes
-     * fewer of them, instead of the whole job waiting for its fixed share */
-    for (int u; (u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < units;) {
+    for (int u = ith; u < units; u += nth) {
         const int t = u / (a->n_kv_heads * C), kvh = (u / C) % a->n_kv_heads, ch = u % C;
         const int np = a->pos[t] + 1, nb = (np + 15) / 16;
         const int p0 = (int)((int64_t)nb * ch / C) * 16,
@@ -661,10 +658,11 @@ void hm_nn_attention(hm_pool *pool, const hm_nn_attn *a) {
     const int base = a->n_tok * a->n_kv_heads;
     int min_np = a->max_ctx;
     for (int t = 0; t < a->n_tok; t++) min_np = a->pos[t] + 1 < min_np ? a->pos[t] + 1 : min_np;
-    /* split positions into up to two units per thread (claimed dynamically) while chunks stay
-     * long enough */
+    /* split positions while there are fewer units than threads and chunks stay long enough */
     if (!j.blocked)
-        while (base * j.chunks * 2 <= 2 * nth && min_np / (j.chunks * 2) >= ATTN_MIN_CHUNK)
+        while (base * j.chunks * 2 <= nth &&
+               base * j.chunks * 2 <= ATTN_MAX_UNITS_PER_THREAD * nth &&
+               min_np / (j.chunks * 2) >= ATTN_MIN_CHUNK)
             j.chunks *= 2;
     const int group = a->n_heads / a->n_kv_heads;
     atomic_init(&j.next, 0);
