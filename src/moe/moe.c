@@ -719,7 +719,8 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
  * rows, split evenly over the threads. */
 static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
     /* claims of ae->g units of one expert (set at submit: tile loads of activations that come
-     * from L3 stall the tile pipeline, so small AMX experts go 4 units per claim) */
+     * from L3 stall the tile pipeline, so small AMX experts go 4 units per claim, or 8 - one
+     * scale group of h - where the claim also packs its h for down) */
     const int64_t base = m->act[c->a0].off;
     int a = c->a0;
     for (int64_t u;
