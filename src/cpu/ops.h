@@ -84,6 +84,12 @@ typedef struct hm_cpu_ops {
     void (*i8_glu_packed_rows)(const void *wg, const void *wu, int64_t rows, int64_t cols,
                                int64_t r0, int64_t r1, const void *packed, int n_tok, float *hT,
                                size_t hT_stride, void *scratch);
+    /* the down projection with swapped operands, accumulated into the tokens' output rows
+     * (hm_amx_down_acc); NULL where i8_glu_packed is. Weights and activations in its own layouts.
+     */
+    void (*i8_down_acc)(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                        const void *packed, int n_tok, const int32_t *tok, const float *wt,
+                        const float *bias, float *out, size_t out_stride, void *scratch);
 } hm_cpu_ops;
 
 /* Whether ops has an int8 matmul (the amx and avx512 tables: the avx512 variant requires VNNI,
@@ -207,6 +213,25 @@ void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_
  * interleaving instead of a 16 x 16 transpose. */
 void hm_amx_pack_act_kgroup_rows(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
                                  void *packed, int64_t gi);
+
+/* The down projection with the operands swapped (amx.c, "swapped operands"): weights repacked
+ * with hm_amx_wpack_vnni (hm_amx_wpack's units, each KiB tile transposed to the VNNI layout; the
+ * same size), activations packed as row tiles by the _rt packers (the same size as
+ * hm_amx_act_bytes, the same codes and scales as the VNNI packers), and
+ * out[tok[t] * out_stride + r] += wt[t] * (W[r] . x_t), then += wt[t] * bias[r] when bias is not
+ * NULL, for r0 <= r < r1 (r0 a multiple of 32) and t < n_tok: the same bits as
+ * hm_amx_matmul_packed followed by those two axpys. */
+void hm_amx_wpack_vnni(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                       int64_t u0, int64_t u1, void *dst, void *scratch);
+void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
+                        int64_t cols, void *packed, int g0, int g1);
+void hm_amx_pack_act_kgroup_rt(const float *x, size_t x_stride, int n_tok, int64_t cols,
+                               void *packed, int64_t gi);
+void hm_amx_pack_act_kgroup_rows_rt(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
+                                    void *packed, int64_t gi);
+void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                     const void *packed, int n_tok, const int32_t *tok, const float *wt,
+                     const float *bias, float *out, size_t out_stride, void *scratch);
 #endif
 
 #endif

@@ -274,9 +274,10 @@ static void repack_task(int ith, int nth, void *arg) {
             hm_amx_wpack(w->type, w->data, w->row_bytes, I, H, u0, u0 + 8,
                          base + (k < ig ? 0 : m->wp_gu), m->s->tscratch[ith]);
         } else {
-            const int64_t u0 = (k - 2 * ig) * 8;
-            hm_amx_wpack(x->down.type, x->down.data, x->down.row_bytes, H, I, u0, u0 + 8,
-                         base + 2 * m->wp_gu, m->s->tscratch[ith]);
+            const int64_t u0 = (k - 2 * ig) * 8; /* down in the swapped kernel's layout */
+            (m->ops->i8_down_acc ? hm_amx_wpack_vnni : hm_amx_wpack)(
+                x->down.type, x->down.data, x->down.row_bytes, H, I, u0, u0 + 8,
+                base + 2 * m->wp_gu, m->s->tscratch[ith]);
         }
     }
 #else
@@ -575,6 +576,12 @@ static void phase_pre(hm_moe *m, int ith, int nth) {
     }
 }
 
+/* Whether expert ae's down projection runs the swapped-operand tile kernel (repacked weights on
+ * an AMX variant): its hidden rows are then packed as row tiles (the _rt packers). */
+static bool down_rt(const hm_moe *m, const active_expert *ae) {
+    return ae->amx && m->packed && m->packed[ae->e] && m->ops->i8_down_acc;
+}
+
 #if defined(__x86_64__)
 /* packs items (expert, 16-token group) round robin; src rows given by idx (x) or contiguous (h) */
 static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
@@ -590,9 +597,13 @@ static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
                                   m->s->px + ae->px_off, g, g + 1);
             } else {
                 const int64_t row0 = ae->off - m->act[c->a0].off;
-                hm_amx_pack_act(m->td, m->s->h + (size_t)row0 * (size_t)m->p.inter,
-                                (size_t)m->p.inter, NULL, ae->n, m->p.inter, m->s->ph + ae->ph_off,
-                                g, g + 1);
+                const float *h = m->s->h + (size_t)row0 * (size_t)m->p.inter;
+                if (down_rt(m, ae))
+                    hm_amx_pack_act_rt(h, (size_t)m->p.inter, NULL, ae->n, m->p.inter,
+                                       m->s->ph + ae->ph_off, g, g + 1);
+                else
+                    hm_amx_pack_act(m->td, h, (size_t)m->p.inter, NULL, ae->n, m->p.inter,
+                                    m->s->ph + ae->ph_off, g, g + 1);
             }
         }
     }
@@ -681,6 +692,13 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     const int64_t I = m->p.inter, H = m->p.hidden;
     const int nr = (int)(r1 - r0);
 #if defined(__x86_64__)
+    if (down_rt(m, ae)) { /* products token-major: added straight into the tokens' rows */
+        m->ops->i8_down_acc((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
+                                2 * m->wp_gu,
+                            H, I, r0, r1, m->s->ph + ae->ph_off, ae->n, m->s->tok + ae->off,
+                            m->s->wt + ae->off, x->down_bias, m->s->acc, (size_t)H, scr);
+        return;
+    }
     if (ae->amx && m->packed && m->packed[ae->e])
         m->ops->i8_matmul_packed((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
                                      2 * m->wp_gu,
@@ -736,17 +754,17 @@ static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
             const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
             m->ops->i8_glu_packed_rows(wp, wp + m->wp_gu, m->p.inter, m->p.hidden, r0, re,
                                        m->s->px + ae->px_off, ae->n, tb, (size_t)ae->n, scr);
-            hm_amx_pack_act_kgroup_rows(tb, (size_t)ae->n, ae->n, m->p.inter, m->s->ph + ae->ph_off,
-                                        r0 / HM_AMX_GROUP);
+            (down_rt(m, ae) ? hm_amx_pack_act_kgroup_rows_rt : hm_amx_pack_act_kgroup_rows)(
+                tb, (size_t)ae->n, ae->n, m->p.inter, m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
             continue;
         }
 #endif
         gate_up_unit(m, ae, ae->off - base, r0, re, scr, tb);
 #if defined(__x86_64__)
         if (ae->fused) /* this claim is one whole scale group of h: pack it while it is in L2 */
-            hm_amx_pack_act_kgroup(m->s->h + (size_t)(ae->off - base) * (size_t)m->p.inter,
-                                   (size_t)m->p.inter, ae->n, m->p.inter, m->s->ph + ae->ph_off,
-                                   r0 / HM_AMX_GROUP);
+            (down_rt(m, ae) ? hm_amx_pack_act_kgroup_rt : hm_amx_pack_act_kgroup)(
+                m->s->h + (size_t)(ae->off - base) * (size_t)m->p.inter, (size_t)m->p.inter, ae->n,
+                m->p.inter, m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
 #endif
     }
 }

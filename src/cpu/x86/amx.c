@@ -32,6 +32,7 @@ const hm_cpu_ops hm_ops_amx = {
     .i8_matmul_packed = hm_amx_matmul_packed,
     .i8_glu_packed = hm_amx_glu_packed,
     .i8_glu_packed_rows = hm_amx_glu_packed_rows,
+    .i8_down_acc = hm_amx_down_acc,
     .qk_block16 = hm_qk_block16_avx512,
     .pv_block16 = hm_pv_block16_avx512,
 };
@@ -657,6 +658,212 @@ void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, 
         convert_rows(type, (const uint8_t *)w + (size_t)(32 * u) * row_bytes, row_bytes, cols, nr,
                      (int8_t *)dst + (size_t)u * ub, s.wrow);
     }
+}
+
+/* ---------------------------------------------------------------- swapped operands (down)
+ * The down projection of the expert engine with the roles swapped: the activations are the row
+ * tiles (A: 16 tokens x 64 values, token-major, "rt" layout: [16-token group][kp / 64][16][64]
+ * with the same dx scales as the VNNI layout) and the repacked weights the VNNI tiles
+ * (hm_amx_wpack_vnni: each KiB of a unit transposed to [16 quads][16 rows][4]). The products
+ * then come out token-major, so they are folded and added to the tokens' output rows as whole
+ * vectors: no transposing copy and no float tile in between. Every product and fold is the same
+ * float operation as in hm_amx_matmul_packed (sw[r] * dx[t] commutes), and the adds are its
+ * caller's axpys, so the results are the same bits. */
+
+void hm_amx_wpack_vnni(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                       int64_t u0, int64_t u1, void *dst, void *scratch) {
+    hm_amx_wpack(type, w, row_bytes, rows, cols, u0, u1, dst, scratch);
+    const int64_t kp = (cols + 63) / 64 * 64;
+    const size_t ub = unit_bytes(cols);
+    for (int64_t u = u0; u < u1 && 32 * u < rows; u++)
+        for (int64_t t = 0; t < 2 * (kp / 64); t++) { /* each KiB tile [16 rows][64 values] */
+            int8_t *tile = (int8_t *)dst + (size_t)u * ub + (size_t)t * 1024;
+            __m512i r[16];
+            for (int i = 0; i < 16; i++) r[i] = _mm512_load_si512(tile + 64 * i);
+            transpose16_epi32(r);
+            for (int j = 0; j < 16; j++) _mm512_store_si512(tile + 64 * j, r[j]);
+        }
+}
+
+/* Scale group gi of the 16-token group g into the row tiles (codes as pack_group makes them) */
+static void pack_group_rt(const amx_act *a, const float *x, size_t x_stride, const int32_t *idx,
+                          int n_tok, int64_t cols, int g, int64_t gi) {
+    int8_t *A = a->q + (size_t)g * 16 * (size_t)a->kp;
+    const int64_t c0 = gi * AMX_G;
+    const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
+    const int plen = (int)(a->kp - c0 < AMX_G ? a->kp - c0 : AMX_G);
+    _Alignas(64) int8_t qt[AMX_G];
+    for (int tl = 0; tl < 16; tl++) {
+        const int t = g * 16 + tl;
+        float d = 0.0f;
+        if (t < n_tok)
+            d = quant_group(x + (size_t)(idx ? idx[t] : t) * x_stride + c0, len, qt, plen);
+        else
+            memset(qt, 0, (size_t)plen);
+        a->dx[((size_t)g * a->ngrp + gi) * 16 + tl] = d;
+        for (int i = 0; i < plen; i += 64) /* tile (c0 + i) / 64, row tl */
+            _mm512_store_si512(A + (size_t)(c0 + i) / 64 * 1024 + (size_t)tl * 64,
+                               _mm512_load_si512(qt + i));
+    }
+}
+
+void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
+                        int64_t cols, void *packed, int g0, int g1) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    for (int g = g0; g < g1 && g < a.tp * 2; g++)
+        for (int64_t gi = 0; gi < a.ngrp; gi++)
+            pack_group_rt(&a, x, x_stride, idx, n_tok, cols, g, gi);
+}
+
+void hm_amx_pack_act_kgroup_rt(const float *x, size_t x_stride, int n_tok, int64_t cols,
+                               void *packed, int64_t gi) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    if (gi < 0 || gi >= a.ngrp) return;
+    for (int g = 0; g < a.tp * 2; g++) pack_group_rt(&a, x, x_stride, NULL, n_tok, cols, g, gi);
+}
+
+/* 16 x 16 bytes transposed: row j of out = byte j of every row of in */
+static inline void transpose16_epi8(const __m128i in[16], __m128i out[16]) {
+    __m128i a[16], b[16];
+    for (int i = 0; i < 16; i += 2) {
+        a[i] = _mm_unpacklo_epi8(in[i], in[i + 1]);
+        a[i + 1] = _mm_unpackhi_epi8(in[i], in[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        b[i] = _mm_unpacklo_epi16(a[i], a[i + 2]);
+        b[i + 1] = _mm_unpackhi_epi16(a[i], a[i + 2]);
+        b[i + 2] = _mm_unpacklo_epi16(a[i + 1], a[i + 3]);
+        b[i + 3] = _mm_unpackhi_epi16(a[i + 1], a[i + 3]);
+    }
+    for (int i = 0; i < 16; i += 8)
+        for (int j = 0; j < 4; j++) {
+            a[i + 2 * j] = _mm_unpacklo_epi32(b[i + j], b[i + j + 4]);
+            a[i + 2 * j + 1] = _mm_unpackhi_epi32(b[i + j], b[i + j + 4]);
+        }
+    for (int j = 0; j < 8; j++) {
+        out[2 * j] = _mm_unpacklo_epi64(a[j], a[j + 8]);
+        out[2 * j + 1] = _mm_unpackhi_epi64(a[j], a[j + 8]);
+    }
+}
+
+void hm_amx_pack_act_kgroup_rows_rt(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
+                                    void *packed, int64_t gi) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    if (gi < 0 || gi >= a.ngrp) return;
+    const int64_t c0 = gi * AMX_G;
+    const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
+    const int plen = (int)(a.kp - c0 < AMX_G ? a.kp - c0 : AMX_G);
+    _Alignas(64) int8_t q[AMX_G][16]; /* the group's codes of 16 tokens, row by row */
+    for (int g = 0; g < a.tp * 2; g++) {
+        const int t0 = 16 * g, nt = n_tok - t0 < 16 ? (n_tok - t0 > 0 ? n_tok - t0 : 0) : 16;
+        const __mmask16 k = tail_mask(nt);
+        __m512 mx = _mm512_setzero_ps();
+        for (int r = 0; r < len; r++)
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(
+                                       k, xT + (size_t)r * xT_stride + (size_t)t0)));
+        const __m512 d = _mm512_div_ps(mx, _mm512_set1_ps(127.0f));
+        const __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        const __m512 id = _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d);
+        _mm512_storeu_ps(a.dx + ((size_t)g * a.ngrp + gi) * 16, _mm512_maskz_mov_ps(k, d));
+        for (int r = 0; r < len; r++) {
+            const __m512 x = _mm512_maskz_loadu_ps(k, xT + (size_t)r * xT_stride + (size_t)t0);
+            _mm_store_si128((__m128i *)q[r],
+                            _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x, id))));
+        }
+        for (int r = len; r < plen; r++) _mm_store_si128((__m128i *)q[r], _mm_setzero_si128());
+        /* row tile (c0 + i) / 64: token tl's 64 values = column tl of q's rows i .. i + 63 */
+        int8_t *A = a.q + (size_t)g * 16 * (size_t)a.kp;
+        for (int i = 0; i < plen; i += 16) {
+            __m128i in[16], out[16];
+            for (int j = 0; j < 16; j++) in[j] = _mm_load_si128((const __m128i *)q[i + j]);
+            transpose16_epi8(in, out);
+            int8_t *dst = A + (size_t)(c0 + i) / 64 * 1024 + (size_t)((c0 + i) % 64);
+            for (int tl = 0; tl < 16; tl++) _mm_store_si128((__m128i *)(dst + 64 * tl), out[tl]);
+        }
+    }
+}
+
+/* acc[t][r] += sw[r] * dx[t] * C[t][r] for one 16x16 tile stored at cb (acc row stride 32) */
+static inline void fold_rt(const int32_t *cb, const float *sw, const float *dx, float *acc) {
+    const __m512 swv = _mm512_loadu_ps(sw);
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) {
+        const __m512 sc = _mm512_mul_ps(swv, _mm512_set1_ps(dx[t]));
+        _mm512_storeu_ps(acc + 32 * t,
+                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t)), sc,
+                                         _mm512_loadu_ps(acc + 32 * t)));
+    }
+}
+
+/* Token pairs p0 .. p0 + pn - 1 of one VNNI weight unit into acc [pn][32 tokens][32 rows] */
+static void amx_chunk_rt(const amx_act *a, const int8_t *W, const float *sw, int n_tok, int p0,
+                         int pn, float *acc_all, int32_t *cb) {
+    const int64_t kp = a->kp;
+    const int8_t *W1 = W + 16 * kp;
+    for (int i = 0; i < pn * 32 * 32; i += 16) _mm512_store_ps(acc_all + i, _mm512_setzero_ps());
+    for (int64_t g = 0; g < a->ngrp; g++) {
+        const int64_t k0 = g * AMX_G, k1 = k0 + AMX_G < kp ? k0 + AMX_G : kp;
+        const float *swg = sw + g * 32;
+        for (int pi = 0; pi < pn; pi++) {
+            const int p = p0 + pi;
+            const bool two_tok = n_tok - 32 * p > 16;
+            const int8_t *A0 = a->q + (size_t)(2 * p) * 16 * (size_t)kp, *A1 = A0 + 16 * (size_t)kp;
+            const float *dx0 = a->dx + ((size_t)(2 * p) * a->ngrp + g) * 16,
+                        *dx1 = dx0 + a->ngrp * 16;
+            float *acc = acc_all + pi * 32 * 32;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t k = k0; k < k1; k += 64) {
+                _tile_loadd(4, A0 + k * 16, 64);
+                _tile_loadd(6, W + k * 16, 64);
+                _tile_loadd(7, W1 + k * 16, 64);
+                _tile_dpbssd(0, 4, 6);
+                _tile_dpbssd(1, 4, 7);
+                if (two_tok) {
+                    _tile_loadd(5, A1 + k * 16, 64);
+                    _tile_dpbssd(2, 5, 6);
+                    _tile_dpbssd(3, 5, 7);
+                }
+            }
+            store_c(cb, two_tok);
+            fold_rt(cb, swg, dx0, acc);
+            fold_rt(cb + 256, swg + 16, dx0, acc + 16);
+            if (two_tok) {
+                fold_rt(cb + 512, swg, dx1, acc + 16 * 32);
+                fold_rt(cb + 768, swg + 16, dx1, acc + 16 * 32 + 16);
+            }
+        }
+    }
+}
+
+void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                     const void *packed, int n_tok, const int32_t *tok, const float *wt,
+                     const float *bias, float *out, size_t out_stride, void *scratch) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    const amx_scratch s = scratch_layout(cols, scratch);
+    const size_t ub = unit_bytes(cols);
+    if (r1 > rows) r1 = rows;
+    amx_config();
+    for (int64_t rg = r0; rg < r1; rg += 32) {
+        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
+        const int8_t *u = (const int8_t *)wp + (size_t)(rg / 32) * ub;
+        for (int p0 = 0; p0 < a.tp; p0 += AMX_TB) {
+            const int pn = a.tp - p0 < AMX_TB ? a.tp - p0 : AMX_TB;
+            amx_chunk_rt(&a, u, (const float *)(u + 32 * a.kp), n_tok, p0, pn, s.acc, s.cbuf);
+            for (int pi = 0; pi < pn; pi++) {
+                const int p = p0 + pi, nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
+                for (int t = 0; t < nt; t++) {
+                    const int tt = 32 * p + t;
+                    float *o = out + (size_t)tok[tt] * out_stride + (size_t)rg;
+                    hm_axpy_f32_avx512(nr, wt[tt], s.acc + (size_t)pi * 32 * 32 + 32 * t, o);
+                    if (bias) hm_axpy_f32_avx512(nr, wt[tt], bias + rg, o);
+                }
+            }
+        }
+    }
+    _tile_release();
 }
 
 /* ---------------------------------------------------------------- AVX-512 VNNI int8 matmul
