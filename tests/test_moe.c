@@ -510,6 +510,8 @@ int main(void) {
     model_init(&m, HM_TYPE_MXFP4, HM_TYPE_MXFP4, 2880, 64, 32, 4, HM_MOE_SWIGLU_OAI, true, 14);
     run_case(pool, &m, 2, 3e-2, "mxfp4 2880x64 top-4/32 swiglu-oai", false);
     run_case(pool, &m, 37, 3e-2, "mxfp4 2880x64 top-4/32 swiglu-oai", false);
+    test_repack(pool, &m, 37); /* biases through the repacked (swapped-operand) down */
+    test_fused_h(pool, &m, 37);
     model_free(&m);
     /* BF16 weights: float activations, tight */
     model_init(&m, HM_TYPE_BF16, HM_TYPE_BF16, 128, 96, 16, 1, HM_MOE_SILU, false, 15);
