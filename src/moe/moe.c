@@ -619,7 +619,7 @@ static bool glu_rows(const hm_moe *m, const active_expert *ae) {
 }
 
 /* gate + up + activation for rows [r0, r1) of expert ae into h (rows hrow0.. of the chunk);
- * tb: this thread's [n][BLOCK * UNIT] float buffer */
+ * tb: this thread's float tile, [tokens of the expert][rows of a claim] */
 static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t r0, int64_t r1,
                          void *scr, float *tb) {
     const hm_moe_expert *x = &m->experts[ae->e];
