@@ -216,6 +216,75 @@ static void test_i8_split(uint32_t type, int64_t cols) {
  * The AMX path quantizes activations to int8 per 256 values: the named tolerance is 1% of max|y|
  * (int8 rounding of x is ~0.4% per element and averages out over the dot product). Rows not a
  * multiple of 16, tokens not a multiple of 16, a row range that starts inside the matrix. */
+/* The swapped-operand down kernel (AMX) against the tile kernel plus the two axpys it replaces,
+ * bit for bit: rows not a multiple of 32 (a short last unit), cols with padding and a short last
+ * scale group, token counts off the 16/32 grid, a bias, scattered output rows; and the row-tile
+ * packers (from token-major floats and from value-major rows) against each other. */
+static void test_amx_down_acc(int64_t rows, int64_t cols, int n_tok) {
+#if defined(__x86_64__)
+    const hm_cpu_features *cf = hm_cpu_features_get();
+    if (!hm_isa_supported(cf, HM_ISA_AMX)) return;
+    const uint32_t type = HM_TYPE_Q8_0;
+    uint64_t rb;
+    hm_type_row_bytes(type, (uint64_t)cols, &rb);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    CHECK_OK(hm_synth_fill(type, w, (uint64_t)(rows * cols), 0.0f, 0.05f, 91));
+    const int64_t units = (rows + 31) / 32;
+    const size_t wb = hm_amx_wpack_bytes(rows, cols);
+    void *scratch = malloc(hm_amx_scratch_bytes(type, cols));
+    uint8_t *wp = aligned_alloc(64, (wb + 63) / 64 * 64),
+            *wv = aligned_alloc(64, (wb + 63) / 64 * 64);
+    hm_amx_wpack(type, w, rb, rows, cols, 0, units, wp, scratch);
+    hm_amx_wpack_vnni(type, w, rb, rows, cols, 0, units, wv, scratch);
+    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok)),
+          *xT = malloc(sizeof(float) * (size_t)(cols * n_tok));
+    uint64_t s = 13;
+    for (int64_t i = 0; i < cols * n_tok; i++)
+        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 500.0f;
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t c = 0; c < cols; c++) xT[c * n_tok + t] = x[t * cols + c];
+    const size_t pb = hm_amx_act_bytes(type, cols, n_tok);
+    void *pv = malloc(pb), *pr = malloc(pb), *pr2 = malloc(pb);
+    const int tg = (n_tok + 31) / 32 * 2;
+    hm_amx_pack_act(type, x, (size_t)cols, NULL, n_tok, cols, pv, 0, tg);
+    hm_amx_pack_act_rt(x, (size_t)cols, NULL, n_tok, cols, pr, 0, tg);
+    memset(pr2, 0x5a, pb);
+    for (int64_t gi = 0; gi < (cols + 255) / 256; gi++)
+        hm_amx_pack_act_kgroup_rows_rt(xT + gi * 256 * n_tok, (size_t)n_tok, n_tok, cols, pr2, gi);
+    const uint8_t *a1 = (const uint8_t *)(((uintptr_t)pr + 63) & ~(uintptr_t)63),
+                  *a2 = (const uint8_t *)(((uintptr_t)pr2 + 63) & ~(uintptr_t)63);
+    CHECK_MSG(!memcmp(a1, a2, pb - 64), "rt packing of %lld cols, %d tokens: by value != by token",
+              (long long)cols, n_tok);
+    /* outputs: token t goes to row tok[t] of 2 n_tok (every other row), weight wt[t] */
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_tok);
+    float *wt = malloc(sizeof(float) * (size_t)n_tok), *bias = malloc(sizeof(float) * rows);
+    for (int t = 0; t < n_tok; t++) tok[t] = 2 * (n_tok - 1 - t), wt[t] = 0.25f + 0.01f * t;
+    for (int64_t r = 0; r < rows; r++) bias[r] = 0.001f * (float)r - 0.02f;
+    const size_t os = (size_t)rows + 5;
+    float *o1 = calloc(2 * (size_t)n_tok * os, sizeof(float)),
+          *o2 = calloc(2 * (size_t)n_tok * os, sizeof(float)),
+          *y = calloc((size_t)n_tok * (size_t)rows, sizeof(float));
+    for (size_t i = 0; i < 2 * (size_t)n_tok * os; i++) o1[i] = o2[i] = 0.5f;
+    const int64_t r0 = 32; /* the first unit not asked for */
+    hm_amx_matmul_packed(wp, rows, cols, r0, rows, pv, n_tok, y, (size_t)rows, scratch);
+    const hm_cpu_ops *amx = hm_cpu_ops_for(HM_ISA_AMX);
+    for (int t = 0; t < n_tok; t++) {
+        float *o = o1 + (size_t)tok[t] * os + r0;
+        amx->axpy_f32(rows - r0, wt[t], y + (size_t)t * rows, o);
+        amx->axpy_f32(rows - r0, wt[t], bias + r0, o);
+    }
+    hm_amx_down_acc(wv, rows, cols, r0, rows, pr, n_tok, tok, wt, bias, o2, os, scratch);
+    int64_t diff = 0;
+    for (size_t i = 0; i < 2 * (size_t)n_tok * os; i++) diff += memcmp(&o1[i], &o2[i], 4) != 0;
+    CHECK_MSG(diff == 0, "down_acc %lld x %lld, %d tokens: %lld of the outputs differ",
+              (long long)rows, (long long)cols, n_tok, (long long)diff);
+    free(w), free(scratch), free(wp), free(wv), free(x), free(xT), free(pv), free(pr), free(pr2);
+    free(tok), free(wt), free(bias), free(o1), free(o2), free(y);
+#else
+    (void)rows, (void)cols, (void)n_tok;
+#endif
+}
+
 static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) {
 #if defined(__x86_64__)
     const hm_cpu_features *cf = hm_cpu_features_get();
@@ -945,6 +1014,9 @@ static void test_nn_prefetch(void) {
 int main(void) {
     test_nn_prefetch();
     test_nn_epilogue();
+    test_amx_down_acc(45, 96, 5);
+    test_amx_down_acc(70, 1408, 37);
+    test_amx_down_acc(64, 256, 33);
     test_nn_matmul_multi();
     test_axpy();
     test_silu();
