@@ -207,12 +207,6 @@ void hm_amx_glu_packed(const void *wg, const void *wu, int64_t rows, int64_t col
 void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
                             int64_t r1, const void *packed, int n_tok, float *hT, size_t hT_stride,
                             void *scratch);
-/* hm_amx_pack_act_kgroup from rows stored by value: xT[r * xT_stride + t] holds value c0 + r of
- * token t for the group's values (c0 = gi * HM_AMX_GROUP, r < min(HM_AMX_GROUP, cols - c0)). The
- * same codes and scales for finite values, bit for bit; each 4 rows become a tile row by byte
- * interleaving instead of a 16 x 16 transpose. */
-void hm_amx_pack_act_kgroup_rows(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
-                                 void *packed, int64_t gi);
 
 /* The down projection with the operands swapped (amx.c, "swapped operands"): weights repacked
  * with hm_amx_wpack_vnni (hm_amx_wpack's units, each KiB tile transposed to the VNNI layout; the
@@ -227,6 +221,10 @@ void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int
                         int64_t cols, void *packed, int g0, int g1);
 void hm_amx_pack_act_kgroup_rt(const float *x, size_t x_stride, int n_tok, int64_t cols,
                                void *packed, int64_t gi);
+/* hm_amx_pack_act_kgroup_rt from rows stored by value: xT[r * xT_stride + t] holds value c0 + r
+ * of token t for the group's values (c0 = gi * HM_AMX_GROUP, r < min(HM_AMX_GROUP, cols - c0));
+ * the same codes and scales for finite values, bit for bit (the expert engine packs the SiLU-GLU
+ * outputs of hm_amx_glu_packed_rows with it). */
 void hm_amx_pack_act_kgroup_rows_rt(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
                                     void *packed, int64_t gi);
 void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,

@@ -754,8 +754,9 @@ static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
             const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
             m->ops->i8_glu_packed_rows(wp, wp + m->wp_gu, m->p.inter, m->p.hidden, r0, re,
                                        m->s->px + ae->px_off, ae->n, tb, (size_t)ae->n, scr);
-            (down_rt(m, ae) ? hm_amx_pack_act_kgroup_rows_rt : hm_amx_pack_act_kgroup_rows)(
-                tb, (size_t)ae->n, ae->n, m->p.inter, m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
+            /* glu_rows implies down_rt (both: repacked weights on the AMX variant) */
+            hm_amx_pack_act_kgroup_rows_rt(tb, (size_t)ae->n, ae->n, m->p.inter,
+                                           m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
             continue;
         }
 #endif

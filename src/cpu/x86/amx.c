@@ -605,50 +605,6 @@ void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_
     glu_packed(wg, wu, rows, cols, r0, r1, packed, n_tok, hT, hT_stride, true, scratch);
 }
 
-void hm_amx_pack_act_kgroup_rows(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
-                                 void *packed, int64_t gi) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    if (gi < 0 || gi >= a.ngrp) return;
-    const int64_t c0 = gi * AMX_G;
-    const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
-    const int plen = (int)(a.kp - c0 < AMX_G ? a.kp - c0 : AMX_G);
-    _Alignas(64) int8_t q[AMX_G][16]; /* the group's codes of 16 tokens, row by row */
-    for (int g = 0; g < a.tp * 2; g++) {
-        const int t0 = 16 * g, nt = n_tok - t0 < 16 ? (n_tok - t0 > 0 ? n_tok - t0 : 0) : 16;
-        const __mmask16 k = tail_mask(nt);
-        /* per token: max |x| over the group's values, as quant_group takes it */
-        __m512 mx = _mm512_setzero_ps();
-        for (int r = 0; r < len; r++)
-            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(
-                                       k, xT + (size_t)r * xT_stride + (size_t)t0)));
-        const __m512 d = _mm512_div_ps(mx, _mm512_set1_ps(127.0f));
-        const __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-        const __m512 id = _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d);
-        _mm512_storeu_ps(a.dx + ((size_t)g * a.ngrp + gi) * 16, _mm512_maskz_mov_ps(k, d));
-        for (int r = 0; r < len; r++) {
-            const __m512 x = _mm512_maskz_loadu_ps(k, xT + (size_t)r * xT_stride + (size_t)t0);
-            _mm_store_si128((__m128i *)q[r],
-                            _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x, id))));
-        }
-        for (int r = len; r < plen; r++) _mm_store_si128((__m128i *)q[r], _mm_setzero_si128());
-        /* tile row j of the group: tokens' 4 values of k-quad j, from rows 4j .. 4j + 3 */
-        int8_t *B = a.q + (size_t)g * 16 * (size_t)a.kp + (size_t)c0 / 4 * 64;
-        for (int j = 0; j < plen / 4; j++) {
-            const __m128i r0 = _mm_load_si128((const __m128i *)q[4 * j]),
-                          r1 = _mm_load_si128((const __m128i *)q[4 * j + 1]),
-                          r2 = _mm_load_si128((const __m128i *)q[4 * j + 2]),
-                          r3 = _mm_load_si128((const __m128i *)q[4 * j + 3]);
-            const __m128i a01l = _mm_unpacklo_epi8(r0, r1), a01h = _mm_unpackhi_epi8(r0, r1),
-                          a23l = _mm_unpacklo_epi8(r2, r3), a23h = _mm_unpackhi_epi8(r2, r3);
-            __m128i *o = (__m128i *)(B + (size_t)j * 64);
-            _mm_store_si128(o, _mm_unpacklo_epi16(a01l, a23l));
-            _mm_store_si128(o + 1, _mm_unpackhi_epi16(a01l, a23l));
-            _mm_store_si128(o + 2, _mm_unpacklo_epi16(a01h, a23h));
-            _mm_store_si128(o + 3, _mm_unpackhi_epi16(a01h, a23h));
-        }
-    }
-}
-
 void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                   int64_t u0, int64_t u1, void *dst, void *scratch) {
     const amx_scratch s = scratch_layout(cols, scratch);
