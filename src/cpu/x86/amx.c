@@ -460,25 +460,46 @@ static inline void store_c(void *cb, bool two) {
     }
 }
 
-/* acc[r][t] += sw[r] * dx[t] * C[r][t] for one 16x16 tile stored at cb */
-static inline void fold(const int32_t *cb, const float *sw, const float *dx, float *acc) {
-    const __m512 dxv = _mm512_loadu_ps(dx);
+/* acc[i][j] += u[i] * v[j] * C[i][j] for one 16x16 tile stored at cb (acc row stride 32): the
+ * tile's rows are weight rows (u = sw, v = dx) or, with the operands swapped, tokens (u = dx,
+ * v = sw); either way each product is sw[r] * dx[t] (multiplication commutes) */
+static inline void fold(const int32_t *cb, const float *u, const float *v, float *acc) {
+    const __m512 vv = _mm512_loadu_ps(v);
 #pragma GCC unroll 16
-    for (int r = 0; r < 16; r++) {
-        const __m512 sc = _mm512_mul_ps(dxv, _mm512_set1_ps(sw[r]));
-        _mm512_storeu_ps(acc + 32 * r,
-                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * r)), sc,
-                                         _mm512_loadu_ps(acc + 32 * r)));
+    for (int i = 0; i < 16; i++) {
+        const __m512 sc = _mm512_mul_ps(vv, _mm512_set1_ps(u[i]));
+        _mm512_storeu_ps(acc + 32 * i,
+                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * i)), sc,
+                                         _mm512_loadu_ps(acc + 32 * i)));
     }
 }
 
-/* Token pairs p0 .. p0 + pn - 1 of one weight unit (A tiles + scales sw) into acc
- * [pn][32 rows][32 tokens]: for each 256-value group, the unit's 8 KiB of that group is used by
- * all pn pairs while it is in L1, each pair's 16 products folded into its float accumulators. */
-static void amx_chunk(const amx_act *a, const int8_t *A, const float *sw, int n_tok, int p0, int pn,
-                      float *acc_all, int32_t *cb) {
+/* fold of a tile whose rows are weight rows (sw first) or, swapped, tokens (dx first) */
+static inline __attribute__((always_inline)) void
+fold_sd(const int32_t *cb, const float *sw, const float *dx, float *acc, const bool swapped) {
+    if (swapped)
+        fold(cb, dx, sw, acc);
+    else
+        fold(cb, sw, dx, acc);
+}
+
+/* Token pairs p0 .. p0 + pn - 1 of one weight unit W (+ scales sw) into acc_all: for each
+ * 256-value group, the unit's 8 KiB of that group is used by all pn pairs while it is in L1,
+ * each pair's 16 products folded into its float accumulators. Two operand orders:
+ *   swapped false: W is A tiles (row-major, hm_amx_wpack), the activations VNNI B tiles; acc is
+ *     [pn][32 rows][32 tokens];
+ *   swapped true: the activations are row tiles (A, the _rt packers), W VNNI B tiles
+ *     (hm_amx_wpack_vnni); acc is [pn][32 tokens][32 rows].
+ * C tile c holds (tokens 16 (c / 2) .., rows 16 (c % 2) ..) in both; swapped is a constant at
+ * every call, so each instance keeps only its own loads (tile numbers must be constants). */
+static inline __attribute__((always_inline)) void amx_chunk_any(const amx_act *a, const int8_t *W,
+                                                                const float *sw, int n_tok, int p0,
+                                                                int pn, float *acc_all, int32_t *cb,
+                                                                const bool swapped) {
     const int64_t kp = a->kp;
-    const int8_t *A1 = A + 16 * kp;
+    const int8_t *W1 = W + 16 * kp;
+    /* acc offsets of the rows 16.. and the tokens 16.. quadrants */
+    const int r16 = swapped ? 16 : 16 * 32, t16 = swapped ? 16 * 32 : 16;
     for (int i = 0; i < pn * 32 * 32; i += 16) _mm512_store_ps(acc_all + i, _mm512_setzero_ps());
     for (int64_t g = 0; g < a->ngrp; g++) {
         const int64_t k0 = g * AMX_G, k1 = k0 + AMX_G < kp ? k0 + AMX_G : kp;
@@ -486,7 +507,7 @@ static void amx_chunk(const amx_act *a, const int8_t *A, const float *sw, int n_
         for (int pi = 0; pi < pn; pi++) {
             const int p = p0 + pi;
             const bool two_tok = n_tok - 32 * p > 16;
-            const int8_t *B0 = a->q + (size_t)(2 * p) * 16 * (size_t)kp, *B1 = B0 + 16 * (size_t)kp;
+            const int8_t *X0 = a->q + (size_t)(2 * p) * 16 * (size_t)kp, *X1 = X0 + 16 * (size_t)kp;
             const float *dx0 = a->dx + ((size_t)(2 * p) * a->ngrp + g) * 16,
                         *dx1 = dx0 + a->ngrp * 16;
             float *acc = acc_all + pi * 32 * 32;
@@ -495,26 +516,49 @@ static void amx_chunk(const amx_act *a, const int8_t *A, const float *sw, int n_
             _tile_zero(2);
             _tile_zero(3);
             for (int64_t k = k0; k < k1; k += 64) {
-                _tile_loadd(4, A + k * 16, 64);
-                _tile_loadd(5, A1 + k * 16, 64);
-                _tile_loadd(6, B0 + k * 16, 64);
-                _tile_dpbssd(0, 4, 6);
-                _tile_dpbssd(1, 5, 6);
-                if (two_tok) {
-                    _tile_loadd(7, B1 + k * 16, 64);
-                    _tile_dpbssd(2, 4, 7);
-                    _tile_dpbssd(3, 5, 7);
+                if (swapped) { /* 4, 5: tokens; 6, 7: weight rows */
+                    _tile_loadd(4, X0 + k * 16, 64);
+                    _tile_loadd(6, W + k * 16, 64);
+                    _tile_loadd(7, W1 + k * 16, 64);
+                    _tile_dpbssd(0, 4, 6);
+                    _tile_dpbssd(1, 4, 7);
+                    if (two_tok) {
+                        _tile_loadd(5, X1 + k * 16, 64);
+                        _tile_dpbssd(2, 5, 6);
+                        _tile_dpbssd(3, 5, 7);
+                    }
+                } else { /* 4, 5: weight rows; 6, 7: tokens */
+                    _tile_loadd(4, W + k * 16, 64);
+                    _tile_loadd(5, W1 + k * 16, 64);
+                    _tile_loadd(6, X0 + k * 16, 64);
+                    _tile_dpbssd(0, 4, 6);
+                    _tile_dpbssd(1, 5, 6);
+                    if (two_tok) {
+                        _tile_loadd(7, X1 + k * 16, 64);
+                        _tile_dpbssd(2, 4, 7);
+                        _tile_dpbssd(3, 5, 7);
+                    }
                 }
             }
             store_c(cb, two_tok);
-            fold(cb, swg, dx0, acc);
-            fold(cb + 256, swg + 16, dx0, acc + 16 * 32);
+            fold_sd(cb, swg, dx0, acc, swapped);
+            fold_sd(cb + 256, swg + 16, dx0, acc + r16, swapped);
             if (two_tok) {
-                fold(cb + 512, swg, dx1, acc + 16);
-                fold(cb + 768, swg + 16, dx1, acc + 16 * 32 + 16);
+                fold_sd(cb + 512, swg, dx1, acc + t16, swapped);
+                fold_sd(cb + 768, swg + 16, dx1, acc + t16 + r16, swapped);
             }
         }
     }
+}
+
+static void amx_chunk(const amx_act *a, const int8_t *A, const float *sw, int n_tok, int p0, int pn,
+                      float *acc_all, int32_t *cb) {
+    amx_chunk_any(a, A, sw, n_tok, p0, pn, acc_all, cb, false);
+}
+
+static void amx_chunk_rt(const amx_act *a, const int8_t *W, const float *sw, int n_tok, int p0,
+                         int pn, float *acc_all, int32_t *cb) {
+    amx_chunk_any(a, W, sw, n_tok, p0, pn, acc_all, cb, true);
 }
 
 /* acc [pn][32 rows][32 tokens] of pairs p0.. to y[t][r] for r < nr */
@@ -735,61 +779,6 @@ void hm_amx_pack_act_kgroup_rows_rt(const float *xT, size_t xT_stride, int n_tok
             transpose16_epi8(in, out);
             int8_t *dst = A + (size_t)(c0 + i) / 64 * 1024 + (size_t)((c0 + i) % 64);
             for (int tl = 0; tl < 16; tl++) _mm_store_si128((__m128i *)(dst + 64 * tl), out[tl]);
-        }
-    }
-}
-
-/* acc[t][r] += sw[r] * dx[t] * C[t][r] for one 16x16 tile stored at cb (acc row stride 32) */
-static inline void fold_rt(const int32_t *cb, const float *sw, const float *dx, float *acc) {
-    const __m512 swv = _mm512_loadu_ps(sw);
-#pragma GCC unroll 16
-    for (int t = 0; t < 16; t++) {
-        const __m512 sc = _mm512_mul_ps(swv, _mm512_set1_ps(dx[t]));
-        _mm512_storeu_ps(acc + 32 * t,
-                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * t)), sc,
-                                         _mm512_loadu_ps(acc + 32 * t)));
-    }
-}
-
-/* Token pairs p0 .. p0 + pn - 1 of one VNNI weight unit into acc [pn][32 tokens][32 rows] */
-static void amx_chunk_rt(const amx_act *a, const int8_t *W, const float *sw, int n_tok, int p0,
-                         int pn, float *acc_all, int32_t *cb) {
-    const int64_t kp = a->kp;
-    const int8_t *W1 = W + 16 * kp;
-    for (int i = 0; i < pn * 32 * 32; i += 16) _mm512_store_ps(acc_all + i, _mm512_setzero_ps());
-    for (int64_t g = 0; g < a->ngrp; g++) {
-        const int64_t k0 = g * AMX_G, k1 = k0 + AMX_G < kp ? k0 + AMX_G : kp;
-        const float *swg = sw + g * 32;
-        for (int pi = 0; pi < pn; pi++) {
-            const int p = p0 + pi;
-            const bool two_tok = n_tok - 32 * p > 16;
-            const int8_t *A0 = a->q + (size_t)(2 * p) * 16 * (size_t)kp, *A1 = A0 + 16 * (size_t)kp;
-            const float *dx0 = a->dx + ((size_t)(2 * p) * a->ngrp + g) * 16,
-                        *dx1 = dx0 + a->ngrp * 16;
-            float *acc = acc_all + pi * 32 * 32;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t k = k0; k < k1; k += 64) {
-                _tile_loadd(4, A0 + k * 16, 64);
-                _tile_loadd(6, W + k * 16, 64);
-                _tile_loadd(7, W1 + k * 16, 64);
-                _tile_dpbssd(0, 4, 6);
-                _tile_dpbssd(1, 4, 7);
-                if (two_tok) {
-                    _tile_loadd(5, A1 + k * 16, 64);
-                    _tile_dpbssd(2, 5, 6);
-                    _tile_dpbssd(3, 5, 7);
-                }
-            }
-            store_c(cb, two_tok);
-            fold_rt(cb, swg, dx0, acc);
-            fold_rt(cb + 256, swg + 16, dx0, acc + 16);
-            if (two_tok) {
-                fold_rt(cb + 512, swg, dx1, acc + 16 * 32);
-                fold_rt(cb + 768, swg + 16, dx1, acc + 16 * 32 + 16);
-            }
         }
     }
 }
