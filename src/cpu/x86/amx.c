@@ -191,11 +191,13 @@ static inline void pack_b64(const int8_t *const rows[16], int64_t k, int8_t *dst
     for (int j = 0; j < 16; j++) _mm512_store_si512(dst + 64 * j, r[j]);
 }
 
-/* Scale group gi of the 16-token group g: quantized and packed (codes and scales) */
+/* Scale group gi of the 16-token group g: quantized and packed (codes and scales), into the
+ * VNNI tiles (row tile k / 4 holds each token's values k .. k + 3) or, rt, the row tiles (row tl
+ * of tile k / 64 holds token tl's values k .. k + 63); tokens past n_tok code 0 */
 static void pack_group(const amx_act *a, const float *x, size_t x_stride, const int32_t *idx,
-                       int n_tok, int64_t cols, int g, int64_t gi) {
+                       int n_tok, int64_t cols, int g, int64_t gi, bool rt) {
     _Alignas(64) int8_t qt[16][AMX_G];
-    int8_t *B = a->q + (size_t)g * 16 * (size_t)a->kp;
+    int8_t *T = a->q + (size_t)g * 16 * (size_t)a->kp;
     const int8_t *rows[16];
     const int64_t c0 = gi * AMX_G;
     const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
@@ -210,23 +212,51 @@ static void pack_group(const amx_act *a, const float *x, size_t x_stride, const 
         }
         a->dx[((size_t)g * a->ngrp + gi) * 16 + tl] = d;
     }
-    for (int i = 0; i < plen; i += 64) pack_b64(rows, i, B + (c0 + i) / 4 * 64);
+    if (!rt) {
+        for (int i = 0; i < plen; i += 64) pack_b64(rows, i, T + (c0 + i) / 4 * 64);
+        return;
+    }
+    for (int tl = 0; tl < 16; tl++)
+        for (int i = 0; i < plen; i += 64)
+            _mm512_store_si512(T + (size_t)(c0 + i) / 64 * 1024 + (size_t)tl * 64,
+                               rows[tl] ? _mm512_load_si512(rows[tl] + i) : _mm512_setzero_si512());
+}
+
+/* 16-token groups [g0, g1) over every scale group, or one scale group gi over every token group */
+static void pack_tokens(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
+                        int64_t cols, void *packed, int g0, int g1, bool rt) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    for (int g = g0; g < g1 && g < a.tp * 2; g++)
+        for (int64_t gi = 0; gi < a.ngrp; gi++)
+            pack_group(&a, x, x_stride, idx, n_tok, cols, g, gi, rt);
+}
+
+static void pack_kgroup(const float *x, size_t x_stride, int n_tok, int64_t cols, void *packed,
+                        int64_t gi, bool rt) {
+    const amx_act a = act_layout(cols, n_tok, packed);
+    if (gi < 0 || gi >= a.ngrp) return;
+    for (int g = 0; g < a.tp * 2; g++) pack_group(&a, x, x_stride, NULL, n_tok, cols, g, gi, rt);
 }
 
 void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32_t *idx, int n_tok,
                      int64_t cols, void *packed, int g0, int g1) {
     (void)type;
-    const amx_act a = act_layout(cols, n_tok, packed);
-    for (int g = g0; g < g1 && g < a.tp * 2; g++)
-        for (int64_t gi = 0; gi < a.ngrp; gi++)
-            pack_group(&a, x, x_stride, idx, n_tok, cols, g, gi);
+    pack_tokens(x, x_stride, idx, n_tok, cols, packed, g0, g1, false);
 }
 
 void hm_amx_pack_act_kgroup(const float *x, size_t x_stride, int n_tok, int64_t cols, void *packed,
                             int64_t gi) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    if (gi < 0 || gi >= a.ngrp) return;
-    for (int g = 0; g < a.tp * 2; g++) pack_group(&a, x, x_stride, NULL, n_tok, cols, g, gi);
+    pack_kgroup(x, x_stride, n_tok, cols, packed, gi, false);
+}
+
+void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
+                        int64_t cols, void *packed, int g0, int g1) {
+    pack_tokens(x, x_stride, idx, n_tok, cols, packed, g0, g1, true);
+}
+
+void hm_amx_pack_act_kgroup_rt(const float *x, size_t x_stride, int n_tok, int64_t cols,
+                               void *packed, int64_t gi) {
+    pack_kgroup(x, x_stride, n_tok, cols, packed, gi, true);
 }
 
 /* Per-token int8 rows: kp codes then ngrp float scales, 64-byte aligned size */
@@ -683,43 +713,6 @@ void hm_amx_wpack_vnni(uint32_t type, const void *w, size_t row_bytes, int64_t r
             transpose16_epi32(r);
             for (int j = 0; j < 16; j++) _mm512_store_si512(tile + 64 * j, r[j]);
         }
-}
-
-/* Scale group gi of the 16-token group g into the row tiles (codes as pack_group makes them) */
-static void pack_group_rt(const amx_act *a, const float *x, size_t x_stride, const int32_t *idx,
-                          int n_tok, int64_t cols, int g, int64_t gi) {
-    int8_t *A = a->q + (size_t)g * 16 * (size_t)a->kp;
-    const int64_t c0 = gi * AMX_G;
-    const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
-    const int plen = (int)(a->kp - c0 < AMX_G ? a->kp - c0 : AMX_G);
-    _Alignas(64) int8_t qt[AMX_G];
-    for (int tl = 0; tl < 16; tl++) {
-        const int t = g * 16 + tl;
-        float d = 0.0f;
-        if (t < n_tok)
-            d = quant_group(x + (size_t)(idx ? idx[t] : t) * x_stride + c0, len, qt, plen);
-        else
-            memset(qt, 0, (size_t)plen);
-        a->dx[((size_t)g * a->ngrp + gi) * 16 + tl] = d;
-        for (int i = 0; i < plen; i += 64) /* tile (c0 + i) / 64, row tl */
-            _mm512_store_si512(A + (size_t)(c0 + i) / 64 * 1024 + (size_t)tl * 64,
-                               _mm512_load_si512(qt + i));
-    }
-}
-
-void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
-                        int64_t cols, void *packed, int g0, int g1) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    for (int g = g0; g < g1 && g < a.tp * 2; g++)
-        for (int64_t gi = 0; gi < a.ngrp; gi++)
-            pack_group_rt(&a, x, x_stride, idx, n_tok, cols, g, gi);
-}
-
-void hm_amx_pack_act_kgroup_rt(const float *x, size_t x_stride, int n_tok, int64_t cols,
-                               void *packed, int64_t gi) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    if (gi < 0 || gi >= a.ngrp) return;
-    for (int g = 0; g < a.tp * 2; g++) pack_group_rt(&a, x, x_stride, NULL, n_tok, cols, g, gi);
 }
 
 /* 16 x 16 bytes transposed: row j of out = byte j of every row of in */
