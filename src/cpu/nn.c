@@ -252,24 +252,31 @@ bool hm_nn_prefetch_step(const hm_nn_prefetch *p, int ith, int nth, int step, co
                          size_t *len) {
     if (p->n_tok < 1 || p->n_tok > MM_TOK_BLOCK || p->nw < 1 || p->nw > 8) return false;
     mm_job j = {.w = p->w, .nw = p->nw, .n = p->n_tok};
-    const int64_t total = dots_units(&j, nth);
-    /* the units of ith's own range, in the order mm_task takes them; step's bytes of them */
-    int64_t left = step; /* steps of up to PF_STEP bytes, each within one unit */
-    for (int64_t g = total * ith / nth; g < total * (ith + 1) / nth; g++) {
-        int m = 0;
-        int64_t u = g;
-        while (u >= j.nrb[m] * j.ntb) u -= j.nrb[m] * j.ntb, m++;
+    const int64_t total = dots_units(&j, nth); /* one token block: a unit is a row block */
+    const int64_t u0 = total * ith / nth, u1 = total * (ith + 1) / nth;
+    /* ith's own units in the order mm_task takes them, in steps of up to PF_STEP bytes each
+     * within one unit; a matrix's row blocks are equal but its last, so the step is found per
+     * matrix by division, not by walking the units */
+    int64_t left = step, base = 0;
+    for (int m = 0; m < j.nw; base += j.nrb[m], m++) {
         const hm_matrix *w = j.w[m];
-        const int64_t rb = (u / j.ntb) * j.rbs[m],
-                      re = rb + j.rbs[m] < w->rows ? rb + j.rbs[m] : w->rows;
-        const int64_t bytes = (re - rb) * (int64_t)w->row_bytes;
-        const int64_t steps = (bytes + PF_STEP - 1) / PF_STEP;
-        if (left >= steps) {
-            left -= steps;
+        const int64_t a = u0 > base ? u0 - base : 0,
+                      c = u1 - base < j.nrb[m] ? u1 - base : j.nrb[m];
+        if (a >= c) continue;
+        const int64_t full = j.rbs[m] * (int64_t)w->row_bytes, per = (full + PF_STEP - 1) / PF_STEP;
+        const int64_t last_rows = w->rows - (j.nrb[m] - 1) * j.rbs[m];
+        const bool has_last = c == j.nrb[m];
+        const int64_t n_full = c - a - (has_last ? 1 : 0);
+        const int64_t per_last = (last_rows * (int64_t)w->row_bytes + PF_STEP - 1) / PF_STEP;
+        if (left >= n_full * per + (has_last ? per_last : 0)) {
+            left -= n_full * per + (has_last ? per_last : 0);
             continue;
         }
-        const int64_t skip = left * PF_STEP;
-        *ptr = (const char *)w->data + (size_t)rb * w->row_bytes + (size_t)skip;
+        const int64_t unit = left < n_full * per ? a + left / per : j.nrb[m] - 1,
+                      within = left < n_full * per ? left % per : left - n_full * per;
+        const int64_t rows = unit == j.nrb[m] - 1 ? last_rows : j.rbs[m];
+        const int64_t bytes = rows * (int64_t)w->row_bytes, skip = within * PF_STEP;
+        *ptr = (const char *)w->data + (size_t)(unit * j.rbs[m]) * w->row_bytes + (size_t)skip;
         *len = (size_t)(bytes - skip < PF_STEP ? bytes - skip : PF_STEP);
         return true;
     }
