@@ -494,6 +494,11 @@ int main(void) {
     test_repack(pool, &m, 64);
     test_fused_h(pool, &m, 64);
     model_free(&m);
+    /* experts of 1024+ tokens (gate/up in single-unit claims) on the per-call AMX path: the down
+     * claims (up to 4 units) write their products to the thread's float tile, sized at submit */
+    model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 1024, 256, 2, 1, HM_MOE_SILU, false, 21);
+    run_case(pool, &m, 2200, 3e-2, "q4_k 1024x256 top-1/2, 1024+ tokens per expert", false);
+    model_free(&m);
     /* DeepSeek-V2-Lite inter 1408 (not a multiple of 256): Q4_K gate/up, Q8_0 down, top-6/64 */
     model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 256, 1408, 64, 6, HM_MOE_SILU, false, 12);
     run_case(pool, &m, 1, 3e-2, "q4_k/q8_0 256x1408 top-6/64", false);

@@ -1100,9 +1100,10 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
 #else
         ae->fused = false;
 #endif
-        tb_floats = (size_t)ae->n * (size_t)ae->g * UNIT > tb_floats
-                        ? (size_t)ae->n * (size_t)ae->g * UNIT
-                        : tb_floats;
+        /* the float tile: the products of a gate/up claim (g units) or, on the AMX path
+         * without repacked down weights, of a down claim (up to BLOCK units) */
+        const size_t tbn = (size_t)ae->n * UNIT * (size_t)(ae->g > BLOCK ? ae->g : BLOCK);
+        tb_floats = tbn > tb_floats ? tbn : tb_floats;
         ae->claim0 = c->claims;
         c->claims += (I + (int64_t)UNIT * ae->g - 1) / ((int64_t)UNIT * ae->g);
         chunk_rows = c->rows > chunk_rows ? c->rows : chunk_rows;
