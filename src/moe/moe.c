@@ -925,14 +925,22 @@ static void job(int ith, int nth, void *arg) {
          * threads add to the same rows; the last chunk writes a unit's rows out when done */
         const int64_t base = m->act[c->a0].off;
         const bool last = ci + 1 == m->n_chunks;
-        /* with AMX experts, claims of up to BLOCK units so that each expert's packed hidden rows
-         * are read from L3 once per claim, not once per unit */
-        int64_t g = c->any_amx ? hu / nth : 1;
-        g = g < 1 ? 1 : (g > BLOCK ? BLOCK : g);
-        const int64_t groups = (hu + g - 1) / g;
-        for (int64_t u;
-             (u = atomic_fetch_add_explicit(&c->dn_next, 1, memory_order_relaxed)) < groups;) {
-            const int64_t r = u * g * UNIT, re = r + g * UNIT < H ? r + g * UNIT : H;
+        /* with AMX experts, claims of up to BLOCK units, so that each expert's packed hidden
+         * rows are read from L3 once per claim, not once per unit; a claim is at most the units
+         * left over the threads, so the claims shrink towards the end and a slowed thread holds
+         * the others up by one small claim at most (one claim per thread left the phase as slow
+         * as its slowest thread) */
+        for (;;) {
+            long long u = atomic_load_explicit(&c->dn_next, memory_order_relaxed);
+            int64_t g = 1;
+            do {
+                if (u >= hu) break;
+                g = c->any_amx ? (hu - u + nth - 1) / nth : 1;
+                g = g > BLOCK ? BLOCK : g;
+            } while (!atomic_compare_exchange_weak_explicit(
+                &c->dn_next, &u, u + g, memory_order_relaxed, memory_order_relaxed));
+            if (u >= hu) break;
+            const int64_t r = u * UNIT, re = r + g * UNIT < H ? r + g * UNIT : H;
             for (int a = c->a0; a < c->a1; a++) {
                 const active_expert *ae = &m->act[a];
                 down_unit(m, ae, ae->off - base, r, re, scr, tb);

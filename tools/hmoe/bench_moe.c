@@ -270,6 +270,7 @@ int bench_moe(int argc, char **argv) {
         size_t bytes = 0;
         double used_sum = 0, busiest_sum = 0;
         for (long l = 0; l < layers; l++) hm_moe_profile(moe[l], NULL, true);
+        hm_pool_stats_reset(pool);
         for (int pass = 0; pass < 3; pass++) {
             uint64_t t0 = hm_time_ns();
             bytes = 0;
@@ -311,6 +312,12 @@ int bench_moe(int argc, char **argv) {
             printf("        phases (ms per pass of %ld layers):", layers);
             for (int i = 0; i < HM_MOE_PROF_N; i++)
                 printf("%s %s %.1f", i ? "," : "", hm_moe_profile_name(i), ph[i] * 1e3);
+            /* a sync pool's job ends when its slowest participant does: the caller's wait
+             * after its own share (participant 0's phases above end with its last claim) */
+            hm_pool_stats ps;
+            hm_pool_stats_get(pool, &ps);
+            if (!async && ps.jobs)
+                printf(", waiting for the last thread %.1f", (double)(ps.run_ns - ps.own_ns) / 3e6);
             printf("\n");
         }
     }
