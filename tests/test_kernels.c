@@ -216,57 +216,96 @@ static void test_i8_split(uint32_t type, int64_t cols) {
  * The AMX path quantizes activations to int8 per 256 values: the named tolerance is 1% of max|y|
  * (int8 rounding of x is ~0.4% per element and averages out over the dot product). Rows not a
  * multiple of 16, tokens not a multiple of 16, a row range that starts inside the matrix. */
-/* The swapped-operand down kernel (AMX) against the tile kernel plus the two axpys it replaces,
- * bit for bit: rows not a multiple of 32 (a short last unit), cols with padding and a short last
- * scale group, token counts off the 16/32 grid, a bias, scattered output rows; and the row-tile
- * packers (from token-major floats and from value-major rows) against each other. */
-static void test_amx_down_acc(int64_t rows, int64_t cols, int n_tok) {
+/* The swapped-operand kernels (AMX) against the tile kernels they replace, bit for bit: the
+ * matmul, the SiLU-GLU (the two matmuls, then the table's silu_mul) and the down projection
+ * (the matmul plus the two axpys), at rows not a multiple of 32 (a short last unit), cols with
+ * padding and a short last scale group, token counts off the 16/32 grid, a bias, scattered
+ * output rows; and the row-tile packers against each other (from floats, from rows quantized
+ * once, and the layout from first principles). */
+static void test_amx_swapped(uint32_t type, int64_t rows, int64_t cols, int n_tok) {
 #if defined(__x86_64__)
     const hm_cpu_features *cf = hm_cpu_features_get();
     if (!hm_isa_supported(cf, HM_ISA_AMX)) return;
-    const uint32_t type = HM_TYPE_Q8_0;
     uint64_t rb;
     hm_type_row_bytes(type, (uint64_t)cols, &rb);
-    uint8_t *w = malloc(rb * (size_t)rows);
+    uint8_t *w = malloc(rb * (size_t)rows), *w2 = malloc(rb * (size_t)rows);
     CHECK_OK(hm_synth_fill(type, w, (uint64_t)(rows * cols), 0.0f, 0.05f, 91));
+    CHECK_OK(hm_synth_fill(type, w2, (uint64_t)(rows * cols), 0.0f, 0.05f, 92));
     const int64_t units = (rows + 31) / 32;
-    const size_t wb = hm_amx_wpack_bytes(rows, cols);
+    const size_t wb = (hm_amx_wpack_bytes(rows, cols) + 63) / 64 * 64;
     void *scratch = malloc(hm_amx_scratch_bytes(type, cols));
-    uint8_t *wp = aligned_alloc(64, (wb + 63) / 64 * 64),
-            *wv = aligned_alloc(64, (wb + 63) / 64 * 64);
+    uint8_t *wp = aligned_alloc(64, wb), *wv = aligned_alloc(64, wb), *wp2 = aligned_alloc(64, wb),
+            *wv2 = aligned_alloc(64, wb);
     hm_amx_wpack(type, w, rb, rows, cols, 0, units, wp, scratch);
-    hm_amx_wpack_vnni(type, w, rb, rows, cols, 0, units, wv, scratch);
-    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok)),
-          *xT = malloc(sizeof(float) * (size_t)(cols * n_tok));
+    hm_amx_wpack(type, w2, rb, rows, cols, 0, units, wp2, scratch);
+    hm_amx_wpack_vnni(type, w, rb, rows, cols, 0, units / 2, wv, scratch); /* as two threads */
+    hm_amx_wpack_vnni(type, w, rb, rows, cols, units / 2, units, wv, scratch);
+    hm_amx_wpack_vnni(type, w2, rb, rows, cols, 0, units, wv2, scratch);
+    float *x = malloc(sizeof(float) * (size_t)(cols * n_tok));
     uint64_t s = 13;
     for (int64_t i = 0; i < cols * n_tok; i++)
         x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 500.0f;
-    for (int t = 0; t < n_tok; t++)
-        for (int64_t c = 0; c < cols; c++) xT[c * n_tok + t] = x[t * cols + c];
-    const size_t pb = hm_amx_act_bytes(type, cols, n_tok);
-    void *pv = malloc(pb), *pr = malloc(pb), *pr2 = malloc(pb);
+    const size_t pb = hm_amx_act_bytes(type, cols, n_tok), qb = hm_amx_qrow_bytes(cols);
+    void *pv = malloc(pb), *pr = malloc(pb), *pq = malloc(pb);
+    uint8_t *qr = aligned_alloc(64, qb * (size_t)n_tok);
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)n_tok);
+    for (int t = 0; t < n_tok; t++) {
+        idx[t] = n_tok - 1 - t; /* gathered in reverse */
+        hm_amx_quant_row(x + (size_t)t * (size_t)cols, cols, qr + (size_t)t * qb);
+    }
     const int tg = (n_tok + 31) / 32 * 2;
     hm_amx_pack_act(type, x, (size_t)cols, NULL, n_tok, cols, pv, 0, tg);
-    hm_amx_pack_act_rt(x, (size_t)cols, NULL, n_tok, cols, pr, 0, tg);
-    memset(pr2, 0x5a, pb);
-    for (int64_t gi = 0; gi < (cols + 255) / 256; gi++)
-        hm_amx_pack_act_kgroup_rows_rt(xT + gi * 256 * n_tok, (size_t)n_tok, n_tok, cols, pr2, gi);
+    hm_amx_pack_act_rt(x, (size_t)cols, idx, n_tok, cols, pr, 0, tg);
+    memset(pq, 0x5a, pb);
+    hm_amx_pack_act_q_rt(qr, qb, idx, n_tok, cols, pq, 0, 1);
+    hm_amx_pack_act_q_rt(qr, qb, idx, n_tok, cols, pq, 1, tg);
     const uint8_t *a1 = (const uint8_t *)(((uintptr_t)pr + 63) & ~(uintptr_t)63),
-                  *a2 = (const uint8_t *)(((uintptr_t)pr2 + 63) & ~(uintptr_t)63);
-    CHECK_MSG(!memcmp(a1, a2, pb - 64), "rt packing of %lld cols, %d tokens: by value != by token",
+                  *a2 = (const uint8_t *)(((uintptr_t)pq + 63) & ~(uintptr_t)63);
+    CHECK_MSG(!memcmp(a1, a2, pb - 64), "rt packing of %lld cols, %d tokens: q_rt != rt",
               (long long)cols, n_tok);
-    /* outputs: token t goes to row tok[t] of 2 n_tok (every other row), weight wt[t] */
+    /* group g's row tile k / 64 holds token g * 16 + j's codes k .. k + 63 in row j */
+    const int64_t kp = (cols + 63) / 64 * 64;
+    int wrong = 0;
+    for (int g = 0; g < tg; g++)
+        for (int64_t k = 0; k < kp; k++)
+            for (int j = 0; j < 16; j++) {
+                const int t = g * 16 + j;
+                const int8_t want = t < n_tok ? (int8_t)qr[(size_t)idx[t] * qb + (size_t)k] : 0;
+                wrong += (int8_t)a2[(size_t)g * 16 * (size_t)kp + (size_t)(k / 64) * 1024 +
+                                    (size_t)j * 64 + (size_t)(k % 64)] != want;
+            }
+    CHECK_MSG(wrong == 0, "rt %lld cols, %d tokens: %d packed bytes not where the layout says",
+              (long long)cols, n_tok, wrong);
+    hm_amx_pack_act_rt(x, (size_t)cols, NULL, n_tok, cols, pr, 0, tg); /* in token order */
+    const size_t ny = (size_t)n_tok * (size_t)rows;
+    float *y = calloc(ny, sizeof(float)), *y2 = calloc(ny, sizeof(float)),
+          *u = calloc(ny, sizeof(float)), *h = calloc(ny, sizeof(float));
+    const int64_t r0 = 32; /* the first unit not asked for */
+    hm_amx_matmul_packed(wp, rows, cols, r0, rows, pv, n_tok, y, (size_t)rows, scratch);
+    hm_amx_matmul_packed_rt(wv, rows, cols, r0, rows + 3, pr, n_tok, y2, (size_t)rows, scratch);
+    int64_t diff = 0;
+    for (size_t i = 0; i < ny; i++) diff += memcmp(&y[i], &y2[i], 4) != 0;
+    CHECK_MSG(diff == 0, "%s matmul_rt %lld x %lld, %d tokens: %lld of the outputs differ",
+              hm_type_name(type), (long long)rows, (long long)cols, n_tok, (long long)diff);
+    /* SiLU-GLU: y as the gate */
+    hm_amx_matmul_packed(wp2, rows, cols, r0, rows, pv, n_tok, u, (size_t)rows, scratch);
+    for (int t = 0; t < n_tok; t++)
+        hm_ops_amx.silu_mul_f32(rows - r0, y2 + (size_t)t * (size_t)rows,
+                                u + (size_t)t * (size_t)rows);
+    hm_amx_glu_packed_rt(wv, wv2, rows, cols, r0, rows, pr, n_tok, h, (size_t)rows, scratch);
+    diff = 0;
+    for (size_t i = 0; i < ny; i++) diff += memcmp(&h[i], &y2[i], 4) != 0;
+    CHECK_MSG(diff == 0, "%s glu_rt %lld x %lld, %d tokens: %lld of the outputs differ",
+              hm_type_name(type), (long long)rows, (long long)cols, n_tok, (long long)diff);
+    /* down: token t goes to row tok[t] of 2 n_tok (every other row), weight wt[t] */
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_tok);
     float *wt = malloc(sizeof(float) * (size_t)n_tok), *bias = malloc(sizeof(float) * rows);
     for (int t = 0; t < n_tok; t++) tok[t] = 2 * (n_tok - 1 - t), wt[t] = 0.25f + 0.01f * t;
     for (int64_t r = 0; r < rows; r++) bias[r] = 0.001f * (float)r - 0.02f;
     const size_t os = (size_t)rows + 5;
     float *o1 = calloc(2 * (size_t)n_tok * os, sizeof(float)),
-          *o2 = calloc(2 * (size_t)n_tok * os, sizeof(float)),
-          *y = calloc((size_t)n_tok * (size_t)rows, sizeof(float));
+          *o2 = calloc(2 * (size_t)n_tok * os, sizeof(float));
     for (size_t i = 0; i < 2 * (size_t)n_tok * os; i++) o1[i] = o2[i] = 0.5f;
-    const int64_t r0 = 32; /* the first unit not asked for */
-    hm_amx_matmul_packed(wp, rows, cols, r0, rows, pv, n_tok, y, (size_t)rows, scratch);
     const hm_cpu_ops *amx = hm_cpu_ops_for(HM_ISA_AMX);
     for (int t = 0; t < n_tok; t++) {
         float *o = o1 + (size_t)tok[t] * os + r0;
@@ -274,14 +313,15 @@ static void test_amx_down_acc(int64_t rows, int64_t cols, int n_tok) {
         amx->axpy_f32(rows - r0, wt[t], bias + r0, o);
     }
     hm_amx_down_acc(wv, rows, cols, r0, rows, pr, n_tok, tok, wt, bias, o2, os, scratch);
-    int64_t diff = 0;
+    diff = 0;
     for (size_t i = 0; i < 2 * (size_t)n_tok * os; i++) diff += memcmp(&o1[i], &o2[i], 4) != 0;
-    CHECK_MSG(diff == 0, "down_acc %lld x %lld, %d tokens: %lld of the outputs differ",
-              (long long)rows, (long long)cols, n_tok, (long long)diff);
-    free(w), free(scratch), free(wp), free(wv), free(x), free(xT), free(pv), free(pr), free(pr2);
-    free(tok), free(wt), free(bias), free(o1), free(o2), free(y);
+    CHECK_MSG(diff == 0, "%s down_acc %lld x %lld, %d tokens: %lld of the outputs differ",
+              hm_type_name(type), (long long)rows, (long long)cols, n_tok, (long long)diff);
+    free(w), free(w2), free(scratch), free(wp), free(wv), free(wp2), free(wv2), free(x);
+    free(pv), free(pr), free(pq), free(qr), free(idx), free(y), free(y2), free(u), free(h);
+    free(tok), free(wt), free(bias), free(o1), free(o2);
 #else
-    (void)rows, (void)cols, (void)n_tok;
+    (void)type, (void)rows, (void)cols, (void)n_tok;
 #endif
 }
 
@@ -385,37 +425,6 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
         CHECK_MSG(diff == 0, "amx packed %s %lldx%lld, %d tokens, from row %lld: %d outputs differ",
                   hm_type_name(type), (long long)rows, (long long)cols, n_tok, (long long)from,
                   diff);
-    }
-    /* fused SiLU-GLU: w as the gate and a second matrix as the up projection, from unit 0 and
-     * from unit 1, equal bit for bit to the two matmuls followed by the table's silu_mul */
-    if (amx && n_tok > 4) {
-        uint8_t *w2 = malloc(rb * (size_t)rows);
-        CHECK_OK(hm_synth_fill(type, w2, (uint64_t)(rows * cols), 0.0f, 0.05f, 78 + type));
-        void *wp2 = aligned_alloc(64, (hm_amx_wpack_bytes(rows, cols) + 63) / 64 * 64);
-        hm_amx_wpack(type, w2, rb, rows, cols, 0, units, wp2, scratch);
-        float *g = calloc((size_t)(rows * n_tok), sizeof(float)),
-              *u = calloc((size_t)(rows * n_tok), sizeof(float)),
-              *h = calloc((size_t)(rows * n_tok), sizeof(float));
-        for (int64_t from = 0; from <= 32 && from < rows; from += 32) {
-            hm_amx_matmul_packed(wp, rows, cols, from, rows, packed, n_tok, g, (size_t)rows,
-                                 scratch);
-            hm_amx_matmul_packed(wp2, rows, cols, from, rows, packed, n_tok, u, (size_t)rows,
-                                 scratch);
-            for (int t = 0; t < n_tok; t++)
-                hm_ops_amx.silu_mul_f32(rows - from, g + (size_t)t * (size_t)rows,
-                                        u + (size_t)t * (size_t)rows);
-            hm_amx_glu_packed(wp, wp2, rows, cols, from, rows + 3, packed, n_tok, h, (size_t)rows,
-                              scratch);
-            int diff = 0; /* rows from.. land at column 0 of both */
-            for (int t = 0; t < n_tok; t++)
-                for (int64_t r = 0; r < rows - from; r++)
-                    diff += memcmp(&h[(size_t)t * (size_t)rows + (size_t)r],
-                                   &g[(size_t)t * (size_t)rows + (size_t)r], sizeof(float)) != 0;
-            CHECK_MSG(
-                diff == 0, "amx glu %s %lldx%lld, %d tokens, from row %lld: %d outputs differ",
-                hm_type_name(type), (long long)rows, (long long)cols, n_tok, (long long)from, diff);
-        }
-        free(g), free(u), free(h), free(wp2), free(w2);
     }
     /* AVX-512 VNNI: the same products and folds, so the same bits as the tile path (and within
      * the same tolerance of the reference where there is no AMX to compare with) */
@@ -1014,9 +1023,10 @@ static void test_nn_prefetch(void) {
 int main(void) {
     test_nn_prefetch();
     test_nn_epilogue();
-    test_amx_down_acc(45, 96, 5);
-    test_amx_down_acc(70, 1408, 37);
-    test_amx_down_acc(64, 256, 33);
+    test_amx_swapped(HM_TYPE_Q8_0, 45, 96, 5);
+    test_amx_swapped(HM_TYPE_Q8_0, 70, 1408, 37);
+    test_amx_swapped(HM_TYPE_Q4_K, 64, 256, 33);
+    test_amx_swapped(HM_TYPE_Q4_K, 96, 768, 150);
     test_nn_matmul_multi();
     test_axpy();
     test_silu();

@@ -73,20 +73,17 @@ typedef struct hm_cpu_ops {
     void (*i8_matmul_packed)(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                              const void *packed, int n_tok, float *y, size_t y_stride,
                              void *scratch);
-    /* h = silu(G x) * (U x) from two repacked matrices of the same shape (gate and up), the
-     * contract of hm_amx_glu_packed; NULL where there is none (callers then run i8_matmul_packed
-     * twice and silu_mul_f32: the same values bit for bit). */
-    void (*i8_glu_packed)(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
-                          int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
-                          void *scratch);
-    /* the same stored by row, hT[(r - r0) * hT_stride + t] (hm_amx_glu_packed_rows); NULL where
-     * i8_glu_packed is */
-    void (*i8_glu_packed_rows)(const void *wg, const void *wu, int64_t rows, int64_t cols,
-                               int64_t r0, int64_t r1, const void *packed, int n_tok, float *hT,
-                               size_t hT_stride, void *scratch);
-    /* the down projection with swapped operands, accumulated into the tokens' output rows
-     * (hm_amx_down_acc); NULL where i8_glu_packed is. Weights and activations in its own layouts.
-     */
+    /* The swapped-operand kernels over weights repacked by hm_amx_wpack_vnni and activations
+     * packed as row tiles (amx.c, "swapped operands"); NULL where there are none (the avx512
+     * table). y[t][r] = W[r] . x_t (hm_amx_matmul_packed_rt), h[t][r] = silu(G[r] . x_t) *
+     * (U[r] . x_t) (hm_amx_glu_packed_rt), and the down projection accumulated into the tokens'
+     * output rows (hm_amx_down_acc). */
+    void (*i8_matmul_packed_rt)(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                                const void *packed, int n_tok, float *y, size_t y_stride,
+                                void *scratch);
+    void (*i8_glu_packed_rt)(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                             int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
+                             void *scratch);
     void (*i8_down_acc)(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                         const void *packed, int n_tok, const int32_t *tok, const float *wt,
                         const float *bias, float *out, size_t out_stride, void *scratch);
@@ -195,38 +192,34 @@ void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, 
                   int64_t u0, int64_t u1, void *dst, void *scratch);
 void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                           const void *packed, int n_tok, float *y, size_t y_stride, void *scratch);
-/* SiLU-GLU over two repacked matrices (gate wg and up wu, rows x cols each):
- * h[t * h_stride + r - r0] = silu(G[r] . x_t) * (U[r] . x_t) for r0 <= r < r1 (r0 a multiple of
- * 32), equal bit for bit to hm_amx_matmul_packed of each followed by silu_mul_f32 of the AMX
- * table; the up projection never leaves the thread's scratch. */
-void hm_amx_glu_packed(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
-                       int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
-                       void *scratch);
-/* The same values stored by row: hT[(r - r0) * hT_stride + t] (each row's tokens contiguous, so
- * the outputs leave as whole vectors instead of a transposing copy). */
-void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
-                            int64_t r1, const void *packed, int n_tok, float *hT, size_t hT_stride,
-                            void *scratch);
-
-/* The down projection with the operands swapped (amx.c, "swapped operands"): weights repacked
- * with hm_amx_wpack_vnni (hm_amx_wpack's units, each KiB tile transposed to the VNNI layout; the
- * same size), activations packed as row tiles by the _rt packers (the same size as
- * hm_amx_act_bytes, the same codes and scales as the VNNI packers), and
- * out[tok[t] * out_stride + r] += wt[t] * (W[r] . x_t), then += wt[t] * bias[r] when bias is not
- * NULL, for r0 <= r < r1 (r0 a multiple of 32) and t < n_tok: the same bits as
- * hm_amx_matmul_packed followed by those two axpys. */
+/* The expert engine's matmuls with the operands swapped (amx.c, "swapped operands"): weights
+ * repacked with hm_amx_wpack_vnni (hm_amx_wpack's units, each KiB tile transposed to the VNNI
+ * layout; the same size), activations packed as row tiles by the _rt packers (the same size as
+ * hm_amx_act_bytes, the same codes and scales as the VNNI packers). Rows r0 <= r < r1 (r0 a
+ * multiple of 32, r1 clamped to rows), tokens t < n_tok, each the same bits as the per-call
+ * path:
+ *   hm_amx_matmul_packed_rt: y[t * y_stride + r - r0] = W[r] . x_t (hm_amx_matmul_packed);
+ *   hm_amx_glu_packed_rt: h[t * h_stride + r - r0] = silu(G[r] . x_t) * (U[r] . x_t) (both
+ *     matmuls, then silu_mul_f32 of the AMX table; the up products never leave the scratch);
+ *   hm_amx_down_acc: out[tok[t] * out_stride + r] += wt[t] * (W[r] . x_t), then
+ *     += wt[t] * bias[r] when bias is not NULL (the matmul, then those two axpys). */
 void hm_amx_wpack_vnni(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                        int64_t u0, int64_t u1, void *dst, void *scratch);
 void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
                         int64_t cols, void *packed, int g0, int g1);
-void hm_amx_pack_act_kgroup_rt(const float *x, size_t x_stride, int n_tok, int64_t cols,
-                               void *packed, int64_t gi);
-/* hm_amx_pack_act_kgroup_rt from rows stored by value: xT[r * xT_stride + t] holds value c0 + r
- * of token t for the group's values (c0 = gi * HM_AMX_GROUP, r < min(HM_AMX_GROUP, cols - c0));
- * the same codes and scales for finite values, bit for bit (the expert engine packs the SiLU-GLU
- * outputs of hm_amx_glu_packed_rows with it). */
-void hm_amx_pack_act_kgroup_rows_rt(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
-                                    void *packed, int64_t gi);
+/* hm_amx_pack_act_kgroup into row tiles, from the group's values only: xg[t * x_stride + i] is
+ * value gi * HM_AMX_GROUP + i of token t (i < min(HM_AMX_GROUP, cols - gi * HM_AMX_GROUP)) */
+void hm_amx_pack_act_group_rt(const float *xg, size_t x_stride, int n_tok, int64_t cols,
+                              void *packed, int64_t gi);
+/* hm_amx_pack_act_q into row tiles */
+void hm_amx_pack_act_q_rt(const void *qrows, size_t qrow_bytes, const int32_t *idx, int n_tok,
+                          int64_t cols, void *packed, int g0, int g1);
+void hm_amx_matmul_packed_rt(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                             const void *packed, int n_tok, float *y, size_t y_stride,
+                             void *scratch);
+void hm_amx_glu_packed_rt(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                          int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
+                          void *scratch);
 void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                      const void *packed, int n_tok, const int32_t *tok, const float *wt,
                      const float *bias, float *out, size_t out_stride, void *scratch);

@@ -268,16 +268,18 @@ static void repack_task(int ith, int nth, void *arg) {
         int64_t k = it % per;
         const hm_moe_expert *x = &m->experts[e];
         uint8_t *base = (uint8_t *)m->wpack.ptr + (size_t)e * m->wp_expert;
+        /* in the swapped kernels' layout where the variant has them */
+        void (*pack)(uint32_t, const void *, size_t, int64_t, int64_t, int64_t, int64_t, void *,
+                     void *) = m->ops->i8_down_acc ? hm_amx_wpack_vnni : hm_amx_wpack;
         if (k < 2 * ig) {
             const hm_moe_matrix *w = k < ig ? &x->gate : &x->up;
             const int64_t u0 = (k % ig) * 8;
-            hm_amx_wpack(w->type, w->data, w->row_bytes, I, H, u0, u0 + 8,
-                         base + (k < ig ? 0 : m->wp_gu), m->s->tscratch[ith]);
+            pack(w->type, w->data, w->row_bytes, I, H, u0, u0 + 8, base + (k < ig ? 0 : m->wp_gu),
+                 m->s->tscratch[ith]);
         } else {
-            const int64_t u0 = (k - 2 * ig) * 8; /* down in the swapped kernel's layout */
-            (m->ops->i8_down_acc ? hm_amx_wpack_vnni : hm_amx_wpack)(
-                x->down.type, x->down.data, x->down.row_bytes, H, I, u0, u0 + 8,
-                base + 2 * m->wp_gu, m->s->tscratch[ith]);
+            const int64_t u0 = (k - 2 * ig) * 8;
+            pack(x->down.type, x->down.data, x->down.row_bytes, H, I, u0, u0 + 8,
+                 base + 2 * m->wp_gu, m->s->tscratch[ith]);
         }
     }
 #else
@@ -576,9 +578,9 @@ static void phase_pre(hm_moe *m, int ith, int nth) {
     }
 }
 
-/* Whether expert ae's down projection runs the swapped-operand tile kernel (repacked weights on
- * an AMX variant): its hidden rows are then packed as row tiles (the _rt packers). */
-static bool down_rt(const hm_moe *m, const active_expert *ae) {
+/* Whether expert ae runs the swapped-operand tile kernels (repacked weights on an AMX variant):
+ * its inputs and hidden rows are then packed as row tiles (the _rt packers). */
+static bool swapped(const hm_moe *m, const active_expert *ae) {
     return ae->amx && m->packed && m->packed[ae->e] && m->ops->i8_down_acc;
 }
 
@@ -593,12 +595,13 @@ static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
         for (int g = 0; g < groups; g++, item++) {
             if (item % nth != ith) continue;
             if (!down) {
-                hm_amx_pack_act_q(m->s->xa, m->xa_bytes, m->s->tok + ae->off, ae->n, m->p.hidden,
-                                  m->s->px + ae->px_off, g, g + 1);
+                (swapped(m, ae) ? hm_amx_pack_act_q_rt : hm_amx_pack_act_q)(
+                    m->s->xa, m->xa_bytes, m->s->tok + ae->off, ae->n, m->p.hidden,
+                    m->s->px + ae->px_off, g, g + 1);
             } else {
                 const int64_t row0 = ae->off - m->act[c->a0].off;
                 const float *h = m->s->h + (size_t)row0 * (size_t)m->p.inter;
-                if (down_rt(m, ae))
+                if (swapped(m, ae))
                     hm_amx_pack_act_rt(h, (size_t)m->p.inter, NULL, ae->n, m->p.inter,
                                        m->s->ph + ae->ph_off, g, g + 1);
                 else
@@ -610,12 +613,10 @@ static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
 }
 #endif
 
-/* Whether expert ae's gate/up runs the SiLU-GLU tile kernel with row-stored outputs: repacked
- * weights, SiLU without biases, an AMX variant. */
-static bool glu_rows(const hm_moe *m, const active_expert *ae) {
+/* SiLU without biases: the activation the GLU tile kernels compute themselves */
+static bool plain_silu(const hm_moe *m, const active_expert *ae) {
     const hm_moe_expert *x = &m->experts[ae->e];
-    return m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias && m->packed &&
-           m->packed[ae->e] && m->ops->i8_glu_packed_rows;
+    return m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias;
 }
 
 /* gate + up + activation for rows [r0, r1) of expert ae into h (rows hrow0.. of the chunk);
@@ -628,20 +629,22 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
 #if defined(__x86_64__)
     if (ae->amx) {
         const int nr = (int)(r1 - r0);
-        const bool silu = m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias;
-        if (silu && m->packed && m->packed[ae->e] && m->ops->i8_glu_packed) {
+        const bool silu = plain_silu(m, ae);
+        const uint8_t *wp = m->packed && m->packed[ae->e]
+                                ? (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert
+                                : NULL;
+        if (silu && swapped(m, ae)) {
             /* gate and up in one pass: only silu(g) * u is written */
-            const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
-            m->ops->i8_glu_packed(wp, wp + m->wp_gu, I, H, r0, r1, m->s->px + ae->px_off, ae->n,
-                                  h + r0, (size_t)I, scr);
+            m->ops->i8_glu_packed_rt(wp, wp + m->wp_gu, I, H, r0, r1, m->s->px + ae->px_off, ae->n,
+                                     h + r0, (size_t)I, scr);
             return;
         }
         if (m->packed && m->packed[ae->e]) {
-            const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
-            m->ops->i8_matmul_packed(wp, I, H, r0, r1, m->s->px + ae->px_off, ae->n, h + r0,
-                                     (size_t)I, scr);
-            m->ops->i8_matmul_packed(wp + m->wp_gu, I, H, r0, r1, m->s->px + ae->px_off, ae->n, tb,
-                                     (size_t)nr, scr);
+            void (*mm)(const void *, int64_t, int64_t, int64_t, int64_t, const void *, int, float *,
+                       size_t, void *) =
+                swapped(m, ae) ? m->ops->i8_matmul_packed_rt : m->ops->i8_matmul_packed;
+            mm(wp, I, H, r0, r1, m->s->px + ae->px_off, ae->n, h + r0, (size_t)I, scr);
+            mm(wp + m->wp_gu, I, H, r0, r1, m->s->px + ae->px_off, ae->n, tb, (size_t)nr, scr);
         } else {
             m->ops->i8_matmul(m->tg, x->gate.data, x->gate.row_bytes, H, r0, r1,
                               m->s->px + ae->px_off, ae->n, h + r0, (size_t)I, scr);
@@ -692,7 +695,7 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     const int64_t I = m->p.inter, H = m->p.hidden;
     const int nr = (int)(r1 - r0);
 #if defined(__x86_64__)
-    if (down_rt(m, ae)) { /* products token-major: added straight into the tokens' rows */
+    if (swapped(m, ae)) { /* products token-major: added straight into the tokens' rows */
         m->ops->i8_down_acc((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
                                 2 * m->wp_gu,
                             H, I, r0, r1, m->s->ph + ae->ph_off, ae->n, m->s->tok + ae->off,
@@ -747,25 +750,30 @@ static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
         const active_expert *ae = &m->act[a];
         const int64_t r0 = (u - ae->claim0) * UNIT * ae->g, r1 = r0 + UNIT * ae->g;
         const int64_t re = r1 < m->p.inter ? r1 : m->p.inter;
+        const int64_t I = m->p.inter;
 #if defined(__x86_64__)
-        if (ae->fused && glu_rows(m, ae)) {
-            /* the claim's h by row into the thread's tile (its tokens contiguous: the outputs
-             * leave the tile kernel as vectors), then packed for down from there */
+        if (ae->fused && swapped(m, ae) && plain_silu(m, ae)) {
+            /* the claim's h into the thread's tile [tokens][rows of the claim] and packed for
+             * down from there: it never leaves the claiming core's L2 */
             const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
-            m->ops->i8_glu_packed_rows(wp, wp + m->wp_gu, m->p.inter, m->p.hidden, r0, re,
-                                       m->s->px + ae->px_off, ae->n, tb, (size_t)ae->n, scr);
-            /* glu_rows implies down_rt (both: repacked weights on the AMX variant) */
-            hm_amx_pack_act_kgroup_rows_rt(tb, (size_t)ae->n, ae->n, m->p.inter,
-                                           m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
+            m->ops->i8_glu_packed_rt(wp, wp + m->wp_gu, I, m->p.hidden, r0, re,
+                                     m->s->px + ae->px_off, ae->n, tb, (size_t)(re - r0), scr);
+            hm_amx_pack_act_group_rt(tb, (size_t)(re - r0), ae->n, I, m->s->ph + ae->ph_off,
+                                     r0 / HM_AMX_GROUP);
             continue;
         }
 #endif
         gate_up_unit(m, ae, ae->off - base, r0, re, scr, tb);
 #if defined(__x86_64__)
-        if (ae->fused) /* this claim is one whole scale group of h: pack it while it is in L2 */
-            (down_rt(m, ae) ? hm_amx_pack_act_kgroup_rt : hm_amx_pack_act_kgroup)(
-                m->s->h + (size_t)(ae->off - base) * (size_t)m->p.inter, (size_t)m->p.inter, ae->n,
-                m->p.inter, m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
+        if (ae->fused) { /* this claim is one whole scale group of h: pack it while it is in L2 */
+            const float *h = m->s->h + (size_t)(ae->off - base) * (size_t)I;
+            if (swapped(m, ae))
+                hm_amx_pack_act_group_rt(h + r0, (size_t)I, ae->n, I, m->s->ph + ae->ph_off,
+                                         r0 / HM_AMX_GROUP);
+            else
+                hm_amx_pack_act_kgroup(h, (size_t)I, ae->n, I, m->s->ph + ae->ph_off,
+                                       r0 / HM_AMX_GROUP);
+        }
 #endif
     }
 }

@@ -30,8 +30,8 @@ const hm_cpu_ops hm_ops_amx = {
     .rmsnorm_f32 = hm_rmsnorm_f32_avx512,
     .i8_matmul = hm_amx_matmul,
     .i8_matmul_packed = hm_amx_matmul_packed,
-    .i8_glu_packed = hm_amx_glu_packed,
-    .i8_glu_packed_rows = hm_amx_glu_packed_rows,
+    .i8_matmul_packed_rt = hm_amx_matmul_packed_rt,
+    .i8_glu_packed_rt = hm_amx_glu_packed_rt,
     .i8_down_acc = hm_amx_down_acc,
     .qk_block16 = hm_qk_block16_avx512,
     .pv_block16 = hm_pv_block16_avx512,
@@ -193,8 +193,9 @@ static inline void pack_b64(const int8_t *const rows[16], int64_t k, int8_t *dst
 
 /* Scale group gi of the 16-token group g: quantized and packed (codes and scales), into the
  * VNNI tiles (row tile k / 4 holds each token's values k .. k + 3) or, rt, the row tiles (row tl
- * of tile k / 64 holds token tl's values k .. k + 63); tokens past n_tok code 0 */
-static void pack_group(const amx_act *a, const float *x, size_t x_stride, const int32_t *idx,
+ * of tile k / 64 holds token tl's values k .. k + 63); tokens past n_tok code 0. xg: the group's
+ * first value of row 0 (row r's at xg + r * x_stride) */
+static void pack_group(const amx_act *a, const float *xg, size_t x_stride, const int32_t *idx,
                        int n_tok, int64_t cols, int g, int64_t gi, bool rt) {
     _Alignas(64) int8_t qt[16][AMX_G];
     int8_t *T = a->q + (size_t)g * 16 * (size_t)a->kp;
@@ -207,7 +208,7 @@ static void pack_group(const amx_act *a, const float *x, size_t x_stride, const 
         float d = 0.0f;
         rows[tl] = NULL;
         if (t < n_tok) {
-            d = quant_group(x + (size_t)(idx ? idx[t] : t) * x_stride + c0, len, qt[tl], plen);
+            d = quant_group(xg + (size_t)(idx ? idx[t] : t) * x_stride, len, qt[tl], plen);
             rows[tl] = qt[tl];
         }
         a->dx[((size_t)g * a->ngrp + gi) * 16 + tl] = d;
@@ -228,14 +229,14 @@ static void pack_tokens(const float *x, size_t x_stride, const int32_t *idx, int
     const amx_act a = act_layout(cols, n_tok, packed);
     for (int g = g0; g < g1 && g < a.tp * 2; g++)
         for (int64_t gi = 0; gi < a.ngrp; gi++)
-            pack_group(&a, x, x_stride, idx, n_tok, cols, g, gi, rt);
+            pack_group(&a, x + gi * AMX_G, x_stride, idx, n_tok, cols, g, gi, rt);
 }
 
-static void pack_kgroup(const float *x, size_t x_stride, int n_tok, int64_t cols, void *packed,
+static void pack_kgroup(const float *xg, size_t x_stride, int n_tok, int64_t cols, void *packed,
                         int64_t gi, bool rt) {
     const amx_act a = act_layout(cols, n_tok, packed);
     if (gi < 0 || gi >= a.ngrp) return;
-    for (int g = 0; g < a.tp * 2; g++) pack_group(&a, x, x_stride, NULL, n_tok, cols, g, gi, rt);
+    for (int g = 0; g < a.tp * 2; g++) pack_group(&a, xg, x_stride, NULL, n_tok, cols, g, gi, rt);
 }
 
 void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32_t *idx, int n_tok,
@@ -246,7 +247,7 @@ void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32
 
 void hm_amx_pack_act_kgroup(const float *x, size_t x_stride, int n_tok, int64_t cols, void *packed,
                             int64_t gi) {
-    pack_kgroup(x, x_stride, n_tok, cols, packed, gi, false);
+    if (gi >= 0) pack_kgroup(x + gi * AMX_G, x_stride, n_tok, cols, packed, gi, false);
 }
 
 void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
@@ -254,9 +255,9 @@ void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int
     pack_tokens(x, x_stride, idx, n_tok, cols, packed, g0, g1, true);
 }
 
-void hm_amx_pack_act_kgroup_rt(const float *x, size_t x_stride, int n_tok, int64_t cols,
-                               void *packed, int64_t gi) {
-    pack_kgroup(x, x_stride, n_tok, cols, packed, gi, true);
+void hm_amx_pack_act_group_rt(const float *xg, size_t x_stride, int n_tok, int64_t cols,
+                              void *packed, int64_t gi) {
+    pack_kgroup(xg, x_stride, n_tok, cols, packed, gi, true);
 }
 
 /* Per-token int8 rows: kp codes then ngrp float scales, 64-byte aligned size */
@@ -279,8 +280,8 @@ void hm_amx_quant_row(const float *x, int64_t cols, void *qrow) {
 
 /* The packed layout of hm_amx_pack_act from rows quantized once (hm_amx_quant_row): each tile row
  * (one 4-value quad of 16 tokens) is one 32-bit gather. Same codes and scales, so the same bits. */
-void hm_amx_pack_act_q(const void *qrows, size_t qrow_bytes, const int32_t *idx, int n_tok,
-                       int64_t cols, void *packed, int g0, int g1) {
+static void pack_act_q(const void *qrows, size_t qrow_bytes, const int32_t *idx, int n_tok,
+                       int64_t cols, void *packed, int g0, int g1, bool rt) {
     const amx_act a = act_layout(cols, n_tok, packed);
     const uint8_t *base = qrows;
     for (int g = g0; g < g1 && g < a.tp * 2; g++) {
@@ -291,13 +292,30 @@ void hm_amx_pack_act_q(const void *qrows, size_t qrow_bytes, const int32_t *idx,
             rows[tl] =
                 t < n_tok ? (const int8_t *)(base + (size_t)(idx ? idx[t] : t) * qrow_bytes) : NULL;
         }
-        for (int64_t k = 0; k < a.kp; k += 64) pack_b64(rows, k, B + k / 4 * 64);
+        if (rt) /* row tile k / 64: row tl is token tl's codes k .. k + 63, a 64-byte copy */
+            for (int64_t k = 0; k < a.kp; k += 64)
+                for (int tl = 0; tl < 16; tl++)
+                    _mm512_store_si512(B + k * 16 + 64 * tl, rows[tl]
+                                                                 ? _mm512_loadu_si512(rows[tl] + k)
+                                                                 : _mm512_setzero_si512());
+        else
+            for (int64_t k = 0; k < a.kp; k += 64) pack_b64(rows, k, B + k / 4 * 64);
         for (int64_t gi = 0; gi < a.ngrp; gi++)
             for (int tl = 0; tl < 16; tl++)
                 a.dx[((size_t)g * a.ngrp + gi) * 16 + tl] =
                     rows[tl] ? *(const float *)((const uint8_t *)rows[tl] + (size_t)a.kp + 4 * gi)
                              : 0.0f;
     }
+}
+
+void hm_amx_pack_act_q(const void *qrows, size_t qrow_bytes, const int32_t *idx, int n_tok,
+                       int64_t cols, void *packed, int g0, int g1) {
+    pack_act_q(qrows, qrow_bytes, idx, n_tok, cols, packed, g0, g1, false);
+}
+
+void hm_amx_pack_act_q_rt(const void *qrows, size_t qrow_bytes, const int32_t *idx, int n_tok,
+                          int64_t cols, void *packed, int g0, int g1) {
+    pack_act_q(qrows, qrow_bytes, idx, n_tok, cols, packed, g0, g1, true);
 }
 
 /* One 32-row weight unit, the layout hm_amx_wpack stores and the per-call path converts into:
@@ -614,71 +632,6 @@ static void amx_unit(const amx_act *a, const int8_t *A, const float *sw, int n_t
     }
 }
 
-/* acc [pn][32 rows][32 tokens] of pairs p0.. to hT[r][t] (rows r < nr, row stride ts): each
- * row's tokens are contiguous in both, so whole vectors are copied (no transpose) */
-static void store_acc_rows(const float *acc_all, int n_tok, int p0, int pn, int nr, float *hT,
-                           size_t ts) {
-    for (int pi = 0; pi < pn; pi++) {
-        const int p = p0 + pi, nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
-        const __mmask16 k0 = tail_mask(nt), k1 = tail_mask(nt - 16);
-        const float *acc = acc_all + pi * 32 * 32;
-        for (int n = 0; n < nr; n++) {
-            float *d = hT + (size_t)n * ts + 32 * (size_t)p;
-            _mm512_mask_storeu_ps(d, k0, _mm512_load_ps(acc + 32 * n));
-            if (nt > 16) _mm512_mask_storeu_ps(d + 16, k1, _mm512_load_ps(acc + 32 * n + 16));
-        }
-    }
-}
-
-/* The SiLU-GLU of a gate unit and the up unit of the same rows: both accumulate in the
- * thread's scratch and only silu(g) * u is stored, so the up projection's outputs are never
- * written out and read back (the output stores cost a third of the tile kernel's time). */
-static void amx_glu_unit(const amx_act *a, const int8_t *Ag, const float *swg, const int8_t *Au,
-                         const float *swu, int n_tok, int nr, float *h, size_t h_stride,
-                         bool by_row, const amx_scratch *s) {
-    for (int p0 = 0; p0 < a->tp; p0 += AMX_TB) {
-        const int pn = a->tp - p0 < AMX_TB ? a->tp - p0 : AMX_TB;
-        amx_chunk(a, Ag, swg, n_tok, p0, pn, s->acc, s->cbuf);
-        amx_chunk(a, Au, swu, n_tok, p0, pn, s->acc2, s->cbuf);
-        hm_silu_mul_f32_avx512(pn * 32 * 32, s->acc, s->acc2);
-        if (by_row)
-            store_acc_rows(s->acc, n_tok, p0, pn, nr, h, h_stride);
-        else
-            store_acc(s->acc, n_tok, p0, pn, nr, h, h_stride);
-    }
-}
-
-static void glu_packed(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
-                       int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
-                       bool by_row, void *scratch) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    const amx_scratch s = scratch_layout(cols, scratch);
-    const size_t ub = unit_bytes(cols);
-    if (r1 > rows) r1 = rows;
-    amx_config();
-    for (int64_t rg = r0; rg < r1; rg += 32) {
-        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
-        const int8_t *ug = (const int8_t *)wg + (size_t)(rg / 32) * ub,
-                     *uu = (const int8_t *)wu + (size_t)(rg / 32) * ub;
-        float *hr = by_row ? h + (size_t)(rg - r0) * h_stride : h + (rg - r0);
-        amx_glu_unit(&a, ug, (const float *)(ug + 32 * a.kp), uu, (const float *)(uu + 32 * a.kp),
-                     n_tok, nr, hr, h_stride, by_row, &s);
-    }
-    _tile_release();
-}
-
-void hm_amx_glu_packed(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
-                       int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
-                       void *scratch) {
-    glu_packed(wg, wu, rows, cols, r0, r1, packed, n_tok, h, h_stride, false, scratch);
-}
-
-void hm_amx_glu_packed_rows(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
-                            int64_t r1, const void *packed, int n_tok, float *hT, size_t hT_stride,
-                            void *scratch) {
-    glu_packed(wg, wu, rows, cols, r0, r1, packed, n_tok, hT, hT_stride, true, scratch);
-}
-
 void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                   int64_t u0, int64_t u1, void *dst, void *scratch) {
     const amx_scratch s = scratch_layout(cols, scratch);
@@ -690,15 +643,16 @@ void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, 
     }
 }
 
-/* ---------------------------------------------------------------- swapped operands (down)
- * The down projection of the expert engine with the roles swapped: the activations are the row
- * tiles (A: 16 tokens x 64 values, token-major, "rt" layout: [16-token group][kp / 64][16][64]
- * with the same dx scales as the VNNI layout) and the repacked weights the VNNI tiles
- * (hm_amx_wpack_vnni: each KiB of a unit transposed to [16 quads][16 rows][4]). The products
- * then come out token-major, so they are folded and added to the tokens' output rows as whole
- * vectors: no transposing copy and no float tile in between. Every product and fold is the same
- * float operation as in hm_amx_matmul_packed (sw[r] * dx[t] commutes), and the adds are its
- * caller's axpys, so the results are the same bits. */
+/* ---------------------------------------------------------------- swapped operands
+ * The expert engine's matmuls over repacked weights with the roles swapped: the activations are
+ * the row tiles (A: 16 tokens x 64 values, token-major, "rt" layout: [16-token group][kp / 64]
+ * [16][64] with the same dx scales as the VNNI layout), so packing them is 64-byte copies of
+ * each token's codes, and the weights the VNNI tiles (hm_amx_wpack_vnni: each KiB of a unit
+ * transposed to [16 quads][16 rows][4]). The products then come out token-major and leave as
+ * whole vectors into the tokens' rows: no transposing copy and no float tile in between. Every
+ * product and fold is the same float operation as in hm_amx_matmul_packed (sw[r] * dx[t]
+ * commutes), the GLU the same silu_mul, and the adds the per-call path's axpys, so the results
+ * are the same bits. */
 
 void hm_amx_wpack_vnni(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                        int64_t u0, int64_t u1, void *dst, void *scratch) {
@@ -715,70 +669,17 @@ void hm_amx_wpack_vnni(uint32_t type, const void *w, size_t row_bytes, int64_t r
         }
 }
 
-/* 16 x 16 bytes transposed: row j of out = byte j of every row of in */
-static inline void transpose16_epi8(const __m128i in[16], __m128i out[16]) {
-    __m128i a[16], b[16];
-    for (int i = 0; i < 16; i += 2) {
-        a[i] = _mm_unpacklo_epi8(in[i], in[i + 1]);
-        a[i + 1] = _mm_unpackhi_epi8(in[i], in[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        b[i] = _mm_unpacklo_epi16(a[i], a[i + 2]);
-        b[i + 1] = _mm_unpackhi_epi16(a[i], a[i + 2]);
-        b[i + 2] = _mm_unpacklo_epi16(a[i + 1], a[i + 3]);
-        b[i + 3] = _mm_unpackhi_epi16(a[i + 1], a[i + 3]);
-    }
-    for (int i = 0; i < 16; i += 8)
-        for (int j = 0; j < 4; j++) {
-            a[i + 2 * j] = _mm_unpacklo_epi32(b[i + j], b[i + j + 4]);
-            a[i + 2 * j + 1] = _mm_unpackhi_epi32(b[i + j], b[i + j + 4]);
-        }
-    for (int j = 0; j < 8; j++) {
-        out[2 * j] = _mm_unpacklo_epi64(a[j], a[j + 8]);
-        out[2 * j + 1] = _mm_unpackhi_epi64(a[j], a[j + 8]);
-    }
-}
+/* What the swapped-operand driver does with a unit's products (acc [32 tokens][32 rows]) */
+typedef enum {
+    RT_STORE, /* y[t][r] = W[r] . x_t */
+    RT_GLU,   /* y[t][r] = silu(G[r] . x_t) * (U[r] . x_t) */
+    RT_ACC,   /* y[tok[t]][r] += wt[t] * (W[r] . x_t), then += wt[t] * bias[r] with a bias */
+} rt_mode;
 
-void hm_amx_pack_act_kgroup_rows_rt(const float *xT, size_t xT_stride, int n_tok, int64_t cols,
-                                    void *packed, int64_t gi) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    if (gi < 0 || gi >= a.ngrp) return;
-    const int64_t c0 = gi * AMX_G;
-    const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
-    const int plen = (int)(a.kp - c0 < AMX_G ? a.kp - c0 : AMX_G);
-    _Alignas(64) int8_t q[AMX_G][16]; /* the group's codes of 16 tokens, row by row */
-    for (int g = 0; g < a.tp * 2; g++) {
-        const int t0 = 16 * g, nt = n_tok - t0 < 16 ? (n_tok - t0 > 0 ? n_tok - t0 : 0) : 16;
-        const __mmask16 k = tail_mask(nt);
-        __m512 mx = _mm512_setzero_ps();
-        for (int r = 0; r < len; r++)
-            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(
-                                       k, xT + (size_t)r * xT_stride + (size_t)t0)));
-        const __m512 d = _mm512_div_ps(mx, _mm512_set1_ps(127.0f));
-        const __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-        const __m512 id = _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d);
-        _mm512_storeu_ps(a.dx + ((size_t)g * a.ngrp + gi) * 16, _mm512_maskz_mov_ps(k, d));
-        for (int r = 0; r < len; r++) {
-            const __m512 x = _mm512_maskz_loadu_ps(k, xT + (size_t)r * xT_stride + (size_t)t0);
-            _mm_store_si128((__m128i *)q[r],
-                            _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x, id))));
-        }
-        for (int r = len; r < plen; r++) _mm_store_si128((__m128i *)q[r], _mm_setzero_si128());
-        /* row tile (c0 + i) / 64: token tl's 64 values = column tl of q's rows i .. i + 63 */
-        int8_t *A = a.q + (size_t)g * 16 * (size_t)a.kp;
-        for (int i = 0; i < plen; i += 16) {
-            __m128i in[16], out[16];
-            for (int j = 0; j < 16; j++) in[j] = _mm_load_si128((const __m128i *)q[i + j]);
-            transpose16_epi8(in, out);
-            int8_t *dst = A + (size_t)(c0 + i) / 64 * 1024 + (size_t)((c0 + i) % 64);
-            for (int tl = 0; tl < 16; tl++) _mm_store_si128((__m128i *)(dst + 64 * tl), out[tl]);
-        }
-    }
-}
-
-void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
-                     const void *packed, int n_tok, const int32_t *tok, const float *wt,
-                     const float *bias, float *out, size_t out_stride, void *scratch) {
+static void rt_matmul(const void *wp, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                      int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
+                      const int32_t *tok, const float *wt, const float *bias, void *scratch,
+                      rt_mode mode) {
     const amx_act a = act_layout(cols, n_tok, packed);
     const amx_scratch s = scratch_layout(cols, scratch);
     const size_t ub = unit_bytes(cols);
@@ -786,22 +687,57 @@ void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int
     amx_config();
     for (int64_t rg = r0; rg < r1; rg += 32) {
         const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
+        const __mmask16 k0 = tail_mask(nr), k1 = tail_mask(nr - 16);
         const int8_t *u = (const int8_t *)wp + (size_t)(rg / 32) * ub;
         for (int p0 = 0; p0 < a.tp; p0 += AMX_TB) {
             const int pn = a.tp - p0 < AMX_TB ? a.tp - p0 : AMX_TB;
             amx_chunk_rt(&a, u, (const float *)(u + 32 * a.kp), n_tok, p0, pn, s.acc, s.cbuf);
+            if (mode == RT_GLU) {
+                const int8_t *uu = (const int8_t *)wu + (size_t)(rg / 32) * ub;
+                amx_chunk_rt(&a, uu, (const float *)(uu + 32 * a.kp), n_tok, p0, pn, s.acc2,
+                             s.cbuf);
+                hm_silu_mul_f32_avx512(pn * 32 * 32, s.acc, s.acc2);
+            }
             for (int pi = 0; pi < pn; pi++) {
                 const int p = p0 + pi, nt = n_tok - 32 * p < 32 ? n_tok - 32 * p : 32;
                 for (int t = 0; t < nt; t++) {
                     const int tt = 32 * p + t;
-                    float *o = out + (size_t)tok[tt] * out_stride + (size_t)rg;
-                    hm_axpy_f32_avx512(nr, wt[tt], s.acc + (size_t)pi * 32 * 32 + 32 * t, o);
-                    if (bias) hm_axpy_f32_avx512(nr, wt[tt], bias + rg, o);
+                    const float *src = s.acc + (size_t)pi * 32 * 32 + 32 * t;
+                    if (mode == RT_ACC) {
+                        float *o = y + (size_t)tok[tt] * y_stride + (size_t)rg;
+                        hm_axpy_f32_avx512(nr, wt[tt], src, o);
+                        if (bias) hm_axpy_f32_avx512(nr, wt[tt], bias + rg, o);
+                        continue;
+                    }
+                    float *o = y + (size_t)tt * y_stride + (size_t)(rg - r0);
+                    _mm512_mask_storeu_ps(o, k0, _mm512_load_ps(src));
+                    if (nr > 16) _mm512_mask_storeu_ps(o + 16, k1, _mm512_load_ps(src + 16));
                 }
             }
         }
     }
     _tile_release();
+}
+
+void hm_amx_matmul_packed_rt(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                             const void *packed, int n_tok, float *y, size_t y_stride,
+                             void *scratch) {
+    rt_matmul(wp, NULL, rows, cols, r0, r1, packed, n_tok, y, y_stride, NULL, NULL, NULL, scratch,
+              RT_STORE);
+}
+
+void hm_amx_glu_packed_rt(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
+                          int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
+                          void *scratch) {
+    rt_matmul(wg, wu, rows, cols, r0, r1, packed, n_tok, h, h_stride, NULL, NULL, NULL, scratch,
+              RT_GLU);
+}
+
+void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
+                     const void *packed, int n_tok, const int32_t *tok, const float *wt,
+                     const float *bias, float *out, size_t out_stride, void *scratch) {
+    rt_matmul(wp, NULL, rows, cols, r0, r1, packed, n_tok, out, out_stride, tok, wt, bias, scratch,
+              RT_ACC);
 }
 
 /* ---------------------------------------------------------------- AVX-512 VNNI int8 matmul
