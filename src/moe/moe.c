@@ -45,6 +45,7 @@ typedef struct {
     int64_t claim0;        /* its first gate/up claim in the chunk */
     int g;                 /* units per gate/up claim */
     bool fused;            /* AMX claims of one scale group: h packed for down as it is made */
+    bool own_x; /* each fused claim packs the expert's x into its own thread's tile (not px) */
 } active_expert;
 
 typedef struct {
@@ -52,6 +53,7 @@ typedef struct {
     int64_t rows;   /* assignments of the chunk */
     int64_t claims; /* gate/up claims of the chunk */
     bool any_amx;
+    bool any_px; /* some expert's x is packed into px, in the phase before gate/up */
     /* next unclaimed work unit of the gate/up and down phases: threads claim units one at a
      * time, so a thread slowed down (a busy core, a far memory channel) takes fewer of them */
     atomic_llong gu_next, dn_next;
@@ -107,6 +109,7 @@ struct hm_moe {
     size_t xa_bytes;
     bool xa_need; /* this batch has AMX experts */
     size_t tscratch_bytes;
+    size_t tb_bytes; /* this batch's float tile per thread, after tscratch_bytes; then own x */
     /* decode path (one chunk, matvec only): per active expert, gate/up units done and h ready;
      * part: [chunk assignments][hidden] weighted down outputs, summed per token at the end */
     atomic_int *gu_done, *h_ready;
@@ -590,7 +593,7 @@ static void phase_pack(hm_moe *m, const chunk *c, bool down, int ith, int nth) {
     int item = 0;
     for (int a = c->a0; a < c->a1; a++) {
         const active_expert *ae = &m->act[a];
-        if (!ae->amx || (down && ae->fused)) continue;
+        if (!ae->amx || (down ? ae->fused : ae->own_x)) continue;
         const int groups = (ae->n + 31) / 32 * 2;
         for (int g = 0; g < groups; g++, item++) {
             if (item % nth != ith) continue;
@@ -752,12 +755,16 @@ static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
         const int64_t re = r1 < m->p.inter ? r1 : m->p.inter;
         const int64_t I = m->p.inter;
 #if defined(__x86_64__)
-        if (ae->fused && swapped(m, ae) && plain_silu(m, ae)) {
-            /* the claim's h into the thread's tile [tokens][rows of the claim] and packed for
-             * down from there: it never leaves the claiming core's L2 */
+        if (ae->own_x) {
+            /* the expert's x packed into this thread's tile, the claim's h into its float tile
+             * [tokens][rows of the claim] and packed for down from there: neither leaves the
+             * claiming core's L2 */
+            uint8_t *px = (uint8_t *)tb + m->tb_bytes;
+            hm_amx_pack_act_q_rt(m->s->xa, m->xa_bytes, m->s->tok + ae->off, ae->n, m->p.hidden, px,
+                                 0, (ae->n + 31) / 32 * 2);
             const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
-            m->ops->i8_glu_packed_rt(wp, wp + m->wp_gu, I, m->p.hidden, r0, re,
-                                     m->s->px + ae->px_off, ae->n, tb, (size_t)(re - r0), scr);
+            m->ops->i8_glu_packed_rt(wp, wp + m->wp_gu, I, m->p.hidden, r0, re, px, ae->n, tb,
+                                     (size_t)(re - r0), scr);
             hm_amx_pack_act_group_rt(tb, (size_t)(re - r0), ae->n, I, m->s->ph + ae->ph_off,
                                      r0 / HM_AMX_GROUP);
             continue;
@@ -914,7 +921,7 @@ static void job(int ith, int nth, void *arg) {
     for (int ci = 0; ci < m->n_chunks; ci++) {
         chunk *c = &m->chunks[ci];
 #if defined(__x86_64__)
-        if (c->any_amx) {
+        if (c->any_px) {
             phase_pack(m, c, false, ith, nth);
             hm_pool_barrier(m->p.pool);
         }
@@ -1088,12 +1095,12 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     const int64_t cap = (int64_t)m->p.max_tokens * 8;
     m->n_chunks = 0;
     int64_t chunk_rows = 0;
-    size_t px_need = 0, ph_need = 0, px = 0, ph = 0, tb_floats = 0;
+    size_t px_need = 0, ph_need = 0, px = 0, ph = 0, tb_floats = 0, own_x = 0;
     for (int a = 0; a < m->n_act; a++) {
         active_expert *ae = &m->act[a];
         if (m->n_chunks == 0 || m->chunks[m->n_chunks - 1].rows + ae->n > cap) {
             chunk *c = &m->chunks[m->n_chunks++];
-            c->a0 = a, c->a1 = a, c->rows = 0, c->claims = 0, c->any_amx = false;
+            c->a0 = a, c->a1 = a, c->rows = 0, c->claims = 0, c->any_amx = c->any_px = false;
             atomic_init(&c->gu_next, 0);
             atomic_init(&c->dn_next, 0);
             px = ph = 0;
@@ -1124,11 +1131,24 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         c->claims += (I + (int64_t)UNIT * ae->g - 1) / ((int64_t)UNIT * ae->g);
         chunk_rows = c->rows > chunk_rows ? c->rows : chunk_rows;
 #if defined(__x86_64__)
+        ae->own_x = false;
         if (ae->amx) {
             c->any_amx = true;
-            ae->px_off = px, ae->ph_off = ph;
-            px += (hm_amx_act_bytes(m->tg, H, ae->n) + 63) & ~(size_t)63;
+            ae->ph_off = ph;
             ph += (hm_amx_act_bytes(m->td, I, ae->n) + 63) & ~(size_t)63;
+            /* a fused claim on the swapped kernels packs its expert's x itself, from the rows
+             * quantized once, into its core's L2: the 2-3 claims of an expert repeat those
+             * copies, but no packing phase writes them all out to memory and no claim then
+             * reads them back from there */
+            const size_t xb = hm_amx_act_bytes(m->tg, H, ae->n);
+            ae->own_x = ae->fused && swapped(m, ae) && plain_silu(m, ae);
+            if (ae->own_x) {
+                own_x = xb > own_x ? xb : own_x;
+            } else {
+                c->any_px = true;
+                ae->px_off = px;
+                px += (xb + 63) & ~(size_t)63;
+            }
         }
 #endif
         px_need = px > px_need ? px : px_need;
@@ -1159,8 +1179,10 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     ok = ok && (px_need == 0 || grow((void **)&S->px, &S->cap_px, px_need, "moe packed x"));
     ok = ok && (ph_need == 0 || grow((void **)&S->ph, &S->cap_ph, ph_need, "moe packed h"));
     /* per-thread: AMX scratch + a [tokens of an expert][rows of its claims] float tile (the
-     * largest); the size is kept in a header word before the buffer */
-    ok = ok && thread_scratch(m, m->tscratch_bytes + sizeof(float) * tb_floats + 64) == HM_OK;
+     * largest) + the largest own-packed x; the size is kept in a header word before the
+     * buffer */
+    m->tb_bytes = (sizeof(float) * tb_floats + 63) & ~(size_t)63;
+    ok = ok && thread_scratch(m, m->tscratch_bytes + m->tb_bytes + own_x + 64) == HM_OK;
     if (!ok) {
         scratch_release(S);
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);
