@@ -259,6 +259,7 @@ typedef struct kjob {
     const float *x; /* float activations [n_tok][cols] (the AMX path quantizes them itself) */
     uint8_t *wpack; /* --repack: every matrix repacked for AMX, wpack_bytes apart; else NULL */
     size_t wpack_bytes;
+    bool rt; /* repacked for the swapped-operand kernel (activations as row tiles) */
     const hm_cpu_ops *ops;
     bool bf16;            /* BF16/F16 weights on AMX BF16 tiles instead of the int8 path */
     hm_vec_dot_n_fn dotn; /* the multi-token twin of dot (NULL: none) */
@@ -290,6 +291,10 @@ static void kmatvec_task(int ith, int nth, void *arg) {
             if (r1 > r0 && j->bf16)
                 hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
                                    j->n_tok, j->y + r0, (size_t)w->rows, j->scratch[ith]);
+            else if (r1 > r0 && j->rt)
+                j->ops->i8_matmul_packed_rt(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
+                                            r0, r1, j->packed, j->n_tok, j->y + r0, (size_t)w->rows,
+                                            j->scratch[ith]);
             else if (r1 > r0 && j->wpack)
                 j->ops->i8_matmul_packed(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
                                          r0, r1, j->packed, j->n_tok, j->y + r0, (size_t)w->rows,
@@ -315,6 +320,9 @@ static void kpack_task(int ith, int nth, void *arg) {
     if (j->bf16)
         hm_amx_bf16_pack_act(j->x, (size_t)j->mats[0].cols, NULL, j->n_tok, j->mats[0].cols,
                              j->packed, tg * ith / nth, tg * (ith + 1) / nth);
+    else if (j->rt)
+        hm_amx_pack_act_rt(j->x, (size_t)j->mats[0].cols, NULL, j->n_tok, j->mats[0].cols,
+                           j->packed, tg * ith / nth, tg * (ith + 1) / nth);
     else
         hm_amx_pack_act(j->mats[0].type, j->x, (size_t)j->mats[0].cols, NULL, j->n_tok,
                         j->mats[0].cols, j->packed, tg * ith / nth, tg * (ith + 1) / nth);
@@ -328,8 +336,9 @@ static void kwpack_task(int ith, int nth, void *arg) {
     kjob *j = arg;
     for (int m = ith; m < j->n_mats; m += nth) {
         const hm_matrix *w = &j->mats[m];
-        hm_amx_wpack(w->type, w->data, w->row_bytes, w->rows, w->cols, 0, (w->rows + 31) / 32,
-                     j->wpack + (size_t)m * j->wpack_bytes, j->scratch[ith]);
+        (j->rt ? hm_amx_wpack_vnni : hm_amx_wpack)(
+            w->type, w->data, w->row_bytes, w->rows, w->cols, 0, (w->rows + 31) / 32,
+            j->wpack + (size_t)m * j->wpack_bytes, j->scratch[ith]);
     }
 #else
     (void)ith, (void)nth, (void)arg;
@@ -470,9 +479,13 @@ static int bench_kernels(int argc, char **argv) {
             "packed once per token set, untimed); weights %s\n",
             ops->isa == HM_ISA_AMX ? "AMX INT8 tiles (TDPBSSD, K = 64, 32 rows x 32 tokens per step"
                                    : "AVX-512 VNNI (VPDPBUSD, 4 rows x 32 tokens per step",
-            repack ? "repacked once to int8 tile units (untimed; the GB/s column still counts the "
-                     "original bytes)"
-                   : "converted to int8 on every call");
+            !repack ? "converted to int8 on every call"
+            : ops->i8_matmul_packed_rt
+                ? "repacked once to int8 tile units in the VNNI layout, activations as row tiles "
+                  "(the swapped operands of the expert engine; untimed; the GB/s column still "
+                  "counts the original bytes)"
+                : "repacked once to int8 tile units (untimed; the GB/s column still counts the "
+                  "original bytes)");
     }
 #endif
     job.scratch = scratch;
@@ -486,6 +499,7 @@ static int bench_kernels(int argc, char **argv) {
             return 1;
         }
         job.wpack = wpbuf.ptr;
+        job.rt = ops->i8_matmul_packed_rt != NULL;
         uint64_t t0 = hm_time_ns();
         hm_pool_run(pool, kwpack_task, &job);
         printf("repacked %d matrices (%.2f GiB) in %.2f s\n", n_mats,
