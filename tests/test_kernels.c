@@ -216,6 +216,26 @@ static void test_i8_split(uint32_t type, int64_t cols) {
  * The AMX path quantizes activations to int8 per 256 values: the named tolerance is 1% of max|y|
  * (int8 rounding of x is ~0.4% per element and averages out over the dot product). Rows not a
  * multiple of 16, tokens not a multiple of 16, a row range that starts inside the matrix. */
+/* The packed activations' codes checked against the layout from first principles: 16-token group
+ * g's VNNI tile row k / 4 holds token g * 16 + j's codes k .. k + 3 at bytes 4 j .. 4 j + 3, or
+ * (rt) its row tile k / 64 holds them in row j; zeros for tokens past n_tok. Token t's codes are
+ * row idx[t] of the rows qr (qb bytes apart) quantized once. Returns the bytes out of place. */
+static int misplaced_codes(const uint8_t *packed, const uint8_t *qr, size_t qb, const int32_t *idx,
+                           int n_tok, int64_t cols, bool rt) {
+    const int64_t kp = (cols + 63) / 64 * 64;
+    int wrong = 0;
+    for (int g = 0; g < (n_tok + 31) / 32 * 2; g++)
+        for (int64_t k = 0; k < kp; k++)
+            for (int j = 0; j < 16; j++) {
+                const int t = g * 16 + j;
+                const int8_t want = t < n_tok ? (int8_t)qr[(size_t)idx[t] * qb + (size_t)k] : 0;
+                const size_t at = rt ? (size_t)(k / 64) * 1024 + (size_t)j * 64 + (size_t)(k % 64)
+                                     : (size_t)(k / 4) * 64 + (size_t)j * 4 + (size_t)(k % 4);
+                wrong += (int8_t)packed[(size_t)g * 16 * (size_t)kp + at] != want;
+            }
+    return wrong;
+}
+
 /* The swapped-operand kernels (AMX) against the tile kernels they replace, bit for bit: the
  * matmul, the SiLU-GLU (the two matmuls, then the table's silu_mul) and the down projection
  * (the matmul plus the two axpys), at rows not a multiple of 32 (a short last unit), cols with
@@ -263,17 +283,7 @@ static void test_amx_swapped(uint32_t type, int64_t rows, int64_t cols, int n_to
                   *a2 = (const uint8_t *)(((uintptr_t)pq + 63) & ~(uintptr_t)63);
     CHECK_MSG(!memcmp(a1, a2, pb - 64), "rt packing of %lld cols, %d tokens: q_rt != rt",
               (long long)cols, n_tok);
-    /* group g's row tile k / 64 holds token g * 16 + j's codes k .. k + 63 in row j */
-    const int64_t kp = (cols + 63) / 64 * 64;
-    int wrong = 0;
-    for (int g = 0; g < tg; g++)
-        for (int64_t k = 0; k < kp; k++)
-            for (int j = 0; j < 16; j++) {
-                const int t = g * 16 + j;
-                const int8_t want = t < n_tok ? (int8_t)qr[(size_t)idx[t] * qb + (size_t)k] : 0;
-                wrong += (int8_t)a2[(size_t)g * 16 * (size_t)kp + (size_t)(k / 64) * 1024 +
-                                    (size_t)j * 64 + (size_t)(k % 64)] != want;
-            }
+    const int wrong = misplaced_codes(a2, qr, qb, idx, n_tok, cols, true);
     CHECK_MSG(wrong == 0, "rt %lld cols, %d tokens: %d packed bytes not where the layout says",
               (long long)cols, n_tok, wrong);
     hm_amx_pack_act_rt(x, (size_t)cols, NULL, n_tok, cols, pr, 0, tg); /* in token order */
@@ -379,18 +389,7 @@ static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) 
                       *a2 = (const uint8_t *)(((uintptr_t)p2 + 63) & ~(uintptr_t)63);
         CHECK_MSG(!memcmp(a1, a2, pb - 64), "amx %s %lld cols, %d tokens: pack_act_q != pack_act",
                   hm_type_name(type), (long long)cols, n_tok);
-        /* the layout from first principles: group g's tile row k / 4 holds token g * 16 + j's
-         * codes k .. k + 3 at bytes 4 j .. 4 j + 3 (zeros for tokens past n_tok) */
-        const int64_t kp = (cols + 63) / 64 * 64;
-        int wrong = 0;
-        for (int g = 0; g < tg; g++)
-            for (int64_t k = 0; k < kp; k++)
-                for (int j = 0; j < 16; j++) {
-                    const int t = g * 16 + j;
-                    const int8_t want = t < n_tok ? (int8_t)qr[(size_t)idx[t] * qb + (size_t)k] : 0;
-                    wrong += (int8_t)a2[(size_t)g * 16 * (size_t)kp + (size_t)(k / 4) * 64 +
-                                        (size_t)j * 4 + (size_t)(k % 4)] != want;
-                }
+        const int wrong = misplaced_codes(a2, qr, qb, idx, n_tok, cols, false);
         CHECK_MSG(wrong == 0, "amx %lld cols, %d tokens: %d packed bytes not where the layout says",
                   (long long)cols, n_tok, wrong);
         free(qr), free(idx), free(xr), free(p2);

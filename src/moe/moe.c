@@ -753,8 +753,8 @@ static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
         const active_expert *ae = &m->act[a];
         const int64_t r0 = (u - ae->claim0) * UNIT * ae->g, r1 = r0 + UNIT * ae->g;
         const int64_t re = r1 < m->p.inter ? r1 : m->p.inter;
-        const int64_t I = m->p.inter;
 #if defined(__x86_64__)
+        const int64_t I = m->p.inter;
         if (ae->own_x) {
             /* the expert's x packed into this thread's tile, the claim's h into its float tile
              * [tokens][rows of the claim] and packed for down from there: neither leaves the
