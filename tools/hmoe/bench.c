@@ -349,7 +349,7 @@ static int bench_kernels(int argc, char **argv) {
     const char *type_name = "q4_k";
     long rows = 768, cols = 2048, threads = 0, tokens[16] = {1, 4, 8, 64, 512};
     int n_tokens = 5;
-    bool repack = false;
+    bool repack = false, unswapped = false;
     size_t gib = (size_t)1 << 30;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -357,6 +357,8 @@ static int bench_kernels(int argc, char **argv) {
             type_name = argv[++i];
         else if (!strcmp(a, "--repack"))
             repack = true;
+        else if (!strcmp(a, "--unswapped")) /* A/B: the repacked kernel of the dense path */
+            unswapped = true;
         else if (!strcmp(a, "--rows") && cli_parse_int(v, 1, 1 << 20, &rows))
             i++;
         else if (!strcmp(a, "--cols") && cli_parse_int(v, 1, 1 << 20, &cols))
@@ -369,7 +371,7 @@ static int bench_kernels(int argc, char **argv) {
             i++;
         else
             return cli_usage_error("bench kernels: bad option '%s' (--type T --rows R --cols C "
-                                   "--tokens 1,8,64 --threads N --bytes SIZE --repack)",
+                                   "--tokens 1,8,64 --threads N --bytes SIZE --repack --unswapped)",
                                    a);
     }
     int type = hm_type_from_name(type_name);
@@ -480,7 +482,7 @@ static int bench_kernels(int argc, char **argv) {
             ops->isa == HM_ISA_AMX ? "AMX INT8 tiles (TDPBSSD, K = 64, 32 rows x 32 tokens per step"
                                    : "AVX-512 VNNI (VPDPBUSD, 4 rows x 32 tokens per step",
             !repack ? "converted to int8 on every call"
-            : ops->i8_matmul_packed_rt
+            : ops->i8_matmul_packed_rt && !unswapped
                 ? "repacked once to int8 tile units in the VNNI layout, activations as row tiles "
                   "(the swapped operands of the expert engine; untimed; the GB/s column still "
                   "counts the original bytes)"
@@ -499,7 +501,7 @@ static int bench_kernels(int argc, char **argv) {
             return 1;
         }
         job.wpack = wpbuf.ptr;
-        job.rt = ops->i8_matmul_packed_rt != NULL;
+        job.rt = ops->i8_matmul_packed_rt != NULL && !unswapped;
         uint64_t t0 = hm_time_ns();
         hm_pool_run(pool, kwpack_task, &job);
         printf("repacked %d matrices (%.2f GiB) in %.2f s\n", n_mats,
