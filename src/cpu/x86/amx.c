@@ -279,7 +279,8 @@ void hm_amx_quant_row(const float *x, int64_t cols, void *qrow) {
 }
 
 /* The packed layout of hm_amx_pack_act from rows quantized once (hm_amx_quant_row): each tile row
- * (one 4-value quad of 16 tokens) is one 32-bit gather. Same codes and scales, so the same bits. */
+ * (one 4-value quad of 16 tokens) is one 32-bit gather; or, rt, that of hm_amx_pack_act_rt, where
+ * each tile row is one token's 64 codes. Same codes and scales, so the same bits. */
 static void pack_act_q(const void *qrows, size_t qrow_bytes, const int32_t *idx, int n_tok,
                        int64_t cols, void *packed, int g0, int g1, bool rt) {
     const amx_act a = act_layout(cols, n_tok, packed);
