@@ -88,6 +88,25 @@ int main(void) {
     CHECK_MSG(run(cmd) == 0, "%s", out);
     CHECK_CONTAINS(out, "roofline");
     CHECK_CONTAINS(out, "% of the best variant");
+    /* the kernel and expert-engine benchmarks at toy sizes: they validate and report */
+    snprintf(cmd, sizeof cmd,
+             "%s bench kernels --type q4_k --rows 64 --cols 256 --tokens 1,64 --threads 2 "
+             "--bytes 8M --repack",
+             bin);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "roofline");
+    CHECK_CONTAINS(out, "validation: max |");
+    CHECK_CONTAINS(out, "GOP/s");
+    CHECK(!strstr(out, "FAILED"));
+    snprintf(cmd, sizeof cmd,
+             "%s bench moe --preset qwen3-tiny --type q4_k --layers 2 --tokens 1,64 --threads 2 "
+             "--repack --skew 1",
+             bin);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "roofline: same-run streaming read");
+    CHECK_CONTAINS(out, "empty submit -> wait");
+    CHECK_CONTAINS(out, "tokens/s");
+    CHECK_CONTAINS(out, "routing (skew 1.00)");
 
     /* run / logits / bench e2e on a transformers fixture (tests/data/qwen3moe/a) */
     const char *fx = HMOE_SOURCE_DIR "/tests/data/qwen3moe/a";
