@@ -144,12 +144,14 @@ void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32
 size_t hm_amx_scratch_bytes(uint32_t type, int64_t cols);
 /* The scale groups of the packing: HM_AMX_GROUP values of each row share one scale. */
 #define HM_AMX_GROUP 256
-/* One scale group gi (values [gi * HM_AMX_GROUP, ...) of every row) of all n_tok rows of x into
- * the layout of hm_amx_pack_act: the same codes and scales, bit for bit; calls for every group of
- * [0, ceil(cols / HM_AMX_GROUP)) together pack what one hm_amx_pack_act of all token groups does
- * (the expert engine packs each 256 rows of hidden values as soon as they are computed). */
-void hm_amx_pack_act_kgroup(const float *x, size_t x_stride, int n_tok, int64_t cols, void *packed,
-                            int64_t gi);
+/* One scale group gi (values [gi * HM_AMX_GROUP, ...) of every row) of all n_tok rows into the
+ * layout of hm_amx_pack_act, from the group's values only: xg[t * x_stride + i] is value
+ * gi * HM_AMX_GROUP + i of token t (i < min(HM_AMX_GROUP, cols - gi * HM_AMX_GROUP)). The same
+ * codes and scales, bit for bit; calls for every group of [0, ceil(cols / HM_AMX_GROUP))
+ * together pack what one hm_amx_pack_act of all token groups does (the expert engine packs each
+ * 256 rows of hidden values as soon as they are computed). */
+void hm_amx_pack_act_group(const float *xg, size_t x_stride, int n_tok, int64_t cols, void *packed,
+                           int64_t gi);
 /* The same packing from activation rows quantized once each (a token that goes to 8 experts is
  * then quantized once, not 8 times): hm_amx_quant_row writes one row of hm_amx_qrow_bytes(cols)
  * bytes (64-byte aligned size); hm_amx_pack_act_q gathers rows idx[t] (or t) of qrows, which
@@ -207,8 +209,7 @@ void hm_amx_wpack_vnni(uint32_t type, const void *w, size_t row_bytes, int64_t r
                        int64_t u0, int64_t u1, void *dst, void *scratch);
 void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
                         int64_t cols, void *packed, int g0, int g1);
-/* hm_amx_pack_act_kgroup into row tiles, from the group's values only: xg[t * x_stride + i] is
- * value gi * HM_AMX_GROUP + i of token t (i < min(HM_AMX_GROUP, cols - gi * HM_AMX_GROUP)) */
+/* hm_amx_pack_act_group into row tiles */
 void hm_amx_pack_act_group_rt(const float *xg, size_t x_stride, int n_tok, int64_t cols,
                               void *packed, int64_t gi);
 /* hm_amx_pack_act_q into row tiles */

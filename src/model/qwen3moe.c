@@ -170,8 +170,8 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
         const hm_matrix *r = &L->router;
         hm_ctx_prefetch(c, &r, 1, n);
     } else {
-        const hm_matrix *gu[2] = {&L->ffn_gate, &L->ffn_up};
-        hm_ctx_prefetch(c, gu, 1, n); /* gate: the first of two jobs */
+        const hm_matrix *g = &L->ffn_gate;
+        hm_ctx_prefetch(c, &g, 1, n); /* gate: the first of its two jobs */
     }
     hm_ctx_matmul(c, &L->wo, c->att, n, c->tmp);
     hm_ctx_prof(c, HM_PROF_ATTN_PROJ, &t0);

@@ -773,13 +773,9 @@ static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
         gate_up_unit(m, ae, ae->off - base, r0, re, scr, tb);
 #if defined(__x86_64__)
         if (ae->fused) { /* this claim is one whole scale group of h: pack it while it is in L2 */
-            const float *h = m->s->h + (size_t)(ae->off - base) * (size_t)I;
-            if (swapped(m, ae))
-                hm_amx_pack_act_group_rt(h + r0, (size_t)I, ae->n, I, m->s->ph + ae->ph_off,
-                                         r0 / HM_AMX_GROUP);
-            else
-                hm_amx_pack_act_kgroup(h, (size_t)I, ae->n, I, m->s->ph + ae->ph_off,
-                                       r0 / HM_AMX_GROUP);
+            const float *h = m->s->h + (size_t)(ae->off - base) * (size_t)I + r0;
+            (swapped(m, ae) ? hm_amx_pack_act_group_rt : hm_amx_pack_act_group)(
+                h, (size_t)I, ae->n, I, m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
         }
 #endif
     }

@@ -245,9 +245,9 @@ void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32
     pack_tokens(x, x_stride, idx, n_tok, cols, packed, g0, g1, false);
 }
 
-void hm_amx_pack_act_kgroup(const float *x, size_t x_stride, int n_tok, int64_t cols, void *packed,
-                            int64_t gi) {
-    if (gi >= 0) pack_kgroup(x + gi * AMX_G, x_stride, n_tok, cols, packed, gi, false);
+void hm_amx_pack_act_group(const float *xg, size_t x_stride, int n_tok, int64_t cols, void *packed,
+                           int64_t gi) {
+    pack_kgroup(xg, x_stride, n_tok, cols, packed, gi, false);
 }
 
 void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
