@@ -541,11 +541,14 @@ fold_sd(const int32_t *cb, const float *sw, const float *dx, float *acc, const b
  *     (hm_amx_wpack_vnni); acc is [pn][32 tokens][32 rows].
  * C tile c holds (tokens 16 (c / 2) .., rows 16 (c % 2) ..) in both; swapped is a constant at
  * every call, so each instance keeps only its own loads (tile numbers must be constants). */
-static inline __attribute__((always_inline)) void amx_chunk_any(const amx_act *a, const int8_t *W,
-                                                                const float *sw, int n_tok, int p0,
-                                                                int pn, float *acc_all, int32_t *cb,
-                                                                const bool swapped) {
+static inline __attribute__((always_inline)) void
+amx_chunk_any(const amx_act *a, const int8_t *W, const float *sw, int n_tok, int p0, int pn,
+              float *acc_all, int32_t *cb, const char *pf, size_t pf_bytes, const bool swapped) {
     const int64_t kp = a->kp;
+    /* pf: bytes (the next unit's weights) fetched into L2 a few lines per step */
+    const int steps = (int)a->ngrp * pn;
+    const size_t per = (pf_bytes / 64 + (size_t)steps - 1) / (size_t)steps;
+    size_t pfl = 0;
     const int8_t *W1 = W + 16 * kp;
     /* acc offsets of the rows 16.. and the tokens 16.. quadrants */
     const int r16 = swapped ? 16 : 16 * 32, t16 = swapped ? 16 * 32 : 16;
@@ -560,6 +563,8 @@ static inline __attribute__((always_inline)) void amx_chunk_any(const amx_act *a
             const float *dx0 = a->dx + ((size_t)(2 * p) * a->ngrp + g) * 16,
                         *dx1 = dx0 + a->ngrp * 16;
             float *acc = acc_all + pi * 32 * 32;
+            for (size_t e = pfl + per; pfl < e && pfl * 64 < pf_bytes; pfl++)
+                _mm_prefetch(pf + pfl * 64, _MM_HINT_T1);
             _tile_zero(0);
             _tile_zero(1);
             _tile_zero(2);
@@ -602,12 +607,12 @@ static inline __attribute__((always_inline)) void amx_chunk_any(const amx_act *a
 
 static void amx_chunk(const amx_act *a, const int8_t *A, const float *sw, int n_tok, int p0, int pn,
                       float *acc_all, int32_t *cb) {
-    amx_chunk_any(a, A, sw, n_tok, p0, pn, acc_all, cb, false);
+    amx_chunk_any(a, A, sw, n_tok, p0, pn, acc_all, cb, NULL, 0, false);
 }
 
 static void amx_chunk_rt(const amx_act *a, const int8_t *W, const float *sw, int n_tok, int p0,
-                         int pn, float *acc_all, int32_t *cb) {
-    amx_chunk_any(a, W, sw, n_tok, p0, pn, acc_all, cb, true);
+                         int pn, float *acc_all, int32_t *cb, const char *pf, size_t pf_bytes) {
+    amx_chunk_any(a, W, sw, n_tok, p0, pn, acc_all, cb, pf, pf_bytes, true);
 }
 
 /* acc [pn][32 rows][32 tokens] of pairs p0.. to y[t][r] for r < nr */
@@ -690,13 +695,19 @@ static void rt_matmul(const void *wp, const void *wu, int64_t rows, int64_t cols
         const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
         const __mmask16 k0 = tail_mask(nr), k1 = tail_mask(nr - 16);
         const int8_t *u = (const int8_t *)wp + (size_t)(rg / 32) * ub;
+        /* the next unit's weights into L2 while this one runs, a share per chunk of tokens */
+        const int nch = (a.tp + AMX_TB - 1) / AMX_TB;
+        const size_t share = rg + 32 < r1 ? (ub + (size_t)nch - 1) / (size_t)nch : 0;
         for (int p0 = 0; p0 < a.tp; p0 += AMX_TB) {
             const int pn = a.tp - p0 < AMX_TB ? a.tp - p0 : AMX_TB;
-            amx_chunk_rt(&a, u, (const float *)(u + 32 * a.kp), n_tok, p0, pn, s.acc, s.cbuf);
+            const size_t po = (size_t)(p0 / AMX_TB) * share,
+                         pb = share && po < ub ? (ub - po < share ? ub - po : share) : 0;
+            amx_chunk_rt(&a, u, (const float *)(u + 32 * a.kp), n_tok, p0, pn, s.acc, s.cbuf,
+                         pb ? (const char *)u + ub + po : NULL, pb);
             if (mode == RT_GLU) {
                 const int8_t *uu = (const int8_t *)wu + (size_t)(rg / 32) * ub;
-                amx_chunk_rt(&a, uu, (const float *)(uu + 32 * a.kp), n_tok, p0, pn, s.acc2,
-                             s.cbuf);
+                amx_chunk_rt(&a, uu, (const float *)(uu + 32 * a.kp), n_tok, p0, pn, s.acc2, s.cbuf,
+                             pb ? (const char *)uu + ub + po : NULL, pb);
                 hm_silu_mul_f32_avx512(pn * 32 * 32, s.acc, s.acc2);
             }
             for (int pi = 0; pi < pn; pi++) {
