@@ -134,6 +134,20 @@ void hm_moe_profile(hm_moe *moe, double sec[HM_MOE_PROF_N], bool reset);
 /* Short name of a phase ("activations", "pack x", "gate/up", "pack h", "down"); "?" if none. */
 const char *hm_moe_profile_name(int phase);
 
+/* Diagnostics of the AMX prefill path since the last reset, summed over every thread (and
+ * slice): where a fused gate/up claim's time goes and the int8 rate the kernels reach while they
+ * run, which is less noisy than the phases' wall time. Seconds are thread-seconds. Zero where the
+ * path did not run (no AMX, no repacked weights, decode). Not while a submit is in flight. */
+typedef struct hm_moe_kernel_stats {
+    uint64_t claims, tokens; /* fused gate/up claims (one scale group of h each), their tokens */
+    double pack_x_s;         /* gathering and packing the claims' experts' x (once per expert
+                                and thread) */
+    double glu_s, glu_ops;   /* the gate + up + silu kernel: time, int8 ops (2 per multiply-add) */
+    double pack_h_s;         /* quantizing and packing the claims' h for down */
+    double down_s, down_ops; /* the down kernel (products added into the output rows) */
+} hm_moe_kernel_stats;
+void hm_moe_kernel_stats_get(hm_moe *moe, hm_moe_kernel_stats *stats, bool reset);
+
 /* ---- routers (CPU helpers; scores in float) ---------------------------------------------- */
 
 /* softmax over n logits, the k largest (ties: lower id first), optionally renormalised to sum 1

@@ -277,9 +277,41 @@ static void test_repack(hm_pool *pool, const model *m, int n) {
     if (!a || !b) return;
     CHECK_OK(hm_moe_set_mask(a, NULL));
     CHECK_OK(hm_moe_set_mask(b, NULL));
+    hm_moe_kernel_stats_get(a, NULL, true);
+    hm_moe_kernel_stats_get(b, NULL, true);
     const int64_t diff = outputs_differ(a, b, m, n, 7 + (uint64_t)n);
     CHECK_MSG(diff == 0, "repack %s, %d tokens%s: %lld outputs differ from the per-call path",
               hm_type_name(m->ex[0].gate.type), n, g_n_slices ? " (slices)" : "", (long long)diff);
+    /* the kernel statistics count exactly the work of the swapped-operand kernels: down for
+     * every expert with more than 4 tokens, the fused gate/up claims where the GLU is a plain
+     * SiLU; nothing on the per-call path (expert 1, masked at create, is not repacked) */
+    hm_moe_kernel_stats ka, kb;
+    hm_moe_kernel_stats_get(a, &ka, false);
+    hm_moe_kernel_stats_get(b, &kb, true);
+    CHECK_MSG(kb.claims == 0 && kb.glu_ops == 0 && kb.down_ops == 0,
+              "per-call path: %llu claims, %.0f / %.0f ops in the stats",
+              (unsigned long long)kb.claims, kb.glu_ops, kb.down_ops);
+    if (amx && ops->i8_down_acc) {
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
+        float *w = malloc(sizeof(float) * (size_t)(n * m->k));
+        int *cnt = calloc((size_t)m->E, sizeof(int));
+        route(n, m->E, m->k, 7 + (uint64_t)n + 4321, ids, w);
+        for (int i = 0; i < n * m->k; i++) cnt[ids[i]]++;
+        double rows = 0; /* assignments of the repacked experts on the tile path */
+        for (int e = 0; e < m->E; e++) rows += cnt[e] > 4 && !mask[e] ? cnt[e] : 0;
+        const double down = 2.0 * (double)m->H * (double)m->I * rows;
+        CHECK_MSG(ka.down_ops == down, "down ops %.0f in the stats, %.0f done", ka.down_ops, down);
+        if (m->act == HM_MOE_SILU && !m->bias) {
+            const double glu = 4.0 * (double)m->H * (double)m->I * rows;
+            CHECK_MSG(ka.glu_ops == glu && ka.claims > 0 && ka.glu_s > 0 && ka.pack_h_s > 0,
+                      "gate/up: %.0f ops in %llu claims in the stats, %.0f done", ka.glu_ops,
+                      (unsigned long long)ka.claims, glu);
+        }
+        free(ids), free(w), free(cnt);
+    }
+    hm_moe_kernel_stats_get(a, NULL, true);
+    hm_moe_kernel_stats_get(a, &ka, false);
+    CHECK_MSG(ka.claims == 0 && ka.down_s == 0, "kernel stats not reset");
     free(mask);
     hm_moe_free(a), hm_moe_free(b);
 }

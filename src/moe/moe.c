@@ -30,6 +30,9 @@
 #include "quant/fp16.h"
 #include "quant/types.h"
 
+/* hm_moe_kernel_stats counters */
+enum { KS_CLAIMS, KS_TOKENS, KS_PACK_X, KS_GLU, KS_PACK_H, KS_GLU_OPS, KS_DOWN, KS_DOWN_OPS, KS_N };
+
 #define UNIT 32 /* rows per work unit (the AMX row group) */
 #define BLOCK                                                                                      \
     4                 /* units per claim in the phased AMX path (an expert's activations, or a     \
@@ -42,16 +45,15 @@ typedef struct {
     int64_t off; /* first assignment (index into tok/wt and the rows of h) */
     bool amx;
     size_t px_off, ph_off; /* packed activations (AMX) in px / ph */
-    int64_t claim0;        /* its first gate/up claim in the chunk */
+    int claims;            /* its gate/up claims */
     int g;                 /* units per gate/up claim */
     bool fused;            /* AMX claims of one scale group: h packed for down as it is made */
     bool own_x; /* each fused claim packs the expert's x into its own thread's tile (not px) */
 } active_expert;
 
 typedef struct {
-    int a0, a1;     /* active experts [a0, a1) */
-    int64_t rows;   /* assignments of the chunk */
-    int64_t claims; /* gate/up claims of the chunk */
+    int a0, a1;   /* active experts [a0, a1) */
+    int64_t rows; /* assignments of the chunk */
     bool any_amx;
     bool any_px; /* some expert's x is packed into px, in the phase before gate/up */
     /* next unclaimed work unit of the gate/up and down phases: threads claim units one at a
@@ -113,6 +115,10 @@ struct hm_moe {
     /* decode path (one chunk, matvec only): per active expert, gate/up units done and h ready;
      * part: [chunk assignments][hidden] weighted down outputs, summed per token at the end */
     atomic_int *gu_done, *h_ready;
+    atomic_int *taken; /* [active experts] gate/up claims taken (prefill) */
+    /* hm_moe_kernel_stats: counts, thread-nanoseconds and int8 ops in the AMX paths' parts,
+     * added once per phase from each thread's own counters */
+    _Atomic uint64_t ks[KS_N];
     bool decode;
     bool pre_done; /* decode of 1-2 tokens: the caller converted x before the job (no barrier) */
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
@@ -352,13 +358,15 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->act = calloc((size_t)p->n_experts, sizeof *m->act);
     m->chunks = calloc((size_t)p->n_experts, sizeof *m->chunks);
     m->gu_done = calloc((size_t)p->n_experts, sizeof *m->gu_done);
+    m->taken = calloc((size_t)p->n_experts, sizeof *m->taken);
     const char *dp = getenv("HMOE_MOE_DECODE");
     m->no_decode_path = dp && !strcmp(dp, "0");
     const char *fh = getenv("HMOE_MOE_FUSE_H");
     m->no_fused_h = fh && !strcmp(fh, "0");
     m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
-    if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready) {
+    if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready ||
+        !m->taken) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
         goto fail;
     }
@@ -513,7 +521,7 @@ void hm_moe_free(hm_moe *m) {
     hm_moe_wait(m);
     hm_moe_scratch_free(m->s);
     free(m->experts), free(m->mask), free(m->cnt), free(m->act);
-    free(m->chunks), free(m->gu_done), free(m->h_ready), free(m->packed);
+    free(m->chunks), free(m->gu_done), free(m->h_ready), free(m->taken), free(m->packed);
     hm_large_free(&m->wpack);
     free(m);
 }
@@ -693,16 +701,19 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
 
 /* output rows [r0, r1): acc[tok][r] += w * (down_e[r] . h + bias[r]) for expert ae */
 static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t r0, int64_t r1,
-                      void *scr, float *tb) {
+                      void *scr, float *tb, uint64_t ks[KS_N]) {
     const hm_moe_expert *x = &m->experts[ae->e];
     const int64_t I = m->p.inter, H = m->p.hidden;
     const int nr = (int)(r1 - r0);
 #if defined(__x86_64__)
     if (swapped(m, ae)) { /* products token-major: added straight into the tokens' rows */
+        const uint64_t t0 = hm_time_ns();
         m->ops->i8_down_acc((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
                                 2 * m->wp_gu,
                             H, I, r0, r1, m->s->ph + ae->ph_off, ae->n, m->s->tok + ae->off,
                             m->s->wt + ae->off, x->down_bias, m->s->acc, (size_t)H, scr);
+        ks[KS_DOWN] += hm_time_ns() - t0;
+        ks[KS_DOWN_OPS] += (uint64_t)(2 * nr * I * ae->n);
         return;
     }
     if (ae->amx && m->packed && m->packed[ae->e])
@@ -739,46 +750,92 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     }
 }
 
-/* Thread ith's share of a chunk's units: the chunk's experts' row ranges concatenated, in UNIT
- * rows, split evenly over the threads. */
-static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
-    /* claims of ae->g units of one expert (set at submit: tile loads of activations that come
-     * from L3 stall the tile pipeline, so small AMX experts go 4 units per claim, or 8 - one
-     * scale group of h - where the claim also packs its h for down) */
+/* Claim k of expert a: gate/up rows [k * UNIT * g, ..) and, fused, the packing of that group of
+ * h for down. px_e: the expert whose x this thread's tile holds (own_x), -1 for none. */
+static void gate_up_claim(hm_moe *m, chunk *c, int a, int64_t k, void *scr, float *tb, int *px_e,
+                          uint64_t ks[KS_N]) {
+    const active_expert *ae = &m->act[a];
     const int64_t base = m->act[c->a0].off;
-    int a = c->a0;
-    for (int64_t u;
-         (u = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed)) < c->claims;) {
-        while (a + 1 < c->a1 && m->act[a + 1].claim0 <= u) a++; /* claims only grow */
-        const active_expert *ae = &m->act[a];
-        const int64_t r0 = (u - ae->claim0) * UNIT * ae->g, r1 = r0 + UNIT * ae->g;
-        const int64_t re = r1 < m->p.inter ? r1 : m->p.inter;
+    const int64_t r0 = k * UNIT * ae->g, r1 = r0 + UNIT * ae->g;
+    const int64_t re = r1 < m->p.inter ? r1 : m->p.inter;
 #if defined(__x86_64__)
-        const int64_t I = m->p.inter;
-        if (ae->own_x) {
-            /* the expert's x packed into this thread's tile, the claim's h into its float tile
-             * [tokens][rows of the claim] and packed for down from there: neither leaves the
-             * claiming core's L2 */
-            uint8_t *px = (uint8_t *)tb + m->tb_bytes;
+    const int64_t I = m->p.inter;
+    if (ae->own_x) {
+        /* the expert's x packed into this thread's tile (once for all the claims of it this
+         * thread takes), the claim's h into its float tile [tokens][rows of the claim] and
+         * packed for down from there: neither leaves the claiming core's L2 */
+        uint8_t *px = (uint8_t *)tb + m->tb_bytes;
+        const uint64_t t0 = hm_time_ns();
+        if (*px_e != a)
             hm_amx_pack_act_q_rt(m->s->xa, m->xa_bytes, m->s->tok + ae->off, ae->n, m->p.hidden, px,
                                  0, (ae->n + 31) / 32 * 2);
-            const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
-            m->ops->i8_glu_packed_rt(wp, wp + m->wp_gu, I, m->p.hidden, r0, re, px, ae->n, tb,
-                                     (size_t)(re - r0), scr);
-            hm_amx_pack_act_group_rt(tb, (size_t)(re - r0), ae->n, I, m->s->ph + ae->ph_off,
-                                     r0 / HM_AMX_GROUP);
+        *px_e = a;
+        const uint64_t t1 = hm_time_ns();
+        const uint8_t *wp = (const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert;
+        m->ops->i8_glu_packed_rt(wp, wp + m->wp_gu, I, m->p.hidden, r0, re, px, ae->n, tb,
+                                 (size_t)(re - r0), scr);
+        const uint64_t t2 = hm_time_ns();
+        hm_amx_pack_act_group_rt(tb, (size_t)(re - r0), ae->n, I, m->s->ph + ae->ph_off,
+                                 r0 / HM_AMX_GROUP);
+        const uint64_t t3 = hm_time_ns();
+        ks[KS_CLAIMS]++;
+        ks[KS_TOKENS] += (uint64_t)ae->n;
+        ks[KS_PACK_X] += t1 - t0;
+        ks[KS_GLU] += t2 - t1;
+        ks[KS_PACK_H] += t3 - t2;
+        ks[KS_GLU_OPS] += (uint64_t)(4 * (re - r0) * m->p.hidden * ae->n);
+        return;
+    }
+#else
+    (void)px_e, (void)ks;
+#endif
+    gate_up_unit(m, ae, ae->off - base, r0, re, scr, tb);
+#if defined(__x86_64__)
+    if (ae->fused) { /* this claim is one whole scale group of h: pack it while it is in L2 */
+        const float *h = m->s->h + (size_t)(ae->off - base) * (size_t)I + r0;
+        (swapped(m, ae) ? hm_amx_pack_act_group_rt : hm_amx_pack_act_group)(
+            h, (size_t)I, ae->n, I, m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
+    }
+#endif
+}
+
+/* Gate/up claims (ae->g units of one expert each, set at submit: tile loads of activations that
+ * come from L3 stall the tile pipeline, so AMX experts go 4 units per claim, or 8 - one scale
+ * group of h - where the claim also packs its h for down). A thread takes the next expert of
+ * the chunk (busiest first) and then that expert's claims one by one, so the expert's x is
+ * gathered and packed once, not once per claim; once every expert is taken, threads help with
+ * the claims left of the expert that has the most, so the phase still ends on one claim. */
+static void ks_add(hm_moe *m, const uint64_t ks[KS_N]) {
+    for (int i = 0; i < KS_N; i++)
+        if (ks[i]) atomic_fetch_add_explicit(&m->ks[i], ks[i], memory_order_relaxed);
+}
+
+static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
+    int a = -1, px_e = -1;
+    uint64_t ks[KS_N] = {0};
+    for (;;) {
+        if (a >= 0) {
+            const int k = atomic_fetch_add_explicit(&m->taken[a], 1, memory_order_relaxed);
+            if (k < m->act[a].claims) {
+                gate_up_claim(m, c, a, k, scr, tb, &px_e, ks);
+                continue;
+            }
+        }
+        const long long n = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed);
+        if (n < c->a1 - c->a0) {
+            a = c->a0 + (int)n;
             continue;
         }
-#endif
-        gate_up_unit(m, ae, ae->off - base, r0, re, scr, tb);
-#if defined(__x86_64__)
-        if (ae->fused) { /* this claim is one whole scale group of h: pack it while it is in L2 */
-            const float *h = m->s->h + (size_t)(ae->off - base) * (size_t)I + r0;
-            (swapped(m, ae) ? hm_amx_pack_act_group_rt : hm_amx_pack_act_group)(
-                h, (size_t)I, ae->n, I, m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
+        a = -1;
+        int left = 0;
+        for (int b = c->a0; b < c->a1; b++) {
+            const int l =
+                m->act[b].claims - atomic_load_explicit(&m->taken[b], memory_order_relaxed);
+            if (l > left) left = l, a = b;
         }
-#endif
+        if (a < 0) break;
     }
+    ks_add(m, ks);
 }
 
 static void convert_h_phase(hm_moe *m, const chunk *c, int ith, int nth) {
@@ -941,6 +998,7 @@ static void job(int ith, int nth, void *arg) {
          * left over the threads, so the claims shrink towards the end and a slowed thread holds
          * the others up by one small claim at most (one claim per thread left the phase as slow
          * as its slowest thread) */
+        uint64_t ks[KS_N] = {0};
         for (;;) {
             long long u = atomic_load_explicit(&c->dn_next, memory_order_relaxed);
             int64_t g = 1;
@@ -952,12 +1010,17 @@ static void job(int ith, int nth, void *arg) {
                 &c->dn_next, &u, u + g, memory_order_relaxed, memory_order_relaxed));
             if (u >= hu) break;
             const int64_t r = u * UNIT, re = r + g * UNIT < H ? r + g * UNIT : H;
-            for (int a = c->a0; a < c->a1; a++) {
-                const active_expert *ae = &m->act[a];
-                down_unit(m, ae, ae->off - base, r, re, scr, tb);
+            /* each claim starts at its own expert and wraps around: the threads walking the
+             * experts in one order read the same expert's packed h at the same moment, all
+             * from the one core that wrote it */
+            const int na = c->a1 - c->a0, first = (int)(u * na / hu);
+            for (int i = 0; i < na; i++) {
+                const active_expert *ae = &m->act[c->a0 + (first + i) % na];
+                down_unit(m, ae, ae->off - base, r, re, scr, tb, ks);
             }
             if (last) write_out(m, r, re);
         }
+        ks_add(m, ks);
         if (!last) hm_pool_barrier(m->p.pool);
         PROF(HM_MOE_PROF_DOWN);
     }
@@ -980,6 +1043,27 @@ void hm_moe_profile(hm_moe *m, double sec[HM_MOE_PROF_N], bool reset) {
             for (int j = 0; j < m->n_sub; j++) m->sub[j]->prof[i] = 0;
         }
     }
+}
+
+void hm_moe_kernel_stats_get(hm_moe *m, hm_moe_kernel_stats *st, bool reset) {
+    uint64_t v[KS_N] = {0};
+    hm_moe *const self[1] = {m};
+    hm_moe *const *all = m->n_sub ? m->sub : self;
+    for (int j = 0; j < (m->n_sub ? m->n_sub : 1); j++)
+        for (int i = 0; i < KS_N; i++)
+            v[i] += reset ? atomic_exchange_explicit(&all[j]->ks[i], 0, memory_order_relaxed)
+                          : atomic_load_explicit(&all[j]->ks[i], memory_order_relaxed);
+    if (!st) return;
+    *st = (hm_moe_kernel_stats){
+        .claims = v[KS_CLAIMS],
+        .tokens = v[KS_TOKENS],
+        .pack_x_s = 1e-9 * (double)v[KS_PACK_X],
+        .glu_s = 1e-9 * (double)v[KS_GLU],
+        .glu_ops = (double)v[KS_GLU_OPS],
+        .pack_h_s = 1e-9 * (double)v[KS_PACK_H],
+        .down_s = 1e-9 * (double)v[KS_DOWN],
+        .down_ops = (double)v[KS_DOWN_OPS],
+    };
 }
 
 /* ---------------------------------------------------------------- submit */
@@ -1096,7 +1180,7 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         active_expert *ae = &m->act[a];
         if (m->n_chunks == 0 || m->chunks[m->n_chunks - 1].rows + ae->n > cap) {
             chunk *c = &m->chunks[m->n_chunks++];
-            c->a0 = a, c->a1 = a, c->rows = 0, c->claims = 0, c->any_amx = c->any_px = false;
+            c->a0 = a, c->a1 = a, c->rows = 0, c->any_amx = c->any_px = false;
             atomic_init(&c->gu_next, 0);
             atomic_init(&c->dn_next, 0);
             px = ph = 0;
@@ -1123,8 +1207,8 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
          * without repacked down weights, of a down claim (up to BLOCK units) */
         const size_t tbn = (size_t)ae->n * UNIT * (size_t)(ae->g > BLOCK ? ae->g : BLOCK);
         tb_floats = tbn > tb_floats ? tbn : tb_floats;
-        ae->claim0 = c->claims;
-        c->claims += (I + (int64_t)UNIT * ae->g - 1) / ((int64_t)UNIT * ae->g);
+        ae->claims = (int)((I + (int64_t)UNIT * ae->g - 1) / ((int64_t)UNIT * ae->g));
+        atomic_store_explicit(&m->taken[a], 0, memory_order_relaxed);
         chunk_rows = c->rows > chunk_rows ? c->rows : chunk_rows;
 #if defined(__x86_64__)
         ae->own_x = false;

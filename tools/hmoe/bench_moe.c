@@ -270,7 +270,10 @@ int bench_moe(int argc, char **argv) {
         double best = 1e30;
         size_t bytes = 0;
         double used_sum = 0, busiest_sum = 0;
-        for (long l = 0; l < layers; l++) hm_moe_profile(moe[l], NULL, true);
+        for (long l = 0; l < layers; l++) {
+            hm_moe_profile(moe[l], NULL, true);
+            hm_moe_kernel_stats_get(moe[l], NULL, true);
+        }
         hm_pool_stats_reset(pool);
         for (int pass = 0; pass < 3; pass++) {
             bytes = 0;
@@ -325,6 +328,22 @@ int bench_moe(int argc, char **argv) {
                 printf(", waiting for the last thread %.1f", (double)(ps.run_ns - ps.own_ns) / 3e6);
             printf("\n");
         }
+        hm_moe_kernel_stats ks = {0}, k1;
+        for (long l = 0; l < layers; l++) {
+            hm_moe_kernel_stats_get(moe[l], &k1, true);
+            ks.claims += k1.claims, ks.tokens += k1.tokens, ks.pack_x_s += k1.pack_x_s;
+            ks.glu_s += k1.glu_s, ks.glu_ops += k1.glu_ops, ks.pack_h_s += k1.pack_h_s;
+            ks.down_s += k1.down_s, ks.down_ops += k1.down_ops;
+        }
+        if (ks.claims && ks.glu_s > 0)
+            printf("        gate/up claims (%.0f tokens): pack x %.1f us, gate+up+silu %.1f us "
+                   "(%.2f TOPS per core), pack h %.1f us per claim\n",
+                   (double)ks.tokens / (double)ks.claims, ks.pack_x_s * 1e6 / (double)ks.claims,
+                   ks.glu_s * 1e6 / (double)ks.claims, ks.glu_ops / ks.glu_s * 1e-12,
+                   ks.pack_h_s * 1e6 / (double)ks.claims);
+        if (ks.down_s > 0)
+            printf("        down kernel: %.2f TOPS per core while it runs\n",
+                   ks.down_ops / ks.down_s * 1e-12);
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
     free(moe), free(ex), free(x), free(out), free(ids), free(w), free(wv), free(count);
