@@ -6,7 +6,8 @@
  *   1x2 double-buffered: 1 token tile x 2 weight tiles into one of two C pairs, the previous
  *         token tile's pair stored and folded after the next one's first K step was issued, so
  *         the vector work overlaps products (the weight tiles are loaded per token tile: from L1);
- *   each also without the fold (stores only), for the ceiling.
+ *   2x2 storing C and folding the previous block's C, and 1x2 with the fold spread over the
+ *   next tile's steps; each also without the fold (stores only), for the ceiling.
  *   gcc -O2 -march=sapphirerapids -o amx_dbuf bench/micro/amx_dbuf.c -lpthread
  *   ./amx_dbuf THREADS */
 #include "amx_micro.h"
@@ -43,6 +44,30 @@ static inline void store_fold2(int set, int32_t *cb, float *acc, int fold) {
     }
 }
 
+static inline void store2(int set, int32_t *cb) {
+    if (set == 0) {
+        _tile_stored(0, cb, 64);
+        _tile_stored(1, cb + 256, 64);
+    } else {
+        _tile_stored(2, cb, 64);
+        _tile_stored(3, cb + 256, 64);
+    }
+}
+
+/* token rows [i0, i1) of store_fold2's fold */
+static inline void fold_rows(const int32_t *cb, float *acc, int i0, int i1) {
+    for (int c = 0; c < 2; c++) {
+        const __m512 vv = _mm512_loadu_ps(g_sw + 16 * c);
+        for (int i = i0; i < i1; i++) {
+            const __m512 sc = _mm512_mul_ps(vv, _mm512_set1_ps(g_dx[i]));
+            float *a = acc + 16 * c + 32 * i;
+            _mm512_storeu_ps(
+                a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 256 * c + 16 * i)), sc,
+                                   _mm512_loadu_ps(a)));
+        }
+    }
+}
+
 /* one K = 64 step of token tile X into C pair `set` (tiles 0-1 or 2-3), X in tile 4 or 7 */
 static inline void step12(int set, int xt, const int8_t *X, const int8_t *W0, const int8_t *W1) {
     if (xt == 0)
@@ -66,6 +91,21 @@ static inline void step12(int set, int xt, const int8_t *X, const int8_t *W0, co
     }
 }
 
+/* the fold of micro_store_fold on C tiles stored earlier at cb */
+static inline void fold4(const int32_t *cb, float *acc) {
+    static const int off[4] = {0, 512, 16, 528};
+    for (int c = 0; c < 4; c++) {
+        const __m512 vv = _mm512_loadu_ps(g_dx);
+        for (int i = 0; i < 16; i++) {
+            const __m512 sc = _mm512_mul_ps(vv, _mm512_set1_ps(g_sw[i]));
+            float *a = acc + off[c] + 32 * i;
+            _mm512_storeu_ps(
+                a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 256 * c + 16 * i)), sc,
+                                   _mm512_loadu_ps(a)));
+        }
+    }
+}
+
 static double run(int variant, int fold, float *acc, int32_t *cb) {
     double best = 1e9;
     for (int rep = 0; rep < 5; rep++) {
@@ -74,6 +114,20 @@ static double run(int variant, int fold, float *acc, int32_t *cb) {
             const int8_t *W0 = g_w + (size_t)u * 32 * K, *W1 = W0 + 16 * K;
             for (int p0 = 0; p0 < NT / 32; p0 += 4)
                 for (int g = 0; g < K / G; g++) {
+                    if (variant == 3) { /* 2x2, the previous block's C folded after this
+                                         * block's C is stored */
+                        for (int pi = 0; pi < 4; pi++) {
+                            const int8_t *X0 = g_x + (size_t)(p0 + pi) * 32 * K, *X1 = X0 + 16 * K;
+                            micro_zero();
+                            for (int k = g * G; k < (g + 1) * G; k += 64)
+                                micro_step(W0 + k * 16, W1 + k * 16, X0 + k * 16, X1 + k * 16);
+                            micro_store_fold(cb + (pi & 1) * 1024, acc, g_sw, g_dx, 0);
+                            if (pi > 0 && fold)
+                                fold4(cb + ((pi - 1) & 1) * 1024, acc + (pi - 1) * 1024);
+                        }
+                        if (fold) fold4(cb + 1024, acc + 3 * 1024);
+                        continue;
+                    }
                     if (variant == 0) {
                         for (int pi = 0; pi < 4; pi++) {
                             const int8_t *X0 = g_x + (size_t)(p0 + pi) * 32 * K, *X1 = X0 + 16 * K;
@@ -99,6 +153,13 @@ static double run(int variant, int fold, float *acc, int32_t *cb) {
                         int xt = 0;
                         for (int k = g * G; k < (g + 1) * G; k += 64, xt ^= 1) {
                             step12(set, xt, X + k * 16, W0 + k * 16, W1 + k * 16);
+                            if (variant == 4 && j > 0) {
+                                const int s4 = (k - g * G) / 64;
+                                if (s4 == 0) store2(set ^ 1, cb + (set ^ 1) * 512);
+                                if (fold)
+                                    fold_rows(cb + (set ^ 1) * 512, acc + (j - 1) * 512, 4 * s4,
+                                              4 * s4 + 4);
+                            }
                             if (variant == 1 && k == g * G && j > 0)
                                 store_fold2(set ^ 1, cb + (set ^ 1) * 512, acc + (j - 1) * 512,
                                             fold);
@@ -106,7 +167,11 @@ static double run(int variant, int fold, float *acc, int32_t *cb) {
                         if (variant == 2 && j > 0)
                             store_fold2(set ^ 1, cb + (set ^ 1) * 512, acc + (j - 1) * 512, fold);
                     }
-                    store_fold2(1, cb + 512, acc + 7 * 512, fold);
+                    if (variant == 4) {
+                        store2(1, cb + 512);
+                        if (fold) fold_rows(cb + 512, acc + 7 * 512, 0, 16);
+                    } else
+                        store_fold2(1, cb + 512, acc + 7 * 512, fold);
                 }
         }
         const double t = micro_now() - t0;
@@ -118,18 +183,21 @@ static double run(int variant, int fold, float *acc, int32_t *cb) {
 static void *thread_main(void *arg) {
     const int id = (int)(long)arg;
     micro_thread th = micro_thread_start(4096);
-    static const char *const names[3] = {"2x2, fold between groups (the kernel)",
-                                         "1x2, two C pairs, fold after 1st step",
-                                         "1x2, two C pairs, fold after all steps"};
+    int32_t *cb2 = aligned_alloc(64, 8192);
+    static const char *const names[5] = {
+        "2x2, fold between groups (the kernel)", "1x2, two C pairs, fold after 1st step",
+        "1x2, two C pairs, fold after all steps", "2x2, store C, fold the previous C",
+        "1x2, two C pairs, fold spread over steps"};
     for (int round = 0; round < 2; round++)
-        for (int v = 0; v < 3; v++)
+        for (int v = 0; v < 5; v++)
             for (int fold = 1; fold >= 0; fold--) {
                 pthread_barrier_wait(&g_bar);
-                const double tops = run(v, fold, th.acc, th.cb);
+                const double tops = run(v, fold, th.acc, v == 3 ? cb2 : th.cb);
                 if (id == 0)
                     printf("%-40s %-8s %.3f TOPS/core\n", names[v], fold ? "fold" : "no fold",
                            tops);
             }
+    free(cb2);
     micro_thread_end(&th);
     return NULL;
 }
