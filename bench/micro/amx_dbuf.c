@@ -21,29 +21,7 @@ static int8_t *g_w, *g_x;
 static pthread_barrier_t g_bar;
 static float g_sw[64], g_dx[64];
 
-/* C tiles c0, c0 + 1 (16 tokens x rows 0-15, 16-31) to cb and, with fold, acc[16][32] +=
- * cvt(C) * dx[token] * sw[row] (the swapped layout: rows of C are tokens) */
-static inline void store_fold2(int set, int32_t *cb, float *acc, int fold) {
-    if (set == 0) {
-        _tile_stored(0, cb, 64);
-        _tile_stored(1, cb + 256, 64);
-    } else {
-        _tile_stored(2, cb, 64);
-        _tile_stored(3, cb + 256, 64);
-    }
-    if (!fold) return;
-    for (int c = 0; c < 2; c++) {
-        const __m512 vv = _mm512_loadu_ps(g_sw + 16 * c);
-        for (int i = 0; i < 16; i++) {
-            const __m512 sc = _mm512_mul_ps(vv, _mm512_set1_ps(g_dx[i]));
-            float *a = acc + 16 * c + 32 * i;
-            _mm512_storeu_ps(
-                a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 256 * c + 16 * i)), sc,
-                                   _mm512_loadu_ps(a)));
-        }
-    }
-}
-
+/* C pair `set` (tiles 0-1 or 2-3) to cb */
 static inline void store2(int set, int32_t *cb) {
     if (set == 0) {
         _tile_stored(0, cb, 64);
@@ -54,7 +32,8 @@ static inline void store2(int set, int32_t *cb) {
     }
 }
 
-/* token rows [i0, i1) of store_fold2's fold */
+/* acc[16][32] += cvt(C) * dx[token] * sw[row] for token rows [i0, i1) of the C pair stored at cb
+ * (the swapped layout: rows of C are tokens) */
 static inline void fold_rows(const int32_t *cb, float *acc, int i0, int i1) {
     for (int c = 0; c < 2; c++) {
         const __m512 vv = _mm512_loadu_ps(g_sw + 16 * c);
@@ -66,6 +45,12 @@ static inline void fold_rows(const int32_t *cb, float *acc, int i0, int i1) {
                                    _mm512_loadu_ps(a)));
         }
     }
+}
+
+/* C pair `set` to cb and, with fold, all 16 token rows folded */
+static inline void store_fold2(int set, int32_t *cb, float *acc, int fold) {
+    store2(set, cb);
+    if (fold) fold_rows(cb, acc, 0, 16);
 }
 
 /* one K = 64 step of token tile X into C pair `set` (tiles 0-1 or 2-3), X in tile 4 or 7 */
@@ -91,21 +76,6 @@ static inline void step12(int set, int xt, const int8_t *X, const int8_t *W0, co
     }
 }
 
-/* the fold of micro_store_fold on C tiles stored earlier at cb */
-static inline void fold4(const int32_t *cb, float *acc) {
-    static const int off[4] = {0, 512, 16, 528};
-    for (int c = 0; c < 4; c++) {
-        const __m512 vv = _mm512_loadu_ps(g_dx);
-        for (int i = 0; i < 16; i++) {
-            const __m512 sc = _mm512_mul_ps(vv, _mm512_set1_ps(g_sw[i]));
-            float *a = acc + off[c] + 32 * i;
-            _mm512_storeu_ps(
-                a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 256 * c + 16 * i)), sc,
-                                   _mm512_loadu_ps(a)));
-        }
-    }
-}
-
 static double run(int variant, int fold, float *acc, int32_t *cb) {
     double best = 1e9;
     for (int rep = 0; rep < 5; rep++) {
@@ -123,9 +93,10 @@ static double run(int variant, int fold, float *acc, int32_t *cb) {
                                 micro_step(W0 + k * 16, W1 + k * 16, X0 + k * 16, X1 + k * 16);
                             micro_store_fold(cb + (pi & 1) * 1024, acc, g_sw, g_dx, 0);
                             if (pi > 0 && fold)
-                                fold4(cb + ((pi - 1) & 1) * 1024, acc + (pi - 1) * 1024);
+                                micro_fold(cb + ((pi - 1) & 1) * 1024, acc + (pi - 1) * 1024, g_sw,
+                                           g_dx);
                         }
-                        if (fold) fold4(cb + 1024, acc + 3 * 1024);
+                        if (fold) micro_fold(cb + 1024, acc + 3 * 1024, g_sw, g_dx);
                         continue;
                     }
                     if (variant == 0) {

@@ -88,14 +88,8 @@ static inline void micro_zero(void) {
     _tile_zero(3);
 }
 
-/* C 0-3 to cb [4][16][16] and, with fold, acc[32][32] += cvt(C) * sw[row] * dx[token] */
-static inline void micro_store_fold(int32_t *cb, float *acc, const float *sw, const float *dx,
-                                    int fold) {
-    _tile_stored(0, cb, 64);
-    _tile_stored(1, cb + 256, 64);
-    _tile_stored(2, cb + 512, 64);
-    _tile_stored(3, cb + 768, 64);
-    if (!fold) return;
+/* acc[32][32] += cvt(C) * sw[row] * dx[token] for C 0-3 stored at cb [4][16][16] */
+static inline void micro_fold(const int32_t *cb, float *acc, const float *sw, const float *dx) {
     static const int off[4] = {0, 512, 16, 528};
     for (int c = 0; c < 4; c++) {
         const __m512 vv = _mm512_loadu_ps(dx);
@@ -107,5 +101,15 @@ static inline void micro_store_fold(int32_t *cb, float *acc, const float *sw, co
                                    _mm512_loadu_ps(a)));
         }
     }
+}
+
+/* C 0-3 to cb [4][16][16] and, with fold, micro_fold */
+static inline void micro_store_fold(int32_t *cb, float *acc, const float *sw, const float *dx,
+                                    int fold) {
+    _tile_stored(0, cb, 64);
+    _tile_stored(1, cb + 256, 64);
+    _tile_stored(2, cb + 512, 64);
+    _tile_stored(3, cb + 768, 64);
+    if (fold) micro_fold(cb, acc, sw, dx);
 }
 #endif

@@ -56,8 +56,9 @@ typedef struct {
     int64_t rows; /* assignments of the chunk */
     bool any_amx;
     bool any_px; /* some expert's x is packed into px, in the phase before gate/up */
-    /* next unclaimed work unit of the gate/up and down phases: threads claim units one at a
-     * time, so a thread slowed down (a busy core, a far memory channel) takes fewer of them */
+    /* next expert not yet taken in the gate/up phase, next unclaimed unit of down: threads
+     * claim work a little at a time, so a thread slowed down (a busy core, a far memory
+     * channel) takes less of it */
     atomic_llong gu_next, dn_next;
 } chunk;
 
@@ -750,6 +751,12 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     }
 }
 
+/* a thread's kernel statistics into the engine's (once per phase) */
+static void ks_add(hm_moe *m, const uint64_t ks[KS_N]) {
+    for (int i = 0; i < KS_N; i++)
+        if (ks[i]) atomic_fetch_add_explicit(&m->ks[i], ks[i], memory_order_relaxed);
+}
+
 /* Claim k of expert a: gate/up rows [k * UNIT * g, ..) and, fused, the packing of that group of
  * h for down. px_e: the expert whose x this thread's tile holds (own_x), -1 for none. */
 static void gate_up_claim(hm_moe *m, chunk *c, int a, int64_t k, void *scr, float *tb, int *px_e,
@@ -805,11 +812,6 @@ static void gate_up_claim(hm_moe *m, chunk *c, int a, int64_t k, void *scr, floa
  * the chunk (busiest first) and then that expert's claims one by one, so the expert's x is
  * gathered and packed once, not once per claim; once every expert is taken, threads help with
  * the claims left of the expert that has the most, so the phase still ends on one claim. */
-static void ks_add(hm_moe *m, const uint64_t ks[KS_N]) {
-    for (int i = 0; i < KS_N; i++)
-        if (ks[i]) atomic_fetch_add_explicit(&m->ks[i], ks[i], memory_order_relaxed);
-}
-
 static void gate_up_phase(hm_moe *m, chunk *c, void *scr, float *tb) {
     int a = -1, px_e = -1;
     uint64_t ks[KS_N] = {0};
@@ -1010,9 +1012,9 @@ static void job(int ith, int nth, void *arg) {
                 &c->dn_next, &u, u + g, memory_order_relaxed, memory_order_relaxed));
             if (u >= hu) break;
             const int64_t r = u * UNIT, re = r + g * UNIT < H ? r + g * UNIT : H;
-            /* each claim starts at its own expert and wraps around: the threads walking the
-             * experts in one order read the same expert's packed h at the same moment, all
-             * from the one core that wrote it */
+            /* each claim starts at its own expert and wraps around (walking the experts in one
+             * order, the threads would all read one expert's packed h at the same moment, from
+             * the one core that wrote it) */
             const int na = c->a1 - c->a0, first = (int)(u * na / hu);
             for (int i = 0; i < na; i++) {
                 const active_expert *ae = &m->act[c->a0 + (first + i) % na];
