@@ -1219,9 +1219,9 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
             ae->ph_off = ph;
             ph += (hm_amx_act_bytes(m->td, I, ae->n) + 63) & ~(size_t)63;
             /* a fused claim on the swapped kernels packs its expert's x itself, from the rows
-             * quantized once, into its core's L2: the 2-3 claims of an expert repeat those
-             * copies, but no packing phase writes them all out to memory and no claim then
-             * reads them back from there */
+             * quantized once, into its core's L2 (once per thread that takes claims of the
+             * expert: see gate_up_phase), so no packing phase writes every expert's x out to
+             * memory and no claim reads it back from there */
             const size_t xb = hm_amx_act_bytes(m->tg, H, ae->n);
             ae->own_x = ae->fused && swapped(m, ae) && plain_silu(m, ae);
             if (ae->own_x) {
