@@ -1026,6 +1026,10 @@ int main(void) {
     test_amx_swapped(HM_TYPE_Q8_0, 70, 1408, 37);
     test_amx_swapped(HM_TYPE_Q4_K, 64, 256, 33);
     test_amx_swapped(HM_TYPE_Q4_K, 96, 768, 150);
+    /* many tokens (a busy expert, a prompt's dense matmul): more token chunks per unit than L2
+     * holds the activations of */
+    test_amx_swapped(HM_TYPE_Q4_K, 64, 2048, 600);
+    test_amx_swapped(HM_TYPE_Q8_0, 40, 768, 1300);
     test_nn_matmul_multi();
     test_axpy();
     test_silu();

@@ -253,6 +253,7 @@ typedef struct kjob {
     const void *xq;
     size_t xb;
     float *y;
+    size_t y_mat; /* floats between two matrices' outputs on the matmul path (0: one shared y) */
     uint64_t seed;
     void **scratch; /* [nth] per-thread scratch of the AMX path, NULL when it is not used */
     void *packed;   /* activations packed once for the AMX path (shared by the threads) */
@@ -273,6 +274,13 @@ static void kfill_task(int ith, int nth, void *arg) {
                       j->seed + (uint64_t)m);
 }
 
+/* matrices per timed pass: all of them (distinct weights, no cache reuse) up to 4 tokens; above,
+ * the pass is compute bound and a few matrices keep it short */
+static int kmats(int n_mats, long n_tok) {
+    const long m = n_tok <= 4 ? n_mats : (long)n_mats * 4 / n_tok + 1;
+    return m < n_mats ? (int)m : n_mats;
+}
+
 static void kmatvec_task(int ith, int nth, void *arg) {
     kjob *j = arg;
 #if defined(__x86_64__)
@@ -288,20 +296,21 @@ static void kmatvec_task(int ith, int nth, void *arg) {
                           b = u1 - m * groups < groups ? u1 - m * groups : groups;
             int64_t r0 = a * 32, r1 = b * 32;
             if (r1 > w->rows) r1 = w->rows;
+            float *y = j->y + (size_t)m * j->y_mat;
             if (r1 > r0 && j->bf16)
                 hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
-                                   j->n_tok, j->y + r0, (size_t)w->rows, j->scratch[ith]);
+                                   j->n_tok, y + r0, (size_t)w->rows, j->scratch[ith]);
             else if (r1 > r0 && j->rt)
                 j->ops->i8_matmul_packed_rt(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
-                                            r0, r1, j->packed, j->n_tok, j->y + r0, (size_t)w->rows,
+                                            r0, r1, j->packed, j->n_tok, y + r0, (size_t)w->rows,
                                             j->scratch[ith]);
             else if (r1 > r0 && j->wpack)
                 j->ops->i8_matmul_packed(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
-                                         r0, r1, j->packed, j->n_tok, j->y + r0, (size_t)w->rows,
+                                         r0, r1, j->packed, j->n_tok, y + r0, (size_t)w->rows,
                                          j->scratch[ith]);
             else if (r1 > r0)
                 j->ops->i8_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
-                                  j->n_tok, j->y + r0, (size_t)w->rows, j->scratch[ith]);
+                                  j->n_tok, y + r0, (size_t)w->rows, j->scratch[ith]);
         }
         return;
     }
@@ -418,7 +427,16 @@ static int bench_kernels(int argc, char **argv) {
     size_t xb = hm_act_bytes((uint32_t)type, cols);
     uint8_t *xq = malloc(xb * (size_t)max_tok);
     float *x = malloc(sizeof(float) * (size_t)(cols * max_tok));
-    float *y = malloc(sizeof(float) * (size_t)(rows * max_tok));
+    /* outputs: above 4 tokens each matrix of a pass into its own rows, as a layer's matrices
+     * would (one y shared by all of them had threads on different matrices writing the same
+     * lines at once); at most ~4 x the bytes of distinct weights' rows, see kmats */
+    size_t y_floats = 0;
+    for (int k = 0; k < n_tokens; k++) {
+        const size_t f = (size_t)rows * (size_t)tokens[k] *
+                         (size_t)(tokens[k] > 4 ? kmats(n_mats, tokens[k]) : 1);
+        y_floats = f > y_floats ? f : y_floats;
+    }
+    float *y = malloc(sizeof(float) * y_floats);
     float *yref = malloc(sizeof(float) * (size_t)(rows * 4));
     int rc = 0;
     if (!mats || !xq || !x || !y || !yref ||
@@ -529,8 +547,8 @@ static int bench_kernels(int argc, char **argv) {
     for (int k = 0; k < n_tokens; k++) {
         job.n_tok = (int)tokens[k];
         /* large token counts are compute bound: fewer matrices keep a pass short */
-        job.n_mats = tokens[k] <= 4 ? n_mats : (int)(n_mats * 4 / tokens[k]) + 1;
-        if (job.n_mats > n_mats) job.n_mats = n_mats;
+        job.n_mats = kmats(n_mats, tokens[k]);
+        job.y_mat = tokens[k] > 4 ? (size_t)(rows * tokens[k]) : 0;
 #if defined(__x86_64__)
         /* once per activation set, as a layer would: not part of the per-matrix time */
         if (job.packed && job.n_tok > 4) hm_pool_run(pool, kpack_task, &job);
