@@ -112,7 +112,10 @@ hm_status hm_moe_set_mask(hm_moe *moe, const uint8_t *mask);
 
 /* x: [n_tok][hidden] of x_type; ids, w: [n_tok][k] (ids < n_experts; an id of -1 is skipped);
  * out: [n_tok][hidden] of out_type, overwritten, or added to when accumulate is set (the expert
- * deferral case: the deferred experts of layer L are added to layer L+1's output). */
+ * deferral case: the deferred experts of layer L are added to layer L+1's output). out may be x
+ * itself (in place). A float32 out that is overwritten, 64-byte aligned and apart from x is
+ * summed into directly (the rows of a hidden size that is a multiple of 16), which saves a
+ * scratch buffer's copy: give batches of many tokens such an output. */
 hm_status hm_moe_submit(hm_moe *moe, const void *x, hm_moe_dtype x_type, const int32_t *ids,
                         const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
                         bool accumulate);

@@ -109,6 +109,9 @@ struct hm_moe {
     chunk *chunks;
     int n_chunks;
     hm_moe_scratch *s; /* batch scratch: the engine's own or one shared (params.scratch) */
+    /* this batch's sums [n_tok][hidden]: the output itself where it is float32, overwritten and
+     * apart from x (no copy at the end), else s->acc (written out converted or added) */
+    float *acc;
     size_t xa_bytes;
     bool xa_need; /* this batch has AMX experts */
     size_t tscratch_bytes;
@@ -124,6 +127,7 @@ struct hm_moe {
     bool pre_done; /* decode of 1-2 tokens: the caller converted x before the job (no barrier) */
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
     bool no_fused_h;     /* HMOE_MOE_FUSE_H=0: h packed in its own phase (A/B, tests) */
+    bool no_direct_out;  /* HMOE_MOE_DIRECT_OUT=0: sums always in s->acc, then copied (A/B) */
     /* NUMA slices: child engines over slices of inter, each with its own pool and output */
     int n_sub;
     hm_moe **sub;
@@ -364,6 +368,8 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->no_decode_path = dp && !strcmp(dp, "0");
     const char *fh = getenv("HMOE_MOE_FUSE_H");
     m->no_fused_h = fh && !strcmp(fh, "0");
+    const char *dout = getenv("HMOE_MOE_DIRECT_OUT");
+    m->no_direct_out = dout && !strcmp(dout, "0");
     m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
     if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready ||
@@ -712,7 +718,7 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
         m->ops->i8_down_acc((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
                                 2 * m->wp_gu,
                             H, I, r0, r1, m->s->ph + ae->ph_off, ae->n, m->s->tok + ae->off,
-                            m->s->wt + ae->off, x->down_bias, m->s->acc, (size_t)H, scr);
+                            m->s->wt + ae->off, x->down_bias, m->acc, (size_t)H, scr);
         ks[KS_DOWN] += hm_time_ns() - t0;
         ks[KS_DOWN_OPS] += (uint64_t)(2 * nr * I * ae->n);
         return;
@@ -728,7 +734,7 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     if (ae->amx) {
         for (int t = 0; t < ae->n; t++) {
             const float w = m->s->wt[ae->off + t];
-            float *acc = m->s->acc + (size_t)m->s->tok[ae->off + t] * (size_t)H;
+            float *acc = m->acc + (size_t)m->s->tok[ae->off + t] * (size_t)H;
             m->ops->axpy_f32(nr, w, tb + (size_t)t * (size_t)nr, acc + r0);
             if (x->down_bias) m->ops->axpy_f32(nr, w, x->down_bias + r0, acc + r0);
         }
@@ -745,7 +751,7 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
             float d[4];
             hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
             for (int t = 0; t < nt; t++)
-                m->s->acc[(size_t)m->s->tok[ae->off + t0 + t] * (size_t)H + (size_t)r] +=
+                m->acc[(size_t)m->s->tok[ae->off + t0 + t] * (size_t)H + (size_t)r] +=
                     m->s->wt[ae->off + t0 + t] * (d[t] + b);
         }
     }
@@ -856,9 +862,10 @@ static void convert_h_phase(hm_moe *m, const chunk *c, int ith, int nth) {
 
 /* this thread's output rows [r0, r1) of every token, from acc to out */
 static void write_out(hm_moe *m, int64_t r0, int64_t r1) {
+    if ((void *)m->acc == m->out) return; /* summed in place */
     const int64_t H = m->p.hidden;
     for (int t = 0; t < m->n_tok; t++) {
-        const float *a = m->s->acc + (size_t)t * (size_t)H;
+        const float *a = m->acc + (size_t)t * (size_t)H;
         if (m->out_type == HM_MOE_F32) {
             float *o = (float *)m->out + (size_t)t * (size_t)H;
             for (int64_t r = r0; r < r1; r++) o[r] = m->accumulate ? o[r] + a[r] : a[r];
@@ -934,9 +941,9 @@ static void job_decode(hm_moe *m, int ith, int nth) {
     span(hu, ith, nth, &o0, &o1);
     const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
     for (int t = 0; t < m->n_tok; t++)
-        memset(m->s->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
+        memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
     for (int64_t i = 0; i < c->rows; i++) {
-        float *acc = m->s->acc + (size_t)m->s->tok[i] * (size_t)H;
+        float *acc = m->acc + (size_t)m->s->tok[i] * (size_t)H;
         const float *src = m->s->part + (size_t)i * (size_t)H;
         for (int64_t r = R0; r < R1; r++) acc[r] += src[r];
     }
@@ -956,7 +963,7 @@ static void job(int ith, int nth, void *arg) {
     span(hu, ith, nth, &o0, &o1);
     const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
     for (int t = 0; t < m->n_tok; t++)
-        memset(m->s->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
+        memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
     if (m->n_chunks == 0) { /* every expert masked or skipped */
         write_out(m, R0, R1);
         return;
@@ -1275,6 +1282,16 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         if (!m->act[a].amx)
             for (int t = 0; t < m->act[a].n; t++) S->xq_need[S->tok[m->act[a].off + t]] = 1;
     m->accumulate = accumulate, m->n_tok = n_tok;
+    /* the sums go straight into a float32 output that is overwritten, unless it overlaps x
+     * (the job reads x while it clears its share of the sums) or its rows are not 64-byte
+     * aligned (threads' 32-row shares would then share cache lines at their edges) */
+    const uintptr_t xa = (uintptr_t)x, oa = (uintptr_t)out,
+                    xe = xa + (size_t)n_tok * (size_t)H * (x_type == HM_MOE_F32 ? 4 : 2),
+                    oe = oa + (size_t)n_tok * (size_t)H * sizeof(float);
+    m->acc = out_type == HM_MOE_F32 && !accumulate && !m->no_direct_out && (oe <= xa || xe <= oa) &&
+                     oa % 64 == 0 && (size_t)H * sizeof(float) % 64 == 0
+                 ? (float *)out
+                 : S->acc;
     m->decode =
         m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= 64 && !m->no_decode_path;
     if (m->decode) {

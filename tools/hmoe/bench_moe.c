@@ -232,7 +232,8 @@ int bench_moe(int argc, char **argv) {
     }
     if (repack && !rc) printf("repack: %.2f s for %ld layers\n", create_s, layers);
     float *x = malloc(sizeof(float) * (size_t)(max_tok * H));
-    float *out = malloc(sizeof(float) * (size_t)(max_tok * H));
+    float *out = hm_malloc_aligned(sizeof(float) * (size_t)(max_tok * H), 64,
+                                   "moe output"); /* as a model's */
     /* every layer's routing of a pass, drawn before the pass is timed */
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(max_tok * K) * (size_t)layers);
     float *w = malloc(sizeof(float) * (size_t)(max_tok * K) * (size_t)layers);
@@ -346,7 +347,7 @@ int bench_moe(int argc, char **argv) {
                    ks.down_ops / ks.down_s * 1e-12);
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
-    free(moe), free(ex), free(x), free(out), free(ids), free(w), free(wv), free(count);
+    free(moe), free(ex), free(x), hm_free(out), free(ids), free(w), free(wv), free(count);
     hm_large_free(&wbuf);
     hm_poolset_free(set);
     hm_pool_free(pool);
