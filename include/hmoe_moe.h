@@ -148,6 +148,8 @@ typedef struct hm_moe_kernel_stats {
     double glu_s, glu_ops;   /* the gate + up + silu kernel: time, int8 ops (2 per multiply-add) */
     double pack_h_s;         /* quantizing and packing the claims' h for down */
     double down_s, down_ops; /* the down kernel (products added into the output rows) */
+    double h_wait_s;         /* down waiting for an expert's last gate/up claims (when the
+                                phases overlap: every expert's h packed by its own claims) */
 } hm_moe_kernel_stats;
 void hm_moe_kernel_stats_get(hm_moe *moe, hm_moe_kernel_stats *stats, bool reset);
 

@@ -10,7 +10,10 @@
  *   D    convert h for the down projection (matvec) or pack it (AMX)
  *   E    down: every thread owns 32-row units of the output and adds w * down_e(h) of every
  *        expert of the chunk into them - no reduction across threads, no further barrier.
- * After the last chunk each thread writes its own output rows (f32 or bf16, set or add).
+ * Where every expert's claims pack their own h (AMX, fused), D is empty and E starts without a
+ * barrier: down waits per expert for that expert's gate/up claims (chunk.flow).
+ * After the last chunk each thread writes its own output rows (f32 or bf16, set or add), unless
+ * the sums went straight into a float32 output (hm_moe.acc).
  * Weights are read exactly once per submit: every row of every active expert belongs to one unit.
  */
 #include "hmoe_moe.h"
@@ -31,7 +34,18 @@
 #include "quant/types.h"
 
 /* hm_moe_kernel_stats counters */
-enum { KS_CLAIMS, KS_TOKENS, KS_PACK_X, KS_GLU, KS_PACK_H, KS_GLU_OPS, KS_DOWN, KS_DOWN_OPS, KS_N };
+enum {
+    KS_CLAIMS,
+    KS_TOKENS,
+    KS_PACK_X,
+    KS_GLU,
+    KS_PACK_H,
+    KS_GLU_OPS,
+    KS_DOWN,
+    KS_DOWN_OPS,
+    KS_H_WAIT,
+    KS_N
+};
 
 #define UNIT 32 /* rows per work unit (the AMX row group) */
 #define BLOCK                                                                                      \
@@ -56,6 +70,9 @@ typedef struct {
     int64_t rows; /* assignments of the chunk */
     bool any_amx;
     bool any_px; /* some expert's x is packed into px, in the phase before gate/up */
+    /* every expert's h is packed by its own gate/up claims (fused): down then takes each expert
+     * once its claims are done (gu_done), with no barrier between the phases */
+    bool flow;
     /* next expert not yet taken in the gate/up phase, next unclaimed unit of down: threads
      * claim work a little at a time, so a thread slowed down (a busy core, a far memory
      * channel) takes less of it */
@@ -128,6 +145,7 @@ struct hm_moe {
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
     bool no_fused_h;     /* HMOE_MOE_FUSE_H=0: h packed in its own phase (A/B, tests) */
     bool no_direct_out;  /* HMOE_MOE_DIRECT_OUT=0: sums always in s->acc, then copied (A/B) */
+    bool no_flow;        /* HMOE_MOE_FLOW=0: a barrier between gate/up and down (A/B) */
     /* NUMA slices: child engines over slices of inter, each with its own pool and output */
     int n_sub;
     hm_moe **sub;
@@ -370,6 +388,8 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->no_fused_h = fh && !strcmp(fh, "0");
     const char *dout = getenv("HMOE_MOE_DIRECT_OUT");
     m->no_direct_out = dout && !strcmp(dout, "0");
+    const char *fl = getenv("HMOE_MOE_FLOW");
+    m->no_flow = fl && !strcmp(fl, "0");
     m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
     if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready ||
@@ -757,6 +777,16 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     }
 }
 
+/* Down of a flowing chunk: until expert a's gate/up claims have all packed their h (their
+ * release adds pair with this acquire); a wait is at most the last claim of a */
+static void wait_h(hm_moe *m, int a, uint64_t ks[KS_N]) {
+    if (atomic_load_explicit(&m->gu_done[a], memory_order_acquire) >= m->act[a].claims) return;
+    const uint64_t t0 = hm_time_ns();
+    while (atomic_load_explicit(&m->gu_done[a], memory_order_acquire) < m->act[a].claims)
+        hm_cpu_relax();
+    ks[KS_H_WAIT] += hm_time_ns() - t0;
+}
+
 /* a thread's kernel statistics into the engine's (once per phase) */
 static void ks_add(hm_moe *m, const uint64_t ks[KS_N]) {
     for (int i = 0; i < KS_N; i++)
@@ -797,6 +827,7 @@ static void gate_up_claim(hm_moe *m, chunk *c, int a, int64_t k, void *scr, floa
         ks[KS_GLU] += t2 - t1;
         ks[KS_PACK_H] += t3 - t2;
         ks[KS_GLU_OPS] += (uint64_t)(4 * (re - r0) * m->p.hidden * ae->n);
+        atomic_fetch_add_explicit(&m->gu_done[a], 1, memory_order_release); /* h group packed */
         return;
     }
 #else
@@ -808,6 +839,7 @@ static void gate_up_claim(hm_moe *m, chunk *c, int a, int64_t k, void *scr, floa
         const float *h = m->s->h + (size_t)(ae->off - base) * (size_t)I + r0;
         (swapped(m, ae) ? hm_amx_pack_act_group_rt : hm_amx_pack_act_group)(
             h, (size_t)I, ae->n, I, m->s->ph + ae->ph_off, r0 / HM_AMX_GROUP);
+        atomic_fetch_add_explicit(&m->gu_done[a], 1, memory_order_release);
     }
 #endif
 }
@@ -990,13 +1022,16 @@ static void job(int ith, int nth, void *arg) {
 #endif
         PROF(HM_MOE_PROF_PACK_X);
         gate_up_phase(m, c, scr, tb);
-        hm_pool_barrier(m->p.pool);
-        PROF(HM_MOE_PROF_GATE_UP);
-        convert_h_phase(m, c, ith, nth);
+        if (!c->flow) { /* else nothing to convert or pack: each claim packed its own h */
+            hm_pool_barrier(m->p.pool);
+            PROF(HM_MOE_PROF_GATE_UP);
+            convert_h_phase(m, c, ith, nth);
 #if defined(__x86_64__)
-        if (c->any_amx) phase_pack(m, c, true, ith, nth);
+            if (c->any_amx) phase_pack(m, c, true, ith, nth);
 #endif
-        hm_pool_barrier(m->p.pool);
+            hm_pool_barrier(m->p.pool);
+        } else
+            PROF(HM_MOE_PROF_GATE_UP);
         PROF(HM_MOE_PROF_PACK_H);
         /* down: units of UNIT output rows, each over every expert of the chunk, so no two
          * threads add to the same rows; the last chunk writes a unit's rows out when done */
@@ -1024,7 +1059,11 @@ static void job(int ith, int nth, void *arg) {
              * the one core that wrote it) */
             const int na = c->a1 - c->a0, first = (int)(u * na / hu);
             for (int i = 0; i < na; i++) {
-                const active_expert *ae = &m->act[c->a0 + (first + i) % na];
+                const int a = c->a0 + (first + i) % na;
+                const active_expert *ae = &m->act[a];
+                /* in the walk's order even when a later expert is ready first: the sums then
+                 * come out the same bits whatever the timing */
+                if (c->flow) wait_h(m, a, ks);
                 down_unit(m, ae, ae->off - base, r, re, scr, tb, ks);
             }
             if (last) write_out(m, r, re);
@@ -1072,6 +1111,7 @@ void hm_moe_kernel_stats_get(hm_moe *m, hm_moe_kernel_stats *st, bool reset) {
         .pack_h_s = 1e-9 * (double)v[KS_PACK_H],
         .down_s = 1e-9 * (double)v[KS_DOWN],
         .down_ops = (double)v[KS_DOWN_OPS],
+        .h_wait_s = 1e-9 * (double)v[KS_H_WAIT],
     };
 }
 
@@ -1190,6 +1230,7 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         if (m->n_chunks == 0 || m->chunks[m->n_chunks - 1].rows + ae->n > cap) {
             chunk *c = &m->chunks[m->n_chunks++];
             c->a0 = a, c->a1 = a, c->rows = 0, c->any_amx = c->any_px = false;
+            c->flow = !m->no_flow;
             atomic_init(&c->gu_next, 0);
             atomic_init(&c->dn_next, 0);
             px = ph = 0;
@@ -1218,6 +1259,8 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         tb_floats = tbn > tb_floats ? tbn : tb_floats;
         ae->claims = (int)((I + (int64_t)UNIT * ae->g - 1) / ((int64_t)UNIT * ae->g));
         atomic_store_explicit(&m->taken[a], 0, memory_order_relaxed);
+        atomic_store_explicit(&m->gu_done[a], 0, memory_order_relaxed);
+        c->flow = c->flow && ae->fused;
         chunk_rows = c->rows > chunk_rows ? c->rows : chunk_rows;
 #if defined(__x86_64__)
         ae->own_x = false;
