@@ -512,24 +512,44 @@ static inline void store_c(void *cb, bool two) {
 /* acc[i][j] += u[i] * v[j] * C[i][j] for one 16x16 tile stored at cb (acc row stride 32): the
  * tile's rows are weight rows (u = sw, v = dx) or, with the operands swapped, tokens (u = dx,
  * v = sw); either way each product is sw[r] * dx[t] (multiplication commutes) */
-static inline void fold(const int32_t *cb, const float *u, const float *v, float *acc) {
+static inline __attribute__((always_inline)) void
+fold(const int32_t *cb, const float *u, const float *v, float *acc, const bool first) {
     const __m512 vv = _mm512_loadu_ps(v);
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) {
         const __m512 sc = _mm512_mul_ps(vv, _mm512_set1_ps(u[i]));
-        _mm512_storeu_ps(acc + 32 * i,
-                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * i)), sc,
-                                         _mm512_loadu_ps(acc + 32 * i)));
+        /* the first group adds to zero without reading acc (fma onto +0: the same bits) */
+        const __m512 a = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + 32 * i);
+        _mm512_storeu_ps(
+            acc + 32 * i,
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb + 16 * i)), sc, a));
     }
 }
 
 /* fold of a tile whose rows are weight rows (sw first) or, swapped, tokens (dx first) */
-static inline __attribute__((always_inline)) void
-fold_sd(const int32_t *cb, const float *sw, const float *dx, float *acc, const bool swapped) {
+static inline __attribute__((always_inline)) void fold_sd(const int32_t *cb, const float *sw,
+                                                          const float *dx, float *acc,
+                                                          const bool swapped, const bool first) {
     if (swapped)
-        fold(cb, dx, sw, acc);
+        fold(cb, dx, sw, acc, first);
     else
-        fold(cb, sw, dx, acc);
+        fold(cb, sw, dx, acc, first);
+}
+
+/* The folds of one pair's four C tiles (stored at cb) into its acc; tiles 2-3 only with a
+ * second token tile, else (on the first group) that half of acc is zeroed */
+static inline __attribute__((always_inline)) void
+fold_pair(const int32_t *cb, const float *swg, const float *dx0, const float *dx1, float *acc,
+          int r16, int t16, bool two_tok, const bool swapped, const bool first) {
+    fold_sd(cb, swg, dx0, acc, swapped, first);
+    fold_sd(cb + 256, swg + 16, dx0, acc + r16, swapped, first);
+    if (two_tok) {
+        fold_sd(cb + 512, swg, dx1, acc + t16, swapped, first);
+        fold_sd(cb + 768, swg + 16, dx1, acc + t16 + r16, swapped, first);
+    } else if (first) { /* tokens 16..31: acc rows 16.. (swapped) or columns 16.. of each row */
+        for (int i = 0; i < 32; i++)
+            _mm512_store_ps(acc + t16 + (swapped ? 16 : 32) * i, _mm512_setzero_ps());
+    }
 }
 
 /* Token pairs p0 .. p0 + pn - 1 of one weight unit W (+ scales sw) into acc_all: for each
@@ -552,7 +572,6 @@ amx_chunk_any(const amx_act *a, const int8_t *W, const float *sw, int n_tok, int
     const int8_t *W1 = W + 16 * kp;
     /* acc offsets of the rows 16.. and the tokens 16.. quadrants */
     const int r16 = swapped ? 16 : 16 * 32, t16 = swapped ? 16 * 32 : 16;
-    for (int i = 0; i < pn * 32 * 32; i += 16) _mm512_store_ps(acc_all + i, _mm512_setzero_ps());
     for (int64_t g = 0; g < a->ngrp; g++) {
         const int64_t k0 = g * AMX_G, k1 = k0 + AMX_G < kp ? k0 + AMX_G : kp;
         const float *swg = sw + g * 32;
@@ -595,12 +614,11 @@ amx_chunk_any(const amx_act *a, const int8_t *W, const float *sw, int n_tok, int
                 }
             }
             store_c(cb, two_tok);
-            fold_sd(cb, swg, dx0, acc, swapped);
-            fold_sd(cb + 256, swg + 16, dx0, acc + r16, swapped);
-            if (two_tok) {
-                fold_sd(cb + 512, swg, dx1, acc + t16, swapped);
-                fold_sd(cb + 768, swg + 16, dx1, acc + t16 + r16, swapped);
-            }
+            /* the first group's folds write acc without reading it (no zeroing pass) */
+            if (g == 0)
+                fold_pair(cb, swg, dx0, dx1, acc, r16, t16, two_tok, swapped, true);
+            else
+                fold_pair(cb, swg, dx0, dx1, acc, r16, t16, two_tok, swapped, false);
         }
     }
 }
