@@ -36,6 +36,24 @@ int main(void) {
     CHECK(((uintptr_t)big.ptr % 4096) == 0);
     ((unsigned char *)big.ptr)[big.size - 1] = 7;
     CHECK(((unsigned char *)big.ptr)[0] == 0);
+#if defined(__linux__)
+    {
+        /* touched, the buffer is resident: the process's anonymous memory covers it, its huge
+         * pages are a part of that (how many is the kernel's choice), the mode one of THP's */
+        memset(big.ptr, 1, big.size);
+        uint64_t anon = 0, huge = 0;
+        char mode[32];
+        CHECK(hm_mem_huge_pages(&anon, &huge, mode, sizeof mode));
+        CHECK_MSG(anon >= (uint64_t)big.size && huge <= anon, "anon %llu, huge %llu",
+                  (unsigned long long)anon, (unsigned long long)huge);
+        CHECK_MSG(!mode[0] || !strcmp(mode, "always") || !strcmp(mode, "madvise") ||
+                      !strcmp(mode, "never"),
+                  "THP mode '%s'", mode);
+        char tiny[4];
+        CHECK(hm_mem_huge_pages(&anon, &huge, tiny, sizeof tiny)); /* too small: left empty */
+        CHECK(strlen(tiny) < sizeof tiny);
+    }
+#endif
     hm_large_free(&big);
     CHECK(big.ptr == NULL);
     hm_large_free(&big); /* twice is harmless */

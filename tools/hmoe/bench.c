@@ -527,6 +527,7 @@ static int bench_kernels(int argc, char **argv) {
     }
 #endif
     if (repack && !job.wpack) printf("--repack: no AMX on this machine, nothing repacked\n");
+    cli_print_huge_pages("");
 
     /* validate against the reference on the first matrix */
     int vt = max_tok < 4 ? (int)max_tok : 4;

@@ -231,6 +231,7 @@ int bench_moe(int argc, char **argv) {
         create_s += (double)(hm_time_ns() - t0) * 1e-9;
     }
     if (repack && !rc) printf("repack: %.2f s for %ld layers\n", create_s, layers);
+    cli_print_huge_pages("");
     float *x = malloc(sizeof(float) * (size_t)(max_tok * H));
     float *out = hm_malloc_aligned(sizeof(float) * (size_t)(max_tok * H), 64,
                                    "moe output"); /* as a model's */

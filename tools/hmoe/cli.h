@@ -33,6 +33,10 @@ int cli_parse_list(const char *s, long *out, int max);
 /* Reads a whole file ("-": standard input), NUL-terminated (*len without the NUL); NULL when it
  * cannot be opened or read. The caller frees. */
 char *cli_read_file(const char *path, size_t *len);
+/* Prints one line: this process's anonymous resident memory, how much of it is on transparent
+ * huge pages and the system's THP mode (benchmarks print it after setting up their weights:
+ * streamed weights on 4 KiB pages cost a TLB miss per page). Nothing where Linux does not say. */
+void cli_print_huge_pages(const char *indent);
 /* Parses --load auto|mmap|copy into an hm_load_mode value. */
 bool cli_parse_load(const char *s, int *out);
 /* The model/context options of run, logits and bench e2e: --threads N, --batch N, --ctx N,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/alloc.h"
 #include "hmoe.h"
 
 bool cli_parse_size(const char *s, size_t *out) {
@@ -107,6 +108,16 @@ char *cli_read_file(const char *path, size_t *len) {
     if (f != stdin) fclose(f);
     if (buf) buf[n] = '\0', *len = n;
     return buf;
+}
+
+void cli_print_huge_pages(const char *indent) {
+    uint64_t anon, huge;
+    char mode[32];
+    if (!hm_mem_huge_pages(&anon, &huge, mode, sizeof mode)) return;
+    printf("%smemory: %.2f GB anonymous resident, %.2f GB of it on transparent huge pages (%.0f%%; "
+           "THP mode %s; weights are madvised)\n",
+           indent, (double)anon * 1e-9, (double)huge * 1e-9,
+           anon ? 100.0 * (double)huge / (double)anon : 0.0, mode[0] ? mode : "unknown");
 }
 
 bool cli_parse_load(const char *s, int *out) {
