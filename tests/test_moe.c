@@ -131,6 +131,12 @@ static double max_err(const float *got, const double *want, int64_t n, double *s
 }
 
 /* random routing: k distinct experts per token, softmax-like weights */
+/* n floats, 64-byte aligned (as a model's buffers: the engine sums straight into such an
+ * output); free() releases it */
+static float *fbuf64(size_t n) {
+    return aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+}
+
 static void route(int n, int E, int k, uint64_t seed, int32_t *ids, float *w) {
     for (int t = 0; t < n; t++) {
         for (int j = 0; j < k; j++) {
@@ -160,8 +166,7 @@ static void run_case(hm_pool *pool, const model *m, int n, double tol, const cha
     hm_moe *moe;
     CHECK_OK(hm_moe_create(&p, &moe));
     if (!moe) return;
-    float *x = malloc(sizeof(float) * (size_t)(n * m->H)),
-          *out = malloc(sizeof(float) * (size_t)(n * m->H));
+    float *x = malloc(sizeof(float) * (size_t)(n * m->H)), *out = fbuf64((size_t)(n * m->H));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
     float *w = malloc(sizeof(float) * (size_t)(n * m->k));
     double *ref = malloc(sizeof(double) * (size_t)(n * m->H));
@@ -217,7 +222,7 @@ static void run_case(hm_pool *pool, const model *m, int n, double tol, const cha
         }
         /* in place (out == x): the sums then cannot go straight into out, which the job would
          * clear while it still reads x; the result is the same bits */
-        float *xo = malloc(sizeof(float) * (size_t)(n * m->H));
+        float *xo = fbuf64((size_t)(n * m->H)); /* aligned: only the overlap stops direct sums */
         memcpy(xo, x, sizeof(float) * (size_t)(n * m->H));
         CHECK_OK(hm_moe_submit(moe, xo, HM_MOE_F32, ids, w, n, m->k, xo, HM_MOE_F32, false));
         hm_moe_wait(moe);
@@ -245,9 +250,8 @@ static void run_case(hm_pool *pool, const model *m, int n, double tol, const cha
  * path; the size query is 0 where nothing would be packed */
 /* One random batch of n tokens through engines a and b: how many outputs differ in their bits. */
 static int64_t outputs_differ(hm_moe *a, hm_moe *b, const model *m, int n, uint64_t seed) {
-    float *x = malloc(sizeof(float) * (size_t)(n * m->H)),
-          *oa = malloc(sizeof(float) * (size_t)(n * m->H)),
-          *ob = malloc(sizeof(float) * (size_t)(n * m->H));
+    float *x = malloc(sizeof(float) * (size_t)(n * m->H)), *oa = fbuf64((size_t)(n * m->H)),
+          *ob = fbuf64((size_t)(n * m->H));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
     float *w = malloc(sizeof(float) * (size_t)(n * m->k));
     uint64_t s = seed;
@@ -262,6 +266,49 @@ static int64_t outputs_differ(hm_moe *a, hm_moe *b, const model *m, int n, uint6
     for (int64_t i = 0; i < n * m->H; i++) diff += memcmp(&oa[i], &ob[i], sizeof(float)) != 0;
     free(x), free(oa), free(ob), free(ids), free(w);
     return diff;
+}
+
+/* The engine's A/B switches give the same bits: no barrier between gate/up and down against the
+ * barrier (HMOE_MOE_FLOW=0), sums straight into the output against the scratch copy
+ * (HMOE_MOE_DIRECT_OUT=0, and an output off a cache line, which takes the copy too). */
+static void test_same_bits(hm_pool *pool, const model *m, int n) {
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
+    p.pool = pool, p.max_tokens = 1024, p.repack = true;
+    const char *const env[2] = {"HMOE_MOE_FLOW", "HMOE_MOE_DIRECT_OUT"};
+    hm_moe *a = NULL;
+    CHECK_OK(hm_moe_create(&p, &a));
+    for (int i = 0; i < 2 && a; i++) {
+        hm_moe *b = NULL;
+        setenv(env[i], "0", 1);
+        CHECK_OK(hm_moe_create(&p, &b));
+        unsetenv(env[i]);
+        if (!b) break;
+        for (int rep = 0; rep < 3; rep++) { /* timing differs from run to run: the bits may not */
+            const int64_t diff = outputs_differ(a, b, m, n, 31 + (uint64_t)(n + rep));
+            CHECK_MSG(diff == 0, "%s, %d tokens: %lld outputs differ with %s=0",
+                      hm_type_name(m->ex[0].gate.type), n, (long long)diff, env[i]);
+        }
+        hm_moe_free(b);
+    }
+    if (a) { /* an output 4 bytes off a line: summed in the scratch, then copied */
+        float *x = malloc(sizeof(float) * (size_t)(n * m->H)), *o1 = fbuf64((size_t)(n * m->H)),
+              *o2 = fbuf64((size_t)(n * m->H) + 1);
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
+        float *w = malloc(sizeof(float) * (size_t)(n * m->k));
+        uint64_t s = 77;
+        for (int64_t i = 0; i < n * m->H; i++)
+            x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
+        route(n, m->E, m->k, 78, ids, w);
+        CHECK_OK(hm_moe_submit(a, x, HM_MOE_F32, ids, w, n, m->k, o1, HM_MOE_F32, false));
+        hm_moe_wait(a);
+        CHECK_OK(hm_moe_submit(a, x, HM_MOE_F32, ids, w, n, m->k, o2 + 1, HM_MOE_F32, false));
+        hm_moe_wait(a);
+        CHECK_MSG(!memcmp(o1, o2 + 1, sizeof(float) * (size_t)(n * m->H)),
+                  "%d tokens: an output off a cache line differs", n);
+        free(x), free(o1), free(o2), free(ids), free(w);
+    }
+    hm_moe_free(a);
 }
 
 static void test_repack(hm_pool *pool, const model *m, int n) {
@@ -534,6 +581,7 @@ int main(void) {
     run_case(spool, &m, 64, 3e-2, "q4_k 2048x768 top-2/8 (sync pool)", true);
     test_repack(pool, &m, 64);
     test_fused_h(pool, &m, 64);
+    test_same_bits(pool, &m, 64);
     model_free(&m);
     /* experts of 1024+ tokens (gate/up in single-unit claims) on the per-call AMX path: the down
      * claims (up to 4 units) write their products to the thread's float tile, sized at submit */
@@ -546,6 +594,7 @@ int main(void) {
     run_case(pool, &m, 513, 3e-2, "q4_k/q8_0 256x1408 top-6/64", false);
     test_repack(pool, &m, 513);
     test_fused_h(pool, &m, 513);
+    test_same_bits(pool, &m, 513);
     model_free(&m);
     /* top-8 of 256 experts, Q8_0, GELU */
     model_init(&m, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 256, 256, 256, 8, HM_MOE_GELU, false, 13);
