@@ -1022,16 +1022,15 @@ static void job(int ith, int nth, void *arg) {
 #endif
         PROF(HM_MOE_PROF_PACK_X);
         gate_up_phase(m, c, scr, tb);
+        if (!c->flow) hm_pool_barrier(m->p.pool);
+        PROF(HM_MOE_PROF_GATE_UP);
         if (!c->flow) { /* else nothing to convert or pack: each claim packed its own h */
-            hm_pool_barrier(m->p.pool);
-            PROF(HM_MOE_PROF_GATE_UP);
             convert_h_phase(m, c, ith, nth);
 #if defined(__x86_64__)
             if (c->any_amx) phase_pack(m, c, true, ith, nth);
 #endif
             hm_pool_barrier(m->p.pool);
-        } else
-            PROF(HM_MOE_PROF_GATE_UP);
+        }
         PROF(HM_MOE_PROF_PACK_H);
         /* down: units of UNIT output rows, each over every expert of the chunk, so no two
          * threads add to the same rows; the last chunk writes a unit's rows out when done */
@@ -1286,10 +1285,20 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         px_need = px > px_need ? px : px_need;
         ph_need = ph > ph_need ? ph : ph_need;
     }
+    /* the sums go straight into a float32 output that is overwritten, unless it overlaps x
+     * (the job reads x while it clears its share of the sums) or its rows are not 64-byte
+     * aligned (threads' 32-row shares would then share cache lines at their edges); only
+     * otherwise do they need the scratch acc */
+    const uintptr_t xa = (uintptr_t)x, oa = (uintptr_t)out,
+                    xe = xa + (size_t)n_tok * (size_t)H * (x_type == HM_MOE_F32 ? 4 : 2),
+                    oe = oa + (size_t)n_tok * (size_t)H * sizeof(float);
+    const bool direct = out_type == HM_MOE_F32 && !accumulate && !m->no_direct_out &&
+                        (oe <= xa || xe <= oa) && oa % 64 == 0 &&
+                        (size_t)H * sizeof(float) % 64 == 0;
     /* scratch */
     const size_t act_bytes = sizeof(float) * (size_t)n_tok * (size_t)H;
     bool ok =
-        grow((void **)&S->acc, &S->cap_acc, act_bytes, "moe output") &&
+        (direct || grow((void **)&S->acc, &S->cap_acc, act_bytes, "moe output")) &&
         grow((void **)&S->xq_need, &S->cap_xq_need, (size_t)n_tok, "moe activations") &&
         grow((void **)&S->xq, &S->cap_xq, m->xq_bytes * (size_t)n_tok + 64, "moe activations") &&
         (x_type != HM_MOE_BF16 || grow((void **)&S->xf, &S->cap_xf, act_bytes, "moe input")) &&
@@ -1325,16 +1334,7 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         if (!m->act[a].amx)
             for (int t = 0; t < m->act[a].n; t++) S->xq_need[S->tok[m->act[a].off + t]] = 1;
     m->accumulate = accumulate, m->n_tok = n_tok;
-    /* the sums go straight into a float32 output that is overwritten, unless it overlaps x
-     * (the job reads x while it clears its share of the sums) or its rows are not 64-byte
-     * aligned (threads' 32-row shares would then share cache lines at their edges) */
-    const uintptr_t xa = (uintptr_t)x, oa = (uintptr_t)out,
-                    xe = xa + (size_t)n_tok * (size_t)H * (x_type == HM_MOE_F32 ? 4 : 2),
-                    oe = oa + (size_t)n_tok * (size_t)H * sizeof(float);
-    m->acc = out_type == HM_MOE_F32 && !accumulate && !m->no_direct_out && (oe <= xa || xe <= oa) &&
-                     oa % 64 == 0 && (size_t)H * sizeof(float) % 64 == 0
-                 ? (float *)out
-                 : S->acc;
+    m->acc = direct ? (float *)out : S->acc;
     m->decode =
         m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= 64 && !m->no_decode_path;
     if (m->decode) {
@@ -1344,10 +1344,8 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
             return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens",
                              n_tok);
         }
-        for (int a = m->chunks[0].a0; a < m->chunks[0].a1; a++) {
-            atomic_store_explicit(&m->gu_done[a], 0, memory_order_relaxed);
+        for (int a = m->chunks[0].a0; a < m->chunks[0].a1; a++) /* gu_done: cleared above */
             atomic_store_explicit(&m->h_ready[a], 0, memory_order_relaxed);
-        }
     }
     /* one or two tokens: converting them here costs the caller about what its share would, and
      * the job then needs no barrier before the experts start (~4 us of 16 threads' time) */
