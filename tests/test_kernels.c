@@ -212,10 +212,6 @@ static void test_i8_split(uint32_t type, int64_t cols) {
     free(w), free(q), free(ref), free(sc), free(bi);
 }
 
-/* AMX INT8 matmul vs float64 dot products of the dequantized weights with the float activations.
- * The AMX path quantizes activations to int8 per 256 values: the named tolerance is 1% of max|y|
- * (int8 rounding of x is ~0.4% per element and averages out over the dot product). Rows not a
- * multiple of 16, tokens not a multiple of 16, a row range that starts inside the matrix. */
 /* The packed activations' codes checked against the layout from first principles: 16-token group
  * g's VNNI tile row k / 4 holds token g * 16 + j's codes k .. k + 3 at bytes 4 j .. 4 j + 3, or
  * (rt) its row tile k / 64 holds them in row j; zeros for tokens past n_tok. Token t's codes are
@@ -335,6 +331,10 @@ static void test_amx_swapped(uint32_t type, int64_t rows, int64_t cols, int n_to
 #endif
 }
 
+/* AMX INT8 matmul vs float64 dot products of the dequantized weights with the float activations.
+ * The AMX path quantizes activations to int8 per 256 values: the named tolerance is 1% of max|y|
+ * (int8 rounding of x is ~0.4% per element and averages out over the dot product). Rows not a
+ * multiple of 16, tokens not a multiple of 16, a row range that starts inside the matrix. */
 static void test_amx_type(uint32_t type, int64_t rows, int64_t cols, int n_tok) {
 #if defined(__x86_64__)
     const hm_cpu_features *cf = hm_cpu_features_get();

@@ -130,13 +130,13 @@ static double max_err(const float *got, const double *want, int64_t n, double *s
     return e / mx;
 }
 
-/* random routing: k distinct experts per token, softmax-like weights */
 /* n floats, 64-byte aligned (as a model's buffers: the engine sums straight into such an
  * output); free() releases it */
 static float *fbuf64(size_t n) {
     return aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
 }
 
+/* random routing: k distinct experts per token, softmax-like weights */
 static void route(int n, int E, int k, uint64_t seed, int32_t *ids, float *w) {
     for (int t = 0; t < n; t++) {
         for (int j = 0; j < k; j++) {
