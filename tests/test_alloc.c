@@ -2,6 +2,7 @@
 #include <stdint.h>
 
 #include "core/alloc.h"
+#include "core/cpu.h"
 #include "test.h"
 
 int main(void) {
@@ -41,17 +42,16 @@ int main(void) {
         /* touched, the buffer is resident: the process's anonymous memory covers it, its huge
          * pages are a part of that (how many is the kernel's choice), the mode one of THP's */
         memset(big.ptr, 1, big.size);
-        uint64_t anon = 0, huge = 0;
-        char mode[32];
-        CHECK(hm_mem_huge_pages(&anon, &huge, mode, sizeof mode));
+        const uint64_t anon = hm_mem_anon_bytes(), huge = hm_mem_anon_huge_bytes();
         CHECK_MSG(anon >= (uint64_t)big.size && huge <= anon, "anon %llu, huge %llu",
                   (unsigned long long)anon, (unsigned long long)huge);
+        hm_mem_info mi;
+        CHECK_OK(hm_mem_info_get(&mi));
+        const char *mode = mi.thp_mode;
+        CHECK(strlen(mode) < sizeof mi.thp_mode); /* terminated inside its array */
         CHECK_MSG(!mode[0] || !strcmp(mode, "always") || !strcmp(mode, "madvise") ||
                       !strcmp(mode, "never"),
                   "THP mode '%s'", mode);
-        char tiny[4];
-        CHECK(hm_mem_huge_pages(&anon, &huge, tiny, sizeof tiny)); /* too small: left empty */
-        CHECK(strlen(tiny) < sizeof tiny);
     }
 #endif
     hm_large_free(&big);

@@ -2,7 +2,6 @@
 #include "core/alloc.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -67,44 +66,6 @@ hm_status hm_large_alloc(size_t size, bool huge, const char *what, hm_large *out
 void hm_large_free(hm_large *b) {
     if (b && b->ptr) munmap(b->ptr, b->mapped);
     if (b) memset(b, 0, sizeof *b);
-}
-
-/* the value of a "Name:   123 kB" line of a /proc file, in bytes */
-static bool proc_kb(const char *text, const char *name, uint64_t *bytes) {
-    const char *p = strstr(text, name);
-    if (!p) return false;
-    unsigned long long kb = 0;
-    if (sscanf(p + strlen(name), " %llu kB", &kb) != 1) return false;
-    *bytes = (uint64_t)kb * 1024u;
-    return true;
-}
-
-bool hm_mem_huge_pages(uint64_t *anon_bytes, uint64_t *huge_bytes, char *mode, size_t mode_cap) {
-    *anon_bytes = *huge_bytes = 0;
-    if (mode && mode_cap) mode[0] = '\0';
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f) return false;
-    char text[4096];
-    const size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    if (!proc_kb(text, "\nAnonymous:", anon_bytes) ||
-        !proc_kb(text, "\nAnonHugePages:", huge_bytes))
-        return false;
-    /* "always [madvise] never": the bracketed word */
-    f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    if (f && mode && mode_cap) {
-        char line[128] = {0};
-        if (fgets(line, sizeof line, f)) {
-            const char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
-            if (a && b && (size_t)(b - a - 1) < mode_cap) {
-                memcpy(mode, a + 1, (size_t)(b - a - 1));
-                mode[b - a - 1] = '\0';
-            }
-        }
-    }
-    if (f) fclose(f);
-    return true;
 }
 
 struct hm_arena_chunk {

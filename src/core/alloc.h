@@ -38,11 +38,6 @@ typedef struct hm_large {
 hm_status hm_large_alloc(size_t size, bool huge, const char *what, hm_large *out);
 void hm_large_free(hm_large *b);
 
-/* This process's resident anonymous memory and how much of it sits on transparent huge pages
- * (Linux /proc/self/smaps_rollup, in bytes), and the system's THP mode ("always", "madvise",
- * "never", or "" where unknown; mode_cap bytes incl. the terminator). False where unavailable. */
-bool hm_mem_huge_pages(uint64_t *anon_bytes, uint64_t *huge_bytes, char *mode, size_t mode_cap);
-
 /* Bump arena: many small allocations freed together. Allocation is O(1); memory comes from
  * chunks of at least chunk_size bytes; hm_arena_reset keeps the first chunk for reuse. */
 typedef struct hm_arena_chunk hm_arena_chunk;

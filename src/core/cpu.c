@@ -485,15 +485,23 @@ static uint64_t parse_cache_size(const char *s) {
     return v;
 }
 
-uint64_t hm_mem_anon_huge_bytes(void) {
+/* one field of /proc/self/smaps_rollup, in bytes; 0 when unknown */
+static uint64_t smaps_rollup_value(const char *key) {
     static char buf[4096];
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&mu);
-    const uint64_t v = read_small_file("/proc/self/smaps_rollup", buf, sizeof buf)
-                           ? meminfo_value(buf, "AnonHugePages")
-                           : 0;
+    const uint64_t v =
+        read_small_file("/proc/self/smaps_rollup", buf, sizeof buf) ? meminfo_value(buf, key) : 0;
     pthread_mutex_unlock(&mu);
     return v;
+}
+
+uint64_t hm_mem_anon_huge_bytes(void) {
+    return smaps_rollup_value("AnonHugePages");
+}
+
+uint64_t hm_mem_anon_bytes(void) {
+    return smaps_rollup_value("Anonymous");
 }
 
 hm_status hm_mem_info_get(hm_mem_info *m) {

@@ -108,6 +108,9 @@ hm_status hm_mem_info_get(hm_mem_info *out);
 /* Bytes of this process's anonymous memory backed by transparent huge pages (AnonHugePages of
  * /proc/self/smaps_rollup); 0 when unknown. */
 uint64_t hm_mem_anon_huge_bytes(void);
+/* Bytes of this process's resident anonymous memory (Anonymous of the same file); 0 when unknown.
+ */
+uint64_t hm_mem_anon_bytes(void);
 
 /* Pins the calling thread to one logical CPU. */
 hm_status hm_thread_pin(int cpu);

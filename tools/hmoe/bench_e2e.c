@@ -105,8 +105,7 @@ int bench_e2e(int argc, char **argv) {
            hm_model_copied(m) ? "copied to huge pages" : "mmapped", cp.kv_f16 ? "f16" : "f32",
            cp.no_idle_prefetch ? "off" : "on", t_load, t_ctx,
            (double)hm_ctx_repacked_bytes(c) * 1e-6);
-    printf("memory: %.1f GB of this process's memory in transparent huge pages\n",
-           (double)hm_mem_anon_huge_bytes() * 1e-9);
+    cli_print_huge_pages("");
     printf("decode reads per token: %.3f GB (dense+output %.3f GB, experts %.3f GB)\n",
            (double)(dense_b + exp_b) * 1e-9, (double)dense_b * 1e-9, (double)exp_b * 1e-9);
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "core/alloc.h"
+#include "core/cpu.h"
 #include "hmoe.h"
 
 bool cli_parse_size(const char *s, size_t *out) {
@@ -111,13 +111,14 @@ char *cli_read_file(const char *path, size_t *len) {
 }
 
 void cli_print_huge_pages(const char *indent) {
-    uint64_t anon, huge;
-    char mode[32];
-    if (!hm_mem_huge_pages(&anon, &huge, mode, sizeof mode)) return;
+    const uint64_t anon = hm_mem_anon_bytes(), huge = hm_mem_anon_huge_bytes();
+    if (!anon) return; /* not Linux, or no smaps_rollup */
+    hm_mem_info mi;
+    const char *mode = hm_mem_info_get(&mi) == HM_OK && mi.thp_mode[0] ? mi.thp_mode : "unknown";
     printf("%smemory: %.2f GB anonymous resident, %.2f GB of it on transparent huge pages (%.0f%%; "
            "THP mode %s; weights are madvised)\n",
-           indent, (double)anon * 1e-9, (double)huge * 1e-9,
-           anon ? 100.0 * (double)huge / (double)anon : 0.0, mode[0] ? mode : "unknown");
+           indent, (double)anon * 1e-9, (double)huge * 1e-9, 100.0 * (double)huge / (double)anon,
+           mode);
 }
 
 bool cli_parse_load(const char *s, int *out) {
