@@ -150,6 +150,7 @@ typedef struct hm_moe_kernel_stats {
     double down_s, down_ops; /* the down kernel (products added into the output rows) */
     double h_wait_s;         /* down waiting for an expert's last gate/up claims (when the
                                 phases overlap: every expert's h packed by its own claims) */
+    uint64_t steals;         /* down claims split by a thread that had run out of claims */
 } hm_moe_kernel_stats;
 void hm_moe_kernel_stats_get(hm_moe *moe, hm_moe_kernel_stats *stats, bool reset);
 

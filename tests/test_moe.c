@@ -270,25 +270,40 @@ static int64_t outputs_differ(hm_moe *a, hm_moe *b, const model *m, int n, uint6
 
 /* The engine's A/B switches give the same bits: no barrier between gate/up and down against the
  * barrier (HMOE_MOE_FLOW=0), sums straight into the output against the scratch copy
- * (HMOE_MOE_DIRECT_OUT=0, and an output off a cache line, which takes the copy too). */
+ * (HMOE_MOE_DIRECT_OUT=0, and an output off a cache line, which takes the copy too), down
+ * claims never split (HMOE_MOE_STEAL=0) and split as often as they can be (=test). */
 static void test_same_bits(hm_pool *pool, const model *m, int n) {
     hm_moe_params p = hm_moe_default_params();
     p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
     p.pool = pool, p.max_tokens = 1024, p.repack = true;
-    const char *const env[2] = {"HMOE_MOE_FLOW", "HMOE_MOE_DIRECT_OUT"};
+    const char *const env[][2] = {{"HMOE_MOE_FLOW", "0"},
+                                  {"HMOE_MOE_DIRECT_OUT", "0"},
+                                  {"HMOE_MOE_STEAL", "0"},
+                                  {"HMOE_MOE_STEAL", "test"}};
     hm_moe *a = NULL;
     CHECK_OK(hm_moe_create(&p, &a));
-    for (int i = 0; i < 2 && a; i++) {
+    const hm_cpu_ops *ops = NULL;
+    const bool tiles = hm_cpu_ops_get(&ops) == HM_OK && ops->i8_down_acc; /* the swapped path */
+    for (int i = 0; i < 4 && a; i++) {
         hm_moe *b = NULL;
-        setenv(env[i], "0", 1);
+        setenv(env[i][0], env[i][1], 1);
         CHECK_OK(hm_moe_create(&p, &b));
-        unsetenv(env[i]);
+        unsetenv(env[i][0]);
         if (!b) break;
+        hm_moe_kernel_stats_get(b, NULL, true);
         for (int rep = 0; rep < 3; rep++) { /* timing differs from run to run: the bits may not */
             const int64_t diff = outputs_differ(a, b, m, n, 31 + (uint64_t)(n + rep));
-            CHECK_MSG(diff == 0, "%s, %d tokens: %lld outputs differ with %s=0",
-                      hm_type_name(m->ex[0].gate.type), n, (long long)diff, env[i]);
+            CHECK_MSG(diff == 0, "%s, %d tokens: %lld outputs differ with %s=%s",
+                      hm_type_name(m->ex[0].gate.type), n, (long long)diff, env[i][0], env[i][1]);
         }
+        hm_moe_kernel_stats st;
+        hm_moe_kernel_stats_get(b, &st, true);
+        /* with the owners but one paused, down claims were split (several threads only) */
+        if (!strcmp(env[i][1], "test") && tiles && hm_pool_size(pool) > 1)
+            CHECK_MSG(st.steals > 0, "%d tokens: no down claim split with HMOE_MOE_STEAL=test", n);
+        if (!strcmp(env[i][1], "0") && !strcmp(env[i][0], "HMOE_MOE_STEAL"))
+            CHECK_MSG(st.steals == 0, "%d tokens: %llu down claims split with HMOE_MOE_STEAL=0", n,
+                      (unsigned long long)st.steals);
         hm_moe_free(b);
     }
     if (a) { /* an output 4 bytes off a line: summed in the scratch, then copied */

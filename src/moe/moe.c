@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/cpu.h"
@@ -44,6 +45,7 @@ enum {
     KS_DOWN,
     KS_DOWN_OPS,
     KS_H_WAIT,
+    KS_STEALS,
     KS_N
 };
 
@@ -77,6 +79,7 @@ typedef struct {
      * claim work a little at a time, so a thread slowed down (a busy core, a far memory
      * channel) takes less of it */
     atomic_llong gu_next, dn_next;
+    uint32_t epoch; /* tags this chunk's down claim states (hm_moe.dn_st) */
 } chunk;
 
 /* Batch scratch, grown on demand between batches (every capacity in bytes, so engines of other
@@ -137,6 +140,15 @@ struct hm_moe {
      * part: [chunk assignments][hidden] weighted down outputs, summed per token at the end */
     atomic_int *gu_done, *h_ready;
     atomic_int *taken; /* [active experts] gate/up claims taken (prefill) */
+    /* down claims, by their first output unit u: dn_st[u] = the chunk's epoch << 32 | units the
+     * owner still has << 24 | the next walk position it starts; dn_done[u] = walk positions it
+     * has finished (see down_phase) */
+    _Atomic uint64_t *dn_st;
+    atomic_int *dn_done;
+    uint32_t dn_epoch;
+    bool no_steal;   /* HMOE_MOE_STEAL=0: down claims are never split (A/B) */
+    bool steal_test; /* HMOE_MOE_STEAL=test: owners but participant 0 pause after each expert
+                        (tests: claims are split) */
     /* hm_moe_kernel_stats: counts, thread-nanoseconds and int8 ops in the AMX paths' parts,
      * added once per phase from each thread's own counters */
     _Atomic uint64_t ks[KS_N];
@@ -382,6 +394,9 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->chunks = calloc((size_t)p->n_experts, sizeof *m->chunks);
     m->gu_done = calloc((size_t)p->n_experts, sizeof *m->gu_done);
     m->taken = calloc((size_t)p->n_experts, sizeof *m->taken);
+    const int64_t hu = (p->hidden + UNIT - 1) / UNIT;
+    m->dn_st = calloc((size_t)hu, sizeof *m->dn_st);
+    m->dn_done = calloc((size_t)hu, sizeof *m->dn_done);
     const char *dp = getenv("HMOE_MOE_DECODE");
     m->no_decode_path = dp && !strcmp(dp, "0");
     const char *fh = getenv("HMOE_MOE_FUSE_H");
@@ -390,10 +405,13 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->no_direct_out = dout && !strcmp(dout, "0");
     const char *fl = getenv("HMOE_MOE_FLOW");
     m->no_flow = fl && !strcmp(fl, "0");
+    const char *sl = getenv("HMOE_MOE_STEAL");
+    m->no_steal = sl && !strcmp(sl, "0");
+    m->steal_test = sl && !strcmp(sl, "test");
     m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
     if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready ||
-        !m->taken) {
+        !m->taken || !m->dn_st || !m->dn_done) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
         goto fail;
     }
@@ -549,6 +567,7 @@ void hm_moe_free(hm_moe *m) {
     hm_moe_scratch_free(m->s);
     free(m->experts), free(m->mask), free(m->cnt), free(m->act);
     free(m->chunks), free(m->gu_done), free(m->h_ready), free(m->taken), free(m->packed);
+    free(m->dn_st), free(m->dn_done);
     hm_large_free(&m->wpack);
     free(m);
 }
@@ -982,6 +1001,93 @@ static void job_decode(hm_moe *m, int ith, int nth) {
     write_out(m, R0, R1);
 }
 
+/* down claim states (hm_moe.dn_st): the next walk position the owner starts, the units it owns */
+#define DN_NEXT(s) ((int)((s)&0xffffff))
+#define DN_OWN(s)  ((int)(((s) >> 24) & 0xff))
+
+/* Walk position i of the down claim that starts at unit u: every claim starts at its own expert
+ * and wraps around (walking the experts in one order, the threads would all read one expert's
+ * packed h at the same moment, from the one core that wrote it) and keeps that order even when
+ * a later expert is ready first, so the sums come out the same bits whatever the timing. */
+static void down_step(hm_moe *m, chunk *c, int64_t u, int i, int64_t r, int64_t re, void *scr,
+                      float *tb, uint64_t ks[KS_N]) {
+    const int64_t hu = (m->p.hidden + UNIT - 1) / UNIT;
+    const int na = c->a1 - c->a0;
+    const int a = c->a0 + ((int)(u * na / hu) + i) % na;
+    const active_expert *ae = &m->act[a];
+    if (c->flow) wait_h(m, a, ks);
+    down_unit(m, ae, ae->off - m->act[c->a0].off, r, re, scr, tb, ks);
+}
+
+/* Down: units of UNIT output rows, each over every expert of the chunk, so no two threads add to
+ * the same rows; the last chunk writes a claim's rows out when done.
+ * With AMX experts, claims of up to BLOCK units, so that each expert's packed hidden rows are read
+ * from L3 once per claim, not once per unit; a claim is at most the units left over the threads,
+ * so the claims shrink towards the end. That still leaves one claim per thread at the end, and the
+ * device's cores run at different speeds (up to 2x), so a thread out of claims splits the one with
+ * the most walk positions left: it takes the owner's last unit from the next position on, after
+ * waiting for the owner to finish the position it is on. Every row keeps its claim's walk order. */
+static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int ith, int nth) {
+    const int64_t H = m->p.hidden, hu = (H + UNIT - 1) / UNIT;
+    const int na = c->a1 - c->a0;
+    const uint64_t tag = (uint64_t)c->epoch << 32;
+    uint64_t ks[KS_N] = {0};
+    for (;;) {
+        long long u = atomic_load_explicit(&c->dn_next, memory_order_relaxed);
+        int64_t g = 1;
+        do {
+            if (u >= hu) break;
+            g = c->any_amx ? (hu - u + nth - 1) / nth : 1;
+            g = g > BLOCK ? BLOCK : g;
+        } while (!atomic_compare_exchange_weak_explicit(
+            &c->dn_next, &u, u + g, memory_order_relaxed, memory_order_relaxed));
+        if (u >= hu) break;
+        _Atomic uint64_t *st = &m->dn_st[u];
+        atomic_store_explicit(&m->dn_done[u], 0, memory_order_relaxed);
+        /* published with the done count it pairs with (a helper acquires st, then waits on it) */
+        atomic_store_explicit(st, tag | (uint64_t)g << 24, memory_order_release);
+        int own = (int)g;
+        for (;;) {
+            uint64_t s = atomic_load_explicit(st, memory_order_relaxed);
+            const int i = DN_NEXT(s);
+            own = DN_OWN(s);
+            if (i >= na) break;
+            if (!atomic_compare_exchange_weak_explicit(st, &s, s + 1, memory_order_relaxed,
+                                                       memory_order_relaxed))
+                continue;
+            const int64_t r = u * UNIT, re = r + own * UNIT < H ? r + own * UNIT : H;
+            down_step(m, c, u, i, r, re, scr, tb, ks);
+            atomic_store_explicit(&m->dn_done[u], i + 1, memory_order_release);
+            if (m->steal_test && ith > 0) /* tests: let participant 0 split this claim */
+                nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+        }
+        if (last) write_out(m, u * UNIT, u * UNIT + own * UNIT < H ? u * UNIT + own * UNIT : H);
+    }
+    while (!m->no_steal && c->any_amx) {
+        int64_t v = -1;
+        int most = 0;
+        for (int64_t w = 0; w < hu; w++) {
+            const uint64_t s = atomic_load_explicit(&m->dn_st[w], memory_order_relaxed);
+            if ((s >> 32) == c->epoch && DN_OWN(s) > 1 && na - DN_NEXT(s) > most)
+                most = na - DN_NEXT(s), v = w;
+        }
+        if (v < 0) break;
+        uint64_t s = atomic_load_explicit(&m->dn_st[v], memory_order_relaxed);
+        if ((s >> 32) != c->epoch || DN_OWN(s) < 2 || DN_NEXT(s) >= na ||
+            !atomic_compare_exchange_strong_explicit(&m->dn_st[v], &s, s - ((uint64_t)1 << 24),
+                                                     memory_order_acquire, memory_order_relaxed))
+            continue;
+        const int i0 = DN_NEXT(s);
+        const int64_t r = (v + DN_OWN(s) - 1) * UNIT, re = r + UNIT < H ? r + UNIT : H;
+        ks[KS_STEALS]++;
+        /* the owner may still be on position i0 - 1, with these rows among its own */
+        while (atomic_load_explicit(&m->dn_done[v], memory_order_acquire) < i0) hm_cpu_relax();
+        for (int i = i0; i < na; i++) down_step(m, c, v, i, r, re, scr, tb, ks);
+        if (last) write_out(m, r, re);
+    }
+    ks_add(m, ks);
+}
+
 static void job(int ith, int nth, void *arg) {
     hm_moe *m = arg;
     if (m->decode) {
@@ -1032,42 +1138,8 @@ static void job(int ith, int nth, void *arg) {
             hm_pool_barrier(m->p.pool);
         }
         PROF(HM_MOE_PROF_PACK_H);
-        /* down: units of UNIT output rows, each over every expert of the chunk, so no two
-         * threads add to the same rows; the last chunk writes a unit's rows out when done */
-        const int64_t base = m->act[c->a0].off;
         const bool last = ci + 1 == m->n_chunks;
-        /* with AMX experts, claims of up to BLOCK units, so that each expert's packed hidden
-         * rows are read from L3 once per claim, not once per unit; a claim is at most the units
-         * left over the threads, so the claims shrink towards the end and a slowed thread holds
-         * the others up by one small claim at most (one claim per thread left the phase as slow
-         * as its slowest thread) */
-        uint64_t ks[KS_N] = {0};
-        for (;;) {
-            long long u = atomic_load_explicit(&c->dn_next, memory_order_relaxed);
-            int64_t g = 1;
-            do {
-                if (u >= hu) break;
-                g = c->any_amx ? (hu - u + nth - 1) / nth : 1;
-                g = g > BLOCK ? BLOCK : g;
-            } while (!atomic_compare_exchange_weak_explicit(
-                &c->dn_next, &u, u + g, memory_order_relaxed, memory_order_relaxed));
-            if (u >= hu) break;
-            const int64_t r = u * UNIT, re = r + g * UNIT < H ? r + g * UNIT : H;
-            /* each claim starts at its own expert and wraps around (walking the experts in one
-             * order, the threads would all read one expert's packed h at the same moment, from
-             * the one core that wrote it) */
-            const int na = c->a1 - c->a0, first = (int)(u * na / hu);
-            for (int i = 0; i < na; i++) {
-                const int a = c->a0 + (first + i) % na;
-                const active_expert *ae = &m->act[a];
-                /* in the walk's order even when a later expert is ready first: the sums then
-                 * come out the same bits whatever the timing */
-                if (c->flow) wait_h(m, a, ks);
-                down_unit(m, ae, ae->off - base, r, re, scr, tb, ks);
-            }
-            if (last) write_out(m, r, re);
-        }
-        ks_add(m, ks);
+        down_phase(m, c, last, scr, tb, ith, nth);
         if (!last) hm_pool_barrier(m->p.pool);
         PROF(HM_MOE_PROF_DOWN);
     }
@@ -1111,6 +1183,7 @@ void hm_moe_kernel_stats_get(hm_moe *m, hm_moe_kernel_stats *st, bool reset) {
         .down_s = 1e-9 * (double)v[KS_DOWN],
         .down_ops = (double)v[KS_DOWN_OPS],
         .h_wait_s = 1e-9 * (double)v[KS_H_WAIT],
+        .steals = v[KS_STEALS],
     };
 }
 
@@ -1232,6 +1305,8 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
             c->flow = !m->no_flow;
             atomic_init(&c->gu_next, 0);
             atomic_init(&c->dn_next, 0);
+            if (++m->dn_epoch == 0) m->dn_epoch = 1; /* 0: the states' initial tag */
+            c->epoch = m->dn_epoch;
             px = ph = 0;
         }
         chunk *c = &m->chunks[m->n_chunks - 1];

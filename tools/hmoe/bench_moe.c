@@ -336,6 +336,7 @@ int bench_moe(int argc, char **argv) {
             ks.claims += k1.claims, ks.tokens += k1.tokens, ks.pack_x_s += k1.pack_x_s;
             ks.glu_s += k1.glu_s, ks.glu_ops += k1.glu_ops, ks.pack_h_s += k1.pack_h_s;
             ks.down_s += k1.down_s, ks.down_ops += k1.down_ops, ks.h_wait_s += k1.h_wait_s;
+            ks.steals += k1.steals;
         }
         if (ks.claims && ks.glu_s > 0)
             printf("        gate/up claims (%.0f tokens): pack x %.1f us, gate+up+silu %.1f us "
@@ -345,8 +346,10 @@ int bench_moe(int argc, char **argv) {
                    ks.pack_h_s * 1e6 / (double)ks.claims);
         if (ks.down_s > 0)
             printf("        down kernel: %.2f TOPS per core while it runs; down waited %.1f ms "
-                   "per pass for experts' last gate/up claims (thread-ms, all threads)\n",
-                   ks.down_ops / ks.down_s * 1e-12, ks.h_wait_s * 1e3 / 3.0);
+                   "per pass for experts' last gate/up claims (thread-ms, all threads); %.1f "
+                   "down claims split per layer\n",
+                   ks.down_ops / ks.down_s * 1e-12, ks.h_wait_s * 1e3 / 3.0,
+                   (double)ks.steals / (3.0 * (double)layers));
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
     free(moe), free(ex), free(x), hm_free(out), free(ids), free(w), free(wv), free(count);
