@@ -75,7 +75,7 @@ static void *thread_main(void *arg) {
             else if (g_mode == MODE_GLU)
                 hm_amx_glu_packed_rt(W, W, R, K, 0, R, X, NT, y, R, scr);
             else
-                hm_amx_down_acc(W, R, K, 0, R, X, NT, tok, wt, NULL, NULL, y, R, scr);
+                hm_amx_down_acc(W, R, K, 0, R, X, NT, tok, wt, NULL, y, R, scr);
         }
         const double s = (double)(hm_time_ns() - t0) * 1e-9 / 16;
         best = s < best ? s : best;

@@ -86,8 +86,7 @@ typedef struct hm_cpu_ops {
                              void *scratch);
     void (*i8_down_acc)(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                         const void *packed, int n_tok, const int32_t *tok, const float *wt,
-                        const uint8_t *set, const float *bias, float *out, size_t out_stride,
-                        void *scratch);
+                        const float *bias, float *out, size_t out_stride, void *scratch);
 } hm_cpu_ops;
 
 /* Whether ops has an int8 matmul (the amx and avx512 tables: the avx512 variant requires VNNI,
@@ -205,9 +204,7 @@ void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0
  *   hm_amx_glu_packed_rt: h[t * h_stride + r - r0] = silu(G[r] . x_t) * (U[r] . x_t) (both
  *     matmuls, then silu_mul_f32 of the AMX table; the up products never leave the scratch);
  *   hm_amx_down_acc: out[tok[t] * out_stride + r] += wt[t] * (W[r] . x_t), then
- *     += wt[t] * bias[r] when bias is not NULL (the matmul, then those two axpys); where set
- *     is not NULL and set[t] is nonzero, the first of the two overwrites instead of adding
- *     (the same bits as adding to a row cleared to +0, without reading it). */
+ *     += wt[t] * bias[r] when bias is not NULL (the matmul, then those two axpys). */
 void hm_amx_wpack_vnni(uint32_t type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                        int64_t u0, int64_t u1, void *dst, void *scratch);
 void hm_amx_pack_act_rt(const float *x, size_t x_stride, const int32_t *idx, int n_tok,
@@ -226,8 +223,7 @@ void hm_amx_glu_packed_rt(const void *wg, const void *wu, int64_t rows, int64_t 
                           void *scratch);
 void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                      const void *packed, int n_tok, const int32_t *tok, const float *wt,
-                     const uint8_t *set, const float *bias, float *out, size_t out_stride,
-                     void *scratch);
+                     const float *bias, float *out, size_t out_stride, void *scratch);
 #endif
 
 #endif

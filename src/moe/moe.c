@@ -136,11 +136,6 @@ struct hm_moe {
     bool xa_need; /* this batch has AMX experts */
     size_t tscratch_bytes;
     size_t tb_bytes; /* this batch's float tile per thread, after tscratch_bytes; then own x */
-    size_t fp_off;   /* then, from this offset, a down claim's first walk position per token
-                        [n_tok] and the set flags of one expert's assignments [most tokens] */
-    /* down overwrites each token's rows at its first expert in the walk (first chunk), so the
-     * sums need no clearing pass; HMOE_MOE_FIRST_SET=0 clears them first and adds (A/B) */
-    bool no_first_set;
     /* decode path (one chunk, matvec only): per active expert, gate/up units done and h ready;
      * part: [chunk assignments][hidden] weighted down outputs, summed per token at the end */
     atomic_int *gu_done, *h_ready;
@@ -413,8 +408,6 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     const char *sl = getenv("HMOE_MOE_STEAL");
     m->no_steal = sl && !strcmp(sl, "0");
     m->steal_test = sl && !strcmp(sl, "test");
-    const char *fs = getenv("HMOE_MOE_FIRST_SET");
-    m->no_first_set = fs && !strcmp(fs, "0");
     m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
     if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready ||
@@ -752,27 +745,19 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
     }
 }
 
-/* output rows [r0, r1): acc[tok][r] += w * (down_e[r] . h + bias[r]) for expert ae; where fp is
- * not NULL, tokens whose first walk position fp[tok] is pos get = instead of += (the same bits as
- * adding to +0: acc is not cleared before) */
+/* output rows [r0, r1): acc[tok][r] += w * (down_e[r] . h + bias[r]) for expert ae */
 static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t r0, int64_t r1,
-                      const int32_t *fp, int pos, void *scr, float *tb, uint64_t ks[KS_N]) {
+                      void *scr, float *tb, uint64_t ks[KS_N]) {
     const hm_moe_expert *x = &m->experts[ae->e];
     const int64_t I = m->p.inter, H = m->p.hidden;
     const int nr = (int)(r1 - r0);
-    const int32_t *tok = m->s->tok + ae->off;
 #if defined(__x86_64__)
     if (swapped(m, ae)) { /* products token-major: added straight into the tokens' rows */
         const uint64_t t0 = hm_time_ns();
-        uint8_t *set = NULL;
-        if (fp) {
-            set = (uint8_t *)scr + m->fp_off + sizeof(int32_t) * (size_t)m->n_tok;
-            for (int t = 0; t < ae->n; t++) set[t] = fp[tok[t]] == pos;
-        }
         m->ops->i8_down_acc((const uint8_t *)m->wpack.ptr + (size_t)ae->e * m->wp_expert +
                                 2 * m->wp_gu,
-                            H, I, r0, r1, m->s->ph + ae->ph_off, ae->n, tok, m->s->wt + ae->off,
-                            set, x->down_bias, m->acc, (size_t)H, scr);
+                            H, I, r0, r1, m->s->ph + ae->ph_off, ae->n, m->s->tok + ae->off,
+                            m->s->wt + ae->off, x->down_bias, m->acc, (size_t)H, scr);
         ks[KS_DOWN] += hm_time_ns() - t0;
         ks[KS_DOWN_OPS] += (uint64_t)(2 * nr * I * ae->n);
         return;
@@ -788,8 +773,7 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
     if (ae->amx) {
         for (int t = 0; t < ae->n; t++) {
             const float w = m->s->wt[ae->off + t];
-            float *acc = m->acc + (size_t)tok[t] * (size_t)H;
-            if (fp && fp[tok[t]] == pos) memset(acc + r0, 0, sizeof(float) * (size_t)nr);
+            float *acc = m->acc + (size_t)m->s->tok[ae->off + t] * (size_t)H;
             m->ops->axpy_f32(nr, w, tb + (size_t)t * (size_t)nr, acc + r0);
             if (x->down_bias) m->ops->axpy_f32(nr, w, x->down_bias + r0, acc + r0);
         }
@@ -805,11 +789,9 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
             for (int t = 0; t < nt; t++) hs[t] = m->s->hq + (size_t)(hrow0 + t0 + t) * m->hq_bytes;
             float d[4];
             hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
-            for (int t = 0; t < nt; t++) {
-                float *a = &m->acc[(size_t)tok[t0 + t] * (size_t)H + (size_t)r];
-                const float v = m->s->wt[ae->off + t0 + t] * (d[t] + b);
-                *a = fp && fp[tok[t0 + t]] == pos ? 0.0f + v : *a + v; /* 0 + v: -0 -> +0 */
-            }
+            for (int t = 0; t < nt; t++)
+                m->acc[(size_t)m->s->tok[ae->off + t0 + t] * (size_t)H + (size_t)r] +=
+                    m->s->wt[ae->off + t0 + t] * (d[t] + b);
         }
     }
 }
@@ -1027,39 +1009,14 @@ static void job_decode(hm_moe *m, int ith, int nth) {
  * and wraps around (walking the experts in one order, the threads would all read one expert's
  * packed h at the same moment, from the one core that wrote it) and keeps that order even when
  * a later expert is ready first, so the sums come out the same bits whatever the timing. */
-static int walk_expert(const hm_moe *m, const chunk *c, int64_t u, int i) {
+static void down_step(hm_moe *m, chunk *c, int64_t u, int i, int64_t r, int64_t re, void *scr,
+                      float *tb, uint64_t ks[KS_N]) {
     const int64_t hu = (m->p.hidden + UNIT - 1) / UNIT;
     const int na = c->a1 - c->a0;
-    return c->a0 + ((int)(u * na / hu) + i) % na;
-}
-
-static void down_step(hm_moe *m, chunk *c, int64_t u, int i, int64_t r, int64_t re,
-                      const int32_t *fp, void *scr, float *tb, uint64_t ks[KS_N]) {
-    const int a = walk_expert(m, c, u, i);
+    const int a = c->a0 + ((int)(u * na / hu) + i) % na;
     const active_expert *ae = &m->act[a];
     if (c->flow) wait_h(m, a, ks);
-    down_unit(m, ae, ae->off - m->act[c->a0].off, r, re, fp, i, scr, tb, ks);
-}
-
-/* The first chunk's sums are not cleared: fp[t] = the first position of the walk of the claim at
- * unit u that has token t (na where none has: its rows are cleared here, for units [u, ue) of the
- * claim, so stolen units need not do it again). Returns fp, or NULL where down adds to cleared
- * sums (a later chunk, or HMOE_MOE_FIRST_SET=0). */
-static const int32_t *first_positions(hm_moe *m, chunk *c, int64_t u, int64_t ue, void *scr) {
-    if (c != &m->chunks[0] || m->no_first_set) return NULL;
-    int32_t *fp = (int32_t *)((uint8_t *)scr + m->fp_off);
-    const int na = c->a1 - c->a0;
-    for (int t = 0; t < m->n_tok; t++) fp[t] = na;
-    for (int i = 0; i < na; i++) {
-        const active_expert *ae = &m->act[walk_expert(m, c, u, i)];
-        for (int j = 0; j < ae->n; j++)
-            if (fp[m->s->tok[ae->off + j]] == na) fp[m->s->tok[ae->off + j]] = i;
-    }
-    const int64_t H = m->p.hidden, r0 = u * UNIT, r1 = ue * UNIT < H ? ue * UNIT : H;
-    for (int t = 0; t < m->n_tok; t++)
-        if (fp[t] == na && r1 > r0)
-            memset(m->acc + (size_t)t * (size_t)H + r0, 0, sizeof(float) * (size_t)(r1 - r0));
-    return fp;
+    down_unit(m, ae, ae->off - m->act[c->a0].off, r, re, scr, tb, ks);
 }
 
 /* Down: units of UNIT output rows, each over every expert of the chunk, so no two threads add to
@@ -1086,7 +1043,6 @@ static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int
             &c->dn_next, &u, u + g, memory_order_relaxed, memory_order_relaxed));
         if (u >= hu) break;
         _Atomic uint64_t *st = &m->dn_st[u];
-        const int32_t *fp = first_positions(m, c, u, u + g, scr);
         atomic_store_explicit(&m->dn_done[u], 0, memory_order_relaxed);
         /* published with the done count it pairs with (a helper acquires st, then waits on it) */
         atomic_store_explicit(st, tag | (uint64_t)g << 24, memory_order_release);
@@ -1100,7 +1056,7 @@ static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int
                                                        memory_order_relaxed))
                 continue;
             const int64_t r = u * UNIT, re = r + own * UNIT < H ? r + own * UNIT : H;
-            down_step(m, c, u, i, r, re, fp, scr, tb, ks);
+            down_step(m, c, u, i, r, re, scr, tb, ks);
             atomic_store_explicit(&m->dn_done[u], i + 1, memory_order_release);
             if (m->steal_test && ith > 0) /* tests: let participant 0 split this claim */
                 nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
@@ -1124,10 +1080,9 @@ static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int
         const int i0 = DN_NEXT(s);
         const int64_t r = (v + DN_OWN(s) - 1) * UNIT, re = r + UNIT < H ? r + UNIT : H;
         ks[KS_STEALS]++;
-        const int32_t *fp = first_positions(m, c, v, v, scr); /* the owner cleared the rows */
         /* the owner may still be on position i0 - 1, with these rows among its own */
         while (atomic_load_explicit(&m->dn_done[v], memory_order_acquire) < i0) hm_cpu_relax();
-        for (int i = i0; i < na; i++) down_step(m, c, v, i, r, re, fp, scr, tb, ks);
+        for (int i = i0; i < na; i++) down_step(m, c, v, i, r, re, scr, tb, ks);
         if (last) write_out(m, r, re);
     }
     ks_add(m, ks);
@@ -1145,9 +1100,8 @@ static void job(int ith, int nth, void *arg) {
     int64_t o0, o1; /* this thread's share of acc to clear */
     span(hu, ith, nth, &o0, &o1);
     const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
-    if (m->no_first_set || m->n_chunks == 0) /* else down's first add to each row sets it */
-        for (int t = 0; t < m->n_tok; t++)
-            memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
+    for (int t = 0; t < m->n_tok; t++)
+        memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
     if (m->n_chunks == 0) { /* every expert masked or skipped */
         write_out(m, R0, R1);
         return;
@@ -1444,11 +1398,7 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
      * largest) + the largest own-packed x; the size is kept in a header word before the
      * buffer */
     m->tb_bytes = (sizeof(float) * tb_floats + 63) & ~(size_t)63;
-    m->fp_off = (m->tscratch_bytes + m->tb_bytes + own_x + 63) & ~(size_t)63;
-    int most = 0; /* tokens of the busiest expert */
-    for (int a = 0; a < m->n_act; a++) most = m->act[a].n > most ? m->act[a].n : most;
-    ok = ok && thread_scratch(m, m->fp_off + sizeof(int32_t) * (size_t)n_tok + (size_t)most + 64) ==
-                   HM_OK;
+    ok = ok && thread_scratch(m, m->tscratch_bytes + m->tb_bytes + own_x + 64) == HM_OK;
     if (!ok) {
         scratch_release(S);
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);

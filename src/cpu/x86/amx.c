@@ -702,8 +702,8 @@ typedef enum {
 
 static void rt_matmul(const void *wp, const void *wu, int64_t rows, int64_t cols, int64_t r0,
                       int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
-                      const int32_t *tok, const float *wt, const uint8_t *set, const float *bias,
-                      void *scratch, rt_mode mode) {
+                      const int32_t *tok, const float *wt, const float *bias, void *scratch,
+                      rt_mode mode) {
     const amx_act a = act_layout(cols, n_tok, packed);
     const amx_scratch s = scratch_layout(cols, scratch);
     const size_t ub = unit_bytes(cols);
@@ -735,16 +735,7 @@ static void rt_matmul(const void *wp, const void *wu, int64_t rows, int64_t cols
                     const float *src = s.acc + (size_t)pi * 32 * 32 + 32 * t;
                     if (mode == RT_ACC) {
                         float *o = y + (size_t)tok[tt] * y_stride + (size_t)rg;
-                        if (set && set[tt]) { /* the axpy's fma onto +0, without reading o */
-                            const __m512 w = _mm512_set1_ps(wt[tt]), z = _mm512_setzero_ps();
-                            _mm512_mask_storeu_ps(o, k0,
-                                                  _mm512_fmadd_ps(w, _mm512_load_ps(src), z));
-                            if (nr > 16)
-                                _mm512_mask_storeu_ps(
-                                    o + 16, k1, _mm512_fmadd_ps(w, _mm512_load_ps(src + 16), z));
-                        } else {
-                            hm_axpy_f32_avx512(nr, wt[tt], src, o);
-                        }
+                        hm_axpy_f32_avx512(nr, wt[tt], src, o);
                         if (bias) hm_axpy_f32_avx512(nr, wt[tt], bias + rg, o);
                         continue;
                     }
@@ -761,23 +752,22 @@ static void rt_matmul(const void *wp, const void *wu, int64_t rows, int64_t cols
 void hm_amx_matmul_packed_rt(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                              const void *packed, int n_tok, float *y, size_t y_stride,
                              void *scratch) {
-    rt_matmul(wp, NULL, rows, cols, r0, r1, packed, n_tok, y, y_stride, NULL, NULL, NULL, NULL,
-              scratch, RT_STORE);
+    rt_matmul(wp, NULL, rows, cols, r0, r1, packed, n_tok, y, y_stride, NULL, NULL, NULL, scratch,
+              RT_STORE);
 }
 
 void hm_amx_glu_packed_rt(const void *wg, const void *wu, int64_t rows, int64_t cols, int64_t r0,
                           int64_t r1, const void *packed, int n_tok, float *h, size_t h_stride,
                           void *scratch) {
-    rt_matmul(wg, wu, rows, cols, r0, r1, packed, n_tok, h, h_stride, NULL, NULL, NULL, NULL,
-              scratch, RT_GLU);
+    rt_matmul(wg, wu, rows, cols, r0, r1, packed, n_tok, h, h_stride, NULL, NULL, NULL, scratch,
+              RT_GLU);
 }
 
 void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                      const void *packed, int n_tok, const int32_t *tok, const float *wt,
-                     const uint8_t *set, const float *bias, float *out, size_t out_stride,
-                     void *scratch) {
-    rt_matmul(wp, NULL, rows, cols, r0, r1, packed, n_tok, out, out_stride, tok, wt, set, bias,
-              scratch, RT_ACC);
+                     const float *bias, float *out, size_t out_stride, void *scratch) {
+    rt_matmul(wp, NULL, rows, cols, r0, r1, packed, n_tok, out, out_stride, tok, wt, bias, scratch,
+              RT_ACC);
 }
 
 /* ---------------------------------------------------------------- AVX-512 VNNI int8 matmul
