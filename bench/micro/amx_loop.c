@@ -16,11 +16,40 @@ static int8_t *g_w, *g_x;
 static pthread_barrier_t g_bar;
 static int g_bigw;
 static float g_sw[64], g_dx[64];
+static int g_npf = 3; /* prefetch distances tried: 0 .. g_npf - 1 (AMX_LOOP_PF) */
 
 typedef struct {
     int peak, group, fold, tb;
     const char *name;
+    int pipe; /* 1: each tile loaded for the next K step as soon as its last product of this step
+                 is issued; 2: also the next pair's first tiles before the C stores and fold */
 } variant;
+
+/* the 2 x 2 block over K [k0, k1) with every load issued right after the last product that
+ * reads its tile's old contents, so each load has at least one product's time to land (the
+ * tiles are not renamed: a load waits for the products reading the tile) */
+static inline void step_pipe(const int8_t *W0, const int8_t *W1, const int8_t *X0,
+                             const int8_t *X1, int k0, int k1, int loaded) {
+    if (!loaded) {
+        _tile_loadd(4, W0 + k0 * 16, 64);
+        _tile_loadd(6, X0 + k0 * 16, 64);
+        _tile_loadd(5, W1 + k0 * 16, 64);
+        _tile_loadd(7, X1 + k0 * 16, 64);
+    }
+    for (int k = k0; k < k1; k += 64) {
+        const int more = k + 64 < k1;
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(2, 4, 7);
+        if (more) _tile_loadd(4, W0 + (k + 64) * 16, 64);
+        _tile_dpbssd(1, 5, 6);
+        if (more) _tile_loadd(6, X0 + (k + 64) * 16, 64);
+        _tile_dpbssd(3, 5, 7);
+        if (more) {
+            _tile_loadd(5, W1 + (k + 64) * 16, 64);
+            _tile_loadd(7, X1 + (k + 64) * 16, 64);
+        }
+    }
+}
 
 /* TOPS of one variant on this thread: best of 5 passes over the claim */
 static double run(const variant *v, int pf, int8_t *wt, size_t *wofs, float *acc, int32_t *cb) {
@@ -53,6 +82,20 @@ static double run(const variant *v, int pf, int8_t *wt, size_t *wofs, float *acc
                     for (int g = 0; g < K / v->group; g++)
                         for (int pi = 0; pi < v->tb; pi++) {
                             const int8_t *X0 = g_x + (size_t)(p0 + pi) * 32 * K, *X1 = X0 + 16 * K;
+                            if (v->pipe) {
+                                const int k0 = g * v->group, k1 = k0 + v->group;
+                                micro_zero();
+                                step_pipe(W0, W1, X0, X1, k0, k1, v->pipe == 2 && pi > 0);
+                                if (v->pipe == 2 && pi + 1 < v->tb) { /* next pair's first tiles */
+                                    const int8_t *N0 = X0 + 32 * K;
+                                    _tile_loadd(4, W0 + k0 * 16, 64);
+                                    _tile_loadd(6, N0 + k0 * 16, 64);
+                                    _tile_loadd(5, W1 + k0 * 16, 64);
+                                    _tile_loadd(7, N0 + 16 * K + k0 * 16, 64);
+                                }
+                                micro_store_fold(cb, acc + pi * 1024, g_sw, g_dx, v->fold);
+                                continue;
+                            }
                             micro_zero();
                             for (int k = g * v->group; k < (g + 1) * v->group; k += 64) {
                                 if (pf)
@@ -88,9 +131,13 @@ static void *thread_main(void *arg) {
         {0, 512, 1, 4, "group 512, TB 4, store+fold"},
         {0, 2048, 1, 4, "group 2048, TB 4, store+fold"},
         {0, 2048, 1, 1, "all of K per pair, one store+fold"},
+        {0, 256, 0, 4, "group 256, TB 4, no fold, loads pipelined", 1},
+        {0, 256, 1, 4, "group 256, TB 4, fold, loads pipelined", 1},
+        {0, 256, 1, 4, "group 256, TB 4, fold, pipelined + next pair", 2},
+        {0, 256, 0, 4, "group 256, TB 4, no fold, pipelined + next pair", 2},
     };
     for (unsigned i = 0; i < sizeof v / sizeof v[0]; i++)
-        for (int pf = 0; pf < (v[i].peak ? 1 : 3); pf++) {
+        for (int pf = 0; pf < (v[i].peak || v[i].pipe ? 1 : g_npf); pf++) {
             pthread_barrier_wait(&g_bar);
             const double tops = run(&v[i], pf, th.wt, &wofs, th.acc, th.cb);
             if (id == 0) printf("%-48s pf %d %.3f TOPS/core\n", v[i].name, pf, tops);
@@ -102,6 +149,7 @@ static void *thread_main(void *arg) {
 int main(int argc, char **argv) {
     const int nth = argc > 1 ? atoi(argv[1]) : 1;
     g_bigw = argc > 2 ? atoi(argv[2]) : 0;
+    if (getenv("AMX_LOOP_PF")) g_npf = atoi(getenv("AMX_LOOP_PF"));
     g_w = aligned_alloc(64, (size_t)ROWS * K);
     g_x = aligned_alloc(64, (size_t)NT * K + 4096); /* the prefetches run past the last tile */
     for (size_t i = 0; i < (size_t)ROWS * K; i++) g_w[i] = (int8_t)(rand() % 7 - 3);
