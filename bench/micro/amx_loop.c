@@ -1,10 +1,12 @@
 /* AMX tile-loop micro-benchmark (measurement only, not built with the product): TOPS per core of
  * the expert engine's loop shapes on one claim (256 rows x 256 tokens x K 2048, 2 x 2 tiles):
  * peak (no loads), scale groups of 256 / 512 / 2048 with and without the fold, token pairs per
- * weight chunk, L1 prefetch of the next K step's token tiles (distance 0-2).
- * bench/RESULTS.md, 2026-11-30 (fourth).
+ * weight chunk, L1 prefetch of the next K step's token tiles (distance 0-2), and each tile's
+ * next load issued right after its last product (with or without the next pair's first tiles
+ * loaded before the C stores). bench/RESULTS.md, 2026-11-30 (fourth, seventh).
  *   gcc -O2 -march=sapphirerapids -o amx_loop bench/micro/amx_loop.c -lpthread
- *   ./amx_loop THREADS [BIGW]   (BIGW 1: each thread streams its own 32 MiB of weights) */
+ *   ./amx_loop THREADS [BIGW]   (BIGW 1: each thread streams its own 32 MiB of weights;
+ *   AMX_LOOP_PF=N: prefetch distances 0 .. N-1 only, default 3) */
 #include "amx_micro.h"
 
 #define K        2048
