@@ -191,6 +191,33 @@ static inline void pack_b64(const int8_t *const rows[16], int64_t k, int8_t *dst
     for (int j = 0; j < 16; j++) _mm512_store_si512(dst + 64 * j, r[j]);
 }
 
+/* One token's full 256-value group (x, 64-byte rows of codes to dst, dst_step apart): the same
+ * codes and scale as quant_group (the same max, multiply and round to nearest even; int32 ->
+ * int16 -> int8 saturation is int32 -> int8 saturation), from registers in one pass over the
+ * floats, four vectors packed into one 64-byte store. */
+static inline float quant_group256_rt(const float *x, int8_t *dst, size_t dst_step) {
+    __m512 v[16];
+    __m512 mx = _mm512_setzero_ps();
+    for (int i = 0; i < 16; i++) {
+        v[i] = _mm512_loadu_ps(x + 16 * i);
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(v[i]));
+    }
+    const float d = _mm512_reduce_max_ps(mx) / 127.0f;
+    const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    /* packs work per 128-bit lane: lane j then holds dwords (a_j, b_j, c_j, d_j) of the four
+     * vectors' quads; this puts quad j of vector k at dword 4 k + j */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int c = 0; c < 4; c++) {
+        const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c], id)),
+                      b = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 1], id)),
+                      e = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 2], id)),
+                      f = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 3], id));
+        const __m512i q = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(e, f));
+        _mm512_store_si512(dst + (size_t)c * dst_step, _mm512_permutexvar_epi32(order, q));
+    }
+    return d;
+}
+
 /* Scale group gi of the 16-token group g: quantized and packed (codes and scales), into the
  * VNNI tiles (row tile k / 4 holds each token's values k .. k + 3) or, rt, the row tiles (row tl
  * of tile k / 64 holds token tl's values k .. k + 63); tokens past n_tok code 0. xg: the group's
@@ -203,6 +230,20 @@ static void pack_group(const amx_act *a, const float *xg, size_t x_stride, const
     const int64_t c0 = gi * AMX_G;
     const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
     const int plen = (int)(a->kp - c0 < AMX_G ? a->kp - c0 : AMX_G);
+    if (rt && len == AMX_G) { /* a full group: each token's codes straight into its tile rows */
+        for (int tl = 0; tl < 16; tl++) {
+            const int t = g * 16 + tl;
+            int8_t *dst = T + (size_t)c0 / 64 * 1024 + (size_t)tl * 64;
+            float d = 0.0f;
+            if (t < n_tok)
+                d = quant_group256_rt(xg + (size_t)(idx ? idx[t] : t) * x_stride, dst, 1024);
+            else
+                for (int c = 0; c < 4; c++)
+                    _mm512_store_si512(dst + c * 1024, _mm512_setzero_si512());
+            a->dx[((size_t)g * a->ngrp + gi) * 16 + tl] = d;
+        }
+        return;
+    }
     for (int tl = 0; tl < 16; tl++) {
         const int t = g * 16 + tl;
         float d = 0.0f;
