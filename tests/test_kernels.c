@@ -524,6 +524,48 @@ static void test_axpy(void) {
     }
 }
 
+/* hm_amx_quant_row against its definition, value by value: per 256-value group d = max |x| / 127
+ * (0 for an all-zero group), codes rint(x * (1 / d)) (float multiply, nearest even), zero padding
+ * up to a multiple of 64, then the ngrp scales. Full groups take the register-resident quantizer,
+ * a short last group the masked one: both must give exactly these codes. */
+static void test_amx_quant_row(void) {
+#if defined(__x86_64__)
+    if (!hm_isa_supported(hm_cpu_features_get(), HM_ISA_AVX512)) return;
+    const int64_t cols_list[] = {2048, 1408, 300, 64, 256};
+    for (size_t ci = 0; ci < sizeof cols_list / sizeof *cols_list; ci++) {
+        const int64_t cols = cols_list[ci], kp = (cols + 63) / 64 * 64, ng = (cols + 255) / 256;
+        float *x = malloc(sizeof(float) * (size_t)cols);
+        uint8_t *q = aligned_alloc(64, hm_amx_qrow_bytes(cols));
+        uint64_t s = 5 + (uint64_t)ci;
+        for (int rep = 0; rep < 4; rep++) {
+            for (int64_t i = 0; i < cols; i++) { /* rep 1: one group all zero; 3: outliers */
+                const float v = (float)((int64_t)(hm_rng_next(&s) % 20001) - 10000) / 997.0f;
+                x[i] = rep == 1 && i < 256 ? 0.0f : rep == 3 && i % 97 == 0 ? v * 300.0f : v;
+            }
+            memset(q, 0x5a, hm_amx_qrow_bytes(cols));
+            hm_amx_quant_row(x, cols, q);
+            int bad = 0;
+            for (int64_t g = 0; g < ng; g++) {
+                float mx = 0.0f;
+                for (int64_t i = g * 256; i < cols && i < (g + 1) * 256; i++)
+                    mx = fabsf(x[i]) > mx ? fabsf(x[i]) : mx;
+                const float d = mx / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                float got;
+                memcpy(&got, q + kp + 4 * g, 4);
+                bad += memcmp(&got, &d, 4) != 0;
+                for (int64_t i = g * 256; i < kp && i < (g + 1) * 256; i++) {
+                    const int want = i < cols ? (int)nearbyintf(x[i] * id) : 0;
+                    bad += (int8_t)q[i] != want;
+                }
+            }
+            CHECK_MSG(bad == 0, "quant_row %lld cols, rep %d: %d codes or scales differ",
+                      (long long)cols, rep, bad);
+        }
+        free(x), free(q);
+    }
+#endif
+}
+
 /* silu(g) * u of every variant against double precision, over the whole float range the
  * exponential clamps (and past it), for lengths around the vector widths */
 static void test_silu(void) {
@@ -1031,6 +1073,7 @@ int main(void) {
     test_amx_swapped(HM_TYPE_Q4_K, 64, 2048, 600);
     test_amx_swapped(HM_TYPE_Q8_0, 40, 768, 1300);
     test_nn_matmul_multi();
+    test_amx_quant_row();
     test_axpy();
     test_silu();
     test_max_scale();

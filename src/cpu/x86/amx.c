@@ -191,11 +191,11 @@ static inline void pack_b64(const int8_t *const rows[16], int64_t k, int8_t *dst
     for (int j = 0; j < 16; j++) _mm512_store_si512(dst + 64 * j, r[j]);
 }
 
-/* One token's full 256-value group (x, 64-byte rows of codes to dst, dst_step apart): the same
- * codes and scale as quant_group (the same max, multiply and round to nearest even; int32 ->
- * int16 -> int8 saturation is int32 -> int8 saturation), from registers in one pass over the
+/* One token's full 256-value group (x; its codes in four 64-byte pieces to dst, dst_step apart):
+ * the same codes and scale as quant_group (the same max, multiply and round to nearest even; int32
+ * -> int16 -> int8 saturation is int32 -> int8 saturation), from registers in one pass over the
  * floats, four vectors packed into one 64-byte store. */
-static inline float quant_group256_rt(const float *x, int8_t *dst, size_t dst_step) {
+static inline float quant_group256(const float *x, int8_t *dst, size_t dst_step) {
     __m512 v[16];
     __m512 mx = _mm512_setzero_ps();
     for (int i = 0; i < 16; i++) {
@@ -213,7 +213,7 @@ static inline float quant_group256_rt(const float *x, int8_t *dst, size_t dst_st
                       e = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 2], id)),
                       f = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 3], id));
         const __m512i q = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(e, f));
-        _mm512_store_si512(dst + (size_t)c * dst_step, _mm512_permutexvar_epi32(order, q));
+        _mm512_storeu_si512(dst + (size_t)c * dst_step, _mm512_permutexvar_epi32(order, q));
     }
     return d;
 }
@@ -236,7 +236,7 @@ static void pack_group(const amx_act *a, const float *xg, size_t x_stride, const
             int8_t *dst = T + (size_t)c0 / 64 * 1024 + (size_t)tl * 64;
             float d = 0.0f;
             if (t < n_tok)
-                d = quant_group256_rt(xg + (size_t)(idx ? idx[t] : t) * x_stride, dst, 1024);
+                d = quant_group256(xg + (size_t)(idx ? idx[t] : t) * x_stride, dst, 1024);
             else
                 for (int c = 0; c < 4; c++)
                     _mm512_store_si512(dst + c * 1024, _mm512_setzero_si512());
@@ -249,7 +249,8 @@ static void pack_group(const amx_act *a, const float *xg, size_t x_stride, const
         float d = 0.0f;
         rows[tl] = NULL;
         if (t < n_tok) {
-            d = quant_group(xg + (size_t)(idx ? idx[t] : t) * x_stride, len, qt[tl], plen);
+            const float *xt = xg + (size_t)(idx ? idx[t] : t) * x_stride;
+            d = len == AMX_G ? quant_group256(xt, qt[tl], 64) : quant_group(xt, len, qt[tl], plen);
             rows[tl] = qt[tl];
         }
         a->dx[((size_t)g * a->ngrp + gi) * 16 + tl] = d;
@@ -315,7 +316,8 @@ void hm_amx_quant_row(const float *x, int64_t cols, void *qrow) {
         const int64_t c0 = gi * AMX_G;
         const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
         const int plen = (int)(kp - c0 < AMX_G ? kp - c0 : AMX_G);
-        d[gi] = quant_group(x + c0, len, q + c0, plen);
+        d[gi] = len == AMX_G ? quant_group256(x + c0, q + c0, 64)
+                             : quant_group(x + c0, len, q + c0, plen);
     }
 }
 
