@@ -147,8 +147,8 @@ struct hm_moe {
     atomic_int *dn_done;
     uint32_t dn_epoch;
     bool no_steal;   /* HMOE_MOE_STEAL=0: down claims are never split (A/B) */
-    bool steal_test; /* HMOE_MOE_STEAL=test: owners but participant 0 pause after each expert
-                        (tests: claims are split) */
+    bool steal_test; /* HMOE_MOE_STEAL=test: participant 0 only splits claims, whose owners
+                        pause after each expert (tests: claims are split) */
     /* hm_moe_kernel_stats: counts, thread-nanoseconds and int8 ops in the AMX paths' parts,
      * added once per phase from each thread's own counters */
     _Atomic uint64_t ks[KS_N];
@@ -1031,8 +1031,11 @@ static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int
     const int64_t H = m->p.hidden, hu = (H + UNIT - 1) / UNIT;
     const int na = c->a1 - c->a0;
     const uint64_t tag = (uint64_t)c->epoch << 32;
+    /* HMOE_MOE_STEAL=test: participant 0 only splits the others' claims (which pause after each
+     * expert), so that the tests see claims split whatever the timing */
+    const bool only_split = m->steal_test && ith == 0 && nth > 1 && c->any_amx && !m->no_steal;
     uint64_t ks[KS_N] = {0};
-    for (;;) {
+    while (!only_split) {
         long long u = atomic_load_explicit(&c->dn_next, memory_order_relaxed);
         int64_t g = 1;
         do {
@@ -1070,6 +1073,11 @@ static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int
             const uint64_t s = atomic_load_explicit(&m->dn_st[w], memory_order_relaxed);
             if ((s >> 32) == c->epoch && DN_OWN(s) > 1 && na - DN_NEXT(s) > most)
                 most = na - DN_NEXT(s), v = w;
+        }
+        if (v < 0 && only_split &&
+            atomic_load_explicit(&c->dn_next, memory_order_relaxed) < hu) { /* more to come */
+            hm_cpu_relax();
+            continue;
         }
         if (v < 0) break;
         uint64_t s = atomic_load_explicit(&m->dn_st[v], memory_order_relaxed);
