@@ -30,8 +30,8 @@ typedef struct {
 /* the 2 x 2 block over K [k0, k1) with every load issued right after the last product that
  * reads its tile's old contents, so each load has at least one product's time to land (the
  * tiles are not renamed: a load waits for the products reading the tile) */
-static inline void step_pipe(const int8_t *W0, const int8_t *W1, const int8_t *X0,
-                             const int8_t *X1, int k0, int k1, int loaded) {
+static inline void step_pipe(const int8_t *W0, const int8_t *W1, const int8_t *X0, const int8_t *X1,
+                             int k0, int k1, int loaded) {
     if (!loaded) {
         _tile_loadd(4, W0 + k0 * 16, 64);
         _tile_loadd(6, X0 + k0 * 16, 64);
