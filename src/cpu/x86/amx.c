@@ -138,9 +138,38 @@ static inline __mmask16 tail_mask(int left) {
     return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
 }
 
+/* One token's full 256-value group (x; its codes in four 64-byte pieces to dst, dst_step apart):
+ * the same codes and scale as quant_group's masked loops for short groups (the same max,
+ * multiply and round to nearest even; int32 -> int16 -> int8 saturation is int32 -> int8
+ * saturation), from registers in one pass over the floats, four vectors packed into one 64-byte
+ * store. */
+static inline float quant_group256(const float *x, int8_t *dst, size_t dst_step) {
+    __m512 v[16];
+    __m512 mx = _mm512_setzero_ps();
+    for (int i = 0; i < 16; i++) {
+        v[i] = _mm512_loadu_ps(x + 16 * i);
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(v[i]));
+    }
+    const float d = _mm512_reduce_max_ps(mx) / 127.0f;
+    const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    /* packs work per 128-bit lane: lane j then holds dwords (a_j, b_j, c_j, d_j) of the four
+     * vectors' quads; this puts quad j of vector k at dword 4 k + j */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int c = 0; c < 4; c++) {
+        const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c], id)),
+                      b = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 1], id)),
+                      e = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 2], id)),
+                      f = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 3], id));
+        const __m512i q = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(e, f));
+        _mm512_storeu_si512(dst + (size_t)c * dst_step, _mm512_permutexvar_epi32(order, q));
+    }
+    return d;
+}
+
 /* n (<= 256) floats -> int8 codes (round to nearest even) in q[0..n), zeros up to pad; returns
- * the scale max|x| / 127 */
+ * the scale max|x| / 127 (a full group: quant_group256) */
 static inline float quant_group(const float *x, int n, int8_t *q, int pad) {
+    if (n == AMX_G) return quant_group256(x, q, 64);
     __m512 mx = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16)
         mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), x + i)));
@@ -191,33 +220,6 @@ static inline void pack_b64(const int8_t *const rows[16], int64_t k, int8_t *dst
     for (int j = 0; j < 16; j++) _mm512_store_si512(dst + 64 * j, r[j]);
 }
 
-/* One token's full 256-value group (x; its codes in four 64-byte pieces to dst, dst_step apart):
- * the same codes and scale as quant_group (the same max, multiply and round to nearest even; int32
- * -> int16 -> int8 saturation is int32 -> int8 saturation), from registers in one pass over the
- * floats, four vectors packed into one 64-byte store. */
-static inline float quant_group256(const float *x, int8_t *dst, size_t dst_step) {
-    __m512 v[16];
-    __m512 mx = _mm512_setzero_ps();
-    for (int i = 0; i < 16; i++) {
-        v[i] = _mm512_loadu_ps(x + 16 * i);
-        mx = _mm512_max_ps(mx, _mm512_abs_ps(v[i]));
-    }
-    const float d = _mm512_reduce_max_ps(mx) / 127.0f;
-    const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    /* packs work per 128-bit lane: lane j then holds dwords (a_j, b_j, c_j, d_j) of the four
-     * vectors' quads; this puts quad j of vector k at dword 4 k + j */
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    for (int c = 0; c < 4; c++) {
-        const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c], id)),
-                      b = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 1], id)),
-                      e = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 2], id)),
-                      f = _mm512_cvtps_epi32(_mm512_mul_ps(v[4 * c + 3], id));
-        const __m512i q = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(e, f));
-        _mm512_storeu_si512(dst + (size_t)c * dst_step, _mm512_permutexvar_epi32(order, q));
-    }
-    return d;
-}
-
 /* Scale group gi of the 16-token group g: quantized and packed (codes and scales), into the
  * VNNI tiles (row tile k / 4 holds each token's values k .. k + 3) or, rt, the row tiles (row tl
  * of tile k / 64 holds token tl's values k .. k + 63); tokens past n_tok code 0. xg: the group's
@@ -250,7 +252,7 @@ static void pack_group(const amx_act *a, const float *xg, size_t x_stride, const
         rows[tl] = NULL;
         if (t < n_tok) {
             const float *xt = xg + (size_t)(idx ? idx[t] : t) * x_stride;
-            d = len == AMX_G ? quant_group256(xt, qt[tl], 64) : quant_group(xt, len, qt[tl], plen);
+            d = quant_group(xt, len, qt[tl], plen);
             rows[tl] = qt[tl];
         }
         a->dx[((size_t)g * a->ngrp + gi) * 16 + tl] = d;
@@ -316,8 +318,7 @@ void hm_amx_quant_row(const float *x, int64_t cols, void *qrow) {
         const int64_t c0 = gi * AMX_G;
         const int len = (int)(cols - c0 < AMX_G ? cols - c0 : AMX_G);
         const int plen = (int)(kp - c0 < AMX_G ? kp - c0 : AMX_G);
-        d[gi] = len == AMX_G ? quant_group256(x + c0, q + c0, 64)
-                             : quant_group(x + c0, len, q + c0, plen);
+        d[gi] = quant_group(x + c0, len, q + c0, plen);
     }
 }
 
