@@ -364,6 +364,12 @@ static hm_status repack(hm_moe *m) {
     return HM_OK;
 }
 
+/* whether environment variable name is set to value (the A/B switches, read once at create) */
+static bool env_is(const char *name, const char *value) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, value);
+}
+
 hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     *out = NULL;
     const hm_moe_params *p = params;
@@ -397,17 +403,12 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     const int64_t hu = (p->hidden + UNIT - 1) / UNIT;
     m->dn_st = calloc((size_t)hu, sizeof *m->dn_st);
     m->dn_done = calloc((size_t)hu, sizeof *m->dn_done);
-    const char *dp = getenv("HMOE_MOE_DECODE");
-    m->no_decode_path = dp && !strcmp(dp, "0");
-    const char *fh = getenv("HMOE_MOE_FUSE_H");
-    m->no_fused_h = fh && !strcmp(fh, "0");
-    const char *dout = getenv("HMOE_MOE_DIRECT_OUT");
-    m->no_direct_out = dout && !strcmp(dout, "0");
-    const char *fl = getenv("HMOE_MOE_FLOW");
-    m->no_flow = fl && !strcmp(fl, "0");
-    const char *sl = getenv("HMOE_MOE_STEAL");
-    m->no_steal = sl && !strcmp(sl, "0");
-    m->steal_test = sl && !strcmp(sl, "test");
+    m->no_decode_path = env_is("HMOE_MOE_DECODE", "0");
+    m->no_fused_h = env_is("HMOE_MOE_FUSE_H", "0");
+    m->no_direct_out = env_is("HMOE_MOE_DIRECT_OUT", "0");
+    m->no_flow = env_is("HMOE_MOE_FLOW", "0");
+    m->no_steal = env_is("HMOE_MOE_STEAL", "0");
+    m->steal_test = env_is("HMOE_MOE_STEAL", "test");
     m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
     if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready ||
