@@ -2,6 +2,7 @@
 #include "core/alloc.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,7 +25,18 @@ void *hm_malloc_aligned(size_t size, size_t align, const char *what) {
                   what ? what : "alloc", size, align);
         return NULL;
     }
+    if (rounded >= HM_HUGE_MIN) hm_advise_huge(p, rounded);
     return p;
+}
+
+void hm_advise_huge(void *p, size_t size) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20, a = ((uintptr_t)p + huge - 1) & ~(huge - 1),
+                    e = ((uintptr_t)p + size) & ~(huge - 1);
+    if (p && e > a) madvise((void *)a, e - a, MADV_HUGEPAGE); /* a hint: failure is no error */
+#else
+    (void)p, (void)size;
+#endif
 }
 
 void *hm_calloc_aligned(size_t n, size_t elem, size_t align, const char *what) {

@@ -22,10 +22,18 @@ static inline size_t hm_align_up(size_t x, size_t a) {
 }
 
 /* Aligned allocation; align must be a power of two (>= sizeof(void *)). Returns NULL and sets the
- * last error (naming `what`) on failure. Free with hm_free (NULL is a no-op). */
+ * last error (naming `what`) on failure. Free with hm_free (NULL is a no-op). Blocks of
+ * HM_HUGE_MIN bytes and more ask for transparent huge pages on their 2 MiB-aligned interior
+ * (hm_advise_huge): activation and scratch buffers are walked row by row with strides of KiBs,
+ * and on 4 KiB pages every row would cost a TLB miss. */
 void *hm_malloc_aligned(size_t size, size_t align, const char *what);
 void *hm_calloc_aligned(size_t n, size_t elem, size_t align, const char *what);
 void hm_free(void *p);
+
+#define HM_HUGE_MIN ((size_t)4 << 20)
+/* madvise(MADV_HUGEPAGE) on the whole 2 MiB pages inside [p, p + size): a hint for the pages not
+ * yet touched (THP "madvise" mode backs only advised ranges with huge pages); no-op without it */
+void hm_advise_huge(void *p, size_t size);
 
 /* Large buffers straight from mmap (page aligned, zero filled, lazily backed). With huge = true,
  * transparent huge pages are requested (MADV_HUGEPAGE) - a hint the kernel may ignore. */

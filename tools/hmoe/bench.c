@@ -436,7 +436,7 @@ static int bench_kernels(int argc, char **argv) {
                          (size_t)(tokens[k] > 4 ? kmats(n_mats, tokens[k]) : 1);
         y_floats = f > y_floats ? f : y_floats;
     }
-    float *y = malloc(sizeof(float) * y_floats);
+    float *y = hm_malloc_aligned(sizeof(float) * y_floats, 64, "outputs"); /* as a model's */
     float *yref = malloc(sizeof(float) * (size_t)(rows * 4));
     int rc = 0;
     if (!mats || !xq || !x || !y || !yref ||
@@ -600,7 +600,7 @@ static int bench_kernels(int argc, char **argv) {
     free(mats);
     free(xq);
     free(x);
-    free(y);
+    hm_free(y);
     free(yref);
     hm_pool_free(pool);
     return rc;

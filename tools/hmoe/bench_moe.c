@@ -232,7 +232,7 @@ int bench_moe(int argc, char **argv) {
     }
     if (repack && !rc) printf("repack: %.2f s for %ld layers\n", create_s, layers);
     cli_print_huge_pages("");
-    float *x = malloc(sizeof(float) * (size_t)(max_tok * H));
+    float *x = hm_malloc_aligned(sizeof(float) * (size_t)(max_tok * H), 64, "moe input");
     float *out = hm_malloc_aligned(sizeof(float) * (size_t)(max_tok * H), 64,
                                    "moe output"); /* as a model's */
     /* every layer's routing of a pass, drawn before the pass is timed */
@@ -352,7 +352,7 @@ int bench_moe(int argc, char **argv) {
                    (double)ks.steals / (3.0 * (double)layers));
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
-    free(moe), free(ex), free(x), hm_free(out), free(ids), free(w), free(wv), free(count);
+    free(moe), free(ex), hm_free(x), hm_free(out), free(ids), free(w), free(wv), free(count);
     hm_large_free(&wbuf);
     hm_poolset_free(set);
     hm_pool_free(pool);
