@@ -9,7 +9,9 @@
  *   AMX_LOOP_PF=N: prefetch distances 0 .. N-1 only, default 3) */
 #include "amx_micro.h"
 
-#define K        2048
+#ifndef K
+#define K 2048 /* -DK=768: the down projection's K */
+#endif
 #define NT       256
 #define ROWS     256 /* one claim: 8 units of 32 rows */
 #define WT_BYTES ((size_t)32 << 20)
@@ -23,6 +25,7 @@ static int g_npf = 3; /* prefetch distances tried: 0 .. g_npf - 1 (AMX_LOOP_PF) 
 typedef struct {
     int peak, group, fold, tb;
     const char *name;
+    int lag;  /* 1: each pair's fold after the next pair's products and C stores (two C buffers) */
     int pipe; /* 1: each tile loaded for the next K step as soon as its last product of this step
                  is issued; 2: also the next pair's first tiles before the C stores and fold */
 } variant;
@@ -73,6 +76,9 @@ static double run(const variant *v, int pf, int8_t *wt, size_t *wofs, float *acc
             _tile_stored(0, cb, 64);
             ops = 2.0 * 200000 * 4 * 16 * 16 * 64;
         } else {
+            int n_lag = 0;
+            int32_t *prev = NULL;
+            float *prev_acc = NULL;
             for (int u = 0; u < ROWS / 32; u++) {
                 const int8_t *W0 = g_w + (size_t)u * 32 * K;
                 if (g_bigw) {
@@ -83,6 +89,19 @@ static double run(const variant *v, int pf, int8_t *wt, size_t *wofs, float *acc
                 for (int p0 = 0; p0 < NT / 32; p0 += v->tb)
                     for (int g = 0; g < K / v->group; g++)
                         for (int pi = 0; pi < v->tb; pi++) {
+                            if (v->lag) {
+                                const int8_t *X0 = g_x + (size_t)(p0 + pi) * 32 * K,
+                                             *X1 = X0 + 16 * K;
+                                micro_zero();
+                                for (int k = g * v->group; k < (g + 1) * v->group; k += 64)
+                                    micro_step(W0 + k * 16, W1 + k * 16, X0 + k * 16, X1 + k * 16);
+                                int32_t *c = cb + 1024 * (n_lag++ & 1);
+                                micro_store_fold(c, NULL, NULL, NULL, 0);
+                                if (prev) micro_fold(prev, prev_acc, g_sw, g_dx);
+                                prev = c;
+                                prev_acc = acc + pi * 1024;
+                                continue;
+                            }
                             const int8_t *X0 = g_x + (size_t)(p0 + pi) * 32 * K, *X1 = X0 + 16 * K;
                             if (v->pipe) {
                                 const int k0 = g * v->group, k1 = k0 + v->group;
@@ -112,6 +131,7 @@ static double run(const variant *v, int pf, int8_t *wt, size_t *wofs, float *acc
                             micro_store_fold(cb, acc + pi * 1024, g_sw, g_dx, v->fold);
                         }
             }
+            if (prev) micro_fold(prev, prev_acc, g_sw, g_dx);
             ops = 2.0 * ROWS * NT * K;
         }
         const double t = micro_now() - t0;
@@ -133,17 +153,23 @@ static void *thread_main(void *arg) {
         {0, 512, 1, 4, "group 512, TB 4, store+fold"},
         {0, 2048, 1, 4, "group 2048, TB 4, store+fold"},
         {0, 2048, 1, 1, "all of K per pair, one store+fold"},
-        {0, 256, 0, 4, "group 256, TB 4, no fold, loads pipelined", 1},
-        {0, 256, 1, 4, "group 256, TB 4, fold, loads pipelined", 1},
-        {0, 256, 1, 4, "group 256, TB 4, fold, pipelined + next pair", 2},
-        {0, 256, 0, 4, "group 256, TB 4, no fold, pipelined + next pair", 2},
+        {0, 256, 1, 4, "group 256, TB 4, fold one pair late (2 C bufs)", 1},
+        {0, 256, 1, 8, "group 256, TB 8, fold one pair late (2 C bufs)", 1},
+        {0, 256, 0, 4, "group 256, TB 4, no fold, loads pipelined", 0, 1},
+        {0, 256, 1, 4, "group 256, TB 4, fold, loads pipelined", 0, 1},
+        {0, 256, 1, 4, "group 256, TB 4, fold, pipelined + next pair", 0, 2},
+        {0, 256, 0, 4, "group 256, TB 4, no fold, pipelined + next pair", 0, 2},
     };
     for (unsigned i = 0; i < sizeof v / sizeof v[0]; i++)
-        for (int pf = 0; pf < (v[i].peak || v[i].pipe ? 1 : g_npf); pf++) {
-            pthread_barrier_wait(&g_bar);
-            const double tops = run(&v[i], pf, th.wt, &wofs, th.acc, th.cb);
-            if (id == 0) printf("%-48s pf %d %.3f TOPS/core\n", v[i].name, pf, tops);
-        }
+        for (int pf = 0; !v[i].peak && K % v[i].group && pf < 1; pf++)
+            if (id == 0) printf("%-48s skipped: K %d\n", v[i].name, K);
+    for (unsigned i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i].peak || K % v[i].group == 0)
+            for (int pf = 0; pf < (v[i].peak || v[i].pipe || v[i].lag ? 1 : g_npf); pf++) {
+                pthread_barrier_wait(&g_bar);
+                const double tops = run(&v[i], pf, th.wt, &wofs, th.acc, th.cb);
+                if (id == 0) printf("%-48s pf %d %.3f TOPS/core\n", v[i].name, pf, tops);
+            }
     micro_thread_end(&th);
     return NULL;
 }

@@ -30,7 +30,7 @@ static inline void micro_tiles_on(void) {
     _tile_loadconfig(&k_micro_cfg);
 }
 
-/* a thread's tiles and buffers: float accumulators (16 KiB per token pair), the C tile stores,
+/* a thread's tiles and buffers: float accumulators (16 KiB per token pair), two C tile stores,
  * and wt_bytes of weights of its own (touched, so that they are resident) */
 typedef struct {
     float *acc;
@@ -40,7 +40,7 @@ typedef struct {
 
 static inline micro_thread micro_thread_start(size_t wt_bytes) {
     micro_tiles_on();
-    micro_thread t = {aligned_alloc(64, 16 * 4096), aligned_alloc(64, 4096),
+    micro_thread t = {aligned_alloc(64, 16 * 4096), aligned_alloc(64, 2 * 4096),
                       aligned_alloc(4096, wt_bytes)};
     memset(t.acc, 0, 16 * 4096);
     memset(t.wt, 1, wt_bytes);
