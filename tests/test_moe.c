@@ -271,7 +271,8 @@ static int64_t outputs_differ(hm_moe *a, hm_moe *b, const model *m, int n, uint6
 /* The engine's A/B switches give the same bits: no barrier between gate/up and down against the
  * barrier (HMOE_MOE_FLOW=0), sums straight into the output against the scratch copy
  * (HMOE_MOE_DIRECT_OUT=0, and an output off a cache line, which takes the copy too), down
- * claims never split (HMOE_MOE_STEAL=0) and split as often as they can be (=test). */
+ * claims never split (HMOE_MOE_STEAL=0) and split as often as they can be (=test); and so does
+ * a pool of one thread more. */
 static void test_same_bits(hm_pool *pool, const model *m, int n) {
     hm_moe_params p = hm_moe_default_params();
     p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
@@ -307,6 +308,24 @@ static void test_same_bits(hm_pool *pool, const model *m, int n) {
             CHECK_MSG(st.steals == 0, "%d tokens: %llu down claims split with HMOE_MOE_STEAL=0", n,
                       (unsigned long long)st.steals);
         hm_moe_free(b);
+    }
+    if (a) { /* another thread count: the down claims do not depend on it, nor do the sums */
+        hm_pool_params pp = hm_pool_default_params();
+        pp.n_threads = hm_pool_size(pool) + 1, pp.pin = false;
+        hm_pool *other = NULL;
+        hm_moe *b = NULL;
+        CHECK_OK(hm_pool_create(&pp, &other));
+        hm_moe_params q = p;
+        q.pool = other;
+        if (other) CHECK_OK(hm_moe_create(&q, &b));
+        for (int rep = 0; b && rep < 2; rep++) {
+            const int64_t diff = outputs_differ(a, b, m, n, 57 + (uint64_t)(n + rep));
+            CHECK_MSG(diff == 0, "%s, %d tokens: %lld outputs differ on %d threads against %d",
+                      hm_type_name(m->ex[0].gate.type), n, (long long)diff, pp.n_threads,
+                      hm_pool_size(pool));
+        }
+        hm_moe_free(b);
+        hm_pool_free(other);
     }
     if (a) { /* an output 4 bytes off a line: summed in the scratch, then copied */
         float *x = malloc(sizeof(float) * (size_t)(n * m->H)), *o1 = fbuf64((size_t)(n * m->H)),

@@ -147,6 +147,7 @@ struct hm_moe {
     atomic_int *dn_done;
     uint32_t dn_epoch;
     bool no_steal;   /* HMOE_MOE_STEAL=0: down claims are never split (A/B) */
+    bool no_static;  /* HMOE_MOE_STATIC=0: down claims in arrival order, not own shares (A/B) */
     bool steal_test; /* HMOE_MOE_STEAL=test: participant 0 only splits claims, whose owners
                         pause after each expert (tests: claims are split) */
     /* hm_moe_kernel_stats: counts, thread-nanoseconds and int8 ops in the AMX paths' parts,
@@ -409,6 +410,7 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->no_flow = env_is("HMOE_MOE_FLOW", "0");
     m->no_steal = env_is("HMOE_MOE_STEAL", "0");
     m->steal_test = env_is("HMOE_MOE_STEAL", "test");
+    m->no_static = env_is("HMOE_MOE_STATIC", "0");
     m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
     if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready ||
@@ -1023,33 +1025,51 @@ static void down_step(hm_moe *m, chunk *c, int64_t u, int i, int64_t r, int64_t 
 /* Down: units of UNIT output rows, each over every expert of the chunk, so no two threads add to
  * the same rows; the last chunk writes a claim's rows out when done.
  * With AMX experts, claims of up to BLOCK units, so that each expert's packed hidden rows are read
- * from L3 once per claim, not once per unit; a claim is at most the units left over the threads,
- * so the claims shrink towards the end. That still leaves one claim per thread at the end, and the
- * device's cores run at different speeds (up to 2x), so a thread out of claims splits the one with
- * the most walk positions left: it takes the owner's last unit from the next position on, after
- * waiting for the owner to finish the position it is on. Every row keeps its claim's walk order. */
+ * from L3 once per claim, not once per unit. The claims are BLOCK units from a multiple of BLOCK
+ * (so the sums do not depend on the thread count), and each thread takes its own share of them
+ * (the rows it cleared, the same in every chunk); the device's cores
+ * run at different speeds (up to 2x), so a thread out of claims splits the one with the most walk
+ * positions left: it takes the owner's last unit from the next position on, after waiting for the
+ * owner to finish the position it is on. Every row keeps its claim's walk order. Without AMX
+ * experts (one unit per claim) and with HMOE_MOE_STATIC=0, the claims are handed out in arrival
+ * order instead, at most the units left over the threads each. */
 static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int ith, int nth) {
     const int64_t H = m->p.hidden, hu = (H + UNIT - 1) / UNIT;
     const int na = c->a1 - c->a0;
     const uint64_t tag = (uint64_t)c->epoch << 32;
     /* HMOE_MOE_STEAL=test: participant 0 only splits the others' claims (which pause after each
      * expert), so that the tests see claims split whatever the timing */
-    const bool only_split = m->steal_test && ith == 0 && nth > 1 && c->any_amx && !m->no_steal;
+    const bool split_mode = m->steal_test && nth > 1 && c->any_amx && !m->no_steal;
+    const bool only_split = split_mode && ith == 0;
+    /* own share: claims [cj, cj1) of BLOCK units each (in test mode participant 0 has none, the
+     * others share all); the claims are the same whatever the thread count */
+    const bool own_share = c->any_amx && !m->no_static;
+    int64_t cj = 0, cj1 = 0;
+    if (own_share && !only_split)
+        span((hu + BLOCK - 1) / BLOCK, split_mode ? ith - 1 : ith, split_mode ? nth - 1 : nth, &cj,
+             &cj1);
     uint64_t ks[KS_N] = {0};
     while (!only_split) {
         long long u = atomic_load_explicit(&c->dn_next, memory_order_relaxed);
         int64_t g = 1;
-        do {
+        if (own_share) {
+            if (cj >= cj1) break;
+            u = cj++ * BLOCK, g = hu - u < BLOCK ? hu - u : BLOCK;
+        } else {
+            do {
+                if (u >= hu) break;
+                g = c->any_amx ? (hu - u + nth - 1) / nth : 1;
+                g = g > BLOCK ? BLOCK : g;
+            } while (!atomic_compare_exchange_weak_explicit(
+                &c->dn_next, &u, u + g, memory_order_relaxed, memory_order_relaxed));
             if (u >= hu) break;
-            g = c->any_amx ? (hu - u + nth - 1) / nth : 1;
-            g = g > BLOCK ? BLOCK : g;
-        } while (!atomic_compare_exchange_weak_explicit(
-            &c->dn_next, &u, u + g, memory_order_relaxed, memory_order_relaxed));
-        if (u >= hu) break;
+        }
         _Atomic uint64_t *st = &m->dn_st[u];
         atomic_store_explicit(&m->dn_done[u], 0, memory_order_relaxed);
         /* published with the done count it pairs with (a helper acquires st, then waits on it) */
         atomic_store_explicit(st, tag | (uint64_t)g << 24, memory_order_release);
+        /* own shares: units published so far (the splitting participant's "more to come") */
+        if (own_share) atomic_fetch_add_explicit(&c->dn_next, g, memory_order_release);
         int own = (int)g;
         for (;;) {
             uint64_t s = atomic_load_explicit(st, memory_order_relaxed);
@@ -1076,7 +1096,7 @@ static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int
                 most = na - DN_NEXT(s), v = w;
         }
         if (v < 0 && only_split &&
-            atomic_load_explicit(&c->dn_next, memory_order_relaxed) < hu) { /* more to come */
+            atomic_load_explicit(&c->dn_next, memory_order_acquire) < hu) { /* more to come */
             hm_cpu_relax();
             continue;
         }
@@ -1106,9 +1126,10 @@ static void job(int ith, int nth, void *arg) {
     void *scr = m->s->tscratch[ith];
     float *tb = (float *)((uint8_t *)scr + m->tscratch_bytes);
     const int64_t H = m->p.hidden, hu = (H + UNIT - 1) / UNIT;
-    int64_t o0, o1; /* this thread's share of acc to clear */
-    span(hu, ith, nth, &o0, &o1);
-    const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
+    int64_t o0, o1; /* this thread's share of acc to clear: its own down claims' (down_phase) */
+    span((hu + BLOCK - 1) / BLOCK, ith, nth, &o0, &o1);
+    const int64_t R0 = o0 * BLOCK * UNIT < H ? o0 * BLOCK * UNIT : H,
+                  R1 = o1 * BLOCK * UNIT < H ? o1 * BLOCK * UNIT : H;
     for (int t = 0; t < m->n_tok; t++)
         memset(m->acc + (size_t)t * (size_t)H + R0, 0, sizeof(float) * (size_t)(R1 - R0));
     if (m->n_chunks == 0) { /* every expert masked or skipped */
