@@ -1027,12 +1027,12 @@ static void down_step(hm_moe *m, chunk *c, int64_t u, int i, int64_t r, int64_t 
  * With AMX experts, claims of up to BLOCK units, so that each expert's packed hidden rows are read
  * from L3 once per claim, not once per unit. The claims are BLOCK units from a multiple of BLOCK
  * (so the sums do not depend on the thread count), and each thread takes its own share of them
- * (the rows it cleared, the same in every chunk); the device's cores
- * run at different speeds (up to 2x), so a thread out of claims splits the one with the most walk
- * positions left: it takes the owner's last unit from the next position on, after waiting for the
- * owner to finish the position it is on. Every row keeps its claim's walk order. Without AMX
- * experts (one unit per claim) and with HMOE_MOE_STATIC=0, the claims are handed out in arrival
- * order instead, at most the units left over the threads each. */
+ * (the rows it cleared, the same in every chunk); the device's cores run at different speeds (up
+ * to 2x), so a thread out of claims splits the one with the most walk positions left: it takes
+ * the owner's last unit from the next position on, after waiting for the owner to finish the
+ * position it is on. Every row keeps its claim's walk order. Without AMX experts (one unit per
+ * claim) and with HMOE_MOE_STATIC=0, the claims are handed out in arrival order instead, at most
+ * the units left over the threads each. */
 static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int ith, int nth) {
     const int64_t H = m->p.hidden, hu = (H + UNIT - 1) / UNIT;
     const int na = c->a1 - c->a0;
@@ -1050,12 +1050,13 @@ static void down_phase(hm_moe *m, chunk *c, bool last, void *scr, float *tb, int
              &cj1);
     uint64_t ks[KS_N] = {0};
     while (!only_split) {
-        long long u = atomic_load_explicit(&c->dn_next, memory_order_relaxed);
+        long long u;
         int64_t g = 1;
         if (own_share) {
             if (cj >= cj1) break;
             u = cj++ * BLOCK, g = hu - u < BLOCK ? hu - u : BLOCK;
         } else {
+            u = atomic_load_explicit(&c->dn_next, memory_order_relaxed);
             do {
                 if (u >= hu) break;
                 g = c->any_amx ? (hu - u + nth - 1) / nth : 1;
