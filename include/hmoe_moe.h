@@ -18,6 +18,9 @@
  * calling thread first, ~1 us); x, ids, w and out must stay valid and untouched until hm_moe_wait
  * returns. Several
  * objects (layers) may share one pool, one submit in flight at a time.
+ * Results: the same inputs give the same bits whatever the timing and however many threads the
+ * pool has (each token's experts are summed in an order the batch fixes; with NUMA slices, for a
+ * given number of slices).
  * Errors: bad shapes or types fail in hm_moe_create, bad ids / token counts in hm_moe_submit,
  * each with a message naming what was wrong; nothing is computed then. */
 #ifndef HMOE_MOE_H
