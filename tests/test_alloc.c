@@ -56,6 +56,20 @@ int main(void) {
 #endif
     hm_large_free(&big);
     CHECK(big.ptr == NULL);
+    {
+        /* a block past HM_HUGE_MIN: advised for huge pages (a hint), usable like any other;
+         * advising nothing or less than one aligned 2 MiB page does nothing */
+        const size_t n = HM_HUGE_MIN + 12345;
+        unsigned char *b = hm_malloc_aligned(n, 64, "huge test");
+        CHECK(b != NULL && ((uintptr_t)b % 64) == 0);
+        if (b) {
+            memset(b, 3, n);
+            CHECK(b[0] == 3 && b[n - 1] == 3);
+        }
+        hm_advise_huge(NULL, 0);
+        hm_advise_huge(b, 4096);
+        hm_free(b);
+    }
     hm_large_free(&big); /* twice is harmless */
     CHECK_STATUS(hm_large_alloc(SIZE_MAX - 100, false, "too big", &big), HM_ERR_NO_MEMORY);
     CHECK_CONTAINS(hm_last_error(), "too big");

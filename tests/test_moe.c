@@ -245,9 +245,6 @@ static void run_case(hm_pool *pool, const model *m, int n, double tol, const cha
     hm_moe_free(moe);
 }
 
-/* repack: the engine with its experts repacked once equals the per-call conversion bit for bit,
- * including experts masked at create (not packed) and unmasked later, which take the per-call
- * path; the size query is 0 where nothing would be packed */
 /* One random batch of n tokens through engines a and b: how many outputs differ in their bits. */
 static int64_t outputs_differ(hm_moe *a, hm_moe *b, const model *m, int n, uint64_t seed) {
     float *x = malloc(sizeof(float) * (size_t)(n * m->H)), *oa = fbuf64((size_t)(n * m->H)),
@@ -348,6 +345,9 @@ static void test_same_bits(hm_pool *pool, const model *m, int n) {
     hm_moe_free(a);
 }
 
+/* repack: the engine with its experts repacked once equals the per-call conversion bit for bit,
+ * including experts masked at create (not packed) and unmasked later, which take the per-call
+ * path; the size query is 0 where nothing would be packed */
 static void test_repack(hm_pool *pool, const model *m, int n) {
     hm_moe_params p = hm_moe_default_params();
     p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;

@@ -66,9 +66,7 @@ hm_status hm_large_alloc(size_t size, bool huge, const char *what, hm_large *out
     if (p == MAP_FAILED)
         return hm_errorf_errno(HM_ERR_NO_MEMORY, errno, "%s: mmap of %zu bytes failed", what,
                                mapped);
-#ifdef MADV_HUGEPAGE
-    if (huge) madvise(p, mapped, MADV_HUGEPAGE); /* a hint: failure is not an error */
-#endif
+    if (huge) hm_advise_huge(p, mapped);
     out->ptr = p;
     out->size = size;
     out->mapped = mapped;

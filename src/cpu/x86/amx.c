@@ -251,8 +251,7 @@ static void pack_group(const amx_act *a, const float *xg, size_t x_stride, const
         float d = 0.0f;
         rows[tl] = NULL;
         if (t < n_tok) {
-            const float *xt = xg + (size_t)(idx ? idx[t] : t) * x_stride;
-            d = quant_group(xt, len, qt[tl], plen);
+            d = quant_group(xg + (size_t)(idx ? idx[t] : t) * x_stride, len, qt[tl], plen);
             rows[tl] = qt[tl];
         }
         a->dx[((size_t)g * a->ngrp + gi) * 16 + tl] = d;
