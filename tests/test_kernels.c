@@ -927,9 +927,11 @@ static void test_nn_epilogue(void) {
 static void test_nn_matmul_multi(void) {
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = 3, pp.pin = false;
-    hm_pool *pool = NULL;
+    hm_pool *pool = NULL, *pool1 = NULL;
     CHECK_OK(hm_pool_create(&pp, &pool));
-    if (!pool) return;
+    pp.n_threads = 1; /* 8 units on one thread: the tile paths' claims of 2 units */
+    CHECK_OK(hm_pool_create(&pp, &pool1));
+    if (!pool || !pool1) return;
     const uint32_t types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_K, HM_TYPE_BF16, HM_TYPE_F32};
     const int64_t rows[3] = {100, 33, 64}, cols = 256;
     const unsigned flag_sets[] = {0, HM_NN_BF16_TILES, HM_NN_NO_AMX};
@@ -970,6 +972,17 @@ static void test_nn_matmul_multi(void) {
                     hm_nn_matmul(pool, &w[m], x, (size_t)cols, n, y1[m], ys[m], scr, fl);
                 }
                 hm_nn_matmul_multi(pool, wp, 3, x, (size_t)cols, n, y2, ys, scr, fl);
+                { /* one thread: the same bits (rows do not depend on how they are shared) */
+                    float *y4[3];
+                    for (int m = 0; m < 3; m++) y4[m] = calloc((size_t)n * ys[m], sizeof(float));
+                    hm_nn_matmul_multi(pool1, wp, 3, x, (size_t)cols, n, y4, ys, scr, fl);
+                    for (int m = 0; m < 3; m++) {
+                        CHECK_MSG(!memcmp(y4[m], y2[m], sizeof(float) * (size_t)n * ys[m]),
+                                  "%s, %d tokens, flags %u, matrix %d: 1 thread differs from 3",
+                                  hm_type_name(type), n, fl, m);
+                        free(y4[m]);
+                    }
+                }
                 if (n < 3) { /* 1-2 tokens (activations converted before the job): each token
                               * equals its result in a batch of 3, bit for bit */
                     for (int m = 0; m < 3; m++) {
@@ -1013,6 +1026,7 @@ static void test_nn_matmul_multi(void) {
         for (int m = 0; m < 3; m++) free(data[m]);
     }
     hm_pool_free(pool);
+    hm_pool_free(pool1);
 }
 
 /* Decode's idle prefetch: over all workers and steps, every byte of the next matmul's matrices

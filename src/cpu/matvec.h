@@ -31,6 +31,13 @@ static inline void hm_prefetch_start(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes && o < 4096; o += 64) __builtin_prefetch(c + o, 0, 3);
 }
 
+/* 32-row units per claim when `units` units of tile matmuls are shared by nth threads through
+ * hm_work_next: 2 (one call then fetches its second unit's weights during the first) while every
+ * thread still gets 4 claims or more to balance with, else 1. */
+static inline int hm_tile_claim_units(int64_t units, int nth) {
+    return units >= 8 * (int64_t)nth ? 2 : 1;
+}
+
 /* The variant's kernel for type, else the reference one; NULL if no kernel exists at all. */
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type);
 

@@ -108,7 +108,7 @@ size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, unsi
 #if defined(__x86_64__)
     size_t act, per_thread;
     if (tile_bytes(use_amx(ops, w, n, flags), w, n, &act, &per_thread))
-        return align64(act) + (size_t)n_threads * per_thread + 64;
+        return align64(act) + (size_t)n_threads * (per_thread + sizeof(hm_work_slot)) + 64;
 #endif
     /* per-row dots: the threads' work ranges, then the converted activations */
     const size_t slots = (size_t)n_threads * sizeof(hm_work_slot);
@@ -128,7 +128,10 @@ typedef struct mm_job {
     uint8_t *scratch;
     const hm_cpu_ops *ops;
     int amx;            /* MM_DOTS, MM_I8, MM_BF16 */
-    hm_work_slot *work; /* MM_DOTS: the threads' unit ranges (in the scratch) */
+    hm_work_slot *work; /* the threads' unit ranges (in the scratch) */
+    /* tile paths (set by mm_start): claims of cu 32-row units, tcl[m] of them in matrix m */
+    int cu;
+    int64_t tcl[8];
     /* MM_DOTS units (set by mm_start): token blocks of tb (ntb of them), row blocks of rbs[m]
      * rows (nrb[m] of them) per matrix */
     int tb, ntb;
@@ -177,20 +180,16 @@ static void mm_task(int ith, int nth, void *arg) {
         else
             hm_amx_pack_act(w->type, j->x, j->xs, NULL, j->n, w->cols, scr, g0, g1);
         hm_pool_barrier(j->pool);
-        /* the matrices' 32-row units concatenated, split evenly over the threads (the packed
-         * activations serve every matrix) */
-        int64_t units = 0;
-        for (int m = 0; m < j->nw; m++) units += (j->w[m]->rows + 31) / 32;
-        const int64_t u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+        /* claims of the matrices' 32-row units (the packed activations serve every matrix):
+         * each thread takes its own share in order, then relieves slower ones (vCPUs of one
+         * machine can run at quite different speeds) */
         uint8_t *ts = scr + align64(act) + (size_t)ith * per_thread;
-        int64_t base = 0;
-        for (int m = 0; m < j->nw && base < u1; m++) {
+        for (int64_t g; (g = hm_work_next(j->work, nth, ith)) >= 0;) {
+            int m = 0;
+            while (g >= j->tcl[m]) g -= j->tcl[m], m++;
             const hm_matrix *wm = j->w[m];
-            const int64_t um = (wm->rows + 31) / 32;
-            const int64_t a = u0 > base ? u0 - base : 0, b = u1 - base < um ? u1 - base : um;
-            base += um;
-            if (a >= b) continue;
-            const int64_t r0 = a * 32, r1 = b * 32 < wm->rows ? b * 32 : wm->rows;
+            const int64_t r0 = g * j->cu * 32,
+                          r1 = r0 + j->cu * 32 < wm->rows ? r0 + j->cu * 32 : wm->rows;
             if (j->amx == MM_BF16)
                 hm_amx_bf16_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, scr, j->n,
                                    j->y[m] + r0, j->ys[m], ts);
@@ -291,8 +290,25 @@ bool hm_nn_prefetch_idle(int ith, int nth, void *arg, int step) {
     return true;
 }
 
-/* Runs a matmul job (the per-row path's work ranges set up first, at the scratch's start). */
+/* Runs a matmul job, its work ranges set up first (the per-row path's at the scratch's start, the
+ * tile paths' after the threads' scratch). */
 static void mm_start(hm_pool *pool, mm_job *j) {
+#if defined(__x86_64__)
+    size_t act, per_thread;
+    if (tile_bytes(j->amx, j->w[0], j->n, &act, &per_thread)) {
+        const int nth = hm_pool_size(pool);
+        int64_t units = 0, claims = 0;
+        for (int m = 0; m < j->nw; m++) units += (j->w[m]->rows + 31) / 32;
+        j->cu = hm_tile_claim_units(units, nth);
+        for (int m = 0; m < j->nw; m++) {
+            j->tcl[m] = ((j->w[m]->rows + 31) / 32 + j->cu - 1) / j->cu;
+            claims += j->tcl[m];
+        }
+        const uintptr_t scr = ((uintptr_t)j->scratch + 63) & ~(uintptr_t)63;
+        j->work = (hm_work_slot *)(scr + align64(act) + (size_t)nth * per_thread);
+        hm_work_init(j->work, nth, claims);
+    }
+#endif
     if (j->amx == MM_DOTS) {
         const int nth = hm_pool_size(pool);
         j->work = (hm_work_slot *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);

@@ -264,6 +264,8 @@ typedef struct kjob {
     const hm_cpu_ops *ops;
     bool bf16;            /* BF16/F16 weights on AMX BF16 tiles instead of the int8 path */
     hm_vec_dot_n_fn dotn; /* the multi-token twin of dot (NULL: none) */
+    hm_work_slot *work;   /* [nth]: the tile path's claims (krun) */
+    int cu;               /* 32-row units per claim */
 } kjob;
 
 static void kfill_task(int ith, int nth, void *arg) {
@@ -285,30 +287,29 @@ static void kmatvec_task(int ith, int nth, void *arg) {
     kjob *j = arg;
 #if defined(__x86_64__)
     if (j->scratch && j->n_tok > 4) {
-        /* tiles: 32-row groups of all the job's matrices concatenated and split evenly (per
-         * matrix, 768 rows = 24 groups over 16 threads would leave half of them idle a third of
-         * the time, which a layer's many experts do not) */
-        const int64_t groups = (j->mats[0].rows + 31) / 32, total = groups * j->n_mats;
-        const int64_t u0 = total * ith / nth, u1 = total * (ith + 1) / nth;
-        for (int m = (int)(u0 / groups); m < j->n_mats && (int64_t)m * groups < u1; m++) {
+        /* claims of cu 32-row units, never across matrices, shared as hm_nn_matmul shares
+         * them: each thread its own range first, then the others' (per matrix, 768 rows = 24
+         * units over 16 threads would leave half of them idle a third of the time, which a
+         * layer's many experts do not) */
+        const int64_t groups = (j->mats[0].rows + 31) / 32, cpm = (groups + j->cu - 1) / j->cu;
+        for (int64_t c; (c = hm_work_next(j->work, nth, ith)) >= 0;) {
+            const int m = (int)(c / cpm);
             const hm_matrix *w = &j->mats[m];
-            const int64_t a = u0 > m * groups ? u0 - m * groups : 0,
-                          b = u1 - m * groups < groups ? u1 - m * groups : groups;
-            int64_t r0 = a * 32, r1 = b * 32;
-            if (r1 > w->rows) r1 = w->rows;
+            const int64_t r0 = (c % cpm) * j->cu * 32,
+                          r1 = r0 + j->cu * 32 < w->rows ? r0 + j->cu * 32 : w->rows;
             float *y = j->y + (size_t)m * j->y_mat;
-            if (r1 > r0 && j->bf16)
+            if (j->bf16)
                 hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
                                    j->n_tok, y + r0, (size_t)w->rows, j->scratch[ith]);
-            else if (r1 > r0 && j->rt)
+            else if (j->rt)
                 j->ops->i8_matmul_packed_rt(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
                                             r0, r1, j->packed, j->n_tok, y + r0, (size_t)w->rows,
                                             j->scratch[ith]);
-            else if (r1 > r0 && j->wpack)
+            else if (j->wpack)
                 j->ops->i8_matmul_packed(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
                                          r0, r1, j->packed, j->n_tok, y + r0, (size_t)w->rows,
                                          j->scratch[ith]);
-            else if (r1 > r0)
+            else
                 j->ops->i8_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
                                   j->n_tok, y + r0, (size_t)w->rows, j->scratch[ith]);
         }
@@ -320,6 +321,17 @@ static void kmatvec_task(int ith, int nth, void *arg) {
         int64_t r0 = w->rows * ith / nth, r1 = w->rows * (ith + 1) / nth;
         hm_matvec_rows(j->dot, j->dotn, w, j->xq, j->xb, j->n_tok, j->y, (size_t)w->rows, r0, r1);
     }
+}
+
+/* one pass of kmatvec_task (the tile path's claims reset first) */
+static void krun(hm_pool *pool, kjob *j) {
+    if (j->scratch && j->n_tok > 4) {
+        const int nth = hm_pool_size(pool);
+        const int64_t groups = (j->mats[0].rows + 31) / 32;
+        j->cu = hm_tile_claim_units(groups * j->n_mats, nth);
+        hm_work_init(j->work, nth, (groups + j->cu - 1) / j->cu * j->n_mats);
+    }
+    hm_pool_run(pool, kmatvec_task, j);
 }
 
 static void kpack_task(int ith, int nth, void *arg) {
@@ -438,8 +450,10 @@ static int bench_kernels(int argc, char **argv) {
     }
     float *y = hm_malloc_aligned(sizeof(float) * y_floats, 64, "outputs"); /* as a model's */
     float *yref = malloc(sizeof(float) * (size_t)(rows * 4));
+    hm_work_slot *work =
+        hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(hm_work_slot), 64, "claims");
     int rc = 0;
-    if (!mats || !xq || !x || !y || !yref ||
+    if (!mats || !xq || !x || !y || !yref || !work ||
         hm_large_alloc(mb * (size_t)n_mats, true, "weights", &wbuf) != HM_OK) {
         fprintf(stderr, "hmoe bench kernels: out of memory\n");
         hm_pool_free(pool);
@@ -465,7 +479,8 @@ static int bench_kernels(int argc, char **argv) {
                 .y = y,
                 .seed = 11,
                 .x = x,
-                .ops = ops};
+                .ops = ops,
+                .work = work};
     void **scratch = NULL;
     hm_large wpbuf = {0};
 #if defined(__x86_64__)
@@ -535,7 +550,7 @@ static int bench_kernels(int argc, char **argv) {
                    (size_t)rows, 0, rows);
     job.n_mats = 1;
     job.n_tok = vt;
-    hm_pool_run(pool, kmatvec_task, &job);
+    krun(pool, &job);
     double ymax = 1e-9, err = 0;
     for (long k = 0; k < rows * vt; k++) ymax = fmax(ymax, fabs(yref[k]));
     for (long k = 0; k < rows * vt; k++) err = fmax(err, fabs((double)y[k] - yref[k]));
@@ -554,11 +569,11 @@ static int bench_kernels(int argc, char **argv) {
         /* once per activation set, as a layer would: not part of the per-matrix time */
         if (job.packed && job.n_tok > 4) hm_pool_run(pool, kpack_task, &job);
 #endif
-        hm_pool_run(pool, kmatvec_task, &job); /* warm-up pass */
+        krun(pool, &job); /* warm-up pass */
         double best = 1e30;
         for (int pass = 0; pass < 3; pass++) {
             uint64_t t0 = hm_time_ns();
-            hm_pool_run(pool, kmatvec_task, &job);
+            krun(pool, &job);
             double s = (double)(hm_time_ns() - t0) * 1e-9;
             if (s < best) best = s;
         }
@@ -577,7 +592,9 @@ static int bench_kernels(int argc, char **argv) {
             hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xq, xb,
                            (int)max_tok, yr, (size_t)rows, 0, rows);
             hm_pool_run(pool, kpack_task, &job);
-            hm_pool_run(pool, kmatvec_task, &job);
+            /* 3.4e38 in every float: a row the pass misses fails the check */
+            memset(y, 0x7f, sizeof(float) * (size_t)(rows * max_tok));
+            krun(pool, &job);
             double emax = 0, ym = 1e-9;
             for (long k = 0; k < rows * max_tok; k++) {
                 ym = fmax(ym, fabs(yr[k]));
@@ -602,6 +619,7 @@ static int bench_kernels(int argc, char **argv) {
     free(x);
     hm_free(y);
     free(yref);
+    hm_free(work);
     hm_pool_free(pool);
     return rc;
 }
