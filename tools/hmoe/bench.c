@@ -253,7 +253,7 @@ typedef struct kjob {
     const void *xq;
     size_t xb;
     float *y;
-    size_t y_mat; /* floats between two matrices' outputs on the matmul path (0: one shared y) */
+    size_t y_mat; /* floats between two matrices' outputs (0: one y, one matrix per pass) */
     uint64_t seed;
     void **scratch; /* [nth] per-thread scratch of the AMX path, NULL when it is not used */
     void *packed;   /* activations packed once for the AMX path (shared by the threads) */
@@ -316,20 +316,29 @@ static void kmatvec_task(int ith, int nth, void *arg) {
         return;
     }
 #endif
-    for (int m = 0; m < j->n_mats; m++) {
+    /* claim c = part p of matrix m (rows p / nth .. (p + 1) / nth), c = p * n_mats + m: each
+     * thread's own range is its part of every matrix in turn (all threads on one matrix at about
+     * the same time, as in one matmul), and a thread done early takes parts from the back of the
+     * others' ranges, as hm_nn_matmul's per-row path does (a slow vCPU would otherwise decide
+     * the pass) */
+    for (int64_t c; (c = hm_work_next(j->work, nth, ith)) >= 0;) {
+        const int p = (int)(c / j->n_mats), m = (int)(c % j->n_mats);
         const hm_matrix *w = &j->mats[m];
-        int64_t r0 = w->rows * ith / nth, r1 = w->rows * (ith + 1) / nth;
-        hm_matvec_rows(j->dot, j->dotn, w, j->xq, j->xb, j->n_tok, j->y, (size_t)w->rows, r0, r1);
+        const int64_t r0 = w->rows * p / nth, r1 = w->rows * (p + 1) / nth;
+        hm_matvec_rows(j->dot, j->dotn, w, j->xq, j->xb, j->n_tok, j->y + (size_t)m * j->y_mat,
+                       (size_t)w->rows, r0, r1);
     }
 }
 
-/* one pass of kmatvec_task (the tile path's claims reset first) */
+/* one pass of kmatvec_task (its claims reset first) */
 static void krun(hm_pool *pool, kjob *j) {
+    const int nth = hm_pool_size(pool);
     if (j->scratch && j->n_tok > 4) {
-        const int nth = hm_pool_size(pool);
         const int64_t groups = (j->mats[0].rows + 31) / 32;
         j->cu = hm_tile_claim_units(groups * j->n_mats, nth);
         hm_work_init(j->work, nth, (groups + j->cu - 1) / j->cu * j->n_mats);
+    } else {
+        hm_work_init(j->work, nth, (int64_t)nth * j->n_mats);
     }
     hm_pool_run(pool, kmatvec_task, j);
 }
@@ -439,13 +448,13 @@ static int bench_kernels(int argc, char **argv) {
     size_t xb = hm_act_bytes((uint32_t)type, cols);
     uint8_t *xq = malloc(xb * (size_t)max_tok);
     float *x = malloc(sizeof(float) * (size_t)(cols * max_tok));
-    /* outputs: above 4 tokens each matrix of a pass into its own rows, as a layer's matrices
-     * would (one y shared by all of them had threads on different matrices writing the same
-     * lines at once); at most ~4 x the bytes of distinct weights' rows, see kmats */
+    /* outputs: each matrix of a pass into its own rows, as a layer's matrices would (with one
+     * shared y, threads on different matrices would write the same rows at once); above 4
+     * tokens at most ~4 x the bytes of distinct weights' rows (see kmats), up to 4 tokens ~1-3%
+     * of the weights' bytes */
     size_t y_floats = 0;
     for (int k = 0; k < n_tokens; k++) {
-        const size_t f = (size_t)rows * (size_t)tokens[k] *
-                         (size_t)(tokens[k] > 4 ? kmats(n_mats, tokens[k]) : 1);
+        const size_t f = (size_t)rows * (size_t)tokens[k] * (size_t)kmats(n_mats, tokens[k]);
         y_floats = f > y_floats ? f : y_floats;
     }
     float *y = hm_malloc_aligned(sizeof(float) * y_floats, 64, "outputs"); /* as a model's */
@@ -564,7 +573,7 @@ static int bench_kernels(int argc, char **argv) {
         job.n_tok = (int)tokens[k];
         /* large token counts are compute bound: fewer matrices keep a pass short */
         job.n_mats = kmats(n_mats, tokens[k]);
-        job.y_mat = tokens[k] > 4 ? (size_t)(rows * tokens[k]) : 0;
+        job.y_mat = (size_t)(rows * tokens[k]);
 #if defined(__x86_64__)
         /* once per activation set, as a layer would: not part of the per-matrix time */
         if (job.packed && job.n_tok > 4) hm_pool_run(pool, kpack_task, &job);
