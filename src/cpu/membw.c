@@ -22,8 +22,14 @@ typedef struct {
     uint64_t *data;
     size_t n; /* elements */
     const hm_cpu_ops *ops;
-    padded_sum *sums; /* [nth] */
+    padded_sum *sums;   /* [nth] */
+    hm_work_slot *work; /* [nth]: the read passes' chunks */
 } membw_job;
+
+/* Chunks of the read passes: 2 MiB, claimed through hm_work_next (each thread streams its own
+ * contiguous range, then takes chunks from the back of slower threads' ranges, as the kernels'
+ * drivers do): a pass measures the machine's bandwidth, not its slowest thread's. */
+#define CHUNK ((size_t)(2u << 20) / sizeof(uint64_t))
 
 /* Slice of ith: whole 4 KiB pages so no two threads share a page (first touch = local node). */
 static void slice(size_t n, int ith, int nth, size_t *lo, size_t *hi) {
@@ -44,9 +50,12 @@ static void touch_task(int ith, int nth, void *arg) {
 
 static void read_task(int ith, int nth, void *arg) {
     membw_job *j = arg;
-    size_t lo, hi;
-    slice(j->n, ith, nth, &lo, &hi);
-    j->sums[ith].sum = j->ops->sum_u64(j->data + lo, hi - lo);
+    uint64_t sum = 0;
+    for (int64_t c; (c = hm_work_next(j->work, nth, ith)) >= 0;) {
+        const size_t lo = (size_t)c * CHUNK, hi = lo + CHUNK < j->n ? lo + CHUNK : j->n;
+        sum += j->ops->sum_u64(j->data + lo, hi - lo);
+    }
+    j->sums[ith].sum = sum;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -86,12 +95,14 @@ hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out) {
     hm_status st = hm_large_alloc(n * sizeof(uint64_t), p.huge_pages, "membw buffer", &buf);
     padded_sum *sums =
         st == HM_OK ? hm_calloc_aligned((size_t)nth, sizeof(padded_sum), 64, "membw") : NULL;
+    hm_work_slot *work =
+        st == HM_OK ? hm_calloc_aligned((size_t)nth, sizeof(hm_work_slot), 64, "membw") : NULL;
     double *gbs = calloc((size_t)p.passes, sizeof(double));
-    if (st != HM_OK || !sums || !gbs) {
+    if (st != HM_OK || !sums || !work || !gbs) {
         if (st == HM_OK) st = hm_errorf(HM_ERR_NO_MEMORY, "membw: out of memory");
         goto done;
     }
-    membw_job job = {buf.ptr, n, p.ops, sums};
+    membw_job job = {buf.ptr, n, p.ops, sums, work};
     uint64_t t0 = hm_time_ns();
     hm_pool_run(pool, touch_task, &job);
     out->touch_s = (double)(hm_time_ns() - t0) * 1e-9;
@@ -100,6 +111,7 @@ hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out) {
     uint64_t expect = (n % 2 == 0) ? (uint64_t)(n / 2) * (uint64_t)(n - 1)
                                    : (uint64_t)n * (uint64_t)((n - 1) / 2);
     for (int pass = -1; pass < p.passes; pass++) { /* pass -1 warms up */
+        hm_work_init(work, nth, (int64_t)((n + CHUNK - 1) / CHUNK));
         t0 = hm_time_ns();
         hm_pool_run(pool, read_task, &job);
         uint64_t dt = hm_time_ns() - t0;
@@ -124,6 +136,7 @@ hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out) {
     st = HM_OK;
 done:
     free(gbs);
+    hm_free(work);
     hm_free(sums);
     hm_large_free(&buf);
     hm_pool_free(own);

@@ -1,6 +1,7 @@
 /* membw.h - measured memory read bandwidth: every core streams its own slice of a large buffer
- * with the selected ISA's vector loads; the sum of the data proves every byte was read. This is
- * the roofline every bandwidth-bound benchmark compares against. */
+ * with the selected ISA's vector loads, then helps slower cores with theirs (2 MiB chunks); the
+ * sum of the data proves every byte was read. This is the roofline every bandwidth-bound
+ * benchmark compares against. */
 #ifndef HM_CPU_MEMBW_H
 #define HM_CPU_MEMBW_H
 
