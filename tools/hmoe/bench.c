@@ -264,7 +264,7 @@ typedef struct kjob {
     const hm_cpu_ops *ops;
     bool bf16;            /* BF16/F16 weights on AMX BF16 tiles instead of the int8 path */
     hm_vec_dot_n_fn dotn; /* the multi-token twin of dot (NULL: none) */
-    hm_work_slot *work;   /* [nth]: the tile path's claims (krun) */
+    hm_work_slot *work;   /* [nth]: the pass's claims (set up by krun) */
     int cu;               /* 32-row units per claim */
 } kjob;
 
@@ -450,8 +450,8 @@ static int bench_kernels(int argc, char **argv) {
     float *x = malloc(sizeof(float) * (size_t)(cols * max_tok));
     /* outputs: each matrix of a pass into its own rows, as a layer's matrices would (with one
      * shared y, threads on different matrices would write the same rows at once); above 4
-     * tokens at most ~4 x the bytes of distinct weights' rows (see kmats), up to 4 tokens ~1-3%
-     * of the weights' bytes */
+     * tokens at most ~4 x the bytes of distinct weights' rows (see kmats), up to 4 tokens 4
+     * bytes per row and token next to the row's weights (1-3% of the bytes at expert shapes) */
     size_t y_floats = 0;
     for (int k = 0; k < n_tokens; k++) {
         const size_t f = (size_t)rows * (size_t)tokens[k] * (size_t)kmats(n_mats, tokens[k]);
