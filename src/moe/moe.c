@@ -154,6 +154,8 @@ struct hm_moe {
      * added once per phase from each thread's own counters */
     _Atomic uint64_t ks[KS_N];
     bool decode;
+    int64_t dec_gu, dec_du; /* decode: gate/up and down rows per claim (decode_rows) */
+    int dec_rows_env;       /* HMOE_MOE_DECODE_ROWS=N: N rows per decode claim (A/B), else 0 */
     bool pre_done; /* decode of 1-2 tokens: the caller converted x before the job (no barrier) */
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
     bool no_fused_h;     /* HMOE_MOE_FUSE_H=0: h packed in its own phase (A/B, tests) */
@@ -408,6 +410,8 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->no_fused_h = env_is("HMOE_MOE_FUSE_H", "0");
     m->no_direct_out = env_is("HMOE_MOE_DIRECT_OUT", "0");
     m->no_flow = env_is("HMOE_MOE_FLOW", "0");
+    const char *dr = getenv("HMOE_MOE_DECODE_ROWS");
+    m->dec_rows_env = dr && atoi(dr) > 0 ? atoi(dr) : 0;
     m->no_steal = env_is("HMOE_MOE_STEAL", "0");
     m->steal_test = env_is("HMOE_MOE_STEAL", "test");
     m->no_static = env_is("HMOE_MOE_STATIC", "0");
@@ -931,17 +935,35 @@ static void write_out(hm_moe *m, int64_t r0, int64_t r1) {
     }
 }
 
+/* Rows per decode claim of a matrix of `rows` rows over na experts: whole UNITs, as many as keep
+ * at least min_claims claims and a claim within DECODE_CLAIM_BYTES. Every claim is a stream of its
+ * own: its first lines arrive with nothing prefetched ahead of them, and its last prefetches (the
+ * kernels fetch a fixed 4 KiB ahead) run into rows another thread reads. Fixed 32-row claims (a
+ * Qwen3-30B down claim is 13.8 KiB) decoded 14-17% slower on the development machine (2 threads,
+ * means of 8 alternations; bench/RESULTS.md); the gate/up claims, larger, come first and the
+ * small down claims last, so the threads still end together. HMOE_MOE_DECODE_ROWS=N sets N. */
+#define DECODE_CLAIM_BYTES ((size_t)256 << 10)
+static int64_t decode_rows(int64_t rows, size_t row_bytes, int na, int64_t min_claims) {
+    const int64_t k = (min_claims + na - 1) / na; /* claims per expert */
+    int64_t r = rows / k / UNIT * UNIT;
+    const int64_t cap = (int64_t)(DECODE_CLAIM_BYTES / (row_bytes ? row_bytes : 1)) / UNIT * UNIT;
+    if (r > cap) r = cap;
+    return r < UNIT ? UNIT : r;
+}
+
 /* The decode path: one chunk, every expert on the matvec kernels (1-4 tokens each). Gate/up
- * units and then down units are claimed from one sequence; the thread that finishes an expert's
- * last gate/up unit converts its h and marks it ready, and a down unit (expert, UNIT output rows)
- * waits only for its own expert. Down writes weighted rows per assignment into `part`; one
- * barrier, then each thread sums its output rows over the assignments. */
+ * claims (expert, dec_gu rows) and then down claims (expert, dec_du output rows) are taken from
+ * one sequence; the thread that finishes an expert's last gate/up claim converts its h and marks
+ * it ready, and a down claim waits only for its own expert. Down writes weighted rows per
+ * assignment into `part`; one barrier, then each thread sums its output rows over the assignments.
+ */
 static void job_decode(hm_moe *m, int ith, int nth) {
     chunk *c = &m->chunks[0];
     const int64_t H = m->p.hidden, I = m->p.inter, hu = (H + UNIT - 1) / UNIT;
-    const int64_t upe = (I + UNIT - 1) / UNIT;
+    const int64_t GU = m->dec_gu, DU = m->dec_du;
+    const int64_t upe = (I + GU - 1) / GU, hud = (H + DU - 1) / DU; /* claims per expert */
     const int na = c->a1 - c->a0;
-    const int64_t n_gu = upe * na, n_all = n_gu + hu * na;
+    const int64_t n_gu = upe * na, n_all = n_gu + hud * na;
     if (!m->pre_done) {
         phase_pre(m, ith, nth);
         hm_pool_barrier(m->p.pool);
@@ -951,7 +973,7 @@ static void job_decode(hm_moe *m, int ith, int nth) {
         if (u < n_gu) {
             const int a = c->a0 + (int)(u / upe);
             const active_expert *ae = &m->act[a];
-            const int64_t r0 = (u % upe) * UNIT, r1 = r0 + UNIT < I ? r0 + UNIT : I;
+            const int64_t r0 = (u % upe) * GU, r1 = r0 + GU < I ? r0 + GU : I;
             const hm_moe_expert *x = &m->experts[ae->e];
             hm_prefetch_start((const uint8_t *)x->gate.data + (size_t)r0 * x->gate.row_bytes,
                               (size_t)(r1 - r0) * x->gate.row_bytes);
@@ -967,10 +989,10 @@ static void job_decode(hm_moe *m, int ith, int nth) {
             continue;
         }
         const int64_t v = u - n_gu;
-        const int a = c->a0 + (int)(v / hu);
+        const int a = c->a0 + (int)(v / hud);
         const active_expert *ae = &m->act[a];
         const hm_moe_expert *x = &m->experts[ae->e];
-        const int64_t r0 = (v % hu) * UNIT, r1 = r0 + UNIT < H ? r0 + UNIT : H;
+        const int64_t r0 = (v % hud) * DU, r1 = r0 + DU < H ? r0 + DU : H;
         const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
         hm_prefetch_start(dw, (size_t)(r1 - r0) * x->down.row_bytes); /* while h may be pending */
         while (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) hm_cpu_relax();
@@ -1444,6 +1466,14 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     m->decode =
         m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= 64 && !m->no_decode_path;
     if (m->decode) {
+        const chunk *c0 = &m->chunks[0];
+        const hm_moe_expert *x0 = &m->experts[m->act[c0->a0].e];
+        const int na = c0->a1 - c0->a0, nth = hm_pool_size(m->p.pool);
+        m->dec_gu = m->dec_rows_env ? m->dec_rows_env
+                                    : decode_rows(I, x0->gate.row_bytes + x0->up.row_bytes, na,
+                                                  4 * (int64_t)nth);
+        m->dec_du = m->dec_rows_env ? m->dec_rows_env
+                                    : decode_rows(H, x0->down.row_bytes, na, 8 * (int64_t)nth);
         const size_t need = sizeof(float) * (size_t)m->chunks[0].rows * (size_t)H;
         if (!grow((void **)&S->part, &S->cap_part, need, "moe decode rows")) {
             scratch_release(S);
