@@ -48,24 +48,26 @@ static inline float hm_h2f(hm_half h) {
             ROWS(n, vw, vx, 4, out);                                                               \
     }
 
-/* Unpacks the 12 scale bytes of a Q4_K/Q5_K block: out[0..7] scales, out[8..15] mins (6-bit). */
-static inline void hm_k4_unpack_scales(const uint8_t q[12], uint32_t out[4]) {
-    uint32_t w0, w1, w2;
-    memcpy(&w0, q, 4);
-    memcpy(&w1, q + 4, 4);
-    memcpy(&w2, q + 8, 4);
-    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-    out[0] = w0 & m6;                                    /* scales 0..3 */
-    out[1] = (w2 & m4) | (((w0 >> 6) & m2) << 4);        /* scales 4..7 */
-    out[2] = w1 & m6;                                    /* mins 0..3 */
-    out[3] = ((w2 >> 4) & m4) | (((w1 >> 6) & m2) << 4); /* mins 4..7 */
-}
-
-/* The 8 mins (sm[2..3]) as int16 pairs, min j in lanes 2j and 2j + 1: one VPMADDWD against a
- * Q8_K block's 16 partial sums gives min_j x (sum of sub-block j) in int32 lane j */
-static inline __m256i hm_k4_mins_pairs(const uint32_t sm[4]) {
-    const __m128i m8 = _mm_set_epi32(0, 0, (int)sm[3], (int)sm[2]);
-    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+/* The 12 packed scale bytes of a Q4_K/Q5_K block as 16 bytes: bytes 0-7 the sub-block scales,
+ * 8-15 the mins (6 bits each). For j < 4: scale scales[j] & 63, min scales[j + 4] & 63; for j >= 4:
+ * the low 4 bits from scales[j + 4] (scale: low nibble, min: high) and the top 2 from bits 6-7 of
+ * scales[j - 4] (scale) or scales[j] (min). Vector ops instead of ~12 scalar ones and the moves
+ * into vectors (bench/RESULTS.md, ninth session). Reads 16 bytes from `scales`: the block's codes
+ * follow them. */
+static inline __m128i hm_k4_scales_vec(const uint8_t *scales) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)scales);
+    /* a: the low bits' sources, b: the top 2 bits' sources of scales and mins 4-7 */
+    const __m128i a =
+        _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i b =
+        _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7));
+    const __m128i lo = _mm_and_si128(
+        _mm_blend_epi32(a, _mm_srli_epi32(a, 4), 0x8),
+        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    const __m128i hi =
+        _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi8(0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30, 0, 0,
+                                                          0, 0, 0x30, 0x30, 0x30, 0x30));
+    return _mm_or_si128(lo, hi);
 }
 
 /* acc + x.d * wdmin * (min_j x sum of sub-block j's activations, lane j): the mins' term of one
@@ -78,18 +80,21 @@ static inline __m256 hm_k4_mins_fma(__m256i mins2, const hm_block_q8_K *x, float
 
 /* The start of a Q4_K / Q5_K block (both begin with d, dmin and the 12 packed scale bytes) for
  * nt tokens: the weight stream prefetched ahead (rows are contiguous, so this also covers the next
- * row), the scales unpacked into sm, each token's Q8_K block into x[t] and its mins' term added
- * to accm[t]; returns the block's d as a float. */
+ * row), the 8 scales as int16 into *sc16 (low 128 bits), each token's Q8_K block into x[t] and its
+ * mins' term added to accm[t]; returns the block's d as a float. */
 static inline __attribute__((always_inline)) float
-hm_k4_block_start(const void *blk, hm_half d, hm_half dmin, const uint8_t scales[12],
-                  const void *const *vx, int64_t i, int nt, uint32_t sm[4],
+hm_k4_block_start(const void *blk, hm_half d, hm_half dmin, const uint8_t *scales,
+                  const void *const *vx, int64_t i, int nt, __m128i *sc16,
                   const hm_block_q8_K *x[4], __m256 accm[4]) {
     _mm_prefetch((const char *)blk + HM_PREFETCH_BYTES, _MM_HINT_T0);
     _mm_prefetch((const char *)blk + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
     _mm_prefetch((const char *)blk + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
-    hm_k4_unpack_scales(scales, sm);
+    const __m128i sm = hm_k4_scales_vec(scales);
+    *sc16 = _mm_cvtepu8_epi16(sm);
     const float wdmin = hm_h2f(dmin);
-    const __m256i mins2 = hm_k4_mins_pairs(sm);
+    /* the 8 mins as int16 pairs, min j in lanes 2j and 2j + 1: one VPMADDWD against a Q8_K
+     * block's 16 partial sums gives min_j x (sum of sub-block j) in int32 lane j */
+    const __m256i mins2 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
     for (int t = 0; t < nt; t++) {
         x[t] = (const hm_block_q8_K *)vx[t] + i;
         accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
@@ -116,12 +121,6 @@ static inline __attribute__((always_inline)) void hm_k4_pair_dots_avx2(__m256i l
     }
 }
 
-/* The 8 sub-block scales (sm[0..1]) as int16 in both 128-bit lanes (hm_k4_pair_dots_avx2) */
-static inline __m256i hm_k4_scales16_avx2(const uint32_t sm[4]) {
-    return _mm256_broadcastsi128_si256(
-        _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)sm[1], (int)sm[0])));
-}
-
 /* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
  * them; every token's result is the same float operations in the same order whatever nt, so a
  * token's output does not depend on how many tokens share the row. */
@@ -132,13 +131,14 @@ hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
     __m256 acc[4], accm[4]; /* accm: the mins' term, lane j = sub-block j */
     for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
-        uint32_t sm[4];
         const hm_block_q8_K *x[4];
+        __m128i sc;
         const float wd =
-            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, sm, x, accm);
+            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, &sc, x, accm);
         __m256i sumi[4];
         for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
-        const __m256i sc16 = hm_k4_scales16_avx2(sm);
+        /* the 8 scales as int16 in both 128-bit lanes (hm_k4_pair_dots_avx2) */
+        const __m256i sc16 = _mm256_broadcastsi128_si256(sc);
         for (int j = 0; j < 4; j++) {
             const __m256i q4 = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
             hm_k4_pair_dots_avx2(_mm256_and_si256(q4, low4),
@@ -176,13 +176,14 @@ hm_q5_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
     __m256 acc[4], accm[4]; /* accm: the mins' term */
     for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
-        uint32_t sm[4];
         const hm_block_q8_K *x[4];
+        __m128i sc;
         const float wd =
-            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, sm, x, accm);
+            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, &sc, x, accm);
         __m256i sumi[4];
         for (int t = 0; t < nt; t++) sumi[t] = _mm256_setzero_si256();
-        const __m256i sc16 = hm_k4_scales16_avx2(sm);
+        /* the 8 scales as int16 in both 128-bit lanes (hm_k4_pair_dots_avx2) */
+        const __m256i sc16 = _mm256_broadcastsi128_si256(sc);
         /* qh shifted right by 2j for chunk j: bits 0 and 1 of every byte are then the 5th bits of
          * sub-blocks 2j and 2j + 1 (16-bit shifts move bits across bytes only into the top bits) */
         __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);

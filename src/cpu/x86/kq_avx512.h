@@ -5,46 +5,6 @@
 
 #include "cpu/x86/kq_avx2.h"
 
-/* The 12 packed scale bytes of a Q4_K/Q5_K block as 16 bytes: bytes 0-7 the sub-block scales,
- * 8-15 the mins (6 bits each; the same values as hm_k4_unpack_scales, without its scalar work).
- * Reads 16 bytes from `scales`: the block's codes follow them. */
-static inline __m128i hm_k4_scales_vec(const uint8_t *scales) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)scales);
-    /* a: low bits' sources (scales 0-3, 4-7 from bytes 8-11, mins 0-3, 4-7 from bytes 8-11);
-     * b: the sources of the top 2 bits of scales / mins 4-7 */
-    const __m128i a =
-        _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m128i b =
-        _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7));
-    const __m128i lo = _mm_and_si128(
-        _mm_mask_blend_epi32(0x8, a, _mm_srli_epi32(a, 4)),
-        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-    const __m128i hi =
-        _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi8(0, 0, 0, 0, 0x30, 0x30, 0x30, 0x30, 0, 0,
-                                                          0, 0, 0x30, 0x30, 0x30, 0x30));
-    return _mm_or_si128(lo, hi);
-}
-
-/* hm_k4_block_start for the AVX-512 kernels: the scales and mins from hm_k4_scales_vec; returns
- * the block's d and sets *sc to its 8 scales as int16 in the low 128 bits */
-static inline __attribute__((always_inline)) float
-hm_k4_block_start_avx512(const void *blk, hm_half d, hm_half dmin, const uint8_t *scales,
-                         const void *const *vx, int64_t i, int nt, __m512i *sc,
-                         const hm_block_q8_K *x[4], __m256 accm[4]) {
-    _mm_prefetch((const char *)blk + HM_PREFETCH_BYTES, _MM_HINT_T0);
-    _mm_prefetch((const char *)blk + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-    _mm_prefetch((const char *)blk + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
-    const __m128i o = hm_k4_scales_vec(scales);
-    *sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(o));
-    const float wdmin = hm_h2f(dmin);
-    const __m256i mins2 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(o, o)); /* hm_k4_mins_pairs */
-    for (int t = 0; t < nt; t++) {
-        x[t] = (const hm_block_q8_K *)vx[t] + i;
-        accm[t] = hm_k4_mins_fma(mins2, x[t], wdmin, accm[t]);
-    }
-    return hm_h2f(d);
-}
-
 /* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
  * them; every token's result is the same float operations in the same order whatever nt, so a
  * token's output does not depend on how many tokens share the row. */
@@ -62,9 +22,10 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         const hm_block_q8_K *x[4];
-        __m512i sc;
-        const float wd = hm_k4_block_start_avx512(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt,
-                                                  &sc, x, accm);
+        __m128i sc8;
+        const float wd =
+            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, &sc8, x, accm);
+        const __m512i sc = _mm512_castsi128_si512(sc8);
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
         __m512i sidx = sidx0;
@@ -106,13 +67,14 @@ hm_q5_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
     const __m512i two = _mm512_set1_epi16(2);
     __m512 acc[4];
-    __m256 accm[4]; /* the mins' term (hm_k4_mins_pairs) */
+    __m256 accm[4]; /* the mins' term (hm_k4_block_start) */
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         const hm_block_q8_K *x[4];
-        __m512i sc;
-        const float wd = hm_k4_block_start_avx512(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt,
-                                                  &sc, x, accm);
+        __m128i sc8;
+        const float wd =
+            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, &sc8, x, accm);
+        const __m512i sc = _mm512_castsi128_si512(sc8);
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));
