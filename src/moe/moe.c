@@ -373,6 +373,18 @@ static bool env_is(const char *name, const char *value) {
     return v && !strcmp(v, value);
 }
 
+/* a row count from the environment (an A/B switch): 0 when unset; a value that is not a whole
+ * number in [1, 1 << 20] is ignored with a warning, as HMOE_SPIN_US is */
+static int env_rows(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end;
+    const long n = strtol(v, &end, 10);
+    if (*end == '\0' && n >= 1 && n <= (1L << 20)) return (int)n;
+    HM_WARN("%s='%s' is not a row count in [1, 1048576]; ignored", name, v);
+    return 0;
+}
+
 hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     *out = NULL;
     const hm_moe_params *p = params;
@@ -410,8 +422,7 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     m->no_fused_h = env_is("HMOE_MOE_FUSE_H", "0");
     m->no_direct_out = env_is("HMOE_MOE_DIRECT_OUT", "0");
     m->no_flow = env_is("HMOE_MOE_FLOW", "0");
-    const char *dr = getenv("HMOE_MOE_DECODE_ROWS");
-    m->dec_rows_env = dr && atoi(dr) > 0 ? atoi(dr) : 0;
+    m->dec_rows_env = env_rows("HMOE_MOE_DECODE_ROWS");
     m->no_steal = env_is("HMOE_MOE_STEAL", "0");
     m->steal_test = env_is("HMOE_MOE_STEAL", "test");
     m->no_static = env_is("HMOE_MOE_STATIC", "0");
