@@ -47,6 +47,7 @@ static void test_features(void) {
              {f->fma, "fma"},
              {f->f16c, "f16c"},
              {f->bmi2, "bmi2"},
+             {f->gfni, "gfni"},
              {f->avx512f, "avx512f"},
              {f->avx512dq, "avx512dq"},
              {f->avx512bw, "avx512bw"},

@@ -98,6 +98,7 @@ static void detect_features(void) {
         uint32_t ebx = r[1], ecx = r[2], edx = r[3], max_sub = r[0];
         f->avx2 = BIT(ebx, 5) && f->os_avx;
         f->bmi2 = BIT(ebx, 8);
+        f->gfni = BIT(ecx, 8); /* the AVX-512 forms also need os_avx512 (the amx variant checks) */
         f->avx512f = BIT(ebx, 16) && f->os_avx512;
         f->avx512dq = BIT(ebx, 17) && f->os_avx512;
         f->avx512cd = BIT(ebx, 28) && f->os_avx512;
@@ -173,7 +174,8 @@ bool hm_isa_supported(const hm_cpu_features *f, hm_isa isa) {
     case HM_ISA_AVX512:
         return avx512;
     case HM_ISA_AMX:
-        return avx512 && f->amx_tile && f->amx_int8 && f->amx_bf16 && f->amx_permitted;
+        /* every AMX CPU has GFNI; the amx variant's Q4_K kernel uses it to unpack nibbles */
+        return avx512 && f->gfni && f->amx_tile && f->amx_int8 && f->amx_bf16 && f->amx_permitted;
     default:
         return false;
     }

@@ -11,7 +11,7 @@
 
 /* ISA features, each true only when the CPU has it AND the OS saves its register state. */
 typedef struct hm_cpu_features {
-    bool sse42, avx, avx2, fma, f16c, bmi2;
+    bool sse42, avx, avx2, fma, f16c, bmi2, gfni;
     bool avx512f, avx512dq, avx512bw, avx512vl, avx512cd;
     bool avx512vnni, avx512bf16, avx512fp16, avx512vbmi;
     bool avx_vnni;
@@ -28,7 +28,7 @@ typedef enum hm_isa {
     HM_ISA_REF = 0, /* plain C */
     HM_ISA_AVX2,    /* AVX2 + FMA + F16C */
     HM_ISA_AVX512,  /* AVX-512 F/BW/VL/DQ + VNNI */
-    HM_ISA_AMX,     /* AVX-512 + AMX-TILE/INT8/BF16 */
+    HM_ISA_AMX,     /* AVX-512 + AMX-TILE/INT8/BF16 + GFNI */
     HM_ISA_COUNT
 } hm_isa;
 

@@ -5,46 +5,106 @@
 
 #include "cpu/x86/kq_avx2.h"
 
+/* Constants of the Q4_K kernel, loaded (one load each) rather than built per call:
+ * sidx[j]: int16 lanes 0-15 pick scale 2j, lanes 16-31 scale 2j + 1, from the block's 16 scales
+ *          and mins widened to int16 (lanes 0-7 scales, 8-15 mins);
+ * midx:    lanes 2j and 2j + 1 pick min j (lanes 16-31 unused);
+ * nib:     GF(2) affine matrices, one per qword: the lower 256 bits keep each byte's low nibble,
+ *          the upper 256 bits move its high nibble down (VGF2P8AFFINEQB; bit i of a result byte is
+ *          the parity of the source byte AND matrix byte 7 - i). */
+static const int16_t hm_k4_sidx_avx512[4][32] __attribute__((aligned(64))) = {
+#define HM_K4_SIDX(j)                                                                              \
+    {                                                                                              \
+        2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j),  \
+            2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j) + 1, 2 * (j) + 1,        \
+            2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1,          \
+            2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1,          \
+            2 * (j) + 1, 2 * (j) + 1                                                               \
+    }
+    HM_K4_SIDX(0), HM_K4_SIDX(1), HM_K4_SIDX(2), HM_K4_SIDX(3)
+#undef HM_K4_SIDX
+};
+static const int16_t hm_k4_midx_avx512[32]
+    __attribute__((aligned(64))) = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15,
+                                    8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
+static const uint64_t hm_k4_nib_avx512[8] __attribute__((aligned(64))) = {
+    0x0102040800000000ull, 0x0102040800000000ull, 0x0102040800000000ull, 0x0102040800000000ull,
+    0x1020408000000000ull, 0x1020408000000000ull, 0x1020408000000000ull, 0x1020408000000000ull};
+
+/* 64 codes of Q4_K sub-blocks 2j and 2j + 1 as bytes: qs's 32 bytes in both halves, low nibbles
+ * kept in the lower half, high nibbles in the upper (one GF2P8AFFINEQB where the CPU has GFNI;
+ * every AMX CPU has it) */
+static inline __m512i hm_k4_codes_avx512(const uint8_t *qs, __m512i nib) {
+    const __m512i q2 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qs));
+#if defined(__GFNI__)
+    return _mm512_gf2p8affine_epi64_epi8(q2, nib, 0);
+#else
+    (void)nib;
+    /* both halves hold the same 32 code bytes: shift the upper half's 16-bit lanes by 4 */
+    const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(q2, sh), _mm512_set1_epi8(0x0F));
+#endif
+}
+
 /* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
  * them; every token's result is the same float operations in the same order whatever nt, so a
- * token's output does not depend on how many tokens share the row. */
+ * token's output does not depend on how many tokens share the row.
+ * Per block: the 12 scale bytes unpacked by vector ops, widened once and spread by VPERMW; d and
+ * dmin converted together (one VCVTPH2PS) and scaled by each token's d in one multiply; the
+ * sub-block sums as VPMADDUBSW pairs times the scales by VPDPWSSD. */
 static inline __attribute__((always_inline)) void
 hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q4_K *w = vw;
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    /* both halves hold the same 32 code bytes: low nibbles in the lower half, high in the upper */
-    const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    /* int16 lanes 0-15 take scale 2j, lanes 16-31 scale 2j+1 */
-    const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
-    const __m512i two = _mm512_set1_epi16(2);
+    const __m512i nib = _mm512_load_si512(hm_k4_nib_avx512);
+    const __m512i midx = _mm512_load_si512(hm_k4_midx_avx512);
+    const __m256i lane1 = _mm256_set1_epi32(1);
     __m512 acc[4];
-    __m256 accm[4]; /* the mins' term, lane j = sub-block j (summed at the end) */
+    __m256 accm[4]; /* the mins' term, lane j = sub-block j (subtracted at the end) */
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        const char *blk = (const char *)(w + i);
+        _mm_prefetch(blk + HM_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch(blk + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch(blk + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        /* lanes 0-7 the scales, 8-15 the mins, as int16 */
+        const __m512i sc =
+            _mm512_castsi256_si512(_mm256_cvtepu8_epi16(hm_k4_scales_vec(w[i].scales)));
+        /* the 8 mins as int16 pairs: one VPMADDWD against a Q8_K block's 16 partial sums gives
+         * min_j x (sum of sub-block j) in int32 lane j */
+        const __m256i mins2 = _mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, sc));
+        int32_t ddbits; /* d and dmin: two adjacent halves */
+        memcpy(&ddbits, &w[i].d, sizeof ddbits);
+        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(ddbits));
         const hm_block_q8_K *x[4];
-        __m128i sc8;
-        const float wd =
-            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, &sc8, x, accm);
-        const __m512i sc = _mm512_castsi128_si512(sc8);
+        __m512 fd[4];
         __m512i sumi[4];
-        for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
-        __m512i sidx = sidx0;
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            const __m128 f = _mm_mul_ps(dd, _mm_set1_ps(x[t]->d)); /* d x.d, dmin x.d */
+            fd[t] = _mm512_broadcastss_ps(f);
+            const __m256 fm = _mm256_permutexvar_ps(lane1, _mm256_castps128_ps256(f));
+            const __m256i mp =
+                _mm256_madd_epi16(mins2, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            accm[t] = _mm256_fmadd_ps(fm, _mm256_cvtepi32_ps(mp), accm[t]);
+            sumi[t] = _mm512_setzero_si512();
+        }
         for (int j = 0; j < 4; j++) {
-            const __m512i q2 =
-                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j)));
-            const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(q2, nib_shift), low4);
-            const __m512i s16 = _mm512_permutexvar_epi16(sidx, sc);
+            const __m512i q = hm_k4_codes_avx512(w[i].qs + 32 * j, nib);
+            const __m512i s16 =
+                _mm512_permutexvar_epi16(_mm512_load_si512(hm_k4_sidx_avx512[j]), sc);
             for (int t = 0; t < nt; t++) { /* VPDPWSSD: the pair sums times the scales, added */
                 const __m512i y = _mm512_loadu_si512(x[t]->qs + 64 * j);
                 sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q, y), s16);
             }
-            sidx = _mm512_add_epi16(sidx, two);
         }
         for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+            acc[t] = _mm512_fmadd_ps(fd[t], _mm512_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hm_hsum256(accm[t]);
+    for (int t = 0; t < nt; t++) {
+        const __m256 s =
+            _mm256_add_ps(_mm512_castps512_ps256(acc[t]), _mm512_extractf32x8_ps(acc[t], 1));
+        out[t] = hm_hsum256(_mm256_sub_ps(s, accm[t]));
+    }
 }
 
 HM_DOT_ENTRIES(q4_K_q8_K_avx512, hm_q4_K_rows_avx512)
