@@ -24,8 +24,9 @@ hm_status hm_matrix_init(hm_matrix *m, uint32_t type, const void *data, int64_t 
 hm_status hm_kernel_check(uint32_t type, const char *tensor_name);
 
 /* Starts the reads of the first min(bytes, 4 KiB) of a weight range a thread is about to stream.
- * The dot kernels prefetch a fixed distance (4 KiB) ahead of the block they are on, so without
- * this the start of every claimed unit of rows arrives one demand miss at a time. */
+ * The dot kernels prefetch fixed distances ahead of the block they are on (1 KiB into L1, 8 KiB
+ * into L2: kq_avx2.h), so without this the start of every claimed unit of rows arrives one demand
+ * miss at a time. */
 static inline void hm_prefetch_start(const void *p, size_t bytes) {
     const char *c = p;
     for (size_t o = 0; o < bytes && o < 4096; o += 64) __builtin_prefetch(c + o, 0, 3);

@@ -949,7 +949,7 @@ static void write_out(hm_moe *m, int64_t r0, int64_t r1) {
 /* Rows per decode claim of a matrix of `rows` rows over na experts: whole UNITs, as many as keep
  * at least min_claims claims and a claim within DECODE_CLAIM_BYTES. Every claim is a stream of its
  * own: its first lines arrive with nothing prefetched ahead of them, and its last prefetches (the
- * kernels fetch a fixed 4 KiB ahead) run into rows another thread reads. Fixed 32-row claims (a
+ * kernels fetch a fixed distance ahead) run into rows another thread reads. Fixed 32-row claims (a
  * Qwen3-30B down claim is 13.8 KiB) decoded 14-17% slower on the development machine (2 threads,
  * means of 8 alternations; bench/RESULTS.md); the gate/up claims, larger, come first and the
  * small down claims last, so the threads still end together. HMOE_MOE_DECODE_ROWS=N sets N. */

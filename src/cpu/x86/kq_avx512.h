@@ -63,9 +63,9 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
         const char *blk = (const char *)(w + i);
-        _mm_prefetch(blk + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch(blk + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch(blk + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        hm_prefetch_w(blk);
+        hm_prefetch_w(blk + 64);
+        hm_prefetch_w(blk + 128);
         /* lanes 0-7 the scales, 8-15 the mins, as int16 */
         const __m512i sc =
             _mm512_castsi256_si512(_mm256_cvtepu8_epi16(hm_k4_scales_vec(w[i].scales)));
@@ -178,10 +178,10 @@ hm_q6_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     __m512 acc[4];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 192, _MM_HINT_T0);
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
+        hm_prefetch_w((const char *)(w + i) + 128);
+        hm_prefetch_w((const char *)(w + i) + 192);
         const float wd = hm_h2f(w[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
         const __m256i sc = _mm256_broadcastsi128_si256(sc8), sc16 = _mm256_cvtepi8_epi16(sc8);
@@ -242,9 +242,9 @@ hm_iq4_xs_rows_avx512(int64_t n, const void *vw, const void *const *vx, const in
     __m512 acc[4];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / HM_QK_K; i++) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
+        hm_prefetch_w((const char *)(w + i) + 128);
         /* the 8 6-bit scales as bytes: the low nibbles (scales_l, 4 bits each in order) into bits
          * 0-3 and the high pairs (scales_h, 2 bits each) into bits 4-5 of consecutive bytes */
         uint32_t sl;
@@ -365,8 +365,8 @@ static inline float hm_dot_iq4_nl_q8_0_avx512(int64_t n, const void *vw, const v
     const int64_t nb = n / HM_QK4_NL;
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
         const __m512i p01 = hm_lut4_pair_dot_avx512(table, w[i].qs, w[i + 1].qs, &x[i]);
         const __m512i p23 = hm_lut4_pair_dot_avx512(table, w[i + 2].qs, w[i + 3].qs, &x[i + 2]);
         __m512 d01, d23;
@@ -388,8 +388,8 @@ static inline float hm_dot_mxfp4_q8_0_avx512(int64_t n, const void *vw, const vo
     const int64_t nb = n / HM_QK_MXFP4;
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
         const __m512i p01 = hm_lut4_pair_dot_avx512(table, w[i].qs, w[i + 1].qs, &x[i]);
         const __m512i p23 = hm_lut4_pair_dot_avx512(table, w[i + 2].qs, w[i + 3].qs, &x[i + 2]);
         __m512 d01, d23;
@@ -410,8 +410,8 @@ static inline float hm_dot_q4_0_q8_0_avx512(int64_t n, const void *vw, const voi
     const int64_t nb = n / HM_QK4_0;
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
         const __m512i p01 =
             hm_offset_pair_dot_avx512(hm_nibbles64_avx512(w[i].qs, w[i + 1].qs), off, &x[i]);
         const __m512i p23 = hm_offset_pair_dot_avx512(hm_nibbles64_avx512(w[i + 2].qs, w[i + 3].qs),
@@ -435,8 +435,8 @@ static inline float hm_dot_q5_0_q8_0_avx512(int64_t n, const void *vw, const voi
     const int64_t nb = n / HM_QK4_0;
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
         const __m512i p01 = hm_offset_pair_dot_avx512(hm_q5_0_pair_avx512(&w[i]), off, &x[i]);
         const __m512i p23 =
             hm_offset_pair_dot_avx512(hm_q5_0_pair_avx512(&w[i + 2]), off, &x[i + 2]);
@@ -461,8 +461,8 @@ hm_q8_0_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), x[t] = vx[t];
     int64_t nb = n / HM_QK8_0, i = 0;
     for (; i + 2 <= nb; i += 2) { /* two blocks per register: lanes 0-7 block i, 8-15 block i+1 */
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
         const __m512i a =
             _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)w[i].qs)),
                                _mm256_loadu_si256((const __m256i *)w[i + 1].qs), 1);
@@ -511,9 +511,9 @@ hm_fp8_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int n
     __m512 acc[4];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / HM_FP8_TILE; i++) {
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
+        hm_prefetch_w((const char *)(w + i) + 128);
         __m512 b[4][4];
         for (int t = 0; t < nt; t++) b[t][0] = b[t][1] = b[t][2] = b[t][3] = _mm512_setzero_ps();
         for (int j = 0; j < HM_FP8_TILE; j += 64) {
@@ -558,8 +558,8 @@ HM_DOT_ENTRIES(fp8_b128_f32_avx512, hm_fp8_rows_avx512)
         }                                                                                          \
         int64_t i = 0;                                                                             \
         for (; i + 64 <= n; i += 64) {                                                             \
-            _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES, _MM_HINT_T0);                  \
-            _mm_prefetch((const char *)(w + i) + HM_PREFETCH_BYTES + 64, _MM_HINT_T0);             \
+            hm_prefetch_w((const char *)(w + i));                                                  \
+            hm_prefetch_w((const char *)(w + i) + 64);                                             \
             const __m512 w0 = LOADW(w + i), w1 = LOADW(w + i + 16), w2 = LOADW(w + i + 32),        \
                          w3 = LOADW(w + i + 48);                                                   \
             for (int t = 0; t < nt; t++) {                                                         \
