@@ -174,8 +174,9 @@ bool hm_isa_supported(const hm_cpu_features *f, hm_isa isa) {
     case HM_ISA_AVX512:
         return avx512;
     case HM_ISA_AMX:
-        /* every AMX CPU has GFNI; the amx variant's Q4_K kernel uses it to unpack nibbles */
-        return avx512 && f->gfni && f->amx_tile && f->amx_int8 && f->amx_bf16 && f->amx_permitted;
+        /* every AMX CPU has GFNI and VBMI; the amx variant's Q4_K and Q8_0 kernels use them */
+        return avx512 && f->gfni && f->avx512vbmi && f->amx_tile && f->amx_int8 && f->amx_bf16 &&
+               f->amx_permitted;
     default:
         return false;
     }

@@ -28,7 +28,7 @@ typedef enum hm_isa {
     HM_ISA_REF = 0, /* plain C */
     HM_ISA_AVX2,    /* AVX2 + FMA + F16C */
     HM_ISA_AVX512,  /* AVX-512 F/BW/VL/DQ + VNNI */
-    HM_ISA_AMX,     /* AVX-512 + AMX-TILE/INT8/BF16 + GFNI */
+    HM_ISA_AMX,     /* AVX-512 + AMX-TILE/INT8/BF16 + GFNI + VBMI */
     HM_ISA_COUNT
 } hm_isa;
 

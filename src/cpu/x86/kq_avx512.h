@@ -451,8 +451,47 @@ static inline float hm_dot_q5_0_q8_0_avx512(int64_t n, const void *vw, const voi
     return s;
 }
 
-/* Q8_0 row times nt (1-4) Q8_0 activation rows, each weight pair of blocks loaded once (same
- * per-token operations whatever nt, as hm_q4_K_rows_avx512). */
+#if defined(__AVX512VBMI__)
+/* Byte permutations of four Q8_0 blocks (136 bytes) read as three 64-byte loads: r0 = bytes 0-63,
+ * r1 = 64-127, r2 = 72-135. q01 / q23: the codes of blocks 0-1 / 2-3 from (r0, r1) / (r1, r2);
+ * d: the four halves d at 0, 34, 68, 102 from (r0, r1), in the low 8 bytes. */
+static const uint8_t hm_q8_0_perm_avx512[3][64] __attribute__((aligned(64))) = {
+#define HM_Q8_0_QS(b0, b1)                                                                         \
+    {                                                                                              \
+        (b0) + 0, (b0) + 1, (b0) + 2, (b0) + 3, (b0) + 4, (b0) + 5, (b0) + 6, (b0) + 7, (b0) + 8,  \
+            (b0) + 9, (b0) + 10, (b0) + 11, (b0) + 12, (b0) + 13, (b0) + 14, (b0) + 15, (b0) + 16, \
+            (b0) + 17, (b0) + 18, (b0) + 19, (b0) + 20, (b0) + 21, (b0) + 22, (b0) + 23,           \
+            (b0) + 24, (b0) + 25, (b0) + 26, (b0) + 27, (b0) + 28, (b0) + 29, (b0) + 30,           \
+            (b0) + 31, (b1) + 0, (b1) + 1, (b1) + 2, (b1) + 3, (b1) + 4, (b1) + 5, (b1) + 6,       \
+            (b1) + 7, (b1) + 8, (b1) + 9, (b1) + 10, (b1) + 11, (b1) + 12, (b1) + 13, (b1) + 14,   \
+            (b1) + 15, (b1) + 16, (b1) + 17, (b1) + 18, (b1) + 19, (b1) + 20, (b1) + 21,           \
+            (b1) + 22, (b1) + 23, (b1) + 24, (b1) + 25, (b1) + 26, (b1) + 27, (b1) + 28,           \
+            (b1) + 29, (b1) + 30, (b1) + 31                                                        \
+    }
+    /* blocks 0-1: codes at 2-33 and 36-67 of (r0, r1) = indices 2.. and 36.. */
+    HM_Q8_0_QS(2, 36),
+    /* blocks 2-3: codes at 70-101 (r1 offset 6) and 104-135 (r2 offset 32 = index 96) */
+    HM_Q8_0_QS(6, 96),
+#undef HM_Q8_0_QS
+    /* d of blocks 0-3: bytes 0-1, 34-35 of r0, 68-69 (r1 offset 4), 102-103 (r1 offset 38) */
+    {0, 1, 34, 35, 68, 69, 102, 103}};
+
+/* Four Q8_0 blocks at p: codes of blocks 0-1 into *q01, 2-3 into *q23, the four d as floats */
+static inline __m128 hm_q8_0_quad_avx512(const hm_block_q8_0 *p, __m512i i01, __m512i i23,
+                                         __m512i id, __m512i *q01, __m512i *q23) {
+    const char *c = (const char *)p;
+    const __m512i r0 = _mm512_loadu_si512(c), r1 = _mm512_loadu_si512(c + 64);
+    const __m512i r2 = _mm512_loadu_si512(c + 72);
+    *q01 = _mm512_permutex2var_epi8(r0, i01, r1);
+    *q23 = _mm512_permutex2var_epi8(r1, i23, r2);
+    return _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi8(r0, id, r1)));
+}
+#endif
+
+/* Q8_0 row times nt (1-4) Q8_0 activation rows, each weight block loaded once (same per-token
+ * operations whatever nt, as hm_q4_K_rows_avx512). Where the CPU has VBMI (every AMX CPU), four
+ * blocks at a time: three loads and three byte permutations give their codes and d's, one
+ * multiply the four products of d's, two VPERMPS spread them over the lanes. */
 static inline __attribute__((always_inline)) void
 hm_q8_0_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q8_0 *w = vw;
@@ -460,6 +499,40 @@ hm_q8_0_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     __m512 acc[4];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), x[t] = vx[t];
     int64_t nb = n / HM_QK8_0, i = 0;
+#if defined(__AVX512VBMI__)
+    {
+        const __m512i i01 = _mm512_load_si512(hm_q8_0_perm_avx512[0]);
+        const __m512i i23 = _mm512_load_si512(hm_q8_0_perm_avx512[1]);
+        const __m512i id = _mm512_load_si512(hm_q8_0_perm_avx512[2]);
+        /* lanes 0-7 take product 0 (2), lanes 8-15 product 1 (3) */
+        const __m512i l01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
+        const __m512i l23 = _mm512_add_epi32(l01, _mm512_set1_epi32(2));
+        for (; i + 4 <= nb; i += 4) {
+            hm_prefetch_w((const char *)(w + i));
+            hm_prefetch_w((const char *)(w + i) + 64);
+            hm_prefetch_w((const char *)(w + i) + 128);
+            __m512i a01, a23;
+            const __m128 wd = hm_q8_0_quad_avx512(w + i, i01, i23, id, &a01, &a23);
+            const __m512i u01 = _mm512_abs_epi8(a01), u23 = _mm512_abs_epi8(a23);
+            const __mmask64 n01 = _mm512_movepi8_mask(a01), n23 = _mm512_movepi8_mask(a23);
+            for (int t = 0; t < nt; t++) {
+                __m512i b01, b23;
+                const __m128 f =
+                    _mm_mul_ps(wd, hm_q8_0_quad_avx512(x[t] + i, i01, i23, id, &b01, &b23));
+                const __m512 f512 = _mm512_castps128_ps512(f);
+                /* b carrying a's sign: negate where a < 0 */
+                const __m512i s01 = _mm512_mask_sub_epi8(b01, n01, _mm512_setzero_si512(), b01);
+                const __m512i s23 = _mm512_mask_sub_epi8(b23, n23, _mm512_setzero_si512(), b23);
+                const __m512i p01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01, s01);
+                const __m512i p23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23, s23);
+                acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(l01, f512), _mm512_cvtepi32_ps(p01),
+                                         acc[t]);
+                acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(l23, f512), _mm512_cvtepi32_ps(p23),
+                                         acc[t]);
+            }
+        }
+    }
+#endif
     for (; i + 2 <= nb; i += 2) { /* two blocks per register: lanes 0-7 block i, 8-15 block i+1 */
         hm_prefetch_w((const char *)(w + i));
         hm_prefetch_w((const char *)(w + i) + 64);
