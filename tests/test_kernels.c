@@ -24,9 +24,10 @@ static void deq_row(uint32_t type, const void *src, double *out, int64_t n) {
 }
 
 /* types every SIMD variant must have its own kernel for */
-static const uint32_t simd_types[] = {HM_TYPE_Q4_K,   HM_TYPE_Q8_0,   HM_TYPE_BF16,    HM_TYPE_Q6_K,
-                                      HM_TYPE_MXFP4,  HM_TYPE_IQ4_XS, HM_TYPE_Q5_K,    HM_TYPE_Q4_0,
-                                      HM_TYPE_IQ4_NL, HM_TYPE_Q5_0,   HM_TYPE_FP8_B128};
+static const uint32_t simd_types[] = {
+    HM_TYPE_Q4_K,     HM_TYPE_Q8_0, HM_TYPE_BF16, HM_TYPE_Q6_K,   HM_TYPE_MXFP4,
+    HM_TYPE_IQ4_XS,   HM_TYPE_Q5_K, HM_TYPE_Q4_0, HM_TYPE_IQ4_NL, HM_TYPE_Q5_0,
+    HM_TYPE_FP8_B128, HM_TYPE_Q2_K, HM_TYPE_Q3_K};
 
 static bool needs_simd(uint32_t type) {
     for (size_t i = 0; i < sizeof simd_types / sizeof *simd_types; i++)
@@ -132,7 +133,8 @@ static void test_dot_n(uint32_t type, int64_t cols) {
              (type == HM_TYPE_Q4_K || type == HM_TYPE_Q8_0 || type == HM_TYPE_FP8_B128)) ||
             (isa >= HM_ISA_AVX2 && fl) ||
             (isa >= HM_ISA_AVX2 &&
-             (type == HM_TYPE_Q6_K || type == HM_TYPE_IQ4_XS || type == HM_TYPE_Q5_K)))
+             (type == HM_TYPE_Q6_K || type == HM_TYPE_IQ4_XS || type == HM_TYPE_Q5_K ||
+              type == HM_TYPE_Q2_K || type == HM_TYPE_Q3_K)))
             CHECK_MSG(dotn != NULL, "%s has no multi-token %s kernel", ops->name,
                       hm_type_name(type));
         if (!dotn) continue;
@@ -1150,6 +1152,8 @@ int main(void) {
     for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_Q6_K, q4k_cols[i]);
     for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_IQ4_XS, q4k_cols[i]);
     for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_Q5_K, q4k_cols[i]);
+    for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_Q2_K, q4k_cols[i]);
+    for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_Q3_K, q4k_cols[i]);
     for (size_t i = 0; i < sizeof q8_cols / sizeof *q8_cols; i++) {
         test_type(HM_TYPE_Q8_0, q8_cols[i], 37, 2);
         test_dot_n(HM_TYPE_Q8_0, q8_cols[i]);

@@ -285,6 +285,131 @@ hm_q6_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
 
 HM_DOT_ENTRIES(q6_K_q8_K_avx2, hm_q6_K_rows_avx2)
 
+/* The int16 lanes of a 256-bit vector that take sub-block k's (lower 128 bits) and k + 1's
+ * (upper) value from 16-bit entries 0-7 of both halves of `tab` (a byte shuffle per half). */
+static inline __m256i hm_pick16_pair_avx2(__m256i tab, int k) {
+    return _mm256_shuffle_epi8(tab,
+                               _mm256_setr_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * k)),
+                                                 _mm_set1_epi16((short)(0x0302 + 0x0202 * k))));
+}
+
+/* Q2_K row times nt (1-4) Q8_K activation rows. Element 128h + 32p + l is bits 2p..2p+1 of
+ * qs[32h + l]; sub-block (of 16) s = 8h + 2p + l / 16 has scale scales[s] & 15 and min
+ * scales[s] >> 4: x.d * (d * sum_s sc_s * (q . y)_s - dmin * sum_s m_s * bsums_s). */
+static inline __attribute__((always_inline)) void
+hm_q2_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
+    const hm_block_q2_K *w = vw;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m15 = _mm_set1_epi8(0x0F);
+    __m256 acc[4], accm[4];
+    for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
+        const __m128i sm = _mm_loadu_si128((const __m128i *)w[i].scales);
+        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sm, m15));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), m15));
+        /* scales 0-7 / 8-15 as int16 in both 128-bit halves */
+        const __m256i sc_a = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        const __m256i sc_b = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+        const float wd = hm_h2f(w[i].d), wdmin = hm_h2f(w[i].dmin);
+        const hm_block_q8_K *x[4];
+        __m256i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            const __m256i mp =
+                _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            accm[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wdmin), _mm256_cvtepi32_ps(mp), accm[t]);
+            sumi[t] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
+            for (int p = 0; p < 4; p++) {
+                const __m256i qp = _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), m3);
+                const __m256i s16 = hm_pick16_pair_avx2(h ? sc_b : sc_a, 2 * p);
+                for (int t = 0; t < nt; t++) { /* |2 * 3 * 128| fits int16 */
+                    const __m256i y =
+                        _mm256_loadu_si256((const __m256i *)(x[t]->qs + 128 * h + 32 * p));
+                    sumi[t] = _mm256_add_epi32(sumi[t],
+                                               _mm256_madd_epi16(_mm256_maddubs_epi16(qp, y), s16));
+                }
+            }
+        }
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(_mm256_sub_ps(acc[t], accm[t]));
+}
+
+HM_DOT_ENTRIES(q2_K_q8_K_avx2, hm_q2_K_rows_avx2)
+
+/* Q3_K's 16 scales (6 bits, stored + 32) as signed bytes: scale j's low 4 bits are nibble j / 8
+ * of byte j % 8, its top 2 bits bits 2(j / 4)..+1 of byte 8 + j % 4. */
+static inline __m128i hm_q3_K_scales_vec(const uint8_t *s) {
+    const __m128i a = _mm_loadl_epi64((const __m128i *)s);
+    int32_t b;
+    memcpy(&b, s + 8, sizeof b);
+    const __m128i lo =
+        _mm_and_si128(_mm_unpacklo_epi64(a, _mm_srli_epi16(a, 4)), _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(b), _mm_setr_epi32(0, 2, 4, 6)),
+                                     _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+}
+
+/* Q3_K row times nt (1-4) Q8_K activation rows. Element 128h + 32p + l: low bits 2p..2p+1 of
+ * qs[32h + l], value lo - 4 unless bit 4h + p of hmask[l] is set (then lo); sub-block (of 16)
+ * s = 8h + 2p + l / 16. The codes go in as q + 4 in 0..7 (unsigned, for VPMADDUBSW) and
+ * 4 * sum_s sc_s * bsums_s comes off. */
+static inline __attribute__((always_inline)) void
+hm_q3_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
+    const hm_block_q3_K *w = vw;
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+    __m256 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(hm_q3_K_scales_vec(w[i].scales));
+        const __m256i sc_a = _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        const __m256i sc_b = _mm256_permute2x128_si256(sc16, sc16, 0x11);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask);
+        const float wd = hm_h2f(w[i].d);
+        const hm_block_q8_K *x[4];
+        __m256i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            const __m256i corr =
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 2));
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
+            for (int p = 0; p < 4; p++) {
+                const int k = 4 * h + p; /* the hmask bit, moved to bit 2 */
+                const __m256i hb =
+                    k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+                const __m256i qp = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), m3), _mm256_and_si256(hb, m4));
+                const __m256i s16 = hm_pick16_pair_avx2(h ? sc_b : sc_a, 2 * p);
+                for (int t = 0; t < nt; t++) { /* |2 * 7 * 128| fits int16 */
+                    const __m256i y =
+                        _mm256_loadu_si256((const __m256i *)(x[t]->qs + 128 * h + 32 * p));
+                    sumi[t] = _mm256_add_epi32(sumi[t],
+                                               _mm256_madd_epi16(_mm256_maddubs_epi16(qp, y), s16));
+                }
+            }
+        }
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]);
+}
+
+HM_DOT_ENTRIES(q3_K_q8_K_avx2, hm_q3_K_rows_avx2)
+
 /* 32-blocks of 4-bit codes with a code book (IQ4_NL, MXFP4): codes to int8 by one byte shuffle
  * of the 16-entry table. */
 static inline __m256i hm_lut4_s8_avx2(const uint8_t *qs, __m256i table) {
@@ -904,7 +1029,8 @@ static inline void hm_quant_q8_K_avx2(const float *x, void *vy, int64_t n) {
     [HM_TYPE_MXFP4] = hm_dot_mxfp4_q8_0_avx2, [HM_TYPE_IQ4_XS] = hm_dot_iq4_xs_q8_K_avx2,          \
     [HM_TYPE_Q5_K] = hm_dot_q5_K_q8_K_avx2, [HM_TYPE_Q4_0] = hm_dot_q4_0_q8_0_avx2,                \
     [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx2, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx2,            \
-    [HM_TYPE_FP8_B128] = hm_dot_fp8_b128_f32_avx2
+    [HM_TYPE_FP8_B128] = hm_dot_fp8_b128_f32_avx2, [HM_TYPE_Q2_K] = hm_dot_q2_K_q8_K_avx2,         \
+    [HM_TYPE_Q3_K] = hm_dot_q3_K_q8_K_avx2
 
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX2 kernels */
 #define HM_VEC_DOTNS_AVX2                                                                          \
@@ -912,6 +1038,7 @@ static inline void hm_quant_q8_K_avx2(const float *x, void *vy, int64_t n) {
     [HM_TYPE_Q6_K] = hm_dotn_q6_K_q8_K_avx2, [HM_TYPE_Q5_K] = hm_dotn_q5_K_q8_K_avx2,              \
     [HM_TYPE_IQ4_XS] = hm_dotn_iq4_xs_q8_K_avx2, [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx2,   \
     [HM_TYPE_F32] = hm_dotn_f32_f32_avx2, [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx2,                  \
-    [HM_TYPE_F16] = hm_dotn_f16_f32_avx2
+    [HM_TYPE_F16] = hm_dotn_f16_f32_avx2, [HM_TYPE_Q2_K] = hm_dotn_q2_K_q8_K_avx2,                 \
+    [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx2
 
 #endif
