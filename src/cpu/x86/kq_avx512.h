@@ -225,6 +225,149 @@ hm_q6_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
 
 HM_DOT_ENTRIES(q6_K_q8_K_avx512, hm_q6_K_rows_avx512)
 
+/* Q2_K / Q3_K (AVX-512): one 512-bit step covers 2-bit planes 2pp and 2pp + 1 of half h (the 32
+ * qs bytes in both halves, shifted by 4pp and 4pp + 2): elements 128h + 64pp .. + 63, sub-blocks
+ * (of 16) 8h + 4pp .. + 3.
+ * k23_sidx[2h + pp]: int16 lane -> that sub-block's entry of the 16 scales widened to int16;
+ * k23_shift[pp]: the planes' shifts per 16-bit lane;
+ * k3_bit[2h + pp]: Q3_K's hmask bit of each byte's plane (bit 4h + 2pp, upper half + 1). */
+static const int16_t hm_k23_sidx_avx512[4][32] __attribute__((aligned(64))) = {
+#define HM_K23_SIDX(s)                                                                             \
+    {                                                                                              \
+        (s), (s), (s), (s), (s), (s), (s), (s), (s) + 1, (s) + 1, (s) + 1, (s) + 1, (s) + 1,       \
+            (s) + 1, (s) + 1, (s) + 1, (s) + 2, (s) + 2, (s) + 2, (s) + 2, (s) + 2, (s) + 2,       \
+            (s) + 2, (s) + 2, (s) + 3, (s) + 3, (s) + 3, (s) + 3, (s) + 3, (s) + 3, (s) + 3,       \
+            (s) + 3                                                                                \
+    }
+    HM_K23_SIDX(0), HM_K23_SIDX(4), HM_K23_SIDX(8), HM_K23_SIDX(12)
+#undef HM_K23_SIDX
+};
+static const int16_t hm_k23_shift_avx512[2][32]
+    __attribute__((aligned(64))) = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                     2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2},
+                                    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+                                     6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6}};
+static const uint64_t hm_k3_bit_avx512[4][8] __attribute__((aligned(64))) = {
+#define HM_K3_BIT(k)                                                                               \
+    {                                                                                              \
+        0x0101010101010101ull << (k), 0x0101010101010101ull << (k), 0x0101010101010101ull << (k),  \
+            0x0101010101010101ull << (k), 0x0101010101010101ull << ((k) + 1),                      \
+            0x0101010101010101ull << ((k) + 1), 0x0101010101010101ull << ((k) + 1),                \
+            0x0101010101010101ull << ((k) + 1)                                                     \
+    }
+    HM_K3_BIT(0), HM_K3_BIT(2), HM_K3_BIT(4), HM_K3_BIT(6)
+#undef HM_K3_BIT
+};
+
+/* Q2_K row times nt (1-4) Q8_K activation rows (layout: hm_q2_K_rows_avx2); d and dmin
+ * converted together and scaled by each token's d as in hm_q4_K_rows_avx512. */
+static inline __attribute__((always_inline)) void
+hm_q2_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
+    const hm_block_q2_K *w = vw;
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m128i m15 = _mm_set1_epi8(0x0F);
+    const __m256i lane1 = _mm256_set1_epi32(1);
+    __m512 acc[4];
+    __m256 accm[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
+        const __m128i sm = _mm_loadu_si128((const __m128i *)w[i].scales);
+        const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sm, m15)));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), m15));
+        int32_t ddbits; /* d and dmin: two adjacent halves */
+        memcpy(&ddbits, &w[i].d, sizeof ddbits);
+        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(ddbits));
+        const hm_block_q8_K *x[4];
+        __m512 fd[4];
+        __m512i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            const __m128 f = _mm_mul_ps(dd, _mm_set1_ps(x[t]->d)); /* d x.d, dmin x.d */
+            fd[t] = _mm512_broadcastss_ps(f);
+            const __m256 fm = _mm256_permutexvar_ps(lane1, _mm256_castps128_ps256(f));
+            const __m256i mp =
+                _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            accm[t] = _mm256_fmadd_ps(fm, _mm256_cvtepi32_ps(mp), accm[t]);
+            sumi[t] = _mm512_setzero_si512();
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m512i qb =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h)));
+            for (int pp = 0; pp < 2; pp++) {
+                const __m512i qp = _mm512_and_si512(
+                    _mm512_srlv_epi16(qb, _mm512_load_si512(hm_k23_shift_avx512[pp])), m3);
+                const __m512i s16 =
+                    _mm512_permutexvar_epi16(_mm512_load_si512(hm_k23_sidx_avx512[2 * h + pp]), sc);
+                for (int t = 0; t < nt; t++) {
+                    const __m512i y = _mm512_loadu_si512(x[t]->qs + 128 * h + 64 * pp);
+                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qp, y), s16);
+                }
+            }
+        }
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm512_fmadd_ps(fd[t], _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+    for (int t = 0; t < nt; t++) {
+        const __m256 s =
+            _mm256_add_ps(_mm512_castps512_ps256(acc[t]), _mm512_extractf32x8_ps(acc[t], 1));
+        out[t] = hm_hsum256(_mm256_sub_ps(s, accm[t]));
+    }
+}
+
+HM_DOT_ENTRIES(q2_K_q8_K_avx512, hm_q2_K_rows_avx512)
+
+/* Q3_K row times nt (1-4) Q8_K activation rows (layout and the + 4 of the codes:
+ * hm_q3_K_rows_avx2); a code's hmask bit picked by one VPTESTMB, the 4 added under that mask. */
+static inline __attribute__((always_inline)) void
+hm_q3_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
+    const hm_block_q3_K *w = vw;
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    __m512 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+        hm_prefetch_w((const char *)(w + i));
+        hm_prefetch_w((const char *)(w + i) + 64);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(hm_q3_K_scales_vec(w[i].scales));
+        const __m512i sc = _mm512_castsi256_si512(sc16);
+        const __m512i hmb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].hmask));
+        const float wd = hm_h2f(w[i].d);
+        const hm_block_q8_K *x[4];
+        __m512i sumi[4];
+        for (int t = 0; t < nt; t++) {
+            x[t] = (const hm_block_q8_K *)vx[t] + i;
+            const __m256i corr =
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+            sumi[t] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 2)));
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m512i qb =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h)));
+            for (int pp = 0; pp < 2; pp++) {
+                const __m512i lo = _mm512_and_si512(
+                    _mm512_srlv_epi16(qb, _mm512_load_si512(hm_k23_shift_avx512[pp])), m3);
+                const __mmask64 hb =
+                    _mm512_test_epi8_mask(hmb, _mm512_load_si512(hm_k3_bit_avx512[2 * h + pp]));
+                const __m512i qp = _mm512_mask_add_epi8(lo, hb, lo, four); /* q + 4 */
+                const __m512i s16 =
+                    _mm512_permutexvar_epi16(_mm512_load_si512(hm_k23_sidx_avx512[2 * h + pp]), sc);
+                for (int t = 0; t < nt; t++) {
+                    const __m512i y = _mm512_loadu_si512(x[t]->qs + 128 * h + 64 * pp);
+                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qp, y), s16);
+                }
+            }
+        }
+        for (int t = 0; t < nt; t++)
+            acc[t] =
+                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+HM_DOT_ENTRIES(q3_K_q8_K_avx512, hm_q3_K_rows_avx512)
+
 /* IQ4_XS row times nt (1-4) Q8_K activation rows, each weight block looked up once for all of
  * them (same per-token operations whatever nt, as hm_q4_K_rows_avx512). */
 static inline __attribute__((always_inline)) void
@@ -323,26 +466,8 @@ static inline void hm_scale_quad_avx512(__m128 d, __m512 *d01, __m512 *d23) {
         _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2), z);
 }
 
-/* Code-book 32-blocks (IQ4_NL, MXFP4), two at a time: codes -> int8 by byte shuffle, signed dot by
- * VNNI with |w| and y carrying w's sign. Lanes 0-7 sum block a, 8-15 block b. */
-static inline __m512i hm_lut4_pair_dot_avx512(__m512i table, const uint8_t *qa, const uint8_t *qb,
-                                              const hm_block_q8_0 *x) {
-    const __m512i q = _mm512_shuffle_epi8(table, hm_nibbles64_avx512(qa, qb));
-    const __m512i y = hm_q8_0_pair_avx512(x);
-    const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(q), _mm512_setzero_si512(), y);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sy);
-}
-
 static inline __m512i hm_table16_avx512(const int8_t t[16]) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
-}
-
-/* Offset codes (Q4_0: q - 8, Q5_0: q - 16), two blocks: VNNI dot of the unsigned codes minus the
- * offset times the activation sums (a second VNNI dot with the offset broadcast). */
-static inline __m512i hm_offset_pair_dot_avx512(__m512i q, __m512i off, const hm_block_q8_0 *x) {
-    const __m512i y = hm_q8_0_pair_avx512(x);
-    return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y),
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, y));
 }
 
 /* Q5_0 codes of two blocks: nibble plus 16 where the 5th bit (bit j of qh = element j) is set. */
@@ -353,102 +478,6 @@ static inline __m512i hm_q5_0_pair_avx512(const hm_block_q5_0 *w) {
     const __mmask64 hm = _cvtu64_mask64((uint64_t)ha | (uint64_t)hb << 32);
     const __m512i nib = hm_nibbles64_avx512(w[0].qs, w[1].qs);
     return _mm512_mask_add_epi8(nib, hm, nib, _mm512_set1_epi8(16));
-}
-
-/* Four 32-blocks per iteration: two pair dots, the four scales converted together. The remaining
- * 0-3 blocks go through the AVX2 kernel. */
-static inline float hm_dot_iq4_nl_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
-    const hm_block_iq4_nl *w = vw;
-    const hm_block_q8_0 *x = vx;
-    const __m512i table = hm_table16_avx512(hm_kvalues_iq4nl);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    const int64_t nb = n / HM_QK4_NL;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        hm_prefetch_w((const char *)(w + i));
-        hm_prefetch_w((const char *)(w + i) + 64);
-        const __m512i p01 = hm_lut4_pair_dot_avx512(table, w[i].qs, w[i + 1].qs, &x[i]);
-        const __m512i p23 = hm_lut4_pair_dot_avx512(table, w[i + 2].qs, w[i + 3].qs, &x[i + 2]);
-        __m512 d01, d23;
-        hm_scale_quad_avx512(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
-                             &d01, &d23);
-        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(p01), acc0);
-        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(p23), acc1);
-    }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    if (i < nb) s += hm_dot_iq4_nl_q8_0_avx2(n - i * HM_QK4_NL, &w[i], &x[i]);
-    return s;
-}
-
-static inline float hm_dot_mxfp4_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
-    const hm_block_mxfp4 *w = vw;
-    const hm_block_q8_0 *x = vx;
-    const __m512i table = hm_table16_avx512(hm_kvalues_mxfp4);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    const int64_t nb = n / HM_QK_MXFP4;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        hm_prefetch_w((const char *)(w + i));
-        hm_prefetch_w((const char *)(w + i) + 64);
-        const __m512i p01 = hm_lut4_pair_dot_avx512(table, w[i].qs, w[i + 1].qs, &x[i]);
-        const __m512i p23 = hm_lut4_pair_dot_avx512(table, w[i + 2].qs, w[i + 3].qs, &x[i + 2]);
-        __m512 d01, d23;
-        hm_scale_quad_avx512(_mm_mul_ps(hm_mxfp4_d4(&w[i]), hm_q8_0_d4(&x[i])), &d01, &d23);
-        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(p01), acc0);
-        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(p23), acc1);
-    }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    if (i < nb) s += hm_dot_mxfp4_q8_0_avx2(n - i * HM_QK_MXFP4, &w[i], &x[i]);
-    return s;
-}
-
-static inline float hm_dot_q4_0_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
-    const hm_block_q4_0 *w = vw;
-    const hm_block_q8_0 *x = vx;
-    const __m512i off = _mm512_set1_epi8(8);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    const int64_t nb = n / HM_QK4_0;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        hm_prefetch_w((const char *)(w + i));
-        hm_prefetch_w((const char *)(w + i) + 64);
-        const __m512i p01 =
-            hm_offset_pair_dot_avx512(hm_nibbles64_avx512(w[i].qs, w[i + 1].qs), off, &x[i]);
-        const __m512i p23 = hm_offset_pair_dot_avx512(hm_nibbles64_avx512(w[i + 2].qs, w[i + 3].qs),
-                                                      off, &x[i + 2]);
-        __m512 d01, d23;
-        hm_scale_quad_avx512(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
-                             &d01, &d23);
-        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(p01), acc0);
-        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(p23), acc1);
-    }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    if (i < nb) s += hm_dot_q4_0_q8_0_avx2(n - i * HM_QK4_0, &w[i], &x[i]);
-    return s;
-}
-
-static inline float hm_dot_q5_0_q8_0_avx512(int64_t n, const void *vw, const void *vx) {
-    const hm_block_q5_0 *w = vw;
-    const hm_block_q8_0 *x = vx;
-    const __m512i off = _mm512_set1_epi8(16);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    const int64_t nb = n / HM_QK4_0;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        hm_prefetch_w((const char *)(w + i));
-        hm_prefetch_w((const char *)(w + i) + 64);
-        const __m512i p01 = hm_offset_pair_dot_avx512(hm_q5_0_pair_avx512(&w[i]), off, &x[i]);
-        const __m512i p23 =
-            hm_offset_pair_dot_avx512(hm_q5_0_pair_avx512(&w[i + 2]), off, &x[i + 2]);
-        __m512 d01, d23;
-        hm_scale_quad_avx512(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
-                             &d01, &d23);
-        acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(p01), acc0);
-        acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(p23), acc1);
-    }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    if (i < nb) s += hm_dot_q5_0_q8_0_avx2(n - i * HM_QK4_0, &w[i], &x[i]);
-    return s;
 }
 
 #if defined(__AVX512VBMI__)
@@ -562,6 +591,132 @@ hm_q8_0_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
 }
 
 HM_DOT_ENTRIES(q8_0_q8_0_avx512, hm_q8_0_rows_avx512)
+
+/* 32-blocks with 4-bit codes and one scale per block, as signed int8 weights against Q8_0
+ * activations: IQ4_NL and MXFP4 (code books), Q4_0 and Q5_0 (codes minus 8 or 16). */
+enum { HM_B32_IQ4_NL, HM_B32_MXFP4, HM_B32_Q4_0, HM_B32_Q5_0 };
+
+/* the signed weights of blocks i and i + 1 (lanes 0-31 block i) */
+static inline __attribute__((always_inline)) __m512i hm_b32_pair_avx512(int kind, const void *vw,
+                                                                        int64_t i, __m512i table) {
+    switch (kind) {
+    case HM_B32_IQ4_NL: {
+        const hm_block_iq4_nl *w = vw;
+        return _mm512_shuffle_epi8(table, hm_nibbles64_avx512(w[i].qs, w[i + 1].qs));
+    }
+    case HM_B32_MXFP4: {
+        const hm_block_mxfp4 *w = vw;
+        return _mm512_shuffle_epi8(table, hm_nibbles64_avx512(w[i].qs, w[i + 1].qs));
+    }
+    case HM_B32_Q4_0: {
+        const hm_block_q4_0 *w = vw;
+        return _mm512_sub_epi8(hm_nibbles64_avx512(w[i].qs, w[i + 1].qs), _mm512_set1_epi8(8));
+    }
+    default: {
+        const hm_block_q5_0 *w = vw;
+        return _mm512_sub_epi8(hm_q5_0_pair_avx512(w + i), _mm512_set1_epi8(16));
+    }
+    }
+}
+
+/* the weight scales of blocks i .. i + 3 */
+static inline __attribute__((always_inline)) __m128 hm_b32_d4_avx512(int kind, const void *vw,
+                                                                     int64_t i) {
+    switch (kind) {
+    case HM_B32_IQ4_NL: {
+        const hm_block_iq4_nl *w = (const hm_block_iq4_nl *)vw + i;
+        return _mm_cvtph_ps(
+            _mm_set_epi16(0, 0, 0, 0, (short)w[3].d, (short)w[2].d, (short)w[1].d, (short)w[0].d));
+    }
+    case HM_B32_MXFP4:
+        return hm_mxfp4_d4((const hm_block_mxfp4 *)vw + i);
+    case HM_B32_Q4_0: {
+        const hm_block_q4_0 *w = (const hm_block_q4_0 *)vw + i;
+        return _mm_cvtph_ps(
+            _mm_set_epi16(0, 0, 0, 0, (short)w[3].d, (short)w[2].d, (short)w[1].d, (short)w[0].d));
+    }
+    default: {
+        const hm_block_q5_0 *w = (const hm_block_q5_0 *)vw + i;
+        return _mm_cvtph_ps(
+            _mm_set_epi16(0, 0, 0, 0, (short)w[3].d, (short)w[2].d, (short)w[1].d, (short)w[0].d));
+    }
+    }
+}
+
+/* A kind's row times nt (1-4) Q8_0 activation rows, four blocks per step: the weights' codes,
+ * absolute values, signs and scales once for all tokens; per token its codes carrying the
+ * weights' signs, two VPDPBUSD, the four scale products spread by two VPERMPS (with VBMI the
+ * activations' codes and scales come from three loads and three byte permutations, as in
+ * hm_q8_0_rows_avx512). The last 0-3 blocks go through the AVX2 one-token kernel, token by token,
+ * so a token's result is the same whatever nt. */
+static inline __attribute__((always_inline)) void
+hm_b32_rows_avx512(int kind, int64_t n, const void *vw, const void *const *vx, const int nt,
+                   float *out, float (*tail)(int64_t, const void *, const void *)) {
+    const size_t bb = kind == HM_B32_IQ4_NL  ? sizeof(hm_block_iq4_nl)
+                      : kind == HM_B32_MXFP4 ? sizeof(hm_block_mxfp4)
+                      : kind == HM_B32_Q4_0  ? sizeof(hm_block_q4_0)
+                                             : sizeof(hm_block_q5_0);
+    const __m512i table =
+        hm_table16_avx512(kind == HM_B32_MXFP4 ? hm_kvalues_mxfp4 : hm_kvalues_iq4nl);
+    const __m512i l01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
+    const __m512i l23 = _mm512_add_epi32(l01, _mm512_set1_epi32(2));
+#if defined(__AVX512VBMI__)
+    const __m512i i01 = _mm512_load_si512(hm_q8_0_perm_avx512[0]);
+    const __m512i i23 = _mm512_load_si512(hm_q8_0_perm_avx512[1]);
+    const __m512i id = _mm512_load_si512(hm_q8_0_perm_avx512[2]);
+#endif
+    const uint8_t *wb = vw;
+    __m512 acc[4], acc2[4]; /* blocks 0-1 and 2-3 of each step: two chains */
+    for (int t = 0; t < nt; t++) acc[t] = acc2[t] = _mm512_setzero_ps();
+    const int64_t nb = n / 32;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        hm_prefetch_w((const char *)(wb + (size_t)i * bb));
+        hm_prefetch_w((const char *)(wb + (size_t)i * bb) + 64);
+        const __m512i a01 = hm_b32_pair_avx512(kind, vw, i, table);
+        const __m512i a23 = hm_b32_pair_avx512(kind, vw, i + 2, table);
+        const __m512i u01 = _mm512_abs_epi8(a01), u23 = _mm512_abs_epi8(a23);
+        const __mmask64 n01 = _mm512_movepi8_mask(a01), n23 = _mm512_movepi8_mask(a23);
+        const __m128 wd = hm_b32_d4_avx512(kind, vw, i);
+        for (int t = 0; t < nt; t++) {
+            const hm_block_q8_0 *x = (const hm_block_q8_0 *)vx[t] + i;
+#if defined(__AVX512VBMI__)
+            __m512i b01, b23;
+            const __m128 xd = hm_q8_0_quad_avx512(x, i01, i23, id, &b01, &b23);
+#else
+            const __m512i b01 = hm_q8_0_pair_avx512(x), b23 = hm_q8_0_pair_avx512(x + 2);
+            const __m128 xd = hm_q8_0_d4(x);
+#endif
+            const __m512 f = _mm512_castps128_ps512(_mm_mul_ps(wd, xd));
+            /* the activations carrying the weights' signs */
+            const __m512i s01 = _mm512_mask_sub_epi8(b01, n01, _mm512_setzero_si512(), b01);
+            const __m512i s23 = _mm512_mask_sub_epi8(b23, n23, _mm512_setzero_si512(), b23);
+            const __m512i p01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01, s01);
+            const __m512i p23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23, s23);
+            acc[t] =
+                _mm512_fmadd_ps(_mm512_permutexvar_ps(l01, f), _mm512_cvtepi32_ps(p01), acc[t]);
+            acc2[t] =
+                _mm512_fmadd_ps(_mm512_permutexvar_ps(l23, f), _mm512_cvtepi32_ps(p23), acc2[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t], acc2[t]));
+        if (i < nb)
+            out[t] += tail(n - i * 32, wb + (size_t)i * bb, (const hm_block_q8_0 *)vx[t] + i);
+    }
+}
+
+#define HM_B32_ROWS(NAME, KIND)                                                                    \
+    static inline __attribute__((always_inline)) void hm_##NAME##_rows_avx512(                     \
+        int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {              \
+        hm_b32_rows_avx512(KIND, n, vw, vx, nt, out, hm_dot_##NAME##_q8_0_avx2);                   \
+    }                                                                                              \
+    HM_DOT_ENTRIES(NAME##_q8_0_avx512, hm_##NAME##_rows_avx512)
+HM_B32_ROWS(iq4_nl, HM_B32_IQ4_NL)
+HM_B32_ROWS(mxfp4, HM_B32_MXFP4)
+HM_B32_ROWS(q4_0, HM_B32_Q4_0)
+HM_B32_ROWS(q5_0, HM_B32_Q5_0)
+#undef HM_B32_ROWS
 
 /* 32 FP8 E4M3 codes as halves of value fp8 / 256 (hm_fp8x8_avx2), in 16-bit lanes: the sign
  * from v << 8, the other 7 bits from (v & 0x7f) << 7 (one ternary-logic merge); NaN codes get
@@ -943,8 +1098,8 @@ static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
     [HM_TYPE_MXFP4] = hm_dot_mxfp4_q8_0_avx512, [HM_TYPE_IQ4_XS] = hm_dot_iq4_xs_q8_K_avx512,      \
     [HM_TYPE_Q5_K] = hm_dot_q5_K_q8_K_avx512, [HM_TYPE_Q4_0] = hm_dot_q4_0_q8_0_avx512,            \
     [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx512, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx512,        \
-    [HM_TYPE_FP8_B128] = hm_dot_fp8_b128_f32_avx512, [HM_TYPE_Q2_K] = hm_dot_q2_K_q8_K_avx2,       \
-    [HM_TYPE_Q3_K] = hm_dot_q3_K_q8_K_avx2
+    [HM_TYPE_FP8_B128] = hm_dot_fp8_b128_f32_avx512, [HM_TYPE_Q2_K] = hm_dot_q2_K_q8_K_avx512,     \
+    [HM_TYPE_Q3_K] = hm_dot_q3_K_q8_K_avx512
 
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX-512 kernels */
 #define HM_VEC_DOTNS_AVX512                                                                        \
@@ -952,7 +1107,9 @@ static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
     [HM_TYPE_Q6_K] = hm_dotn_q6_K_q8_K_avx512, [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx512,   \
     [HM_TYPE_IQ4_XS] = hm_dotn_iq4_xs_q8_K_avx512, [HM_TYPE_Q5_K] = hm_dotn_q5_K_q8_K_avx512,      \
     [HM_TYPE_F32] = hm_dotn_f32_f32_avx512, [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx512,              \
-    [HM_TYPE_F16] = hm_dotn_f16_f32_avx512, [HM_TYPE_Q2_K] = hm_dotn_q2_K_q8_K_avx2,               \
-    [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx2
+    [HM_TYPE_F16] = hm_dotn_f16_f32_avx512, [HM_TYPE_Q2_K] = hm_dotn_q2_K_q8_K_avx512,             \
+    [HM_TYPE_IQ4_NL] = hm_dotn_iq4_nl_q8_0_avx512, [HM_TYPE_MXFP4] = hm_dotn_mxfp4_q8_0_avx512,    \
+    [HM_TYPE_Q4_0] = hm_dotn_q4_0_q8_0_avx512, [HM_TYPE_Q5_0] = hm_dotn_q5_0_q8_0_avx512,          \
+    [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx512
 
 #endif
