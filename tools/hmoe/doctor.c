@@ -122,6 +122,7 @@ static void feature_list(const hm_cpu_features *f, char *buf, size_t cap) {
              {f->avx512bf16, "avx512_bf16"},
              {f->avx512fp16, "avx512_fp16"},
              {f->avx512vbmi, "avx512vbmi"},
+             {f->gfni, "gfni"},
              {f->avx_vnni, "avx_vnni"},
              {f->amx_tile, "amx_tile"},
              {f->amx_int8, "amx_int8"},
@@ -241,6 +242,7 @@ static void print_json(const report *r) {
     jw_bool(&w, "avx512_bf16", f->avx512bf16);
     jw_bool(&w, "avx512_fp16", f->avx512fp16);
     jw_bool(&w, "avx512vbmi", f->avx512vbmi);
+    jw_bool(&w, "gfni", f->gfni);
     jw_bool(&w, "avx_vnni", f->avx_vnni);
     jw_bool(&w, "amx_tile", f->amx_tile);
     jw_bool(&w, "amx_int8", f->amx_int8);
