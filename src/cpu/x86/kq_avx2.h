@@ -460,78 +460,6 @@ static inline void hm_fmadd4_avx2(__m128 d, __m256 p0, __m256 p1, __m256 p2, __m
     *acc1 = _mm256_fmadd_ps(_mm256_permute_ps(dd, 0xff), p3, *acc1);
 }
 
-/* The 32-block kernels take four blocks per iteration, their scales converted together; the
- * remaining 0-3 blocks one at a time. */
-static inline float hm_dot_iq4_nl_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
-    const hm_block_iq4_nl *w = vw;
-    const hm_block_q8_0 *x = vx;
-    const __m256i table = hm_table16_avx2(hm_kvalues_iq4nl);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const int64_t nb = n / HM_QK4_NL;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        hm_prefetch_w((const char *)(w + i));
-        hm_prefetch_w((const char *)(w + i) + 64);
-        hm_fmadd4_avx2(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
-                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i].qs, table), x[i].qs),
-                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 1].qs, table), x[i + 1].qs),
-                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 2].qs, table), x[i + 2].qs),
-                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 3].qs, table), x[i + 3].qs), &acc0,
-                       &acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256 p0 = hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i].qs, table), x[i].qs);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(hm_h2f(w[i].d) * hm_h2f(x[i].d)), p0, acc0);
-    }
-    return hm_hsum256(_mm256_add_ps(acc0, acc1));
-}
-
-static inline float hm_dot_mxfp4_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
-    const hm_block_mxfp4 *w = vw;
-    const hm_block_q8_0 *x = vx;
-    const __m256i table = hm_table16_avx2(hm_kvalues_mxfp4);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const int64_t nb = n / HM_QK_MXFP4;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        hm_prefetch_w((const char *)(w + i));
-        hm_prefetch_w((const char *)(w + i) + 64);
-        const __m128 d4 = _mm_mul_ps(hm_mxfp4_d4(&w[i]), hm_q8_0_d4(&x[i]));
-        hm_fmadd4_avx2(d4, hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i].qs, table), x[i].qs),
-                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 1].qs, table), x[i + 1].qs),
-                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 2].qs, table), x[i + 2].qs),
-                       hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i + 3].qs, table), x[i + 3].qs), &acc0,
-                       &acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256 p0 = hm_dot32_s8_avx2(hm_lut4_s8_avx2(w[i].qs, table), x[i].qs);
-        acc0 =
-            _mm256_fmadd_ps(_mm256_set1_ps(hm_e8m0_to_f32_half(w[i].e) * hm_h2f(x[i].d)), p0, acc0);
-    }
-    return hm_hsum256(_mm256_add_ps(acc0, acc1));
-}
-
-static inline float hm_dot_q4_0_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
-    const hm_block_q4_0 *w = vw;
-    const hm_block_q8_0 *x = vx;
-    const __m256i eight = _mm256_set1_epi8(8);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const int64_t nb = n / HM_QK4_0;
-    int64_t i = 0;
-#define Q4_0_DOT(k) hm_dot32_s8_avx2(_mm256_sub_epi8(hm_nibbles32_avx2(w[k].qs), eight), x[k].qs)
-    for (; i + 4 <= nb; i += 4) {
-        hm_prefetch_w((const char *)(w + i));
-        hm_prefetch_w((const char *)(w + i) + 64);
-        hm_fmadd4_avx2(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
-                       Q4_0_DOT(i), Q4_0_DOT(i + 1), Q4_0_DOT(i + 2), Q4_0_DOT(i + 3), &acc0,
-                       &acc1);
-    }
-    for (; i < nb; i++)
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(hm_h2f(w[i].d) * hm_h2f(x[i].d)), Q4_0_DOT(i), acc0);
-#undef Q4_0_DOT
-    return hm_hsum256(_mm256_add_ps(acc0, acc1));
-}
-
 /* The 32 high bits of a Q5_0 block (bit j of the little-endian qh = element j) as byte masks:
  * 0xFF where the bit is set. */
 static inline __m256i hm_q5_0_hmask_avx2(const uint8_t qh[4]) {
@@ -550,25 +478,117 @@ static inline __m256i hm_q5_0_s8_avx2(const hm_block_q5_0 *b) {
                            _mm256_andnot_si256(hm_q5_0_hmask_avx2(b->qh), _mm256_set1_epi8(-16)));
 }
 
-static inline float hm_dot_q5_0_q8_0_avx2(int64_t n, const void *vw, const void *vx) {
-    const hm_block_q5_0 *w = vw;
-    const hm_block_q8_0 *x = vx;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const int64_t nb = n / HM_QK4_0;
-    int64_t i = 0;
-#define Q5_0_DOT(k) hm_dot32_s8_avx2(hm_q5_0_s8_avx2(&w[k]), x[k].qs)
-    for (; i + 4 <= nb; i += 4) {
-        hm_prefetch_w((const char *)(w + i));
-        hm_prefetch_w((const char *)(w + i) + 64);
-        hm_fmadd4_avx2(hm_scale_f16_quad(w[i].d, w[i + 1].d, w[i + 2].d, w[i + 3].d, &x[i]),
-                       Q5_0_DOT(i), Q5_0_DOT(i + 1), Q5_0_DOT(i + 2), Q5_0_DOT(i + 3), &acc0,
-                       &acc1);
-    }
-    for (; i < nb; i++)
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(hm_h2f(w[i].d) * hm_h2f(x[i].d)), Q5_0_DOT(i), acc0);
-#undef Q5_0_DOT
-    return hm_hsum256(_mm256_add_ps(acc0, acc1));
+/* 32-blocks with 4-bit codes and one scale per block, as signed int8 weights against Q8_0
+ * activations: IQ4_NL and MXFP4 (code books), Q4_0 and Q5_0 (codes minus 8 or 16). */
+enum { HM_B32_IQ4_NL, HM_B32_MXFP4, HM_B32_Q4_0, HM_B32_Q5_0 };
+
+static inline size_t hm_b32_bytes(int kind) {
+    return kind == HM_B32_IQ4_NL  ? sizeof(hm_block_iq4_nl)
+           : kind == HM_B32_MXFP4 ? sizeof(hm_block_mxfp4)
+           : kind == HM_B32_Q4_0  ? sizeof(hm_block_q4_0)
+                                  : sizeof(hm_block_q5_0);
 }
+
+/* the signed weights of block i (table: the code book of IQ4_NL / MXFP4) */
+static inline __attribute__((always_inline)) __m256i hm_b32_codes_avx2(int kind, const void *vw,
+                                                                       int64_t i, __m256i table) {
+    switch (kind) {
+    case HM_B32_IQ4_NL:
+        return hm_lut4_s8_avx2(((const hm_block_iq4_nl *)vw)[i].qs, table);
+    case HM_B32_MXFP4:
+        return hm_lut4_s8_avx2(((const hm_block_mxfp4 *)vw)[i].qs, table);
+    case HM_B32_Q4_0:
+        return _mm256_sub_epi8(hm_nibbles32_avx2(((const hm_block_q4_0 *)vw)[i].qs),
+                               _mm256_set1_epi8(8));
+    default:
+        return hm_q5_0_s8_avx2((const hm_block_q5_0 *)vw + i);
+    }
+}
+
+/* the weight scales of blocks i .. i + 3 (cnt < 4: the first cnt, the others 0) */
+static inline __attribute__((always_inline)) __m128 hm_b32_d4(int kind, const void *vw, int64_t i,
+                                                              int cnt) {
+    if (kind == HM_B32_MXFP4) {
+        const hm_block_mxfp4 *w = (const hm_block_mxfp4 *)vw + i;
+        if (cnt == 4) return hm_mxfp4_d4(w);
+        float d[4] = {0, 0, 0, 0};
+        for (int k = 0; k < cnt; k++) d[k] = hm_e8m0_to_f32_half(w[k].e);
+        return _mm_loadu_ps(d);
+    }
+    const uint8_t *b = (const uint8_t *)vw + (size_t)i * hm_b32_bytes(kind);
+    const size_t bb = hm_b32_bytes(kind);
+    hm_half h[4] = {0, 0, 0, 0}; /* d is every block's first field */
+    for (int k = 0; k < cnt; k++) memcpy(&h[k], b + (size_t)k * bb, sizeof(hm_half));
+    return _mm_cvtph_ps(
+        _mm_set_epi16(0, 0, 0, 0, (short)h[3], (short)h[2], (short)h[1], (short)h[0]));
+}
+
+/* A kind's row times nt (1-4) Q8_0 activation rows, four blocks per step: the weights' codes and
+ * their absolute values once for all tokens; per token its codes carrying the weights' signs,
+ * the pair products summed to int32 and converted, times the four scale products (two
+ * accumulators). The last 0-3 blocks one at a time. The same operations whatever nt. */
+static inline __attribute__((always_inline)) void hm_b32_rows_avx2(int kind, int64_t n,
+                                                                   const void *vw,
+                                                                   const void *const *vx,
+                                                                   const int nt, float *out) {
+    const size_t bb = hm_b32_bytes(kind);
+    const __m256i table =
+        hm_table16_avx2(kind == HM_B32_MXFP4 ? hm_kvalues_mxfp4 : hm_kvalues_iq4nl);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t *wb = vw;
+    __m256 acc0[4], acc1[4];
+    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    const int64_t nb = n / 32;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        hm_prefetch_w((const char *)(wb + (size_t)i * bb));
+        hm_prefetch_w((const char *)(wb + (size_t)i * bb) + 64);
+        __m256i wq[4], aw[4];
+        for (int k = 0; k < 4; k++) {
+            wq[k] = hm_b32_codes_avx2(kind, vw, i + k, table);
+            aw[k] = _mm256_sign_epi8(wq[k], wq[k]);
+        }
+        const __m128 wd = hm_b32_d4(kind, vw, i, 4);
+        for (int t = 0; t < nt; t++) {
+            const hm_block_q8_0 *x = (const hm_block_q8_0 *)vx[t] + i;
+            __m256 p[4];
+            for (int k = 0; k < 4; k++) { /* |w|, |x| <= 127: pair sums fit int16 */
+                const __m256i sx =
+                    _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x[k].qs), wq[k]);
+                p[k] = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], sx), ones));
+            }
+            hm_fmadd4_avx2(_mm_mul_ps(wd, hm_q8_0_d4(x)), p[0], p[1], p[2], p[3], &acc0[t],
+                           &acc1[t]);
+        }
+    }
+    if (i < nb) {
+        const int cnt = (int)(nb - i);
+        const __m128 wd = hm_b32_d4(kind, vw, i, cnt);
+        float wdf[4];
+        _mm_storeu_ps(wdf, wd);
+        for (int k = 0; k < cnt; k++) {
+            const __m256i wq = hm_b32_codes_avx2(kind, vw, i + k, table);
+            for (int t = 0; t < nt; t++) {
+                const hm_block_q8_0 *x = (const hm_block_q8_0 *)vx[t] + i + k;
+                const __m256 p = hm_dot32_s8_avx2(wq, x->qs);
+                acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(wdf[k] * hm_h2f(x->d)), p, acc0[t]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = hm_hsum256(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+#define HM_B32_ROWS_AVX2(NAME, KIND)                                                               \
+    static inline __attribute__((always_inline)) void hm_##NAME##_rows_avx2(                       \
+        int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {              \
+        hm_b32_rows_avx2(KIND, n, vw, vx, nt, out);                                                \
+    }                                                                                              \
+    HM_DOT_ENTRIES(NAME##_q8_0_avx2, hm_##NAME##_rows_avx2)
+HM_B32_ROWS_AVX2(iq4_nl, HM_B32_IQ4_NL)
+HM_B32_ROWS_AVX2(mxfp4, HM_B32_MXFP4)
+HM_B32_ROWS_AVX2(q4_0, HM_B32_Q4_0)
+HM_B32_ROWS_AVX2(q5_0, HM_B32_Q5_0)
+#undef HM_B32_ROWS_AVX2
 
 /* 6-bit scale of IQ4_XS sub-block j, minus 32 */
 static inline int hm_iq4_xs_scale(const hm_block_iq4_xs *b, int j) {
@@ -1039,6 +1059,8 @@ static inline void hm_quant_q8_K_avx2(const float *x, void *vy, int64_t n) {
     [HM_TYPE_IQ4_XS] = hm_dotn_iq4_xs_q8_K_avx2, [HM_TYPE_FP8_B128] = hm_dotn_fp8_b128_f32_avx2,   \
     [HM_TYPE_F32] = hm_dotn_f32_f32_avx2, [HM_TYPE_BF16] = hm_dotn_bf16_f32_avx2,                  \
     [HM_TYPE_F16] = hm_dotn_f16_f32_avx2, [HM_TYPE_Q2_K] = hm_dotn_q2_K_q8_K_avx2,                 \
+    [HM_TYPE_IQ4_NL] = hm_dotn_iq4_nl_q8_0_avx2, [HM_TYPE_MXFP4] = hm_dotn_mxfp4_q8_0_avx2,        \
+    [HM_TYPE_Q4_0] = hm_dotn_q4_0_q8_0_avx2, [HM_TYPE_Q5_0] = hm_dotn_q5_0_q8_0_avx2,              \
     [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx2
 
 #endif

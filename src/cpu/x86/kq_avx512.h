@@ -592,9 +592,7 @@ hm_q8_0_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
 
 HM_DOT_ENTRIES(q8_0_q8_0_avx512, hm_q8_0_rows_avx512)
 
-/* 32-blocks with 4-bit codes and one scale per block, as signed int8 weights against Q8_0
- * activations: IQ4_NL and MXFP4 (code books), Q4_0 and Q5_0 (codes minus 8 or 16). */
-enum { HM_B32_IQ4_NL, HM_B32_MXFP4, HM_B32_Q4_0, HM_B32_Q5_0 };
+/* The 32-block formats (HM_B32_*, kq_avx2.h) on AVX-512 */
 
 /* the signed weights of blocks i and i + 1 (lanes 0-31 block i) */
 static inline __attribute__((always_inline)) __m512i hm_b32_pair_avx512(int kind, const void *vw,
@@ -619,30 +617,6 @@ static inline __attribute__((always_inline)) __m512i hm_b32_pair_avx512(int kind
     }
 }
 
-/* the weight scales of blocks i .. i + 3 */
-static inline __attribute__((always_inline)) __m128 hm_b32_d4_avx512(int kind, const void *vw,
-                                                                     int64_t i) {
-    switch (kind) {
-    case HM_B32_IQ4_NL: {
-        const hm_block_iq4_nl *w = (const hm_block_iq4_nl *)vw + i;
-        return _mm_cvtph_ps(
-            _mm_set_epi16(0, 0, 0, 0, (short)w[3].d, (short)w[2].d, (short)w[1].d, (short)w[0].d));
-    }
-    case HM_B32_MXFP4:
-        return hm_mxfp4_d4((const hm_block_mxfp4 *)vw + i);
-    case HM_B32_Q4_0: {
-        const hm_block_q4_0 *w = (const hm_block_q4_0 *)vw + i;
-        return _mm_cvtph_ps(
-            _mm_set_epi16(0, 0, 0, 0, (short)w[3].d, (short)w[2].d, (short)w[1].d, (short)w[0].d));
-    }
-    default: {
-        const hm_block_q5_0 *w = (const hm_block_q5_0 *)vw + i;
-        return _mm_cvtph_ps(
-            _mm_set_epi16(0, 0, 0, 0, (short)w[3].d, (short)w[2].d, (short)w[1].d, (short)w[0].d));
-    }
-    }
-}
-
 /* A kind's row times nt (1-4) Q8_0 activation rows, four blocks per step: the weights' codes,
  * absolute values, signs and scales once for all tokens; per token its codes carrying the
  * weights' signs, two VPDPBUSD, the four scale products spread by two VPERMPS (with VBMI the
@@ -652,10 +626,7 @@ static inline __attribute__((always_inline)) __m128 hm_b32_d4_avx512(int kind, c
 static inline __attribute__((always_inline)) void
 hm_b32_rows_avx512(int kind, int64_t n, const void *vw, const void *const *vx, const int nt,
                    float *out, float (*tail)(int64_t, const void *, const void *)) {
-    const size_t bb = kind == HM_B32_IQ4_NL  ? sizeof(hm_block_iq4_nl)
-                      : kind == HM_B32_MXFP4 ? sizeof(hm_block_mxfp4)
-                      : kind == HM_B32_Q4_0  ? sizeof(hm_block_q4_0)
-                                             : sizeof(hm_block_q5_0);
+    const size_t bb = hm_b32_bytes(kind);
     const __m512i table =
         hm_table16_avx512(kind == HM_B32_MXFP4 ? hm_kvalues_mxfp4 : hm_kvalues_iq4nl);
     const __m512i l01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
@@ -677,7 +648,7 @@ hm_b32_rows_avx512(int kind, int64_t n, const void *vw, const void *const *vx, c
         const __m512i a23 = hm_b32_pair_avx512(kind, vw, i + 2, table);
         const __m512i u01 = _mm512_abs_epi8(a01), u23 = _mm512_abs_epi8(a23);
         const __mmask64 n01 = _mm512_movepi8_mask(a01), n23 = _mm512_movepi8_mask(a23);
-        const __m128 wd = hm_b32_d4_avx512(kind, vw, i);
+        const __m128 wd = hm_b32_d4(kind, vw, i, 4);
         for (int t = 0; t < nt; t++) {
             const hm_block_q8_0 *x = (const hm_block_q8_0 *)vx[t] + i;
 #if defined(__AVX512VBMI__)
