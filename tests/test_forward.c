@@ -360,10 +360,11 @@ static void check_converted(const char *name, int type, int experts_type, double
         }
         if (!logits_rp(path, &f, i, lg, false, HM_REPACK_ON)) break;
         const size_t nv = (size_t)f.len[i] * (size_t)V;
-        /* experts repacked for AMX at load or converted per batch: the same logits bit for bit */
+        /* experts and dense matrices repacked for AMX at load or converted per batch: the same
+         * logits bit for bit */
         if (quant && logits_rp(path, &f, i, lf, false, HM_REPACK_OFF))
             CHECK_MSG(!memcmp(lf, lg, sizeof(float) * nv),
-                      "%s %s: logits with repacked experts differ from per-batch conversion", name,
+                      "%s %s: logits with repacked weights differ from per-batch conversion", name,
                       hm_type_name((uint32_t)type));
         if (tol > 0) {
             double e = rel_err(lg, f.logits[i], nv);

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <math.h>
 
+#include "core/alloc.h"
 #include "core/pool.h"
 #include "cpu/matvec.h"
 #include "cpu/nn.h"
@@ -926,6 +927,39 @@ static void test_nn_epilogue(void) {
     hm_pool_free(pool);
 }
 
+/* hm_nn_repack refuses what it cannot do, with the reason */
+static void test_nn_repack_errors(void) {
+    hm_pool_params pp = hm_pool_default_params();
+    pp.n_threads = 2, pp.pin = false;
+    hm_pool *pool = NULL;
+    CHECK_OK(hm_pool_create(&pp, &pool));
+    if (!pool) return;
+    float fw[64 * 32];
+    for (int i = 0; i < 64 * 32; i++) fw[i] = (float)i;
+    hm_matrix m;
+    CHECK_OK(hm_matrix_init(&m, HM_TYPE_F32, fw, 32, 64));
+    CHECK(m.wpack == NULL);
+    CHECK(hm_nn_repack_bytes(&m) == 0); /* float weights keep the exact kernels */
+    CHECK_STATUS(hm_nn_repack(pool, &m, fw), HM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(hm_last_error(), "F32");
+    uint8_t q[34 * 2 * 32];
+    CHECK_OK(hm_synth_fill(HM_TYPE_Q8_0, q, 64 * 32, 0.0f, 0.05f, 3));
+    CHECK_OK(hm_matrix_init(&m, HM_TYPE_Q8_0, q, 32, 64));
+    const size_t b = hm_nn_repack_bytes(&m);
+    if (b) { /* a machine with an int8 prompt path */
+        uint8_t *dst = hm_malloc_aligned(b + 64, 64, "test");
+        CHECK_STATUS(hm_nn_repack(pool, &m, dst + 1), HM_ERR_INVALID_ARG);
+        CHECK_CONTAINS(hm_last_error(), "aligned");
+        CHECK(m.wpack == NULL);
+        CHECK_OK(hm_nn_repack(pool, &m, dst));
+        CHECK(m.wpack == dst);
+        hm_free(dst);
+    } else {
+        CHECK_STATUS(hm_nn_repack(pool, &m, q), HM_ERR_UNSUPPORTED);
+    }
+    hm_pool_free(pool);
+}
+
 static void test_nn_matmul_multi(void) {
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = 3, pp.pin = false;
@@ -983,6 +1017,27 @@ static void test_nn_matmul_multi(void) {
                                   "%s, %d tokens, flags %u, matrix %d: 1 thread differs from 3",
                                   hm_type_name(type), n, fl, m);
                         free(y4[m]);
+                    }
+                }
+                if (fl == 0 && hm_nn_repack_bytes(&w[0])) {
+                    /* repacked once (hm_nn_repack): the same bits as the per-call conversion */
+                    hm_matrix wr[3];
+                    void *pk[3];
+                    const hm_matrix *wrp[3] = {&wr[0], &wr[1], &wr[2]};
+                    float *y5[3];
+                    for (int m = 0; m < 3; m++) {
+                        wr[m] = w[m];
+                        pk[m] = hm_malloc_aligned(hm_nn_repack_bytes(&w[m]), 64, "test");
+                        CHECK_OK(hm_nn_repack(pool, &wr[m], pk[m]));
+                        CHECK(wr[m].wpack == pk[m]);
+                        y5[m] = calloc((size_t)n * ys[m], sizeof(float));
+                    }
+                    hm_nn_matmul_multi(pool, wrp, 3, x, (size_t)cols, n, y5, ys, scr, fl);
+                    for (int m = 0; m < 3; m++) {
+                        CHECK_MSG(!memcmp(y5[m], y2[m], sizeof(float) * (size_t)n * ys[m]),
+                                  "%s, %d tokens, matrix %d: repacked differs from per call",
+                                  hm_type_name(type), n, m);
+                        free(y5[m]), hm_free(pk[m]);
                     }
                 }
                 if (n < 3) { /* 1-2 tokens (activations converted before the job): each token
@@ -1089,6 +1144,7 @@ int main(void) {
     test_amx_swapped(HM_TYPE_Q4_K, 64, 2048, 600);
     test_amx_swapped(HM_TYPE_Q8_0, 40, 768, 1300);
     test_nn_matmul_multi();
+    test_nn_repack_errors();
     test_amx_quant_row();
     test_axpy();
     test_silu();

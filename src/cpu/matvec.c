@@ -16,6 +16,7 @@ hm_status hm_matrix_init(hm_matrix *m, uint32_t type, const void *data, int64_t 
     m->rows = rows;
     m->cols = cols;
     m->row_bytes = (size_t)rb;
+    m->wpack = NULL;
     return HM_OK;
 }
 

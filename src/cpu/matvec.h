@@ -14,6 +14,7 @@ typedef struct hm_matrix {
     const void *data;
     int64_t rows, cols;
     size_t row_bytes;
+    const void *wpack; /* the int8 units of hm_nn_repack (prompt batches read them), or NULL */
 } hm_matrix;
 
 /* Fails (naming the type and cols) when cols is not a whole number of blocks. */

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/cpu.h"
 
 void hm_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
@@ -116,6 +117,60 @@ size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, unsi
     return slots + (size_t)n * hm_act_bytes(w->type, w->cols) + 64;
 }
 
+size_t hm_nn_repack_bytes(const hm_matrix *w) {
+#if defined(__x86_64__)
+    const hm_cpu_ops *ops;
+    if (hm_cpu_ops_get(&ops) != HM_OK || !ops->i8_matmul_packed ||
+        use_amx(ops, w, MM_AMX_MIN_TOKENS, 0) != MM_I8)
+        return 0;
+    return align64(hm_amx_wpack_bytes(w->rows, w->cols));
+#else
+    (void)w;
+    return 0;
+#endif
+}
+
+#if defined(__x86_64__)
+typedef struct repack_job {
+    hm_matrix *w;
+    void *dst;
+    uint8_t *scratch; /* per thread: per bytes */
+    size_t per;
+    atomic_llong next; /* the next 8 units */
+} repack_job;
+
+static void repack_task(int ith, int nth, void *arg) {
+    (void)nth;
+    repack_job *j = arg;
+    const int64_t units = (j->w->rows + 31) / 32;
+    for (int64_t u; (u = 8 * atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < units;)
+        hm_amx_wpack(j->w->type, j->w->data, j->w->row_bytes, j->w->rows, j->w->cols, u,
+                     u + 8 < units ? u + 8 : units, j->dst, j->scratch + (size_t)ith * j->per);
+}
+#endif
+
+hm_status hm_nn_repack(hm_pool *pool, hm_matrix *w, void *dst) {
+    if (!hm_nn_repack_bytes(w))
+        return hm_errorf(HM_ERR_UNSUPPORTED, "repack: %s weights take no int8 path here",
+                         hm_type_name(w->type));
+    if ((uintptr_t)dst % 64)
+        return hm_errorf(HM_ERR_INVALID_ARG, "repack: destination not 64-byte aligned");
+#if defined(__x86_64__)
+    const int nth = hm_pool_size(pool);
+    repack_job j = {.w = w, .dst = dst, .per = align64(hm_amx_scratch_bytes(w->type, w->cols))};
+    atomic_init(&j.next, 0);
+    j.scratch = hm_malloc_aligned(j.per * (size_t)nth, 64, "repack scratch");
+    if (!j.scratch) return hm_errorf(HM_ERR_NO_MEMORY, "repack: out of memory (scratch)");
+    hm_pool_run(pool, repack_task, &j);
+    hm_free(j.scratch);
+    w->wpack = dst;
+    return HM_OK;
+#else
+    (void)pool;
+    return HM_ERR_UNSUPPORTED;
+#endif
+}
+
 typedef struct mm_job {
     hm_pool *pool;
     const hm_matrix *const *w; /* nw matrices with the same cols and activation type */
@@ -193,6 +248,9 @@ static void mm_task(int ith, int nth, void *arg) {
             if (j->amx == MM_BF16)
                 hm_amx_bf16_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, scr, j->n,
                                    j->y[m] + r0, j->ys[m], ts);
+            else if (wm->wpack)
+                j->ops->i8_matmul_packed(wm->wpack, wm->rows, wm->cols, r0, r1, scr, j->n,
+                                         j->y[m] + r0, j->ys[m], ts);
             else
                 j->ops->i8_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, scr, j->n,
                                   j->y[m] + r0, j->ys[m], ts);

@@ -44,6 +44,14 @@ size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, unsi
 void hm_nn_matmul(hm_pool *pool, const hm_matrix *w, const float *x, size_t x_stride, int n,
                   float *y, size_t y_stride, void *scratch, unsigned flags);
 
+/* Load-time repacking for the int8 prompt path (AMX tiles or AVX-512 VNNI, 16+ tokens): the
+ * conversion of each 32-row unit of w to int8 that hm_nn_matmul otherwise does on every call,
+ * done once. hm_nn_repack_bytes: the bytes it takes (~1.02 per weight), 0 when w's batches never
+ * take that path here (float weights, no VNNI); hm_nn_repack fills dst (64-byte aligned, that
+ * many bytes) on the pool and points w->wpack at it. Matmuls then read the units and give the
+ * same bits as the per-call conversion; decode (1-4 tokens) keeps reading w->data. */
+size_t hm_nn_repack_bytes(const hm_matrix *w);
+hm_status hm_nn_repack(hm_pool *pool, hm_matrix *w, void *dst);
 /* The same for nw <= 8 matrices that share x (q, k and v projections): one job, one activation
  * conversion; y[m] has row stride y_stride[m]. */
 void hm_nn_matmul_multi(hm_pool *pool, const hm_matrix *const *w, int nw, const float *x,

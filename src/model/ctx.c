@@ -160,6 +160,8 @@ void hm_ctx_free(hm_ctx *c) {
         free(c->moe);
     }
     free(c->route_count);
+    free(c->own_layers);
+    hm_large_free(&c->dense_pack);
     hm_pool_free(c->pool);
     hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->seq_next),
         free(c->inv_freq);
@@ -169,6 +171,51 @@ void hm_ctx_free(hm_ctx *c) {
     free(c->w), free(c->ids), free(c->pos), free(c->seq), free(c->kvv);
     hm_free(c->attn_scratch), hm_free(c->mm_scratch);
     free(c);
+}
+
+/* HMOE_DENSE_REPACK=0: the dense matrices are converted per batch even where the experts are
+ * repacked (an A/B switch for benchmarks) */
+static bool dense_repack_off(void) {
+    const char *v = getenv("HMOE_DENSE_REPACK");
+    return v && !strcmp(v, "0");
+}
+
+/* the int8 copies of a layer's dense matrices that prompt batches would read */
+static size_t dense_bytes(const hm_layer *L) {
+    size_t b = hm_nn_repack_bytes(&L->wq) + hm_nn_repack_bytes(&L->wk) +
+               hm_nn_repack_bytes(&L->wv) + hm_nn_repack_bytes(&L->wo);
+    if (!L->moe)
+        b += hm_nn_repack_bytes(&L->ffn_gate) + hm_nn_repack_bytes(&L->ffn_up) +
+             hm_nn_repack_bytes(&L->ffn_down);
+    return b;
+}
+
+/* the layers' dense matrices repacked once (hm_nn_repack) into one huge-page buffer; the blocks
+ * then read the context's copies of the layers */
+static hm_status repack_dense(hm_ctx *c, size_t need) {
+    const uint64_t t0 = hm_time_ns();
+    const uint32_t nl = c->m->hp.n_layers;
+    hm_status st = hm_large_alloc(need, true, "repacked dense weights", &c->dense_pack);
+    if (st) return st;
+    c->own_layers = malloc(sizeof *c->own_layers * nl);
+    if (!c->own_layers) return hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory");
+    memcpy(c->own_layers, c->m->layers, sizeof *c->own_layers * nl);
+    uint8_t *dst = c->dense_pack.ptr;
+    for (uint32_t il = 0; il < nl; il++) {
+        hm_layer *L = &c->own_layers[il];
+        hm_matrix *mats[7] = {&L->wq,       &L->wk,     &L->wv,      &L->wo,
+                              &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        for (int k = 0; k < (L->moe ? 4 : 7); k++) {
+            const size_t b = hm_nn_repack_bytes(mats[k]);
+            if (!b) continue;
+            if ((st = hm_nn_repack(c->pool, mats[k], dst))) return st;
+            dst += b;
+        }
+    }
+    c->layers = c->own_layers;
+    hm_log(HM_LOG_DEBUG, "context: repacked the dense matrices (%.1f MB) in %.1f ms",
+           (double)need * 1e-6, (double)(hm_time_ns() - t0) * 1e-6);
+    return HM_OK;
 }
 
 static float *fbuf(size_t n, const char *what) {
@@ -260,15 +307,19 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         goto fail;
     }
     bool repack = false;
+    size_t dense_need = 0;
+    c->layers = m->layers;
     if (p.repack != HM_REPACK_OFF) {
         size_t need = 0;
         for (uint32_t il = 0; il < hp->n_layers; il++) {
+            if (!p.no_amx && !dense_repack_off()) dense_need += dense_bytes(&m->layers[il]);
             if (!m->layers[il].moe) continue;
             hm_moe_params mp = hm_moe_default_params();
             mp.n_experts = (int)hp->n_experts, mp.hidden = hp->hidden, mp.inter = hp->moe_inter;
             mp.experts = m->layers[il].experts, mp.no_amx = p.no_amx;
             need += hm_moe_repack_bytes(&mp);
         }
+        need += dense_need;
         hm_mem_info mi;
         const bool have = hm_mem_info_get(&mi) == HM_OK;
         const uint64_t keep = m->copy.ptr ? 0 : mapped_bytes(m);
@@ -276,12 +327,13 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
             need > 0 && (p.repack == HM_REPACK_ON || (have && need + keep <= mi.available / 5 * 4));
         if (need > 0 && !repack)
             hm_log(HM_LOG_INFO,
-                   "experts not repacked for AMX prefill: %.1f GB needed%s, %.1f GB available "
+                   "weights not repacked for AMX prefill: %.1f GB needed%s, %.1f GB available "
                    "(--repack on forces it)",
                    (double)need * 1e-9, keep ? " (+ the mmapped model)" : "",
                    have ? (double)mi.available * 1e-9 : 0.0);
         if (repack) c->repacked = need;
     }
+    if (repack && dense_need && (st = repack_dense(c, dense_need))) goto fail;
     /* the layers run one after another: one batch scratch serves every expert engine (the
      * engines hold references; ours is dropped below) */
     hm_moe_scratch *moe_scratch = NULL;

@@ -37,7 +37,12 @@ struct hm_ctx {
     uint64_t prof_alone_ns[HM_PROF_COUNT];  /* of it, outside the pool's jobs */
     uint64_t prof_wait_ns[HM_PROF_COUNT];   /* of it, dispatch and waiting for the slowest */
     uint64_t prof_pool_mark, prof_own_mark; /* the pool's run_ns, own_ns at the last prof */
-    size_t repacked;                        /* bytes of the experts' int8 tile copy */
+    size_t repacked; /* bytes of the experts' and dense matrices' int8 tile copies */
+    /* the layers as the blocks read them: the model's, or copies whose dense matrices also point
+     * at the context's int8 units (hm_nn_repack, in dense_pack) */
+    const hm_layer *layers;
+    hm_layer *own_layers;
+    hm_large dense_pack;
     /* routing of prompt batches (hm_ctx_moe_stats): sums over (layer, batch) */
     uint64_t route_batches;
     double route_active, route_busiest, route_tokens;

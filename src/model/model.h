@@ -112,7 +112,7 @@ int hm_ctx_n_batch(const hm_ctx *c);
 int hm_ctx_n_threads(const hm_ctx *c);
 int hm_ctx_n_ctx(const hm_ctx *c);
 int hm_ctx_n_seq(const hm_ctx *c);
-size_t hm_ctx_repacked_bytes(const hm_ctx *c); /* the experts' int8 copy, 0 when none */
+size_t hm_ctx_repacked_bytes(const hm_ctx *c); /* the int8 copies (experts, dense), 0: none */
 int hm_ctx_seq_len(const hm_ctx *c, int seq);  /* positions already in the cache */
 /* Forgets a sequence's cache (its next token is position 0). */
 void hm_ctx_seq_reset(hm_ctx *c, int seq);

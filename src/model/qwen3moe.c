@@ -116,7 +116,7 @@ static void route_tok(hm_ctx *c, int i, void *arg) {
 
 hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
     const hm_hparams *hp = &c->m->hp;
-    const hm_layer *L = &c->m->layers[il];
+    const hm_layer *L = &c->layers[il];
     const size_t H = hp->hidden;
 
     uint64_t t0 = hm_time_ns();
@@ -190,7 +190,7 @@ hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n) {
         hm_ctx_route_stats(c, n, k, E);
         hm_ctx_prof(c, HM_PROF_ROUTER, &t0);
         if ((uint32_t)il + 1 < hp->n_layers) { /* the next block's q/k/v while experts finish */
-            const hm_layer *N = &c->m->layers[il + 1];
+            const hm_layer *N = &c->layers[il + 1];
             const hm_matrix *nq[3] = {&N->wq, &N->wk, &N->wv};
             hm_ctx_prefetch(c, nq, 3, n);
         }
