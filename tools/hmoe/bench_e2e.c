@@ -99,8 +99,8 @@ int bench_e2e(int argc, char **argv) {
            hp->hidden, hp->moe_inter, hm_type_name(m->layers[hp->n_layers - 1].expert_type[0]),
            hp->vocab_size);
     printf("config: prompt %ld tokens (batch %d), generate %ld, %d threads, amx %s, weights %s, "
-           "KV cache %s, decode idle prefetch %s, load %.2f s, context %.2f s (experts repacked "
-           "for AMX prefill: %.1f MB)\n",
+           "KV cache %s, decode idle prefetch %s, load %.2f s, context %.2f s (weights repacked "
+           "for int8 prefill: %.1f MB)\n",
            n_prompt, hm_ctx_n_batch(c), n_gen, hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
            hm_model_copied(m) ? "copied to huge pages" : "mmapped", cp.kv_f16 ? "f16" : "f32",
            cp.no_idle_prefetch ? "off" : "on", t_load, t_ctx,
