@@ -293,6 +293,19 @@ static inline __m256i hm_pick16_pair_avx2(__m256i tab, int k) {
                                                  _mm_set1_epi16((short)(0x0302 + 0x0202 * k))));
 }
 
+/* Q2_K / Q3_K: sumi[t] += the products of one 2-bit plane's 32 codes (plane p of half h,
+ * unsigned bytes, at most 7) with token t's activations, times their two sub-blocks' scales
+ * (s16, as from hm_pick16_pair_avx2); |2 * 7 * 128| fits int16 */
+static inline __attribute__((always_inline)) void hm_k23_plane_avx2(__m256i qp, __m256i s16,
+                                                                    const hm_block_q8_K *const x[4],
+                                                                    int h, int p, int nt,
+                                                                    __m256i sumi[4]) {
+    for (int t = 0; t < nt; t++) {
+        const __m256i y = _mm256_loadu_si256((const __m256i *)(x[t]->qs + 128 * h + 32 * p));
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(qp, y), s16));
+    }
+}
+
 /* Q2_K row times nt (1-4) Q8_K activation rows. Element 128h + 32p + l is bits 2p..2p+1 of
  * qs[32h + l]; sub-block (of 16) s = 8h + 2p + l / 16 has scale scales[s] & 15 and min
  * scales[s] >> 4: x.d * (d * sum_s sc_s * (q . y)_s - dmin * sum_s m_s * bsums_s). */
@@ -327,13 +340,8 @@ hm_q2_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
             const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
             for (int p = 0; p < 4; p++) {
                 const __m256i qp = _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), m3);
-                const __m256i s16 = hm_pick16_pair_avx2(h ? sc_b : sc_a, 2 * p);
-                for (int t = 0; t < nt; t++) { /* |2 * 3 * 128| fits int16 */
-                    const __m256i y =
-                        _mm256_loadu_si256((const __m256i *)(x[t]->qs + 128 * h + 32 * p));
-                    sumi[t] = _mm256_add_epi32(sumi[t],
-                                               _mm256_madd_epi16(_mm256_maddubs_epi16(qp, y), s16));
-                }
+                hm_k23_plane_avx2(qp, hm_pick16_pair_avx2(h ? sc_b : sc_a, 2 * p), x, h, p, nt,
+                                  sumi);
             }
         }
         for (int t = 0; t < nt; t++)
@@ -392,13 +400,8 @@ hm_q3_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
                     k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
                 const __m256i qp = _mm256_or_si256(
                     _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), m3), _mm256_and_si256(hb, m4));
-                const __m256i s16 = hm_pick16_pair_avx2(h ? sc_b : sc_a, 2 * p);
-                for (int t = 0; t < nt; t++) { /* |2 * 7 * 128| fits int16 */
-                    const __m256i y =
-                        _mm256_loadu_si256((const __m256i *)(x[t]->qs + 128 * h + 32 * p));
-                    sumi[t] = _mm256_add_epi32(sumi[t],
-                                               _mm256_madd_epi16(_mm256_maddubs_epi16(qp, y), s16));
-                }
+                hm_k23_plane_avx2(qp, hm_pick16_pair_avx2(h ? sc_b : sc_a, 2 * p), x, h, p, nt,
+                                  sumi);
             }
         }
         for (int t = 0; t < nt; t++)

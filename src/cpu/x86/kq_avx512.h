@@ -46,6 +46,25 @@ static inline __m512i hm_k4_codes_avx512(const uint8_t *qs, __m512i nib) {
 #endif
 }
 
+/* One token's share of a block start with d and dmin (Q4_K, Q2_K): dd = (d, dmin) as floats,
+ * mins = the int16 multipliers of the Q8_K block's 16 partial sums (Q4_K: min j in lanes 2j and
+ * 2j + 1; Q2_K: each 16 values' min). Returns d x.d broadcast; adds dmin x.d x (the mins times
+ * the token's partial sums, pairs summed) to *accm. */
+static inline __attribute__((always_inline)) __m512
+hm_kdmin_token_avx512(__m128 dd, __m256i mins, const hm_block_q8_K *x, __m256 *accm) {
+    const __m128 f = _mm_mul_ps(dd, _mm_set1_ps(x->d)); /* d x.d, dmin x.d */
+    const __m256 fm = _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(f));
+    const __m256i mp = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)x->bsums));
+    *accm = _mm256_fmadd_ps(fm, _mm256_cvtepi32_ps(mp), *accm);
+    return _mm512_broadcastss_ps(f);
+}
+
+/* sum(acc) - sum(accm): a row's result from its block sums and mins' term */
+static inline float hm_kdmin_result_avx512(__m512 acc, __m256 accm) {
+    const __m256 s = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    return hm_hsum256(_mm256_sub_ps(s, accm));
+}
+
 /* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
  * them; every token's result is the same float operations in the same order whatever nt, so a
  * token's output does not depend on how many tokens share the row.
@@ -57,7 +76,6 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     const hm_block_q4_K *w = vw;
     const __m512i nib = _mm512_load_si512(hm_k4_nib_avx512);
     const __m512i midx = _mm512_load_si512(hm_k4_midx_avx512);
-    const __m256i lane1 = _mm256_set1_epi32(1);
     __m512 acc[4];
     __m256 accm[4]; /* the mins' term, lane j = sub-block j (subtracted at the end) */
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
@@ -80,12 +98,7 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) {
             x[t] = (const hm_block_q8_K *)vx[t] + i;
-            const __m128 f = _mm_mul_ps(dd, _mm_set1_ps(x[t]->d)); /* d x.d, dmin x.d */
-            fd[t] = _mm512_broadcastss_ps(f);
-            const __m256 fm = _mm256_permutexvar_ps(lane1, _mm256_castps128_ps256(f));
-            const __m256i mp =
-                _mm256_madd_epi16(mins2, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
-            accm[t] = _mm256_fmadd_ps(fm, _mm256_cvtepi32_ps(mp), accm[t]);
+            fd[t] = hm_kdmin_token_avx512(dd, mins2, x[t], &accm[t]);
             sumi[t] = _mm512_setzero_si512();
         }
         for (int j = 0; j < 4; j++) {
@@ -100,11 +113,7 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         for (int t = 0; t < nt; t++)
             acc[t] = _mm512_fmadd_ps(fd[t], _mm512_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    for (int t = 0; t < nt; t++) {
-        const __m256 s =
-            _mm256_add_ps(_mm512_castps512_ps256(acc[t]), _mm512_extractf32x8_ps(acc[t], 1));
-        out[t] = hm_hsum256(_mm256_sub_ps(s, accm[t]));
-    }
+    for (int t = 0; t < nt; t++) out[t] = hm_kdmin_result_avx512(acc[t], accm[t]);
 }
 
 HM_DOT_ENTRIES(q4_K_q8_K_avx512, hm_q4_K_rows_avx512)
@@ -266,7 +275,6 @@ hm_q2_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     const hm_block_q2_K *w = vw;
     const __m512i m3 = _mm512_set1_epi8(3);
     const __m128i m15 = _mm_set1_epi8(0x0F);
-    const __m256i lane1 = _mm256_set1_epi32(1);
     __m512 acc[4];
     __m256 accm[4];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
@@ -284,12 +292,7 @@ hm_q2_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) {
             x[t] = (const hm_block_q8_K *)vx[t] + i;
-            const __m128 f = _mm_mul_ps(dd, _mm_set1_ps(x[t]->d)); /* d x.d, dmin x.d */
-            fd[t] = _mm512_broadcastss_ps(f);
-            const __m256 fm = _mm256_permutexvar_ps(lane1, _mm256_castps128_ps256(f));
-            const __m256i mp =
-                _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
-            accm[t] = _mm256_fmadd_ps(fm, _mm256_cvtepi32_ps(mp), accm[t]);
+            fd[t] = hm_kdmin_token_avx512(dd, mn16, x[t], &accm[t]);
             sumi[t] = _mm512_setzero_si512();
         }
         for (int h = 0; h < 2; h++) {
@@ -309,11 +312,7 @@ hm_q2_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         for (int t = 0; t < nt; t++)
             acc[t] = _mm512_fmadd_ps(fd[t], _mm512_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    for (int t = 0; t < nt; t++) {
-        const __m256 s =
-            _mm256_add_ps(_mm512_castps512_ps256(acc[t]), _mm512_extractf32x8_ps(acc[t], 1));
-        out[t] = hm_hsum256(_mm256_sub_ps(s, accm[t]));
-    }
+    for (int t = 0; t < nt; t++) out[t] = hm_kdmin_result_avx512(acc[t], accm[t]);
 }
 
 HM_DOT_ENTRIES(q2_K_q8_K_avx512, hm_q2_K_rows_avx512)
