@@ -28,7 +28,7 @@ static void deq_row(uint32_t type, const void *src, double *out, int64_t n) {
 static const uint32_t simd_types[] = {
     HM_TYPE_Q4_K,     HM_TYPE_Q8_0, HM_TYPE_BF16, HM_TYPE_Q6_K,   HM_TYPE_MXFP4,
     HM_TYPE_IQ4_XS,   HM_TYPE_Q5_K, HM_TYPE_Q4_0, HM_TYPE_IQ4_NL, HM_TYPE_Q5_0,
-    HM_TYPE_FP8_B128, HM_TYPE_Q2_K, HM_TYPE_Q3_K};
+    HM_TYPE_FP8_B128, HM_TYPE_Q2_K, HM_TYPE_Q3_K, HM_TYPE_Q4_1,   HM_TYPE_Q5_1};
 
 static bool needs_simd(uint32_t type) {
     for (size_t i = 0; i < sizeof simd_types / sizeof *simd_types; i++)
@@ -1211,9 +1211,10 @@ int main(void) {
     for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_Q2_K, q4k_cols[i]);
     for (size_t i = 0; i < 4; i++) test_dot_n(HM_TYPE_Q3_K, q4k_cols[i]);
     /* 32-blocks: four per step and a tail of 0-3 (AVX-512 multi-token kernels) */
-    const uint32_t b32_types[] = {HM_TYPE_IQ4_NL, HM_TYPE_MXFP4, HM_TYPE_Q4_0, HM_TYPE_Q5_0};
+    const uint32_t b32_types[] = {HM_TYPE_IQ4_NL, HM_TYPE_MXFP4, HM_TYPE_Q4_0,
+                                  HM_TYPE_Q5_0,   HM_TYPE_Q4_1,  HM_TYPE_Q5_1};
     const int64_t b32_dot_cols[] = {32, 96, 128, 224, 2048, 2080};
-    for (size_t k = 0; k < 4; k++)
+    for (size_t k = 0; k < 6; k++)
         for (size_t i = 0; i < 6; i++) test_dot_n(b32_types[k], b32_dot_cols[i]);
     for (size_t i = 0; i < sizeof q8_cols / sizeof *q8_cols; i++) {
         test_type(HM_TYPE_Q8_0, q8_cols[i], 37, 2);

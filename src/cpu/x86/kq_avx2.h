@@ -481,15 +481,19 @@ static inline __m256i hm_q5_0_s8_avx2(const hm_block_q5_0 *b) {
                            _mm256_andnot_si256(hm_q5_0_hmask_avx2(b->qh), _mm256_set1_epi8(-16)));
 }
 
-/* 32-blocks with 4-bit codes and one scale per block, as signed int8 weights against Q8_0
- * activations: IQ4_NL and MXFP4 (code books), Q4_0 and Q5_0 (codes minus 8 or 16). */
-enum { HM_B32_IQ4_NL, HM_B32_MXFP4, HM_B32_Q4_0, HM_B32_Q5_0 };
+/* 32-blocks with 4- or 5-bit codes and one scale per block, as int8 weights against Q8_0
+ * activations: IQ4_NL and MXFP4 (code books), Q4_0 and Q5_0 (codes minus 8 or 16), and, on AVX2
+ * only, Q4_1 and Q5_1 (unsigned codes and a min per block: m x.d x the block's activation sum is
+ * added). */
+enum { HM_B32_IQ4_NL, HM_B32_MXFP4, HM_B32_Q4_0, HM_B32_Q5_0, HM_B32_Q4_1, HM_B32_Q5_1 };
 
 static inline size_t hm_b32_bytes(int kind) {
     return kind == HM_B32_IQ4_NL  ? sizeof(hm_block_iq4_nl)
            : kind == HM_B32_MXFP4 ? sizeof(hm_block_mxfp4)
            : kind == HM_B32_Q4_0  ? sizeof(hm_block_q4_0)
-                                  : sizeof(hm_block_q5_0);
+           : kind == HM_B32_Q5_0  ? sizeof(hm_block_q5_0)
+           : kind == HM_B32_Q4_1  ? sizeof(hm_block_q4_1)
+                                  : sizeof(hm_block_q5_1);
 }
 
 /* the signed weights of block i (table: the code book of IQ4_NL / MXFP4) */
@@ -503,9 +507,34 @@ static inline __attribute__((always_inline)) __m256i hm_b32_codes_avx2(int kind,
     case HM_B32_Q4_0:
         return _mm256_sub_epi8(hm_nibbles32_avx2(((const hm_block_q4_0 *)vw)[i].qs),
                                _mm256_set1_epi8(8));
-    default:
+    case HM_B32_Q5_0:
         return hm_q5_0_s8_avx2((const hm_block_q5_0 *)vw + i);
+    case HM_B32_Q4_1:
+        return hm_nibbles32_avx2(((const hm_block_q4_1 *)vw)[i].qs);
+    default: { /* Q5_1: the nibble plus 16 where the 5th bit is set */
+        const hm_block_q5_1 *b = (const hm_block_q5_1 *)vw + i;
+        return _mm256_or_si256(hm_nibbles32_avx2(b->qs),
+                               _mm256_and_si256(hm_q5_0_hmask_avx2(b->qh), _mm256_set1_epi8(16)));
     }
+    }
+}
+
+/* the mins of blocks i .. i + 3 of Q4_1 / Q5_1 (cnt < 4: the first cnt, the others 0; m is the
+ * second half of both blocks) */
+static inline __m128 hm_b32_m4(int kind, const void *vw, int64_t i, int cnt) {
+    const size_t bb = hm_b32_bytes(kind);
+    const uint8_t *b = (const uint8_t *)vw + (size_t)i * bb + sizeof(hm_half);
+    hm_half h[4] = {0, 0, 0, 0};
+    for (int k = 0; k < cnt; k++) memcpy(&h[k], b + (size_t)k * bb, sizeof(hm_half));
+    return _mm_cvtph_ps(
+        _mm_set_epi16(0, 0, 0, 0, (short)h[3], (short)h[2], (short)h[1], (short)h[0]));
+}
+
+/* the sum of a Q8_0 block's 32 codes, in 8 int32 lanes, as floats */
+static inline __m256 hm_q8_0_sum_avx2(const hm_block_q8_0 *x) {
+    const __m256i y = _mm256_loadu_si256((const __m256i *)x->qs);
+    return _mm256_cvtepi32_ps(
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1)));
 }
 
 /* the weight scales of blocks i .. i + 3 (cnt < 4: the first cnt, the others 0) */
@@ -552,6 +581,8 @@ static inline __attribute__((always_inline)) void hm_b32_rows_avx2(int kind, int
             aw[k] = _mm256_sign_epi8(wq[k], wq[k]);
         }
         const __m128 wd = hm_b32_d4(kind, vw, i, 4);
+        const __m128 wm = kind == HM_B32_Q4_1 || kind == HM_B32_Q5_1 ? hm_b32_m4(kind, vw, i, 4)
+                                                                     : _mm_setzero_ps();
         for (int t = 0; t < nt; t++) {
             const hm_block_q8_0 *x = (const hm_block_q8_0 *)vx[t] + i;
             __m256 p[4];
@@ -560,21 +591,30 @@ static inline __attribute__((always_inline)) void hm_b32_rows_avx2(int kind, int
                     _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x[k].qs), wq[k]);
                 p[k] = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], sx), ones));
             }
-            hm_fmadd4_avx2(_mm_mul_ps(wd, hm_q8_0_d4(x)), p[0], p[1], p[2], p[3], &acc0[t],
-                           &acc1[t]);
+            const __m128 xd = hm_q8_0_d4(x);
+            hm_fmadd4_avx2(_mm_mul_ps(wd, xd), p[0], p[1], p[2], p[3], &acc0[t], &acc1[t]);
+            if (kind == HM_B32_Q4_1 || kind == HM_B32_Q5_1)
+                hm_fmadd4_avx2(_mm_mul_ps(wm, xd), hm_q8_0_sum_avx2(&x[0]), hm_q8_0_sum_avx2(&x[1]),
+                               hm_q8_0_sum_avx2(&x[2]), hm_q8_0_sum_avx2(&x[3]), &acc0[t],
+                               &acc1[t]);
         }
     }
     if (i < nb) {
         const int cnt = (int)(nb - i);
-        const __m128 wd = hm_b32_d4(kind, vw, i, cnt);
-        float wdf[4];
-        _mm_storeu_ps(wdf, wd);
+        float wdf[4], wmf[4];
+        _mm_storeu_ps(wdf, hm_b32_d4(kind, vw, i, cnt));
+        _mm_storeu_ps(wmf, kind == HM_B32_Q4_1 || kind == HM_B32_Q5_1 ? hm_b32_m4(kind, vw, i, cnt)
+                                                                      : _mm_setzero_ps());
         for (int k = 0; k < cnt; k++) {
             const __m256i wq = hm_b32_codes_avx2(kind, vw, i + k, table);
             for (int t = 0; t < nt; t++) {
                 const hm_block_q8_0 *x = (const hm_block_q8_0 *)vx[t] + i + k;
                 const __m256 p = hm_dot32_s8_avx2(wq, x->qs);
-                acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(wdf[k] * hm_h2f(x->d)), p, acc0[t]);
+                const float xd = hm_h2f(x->d);
+                acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(wdf[k] * xd), p, acc0[t]);
+                if (kind == HM_B32_Q4_1 || kind == HM_B32_Q5_1)
+                    acc0[t] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(wmf[k] * xd), hm_q8_0_sum_avx2(x), acc0[t]);
             }
         }
     }
@@ -591,6 +631,8 @@ HM_B32_ROWS_AVX2(iq4_nl, HM_B32_IQ4_NL)
 HM_B32_ROWS_AVX2(mxfp4, HM_B32_MXFP4)
 HM_B32_ROWS_AVX2(q4_0, HM_B32_Q4_0)
 HM_B32_ROWS_AVX2(q5_0, HM_B32_Q5_0)
+HM_B32_ROWS_AVX2(q4_1, HM_B32_Q4_1)
+HM_B32_ROWS_AVX2(q5_1, HM_B32_Q5_1)
 #undef HM_B32_ROWS_AVX2
 
 /* 6-bit scale of IQ4_XS sub-block j, minus 32 */
@@ -1053,7 +1095,8 @@ static inline void hm_quant_q8_K_avx2(const float *x, void *vy, int64_t n) {
     [HM_TYPE_Q5_K] = hm_dot_q5_K_q8_K_avx2, [HM_TYPE_Q4_0] = hm_dot_q4_0_q8_0_avx2,                \
     [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx2, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx2,            \
     [HM_TYPE_FP8_B128] = hm_dot_fp8_b128_f32_avx2, [HM_TYPE_Q2_K] = hm_dot_q2_K_q8_K_avx2,         \
-    [HM_TYPE_Q3_K] = hm_dot_q3_K_q8_K_avx2
+    [HM_TYPE_Q3_K] = hm_dot_q3_K_q8_K_avx2, [HM_TYPE_Q4_1] = hm_dot_q4_1_q8_0_avx2,                \
+    [HM_TYPE_Q5_1] = hm_dot_q5_1_q8_0_avx2
 
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX2 kernels */
 #define HM_VEC_DOTNS_AVX2                                                                          \
@@ -1064,6 +1107,7 @@ static inline void hm_quant_q8_K_avx2(const float *x, void *vy, int64_t n) {
     [HM_TYPE_F16] = hm_dotn_f16_f32_avx2, [HM_TYPE_Q2_K] = hm_dotn_q2_K_q8_K_avx2,                 \
     [HM_TYPE_IQ4_NL] = hm_dotn_iq4_nl_q8_0_avx2, [HM_TYPE_MXFP4] = hm_dotn_mxfp4_q8_0_avx2,        \
     [HM_TYPE_Q4_0] = hm_dotn_q4_0_q8_0_avx2, [HM_TYPE_Q5_0] = hm_dotn_q5_0_q8_0_avx2,              \
-    [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx2
+    [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx2, [HM_TYPE_Q4_1] = hm_dotn_q4_1_q8_0_avx2,              \
+    [HM_TYPE_Q5_1] = hm_dotn_q5_1_q8_0_avx2
 
 #endif

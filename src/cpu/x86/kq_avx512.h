@@ -1069,7 +1069,8 @@ static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
     [HM_TYPE_Q5_K] = hm_dot_q5_K_q8_K_avx512, [HM_TYPE_Q4_0] = hm_dot_q4_0_q8_0_avx512,            \
     [HM_TYPE_IQ4_NL] = hm_dot_iq4_nl_q8_0_avx512, [HM_TYPE_Q5_0] = hm_dot_q5_0_q8_0_avx512,        \
     [HM_TYPE_FP8_B128] = hm_dot_fp8_b128_f32_avx512, [HM_TYPE_Q2_K] = hm_dot_q2_K_q8_K_avx512,     \
-    [HM_TYPE_Q3_K] = hm_dot_q3_K_q8_K_avx512
+    [HM_TYPE_Q3_K] = hm_dot_q3_K_q8_K_avx512, [HM_TYPE_Q4_1] = hm_dot_q4_1_q8_0_avx2,              \
+    [HM_TYPE_Q5_1] = hm_dot_q5_1_q8_0_avx2
 
 /* multi-token dot products (hm_cpu_ops.vec_dot_n) of the AVX-512 kernels */
 #define HM_VEC_DOTNS_AVX512                                                                        \
@@ -1080,6 +1081,7 @@ static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
     [HM_TYPE_F16] = hm_dotn_f16_f32_avx512, [HM_TYPE_Q2_K] = hm_dotn_q2_K_q8_K_avx512,             \
     [HM_TYPE_IQ4_NL] = hm_dotn_iq4_nl_q8_0_avx512, [HM_TYPE_MXFP4] = hm_dotn_mxfp4_q8_0_avx512,    \
     [HM_TYPE_Q4_0] = hm_dotn_q4_0_q8_0_avx512, [HM_TYPE_Q5_0] = hm_dotn_q5_0_q8_0_avx512,          \
-    [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx512
+    [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx512, [HM_TYPE_Q4_1] = hm_dotn_q4_1_q8_0_avx2,            \
+    [HM_TYPE_Q5_1] = hm_dotn_q5_1_q8_0_avx2
 
 #endif
