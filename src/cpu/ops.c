@@ -57,6 +57,15 @@ const hm_cpu_ops *hm_cpu_ops_or_ref(void) {
     return g_ops ? g_ops : &hm_ops_ref;
 }
 
+#if defined(__x86_64__)
+/* here, compiled for any x86-64: amx.c's code may not run before AMX is known to be there */
+hm_status hm_amx_selftest(void) {
+    if (!hm_isa_supported(hm_cpu_features_get(), HM_ISA_AMX))
+        return hm_errorf(HM_ERR_UNSUPPORTED, "AMX self-test: AMX not usable on this CPU/OS");
+    return hm_amx_selftest_tiles();
+}
+#endif
+
 bool hm_i8_matmul_ok(const hm_cpu_ops *ops) {
     if (!ops || !ops->i8_matmul) return false;
     return ops->isa == HM_ISA_AMX || ops->isa == HM_ISA_AVX512; /* both imply VNNI */

@@ -128,6 +128,7 @@ extern const hm_cpu_ops hm_ops_amx;
 /* AMX self-check: one 16x16x64 INT8 tile product (TDPBSSD) against plain C. Needs AMX and the
  * tile permission (hm_cpu_request_amx). HM_OK when the result is exact. */
 hm_status hm_amx_selftest(void);
+hm_status hm_amx_selftest_tiles(void); /* the check itself (x86/amx.c): AMX CPUs only */
 
 /* AMX INT8 matmul for every weight type with a dequantizer: y[t * y_stride + r - r0] = W[r] . x_t
  * for rows r0 <= r < r1 (any count) and t < n_tok, x_t = x + t * x_stride floats. Needs AMX and the
