@@ -1,30 +1,11 @@
 /* avx512.c - AVX-512 F/BW/VL/DQ (+VNNI, BF16) kernel variant, compiled with those flags only. */
 #include "cpu/ops.h"
-#include "cpu/x86/avx512_sum.h"
 #include "cpu/x86/kq_avx512.h"
-
-static uint64_t sum_u64_avx512(const uint64_t *p, size_t n) {
-    return hm_sum_u64_avx512(p, n);
-}
 
 const hm_cpu_ops hm_ops_avx512 = {
     .isa = HM_ISA_AVX512,
     .name = "avx512",
-    .sum_u64 = sum_u64_avx512,
-    .vec_dot = {HM_VEC_DOTS_AVX512},
-    .vec_dot_n = {HM_VEC_DOTNS_AVX512},
-    .axpy_f32 = hm_axpy_f32_avx512,
-    .silu_mul_f32 = hm_silu_mul_f32_avx512,
-    .expsum_f32 = hm_expsum_f32_avx512,
-    .max_f32 = hm_max_f32_avx512,
-    .scale_f32 = hm_scale_f32_avx512,
-    .f16_to_f32 = hm_f16_to_f32_avx512,
-    .f32_to_f16 = hm_f32_to_f16_avx512,
-    .quant_q8_0 = hm_quant_q8_0_avx512,
-    .quant_q8_K = hm_quant_q8_K_avx512,
-    .rmsnorm_f32 = hm_rmsnorm_f32_avx512,
+    HM_OPS_AVX512_COMMON,
     .i8_matmul = hm_vnni_matmul,
     .i8_matmul_packed = hm_vnni_matmul_packed,
-    .qk_block16 = hm_qk_block16_avx512,
-    .pv_block16 = hm_pv_block16_avx512,
 };

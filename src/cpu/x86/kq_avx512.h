@@ -3,6 +3,7 @@
 #ifndef HM_CPU_X86_KQ_AVX512_H
 #define HM_CPU_X86_KQ_AVX512_H
 
+#include "cpu/x86/avx512_sum.h"
 #include "cpu/x86/kq_avx2.h"
 
 /* Constants of the Q4_K kernel, loaded (one load each) rather than built per call:
@@ -44,6 +45,14 @@ static inline __m512i hm_k4_codes_avx512(const uint8_t *qs, __m512i nib) {
     const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     return _mm512_and_si512(_mm512_srlv_epi16(q2, sh), _mm512_set1_epi8(0x0F));
 #endif
+}
+
+/* A block's d and the dmin right after it (two adjacent halves) as floats, in lanes 0 and 1: one
+ * conversion */
+static inline __m128 hm_dmin_f32(const hm_half *d) {
+    int32_t bits;
+    memcpy(&bits, d, sizeof bits);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
 }
 
 /* One token's share of a block start with d and dmin (Q4_K, Q2_K): dd = (d, dmin) as floats,
@@ -90,9 +99,7 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         /* the 8 mins as int16 pairs: one VPMADDWD against a Q8_K block's 16 partial sums gives
          * min_j x (sum of sub-block j) in int32 lane j */
         const __m256i mins2 = _mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, sc));
-        int32_t ddbits; /* d and dmin: two adjacent halves */
-        memcpy(&ddbits, &w[i].d, sizeof ddbits);
-        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(ddbits));
+        const __m128 dd = hm_dmin_f32(&w[i].d);
         const hm_block_q8_K *x[4];
         __m512 fd[4];
         __m512i sumi[4];
@@ -284,9 +291,7 @@ hm_q2_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         const __m128i sm = _mm_loadu_si128((const __m128i *)w[i].scales);
         const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sm, m15)));
         const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), m15));
-        int32_t ddbits; /* d and dmin: two adjacent halves */
-        memcpy(&ddbits, &w[i].d, sizeof ddbits);
-        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(ddbits));
+        const __m128 dd = hm_dmin_f32(&w[i].d);
         const hm_block_q8_K *x[4];
         __m512 fd[4];
         __m512i sumi[4];
@@ -1083,5 +1088,16 @@ static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
     [HM_TYPE_Q4_0] = hm_dotn_q4_0_q8_0_avx512, [HM_TYPE_Q5_0] = hm_dotn_q5_0_q8_0_avx512,          \
     [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx512, [HM_TYPE_Q4_1] = hm_dotn_q4_1_q8_0_avx2,            \
     [HM_TYPE_Q5_1] = hm_dotn_q5_1_q8_0_avx2
+
+/* the hm_cpu_ops entries the avx512 and amx variants share */
+#define HM_OPS_AVX512_COMMON                                                                       \
+    .sum_u64 = hm_sum_u64_avx512, .vec_dot = {HM_VEC_DOTS_AVX512},                                 \
+    .vec_dot_n = {HM_VEC_DOTNS_AVX512}, .axpy_f32 = hm_axpy_f32_avx512,                            \
+    .silu_mul_f32 = hm_silu_mul_f32_avx512, .expsum_f32 = hm_expsum_f32_avx512,                    \
+    .max_f32 = hm_max_f32_avx512, .scale_f32 = hm_scale_f32_avx512,                                \
+    .f16_to_f32 = hm_f16_to_f32_avx512, .f32_to_f16 = hm_f32_to_f16_avx512,                        \
+    .quant_q8_0 = hm_quant_q8_0_avx512, .quant_q8_K = hm_quant_q8_K_avx512,                        \
+    .rmsnorm_f32 = hm_rmsnorm_f32_avx512, .qk_block16 = hm_qk_block16_avx512,                      \
+    .pv_block16 = hm_pv_block16_avx512
 
 #endif
