@@ -74,11 +74,20 @@ typedef struct hm_moe_params {
     hm_pool *pool;
     /* NUMA: with n_slices > 1, slice i of every expert's intermediate dimension (gate/up rows,
      * down columns; boundaries on whole blocks of the down type and its activation type) is
-     * computed on slice_pools[i] -- one pool per node, whose threads then read only their node's
-     * share of the weights when the caller placed it there. The slices run concurrently when the
-     * pools are async; their partial outputs are summed in hm_moe_wait. `pool` is unused then. */
+     * computed by group i of the pool's participants, which synchronize only among themselves;
+     * the groups run at once within one job of the pool, and at its end every participant sums
+     * its share of the slices' partial outputs into out. Groups are consecutive participants:
+     * slice_threads[i] of them for slice i (adding up to the pool's size), or with slice_threads
+     * NULL one group per NUMA node when the participants' CPUs run through exactly n_slices
+     * nodes in turn (a pool over the cores of n nodes, hm_pool_create's default order), else
+     * an even split (emulated nodes). Needs at least n_slices participants. */
     int n_slices;
-    hm_pool *const *slice_pools;
+    const int *slice_threads;
+    /* With n_slices > 1: each slice copies its share of every expert's weights (unmasked at
+     * create; ~1 byte per weight byte in all, hm_moe_slice_copy_bytes) into buffers that its own
+     * participants fill, so the pages land on their node and the slice's threads read only
+     * local memory. Without it the slices read the given views, wherever they are. */
+    bool slice_copy;
     int max_tokens; /* tokens per internal pass (scratch is sized for it); 0 = 1024 */
     bool no_amx;    /* never use the AMX path (tests, comparisons) */
     /* AMX prefill: also store every (unmasked at create) expert's weights once as int8 tile
@@ -86,14 +95,14 @@ typedef struct hm_moe_params {
      * more than 4 tokens skip the per-call conversion to int8. Same results bit for bit; decode
      * keeps reading the original weights. Ignored without AMX, with no_amx and with float
      * weights. The pool computes the repacking in hm_moe_create (with n_slices > 1 each slice's
-     * pool packs its own slice, so the copy lands on that node). */
+     * group packs its own slice, so the copy lands on that node). */
     bool repack;
     /* Batch scratch shared with other engines (hm_moe_scratch_create), or NULL for the engine's
      * own. A model's layers run one after another, so one scratch can serve them all: it grows
      * to the largest batch any of them has seen and is allocated (and its pages faulted in)
      * once instead of once per layer. Engines sharing it must use pools of the same size and
-     * not have batches in flight at the same time (hm_moe_submit refuses with an error). Not
-     * with n_slices > 1. */
+     * not have batches in flight at the same time (hm_moe_submit refuses with an error). With
+     * n_slices > 1 it also keeps one scratch per slice, shared by that slice of every engine. */
     hm_moe_scratch *scratch;
 } hm_moe_params;
 
@@ -107,6 +116,8 @@ void hm_moe_scratch_free(hm_moe_scratch *s); /* NULL is a no-op */
 /* Bytes the repack option would take for these shapes on this CPU (0 when it would be ignored:
  * no AMX, no_amx, float weights). Only the shapes, types, mask and flags are read. */
 size_t hm_moe_repack_bytes(const hm_moe_params *params);
+/* Bytes the slice_copy option would take (0 with n_slices < 2 or shapes it cannot split). */
+size_t hm_moe_slice_copy_bytes(const hm_moe_params *params);
 hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out);
 void hm_moe_free(hm_moe *moe); /* waits for a submit in flight; NULL is a no-op */
 

@@ -265,20 +265,31 @@ static void kl_stats(const float *ref, const float *got, int n, int V, double *m
     }
 }
 
-/* logits of every prompt of f with the model at path; false if it cannot run */
-static bool logits_rp(const char *path, const fixture *f, int prompt, float *lg, bool no_amx,
-                      hm_repack_mode repack) {
+/* logits of every prompt of f with the model at path and a context of 2 threads (NUMA slices
+ * `numa`, their copies `numa_copy`; *slices: the slices it ran with); false if it cannot run */
+static bool logits_ctx(const char *path, const fixture *f, int prompt, float *lg, bool no_amx,
+                       hm_repack_mode repack, int numa, hm_repack_mode numa_copy, int *slices) {
     hm_model *m = NULL;
     hm_ctx *c = NULL;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.n_threads = 2, cp.n_ctx = 64, cp.n_batch = 64, cp.no_amx = no_amx, cp.repack = repack;
+    cp.numa = numa, cp.numa_copy = numa_copy;
     CHECK_OK(hm_model_load(path, &m));
     if (m) CHECK_OK(hm_ctx_create(m, &cp, &c));
     bool ok = c && hm_ctx_decode(c, f->prompt[prompt], NULL, f->len[prompt], NULL, lg) == HM_OK;
     CHECK_MSG(ok, "%s: %s", path, hm_last_error());
+    if (c && slices) *slices = hm_ctx_numa_slices(c);
+    if (c && numa_copy == HM_REPACK_ON && hm_ctx_numa_slices(c) > 1)
+        CHECK(hm_ctx_numa_copy_bytes(c) > 0);
+    if (c && numa_copy == HM_REPACK_OFF) CHECK(hm_ctx_numa_copy_bytes(c) == 0);
     hm_ctx_free(c);
     hm_model_free(m);
     return ok;
+}
+
+static bool logits_rp(const char *path, const fixture *f, int prompt, float *lg, bool no_amx,
+                      hm_repack_mode repack) {
+    return logits_ctx(path, f, prompt, lg, no_amx, repack, 1, HM_REPACK_AUTO, NULL);
 }
 
 static bool logits_of(const char *path, const fixture *f, int prompt, float *lg, bool no_amx) {
@@ -366,6 +377,33 @@ static void check_converted(const char *name, int type, int experts_type, double
             CHECK_MSG(!memcmp(lf, lg, sizeof(float) * nv),
                       "%s %s: logits with repacked weights differ from per-batch conversion", name,
                       hm_type_name((uint32_t)type));
+        /* NUMA: the experts in 2 emulated slices (where their blocks allow), each slice's
+         * weights copied or read in place: the same logits bit for bit, and as close to
+         * transformers' as without slices (the partial sums are added in another order, and on
+         * AMX the hidden rows are quantized per slice) */
+        int sl = 0;
+        float *ln = malloc(sizeof(float) * nv);
+        if (quant && ln &&
+            logits_ctx(path, &f, i, lf, false, HM_REPACK_AUTO, 2, HM_REPACK_ON, &sl) &&
+            logits_ctx(path, &f, i, ln, false, HM_REPACK_AUTO, 2, HM_REPACK_OFF, NULL)) {
+            CHECK_MSG(!memcmp(lf, ln, sizeof(float) * nv),
+                      "%s %s: logits with the slices' weights copied differ from in place", name,
+                      hm_type_name((uint32_t)type));
+            double km, kx;
+            kl_stats(f.logits[i], lf, f.len[i], V, &km, &kx);
+            printf("  %s as GGUF %s/%s experts in %d NUMA slices, prompt %d: KL mean %.2e max "
+                   "%.2e\n",
+                   name, hm_type_name((uint32_t)type),
+                   experts_type < 0 ? "same" : hm_type_name((uint32_t)experts_type), sl, i, km, kx);
+            CHECK_MSG(km <= kl_mean_max && kx <= kl_max_max,
+                      "%s %s, NUMA slices: KL mean %.3g (bound %.3g), max %.3g (bound %.3g)", name,
+                      hm_type_name((uint32_t)type), km, kl_mean_max, kx, kl_max_max);
+            /* 256 Q8_0 values split on 32-value blocks; a Q4_K block cannot be split */
+            const uint32_t et = (uint32_t)(experts_type < 0 ? type : experts_type);
+            CHECK_MSG(sl == (et == HM_TYPE_Q4_K ? 1 : 2), "%s %s experts: %d slices", name,
+                      hm_type_name(et), sl);
+        }
+        free(ln);
         if (tol > 0) {
             double e = rel_err(lg, f.logits[i], nv);
             CHECK_MSG(e <= tol, "%s as GGUF (%s): prompt %d rel error %.3g > %.3g", name,

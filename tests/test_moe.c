@@ -153,16 +153,17 @@ static void route(int n, int E, int k, uint64_t seed, int32_t *ids, float *w) {
     }
 }
 
-/* NUMA emulation: when set, run_case builds engines with these slice pools */
-static hm_pool *const *g_slices;
+/* NUMA emulation: when set, run_case and test_repack build engines with this many slices (of
+ * the pool's participants), copying their weights where g_slice_copy is set */
 static int g_n_slices;
+static bool g_slice_copy;
 
 static void run_case(hm_pool *pool, const model *m, int n, double tol, const char *name,
                      bool no_amx) {
     hm_moe_params p = hm_moe_default_params();
     p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
     p.pool = pool, p.no_amx = no_amx, p.max_tokens = 48; /* small: several chunks at 513 tokens */
-    p.n_slices = g_n_slices, p.slice_pools = g_slices;
+    p.n_slices = g_n_slices, p.slice_copy = g_slice_copy;
     hm_moe *moe;
     CHECK_OK(hm_moe_create(&p, &moe));
     if (!moe) return;
@@ -352,7 +353,7 @@ static void test_repack(hm_pool *pool, const model *m, int n) {
     hm_moe_params p = hm_moe_default_params();
     p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
     p.pool = pool, p.max_tokens = 200;
-    p.n_slices = g_n_slices, p.slice_pools = g_slices;
+    p.n_slices = g_n_slices, p.slice_copy = g_slice_copy;
     const hm_cpu_ops *ops = NULL;
     const bool amx = hm_cpu_ops_get(&ops) == HM_OK && hm_i8_matmul_ok(ops); /* AMX or VNNI */
     uint8_t *mask = calloc((size_t)m->E, 1);
@@ -434,7 +435,7 @@ static void test_fused_h(hm_pool *pool, const model *m, int n) {
 
 /* Engines of different shapes and types sharing one batch scratch give bit for bit what engines
  * with their own scratch give, in any order of batch sizes; a shared scratch in use refuses a
- * second engine's submit; pools of another size and sliced engines are refused at create. */
+ * second engine's submit; pools of another size are refused at create. */
 static void test_shared_scratch(hm_pool *pool) {
     model ma, mb;
     model_init(&ma, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 256, 256, 8, 2, HM_MOE_GELU, false, 31);
@@ -462,10 +463,6 @@ static void test_shared_scratch(hm_pool *pool) {
         hm_moe *bad = NULL;
         CHECK_STATUS(hm_moe_create(&p, &bad), HM_ERR_INVALID_ARG);
         CHECK_CONTAINS(hm_last_error(), "pool of");
-        hm_pool *sl[2] = {pool, other};
-        p.n_slices = 2, p.slice_pools = sl;
-        CHECK_STATUS(hm_moe_create(&p, &bad), HM_ERR_INVALID_ARG);
-        CHECK_CONTAINS(hm_last_error(), "slices");
     }
     hm_pool_free(other);
     hm_moe_scratch_free(sh); /* the engines keep it alive */
@@ -594,6 +591,92 @@ static void test_routers(void) {
                  HM_ERR_INVALID_ARG);
 }
 
+/* NUMA slices: the engine with its slices' weights copied equals the one reading the given
+ * views bit for bit (an expert masked at create is not copied and, unmasked later, read where it
+ * is), and so do explicit uneven groups, a sync pool, another batch after the first, and an
+ * engine sharing its scratch with a second sliced engine and an unsliced one that run in
+ * between; the copy's size; bad group sizes and more slices than threads are refused. */
+static void test_slices(hm_pool *pool, hm_pool *spool, const model *m, int n) {
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
+    p.pool = pool, p.n_slices = 2, p.max_tokens = 64;
+    uint8_t *mask = calloc((size_t)m->E, 1);
+    mask[1] = 1;
+    p.mask = mask;
+    uint64_t wb = 0; /* the weight bytes of the unmasked experts */
+    for (int e = 0; e < m->E; e++) {
+        uint64_t g, u, d;
+        hm_type_row_bytes(m->ex[e].gate.type, (uint64_t)m->H, &g);
+        hm_type_row_bytes(m->ex[e].up.type, (uint64_t)m->H, &u);
+        hm_type_row_bytes(m->ex[e].down.type, (uint64_t)m->I, &d);
+        wb += e == 1 ? 0 : (uint64_t)m->I * (g + u) + (uint64_t)m->H * d;
+    }
+    const size_t cb = hm_moe_slice_copy_bytes(&p);
+    CHECK_MSG(cb >= wb && cb <= wb + (uint64_t)(3 * 64 * 2 * m->E),
+              "slice copy %zu bytes for %llu weight bytes", cb, (unsigned long long)wb);
+    p.n_slices = 1;
+    CHECK(hm_moe_slice_copy_bytes(&p) == 0);
+    p.n_slices = 2;
+    hm_moe *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    CHECK_OK(hm_moe_create(&p, &a));
+    p.slice_copy = true;
+    CHECK_OK(hm_moe_create(&p, &b));
+    const int uneven[2] = {hm_pool_size(pool) - 1, 1};
+    p.slice_threads = uneven;
+    CHECK_OK(hm_moe_create(&p, &c));
+    p.slice_threads = NULL, p.pool = spool;
+    CHECK_OK(hm_moe_create(&p, &d));
+    hm_moe_scratch *sh = NULL;
+    CHECK_OK(hm_moe_scratch_create(&sh));
+    hm_moe *e = NULL, *f = NULL, *u = NULL;
+    p.pool = pool, p.scratch = sh;
+    CHECK_OK(hm_moe_create(&p, &e));
+    CHECK_OK(hm_moe_create(&p, &f));
+    p.n_slices = 0;
+    CHECK_OK(hm_moe_create(&p, &u));
+    p.n_slices = 2, p.scratch = NULL;
+    hm_moe_scratch_free(sh);
+    if (e && f && u) {
+        for (int rep = 0; rep < 2; rep++) {
+            CHECK(outputs_differ(f, u, m, n + 3, 17) >= 0); /* the shared buffers in other use */
+            const int64_t de = outputs_differ(a, e, m, n, 21 + (uint64_t)(n + rep));
+            CHECK_MSG(de == 0, "slices, shared scratch, %d tokens: %lld outputs differ", n,
+                      (long long)de);
+        }
+    }
+    hm_moe_free(e), hm_moe_free(f), hm_moe_free(u);
+    if (a && b && c && d) {
+        for (int rep = 0; rep < 2; rep++) {
+            const int64_t db = outputs_differ(a, b, m, n, 3 + (uint64_t)(n + rep));
+            const int64_t dc = outputs_differ(a, c, m, n, 5 + (uint64_t)(n + rep));
+            const int64_t dd = outputs_differ(a, d, m, n, 9 + (uint64_t)(n + rep));
+            CHECK_MSG(db == 0 && dc == 0 && dd == 0,
+                      "slices %s, %d tokens: %lld / %lld / %lld outputs differ (copied, uneven "
+                      "groups, sync pool)",
+                      hm_type_name(m->ex[0].gate.type), n, (long long)db, (long long)dc,
+                      (long long)dd);
+            for (hm_moe **q = (hm_moe *[]){a, b, c, d, NULL}; *q; q++)
+                CHECK_OK(hm_moe_set_mask(*q, NULL)); /* expert 1 (not copied) computed too */
+        }
+    }
+    hm_moe_free(a), hm_moe_free(b), hm_moe_free(c), hm_moe_free(d);
+    /* bad groups */
+    hm_moe *bad = NULL;
+    p.pool = pool;
+    const int wrong[2] = {1, 1};
+    p.slice_threads = wrong;
+    CHECK_STATUS(hm_moe_create(&p, &bad), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "add up");
+    const int zero[2] = {hm_pool_size(pool), 0};
+    p.slice_threads = zero;
+    CHECK_STATUS(hm_moe_create(&p, &bad), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "slice 1 has 0 threads");
+    p.slice_threads = NULL, p.n_slices = hm_pool_size(pool) + 1;
+    CHECK_STATUS(hm_moe_create(&p, &bad), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "at least as many threads");
+    free(mask);
+}
+
 int main(void) {
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = 3;
@@ -675,49 +758,50 @@ int main(void) {
     run_case(pool, &m, 1, 3e-2, "q6_k 7168x256 top-8/16", false);
     model_free(&m);
 
-    /* NUMA: 2 emulated sub-pools, each computing a slice of every expert's intermediate
-     * dimension concurrently; the partial outputs are summed */
-    hm_poolset_params sp = hm_poolset_default_params();
-    sp.emulate_nodes = 2;
-    sp.threads_per_node = 1;
-    sp.async = true;
-    sp.pin = false;
-    hm_poolset *set = NULL;
-    CHECK_OK(hm_poolset_create(&sp, &set));
-    if (set) {
-        hm_pool *slices[2] = {hm_poolset_pool(set, 0), hm_poolset_pool(set, 1)};
-        g_slices = slices, g_n_slices = 2;
-        /* inter 768 = 3 Q8_K blocks of 256: slices of 256 and 512 */
-        model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 2048, 768, 8, 2, HM_MOE_SILU, false, 11);
-        run_case(pool, &m, 1, 3e-2, "2 slices: q4_k 2048x768 top-2/8", false);
-        run_case(pool, &m, 7, 3e-2, "2 slices: q4_k 2048x768 top-2/8", false);
-        run_case(pool, &m, 64, 3e-2, "2 slices: q4_k 2048x768 top-2/8", false);
-        model_free(&m);
-        /* 1408 = 44 blocks of 32 (Q8_0 down): 704 + 704 */
-        model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 256, 1408, 64, 6, HM_MOE_SILU, false, 12);
-        run_case(pool, &m, 3, 3e-2, "2 slices: q4_k/q8_0 256x1408 top-6/64", false);
-        test_repack(pool, &m, 300);
-        model_free(&m);
-        /* biases (down bias added once) and the gpt-oss activation */
-        model_init(&m, HM_TYPE_MXFP4, HM_TYPE_MXFP4, 2880, 64, 32, 4, HM_MOE_SWIGLU_OAI, true, 14);
-        run_case(pool, &m, 2, 3e-2, "2 slices: mxfp4 2880x64 top-4/32 swiglu-oai", false);
-        model_free(&m);
-        model_init(&m, HM_TYPE_BF16, HM_TYPE_BF16, 128, 96, 16, 1, HM_MOE_SILU, false, 15);
-        run_case(pool, &m, 4, 1e-4, "2 slices: bf16 128x96 top-1/16", true);
-        /* an intermediate size that cannot be split into whole blocks */
-        hm_moe_params bp = hm_moe_default_params();
-        bp.n_experts = m.E, bp.hidden = m.H, bp.inter = m.I, bp.experts = m.ex;
-        bp.n_slices = 2, bp.slice_pools = slices;
-        model_free(&m);
-        model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 256, 256, 4, 1, HM_MOE_SILU, false, 17);
-        bp.n_experts = m.E, bp.hidden = m.H, bp.inter = m.I, bp.experts = m.ex;
-        hm_moe *bad = NULL;
-        CHECK_STATUS(hm_moe_create(&bp, &bad), HM_ERR_INVALID_ARG);
-        CHECK_CONTAINS(hm_last_error(), "cannot be split");
-        model_free(&m);
-        g_slices = NULL, g_n_slices = 0;
-        hm_poolset_free(set);
-    }
+    /* NUMA: 2 emulated nodes, each a group of the pool's participants computing a slice of
+     * every expert's intermediate dimension at once; the partial outputs are summed */
+    g_n_slices = 2;
+    /* inter 768 = 3 Q8_K blocks of 256: slices of 256 and 512 */
+    model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 2048, 768, 8, 2, HM_MOE_SILU, false, 11);
+    run_case(pool, &m, 1, 3e-2, "2 slices: q4_k 2048x768 top-2/8", false);
+    run_case(pool, &m, 7, 3e-2, "2 slices: q4_k 2048x768 top-2/8", false);
+    g_slice_copy = true;
+    run_case(pool, &m, 64, 3e-2, "2 slices, copied: q4_k 2048x768 top-2/8", false);
+    run_case(spool, &m, 3, 3e-2, "2 slices, copied: q4_k 2048x768 top-2/8 (sync pool)", false);
+    g_slice_copy = false;
+    test_slices(pool, spool, &m, 2);
+    test_slices(pool, spool, &m, 80);
+    model_free(&m);
+    /* 1408 = 44 blocks of 32 (Q8_0 down): 704 + 704 */
+    model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q8_0, 256, 1408, 64, 6, HM_MOE_SILU, false, 12);
+    run_case(pool, &m, 3, 3e-2, "2 slices: q4_k/q8_0 256x1408 top-6/64", false);
+    test_repack(pool, &m, 300);
+    g_slice_copy = true;
+    test_repack(pool, &m, 300);
+    test_slices(pool, spool, &m, 5);
+    model_free(&m);
+    /* biases (down bias added once) and the gpt-oss activation */
+    model_init(&m, HM_TYPE_MXFP4, HM_TYPE_MXFP4, 2880, 64, 32, 4, HM_MOE_SWIGLU_OAI, true, 14);
+    run_case(pool, &m, 2, 3e-2, "2 slices, copied: mxfp4 2880x64 top-4/32 swiglu-oai", false);
+    g_slice_copy = false;
+    run_case(pool, &m, 2, 3e-2, "2 slices: mxfp4 2880x64 top-4/32 swiglu-oai", false);
+    model_free(&m);
+    model_init(&m, HM_TYPE_BF16, HM_TYPE_BF16, 128, 96, 16, 1, HM_MOE_SILU, false, 15);
+    run_case(pool, &m, 4, 1e-4, "2 slices: bf16 128x96 top-1/16", true);
+    g_n_slices = 3;
+    run_case(pool, &m, 9, 1e-4, "3 slices: bf16 128x96 top-1/16", true);
+    g_n_slices = 0;
+    model_free(&m);
+    /* an intermediate size that cannot be split into whole blocks */
+    model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 256, 256, 4, 1, HM_MOE_SILU, false, 17);
+    hm_moe_params bp = hm_moe_default_params();
+    bp.n_experts = m.E, bp.hidden = m.H, bp.inter = m.I, bp.experts = m.ex, bp.pool = pool;
+    bp.n_slices = 2;
+    hm_moe *bad = NULL;
+    CHECK_STATUS(hm_moe_create(&bp, &bad), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "cannot be split");
+    CHECK(hm_moe_slice_copy_bytes(&bp) == 0);
+    model_free(&m);
     hm_pool_free(pool);
     hm_pool_free(spool);
     return test_done("moe");

@@ -44,6 +44,32 @@ static void barrier_task(int ith, int nth, void *arg) {
     }
 }
 
+/* Groups of a job's participants, each with its own hm_barrier ([0, g) and [g, nth)), doing the
+ * rounds of barrier_task among themselves; group 1 pauses so that a barrier letting anyone through
+ * early (or across groups) shows up as a stale slot. */
+typedef struct {
+    hm_barrier bar[2];
+    int g;
+    int data[MAXT];
+    atomic_int errors;
+} group_job;
+
+static void group_task(int ith, int nth, void *arg) {
+    group_job *j = arg;
+    const int grp = ith >= j->g, lo = grp ? j->g : 0, hi = grp ? nth : j->g;
+    for (int r = 0; r < 50; r++) {
+        j->data[ith] = r * 2 + grp;
+        if (grp && r % 8 == 0) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        hm_barrier_wait(&j->bar[grp]);
+        for (int k = lo; k < hi; k++)
+            if (j->data[k] != r * 2 + grp) atomic_fetch_add(&j->errors, 1);
+        hm_barrier_wait(&j->bar[grp]);
+    }
+}
+
 static void run_counted(hm_pool *pool, job_t *j, int jobs, bool async, int sleep_us) {
     int n = hm_pool_size(pool);
     memset(j, 0, sizeof *j);
@@ -258,6 +284,16 @@ int main(void) {
         CHECK_MSG(job.cpu_seen[i] == hm_pool_cpu(pool, i), "worker %d on cpu %d, pinned to %d", i,
                   job.cpu_seen[i], hm_pool_cpu(pool, i));
     run_barrier(pool, &job, 200);
+    if (cores >= 2) { /* two groups with their own barriers in one job */
+        static group_job gj;
+        gj.g = cores / 2;
+        hm_barrier_init(&gj.bar[0], gj.g, -1);
+        hm_barrier_init(&gj.bar[1], cores - gj.g, 0); /* futex only */
+        atomic_init(&gj.errors, 0);
+        for (int r = 0; r < 20; r++) hm_pool_run(pool, group_task, &gj);
+        CHECK_MSG(atomic_load(&gj.errors) == 0, "%d group barrier violations",
+                  atomic_load(&gj.errors));
+    }
     CHECK_STATUS(hm_pool_submit(pool, count_task, &job), HM_ERR_INVALID_ARG);
     CHECK_CONTAINS(hm_last_error(), "async=true");
     hm_pool_free(pool);

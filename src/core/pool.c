@@ -40,9 +40,7 @@ struct hm_pool {
     _Alignas(64) atomic_int pending;
     _Alignas(64) atomic_uint done_gen; /* futex word: generation of the last finished job */
     atomic_int waiter_sleeping;
-    _Alignas(64) atomic_uint bar_phase; /* futex word */
-    atomic_int bar_count;
-    atomic_int bar_sleepers;
+    hm_barrier bar;                   /* hm_pool_barrier */
     _Alignas(64) atomic_int sleepers; /* workers asleep on gen */
 
     int n_threads; /* participants */
@@ -200,6 +198,7 @@ hm_status hm_pool_create(const hm_pool_params *params, hm_pool **out) {
     pool->first_ith = p.async ? 0 : 1;
     pool->spin_us = p.spin_us < 0 ? default_spin_us() : p.spin_us;
     pool->spin_ns = (uint64_t)pool->spin_us * 1000;
+    hm_barrier_init(&pool->bar, p.n_threads, pool->spin_us);
     pool->workers = calloc((size_t)p.n_threads, sizeof(worker));
     if (!pool->workers) goto oom;
     if (p.pin) {
@@ -352,16 +351,27 @@ bool hm_pool_busy(const hm_pool *pool) {
     return pool->busy;
 }
 
-void hm_pool_barrier(hm_pool *pool) {
-    int n = pool->n_threads;
-    if (n <= 1) return;
-    unsigned phase = atomic_load(&pool->bar_phase);
-    if (atomic_fetch_add(&pool->bar_count, 1) == n - 1) {
-        atomic_store(&pool->bar_count, 0);
-        publish(&pool->bar_phase, phase + 1, &pool->bar_sleepers);
+void hm_barrier_init(hm_barrier *b, int n, int spin_us) {
+    atomic_init(&b->phase, 0);
+    atomic_init(&b->count, 0);
+    atomic_init(&b->sleepers, 0);
+    b->n = n;
+    b->spin_ns = (uint64_t)(spin_us < 0 ? default_spin_us() : spin_us) * 1000;
+}
+
+void hm_barrier_wait(hm_barrier *b) {
+    if (b->n <= 1) return;
+    unsigned phase = atomic_load(&b->phase);
+    if (atomic_fetch_add(&b->count, 1) == b->n - 1) {
+        atomic_store(&b->count, 0);
+        publish(&b->phase, phase + 1, &b->sleepers);
     } else {
-        wait_change(&pool->bar_phase, phase, pool->spin_ns, &pool->bar_sleepers);
+        wait_change(&b->phase, phase, b->spin_ns, &b->sleepers);
     }
+}
+
+void hm_pool_barrier(hm_pool *pool) {
+    hm_barrier_wait(&pool->bar);
 }
 
 /* ---------------------------------------------------------------- poolset */

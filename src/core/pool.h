@@ -67,6 +67,19 @@ void hm_pool_set_idle(hm_pool *pool, hm_idle_fn fn, void *arg);
 /* Inside a job: returns once all nth participants have called it. */
 void hm_pool_barrier(hm_pool *pool);
 
+/* A barrier of n threads with the pool's spin-then-sleep wait, for a group of a job's
+ * participants that synchronize among themselves (hm_pool_barrier is the whole job's): each of
+ * the n calls hm_barrier_wait, which returns once all n have. Reusable; init before the job. */
+typedef struct hm_barrier {
+    _Alignas(64) atomic_uint phase; /* futex word */
+    atomic_int count;
+    atomic_int sleepers;
+    int n;
+    uint64_t spin_ns;
+} hm_barrier;
+void hm_barrier_init(hm_barrier *b, int n, int spin_us);
+void hm_barrier_wait(hm_barrier *b);
+
 /* Counters of the jobs run through hm_pool_run since creation or the last reset, as the caller
  * sees them: run_ns from dispatch to the end of the join; own_ns the part of it a sync pool's
  * caller spent in its own share (participant 0); run_ns - own_ns is then the dispatch and the

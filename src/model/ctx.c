@@ -111,6 +111,40 @@ static uint64_t mapped_bytes(const hm_model *m) {
 size_t hm_ctx_repacked_bytes(const hm_ctx *c) {
     return c->repacked;
 }
+int hm_ctx_numa_slices(const hm_ctx *c) {
+    return c->n_slices;
+}
+size_t hm_ctx_numa_copy_bytes(const hm_ctx *c) {
+    return c->slice_copied;
+}
+
+/* The experts' NUMA slices asked for (hm_ctx_params.numa): 1 = none */
+static int numa_slices(const hm_ctx_params *p) {
+    if (p->numa == 1) return 1;
+    if (p->numa >= 2) return p->numa;
+    const hm_topology *t = hm_topology_get();
+    return t->n_nodes > 1 ? t->n_nodes : 1;
+}
+
+/* One slice per real node: the pool's threads in node order, an equal share on each node (the
+ * default order would fill node 0 first when fewer threads than cores are asked for). NULL when
+ * the slices are emulated (the default order, split evenly). */
+static int *node_cpus(int slices, int n) {
+    const hm_topology *t = hm_topology_get();
+    if (slices != t->n_nodes || n < slices) return NULL;
+    int *v = malloc(sizeof(int) * (size_t)n);
+    if (!v) return NULL;
+    int k = 0;
+    for (int s = 0; s < slices; s++) {
+        const hm_numa_node *nd = &t->nodes[s];
+        const int cnt = (int)((int64_t)n * (s + 1) / slices - (int64_t)n * s / slices);
+        if (cnt > nd->n_cores)
+            HM_WARN("context: %d threads on NUMA node %d's %d cores: threads will share cores", cnt,
+                    nd->id, nd->n_cores);
+        for (int j = 0; j < cnt; j++) v[k++] = nd->core_cpus[j % nd->n_cores];
+    }
+    return v;
+}
 
 int hm_ctx_n_seq(const hm_ctx *c) {
     return c->p.n_seq;
@@ -251,7 +285,14 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     pp.n_threads = p.n_threads;
     pp.async = false;
     pp.pin_caller = p.pin_caller;
-    if ((st = hm_pool_create(&pp, &c->pool))) goto fail;
+    c->n_slices = hp->n_experts ? numa_slices(&p) : 1;
+    int *cpus = c->n_slices > 1
+                    ? node_cpus(c->n_slices, p.n_threads ? p.n_threads : hm_topology_get()->n_cores)
+                    : NULL;
+    if (cpus) pp.cpus = cpus, pp.n_threads = p.n_threads ? p.n_threads : hm_topology_get()->n_cores;
+    st = hm_pool_create(&pp, &c->pool);
+    free(cpus);
+    if (st) goto fail;
     c->nth = hm_pool_size(c->pool);
 
     const size_t H = hp->hidden, B = (size_t)p.n_batch;
@@ -306,9 +347,39 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory");
         goto fail;
     }
-    bool repack = false;
-    size_t dense_need = 0;
+    bool repack = false, slice_copy = false;
+    size_t dense_need = 0, copy_need = 0;
     c->layers = m->layers;
+    hm_mem_info mi;
+    const bool have = hm_mem_info_get(&mi) == HM_OK;
+    const uint64_t keep = m->copy.ptr ? 0 : mapped_bytes(m);
+    if (c->n_slices > 1) { /* the split the shapes allow, and the slices' copies */
+        for (uint32_t il = 0; il < hp->n_layers; il++) {
+            if (!m->layers[il].moe) continue;
+            hm_moe_params mp = hm_moe_default_params();
+            mp.n_experts = (int)hp->n_experts, mp.hidden = hp->hidden, mp.inter = hp->moe_inter;
+            mp.experts = m->layers[il].experts, mp.n_slices = c->n_slices;
+            const size_t b = hm_moe_slice_copy_bytes(&mp);
+            if (!b || c->nth < c->n_slices) {
+                HM_WARN("%s: the experts (inter %u) cannot be split into %d NUMA slices of whole "
+                        "blocks over %d threads; running without slices",
+                        m->path, hp->moe_inter, c->n_slices, c->nth);
+                c->n_slices = 1, copy_need = 0;
+                break;
+            }
+            copy_need += b;
+        }
+        slice_copy = copy_need > 0 &&
+                     (p.numa_copy == HM_REPACK_ON || (p.numa_copy == HM_REPACK_AUTO && have &&
+                                                      copy_need + keep <= mi.available / 5 * 4));
+        if (copy_need > 0 && !slice_copy && p.numa_copy == HM_REPACK_AUTO)
+            hm_log(HM_LOG_INFO,
+                   "NUMA slices' weights not copied to their nodes: %.1f GB needed%s, %.1f GB "
+                   "available (--numa-copy on forces it)",
+                   (double)copy_need * 1e-9, keep ? " (+ the mmapped model)" : "",
+                   have ? (double)mi.available * 1e-9 : 0.0);
+        if (slice_copy) c->slice_copied = copy_need;
+    }
     if (p.repack != HM_REPACK_OFF) {
         size_t need = 0;
         for (uint32_t il = 0; il < hp->n_layers; il++) {
@@ -320,16 +391,15 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
             need += hm_moe_repack_bytes(&mp);
         }
         need += dense_need;
-        hm_mem_info mi;
-        const bool have = hm_mem_info_get(&mi) == HM_OK;
-        const uint64_t keep = m->copy.ptr ? 0 : mapped_bytes(m);
-        repack =
-            need > 0 && (p.repack == HM_REPACK_ON || (have && need + keep <= mi.available / 5 * 4));
+        const size_t copies = slice_copy ? copy_need : 0;
+        repack = need > 0 && (p.repack == HM_REPACK_ON ||
+                              (have && need + copies + keep <= mi.available / 5 * 4));
         if (need > 0 && !repack)
             hm_log(HM_LOG_INFO,
-                   "weights not repacked for AMX prefill: %.1f GB needed%s, %.1f GB available "
+                   "weights not repacked for AMX prefill: %.1f GB needed%s%s, %.1f GB available "
                    "(--repack on forces it)",
                    (double)need * 1e-9, keep ? " (+ the mmapped model)" : "",
+                   copies ? " (+ the NUMA slices' copies)" : "",
                    have ? (double)mi.available * 1e-9 : 0.0);
         if (repack) c->repacked = need;
     }
@@ -362,6 +432,8 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         mp.no_amx = p.no_amx;
         mp.repack = repack;
         mp.scratch = moe_scratch;
+        mp.n_slices = c->n_slices > 1 ? c->n_slices : 0;
+        mp.slice_copy = slice_copy;
         if ((st = hm_moe_create(&mp, &c->moe[il]))) {
             st = hm_errorf(st, "%s: layer %u experts: %s", m->path, il, hm_last_error());
             hm_moe_scratch_free(moe_scratch);
@@ -369,6 +441,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         }
     }
     hm_moe_scratch_free(moe_scratch);
+    if (c->n_slices > 1)
+        hm_log(HM_LOG_INFO, "NUMA: routed experts in %d slices (%s), their weights %s", c->n_slices,
+               c->n_slices == hm_topology_get()->n_nodes ? "one per node" : "emulated",
+               slice_copy ? "copied to their threads' nodes" : "read in place");
     c->mm_scratch = hm_malloc_aligned(mmb ? mmb : 64, 64, "ctx matmul scratch");
     if (!c->mm_scratch) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory (%zu bytes of matmul scratch)",

@@ -37,7 +37,9 @@ struct hm_ctx {
     uint64_t prof_alone_ns[HM_PROF_COUNT];  /* of it, outside the pool's jobs */
     uint64_t prof_wait_ns[HM_PROF_COUNT];   /* of it, dispatch and waiting for the slowest */
     uint64_t prof_pool_mark, prof_own_mark; /* the pool's run_ns, own_ns at the last prof */
-    size_t repacked; /* bytes of the experts' and dense matrices' int8 tile copies */
+    size_t repacked;     /* bytes of the experts' and dense matrices' int8 tile copies */
+    int n_slices;        /* NUMA slices of the experts (1: none) */
+    size_t slice_copied; /* bytes of their weight copies */
     /* the layers as the blocks read them: the model's, or copies whose dense matrices also point
      * at the context's int8 units (hm_nn_repack, in dense_pack) */
     const hm_layer *layers;

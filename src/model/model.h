@@ -100,6 +100,18 @@ typedef struct hm_ctx_params {
      * stream each worker's share of q/k/v, o and the router towards its L2 while the others
      * finish and the calling thread runs alone; off only to measure what that gains) */
     bool no_idle_prefetch;
+    /* NUMA: the routed experts of every layer split into slices of their intermediate dimension,
+     * one per node, each computed by the pool's threads on that node from a copy of its share of
+     * the weights in that node's memory (hm_moe_params.n_slices, slice_copy); the partial outputs
+     * are summed. 0 = auto (one slice per node when the machine has several, each node getting
+     * an equal share of the threads), 1 = off, N >= 2 = N slices (emulated with an even split
+     * of the threads where the machine has not N nodes). A split the expert shapes do not allow
+     * (whole blocks of the down type per slice) falls back to no slices, with a warning. */
+    int numa;
+    /* the slices' weight copies: AUTO when they fit the memory budget of `repack` (checked
+     * first: decode reads them), ON always, OFF never (the slices then read the model's
+     * pages wherever they are) */
+    hm_repack_mode numa_copy;
 } hm_ctx_params;
 
 typedef struct hm_ctx hm_ctx;
@@ -112,8 +124,10 @@ int hm_ctx_n_batch(const hm_ctx *c);
 int hm_ctx_n_threads(const hm_ctx *c);
 int hm_ctx_n_ctx(const hm_ctx *c);
 int hm_ctx_n_seq(const hm_ctx *c);
-size_t hm_ctx_repacked_bytes(const hm_ctx *c); /* the int8 copies (experts, dense), 0: none */
-int hm_ctx_seq_len(const hm_ctx *c, int seq);  /* positions already in the cache */
+size_t hm_ctx_repacked_bytes(const hm_ctx *c);  /* the int8 copies (experts, dense), 0: none */
+int hm_ctx_numa_slices(const hm_ctx *c);        /* the experts' slices (1: none) */
+size_t hm_ctx_numa_copy_bytes(const hm_ctx *c); /* the slices' weight copies, 0: none */
+int hm_ctx_seq_len(const hm_ctx *c, int seq);   /* positions already in the cache */
 /* Forgets a sequence's cache (its next token is position 0). */
 void hm_ctx_seq_reset(hm_ctx *c, int seq);
 

@@ -103,6 +103,11 @@ struct hm_moe_scratch {
     void **tscratch;    /* [nth] per thread: AMX scratch + gate/up/down tiles */
     size_t cap_tok, cap_wt, cap_xf, cap_xq, cap_xq_need, cap_xa, cap_h, cap_hq, cap_px, cap_ph,
         cap_acc, cap_part;
+    /* sliced engines: their partial outputs [slices][n_tok][hidden], and one scratch per slice
+     * for their children (created when first needed, released with this one) */
+    float *sub_out;
+    size_t cap_sub_out;
+    hm_moe_scratch *slice[64];
 };
 
 struct hm_moe {
@@ -161,11 +166,20 @@ struct hm_moe {
     bool no_fused_h;     /* HMOE_MOE_FUSE_H=0: h packed in its own phase (A/B, tests) */
     bool no_direct_out;  /* HMOE_MOE_DIRECT_OUT=0: sums always in s->acc, then copied (A/B) */
     bool no_flow;        /* HMOE_MOE_FLOW=0: a barrier between gate/up and down (A/B) */
-    /* NUMA slices: child engines over slices of inter, each with its own pool and output */
+    /* NUMA slices: child engines over slices of inter [sl_i0[i], sl_i0[i + 1]), each run by one
+     * group of the pool's participants [gstart[i], gstart[i + 1]) with its own barrier, into its
+     * own output; with slice_copy, each slice's share of the experts' weights in wcopy[i] */
     int n_sub;
     hm_moe **sub;
-    float *sub_out; /* [n_sub][n_tok][hidden] */
-    size_t cap_sub_out;
+    int *gstart;      /* [n_sub + 1] */
+    int64_t *sl_i0;   /* [n_sub + 1] */
+    hm_barrier *bars; /* [n_sub] */
+    hm_large *wcopy;  /* [n_sub] */
+    uint8_t *copied;  /* [n_sub][n_experts] 1: the child's views of expert e point into wcopy */
+    /* a child engine: its group's barrier (NULL: the whole pool's), and whether the batch it
+     * prepared has work for the job */
+    hm_barrier *bar;
+    bool run_job;
     /* repack: expert e's gate, up, down int8 tile units at wpack + e * wp_expert (+ wp_gu for
      * up, + 2 * wp_gu for down) when packed[e] */
     hm_large wpack;
@@ -188,13 +202,14 @@ hm_moe_params hm_moe_default_params(void) {
 static void scratch_release(hm_moe_scratch *s) {
     void **bufs[] = {(void **)&s->tok,     (void **)&s->wt, (void **)&s->xf,  (void **)&s->xq,
                      (void **)&s->xq_need, (void **)&s->xa, (void **)&s->h,   (void **)&s->hq,
-                     (void **)&s->px,      (void **)&s->ph, (void **)&s->acc, (void **)&s->part};
+                     (void **)&s->px,      (void **)&s->ph, (void **)&s->acc, (void **)&s->part,
+                     (void **)&s->sub_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         hm_free(*bufs[i]);
         *bufs[i] = NULL;
     }
     s->cap_tok = s->cap_wt = s->cap_xf = s->cap_xq = s->cap_xq_need = s->cap_xa = s->cap_h =
-        s->cap_hq = s->cap_px = s->cap_ph = s->cap_acc = s->cap_part = 0;
+        s->cap_hq = s->cap_px = s->cap_ph = s->cap_acc = s->cap_part = s->cap_sub_out = 0;
     if (s->tscratch)
         for (int i = 0; i < s->nth; i++) {
             if (s->tscratch[i]) hm_free((size_t *)s->tscratch[i] - 8);
@@ -211,6 +226,7 @@ hm_status hm_moe_scratch_create(hm_moe_scratch **out) {
 
 void hm_moe_scratch_free(hm_moe_scratch *s) {
     if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+    for (int i = 0; i < 64; i++) hm_moe_scratch_free(s->slice[i]);
     scratch_release(s);
     free(s->tscratch);
     free(s);
@@ -263,6 +279,7 @@ static hm_status check_matrix(const hm_moe_matrix *m, int64_t rows, int64_t cols
 }
 
 static hm_status create_sliced(const hm_moe_params *p, hm_moe **out);
+static hm_status create_one(const hm_moe_params *p, hm_barrier *bar, hm_moe **out);
 
 /* whether experts with many tokens take the AMX int8 path: integer-quantized weights only (float
  * weights keep the exact kernels rather than losing precision to an int8 re-quantization) */
@@ -348,7 +365,8 @@ static hm_status thread_scratch(hm_moe *m, size_t need) {
     return HM_OK;
 }
 
-static hm_status repack(hm_moe *m) {
+/* run false: a child engine's repacking, which its parent runs for every slice in one job */
+static hm_status repack(hm_moe *m, bool run) {
     const uint64_t t0 = hm_time_ns();
     repack_sizes(&m->p, &m->wp_gu, &m->wp_expert);
     m->packed = calloc((size_t)m->p.n_experts, 1);
@@ -360,6 +378,7 @@ static hm_status repack(hm_moe *m) {
                                   "repacked expert weights", &m->wpack);
     if (st) return st;
     if ((st = thread_scratch(m, m->tscratch_bytes + 64))) return st;
+    if (!run) return HM_OK;
     repack_job j = {m, 0};
     hm_pool_run(m->p.pool, repack_task, &j);
     hm_log(HM_LOG_DEBUG, "moe: repacked %zu experts (%.1f MB) in %.1f ms", n,
@@ -388,7 +407,7 @@ static int env_rows(const char *name) {
 hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     *out = NULL;
     const hm_moe_params *p = params;
-    if (!p || (!p->pool && p->n_slices <= 1) || !p->experts)
+    if (!p || !p->pool || !p->experts)
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: params, pool and experts are required");
     if (p->n_experts < 1 || p->n_experts > (1 << 16) || p->hidden < 1 || p->inter < 1 ||
         p->hidden > (1 << 20) || p->inter > (1 << 20))
@@ -398,15 +417,17 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: unknown activation %d", (int)p->act);
     if (p->max_tokens < 0)
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: max_tokens %d < 0", p->max_tokens);
-    if (p->n_slices > 1 && p->scratch)
-        return hm_errorf(HM_ERR_INVALID_ARG,
-                         "moe: a shared scratch serves one pool; engines with %d slices keep "
-                         "their own",
-                         p->n_slices);
     if (p->n_slices > 1) return create_sliced(p, out);
+    return create_one(p, NULL, out);
+}
+
+/* An engine over the whole pool (bar NULL) or a slice's child, run by one group of the pool's
+ * participants with barrier bar; a child's repacking is left to its parent (create_sliced). */
+static hm_status create_one(const hm_moe_params *p, hm_barrier *bar, hm_moe **out) {
     hm_moe *m = calloc(1, sizeof *m);
     if (!m) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
     m->p = *p;
+    m->bar = bar;
     if (!m->p.max_tokens) m->p.max_tokens = DEFAULT_MAX;
     m->experts = malloc(sizeof *m->experts * (size_t)p->n_experts);
     m->mask = calloc((size_t)p->n_experts, 1);
@@ -464,7 +485,7 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
 #endif
     m->xq_bytes = hm_act_bytes(m->tg, p->hidden);
     m->hq_bytes = hm_act_bytes(m->td, p->inter);
-    m->nth = hm_pool_size(p->pool);
+    m->nth = bar ? bar->n : hm_pool_size(p->pool);
     if ((st = scratch_bind(m, p->scratch))) goto fail;
     size_t amx_bytes = 0;
 #if defined(__x86_64__)
@@ -480,7 +501,7 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
                        "moe: cannot repack while the pool runs another submitted job");
         goto fail;
     }
-    if (m->amx && p->repack && (st = repack(m))) goto fail;
+    if (m->amx && p->repack && (st = repack(m, !bar))) goto fail;
     *out = m;
     return HM_OK;
 fail:
@@ -493,73 +514,268 @@ static uint64_t block_of(uint32_t type) {
     return ti && ti->block ? ti->block : 1;
 }
 
-static hm_status create_sliced(const hm_moe_params *p, hm_moe **out) {
+/* Expert x's share of the intermediate slice from i0 as views into its weights: gate and up
+ * rows i0.., the down columns i0.. of every row (whole blocks), the biases' share; the down bias
+ * only in slice 0 (added once). The rows are whole blocks (checked in create_sliced). */
+static void slice_view(const hm_moe_expert *x, int64_t hidden, int64_t inter, int64_t i0,
+                       bool first, hm_moe_expert *v) {
+    uint64_t rbg = 0, rbu = 0, rbd = 0;
+    hm_type_row_bytes(x->gate.type, (uint64_t)hidden, &rbg);
+    hm_type_row_bytes(x->up.type, (uint64_t)hidden, &rbu);
+    hm_type_row_bytes(x->down.type, (uint64_t)inter, &rbd);
+    const size_t sg = x->gate.row_bytes ? x->gate.row_bytes : rbg;
+    const size_t su = x->up.row_bytes ? x->up.row_bytes : rbu;
+    const size_t sd = x->down.row_bytes ? x->down.row_bytes : rbd;
+    const hm_type_info *ti = hm_type_get(x->down.type);
+    *v = *x;
+    v->gate.data = x->gate.data ? (const uint8_t *)x->gate.data + (size_t)i0 * sg : NULL;
+    v->gate.row_bytes = sg;
+    v->up.data = x->up.data ? (const uint8_t *)x->up.data + (size_t)i0 * su : NULL;
+    v->up.row_bytes = su;
+    v->down.data = x->down.data ? (const uint8_t *)x->down.data +
+                                      (size_t)(i0 / (int64_t)block_of(x->down.type)) * ti->bytes
+                                : NULL;
+    v->down.row_bytes = sd; /* a column slice of every row */
+    v->gate_bias = x->gate_bias ? x->gate_bias + i0 : NULL;
+    v->up_bias = x->up_bias ? x->up_bias + i0 : NULL;
+    v->down_bias = first ? x->down_bias : NULL;
+}
+
+/* The slices' bounds b[0..n] on whole blocks of the down type and its activation type. */
+static hm_status slice_bounds(const hm_moe_params *p, int64_t *b) {
     const int n = p->n_slices;
-    if (n > 64 || !p->slice_pools)
-        return hm_errorf(HM_ERR_INVALID_ARG, "moe: %d slices (at most 64, each with a pool)", n);
-    for (int i = 0; i < n; i++)
-        if (!p->slice_pools[i])
-            return hm_errorf(HM_ERR_INVALID_ARG, "moe: slice %d has no pool", i);
     const uint32_t td = p->experts[0].down.type;
     uint64_t align = block_of(td), ab = block_of(hm_act_type(td));
     align = align > ab ? align : ab;
+    const int64_t units = p->inter / (int64_t)align;
+    if (p->inter % (int64_t)align || units < n)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: intermediate size %lld cannot be split into %d slices of whole "
+                         "%llu-value blocks (down type %s)",
+                         (long long)p->inter, n, (unsigned long long)align, hm_type_name(td));
+    for (int i = 0; i <= n; i++) b[i] = units * i / n * (int64_t)align;
+    return HM_OK;
+}
+
+/* bytes of one expert's copy for a slice of ni rows: gate, up, down, each 64-byte aligned */
+static size_t slice_copy_expert(const hm_moe_params *p, int64_t ni) {
+    uint64_t g = 0, u = 0, d = 0;
+    hm_type_row_bytes(p->experts[0].gate.type, (uint64_t)p->hidden, &g);
+    hm_type_row_bytes(p->experts[0].up.type, (uint64_t)p->hidden, &u);
+    hm_type_row_bytes(p->experts[0].down.type, (uint64_t)ni, &d);
+    return hm_align_up((size_t)ni * g, 64) + hm_align_up((size_t)ni * u, 64) +
+           hm_align_up((size_t)p->hidden * d, 64);
+}
+
+size_t hm_moe_slice_copy_bytes(const hm_moe_params *p) {
+    if (!p || !p->experts || p->n_slices < 2 || p->n_slices > 64 || p->n_experts < 1 ||
+        p->hidden < 1 || p->inter < 1)
+        return 0;
+    int64_t b[65];
+    if (hm_kernel_check(p->experts[0].down.type, "down") || slice_bounds(p, b)) return 0;
+    size_t n = 0;
+    for (int e = 0; e < p->n_experts; e++) n += !(p->mask && p->mask[e]);
+    size_t total = 0;
+    for (int i = 0; i < p->n_slices; i++) total += n * slice_copy_expert(p, b[i + 1] - b[i]);
+    return total;
+}
+
+/* NUMA node of a logical CPU, -1 if unknown */
+static int cpu_node(int cpu) {
+    const hm_topology *t = hm_topology_get();
+    for (int i = 0; i < t->n_cpus; i++)
+        if (t->cpus[i].cpu == cpu) return t->cpus[i].node;
+    return -1;
+}
+
+/* The participants of each slice: g[i] .. g[i + 1] - 1 (see hm_moe_params.slice_threads). */
+static hm_status slice_groups(const hm_moe_params *p, int nth, int *g) {
+    const int n = p->n_slices;
+    g[0] = 0;
+    if (p->slice_threads) {
+        for (int i = 0; i < n; i++) {
+            if (p->slice_threads[i] < 1)
+                return hm_errorf(HM_ERR_INVALID_ARG, "moe: slice %d has %d threads", i,
+                                 p->slice_threads[i]);
+            g[i + 1] = g[i] + p->slice_threads[i];
+            if (g[i + 1] > nth) break;
+        }
+        if (g[n] != nth)
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "moe: the slices' threads do not add up to the pool's %d", nth);
+        return HM_OK;
+    }
+    /* by node: the participants' CPUs form exactly n runs of one node each */
+    int runs = 0, prev = -2;
+    for (int i = 0; i < nth && runs <= n; i++) {
+        const int cpu = hm_pool_cpu(p->pool, i), node = cpu < 0 ? -1 : cpu_node(cpu);
+        if (node < 0) {
+            runs = -1;
+            break;
+        }
+        if (node != prev) {
+            if (runs < n) g[runs] = i;
+            runs++;
+        }
+        prev = node;
+    }
+    if (runs == n) {
+        g[n] = nth;
+        return HM_OK;
+    }
+    for (int i = 0; i <= n; i++) g[i] = (int)((int64_t)nth * i / n);
+    return HM_OK;
+}
+
+static int group_of(const hm_moe *m, int ith) {
+    int s = 0;
+    while (ith >= m->gstart[s + 1]) s++;
+    return s;
+}
+
+typedef struct {
+    hm_moe *m;             /* the sliced parent */
+    atomic_llong next[64]; /* per slice: the next (expert, projection) to copy */
+    repack_job rj[64];
+} slice_init_job;
+
+/* Each slice's group copies its share of the experts' weights into its own buffer (first touch:
+ * the pages land on the group's node), then repacks from the copies. */
+static void slice_init_task(int ith, int nth, void *arg) {
+    (void)nth;
+    slice_init_job *j = arg;
+    hm_moe *m = j->m;
+    const int s = group_of(m, ith), E = m->p.n_experts;
+    hm_moe *c = m->sub[s];
+    if (m->wcopy[s].ptr) {
+        const int64_t ni = m->sl_i0[s + 1] - m->sl_i0[s];
+        for (long long it;
+             (it = atomic_fetch_add_explicit(&j->next[s], 1, memory_order_relaxed)) < 3LL * E;) {
+            const int e = (int)(it / 3), k = (int)(it % 3);
+            if (!m->copied[(size_t)s * (size_t)E + (size_t)e]) continue;
+            hm_moe_expert src;
+            slice_view(&m->p.experts[e], m->p.hidden, m->p.inter, m->sl_i0[s], s == 0, &src);
+            const hm_moe_matrix *sm = k == 0 ? &src.gate : k == 1 ? &src.up : &src.down;
+            const hm_moe_matrix *dm = k == 0   ? &c->experts[e].gate
+                                      : k == 1 ? &c->experts[e].up
+                                               : &c->experts[e].down;
+            const int64_t rows = k < 2 ? ni : m->p.hidden;
+            for (int64_t r = 0; r < rows; r++)
+                memcpy((uint8_t *)dm->data + (size_t)r * dm->row_bytes,
+                       (const uint8_t *)sm->data + (size_t)r * sm->row_bytes, dm->row_bytes);
+        }
+        hm_barrier_wait(&m->bars[s]);
+    }
+    if (c->wpack.ptr) repack_task(ith - m->gstart[s], m->gstart[s + 1] - m->gstart[s], &j->rj[s]);
+}
+
+static hm_status create_sliced(const hm_moe_params *p, hm_moe **out) {
+    const int n = p->n_slices, E = p->n_experts;
+    if (n > 64) return hm_errorf(HM_ERR_INVALID_ARG, "moe: %d slices (at most 64)", n);
+    const int nth = hm_pool_size(p->pool);
+    if (nth < n)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: %d slices need at least as many threads, the "
+                         "pool has %d",
+                         n, nth);
+    if (hm_pool_busy(p->pool))
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: cannot create a sliced engine while the pool runs another job");
+    for (int e = 0; e < E; e++) {
+        const hm_moe_expert *x = &p->experts[e];
+        uint64_t rb;
+        if (!hm_type_row_bytes(x->gate.type, (uint64_t)p->hidden, &rb) ||
+            !hm_type_row_bytes(x->up.type, (uint64_t)p->hidden, &rb) ||
+            !hm_type_row_bytes(x->down.type, (uint64_t)p->inter, &rb) ||
+            x->down.type != p->experts[0].down.type || !hm_type_get(x->down.type))
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "moe: expert %d: rows are not whole blocks, or its down type is not "
+                             "expert 0's",
+                             e);
+    }
     hm_moe *m = calloc(1, sizeof *m);
     if (!m) return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
     m->p = *p;
     m->n_sub = n;
     m->sub = calloc((size_t)n, sizeof *m->sub);
-    hm_moe_expert *ex = malloc(sizeof *ex * (size_t)p->n_experts);
+    m->gstart = calloc((size_t)n + 1, sizeof *m->gstart);
+    m->sl_i0 = calloc((size_t)n + 1, sizeof *m->sl_i0);
+    m->bars = hm_calloc_aligned((size_t)n, sizeof *m->bars, 64, "moe slice barriers");
+    m->wcopy = calloc((size_t)n, sizeof *m->wcopy);
+    m->copied = calloc((size_t)n * (size_t)E, 1);
+    hm_moe_expert *ex = malloc(sizeof *ex * (size_t)E);
     hm_status st = HM_OK;
-    if (!m->sub || !ex) {
+    if (!m->sub || !m->gstart || !m->sl_i0 || !m->bars || !m->wcopy || !m->copied || !ex) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
         goto done;
     }
-    const int64_t units = p->inter / (int64_t)align;
-    if (p->inter % (int64_t)align || units < n) {
-        st = hm_errorf(HM_ERR_INVALID_ARG,
-                       "moe: intermediate size %lld cannot be split into %d slices of whole "
-                       "%llu-value blocks (down type %s)",
-                       (long long)p->inter, n, (unsigned long long)align, hm_type_name(td));
+    m->nth = nth;
+    if ((st = slice_bounds(p, m->sl_i0)) || (st = slice_groups(p, nth, m->gstart)) ||
+        (st = scratch_bind(m, p->scratch)))
         goto done;
-    }
+    bool init = false;
     for (int i = 0; i < n && st == HM_OK; i++) {
-        const int64_t i0 = units * i / n * (int64_t)align,
-                      i1 = units * (i + 1) / n * (int64_t)align;
-        uint64_t rb_d = 0, blk_bytes = hm_type_get(td) ? hm_type_get(td)->bytes : 0;
-        for (int e = 0; e < p->n_experts; e++) {
-            const hm_moe_expert *x = &p->experts[e];
-            uint64_t rbg, rbu;
-            if (!hm_type_row_bytes(x->gate.type, (uint64_t)p->hidden, &rbg) ||
-                !hm_type_row_bytes(x->up.type, (uint64_t)p->hidden, &rbu) ||
-                !hm_type_row_bytes(x->down.type, (uint64_t)p->inter, &rb_d)) {
-                st = hm_errorf(HM_ERR_INVALID_ARG, "moe: expert %d: rows are not whole blocks", e);
+        const int64_t i0 = m->sl_i0[i], ni = m->sl_i0[i + 1] - i0;
+        hm_barrier_init(&m->bars[i], m->gstart[i + 1] - m->gstart[i], hm_pool_spin_us(p->pool));
+        for (int e = 0; e < E; e++)
+            slice_view(&p->experts[e], p->hidden, p->inter, i0, i == 0, &ex[e]);
+        if (p->slice_copy) { /* views into the copy, filled by slice_init_task */
+            const size_t per = slice_copy_expert(p, ni);
+            size_t need = 0;
+            for (int e = 0; e < E; e++) need += !(p->mask && p->mask[e]) ? per : 0;
+            if (need && (st = hm_large_alloc(need, true, "NUMA slice weights", &m->wcopy[i])))
                 break;
+            uint64_t rbg = 0, rbu = 0, rbd = 0;
+            hm_type_row_bytes(ex[0].gate.type, (uint64_t)p->hidden, &rbg);
+            hm_type_row_bytes(ex[0].up.type, (uint64_t)p->hidden, &rbu);
+            hm_type_row_bytes(ex[0].down.type, (uint64_t)ni, &rbd);
+            uint8_t *dst = m->wcopy[i].ptr;
+            for (int e = 0; e < E && need; e++) {
+                if (p->mask && p->mask[e]) continue; /* GPU-resident: left where it is */
+                m->copied[(size_t)i * (size_t)E + (size_t)e] = 1;
+                ex[e].gate.data = dst, ex[e].gate.row_bytes = rbg;
+                ex[e].up.data = dst + hm_align_up((size_t)ni * rbg, 64), ex[e].up.row_bytes = rbu;
+                ex[e].down.data =
+                    dst + hm_align_up((size_t)ni * rbg, 64) + hm_align_up((size_t)ni * rbu, 64);
+                ex[e].down.row_bytes = rbd;
+                dst += per;
             }
-            const size_t sg = x->gate.row_bytes ? x->gate.row_bytes : rbg;
-            const size_t su = x->up.row_bytes ? x->up.row_bytes : rbu;
-            const size_t sd = x->down.row_bytes ? x->down.row_bytes : rb_d;
-            ex[e] = *x;
-            ex[e].gate.data = x->gate.data ? (const uint8_t *)x->gate.data + (size_t)i0 * sg : NULL;
-            ex[e].gate.row_bytes = sg;
-            ex[e].up.data = x->up.data ? (const uint8_t *)x->up.data + (size_t)i0 * su : NULL;
-            ex[e].up.row_bytes = su;
-            ex[e].down.data = x->down.data ? (const uint8_t *)x->down.data +
-                                                 (size_t)(i0 / (int64_t)block_of(td)) * blk_bytes
-                                           : NULL;
-            ex[e].down.row_bytes = sd; /* a column slice of every row */
-            ex[e].gate_bias = x->gate_bias ? x->gate_bias + i0 : NULL;
-            ex[e].up_bias = x->up_bias ? x->up_bias + i0 : NULL;
-            ex[e].down_bias = i == 0 ? x->down_bias : NULL; /* added once */
+            init |= need > 0;
         }
-        if (st) break;
         hm_moe_params cp = *p;
-        cp.n_slices = 0, cp.slice_pools = NULL;
-        cp.pool = p->slice_pools[i];
-        cp.inter = i1 - i0;
+        cp.n_slices = 0, cp.slice_threads = NULL, cp.slice_copy = false;
+        /* the slices run at once: each its own scratch, shared with the same slice of the
+         * engines that share this one's */
+        if (!m->s->slice[i] && (st = hm_moe_scratch_create(&m->s->slice[i]))) break;
+        cp.scratch = m->s->slice[i];
+        cp.inter = ni;
         cp.experts = ex;
-        if ((st = hm_moe_create(&cp, &m->sub[i])))
+        if ((st = create_one(&cp, &m->bars[i], &m->sub[i]))) {
             st = hm_errorf(st, "moe: slice %d (inter %lld..%lld): %s", i, (long long)i0,
-                           (long long)i1, hm_last_error());
+                           (long long)(i0 + ni), hm_last_error());
+            break;
+        }
+        init |= m->sub[i]->wpack.ptr != NULL;
+    }
+    if (st == HM_OK && init) { /* copies and repacking, each slice by its own group */
+        const uint64_t t0 = hm_time_ns();
+        slice_init_job *j = calloc(1, sizeof *j);
+        if (!j) {
+            st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
+            goto done;
+        }
+        j->m = m;
+        for (int i = 0; i < n; i++) {
+            atomic_init(&j->next[i], 0);
+            j->rj[i].m = m->sub[i];
+            atomic_init(&j->rj[i].next, 0);
+        }
+        hm_pool_run(p->pool, slice_init_task, j);
+        free(j);
+        size_t cb = 0;
+        for (int i = 0; i < n; i++) cb += m->wcopy[i].size;
+        hm_log(HM_LOG_DEBUG, "moe: %d slices: %.1f MB of weights copied, repacked, in %.1f ms", n,
+               (double)cb * 1e-6, (double)(hm_time_ns() - t0) * 1e-6);
     }
 done:
     free(ex);
@@ -576,8 +792,10 @@ void hm_moe_free(hm_moe *m) {
     if (m->sub) {
         hm_moe_wait(m);
         for (int i = 0; i < m->n_sub; i++) hm_moe_free(m->sub[i]);
-        free(m->sub);
-        hm_free(m->sub_out);
+        for (int i = 0; m->wcopy && i < m->n_sub; i++) hm_large_free(&m->wcopy[i]);
+        free(m->sub), free(m->gstart), free(m->sl_i0), free(m->wcopy), free(m->copied);
+        hm_free(m->bars);
+        hm_moe_scratch_free(m->s);
         free(m);
         return;
     }
@@ -968,6 +1186,14 @@ static int64_t decode_rows(int64_t rows, size_t row_bytes, int na, int64_t min_c
  * it ready, and a down claim waits only for its own expert. Down writes weighted rows per
  * assignment into `part`; one barrier, then each thread sums its output rows over the assignments.
  */
+/* the barrier of the participants running this engine: the pool's, or a slice group's */
+static inline void moe_barrier(hm_moe *m) {
+    if (m->bar)
+        hm_barrier_wait(m->bar);
+    else
+        hm_pool_barrier(m->p.pool);
+}
+
 static void job_decode(hm_moe *m, int ith, int nth) {
     chunk *c = &m->chunks[0];
     const int64_t H = m->p.hidden, I = m->p.inter, hu = (H + UNIT - 1) / UNIT;
@@ -977,7 +1203,7 @@ static void job_decode(hm_moe *m, int ith, int nth) {
     const int64_t n_gu = upe * na, n_all = n_gu + hud * na;
     if (!m->pre_done) {
         phase_pre(m, ith, nth);
-        hm_pool_barrier(m->p.pool);
+        moe_barrier(m);
     }
     for (int64_t u;
          (u = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed)) < n_all;) {
@@ -1023,7 +1249,7 @@ static void job_decode(hm_moe *m, int ith, int nth) {
             }
         }
     }
-    hm_pool_barrier(m->p.pool);
+    moe_barrier(m);
     int64_t o0, o1;
     span(hu, ith, nth, &o0, &o1);
     const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
@@ -1180,31 +1406,31 @@ static void job(int ith, int nth, void *arg) {
         }                                                                                          \
     } while (0)
     phase_pre(m, ith, nth);
-    hm_pool_barrier(m->p.pool);
+    moe_barrier(m);
     PROF(HM_MOE_PROF_PRE);
     for (int ci = 0; ci < m->n_chunks; ci++) {
         chunk *c = &m->chunks[ci];
 #if defined(__x86_64__)
         if (c->any_px) {
             phase_pack(m, c, false, ith, nth);
-            hm_pool_barrier(m->p.pool);
+            moe_barrier(m);
         }
 #endif
         PROF(HM_MOE_PROF_PACK_X);
         gate_up_phase(m, c, scr, tb);
-        if (!c->flow) hm_pool_barrier(m->p.pool);
+        if (!c->flow) moe_barrier(m);
         PROF(HM_MOE_PROF_GATE_UP);
         if (!c->flow) { /* else nothing to convert or pack: each claim packed its own h */
             convert_h_phase(m, c, ith, nth);
 #if defined(__x86_64__)
             if (c->any_amx) phase_pack(m, c, true, ith, nth);
 #endif
-            hm_pool_barrier(m->p.pool);
+            moe_barrier(m);
         }
         PROF(HM_MOE_PROF_PACK_H);
         const bool last = ci + 1 == m->n_chunks;
         down_phase(m, c, last, scr, tb, ith, nth);
-        if (!last) hm_pool_barrier(m->p.pool);
+        if (!last) moe_barrier(m);
         PROF(HM_MOE_PROF_DOWN);
     }
 #undef PROF
@@ -1261,26 +1487,66 @@ static bool grow(void **p, size_t *cap, size_t need, const char *what) {
     return *p != NULL;
 }
 
+static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
+                         const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
+                         bool accumulate);
+
+/* A sliced engine's job: each group runs its slice's child job, then every participant sums its
+ * share of the slices' partial outputs (in slice order) into the output. */
+static void sliced_job(int ith, int nth, void *arg) {
+    hm_moe *m = arg;
+    const int s = group_of(m, ith);
+    hm_moe *c = m->sub[s];
+    if (c->run_job) job(ith - m->gstart[s], m->gstart[s + 1] - m->gstart[s], c);
+    hm_pool_barrier(m->p.pool);
+    const size_t per = (size_t)m->n_tok * (size_t)m->p.hidden, lines = (per + 15) / 16;
+    const size_t j0 = lines * (size_t)ith / (size_t)nth * 16,
+                 j1e = lines * (size_t)(ith + 1) / (size_t)nth * 16, j1 = j1e < per ? j1e : per;
+    for (size_t j = j0; j < j1; j++) {
+        float v = 0.0f;
+        for (int i = 0; i < m->n_sub; i++) v += m->s->sub_out[per * (size_t)i + j];
+        if (m->out_type == HM_MOE_F32) {
+            float *o = (float *)m->out + j;
+            *o = m->accumulate ? *o + v : v;
+        } else {
+            hm_bf16 *o = (hm_bf16 *)m->out + j;
+            *o = hm_f32_to_bf16(m->accumulate ? hm_bf16_to_f32(*o) + v : v);
+        }
+    }
+}
+
 static hm_status submit_sliced(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
                                const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
                                bool accumulate) {
     if ((out_type != HM_MOE_F32 && out_type != HM_MOE_BF16) || n_tok < 0 || (n_tok && !out))
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad output (type %d, %d tokens)", (int)out_type,
                          n_tok);
+    if (m->s->busy)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: the scratch shared with another engine is in use by its batch in "
+                         "flight (wait for it first)");
+    if (hm_pool_busy(m->p.pool))
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: the pool is still running another submitted job (wait for it "
+                         "first)");
     const size_t per = (size_t)n_tok * (size_t)m->p.hidden;
-    if (!grow((void **)&m->sub_out, &m->cap_sub_out, sizeof(float) * per * (size_t)m->n_sub + 64,
+    hm_moe_scratch *S = m->s;
+    if (!grow((void **)&S->sub_out, &S->cap_sub_out, sizeof(float) * per * (size_t)m->n_sub + 64,
               "moe slice outputs"))
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a batch of %d tokens", n_tok);
     for (int i = 0; i < m->n_sub; i++) {
-        hm_status st = hm_moe_submit(m->sub[i], x, x_type, ids, w, n_tok, k,
-                                     m->sub_out + per * (size_t)i, HM_MOE_F32, false);
-        if (st) {
-            for (int j = 0; j < i; j++) hm_moe_wait(m->sub[j]);
-            return st;
-        }
+        hm_status st = prepare(m->sub[i], x, x_type, ids, w, n_tok, k, S->sub_out + per * (size_t)i,
+                               HM_MOE_F32, false);
+        if (st) return st;
     }
+    if (per == 0) return HM_OK;
     m->out = out, m->out_type = out_type, m->accumulate = accumulate, m->n_tok = n_tok;
-    m->in_flight = true;
+    if (hm_pool_submit(m->p.pool, sliced_job, m) == HM_OK) {
+        m->in_flight = true;
+        S->busy = m;
+        return HM_OK;
+    }
+    hm_pool_run(m->p.pool, sliced_job, m); /* a sync pool: run to completion */
     return HM_OK;
 }
 
@@ -1305,6 +1571,23 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         return hm_errorf(HM_ERR_INVALID_ARG,
                          "moe: the pool is still running another submitted job (wait for it "
                          "first)");
+    hm_status st = prepare(m, x, x_type, ids, w, n_tok, k, out, out_type, accumulate);
+    if (st || !m->run_job) return st;
+    if (hm_pool_submit(m->p.pool, job, m) == HM_OK) {
+        m->in_flight = true;
+        m->s->busy = m;
+        return HM_OK;
+    }
+    hm_pool_run(m->p.pool, job, m); /* a sync pool: run to completion */
+    return HM_OK;
+}
+
+/* Checks and routes a batch and sizes the scratch for it; run_job tells whether the job has work
+ * (with no expert to compute here, out is already written). */
+static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
+                         const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
+                         bool accumulate) {
+    m->run_job = false;
     if (n_tok < 0 || k < 0 || k > m->p.n_experts || (n_tok > 0 && (!x || !ids || !w || !out)))
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad batch: %d tokens, k = %d (%d experts)",
                          n_tok, k, m->p.n_experts);
@@ -1479,7 +1762,7 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     if (m->decode) {
         const chunk *c0 = &m->chunks[0];
         const hm_moe_expert *x0 = &m->experts[m->act[c0->a0].e];
-        const int na = c0->a1 - c0->a0, nth = hm_pool_size(m->p.pool);
+        const int na = c0->a1 - c0->a0, nth = m->nth;
         m->dec_gu = m->dec_rows_env ? m->dec_rows_env
                                     : decode_rows(I, x0->gate.row_bytes + x0->up.row_bytes, na,
                                                   4 * (int64_t)nth);
@@ -1498,38 +1781,15 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
      * the job then needs no barrier before the experts start (~4 us of 16 threads' time) */
     m->pre_done = m->decode && n_tok <= 2;
     if (m->pre_done) phase_pre(m, 0, 1);
-    if (hm_pool_submit(m->p.pool, job, m) == HM_OK) {
-        m->in_flight = true;
-        S->busy = m;
-        return HM_OK;
-    }
-    hm_pool_run(m->p.pool, job, m); /* a sync pool: run to completion */
+    m->run_job = true;
     return HM_OK;
 }
 
 void hm_moe_wait(hm_moe *m) {
     if (!m || !m->in_flight) return;
-    if (!m->n_sub) {
-        hm_pool_wait(m->p.pool);
-        m->in_flight = false;
-        m->s->busy = NULL;
-        return;
-    }
-    for (int i = 0; i < m->n_sub; i++) hm_moe_wait(m->sub[i]);
-    /* the slices' partial outputs, summed in slice order */
-    const size_t per = (size_t)m->n_tok * (size_t)m->p.hidden;
-    for (size_t j = 0; j < per; j++) {
-        float v = 0.0f;
-        for (int i = 0; i < m->n_sub; i++) v += m->sub_out[per * (size_t)i + j];
-        if (m->out_type == HM_MOE_F32) {
-            float *o = (float *)m->out + j;
-            *o = m->accumulate ? *o + v : v;
-        } else {
-            hm_bf16 *o = (hm_bf16 *)m->out + j;
-            *o = hm_f32_to_bf16(m->accumulate ? hm_bf16_to_f32(*o) + v : v);
-        }
-    }
+    hm_pool_wait(m->p.pool);
     m->in_flight = false;
+    m->s->busy = NULL;
 }
 
 /* ---------------------------------------------------------------- routers */

@@ -72,7 +72,8 @@ int bench_e2e(int argc, char **argv) {
             fprintf(stderr, "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
                             "[--threads N] [--batch N] [--no-amx]\n"
                             "       [--load auto|mmap|copy] [--kv f32|f16] [--repack auto|on|off] "
-                            "[--bf16-tiles] [--no-idle-prefetch]\n");
+                            "[--bf16-tiles] [--no-idle-prefetch]\n"
+                            "       [--numa auto|off|N] [--numa-copy auto|on|off]\n");
             return cli_usage_error("unknown or incomplete option '%s'", a);
         }
     }
@@ -105,6 +106,9 @@ int bench_e2e(int argc, char **argv) {
            hm_model_copied(m) ? "copied to huge pages" : "mmapped", cp.kv_f16 ? "f16" : "f32",
            cp.no_idle_prefetch ? "off" : "on", t_load, t_ctx,
            (double)hm_ctx_repacked_bytes(c) * 1e-6);
+    if (hm_ctx_numa_slices(c) > 1)
+        printf("numa: routed experts in %d slices, weights copied to their nodes: %.1f MB\n",
+               hm_ctx_numa_slices(c), (double)hm_ctx_numa_copy_bytes(c) * 1e-6);
     cli_print_huge_pages("");
     printf("decode reads per token: %.3f GB (dense+output %.3f GB, experts %.3f GB)\n",
            (double)(dense_b + exp_b) * 1e-9, (double)dense_b * 1e-9, (double)exp_b * 1e-9);

@@ -89,7 +89,8 @@ int bench_moe(int argc, char **argv) {
     long tokens[16] = {1, 4, 32, 512}, layers = 0, threads = 0;
     bool async = false, repack = false;
     double skew = 0; /* Zipf exponent of the experts' popularity (0: uniform routing) */
-    long nodes = 1;  /* > 1: one sub-pool per node (emulated on one node), a slice of inter each */
+    long nodes = 1;  /* > 1: one group of threads per node (emulated on one node), a slice each */
+    bool slice_copy = false;
     int n_tokens = 4;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -109,13 +110,15 @@ int bench_moe(int argc, char **argv) {
             repack = true;
         else if (!strcmp(a, "--nodes") && cli_parse_int(v, 1, 64, &nodes))
             i++;
+        else if (!strcmp(a, "--slice-copy"))
+            slice_copy = true;
         else if (!strcmp(a, "--skew") && v && cli_parse_double(v, 0, 8, &skew))
             i++;
         else
-            return cli_usage_error(
-                "bench moe: bad option '%s' (--preset P --type T --tokens "
-                "1,4,32,512 --layers N --threads N --async --nodes N --repack --skew S)",
-                a);
+            return cli_usage_error("bench moe: bad option '%s' (--preset P --type T --tokens "
+                                   "1,4,32,512 --layers N --threads N --async --nodes N "
+                                   "--slice-copy --repack --skew S)",
+                                   a);
     }
     const hm_preset *pr = hm_preset_find(preset);
     if (!pr || !pr->hp.n_experts) return cli_usage_error("bench moe: no MoE preset '%s'", preset);
@@ -188,22 +191,11 @@ int bench_moe(int argc, char **argv) {
     fill_job fj = {wbuf.ptr, (uint32_t)type, (int64_t)E * layers, mat_gu, mat_d, (uint64_t)(I * H)};
     hm_pool_run(pool, fill_task, &fj);
 
-    hm_poolset *set = NULL;
-    hm_pool *slices[64];
-    if (nodes > 1) {
-        hm_poolset_params sp = hm_poolset_default_params();
-        sp.emulate_nodes = (int)nodes;
-        sp.threads_per_node = threads > 0 ? (int)(threads / nodes) : 0;
-        sp.async = true;
-        if (hm_poolset_create(&sp, &set) != HM_OK) {
-            fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
-            return 1;
-        }
-        for (int i = 0; i < (int)nodes; i++) slices[i] = hm_poolset_pool(set, i);
-        printf("numa: %ld sub-pools of %d threads (emulated), each a slice of every expert's "
-               "intermediate dimension\n",
-               nodes, hm_pool_size(slices[0]));
-    }
+    if (nodes > 1)
+        printf("numa: %ld groups of the pool's threads (by node where the threads span %ld "
+               "nodes, else an even split), each a slice of every expert's intermediate "
+               "dimension%s\n",
+               nodes, nodes, slice_copy ? ", its weights copied by its own threads" : "");
     long max_tok = 1;
     for (int i = 0; i < n_tokens; i++) max_tok = tokens[i] > max_tok ? tokens[i] : max_tok;
     hm_moe **moe = calloc((size_t)layers, sizeof *moe);
@@ -220,7 +212,7 @@ int bench_moe(int argc, char **argv) {
         }
         hm_moe_params mp = hm_moe_default_params();
         mp.n_experts = E, mp.hidden = H, mp.inter = I, mp.experts = ex, mp.pool = pool;
-        if (set) mp.n_slices = (int)nodes, mp.slice_pools = slices;
+        mp.n_slices = nodes > 1 ? (int)nodes : 0, mp.slice_copy = slice_copy;
         mp.repack = repack;
         mp.max_tokens = (int)max_tok; /* the batch the engine is made for, as a context does */
         if (l == 0 && repack)
@@ -358,7 +350,6 @@ int bench_moe(int argc, char **argv) {
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
     free(moe), free(ex), hm_free(x), hm_free(out), free(ids), free(w), free(wv), free(count);
     hm_large_free(&wbuf);
-    hm_poolset_free(set);
     hm_pool_free(pool);
     return rc;
 }

@@ -49,6 +49,7 @@ static int usage(void) {
         stderr,
         "usage: hmoe logits -m MODEL --ids \"1 2 3\" --out FILE [--threads N] [--batch N]\n"
         "                   [--ctx N] [--no-amx] [--load auto|mmap|copy] [--repack auto|on|off]\n"
+        "                   [--numa auto|off|N] [--numa-copy auto|on|off]\n"
         "  writes the logits of every position as little-endian float32 [n_ids x vocab]\n");
     return 2;
 }

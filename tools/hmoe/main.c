@@ -169,6 +169,21 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
         cp->repack = !strcmp(v, "on")    ? HM_REPACK_ON
                      : !strcmp(v, "off") ? HM_REPACK_OFF
                                          : HM_REPACK_AUTO;
+    } else if (!strcmp(a, "--numa")) {
+        if (!strcmp(v, "auto"))
+            cp->numa = 0;
+        else if (!strcmp(v, "off"))
+            cp->numa = 1;
+        else if (cli_parse_int(v, 2, 64, &n))
+            cp->numa = (int)n;
+        else
+            return cli_usage_error("bad --numa '%s' (auto|off|N slices, 2..64)", v);
+    } else if (!strcmp(a, "--numa-copy")) {
+        if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off"))
+            return cli_usage_error("bad --numa-copy '%s' (auto|on|off)", v);
+        cp->numa_copy = !strcmp(v, "on")    ? HM_REPACK_ON
+                        : !strcmp(v, "off") ? HM_REPACK_OFF
+                                            : HM_REPACK_AUTO;
     } else if (!strcmp(a, "--load")) {
         if (!cli_parse_load(v, &lm)) return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
         mp->load = (hm_load_mode)lm;
