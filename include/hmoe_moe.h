@@ -80,7 +80,8 @@ typedef struct hm_moe_params {
      * slice_threads[i] of them for slice i (adding up to the pool's size), or with slice_threads
      * NULL one group per NUMA node when the participants' CPUs run through exactly n_slices
      * nodes in turn (a pool over the cores of n nodes, hm_pool_create's default order), else
-     * an even split (emulated nodes). Needs at least n_slices participants. */
+     * (emulated nodes) threads in proportion to the slices' widths, which whole blocks may make
+     * uneven (inter 768 of Q4_K: 256 + 512). Needs at least n_slices participants. */
     int n_slices;
     const int *slice_threads;
     /* With n_slices > 1: each slice copies its share of every expert's weights (unmasked at

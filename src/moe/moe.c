@@ -588,8 +588,9 @@ static int cpu_node(int cpu) {
     return -1;
 }
 
-/* The participants of each slice: g[i] .. g[i + 1] - 1 (see hm_moe_params.slice_threads). */
-static hm_status slice_groups(const hm_moe_params *p, int nth, int *g) {
+/* The participants of each slice: g[i] .. g[i + 1] - 1 (see hm_moe_params.slice_threads); b: the
+ * slices' bounds. */
+static hm_status slice_groups(const hm_moe_params *p, int nth, const int64_t *b, int *g) {
     const int n = p->n_slices;
     g[0] = 0;
     if (p->slice_threads) {
@@ -623,7 +624,14 @@ static hm_status slice_groups(const hm_moe_params *p, int nth, int *g) {
         g[n] = nth;
         return HM_OK;
     }
-    for (int i = 0; i <= n; i++) g[i] = (int)((int64_t)nth * i / n);
+    /* else threads in proportion to the slices' widths (blocks may make them uneven), at least
+     * one each */
+    for (int i = 1; i < n; i++) {
+        const int v = (int)((nth * b[i] * 2 + b[n]) / (2 * b[n])), lo = g[i - 1] + 1,
+                  hi = nth - (n - i);
+        g[i] = v < lo ? lo : v > hi ? hi : v;
+    }
+    g[n] = nth;
     return HM_OK;
 }
 
@@ -710,7 +718,7 @@ static hm_status create_sliced(const hm_moe_params *p, hm_moe **out) {
         goto done;
     }
     m->nth = nth;
-    if ((st = slice_bounds(p, m->sl_i0)) || (st = slice_groups(p, nth, m->gstart)) ||
+    if ((st = slice_bounds(p, m->sl_i0)) || (st = slice_groups(p, nth, m->sl_i0, m->gstart)) ||
         (st = scratch_bind(m, p->scratch)))
         goto done;
     bool init = false;
