@@ -1019,6 +1019,27 @@ static void test_nn_matmul_multi(void) {
                         free(y4[m]);
                     }
                 }
+                if (n > 32) { /* token blocks (forced to 32: 40 = 32 + 8), each packed on its
+                               * own: the same bits */
+                    setenv("HMOE_TILE_TOKENS", "32", 1);
+                    size_t sb6 = 0;
+                    for (int m = 0; m < 3; m++) {
+                        const size_t b = hm_nn_matmul_scratch_bytes(&w[m], n, 3, fl);
+                        sb6 = b > sb6 ? b : sb6;
+                    }
+                    void *scr6 = malloc(sb6 + 64);
+                    float *y6[3];
+                    for (int m = 0; m < 3; m++) y6[m] = calloc((size_t)n * ys[m], sizeof(float));
+                    hm_nn_matmul_multi(pool, wp, 3, x, (size_t)cols, n, y6, ys, scr6, fl);
+                    unsetenv("HMOE_TILE_TOKENS");
+                    for (int m = 0; m < 3; m++) {
+                        CHECK_MSG(!memcmp(y6[m], y2[m], sizeof(float) * (size_t)n * ys[m]),
+                                  "%s, %d tokens, flags %u, matrix %d: token blocks differ",
+                                  hm_type_name(type), n, fl, m);
+                        free(y6[m]);
+                    }
+                    free(scr6);
+                }
                 if (fl == 0 && hm_nn_repack_bytes(&w[0])) {
                     /* repacked once (hm_nn_repack): the same bits as the per-call conversion */
                     hm_matrix wr[3];

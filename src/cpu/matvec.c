@@ -2,6 +2,7 @@
 #include "cpu/matvec.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 hm_status hm_matrix_init(hm_matrix *m, uint32_t type, const void *data, int64_t rows,
                          int64_t cols) {
@@ -31,6 +32,19 @@ hm_status hm_kernel_check(uint32_t type, const char *tensor_name) {
     return hm_errorf(HM_ERR_UNSUPPORTED,
                      "tensor '%s' has type %s, which hmoe cannot compute yet (supported: %s)",
                      tensor_name ? tensor_name : "?", hm_type_name(type), list);
+}
+
+int hm_tile_token_block(int64_t cols, int n) {
+    const char *e = getenv("HMOE_TILE_TOKENS"); /* per call: tile matmuls only, ~100 us each */
+    const long v = e ? strtol(e, NULL, 10) : 0;
+    int64_t t = v >= 32 && v <= (1L << 20) ? v / 32 * 32 : 0;
+    if (!t) {
+        t = HM_TILE_ACT_BYTES / ((cols + 63) / 64 * 64) / 32 * 32;
+        if (t < 64) t = 64;
+    }
+    if (n <= t) return n;
+    const int64_t nb = (n + t - 1) / t;
+    return (int)(((n + nb - 1) / nb + 31) / 32 * 32);
 }
 
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type) {

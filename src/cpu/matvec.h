@@ -40,6 +40,15 @@ static inline int hm_tile_claim_units(int64_t units, int nth) {
     return units >= 8 * (int64_t)nth ? 2 : 1;
 }
 
+/* Tokens per block of the tile matmuls over n tokens of cols values: all n while their packed
+ * activations fit in HM_TILE_ACT_BYTES, else n split into even blocks of a multiple of 32 (at
+ * least 64) within it. Each block is packed on its own and claims run block by block, so a
+ * thread's claims of one block's units find its activations in L2 instead of streaming all of
+ * them from L3 for every unit. HMOE_TILE_TOKENS=N (a multiple of 32) forces N-token blocks (A/B,
+ * tests). */
+#define HM_TILE_ACT_BYTES ((int64_t)1 << 20)
+int hm_tile_token_block(int64_t cols, int n);
+
 /* The variant's kernel for type, else the reference one; NULL if no kernel exists at all. */
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type);
 

@@ -87,19 +87,21 @@ static size_t align64(size_t b) {
 }
 
 #if defined(__x86_64__)
-/* The tile paths' scratch: packed activations (shared) and per-thread bytes; false for MM_DOTS */
-static bool tile_bytes(int path, const hm_matrix *w, int n, size_t *act, size_t *per_thread) {
+/* The tile paths' scratch: packed activations (shared; one block of hm_tile_token_block tokens
+ * per *blk bytes) and per-thread bytes; false for MM_DOTS */
+static bool tile_bytes(int path, const hm_matrix *w, int n, size_t *act, size_t *per_thread,
+                       size_t *blk) {
+    if (path != MM_I8 && path != MM_BF16) return false;
+    const int tb = hm_tile_token_block(w->cols, n), nb = (n + tb - 1) / tb;
     if (path == MM_I8) {
-        *act = hm_amx_act_bytes(w->type, w->cols, n);
+        *blk = align64(hm_amx_act_bytes(w->type, w->cols, tb));
         *per_thread = align64(hm_amx_scratch_bytes(w->type, w->cols) + 64);
-        return true;
-    }
-    if (path == MM_BF16) {
-        *act = hm_amx_bf16_act_bytes(w->cols, n);
+    } else {
+        *blk = align64(hm_amx_bf16_act_bytes(w->cols, tb));
         *per_thread = align64(hm_amx_bf16_scratch_bytes(w->cols) + 64);
-        return true;
     }
-    return false;
+    *act = *blk * (size_t)nb;
+    return true;
 }
 #endif
 
@@ -107,8 +109,8 @@ size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, unsi
     const hm_cpu_ops *ops;
     if (hm_cpu_ops_get(&ops) != HM_OK) return 0;
 #if defined(__x86_64__)
-    size_t act, per_thread;
-    if (tile_bytes(use_amx(ops, w, n, flags), w, n, &act, &per_thread))
+    size_t act, per_thread, blk;
+    if (tile_bytes(use_amx(ops, w, n, flags), w, n, &act, &per_thread, &blk))
         return align64(act) + (size_t)n_threads * (per_thread + sizeof(hm_work_slot)) + 64;
 #endif
     /* per-row dots: the threads' work ranges, then the converted activations */
@@ -184,9 +186,12 @@ typedef struct mm_job {
     const hm_cpu_ops *ops;
     int amx;            /* MM_DOTS, MM_I8, MM_BF16 */
     hm_work_slot *work; /* the threads' unit ranges (in the scratch) */
-    /* tile paths (set by mm_start): claims of cu 32-row units, tcl[m] of them in matrix m */
+    /* tile paths (set by mm_start): claims of cu 32-row units, tcl[m] of them in matrix m, cpb
+     * per token block (tbt tokens each, packed blk bytes apart); claim c is block c / cpb */
     int cu;
-    int64_t tcl[8];
+    int64_t tcl[8], cpb;
+    int tbt;
+    size_t blk;
     /* MM_DOTS units (set by mm_start): token blocks of tb (ntb of them), row blocks of rbs[m]
      * rows (nrb[m] of them) per matrix */
     int tb, ntb;
@@ -224,36 +229,51 @@ static void mm_task(int ith, int nth, void *arg) {
     mm_job *j = arg;
 #if defined(__x86_64__)
     uint8_t *scr = (uint8_t *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
-    size_t act, per_thread;
-    if (tile_bytes(j->amx, j->w[0], j->n, &act, &per_thread)) {
-        /* pack the activations (16-token groups split over the threads), then 32-row ranges */
+    size_t act, per_thread, blk;
+    if (tile_bytes(j->amx, j->w[0], j->n, &act, &per_thread, &blk)) {
+        /* pack the activations (each token block's 16-token groups in turn, split over the
+         * threads), then 32-row ranges */
         const hm_matrix *w = j->w[0];
-        const int groups = 2 * ((j->n + 31) / 32), g0 = groups * ith / nth,
-                  g1 = groups * (ith + 1) / nth;
-        if (j->amx == MM_BF16)
-            hm_amx_bf16_pack_act(j->x, j->xs, NULL, j->n, w->cols, scr, g0, g1);
-        else
-            hm_amx_pack_act(w->type, j->x, j->xs, NULL, j->n, w->cols, scr, g0, g1);
+        const int tbt = j->tbt, nb = (j->n + tbt - 1) / tbt;
+        const int groups =
+            2 * ((tbt + 31) / 32) * (nb - 1) + 2 * ((j->n - (nb - 1) * tbt + 31) / 32);
+        const int q0 = groups * ith / nth, q1 = groups * (ith + 1) / nth;
+        for (int b = 0, base = 0; b < nb && base < q1; b++) {
+            const int t0 = b * tbt, nt = j->n - t0 < tbt ? j->n - t0 : tbt,
+                      gb = 2 * ((nt + 31) / 32);
+            const int g0 = q0 > base ? q0 - base : 0, g1 = q1 - base < gb ? q1 - base : gb;
+            const float *xb = j->x + (size_t)t0 * j->xs;
+            if (g0 < g1 && j->amx == MM_BF16)
+                hm_amx_bf16_pack_act(xb, j->xs, NULL, nt, w->cols, scr + (size_t)b * blk, g0, g1);
+            else if (g0 < g1)
+                hm_amx_pack_act(w->type, xb, j->xs, NULL, nt, w->cols, scr + (size_t)b * blk, g0,
+                                g1);
+            base += gb;
+        }
         hm_pool_barrier(j->pool);
         /* claims of the matrices' 32-row units (the packed activations serve every matrix):
          * each thread takes its own share in order, then relieves slower ones (vCPUs of one
          * machine can run at quite different speeds) */
         uint8_t *ts = scr + align64(act) + (size_t)ith * per_thread;
         for (int64_t g; (g = hm_work_next(j->work, nth, ith)) >= 0;) {
+            const int b = (int)(g / j->cpb), t0 = b * tbt, nt = j->n - t0 < tbt ? j->n - t0 : tbt;
+            const uint8_t *pk = scr + (size_t)b * blk;
+            g %= j->cpb;
             int m = 0;
             while (g >= j->tcl[m]) g -= j->tcl[m], m++;
             const hm_matrix *wm = j->w[m];
             const int64_t r0 = g * j->cu * 32,
                           r1 = r0 + j->cu * 32 < wm->rows ? r0 + j->cu * 32 : wm->rows;
+            float *y = j->y[m] + (size_t)t0 * j->ys[m] + r0;
             if (j->amx == MM_BF16)
-                hm_amx_bf16_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, scr, j->n,
-                                   j->y[m] + r0, j->ys[m], ts);
+                hm_amx_bf16_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, pk, nt, y,
+                                   j->ys[m], ts);
             else if (wm->wpack)
-                j->ops->i8_matmul_packed(wm->wpack, wm->rows, wm->cols, r0, r1, scr, j->n,
-                                         j->y[m] + r0, j->ys[m], ts);
+                j->ops->i8_matmul_packed(wm->wpack, wm->rows, wm->cols, r0, r1, pk, nt, y, j->ys[m],
+                                         ts);
             else
-                j->ops->i8_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, scr, j->n,
-                                  j->y[m] + r0, j->ys[m], ts);
+                j->ops->i8_matmul(wm->type, wm->data, wm->row_bytes, wm->cols, r0, r1, pk, nt, y,
+                                  j->ys[m], ts);
         }
         return;
     }
@@ -352,19 +372,22 @@ bool hm_nn_prefetch_idle(int ith, int nth, void *arg, int step) {
  * tile paths' after the threads' scratch). */
 static void mm_start(hm_pool *pool, mm_job *j) {
 #if defined(__x86_64__)
-    size_t act, per_thread;
-    if (tile_bytes(j->amx, j->w[0], j->n, &act, &per_thread)) {
+    size_t act, per_thread, blk;
+    if (tile_bytes(j->amx, j->w[0], j->n, &act, &per_thread, &blk)) {
         const int nth = hm_pool_size(pool);
-        int64_t units = 0, claims = 0;
+        j->tbt = hm_tile_token_block(j->w[0]->cols, j->n), j->blk = blk;
+        const int nb = (j->n + j->tbt - 1) / j->tbt;
+        int64_t units = 0;
         for (int m = 0; m < j->nw; m++) units += (j->w[m]->rows + 31) / 32;
-        j->cu = hm_tile_claim_units(units, nth);
+        j->cu = hm_tile_claim_units(units * nb, nth);
+        j->cpb = 0;
         for (int m = 0; m < j->nw; m++) {
             j->tcl[m] = ((j->w[m]->rows + 31) / 32 + j->cu - 1) / j->cu;
-            claims += j->tcl[m];
+            j->cpb += j->tcl[m];
         }
         const uintptr_t scr = ((uintptr_t)j->scratch + 63) & ~(uintptr_t)63;
         j->work = (hm_work_slot *)(scr + align64(act) + (size_t)nth * per_thread);
-        hm_work_init(j->work, nth, claims);
+        hm_work_init(j->work, nth, j->cpb * nb);
     }
 #endif
     if (j->amx == MM_DOTS) {

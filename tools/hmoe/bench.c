@@ -266,7 +266,33 @@ typedef struct kjob {
     hm_vec_dot_n_fn dotn; /* the multi-token twin of dot (NULL: none) */
     hm_work_slot *work;   /* [nth]: the pass's claims (set up by krun) */
     int cu;               /* 32-row units per claim */
+    int tbt;              /* tokens per block (hm_tile_token_block), each packed on its own */
+    size_t blk;           /* packed bytes per token block */
 } kjob;
+
+#if defined(__x86_64__)
+/* The tile paths' token blocks for n tokens, as hm_nn_matmul blocks them; returns their count
+ * (j->tbt, j->blk set) */
+static int kblocks(kjob *j, int n) {
+    const int64_t cols = j->mats[0].cols;
+    j->tbt = hm_tile_token_block(cols, n);
+    j->blk = ((j->bf16 ? hm_amx_bf16_act_bytes(cols, j->tbt)
+                       : hm_amx_act_bytes(j->mats[0].type, cols, j->tbt)) +
+              63) &
+             ~(size_t)63;
+    return (n + j->tbt - 1) / j->tbt;
+}
+
+/* the packed activations' bytes for the largest of the token counts */
+static size_t kpacked_bytes(kjob *j, const long *tokens, int n_tokens) {
+    size_t most = 64;
+    for (int k = 0; k < n_tokens; k++) {
+        const size_t b = (size_t)kblocks(j, (int)tokens[k]) * j->blk;
+        most = b > most ? b : most;
+    }
+    return most;
+}
+#endif
 
 static void kfill_task(int ith, int nth, void *arg) {
     kjob *j = arg;
@@ -293,25 +319,29 @@ static void kmatvec_task(int ith, int nth, void *arg) {
          * layer's many experts do not) */
         const int64_t groups = (j->mats[0].rows + 31) / 32, cpm = (groups + j->cu - 1) / j->cu;
         for (int64_t c; (c = hm_work_next(j->work, nth, ith)) >= 0;) {
+            /* claims block by block (a block's activations stay in L2 for its claims) */
+            const int b = (int)(c / (cpm * j->n_mats)), t0 = b * j->tbt,
+                      nt = j->n_tok - t0 < j->tbt ? j->n_tok - t0 : j->tbt;
+            const void *pk = (const uint8_t *)j->packed + (size_t)b * j->blk;
+            c %= cpm * j->n_mats;
             const int m = (int)(c / cpm);
             const hm_matrix *w = &j->mats[m];
             const int64_t r0 = (c % cpm) * j->cu * 32,
                           r1 = r0 + j->cu * 32 < w->rows ? r0 + j->cu * 32 : w->rows;
-            float *y = j->y + (size_t)m * j->y_mat;
+            float *y = j->y + (size_t)m * j->y_mat + (size_t)t0 * (size_t)w->rows;
             if (j->bf16)
-                hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
-                                   j->n_tok, y + r0, (size_t)w->rows, j->scratch[ith]);
+                hm_amx_bf16_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, pk, nt, y + r0,
+                                   (size_t)w->rows, j->scratch[ith]);
             else if (j->rt)
                 j->ops->i8_matmul_packed_rt(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
-                                            r0, r1, j->packed, j->n_tok, y + r0, (size_t)w->rows,
+                                            r0, r1, pk, nt, y + r0, (size_t)w->rows,
                                             j->scratch[ith]);
             else if (j->wpack)
                 j->ops->i8_matmul_packed(j->wpack + (size_t)m * j->wpack_bytes, w->rows, w->cols,
-                                         r0, r1, j->packed, j->n_tok, y + r0, (size_t)w->rows,
-                                         j->scratch[ith]);
+                                         r0, r1, pk, nt, y + r0, (size_t)w->rows, j->scratch[ith]);
             else
-                j->ops->i8_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, j->packed,
-                                  j->n_tok, y + r0, (size_t)w->rows, j->scratch[ith]);
+                j->ops->i8_matmul(w->type, w->data, w->row_bytes, w->cols, r0, r1, pk, nt, y + r0,
+                                  (size_t)w->rows, j->scratch[ith]);
         }
         return;
     }
@@ -334,9 +364,14 @@ static void kmatvec_task(int ith, int nth, void *arg) {
 static void krun(hm_pool *pool, kjob *j) {
     const int nth = hm_pool_size(pool);
     if (j->scratch && j->n_tok > 4) {
+#if defined(__x86_64__)
+        const int nb = kblocks(j, j->n_tok);
+#else
+        const int nb = 1;
+#endif
         const int64_t groups = (j->mats[0].rows + 31) / 32;
-        j->cu = hm_tile_claim_units(groups * j->n_mats, nth);
-        hm_work_init(j->work, nth, (groups + j->cu - 1) / j->cu * j->n_mats);
+        j->cu = hm_tile_claim_units(groups * j->n_mats * nb, nth);
+        hm_work_init(j->work, nth, (groups + j->cu - 1) / j->cu * j->n_mats * nb);
     } else {
         hm_work_init(j->work, nth, (int64_t)nth * j->n_mats);
     }
@@ -346,16 +381,21 @@ static void krun(hm_pool *pool, kjob *j) {
 static void kpack_task(int ith, int nth, void *arg) {
 #if defined(__x86_64__)
     kjob *j = arg;
-    const int tg = (j->n_tok + 31) / 32 * 2;
-    if (j->bf16)
-        hm_amx_bf16_pack_act(j->x, (size_t)j->mats[0].cols, NULL, j->n_tok, j->mats[0].cols,
-                             j->packed, tg * ith / nth, tg * (ith + 1) / nth);
-    else if (j->rt)
-        hm_amx_pack_act_rt(j->x, (size_t)j->mats[0].cols, NULL, j->n_tok, j->mats[0].cols,
-                           j->packed, tg * ith / nth, tg * (ith + 1) / nth);
-    else
-        hm_amx_pack_act(j->mats[0].type, j->x, (size_t)j->mats[0].cols, NULL, j->n_tok,
-                        j->mats[0].cols, j->packed, tg * ith / nth, tg * (ith + 1) / nth);
+    /* each token block on its own (kblocks, set by the caller); blocks in turn, each split over
+     * the threads */
+    const int64_t cols = j->mats[0].cols;
+    for (int t0 = 0; t0 < j->n_tok; t0 += j->tbt) {
+        const int nt = j->n_tok - t0 < j->tbt ? j->n_tok - t0 : j->tbt, tg = (nt + 31) / 32 * 2;
+        const float *x = j->x + (size_t)t0 * (size_t)cols;
+        void *pk = (uint8_t *)j->packed + (size_t)(t0 / j->tbt) * j->blk;
+        const int g0 = tg * ith / nth, g1 = tg * (ith + 1) / nth;
+        if (j->bf16)
+            hm_amx_bf16_pack_act(x, (size_t)cols, NULL, nt, cols, pk, g0, g1);
+        else if (j->rt)
+            hm_amx_pack_act_rt(x, (size_t)cols, NULL, nt, cols, pk, g0, g1);
+        else
+            hm_amx_pack_act(j->mats[0].type, x, (size_t)cols, NULL, nt, cols, pk, g0, g1);
+    }
 #else
     (void)ith, (void)nth, (void)arg;
 #endif
@@ -504,7 +544,7 @@ static int bench_kernels(int argc, char **argv) {
         scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
         for (int t = 0; scratch && t < hm_pool_size(pool); t++)
             scratch[t] = malloc(hm_amx_bf16_scratch_bytes(cols));
-        job.packed = malloc(hm_amx_bf16_act_bytes(cols, (int)max_tok));
+        job.packed = malloc(kpacked_bytes(&job, tokens, n_tokens));
         printf("matmul (> 4 tokens): AMX BF16 tiles (TDPBF16PS, K = 32, 32 rows x 32 tokens per "
                "step, float32 sums; activations rounded to bf16 and packed once per token set, "
                "untimed; weights copied per 32-row unit; in a model only with --bf16-tiles)\n");
@@ -517,7 +557,7 @@ static int bench_kernels(int argc, char **argv) {
         scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
         for (int t = 0; scratch && t < hm_pool_size(pool); t++)
             scratch[t] = malloc(hm_amx_scratch_bytes((uint32_t)type, cols));
-        job.packed = malloc(hm_amx_act_bytes((uint32_t)type, cols, (int)max_tok));
+        job.packed = malloc(kpacked_bytes(&job, tokens, n_tokens));
         printf(
             "matmul (> 4 tokens): %s; weights and activations int8 per 256 values; activations "
             "packed once per token set, untimed); weights %s\n",
@@ -576,7 +616,10 @@ static int bench_kernels(int argc, char **argv) {
         job.y_mat = (size_t)(rows * tokens[k]);
 #if defined(__x86_64__)
         /* once per activation set, as a layer would: not part of the per-matrix time */
-        if (job.packed && job.n_tok > 4) hm_pool_run(pool, kpack_task, &job);
+        if (job.packed && job.n_tok > 4) {
+            kblocks(&job, job.n_tok);
+            hm_pool_run(pool, kpack_task, &job);
+        }
 #endif
         krun(pool, &job); /* warm-up pass */
         double best = 1e30;
@@ -600,6 +643,7 @@ static int bench_kernels(int argc, char **argv) {
             float *yr = malloc(sizeof(float) * (size_t)(rows * max_tok));
             hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xq, xb,
                            (int)max_tok, yr, (size_t)rows, 0, rows);
+            kblocks(&job, job.n_tok);
             hm_pool_run(pool, kpack_task, &job);
             /* 3.4e38 in every float: a row the pass misses fails the check */
             memset(y, 0x7f, sizeof(float) * (size_t)(rows * max_tok));
