@@ -702,6 +702,14 @@ int main(void) {
     test_repack(pool, &m, 64);
     test_fused_h(pool, &m, 64);
     test_same_bits(pool, &m, 64);
+    /* AMX experts split into parts of consecutive tokens (tile blocks forced to 32 tokens: ~75
+     * tokens per expert in 3 parts), each part an active expert of its own (no split without
+     * int8 tiles) */
+    setenv("HMOE_TILE_TOKENS", "32", 1);
+    run_case(pool, &m, 300, 3e-2, "q4_k 2048x768 top-2/8, 32-token parts", false);
+    test_same_bits(pool, &m, 300);
+    test_repack(pool, &m, 300);
+    unsetenv("HMOE_TILE_TOKENS");
     model_free(&m);
     /* experts of 1024+ tokens (gate/up in single-unit claims) on the per-call AMX path: the down
      * claims (up to 4 units) write their products to the thread's float tile, sized at submit */

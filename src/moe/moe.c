@@ -57,7 +57,8 @@ enum {
 #define DEFAULT_MAX 1024
 
 typedef struct {
-    int e, n;    /* expert, its token count in this batch */
+    int e, n;    /* expert, its token count in this batch (this part's) */
+    int part;    /* an expert with more tokens than a tile block is split into parts */
     int64_t off; /* first assignment (index into tok/wt and the rows of h) */
     bool amx;
     size_t px_off, ph_off; /* packed activations (AMX) in px / ph */
@@ -128,10 +129,12 @@ struct hm_moe {
     void *out;
     bool accumulate;
     int n_tok;
-    int *cnt; /* [n_experts] */
-    active_expert *act;
-    int n_act;
-    chunk *chunks;
+    int *cnt;           /* [n_experts] */
+    active_expert *act; /* [cap_act] */
+    int n_act, cap_act;
+    chunk *chunks;      /* [cap_act], as gu_done, taken, h_ready and pidx */
+    int *pidx;          /* [cap_act] active index of (expert e, part p) at pbase[e] + p */
+    int *tpart, *pbase; /* [n_experts] tokens per part of each expert, its first pidx slot */
     int n_chunks;
     hm_moe_scratch *s; /* batch scratch: the engine's own or one shared (params.scratch) */
     /* this batch's sums [n_tok][hidden]: the output itself where it is float32, overwritten and
@@ -421,6 +424,27 @@ hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out) {
     return create_one(p, NULL, out);
 }
 
+/* The per-active-expert arrays for at least n entries (between batches); nonzero when out of
+ * memory (the old arrays are kept then). */
+static int grow_act(hm_moe *m, int n) {
+    if (n <= m->cap_act) return 0;
+    active_expert *act = calloc((size_t)n, sizeof *act);
+    chunk *chunks = calloc((size_t)n, sizeof *chunks);
+    atomic_int *gu_done = calloc((size_t)n, sizeof *gu_done),
+               *taken = calloc((size_t)n, sizeof *taken),
+               *h_ready = calloc((size_t)n, sizeof *h_ready);
+    int *pidx = calloc((size_t)n, sizeof *pidx);
+    if (!act || !chunks || !gu_done || !taken || !h_ready || !pidx) {
+        free(act), free(chunks), free(gu_done), free(taken), free(h_ready), free(pidx);
+        return 1;
+    }
+    free(m->act), free(m->chunks), free(m->gu_done), free(m->taken), free(m->h_ready);
+    free(m->pidx);
+    m->act = act, m->chunks = chunks, m->gu_done = gu_done, m->taken = taken;
+    m->h_ready = h_ready, m->pidx = pidx, m->cap_act = n;
+    return 0;
+}
+
 /* An engine over the whole pool (bar NULL) or a slice's child, run by one group of the pool's
  * participants with barrier bar; a child's repacking is left to its parent (create_sliced). */
 static hm_status create_one(const hm_moe_params *p, hm_barrier *bar, hm_moe **out) {
@@ -432,10 +456,8 @@ static hm_status create_one(const hm_moe_params *p, hm_barrier *bar, hm_moe **ou
     m->experts = malloc(sizeof *m->experts * (size_t)p->n_experts);
     m->mask = calloc((size_t)p->n_experts, 1);
     m->cnt = calloc((size_t)p->n_experts, sizeof *m->cnt);
-    m->act = calloc((size_t)p->n_experts, sizeof *m->act);
-    m->chunks = calloc((size_t)p->n_experts, sizeof *m->chunks);
-    m->gu_done = calloc((size_t)p->n_experts, sizeof *m->gu_done);
-    m->taken = calloc((size_t)p->n_experts, sizeof *m->taken);
+    m->tpart = calloc((size_t)p->n_experts, sizeof *m->tpart);
+    m->pbase = calloc((size_t)p->n_experts, sizeof *m->pbase);
     const int64_t hu = (p->hidden + UNIT - 1) / UNIT;
     m->dn_st = calloc((size_t)hu, sizeof *m->dn_st);
     m->dn_done = calloc((size_t)hu, sizeof *m->dn_done);
@@ -447,10 +469,9 @@ static hm_status create_one(const hm_moe_params *p, hm_barrier *bar, hm_moe **ou
     m->no_steal = env_is("HMOE_MOE_STEAL", "0");
     m->steal_test = env_is("HMOE_MOE_STEAL", "test");
     m->no_static = env_is("HMOE_MOE_STATIC", "0");
-    m->h_ready = calloc((size_t)p->n_experts, sizeof *m->h_ready);
     hm_status st = HM_OK;
-    if (!m->experts || !m->mask || !m->cnt || !m->act || !m->chunks || !m->gu_done || !m->h_ready ||
-        !m->taken || !m->dn_st || !m->dn_done) {
+    if (!m->experts || !m->mask || !m->cnt || !m->tpart || !m->pbase || !m->dn_st || !m->dn_done ||
+        grow_act(m, p->n_experts)) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
         goto fail;
     }
@@ -809,8 +830,9 @@ void hm_moe_free(hm_moe *m) {
     }
     hm_moe_wait(m);
     hm_moe_scratch_free(m->s);
-    free(m->experts), free(m->mask), free(m->cnt), free(m->act);
-    free(m->chunks), free(m->gu_done), free(m->h_ready), free(m->taken), free(m->packed);
+    free(m->experts), free(m->mask), free(m->cnt), free(m->act), free(m->tpart), free(m->pbase);
+    free(m->chunks), free(m->gu_done), free(m->h_ready), free(m->taken), free(m->pidx);
+    free(m->packed);
     free(m->dn_st), free(m->dn_done);
     hm_large_free(&m->wpack);
     free(m);
@@ -1562,7 +1584,8 @@ static hm_status submit_sliced(hm_moe *m, const void *x, hm_moe_dtype x_type, co
 static int by_tokens_desc(const void *pa, const void *pb) {
     const active_expert *a = pa, *b = pb;
     if (a->n != b->n) return a->n > b->n ? -1 : 1;
-    return (a->e > b->e) - (a->e < b->e);
+    if (a->e != b->e) return a->e < b->e ? -1 : 1;
+    return (a->part > b->part) - (a->part < b->part);
 }
 
 hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
@@ -1626,9 +1649,26 @@ static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
         return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %lld assignments",
                          (long long)n_asg);
     }
+    /* an AMX expert with more tokens than a tile block (hm_tile_token_block) runs as parts of
+     * consecutive tokens, each an active expert of its own: a part's packed activations then
+     * fit the L2 of the cores that take its claims, and its claims get the fused path */
+    int n_parts = 0;
+    for (int e = 0; e < E; e++) {
+        if (!m->cnt[e]) continue;
+        m->tpart[e] =
+            m->amx && m->cnt[e] > MATVEC_MAX ? hm_tile_token_block(H, m->cnt[e]) : m->cnt[e];
+        m->pbase[e] = n_parts;
+        n_parts += (m->cnt[e] + m->tpart[e] - 1) / m->tpart[e];
+    }
+    if (grow_act(m, n_parts)) {
+        scratch_release(S);
+        return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %d active experts", n_parts);
+    }
     m->n_act = 0;
     for (int e = 0; e < E; e++)
-        if (m->cnt[e]) m->act[m->n_act++] = (active_expert){.e = e, .n = m->cnt[e]};
+        for (int p = 0, t = 0; t < m->cnt[e]; p++, t += m->tpart[e])
+            m->act[m->n_act++] = (active_expert){
+                .e = e, .n = m->cnt[e] - t < m->tpart[e] ? m->cnt[e] - t : m->tpart[e], .part = p};
     /* batches of many tokens: the busiest experts first, so that their long gate/up claims are
      * taken at the start and the small ones fill the end (routing is uneven: one expert can hold
      * most of a batch) */
@@ -1639,13 +1679,16 @@ static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
         ae->off = off;
         ae->amx = m->amx && ae->n > MATVEC_MAX;
         off += ae->n;
-        m->cnt[ae->e] = (int)ae->off; /* now the fill cursor */
+        m->pidx[m->pbase[ae->e] + ae->part] = a;
     }
+    memset(m->cnt, 0, sizeof *m->cnt * (size_t)E); /* now each expert's tokens placed */
     for (int64_t i = 0; i < (int64_t)n_tok * k; i++) {
         const int e = ids[i];
         if (e < 0 || m->mask[e]) continue;
-        S->tok[m->cnt[e]] = (int32_t)(i / k);
-        S->wt[m->cnt[e]++] = w[i];
+        const int j = m->cnt[e]++;
+        const int64_t d = m->act[m->pidx[m->pbase[e] + j / m->tpart[e]]].off + j % m->tpart[e];
+        S->tok[d] = (int32_t)(i / k);
+        S->wt[d] = w[i];
     }
     /* chunks of whole experts with at most max_tokens * 8 assignments (at least one expert) */
     const int64_t cap = (int64_t)m->p.max_tokens * 8;
