@@ -107,6 +107,14 @@ int main(void) {
     CHECK_CONTAINS(out, "empty submit -> wait");
     CHECK_CONTAINS(out, "tokens/s");
     CHECK_CONTAINS(out, "routing (skew 1.00)");
+    /* NUMA slices (2 emulated groups of the threads, weights copied) */
+    snprintf(cmd, sizeof cmd,
+             "%s bench moe --preset qwen3-tiny --type q8_0 --layers 2 --tokens 1,64 --threads 2 "
+             "--nodes 2 --slice-copy",
+             bin);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "numa: 2 groups");
+    CHECK_CONTAINS(out, "tokens/s");
 
     /* run / logits / bench e2e on a transformers fixture (tests/data/qwen3moe/a) */
     const char *fx = HMOE_SOURCE_DIR "/tests/data/qwen3moe/a";
@@ -117,6 +125,16 @@ int main(void) {
     CHECK_CONTAINS(out, "ids: 414 414 467 10 5 367 367 367");
     CHECK_CONTAINS(out, "printing ids only"); /* the fixture has no tokenizer */
     CHECK_CONTAINS(out, "tok/s");
+    /* the experts in 2 emulated NUMA slices: the same greedy ids */
+    snprintf(cmd, sizeof cmd,
+             "%s run -m %s --ids \"14 408 419 163 17 83 24\" -n 8 --threads 2 --numa 2 "
+             "--numa-copy on",
+             bin, fx);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "ids: 414 414 467 10 5 367 367 367");
+    snprintf(cmd, sizeof cmd, "%s run -m %s --ids \"1\" --numa 1", bin, fx);
+    CHECK(run(cmd) == 2);
+    CHECK_CONTAINS(out, "bad --numa '1'");
     snprintf(cmd, sizeof cmd,
              "%s run -m %s --ids \"1 2\" -n 4 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.01 "
              "--repeat-penalty 1.1 --seed 7 --threads 2",

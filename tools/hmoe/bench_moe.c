@@ -193,7 +193,8 @@ int bench_moe(int argc, char **argv) {
 
     if (nodes > 1)
         printf("numa: %ld groups of the pool's threads (by node where the threads span %ld "
-               "nodes, else an even split), each a slice of every expert's intermediate "
+               "nodes, else in proportion to the slices' widths), each a slice of every expert's "
+               "intermediate "
                "dimension%s\n",
                nodes, nodes, slice_copy ? ", its weights copied by its own threads" : "");
     long max_tok = 1;
