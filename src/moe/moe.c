@@ -1545,20 +1545,23 @@ static void sliced_job(int ith, int nth, void *arg) {
     }
 }
 
+/* Starts fn on the pool: an async pool returns at once (the batch in flight until hm_moe_wait), a
+ * sync one runs it to completion. */
+static void launch(hm_moe *m, hm_task_fn fn) {
+    if (hm_pool_submit(m->p.pool, fn, m) == HM_OK) {
+        m->in_flight = true;
+        m->s->busy = m;
+        return;
+    }
+    hm_pool_run(m->p.pool, fn, m);
+}
+
 static hm_status submit_sliced(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
                                const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
                                bool accumulate) {
     if ((out_type != HM_MOE_F32 && out_type != HM_MOE_BF16) || n_tok < 0 || (n_tok && !out))
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad output (type %d, %d tokens)", (int)out_type,
                          n_tok);
-    if (m->s->busy)
-        return hm_errorf(HM_ERR_INVALID_ARG,
-                         "moe: the scratch shared with another engine is in use by its batch in "
-                         "flight (wait for it first)");
-    if (hm_pool_busy(m->p.pool))
-        return hm_errorf(HM_ERR_INVALID_ARG,
-                         "moe: the pool is still running another submitted job (wait for it "
-                         "first)");
     const size_t per = (size_t)n_tok * (size_t)m->p.hidden;
     hm_moe_scratch *S = m->s;
     if (!grow((void **)&S->sub_out, &S->cap_sub_out, sizeof(float) * per * (size_t)m->n_sub + 64,
@@ -1571,12 +1574,7 @@ static hm_status submit_sliced(hm_moe *m, const void *x, hm_moe_dtype x_type, co
     }
     if (per == 0) return HM_OK;
     m->out = out, m->out_type = out_type, m->accumulate = accumulate, m->n_tok = n_tok;
-    if (hm_pool_submit(m->p.pool, sliced_job, m) == HM_OK) {
-        m->in_flight = true;
-        S->busy = m;
-        return HM_OK;
-    }
-    hm_pool_run(m->p.pool, sliced_job, m); /* a sync pool: run to completion */
+    launch(m, sliced_job);
     return HM_OK;
 }
 
@@ -1593,7 +1591,6 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
                         bool accumulate) {
     if (m->in_flight)
         return hm_errorf(HM_ERR_INVALID_ARG, "moe: submit while a batch is in flight");
-    if (m->n_sub) return submit_sliced(m, x, x_type, ids, w, n_tok, k, out, out_type, accumulate);
     if (m->s->busy)
         return hm_errorf(HM_ERR_INVALID_ARG,
                          "moe: the scratch shared with another engine is in use by its batch in "
@@ -1602,14 +1599,10 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
         return hm_errorf(HM_ERR_INVALID_ARG,
                          "moe: the pool is still running another submitted job (wait for it "
                          "first)");
+    if (m->n_sub) return submit_sliced(m, x, x_type, ids, w, n_tok, k, out, out_type, accumulate);
     hm_status st = prepare(m, x, x_type, ids, w, n_tok, k, out, out_type, accumulate);
     if (st || !m->run_job) return st;
-    if (hm_pool_submit(m->p.pool, job, m) == HM_OK) {
-        m->in_flight = true;
-        m->s->busy = m;
-        return HM_OK;
-    }
-    hm_pool_run(m->p.pool, job, m); /* a sync pool: run to completion */
+    launch(m, job);
     return HM_OK;
 }
 

@@ -163,12 +163,13 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
         if (strcmp(v, "f32") && strcmp(v, "f16"))
             return cli_usage_error("bad --kv '%s' (f32|f16)", v);
         cp->kv_f16 = !strcmp(v, "f16");
-    } else if (!strcmp(a, "--repack")) {
+    } else if (!strcmp(a, "--repack") || !strcmp(a, "--numa-copy")) {
         if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off"))
-            return cli_usage_error("bad --repack '%s' (auto|on|off)", v);
-        cp->repack = !strcmp(v, "on")    ? HM_REPACK_ON
-                     : !strcmp(v, "off") ? HM_REPACK_OFF
-                                         : HM_REPACK_AUTO;
+            return cli_usage_error("bad %s '%s' (auto|on|off)", a, v);
+        hm_repack_mode *mode = !strcmp(a, "--repack") ? &cp->repack : &cp->numa_copy;
+        *mode = !strcmp(v, "on")    ? HM_REPACK_ON
+                : !strcmp(v, "off") ? HM_REPACK_OFF
+                                    : HM_REPACK_AUTO;
     } else if (!strcmp(a, "--numa")) {
         if (!strcmp(v, "auto"))
             cp->numa = 0;
@@ -178,12 +179,6 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
             cp->numa = (int)n;
         else
             return cli_usage_error("bad --numa '%s' (auto|off|N slices, 2..64)", v);
-    } else if (!strcmp(a, "--numa-copy")) {
-        if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off"))
-            return cli_usage_error("bad --numa-copy '%s' (auto|on|off)", v);
-        cp->numa_copy = !strcmp(v, "on")    ? HM_REPACK_ON
-                        : !strcmp(v, "off") ? HM_REPACK_OFF
-                                            : HM_REPACK_AUTO;
     } else if (!strcmp(a, "--load")) {
         if (!cli_parse_load(v, &lm)) return cli_usage_error("bad --load '%s' (auto|mmap|copy)", v);
         mp->load = (hm_load_mode)lm;
