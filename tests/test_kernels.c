@@ -1019,6 +1019,19 @@ static void test_nn_matmul_multi(void) {
                         free(y4[m]);
                     }
                 }
+                if (n > 32 && fi == 0 && ti == 0) { /* a scratch sized for a batch serves every
+                                                      * smaller one, token blocks or not */
+                    setenv("HMOE_TILE_TOKENS", "64", 1);
+                    size_t prev = 0;
+                    int bad = 0;
+                    for (int k = 1; k <= 700; k++) {
+                        const size_t b = hm_nn_matmul_scratch_bytes(&w[0], k, 3, 0);
+                        bad += b < prev;
+                        prev = b;
+                    }
+                    unsetenv("HMOE_TILE_TOKENS");
+                    CHECK_MSG(bad == 0, "matmul scratch shrinks as tokens grow (%d times)", bad);
+                }
                 if (n > 32) { /* token blocks (forced to 32: 40 = 32 + 8), each packed on its
                                * own: the same bits */
                     setenv("HMOE_TILE_TOKENS", "32", 1);

@@ -34,7 +34,7 @@ hm_status hm_kernel_check(uint32_t type, const char *tensor_name) {
                      tensor_name ? tensor_name : "?", hm_type_name(type), list);
 }
 
-int hm_tile_token_block(int64_t cols, int n) {
+int hm_tile_token_cap(int64_t cols, int n) {
     const char *e = getenv("HMOE_TILE_TOKENS"); /* per call: tile matmuls only, ~100 us each */
     const long v = e ? strtol(e, NULL, 10) : 0;
     int64_t t = v >= 32 && v <= (1L << 20) ? v / 32 * 32 : 0;
@@ -42,6 +42,11 @@ int hm_tile_token_block(int64_t cols, int n) {
         t = HM_TILE_ACT_BYTES / ((cols + 63) / 64 * 64) / 32 * 32;
         if (t < 64) t = 64;
     }
+    return n < t ? n : (int)t;
+}
+
+int hm_tile_token_block(int64_t cols, int n) {
+    const int t = hm_tile_token_cap(cols, n);
     if (n <= t) return n;
     const int64_t nb = (n + t - 1) / t;
     return (int)(((n + nb - 1) / nb + 31) / 32 * 32);

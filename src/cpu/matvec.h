@@ -48,6 +48,10 @@ static inline int hm_tile_claim_units(int64_t units, int nth) {
  * tests). */
 #define HM_TILE_ACT_BYTES ((int64_t)1 << 20)
 int hm_tile_token_block(int64_t cols, int n);
+/* The most tokens a block may have: min(n, the block limit). Each block's packed buffer is sized
+ * for this many tokens, so the blocks sit at one stride and the total (blocks x that) plainly
+ * grows with n: a scratch sized for a batch serves every smaller one (test_kernels checks it). */
+int hm_tile_token_cap(int64_t cols, int n);
 
 /* The variant's kernel for type, else the reference one; NULL if no kernel exists at all. */
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type);

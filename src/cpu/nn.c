@@ -92,12 +92,13 @@ static size_t align64(size_t b) {
 static bool tile_bytes(int path, const hm_matrix *w, int n, size_t *act, size_t *per_thread,
                        size_t *blk) {
     if (path != MM_I8 && path != MM_BF16) return false;
-    const int tb = hm_tile_token_block(w->cols, n), nb = (n + tb - 1) / tb;
+    const int tb = hm_tile_token_block(w->cols, n), nb = (n + tb - 1) / tb,
+              cap = hm_tile_token_cap(w->cols, n);
     if (path == MM_I8) {
-        *blk = align64(hm_amx_act_bytes(w->type, w->cols, tb));
+        *blk = align64(hm_amx_act_bytes(w->type, w->cols, cap));
         *per_thread = align64(hm_amx_scratch_bytes(w->type, w->cols) + 64);
     } else {
-        *blk = align64(hm_amx_bf16_act_bytes(w->cols, tb));
+        *blk = align64(hm_amx_bf16_act_bytes(w->cols, cap));
         *per_thread = align64(hm_amx_bf16_scratch_bytes(w->cols) + 64);
     }
     *act = *blk * (size_t)nb;

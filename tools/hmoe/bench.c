@@ -276,8 +276,9 @@ typedef struct kjob {
 static int kblocks(kjob *j, int n) {
     const int64_t cols = j->mats[0].cols;
     j->tbt = hm_tile_token_block(cols, n);
-    j->blk = ((j->bf16 ? hm_amx_bf16_act_bytes(cols, j->tbt)
-                       : hm_amx_act_bytes(j->mats[0].type, cols, j->tbt)) +
+    const int cap = hm_tile_token_cap(cols, n); /* as hm_nn_matmul sizes the blocks */
+    j->blk = ((j->bf16 ? hm_amx_bf16_act_bytes(cols, cap)
+                       : hm_amx_act_bytes(j->mats[0].type, cols, cap)) +
               63) &
              ~(size_t)63;
     return (n + j->tbt - 1) / j->tbt;
