@@ -1020,7 +1020,7 @@ static void test_nn_matmul_multi(void) {
                     }
                 }
                 if (n > 32 && fi == 0 && ti == 0) { /* a scratch sized for a batch serves every
-                                                      * smaller one, token blocks or not */
+                                                     * smaller one, token blocks or not */
                     setenv("HMOE_TILE_TOKENS", "64", 1);
                     size_t prev = 0;
                     int bad = 0;

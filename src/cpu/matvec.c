@@ -46,7 +46,10 @@ int hm_tile_token_cap(int64_t cols, int n) {
 }
 
 int hm_tile_token_block(int64_t cols, int n) {
-    const int t = hm_tile_token_cap(cols, n);
+    return hm_tile_split(n, hm_tile_token_cap(cols, n));
+}
+
+int hm_tile_split(int n, int t) {
     if (n <= t) return n;
     const int64_t nb = (n + t - 1) / t;
     return (int)(((n + nb - 1) / nb + 31) / 32 * 32);

@@ -48,6 +48,9 @@ static inline int hm_tile_claim_units(int64_t units, int nth) {
  * tests). */
 #define HM_TILE_ACT_BYTES ((int64_t)1 << 20)
 int hm_tile_token_block(int64_t cols, int n);
+/* The even blocks of n tokens under a limit of t (a multiple of 32): n itself when n <= t
+ * (hm_tile_token_block is this with t = hm_tile_token_cap; the limit read once serves many n). */
+int hm_tile_split(int n, int t);
 /* The most tokens a block may have: min(n, the block limit). Each block's packed buffer is sized
  * for this many tokens, so the blocks sit at one stride and the total (blocks x that) plainly
  * grows with n: a scratch sized for a batch serves every smaller one (test_kernels checks it). */

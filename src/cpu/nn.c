@@ -192,7 +192,7 @@ typedef struct mm_job {
     int cu;
     int64_t tcl[8], cpb;
     int tbt;
-    size_t blk;
+    size_t blk, act, per_thread; /* tile_bytes, computed once by mm_start */
     /* MM_DOTS units (set by mm_start): token blocks of tb (ntb of them), row blocks of rbs[m]
      * rows (nrb[m] of them) per matrix */
     int tb, ntb;
@@ -230,8 +230,8 @@ static void mm_task(int ith, int nth, void *arg) {
     mm_job *j = arg;
 #if defined(__x86_64__)
     uint8_t *scr = (uint8_t *)(((uintptr_t)j->scratch + 63) & ~(uintptr_t)63);
-    size_t act, per_thread, blk;
-    if (tile_bytes(j->amx, j->w[0], j->n, &act, &per_thread, &blk)) {
+    if (j->amx != MM_DOTS) {
+        const size_t act = j->act, per_thread = j->per_thread, blk = j->blk;
         /* pack the activations (each token block's 16-token groups in turn, split over the
          * threads), then 32-row ranges */
         const hm_matrix *w = j->w[0];
@@ -376,7 +376,8 @@ static void mm_start(hm_pool *pool, mm_job *j) {
     size_t act, per_thread, blk;
     if (tile_bytes(j->amx, j->w[0], j->n, &act, &per_thread, &blk)) {
         const int nth = hm_pool_size(pool);
-        j->tbt = hm_tile_token_block(j->w[0]->cols, j->n), j->blk = blk;
+        j->tbt = hm_tile_token_block(j->w[0]->cols, j->n);
+        j->blk = blk, j->act = act, j->per_thread = per_thread;
         const int nb = (j->n + j->tbt - 1) / j->tbt;
         int64_t units = 0;
         for (int m = 0; m < j->nw; m++) units += (j->w[m]->rows + 31) / 32;

@@ -18,6 +18,7 @@
  */
 #include "hmoe_moe.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -579,13 +580,18 @@ static hm_status slice_bounds(const hm_moe_params *p, int64_t *b) {
 }
 
 /* bytes of one expert's copy for a slice of ni rows: gate, up, down, each 64-byte aligned */
-static size_t slice_copy_expert(const hm_moe_params *p, int64_t ni) {
+/* One expert's copy for a slice of ni rows: gate, up and down at off[0..2] (each 64-byte aligned,
+ * rows packed at rb[0..2] bytes); returns its bytes. */
+static size_t slice_copy_expert(const hm_moe_params *p, int64_t ni, size_t off[3], size_t rb[3]) {
     uint64_t g = 0, u = 0, d = 0;
     hm_type_row_bytes(p->experts[0].gate.type, (uint64_t)p->hidden, &g);
     hm_type_row_bytes(p->experts[0].up.type, (uint64_t)p->hidden, &u);
     hm_type_row_bytes(p->experts[0].down.type, (uint64_t)ni, &d);
-    return hm_align_up((size_t)ni * g, 64) + hm_align_up((size_t)ni * u, 64) +
-           hm_align_up((size_t)p->hidden * d, 64);
+    rb[0] = (size_t)g, rb[1] = (size_t)u, rb[2] = (size_t)d;
+    off[0] = 0;
+    off[1] = hm_align_up((size_t)ni * rb[0], 64);
+    off[2] = off[1] + hm_align_up((size_t)ni * rb[1], 64);
+    return off[2] + hm_align_up((size_t)p->hidden * rb[2], 64);
 }
 
 size_t hm_moe_slice_copy_bytes(const hm_moe_params *p) {
@@ -597,7 +603,9 @@ size_t hm_moe_slice_copy_bytes(const hm_moe_params *p) {
     size_t n = 0;
     for (int e = 0; e < p->n_experts; e++) n += !(p->mask && p->mask[e]);
     size_t total = 0;
-    for (int i = 0; i < p->n_slices; i++) total += n * slice_copy_expert(p, b[i + 1] - b[i]);
+    size_t off[3], rb[3];
+    for (int i = 0; i < p->n_slices; i++)
+        total += n * slice_copy_expert(p, b[i + 1] - b[i], off, rb);
     return total;
 }
 
@@ -749,24 +757,19 @@ static hm_status create_sliced(const hm_moe_params *p, hm_moe **out) {
         for (int e = 0; e < E; e++)
             slice_view(&p->experts[e], p->hidden, p->inter, i0, i == 0, &ex[e]);
         if (p->slice_copy) { /* views into the copy, filled by slice_init_task */
-            const size_t per = slice_copy_expert(p, ni);
+            size_t off[3], rb[3];
+            const size_t per = slice_copy_expert(p, ni, off, rb);
             size_t need = 0;
             for (int e = 0; e < E; e++) need += !(p->mask && p->mask[e]) ? per : 0;
             if (need && (st = hm_large_alloc(need, true, "NUMA slice weights", &m->wcopy[i])))
                 break;
-            uint64_t rbg = 0, rbu = 0, rbd = 0;
-            hm_type_row_bytes(ex[0].gate.type, (uint64_t)p->hidden, &rbg);
-            hm_type_row_bytes(ex[0].up.type, (uint64_t)p->hidden, &rbu);
-            hm_type_row_bytes(ex[0].down.type, (uint64_t)ni, &rbd);
             uint8_t *dst = m->wcopy[i].ptr;
             for (int e = 0; e < E && need; e++) {
                 if (p->mask && p->mask[e]) continue; /* GPU-resident: left where it is */
                 m->copied[(size_t)i * (size_t)E + (size_t)e] = 1;
-                ex[e].gate.data = dst, ex[e].gate.row_bytes = rbg;
-                ex[e].up.data = dst + hm_align_up((size_t)ni * rbg, 64), ex[e].up.row_bytes = rbu;
-                ex[e].down.data =
-                    dst + hm_align_up((size_t)ni * rbg, 64) + hm_align_up((size_t)ni * rbu, 64);
-                ex[e].down.row_bytes = rbd;
+                ex[e].gate.data = dst + off[0], ex[e].gate.row_bytes = rb[0];
+                ex[e].up.data = dst + off[1], ex[e].up.row_bytes = rb[1];
+                ex[e].down.data = dst + off[2], ex[e].down.row_bytes = rb[2];
                 dst += per;
             }
             init |= need > 0;
@@ -1646,10 +1649,10 @@ static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
      * consecutive tokens, each an active expert of its own: a part's packed activations then
      * fit the L2 of the cores that take its claims, and its claims get the fused path */
     int n_parts = 0;
+    const int tlim = m->amx ? hm_tile_token_cap(H, INT_MAX) : 0; /* the block limit */
     for (int e = 0; e < E; e++) {
         if (!m->cnt[e]) continue;
-        m->tpart[e] =
-            m->amx && m->cnt[e] > MATVEC_MAX ? hm_tile_token_block(H, m->cnt[e]) : m->cnt[e];
+        m->tpart[e] = m->amx && m->cnt[e] > MATVEC_MAX ? hm_tile_split(m->cnt[e], tlim) : m->cnt[e];
         m->pbase[e] = n_parts;
         n_parts += (m->cnt[e] + m->tpart[e] - 1) / m->tpart[e];
     }

@@ -135,6 +135,14 @@ static inline __attribute__((always_inline)) void hm_k4_pair_dots_avx2(__m256i l
     }
 }
 
+/* A block's int32 sums of nt tokens into their float sums: acc[t] += x[t].d * wd * sumi[t] (wd:
+ * the weight block's scale) */
+static inline __attribute__((always_inline)) void
+hm_kfold_avx2(__m256 *acc, const __m256i *sumi, const hm_block_q8_K *const *x, float wd, int nt) {
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+}
+
 /* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
  * them; every token's result is the same float operations in the same order whatever nt, so a
  * token's output does not depend on how many tokens share the row. */
@@ -159,9 +167,7 @@ hm_q4_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
                                  _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), sc16, j, x, nt,
                                  sumi);
         }
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx2(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]) - hm_hsum256(accm[t]);
 }
@@ -211,9 +217,7 @@ hm_q5_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), hhi);
             hm_k4_pair_dots_avx2(lo, hi, sc16, j, x, nt, sumi);
         }
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx2(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]) - hm_hsum256(accm[t]);
 }
@@ -276,9 +280,7 @@ hm_q6_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
                 }
             }
         }
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx2(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]);
 }
@@ -344,9 +346,7 @@ hm_q2_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
                                   sumi);
             }
         }
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx2(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = hm_hsum256(_mm256_sub_ps(acc[t], accm[t]));
 }
@@ -404,9 +404,7 @@ hm_q3_K_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt
                                   sumi);
             }
         }
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx2(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]);
 }
@@ -677,9 +675,7 @@ hm_iq4_xs_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int 
             }
         }
         const float wd = hm_h2f(w[i].d);
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm256_fmadd_ps(_mm256_set1_ps(x[t]->d * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx2(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = hm_hsum256(acc[t]);
 }

@@ -6,6 +6,14 @@
 #include "cpu/x86/avx512_sum.h"
 #include "cpu/x86/kq_avx2.h"
 
+/* A block's int32 sums of nt tokens into their float sums: acc[t] += x[t].d * wd * sumi[t] (wd:
+ * the weight block's scale) */
+static inline __attribute__((always_inline)) void
+hm_kfold_avx512(__m512 *acc, const __m512i *sumi, const hm_block_q8_K *const *x, float wd, int nt) {
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+}
+
 /* Constants of the Q4_K kernel, loaded (one load each) rather than built per call:
  * sidx[j]: int16 lanes 0-15 pick scale 2j, lanes 16-31 scale 2j + 1, from the block's 16 scales
  *          and mins widened to int16 (lanes 0-7 scales, 8-15 mins);
@@ -169,9 +177,7 @@ hm_q5_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
             }
             sidx = _mm512_add_epi16(sidx, two);
         }
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx512(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hm_hsum256(accm[t]);
 }
@@ -232,9 +238,7 @@ hm_q6_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
                 sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(u23, y23), s23);
             }
         }
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx512(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
@@ -363,9 +367,7 @@ hm_q3_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
                 }
             }
         }
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx512(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
@@ -432,9 +434,7 @@ hm_iq4_xs_rows_avx512(int64_t n, const void *vw, const void *const *vx, const in
             }
         }
         const float wd = hm_h2f(w[i].d);
-        for (int t = 0; t < nt; t++)
-            acc[t] =
-                _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+        hm_kfold_avx512(acc, sumi, x, wd, nt);
     }
     for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
