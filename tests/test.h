@@ -10,6 +10,36 @@
 
 static int t_checks, t_failures;
 
+/* Sets environment variable name to v for a stretch of a test; returns the value to give back to
+ * env_pop (NULL: it was unset). */
+static inline char *env_push(const char *name, const char *v) {
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    setenv(name, v, 1);
+    return saved;
+}
+static inline void env_pop(const char *name, char *saved) {
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
+}
+
+/* The *_tiles CTest entries run a test again with HMOE_TILE_MIN_TOKENS=5: the int8 tile paths
+ * from 5 tokens for every format, as the per-format crossovers (hm_tile_min_tokens) would leave
+ * most small test batches on the matvec kernels. On a CPU without an int8 matmul that run has
+ * nothing to add: skipped (exit 77). Needs cpu/ops.h. */
+#define TILES_OR_SKIP()                                                                            \
+    do {                                                                                           \
+        const hm_cpu_ops *ops_;                                                                    \
+        if (getenv("HMOE_TILE_MIN_TOKENS") &&                                                      \
+            (hm_cpu_ops_get(&ops_) != HM_OK || !hm_i8_matmul_ok(ops_))) {                          \
+            printf("skipped: HMOE_TILE_MIN_TOKENS set and no int8 matmul on this CPU\n");          \
+            return 77;                                                                             \
+        }                                                                                          \
+    } while (0)
+
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         t_checks++;                                                                                \

@@ -1167,6 +1167,7 @@ static void test_nn_prefetch(void) {
 }
 
 int main(void) {
+    TILES_OR_SKIP();
     test_nn_prefetch();
     test_nn_epilogue();
     test_amx_swapped(HM_TYPE_Q8_0, 45, 96, 5);

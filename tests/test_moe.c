@@ -3,11 +3,13 @@
  * Tolerance: the engine quantizes activations (Q8_K / Q8_0 per block for matvec, int8 per 256
  * values for AMX, and the hidden state again for down), so outputs may differ by up to 3% of
  * max |out| for quantized weights; float weights with float activations by 1e-4. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/pool.h"
+#include "cpu/matvec.h"
 #include "cpu/ops.h"
 #include "hmoe_moe.h"
 #include "quant/fp16.h"
@@ -350,6 +352,9 @@ static void test_same_bits(hm_pool *pool, const model *m, int n) {
  * including experts masked at create (not packed) and unmasked later, which take the per-call
  * path; the size query is 0 where nothing would be packed */
 static void test_repack(hm_pool *pool, const model *m, int n) {
+    /* repacked and per-call experts cross over to the tiles at different token counts
+     * (hm_tile_min_tokens); here both take them from 5, so the layouts are what differs */
+    char *env = env_push("HMOE_TILE_MIN_TOKENS", "5");
     hm_moe_params p = hm_moe_default_params();
     p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
     p.pool = pool, p.max_tokens = 200;
@@ -408,6 +413,7 @@ static void test_repack(hm_pool *pool, const model *m, int n) {
     CHECK_MSG(ka.claims == 0 && ka.down_s == 0, "kernel stats not reset");
     free(mask);
     hm_moe_free(a), hm_moe_free(b);
+    env_pop("HMOE_TILE_MIN_TOKENS", env);
 }
 
 /* The hidden rows packed for down by the gate/up claims themselves (one scale group per claim)
@@ -677,7 +683,79 @@ static void test_slices(hm_pool *pool, hm_pool *spool, const model *m, int n) {
     free(mask);
 }
 
+/* one submit of n routed tokens into out (a fresh engine: its tile thresholds are read at create)
+ */
+static void submit_once(hm_pool *pool, const model *m, int n, bool no_amx, float *out) {
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
+    p.pool = pool, p.no_amx = no_amx;
+    hm_moe *moe;
+    CHECK_OK(hm_moe_create(&p, &moe));
+    if (!moe) return;
+    float *x = malloc(sizeof(float) * (size_t)(n * m->H)),
+          *w = malloc(sizeof(float) * (size_t)(n * m->k));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
+    uint64_t s = 7;
+    for (int64_t i = 0; i < n * m->H; i++)
+        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
+    route(n, m->E, m->k, 77, ids, w);
+    CHECK_OK(hm_moe_submit(moe, x, HM_MOE_F32, ids, w, n, m->k, out, HM_MOE_F32, false));
+    hm_moe_wait(moe);
+    hm_moe_free(moe);
+    free(x), free(w), free(ids);
+}
+
+/* Experts below their formats' tile crossover (hm_tile_min_tokens) take the matvec kernels: Q6_K
+ * experts of ~10 tokens give the same bits as an engine without the AMX path, and differ from it
+ * (the int8 re-quantization) once HMOE_TILE_MIN_TOKENS=5 sends them to the tiles. And the
+ * thresholds themselves: at least 5, none for float formats or without an int8 matmul, a
+ * repacked matrix's no higher than a per-call one's, the override taken only from 5 up. */
+static void test_tile_min(hm_pool *pool) {
+    char *saved = env_push("HMOE_TILE_MIN_TOKENS", ""); /* "": the per-format thresholds */
+    const hm_cpu_ops *ops;
+    CHECK_OK(hm_cpu_ops_get(&ops));
+    const bool i8 = hm_i8_matmul_ok(ops);
+    for (uint32_t t = 0; t < HM_TYPE_COUNT; t++) {
+        if (!hm_type_get(t) || !hm_vec_dot_for(ops, t)) continue;
+        const int pc = hm_tile_min_tokens(ops, t, false), pk = hm_tile_min_tokens(ops, t, true);
+        if (!i8 || hm_act_type(t) == HM_TYPE_F32)
+            CHECK_MSG(pc == INT_MAX && pk == INT_MAX, "%s: tile threshold %d / %d without tiles",
+                      hm_type_name(t), pc, pk);
+        else
+            CHECK_MSG(pk >= 5 && pc >= pk, "%s: tile thresholds %d (per call) / %d (repacked)",
+                      hm_type_name(t), pc, pk);
+    }
+    CHECK(hm_tile_min_tokens(&hm_ops_ref, HM_TYPE_Q4_K, false) == INT_MAX);
+    setenv("HMOE_TILE_MIN_TOKENS", "3", 1); /* below 5: ignored */
+    const int q6 = hm_tile_min_tokens(ops, HM_TYPE_Q6_K, false);
+    setenv("HMOE_TILE_MIN_TOKENS", "7", 1);
+    CHECK(hm_tile_min_tokens(ops, HM_TYPE_Q6_K, false) == (i8 ? 7 : INT_MAX));
+    CHECK(!i8 || q6 > 7);
+    setenv("HMOE_TILE_MIN_TOKENS", "", 1);
+
+    model m;
+    model_init(&m, HM_TYPE_Q6_K, HM_TYPE_Q6_K, 256, 256, 8, 2, HM_MOE_SILU, false, 31);
+    const int n = 40; /* ~10 tokens per expert */
+    float *a = fbuf64((size_t)(n * m.H)), *b = fbuf64((size_t)(n * m.H)),
+          *c = fbuf64((size_t)(n * m.H));
+    submit_once(pool, &m, n, false, a);
+    submit_once(pool, &m, n, true, b);
+    CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)(n * m.H)),
+              "q6_k experts of ~10 tokens: not the matvec kernels' bits");
+    if (i8) {
+        setenv("HMOE_TILE_MIN_TOKENS", "5", 1);
+        submit_once(pool, &m, n, false, c);
+        setenv("HMOE_TILE_MIN_TOKENS", "", 1);
+        CHECK_MSG(memcmp(c, b, sizeof(float) * (size_t)(n * m.H)),
+                  "q6_k experts of ~10 tokens from 5 tokens up: still the matvec kernels' bits");
+    }
+    free(a), free(b), free(c);
+    model_free(&m);
+    env_pop("HMOE_TILE_MIN_TOKENS", saved);
+}
+
 int main(void) {
+    TILES_OR_SKIP();
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = 3;
     pp.async = true;
@@ -690,6 +768,7 @@ int main(void) {
     test_routers();
     test_errors(pool);
     test_shared_scratch(pool);
+    test_tile_min(pool);
     CHECK(!strcmp(hm_moe_profile_name(HM_MOE_PROF_GATE_UP), "gate/up"));
     CHECK(!strcmp(hm_moe_profile_name(HM_MOE_PROF_N), "?"));
     model m;

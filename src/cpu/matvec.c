@@ -1,6 +1,7 @@
 /* matvec.c - row-range matrix-vector driver over the per-variant dot products. */
 #include "cpu/matvec.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -53,6 +54,46 @@ int hm_tile_split(int n, int t) {
     if (n <= t) return n;
     const int64_t nb = (n + t - 1) / t;
     return (int)(((n + nb - 1) / nb + 31) / 32 * 32);
+}
+
+int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed) {
+    if (!ops || !hm_i8_matmul_ok(ops) || hm_act_type(type) == HM_TYPE_F32) return INT_MAX;
+    const char *e = getenv("HMOE_TILE_MIN_TOKENS"); /* per call: ~100 ns, matmuls take 10+ us */
+    const long v = e ? strtol(e, NULL, 10) : 0;
+    if (v >= 5 && v <= (1L << 20)) return (int)v;
+    const bool amx = ops->isa == HM_ISA_AMX;
+    if (packed) return amx ? 5 : 8;
+    /* the crossovers measured on the device (16 threads, 768 x 2048 and 2048 x 768: the per-call
+     * tile path's time over the 4-token matvec's time per token, the larger of the two shapes),
+     * AMX / AVX-512 VNNI */
+    switch (type) {
+    case HM_TYPE_Q8_0:
+        return amx ? 6 : 9;
+    case HM_TYPE_Q4_K:
+        return amx ? 10 : 20;
+    case HM_TYPE_Q4_1:
+        return amx ? 18 : 24;
+    case HM_TYPE_Q5_K:
+        return amx ? 20 : 30;
+    case HM_TYPE_Q4_0:
+    case HM_TYPE_IQ4_NL:
+        return amx ? 22 : 30;
+    case HM_TYPE_MXFP4:
+        return amx ? 26 : 32;
+    case HM_TYPE_Q5_0:
+    case HM_TYPE_Q5_1:
+        return amx ? 30 : 40;
+    case HM_TYPE_IQ4_XS:
+        return amx ? 45 : 55;
+    case HM_TYPE_Q6_K:
+        return amx ? 140 : 160;
+    case HM_TYPE_Q2_K:
+        return amx ? 150 : 160;
+    case HM_TYPE_Q3_K:
+        return amx ? 190 : 220;
+    default:
+        return 32;
+    }
 }
 
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type) {

@@ -3,6 +3,7 @@
 #ifndef HM_CPU_MATVEC_H
 #define HM_CPU_MATVEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,19 @@ int hm_tile_split(int n, int t);
  * for this many tokens, so the blocks sit at one stride and the total (blocks x that) plainly
  * grows with n: a scratch sized for a batch serves every smaller one (test_kernels checks it). */
 int hm_tile_token_cap(int64_t cols, int n);
+
+/* The smallest token count from which a matrix of `type` is multiplied faster by the int8 tile
+ * path (AMX, or AVX-512 VNNI where there is no AMX) than by the matvec kernels (4 tokens per weight
+ * read), for weights converted per call (packed false) or repacked once into int8 units (packed
+ * true); INT_MAX where ops has no int8 matmul or type is a float format. The per-call conversion
+ * costs 3-50x a 4-token matvec of the same matrix depending on the format (Q4_K has a table path,
+ * most others go through the generic int8 split), so its crossover runs from ~10 tokens (Q4_K on
+ * AMX) to ~200 (Q3_K); a packed matrix reads int8 units at about the matvec's speed, so 5
+ * (bench/RESULTS.md, twelfth session, has the measurements). Never below 5: 1-4 tokens always
+ * take the matvec kernels, whose results do not depend on the batch. The expert engine uses it
+ * as is; hm_nn_matmul (dense matrices) from 16 tokens at the earliest. HMOE_TILE_MIN_TOKENS=N
+ * (N >= 5) forces N for every type and both (A/B, tests of the tile paths at small batches). */
+int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed);
 
 /* The variant's kernel for type, else the reference one; NULL if no kernel exists at all. */
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type);

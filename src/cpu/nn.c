@@ -4,6 +4,7 @@
 #include <float.h>
 #include <stdatomic.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -69,8 +70,18 @@ enum { MM_DOTS = 0, MM_I8 = 1, MM_BF16 = 2 };
 
 static int use_amx(const hm_cpu_ops *ops, const hm_matrix *w, int n, unsigned flags) {
 #if defined(__x86_64__)
-    if (n < MM_AMX_MIN_TOKENS || (flags & HM_NN_NO_AMX)) return MM_DOTS;
-    if (!type_is_float(w->type)) return hm_i8_matmul_ok(ops) ? MM_I8 : MM_DOTS;
+    if (flags & HM_NN_NO_AMX) return MM_DOTS;
+    if (!type_is_float(w->type)) {
+        /* int8 tiles from MM_AMX_MIN_TOKENS, or from where they beat the matvec kernels when that
+         * is later (most formats' per-call conversion: hm_tile_min_tokens). Not earlier: a
+         * prompt's dense matrices keep the matvec kernels' precision up to 15 tokens (the tiles
+         * re-quantize the weights; test_forward's KL bounds). HMOE_TILE_MIN_TOKENS overrides. */
+        const int t = hm_tile_min_tokens(ops, w->type, w->wpack != NULL);
+        const char *e = getenv("HMOE_TILE_MIN_TOKENS");
+        const int from = (e && atoi(e) >= 5) || t > MM_AMX_MIN_TOKENS ? t : MM_AMX_MIN_TOKENS;
+        return n >= from ? MM_I8 : MM_DOTS;
+    }
+    if (n < MM_AMX_MIN_TOKENS) return MM_DOTS;
     return (flags & HM_NN_BF16_TILES) && ops->isa == HM_ISA_AMX &&
                    (w->type == HM_TYPE_BF16 || w->type == HM_TYPE_F16 ||
                     w->type == HM_TYPE_FP8_B128)
@@ -109,22 +120,29 @@ static bool tile_bytes(int path, const hm_matrix *w, int n, size_t *act, size_t 
 size_t hm_nn_matmul_scratch_bytes(const hm_matrix *w, int n, int n_threads, unsigned flags) {
     const hm_cpu_ops *ops;
     if (hm_cpu_ops_get(&ops) != HM_OK) return 0;
-#if defined(__x86_64__)
-    size_t act, per_thread, blk;
-    if (tile_bytes(use_amx(ops, w, n, flags), w, n, &act, &per_thread, &blk))
-        return align64(act) + (size_t)n_threads * (per_thread + sizeof(hm_work_slot)) + 64;
-#endif
     /* per-row dots: the threads' work ranges, then the converted activations */
     const size_t slots = (size_t)n_threads * sizeof(hm_work_slot);
-    if (hm_act_type(w->type) == HM_TYPE_F32) return slots + 64;
-    return slots + (size_t)n * hm_act_bytes(w->type, w->cols) + 64;
+    const size_t dots = hm_act_type(w->type) == HM_TYPE_F32
+                            ? slots + 64
+                            : slots + (size_t)n * hm_act_bytes(w->type, w->cols) + 64;
+#if defined(__x86_64__)
+    size_t act, per_thread, blk;
+    if (tile_bytes(use_amx(ops, w, n, flags), w, n, &act, &per_thread, &blk)) {
+        /* at least what the per-row dots of fewer tokens needed: a scratch sized for a batch
+         * serves every smaller one, whichever path each takes */
+        const size_t t =
+            align64(act) + (size_t)n_threads * (per_thread + sizeof(hm_work_slot)) + 64;
+        return t > dots ? t : dots;
+    }
+#endif
+    return dots;
 }
 
 size_t hm_nn_repack_bytes(const hm_matrix *w) {
 #if defined(__x86_64__)
     const hm_cpu_ops *ops;
     if (hm_cpu_ops_get(&ops) != HM_OK || !ops->i8_matmul_packed ||
-        use_amx(ops, w, MM_AMX_MIN_TOKENS, 0) != MM_I8)
+        use_amx(ops, w, 1 << 20, 0) != MM_I8)
         return 0;
     return align64(hm_amx_wpack_bytes(w->rows, w->cols));
 #else

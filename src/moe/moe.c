@@ -51,10 +51,11 @@ enum {
 };
 
 #define UNIT 32 /* rows per work unit (the AMX row group) */
-#define BLOCK                                                                                      \
-    4                 /* units per claim in the phased AMX path (an expert's activations, or a     \
-                         chunk's hidden rows, then serve 4 units from the claiming core's L2) */
-#define MATVEC_MAX  4 /* experts with more tokens take the AMX path where there is one */
+/* units per claim in the phased AMX path (an expert's activations, or a chunk's hidden rows, then
+ * serve 4 units from the claiming core's L2) */
+#define BLOCK 4
+/* tokens per weight read of the matvec kernels (batches of more: their experts busiest first) */
+#define MATVEC_MAX  4
 #define DEFAULT_MAX 1024
 
 typedef struct {
@@ -118,6 +119,7 @@ struct hm_moe {
     uint8_t *mask;
     const hm_cpu_ops *ops;
     bool amx;
+    int tile_min[2]; /* tokens from which an expert takes the AMX path: per call, repacked */
     uint32_t tg, tu, td;
     hm_vec_dot_fn dot_g, dot_u, dot_d;
     hm_vec_dot_n_fn dotn_g, dotn_u, dotn_d; /* their multi-token twins (NULL: none) */
@@ -505,6 +507,14 @@ static hm_status create_one(const hm_moe_params *p, hm_barrier *bar, hm_moe **ou
 #if defined(__x86_64__)
     m->amx = amx_wanted(p, m->ops);
 #endif
+    /* an expert takes the AMX path from the largest of its matrices' crossovers (per call, and
+     * repacked) */
+    for (int k = 0; k < 2; k++) {
+        const int a = hm_tile_min_tokens(m->ops, m->tg, k),
+                  b = hm_tile_min_tokens(m->ops, m->tu, k),
+                  c = hm_tile_min_tokens(m->ops, m->td, k);
+        m->tile_min[k] = a > b ? (a > c ? a : c) : (b > c ? b : c);
+    }
     m->xq_bytes = hm_act_bytes(m->tg, p->hidden);
     m->hq_bytes = hm_act_bytes(m->td, p->inter);
     m->nth = bar ? bar->n : hm_pool_size(p->pool);
@@ -1609,6 +1619,12 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
     return HM_OK;
 }
 
+/* whether expert e, with m->cnt[e] tokens in this batch, takes the AMX path (hm_tile_min_tokens:
+ * the matvec kernels below that many tokens) */
+static bool expert_amx(const hm_moe *m, int e) {
+    return m->amx && m->cnt[e] >= m->tile_min[m->packed && m->packed[e]];
+}
+
 /* Checks and routes a batch and sizes the scratch for it; run_job tells whether the job has work
  * (with no expert to compute here, out is already written). */
 static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
@@ -1652,7 +1668,7 @@ static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
     const int tlim = m->amx ? hm_tile_token_cap(H, INT_MAX) : 0; /* the block limit */
     for (int e = 0; e < E; e++) {
         if (!m->cnt[e]) continue;
-        m->tpart[e] = m->amx && m->cnt[e] > MATVEC_MAX ? hm_tile_split(m->cnt[e], tlim) : m->cnt[e];
+        m->tpart[e] = expert_amx(m, e) ? hm_tile_split(m->cnt[e], tlim) : m->cnt[e];
         m->pbase[e] = n_parts;
         n_parts += (m->cnt[e] + m->tpart[e] - 1) / m->tpart[e];
     }
@@ -1663,8 +1679,11 @@ static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
     m->n_act = 0;
     for (int e = 0; e < E; e++)
         for (int p = 0, t = 0; t < m->cnt[e]; p++, t += m->tpart[e])
-            m->act[m->n_act++] = (active_expert){
-                .e = e, .n = m->cnt[e] - t < m->tpart[e] ? m->cnt[e] - t : m->tpart[e], .part = p};
+            m->act[m->n_act++] =
+                (active_expert){.e = e,
+                                .n = m->cnt[e] - t < m->tpart[e] ? m->cnt[e] - t : m->tpart[e],
+                                .part = p,
+                                .amx = expert_amx(m, e)};
     /* batches of many tokens: the busiest experts first, so that their long gate/up claims are
      * taken at the start and the small ones fill the end (routing is uneven: one expert can hold
      * most of a batch) */
@@ -1673,7 +1692,6 @@ static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
     for (int a = 0; a < m->n_act; a++) {
         active_expert *ae = &m->act[a];
         ae->off = off;
-        ae->amx = m->amx && ae->n > MATVEC_MAX;
         off += ae->n;
         m->pidx[m->pbase[ae->e] + ae->part] = a;
     }
