@@ -706,7 +706,7 @@ static void submit_once(hm_pool *pool, const model *m, int n, bool no_amx, float
 }
 
 /* Experts below their formats' tile crossover (hm_tile_min_tokens) take the matvec kernels: Q6_K
- * experts of ~10 tokens give the same bits as an engine without the AMX path, and differ from it
+ * experts of ~6 tokens give the same bits as an engine without the AMX path, and differ from it
  * (the int8 re-quantization) once HMOE_TILE_MIN_TOKENS=5 sends them to the tiles. And the
  * thresholds themselves: at least 5, none for float formats or without an int8 matmul, a
  * repacked matrix's no higher than a per-call one's, the override taken only from 5 up. */
@@ -735,19 +735,30 @@ static void test_tile_min(hm_pool *pool) {
 
     model m;
     model_init(&m, HM_TYPE_Q6_K, HM_TYPE_Q6_K, 256, 256, 8, 2, HM_MOE_SILU, false, 31);
-    const int n = 40; /* ~10 tokens per expert */
+    const int n = 24; /* ~6 tokens per expert (submit_once's routing) */
+    {
+        int32_t ids[24 * 2];
+        float wt[24 * 2];
+        int cnt[8] = {0}, most = 0, least = n;
+        route(n, m.E, m.k, 77, ids, wt);
+        for (int i = 0; i < n * m.k; i++) cnt[ids[i]]++;
+        for (int e = 0; e < m.E; e++)
+            most = cnt[e] > most ? cnt[e] : most, least = cnt[e] < least ? cnt[e] : least;
+        CHECK_MSG(!i8 || (most < q6 && most >= 5), "test routing: experts of %d-%d tokens", least,
+                  most);
+    }
     float *a = fbuf64((size_t)(n * m.H)), *b = fbuf64((size_t)(n * m.H)),
           *c = fbuf64((size_t)(n * m.H));
     submit_once(pool, &m, n, false, a);
     submit_once(pool, &m, n, true, b);
     CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)(n * m.H)),
-              "q6_k experts of ~10 tokens: not the matvec kernels' bits");
+              "q6_k experts below the crossover: not the matvec kernels' bits");
     if (i8) {
         setenv("HMOE_TILE_MIN_TOKENS", "5", 1);
         submit_once(pool, &m, n, false, c);
         setenv("HMOE_TILE_MIN_TOKENS", "", 1);
         CHECK_MSG(memcmp(c, b, sizeof(float) * (size_t)(n * m.H)),
-                  "q6_k experts of ~10 tokens from 5 tokens up: still the matvec kernels' bits");
+                  "q6_k experts on the tiles from 5 tokens: still the matvec kernels' bits");
     }
     free(a), free(b), free(c);
     model_free(&m);

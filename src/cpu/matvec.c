@@ -64,33 +64,32 @@ int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed) {
     const bool amx = ops->isa == HM_ISA_AMX;
     if (packed) return amx ? 5 : 8;
     /* the crossovers measured on the device (16 threads, 768 x 2048 and 2048 x 768: the per-call
-     * tile path's time over the 4-token matvec's time per token, the larger of the two shapes),
-     * AMX / AVX-512 VNNI */
+     * tile path's time at 8 tokens over the 4-token matvec's time per token, rounded over both
+     * shapes), AMX / AVX-512 VNNI. The per-call conversion dequantizes (vector code for every
+     * format) and re-quantizes each 32-row unit: ~28-45 us per 768 x 2048 matrix on AMX, ~50-70
+     * on VNNI, against 2.3-3 us per token for the K-quants' matvec and 5-9 for the 32-blocks'. */
     switch (type) {
-    case HM_TYPE_Q8_0:
-        return amx ? 6 : 9;
-    case HM_TYPE_Q4_K:
-        return amx ? 10 : 20;
     case HM_TYPE_Q4_1:
-        return amx ? 18 : 24;
-    case HM_TYPE_Q5_K:
-        return amx ? 20 : 30;
+    case HM_TYPE_Q5_1:
+        return amx ? 5 : 7;
+    case HM_TYPE_Q8_0:
     case HM_TYPE_Q4_0:
     case HM_TYPE_IQ4_NL:
-        return amx ? 22 : 30;
     case HM_TYPE_MXFP4:
-        return amx ? 26 : 32;
+        return amx ? 6 : 11;
     case HM_TYPE_Q5_0:
-    case HM_TYPE_Q5_1:
-        return amx ? 30 : 40;
+        return amx ? 7 : 11;
+    case HM_TYPE_Q4_K:
+        return amx ? 11 : 20;
     case HM_TYPE_IQ4_XS:
-        return amx ? 45 : 55;
+        return amx ? 12 : 20;
+    case HM_TYPE_Q5_K:
     case HM_TYPE_Q6_K:
-        return amx ? 140 : 160;
-    case HM_TYPE_Q2_K:
-        return amx ? 150 : 160;
+        return amx ? 14 : 22;
     case HM_TYPE_Q3_K:
-        return amx ? 190 : 220;
+        return amx ? 16 : 26;
+    case HM_TYPE_Q2_K:
+        return amx ? 16 : 28;
     default:
         return 32;
     }

@@ -61,10 +61,10 @@ int hm_tile_token_cap(int64_t cols, int n);
  * path (AMX, or AVX-512 VNNI where there is no AMX) than by the matvec kernels (4 tokens per weight
  * read), for weights converted per call (packed false) or repacked once into int8 units (packed
  * true); INT_MAX where ops has no int8 matmul or type is a float format. The per-call conversion
- * costs 3-50x a 4-token matvec of the same matrix depending on the format (Q4_K has a table path,
- * most others go through the generic int8 split), so its crossover runs from ~10 tokens (Q4_K on
- * AMX) to ~200 (Q3_K); a packed matrix reads int8 units at about the matvec's speed, so 5
- * (bench/RESULTS.md, twelfth session, has the measurements). Never below 5: 1-4 tokens always
+ * costs 1-4x a 4-token matvec of the same matrix, so its crossover runs from 5 tokens (Q4_1) to 16
+ * (Q2_K, Q3_K) on AMX and 7-28 on VNNI; a packed matrix reads int8 units at about the matvec's
+ * speed, so 5 (bench/RESULTS.md, twelfth session, has the measurements). Never below 5: 1-4
+ * tokens always
  * take the matvec kernels, whose results do not depend on the batch. The expert engine uses it
  * as is; hm_nn_matmul (dense matrices) from 16 tokens at the earliest. HMOE_TILE_MIN_TOKENS=N
  * (N >= 5) forces N for every type and both (A/B, tests of the tile paths at small batches). */

@@ -143,6 +143,9 @@ size_t hm_amx_act_bytes(uint32_t type, int64_t cols, int n_tok);
 void hm_amx_pack_act(uint32_t type, const float *x, size_t x_stride, const int32_t *idx, int n_tok,
                      int64_t cols, void *packed, int g0, int g1);
 size_t hm_amx_scratch_bytes(uint32_t type, int64_t cols);
+/* One row of a weight type to floats as the per-call conversion dequantizes it (AVX-512: CPUs
+ * with it only): hm_dequantize_row's values bit for bit (test_kernels). */
+void hm_amx_dequant_row(uint32_t type, const void *row, int64_t cols, float *w);
 /* The scale groups of the packing: HM_AMX_GROUP values of each row share one scale. */
 #define HM_AMX_GROUP 256
 /* One scale group gi (values [gi * HM_AMX_GROUP, ...) of every row) of all n_tok rows into the

@@ -383,6 +383,223 @@ size_t hm_amx_wpack_bytes(int64_t rows, int64_t cols) {
     return (size_t)((rows + 31) / 32) * unit_bytes(cols);
 }
 
+/* ---- AVX-512 dequantizers for the per-call conversion: the reference dequantizers' float
+ * operations on 16 values at a time (the product (d * sc) * q, then a min subtracted or added:
+ * the same bits, as -std=c11 contracts nothing), the codes unpacked by vector ops into a 256-value
+ * buffer first. The reference ones cost ~10 cycles per value: a Q6_K matrix's per-call
+ * conversion took ~35x a 4-token matvec of it (bench/RESULTS.md, twelfth session). */
+
+/* w[16g .. 16g + 15] = (float)c[16g + i] * s[g] (- m[g] when m) for the n / 16 groups */
+static void deq_groups(const int8_t *c, int n, const float *s, const float *m, float *w) {
+    for (int g = 0; g < n / 16; g++) {
+        const __m512 v = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(c + 16 * g)))),
+            _mm512_set1_ps(s[g]));
+        _mm512_storeu_ps(w + 16 * g, m ? _mm512_sub_ps(v, _mm512_set1_ps(m[g])) : v);
+    }
+}
+
+/* a 32-block's 16 code bytes as 32 codes: elements 0-15 the low nibbles, 16-31 the high ones */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q, m)),
+                                   _mm_and_si128(_mm_srli_epi16(q, 4), m), 1);
+}
+
+/* 2-bit plane p of 32 bytes (Q2_K, Q3_K): (q >> 2p) & 3 per byte */
+static inline __m256i plane2(__m256i q, int p) {
+    return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * p)), _mm256_set1_epi8(3));
+}
+
+/* the reference dequantizer's formats with a vector one here */
+static bool deq_simd(uint32_t type) {
+    switch (type) {
+    case HM_TYPE_Q6_K:
+    case HM_TYPE_Q5_K:
+    case HM_TYPE_Q3_K:
+    case HM_TYPE_Q2_K:
+    case HM_TYPE_IQ4_XS:
+    case HM_TYPE_Q4_0:
+    case HM_TYPE_Q4_1:
+    case HM_TYPE_Q5_0:
+    case HM_TYPE_Q5_1:
+    case HM_TYPE_IQ4_NL:
+    case HM_TYPE_MXFP4:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void deq_row_simd(uint32_t type, const void *row, int64_t cols, float *w) {
+    _Alignas(64) int8_t c[HM_QK_K];
+    float s[16], m[16];
+    const __m256i m0f = _mm256_set1_epi8(15);
+    switch (type) {
+    case HM_TYPE_Q6_K: {
+        const hm_block_q6_K *b = row;
+        for (int64_t i = 0; i < cols / HM_QK_K; i++, w += HM_QK_K) {
+            const float d = hm_h2f(b[i].d);
+            for (int h = 0; h < 2; h++) /* element 128h + 32p + l: ql and qh as in q6_code */
+                for (int p = 0; p < 4; p++) {
+                    const __m256i lq =
+                        _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32 * (p & 1)));
+                    const __m256i lo = p < 2 ? _mm256_and_si256(lq, m0f)
+                                             : _mm256_and_si256(_mm256_srli_epi16(lq, 4), m0f);
+                    const __m256i hi =
+                        plane2(_mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h)), p);
+                    _mm256_store_si256(
+                        (__m256i *)(c + 128 * h + 32 * p),
+                        _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)),
+                                        _mm256_set1_epi8(32)));
+                }
+            for (int g = 0; g < 16; g++) s[g] = d * (float)b[i].scales[g];
+            deq_groups(c, HM_QK_K, s, NULL, w);
+        }
+        return;
+    }
+    case HM_TYPE_Q5_K: {
+        const hm_block_q5_K *b = row;
+        for (int64_t i = 0; i < cols / HM_QK_K; i++, w += HM_QK_K) {
+            const float d = hm_h2f(b[i].d), dmin = hm_h2f(b[i].dmin);
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)b[i].qh);
+            for (int j = 0; j < 8; j++) { /* sub-block j: nibble of qs[32 (j / 2) + l], bit j */
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * (j / 2)));
+                const __m256i lo = (j & 1) ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m0f)
+                                           : _mm256_and_si256(q, m0f);
+                const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)),
+                                                    _mm256_set1_epi8(1));
+                _mm256_store_si256((__m256i *)(c + 32 * j),
+                                   _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)));
+                uint8_t sc, mn;
+                hm_k4_scale_min(b[i].scales, j, &sc, &mn);
+                s[2 * j] = s[2 * j + 1] = d * (float)sc;
+                m[2 * j] = m[2 * j + 1] = dmin * (float)mn;
+            }
+            deq_groups(c, HM_QK_K, s, m, w);
+        }
+        return;
+    }
+    case HM_TYPE_Q3_K: {
+        const hm_block_q3_K *b = row;
+        for (int64_t i = 0; i < cols / HM_QK_K; i++, w += HM_QK_K) {
+            const float d = hm_h2f(b[i].d);
+            const __m256i hm = _mm256_loadu_si256((const __m256i *)b[i].hmask);
+            for (int h = 0; h < 2; h++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h));
+                for (int p = 0; p < 4; p++) { /* lo - 4 where the high bit is clear */
+                    const __m256i hb = _mm256_and_si256(
+                        _mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + p)), _mm256_set1_epi8(1));
+                    _mm256_store_si256(
+                        (__m256i *)(c + 128 * h + 32 * p),
+                        _mm256_sub_epi8(_mm256_or_si256(plane2(q, p), _mm256_slli_epi16(hb, 2)),
+                                        _mm256_set1_epi8(4)));
+                }
+            }
+            for (int j = 0; j < 16; j++) { /* q3_scale */
+                const int lo = (b[i].scales[j % 8] >> (4 * (j / 8))) & 0xF,
+                          hi = (b[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+                s[j] = d * (float)((lo | hi << 4) - 32);
+            }
+            deq_groups(c, HM_QK_K, s, NULL, w);
+        }
+        return;
+    }
+    case HM_TYPE_Q2_K: {
+        const hm_block_q2_K *b = row;
+        for (int64_t i = 0; i < cols / HM_QK_K; i++, w += HM_QK_K) {
+            const float d = hm_h2f(b[i].d), dmin = hm_h2f(b[i].dmin);
+            for (int h = 0; h < 2; h++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h));
+                for (int p = 0; p < 4; p++)
+                    _mm256_store_si256((__m256i *)(c + 128 * h + 32 * p), plane2(q, p));
+            }
+            for (int j = 0; j < 16; j++) {
+                s[j] = d * (float)(b[i].scales[j] & 0xF);
+                m[j] = dmin * (float)(b[i].scales[j] >> 4);
+            }
+            deq_groups(c, HM_QK_K, s, m, w);
+        }
+        return;
+    }
+    case HM_TYPE_IQ4_XS: {
+        const hm_block_iq4_xs *b = row;
+        const __m256i kv =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hm_kvalues_iq4nl));
+        for (int64_t i = 0; i < cols / HM_QK_K; i++, w += HM_QK_K) {
+            const float d = hm_h2f(b[i].d);
+            for (int j = 0; j < 8; j++) {
+                _mm256_store_si256((__m256i *)(c + 32 * j),
+                                   _mm256_shuffle_epi8(kv, nibbles32(b[i].qs + 16 * j)));
+                const int lo = (b[i].scales_l[j / 2] >> (4 * (j % 2))) & 0xF,
+                          hi = (b[i].scales_h >> (2 * j)) & 3;
+                s[2 * j] = s[2 * j + 1] = d * (float)((lo | hi << 4) - 32);
+            }
+            deq_groups(c, HM_QK_K, s, NULL, w);
+        }
+        return;
+    }
+    default:
+        break;
+    }
+    /* the 32-blocks: (float)q * d (+ m for Q4_1 / Q5_1), q from nibbles (+ the fifth bit) or a
+     * table */
+    const int64_t nb = cols / 32;
+    const bool with_min = type == HM_TYPE_Q4_1 || type == HM_TYPE_Q5_1;
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+        (const __m128i *)(type == HM_TYPE_MXFP4 ? hm_kvalues_mxfp4 : hm_kvalues_iq4nl)));
+    for (int64_t i = 0; i < nb; i++, w += 32) {
+        __m256i q;
+        float d, mn = 0.0f;
+        switch (type) {
+        case HM_TYPE_Q4_0: {
+            const hm_block_q4_0 *b = (const hm_block_q4_0 *)row + i;
+            q = _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8)), d = hm_h2f(b->d);
+            break;
+        }
+        case HM_TYPE_Q4_1: {
+            const hm_block_q4_1 *b = (const hm_block_q4_1 *)row + i;
+            q = nibbles32(b->qs), d = hm_h2f(b->d), mn = hm_h2f(b->m);
+            break;
+        }
+        case HM_TYPE_Q5_0:
+        case HM_TYPE_Q5_1: {
+            const uint8_t *qh, *qs;
+            if (type == HM_TYPE_Q5_0) {
+                const hm_block_q5_0 *b = (const hm_block_q5_0 *)row + i;
+                qh = b->qh, qs = b->qs, d = hm_h2f(b->d);
+            } else {
+                const hm_block_q5_1 *b = (const hm_block_q5_1 *)row + i;
+                qh = b->qh, qs = b->qs, d = hm_h2f(b->d), mn = hm_h2f(b->m);
+            }
+            uint32_t hb;
+            memcpy(&hb, qh, 4);
+            q = _mm256_or_si256(nibbles32(qs),
+                                _mm256_maskz_mov_epi8((__mmask32)hb, _mm256_set1_epi8(16)));
+            if (type == HM_TYPE_Q5_0) q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+            break;
+        }
+        case HM_TYPE_IQ4_NL: {
+            const hm_block_iq4_nl *b = (const hm_block_iq4_nl *)row + i;
+            q = _mm256_shuffle_epi8(kv, nibbles32(b->qs)), d = hm_h2f(b->d);
+            break;
+        }
+        default: { /* MXFP4 */
+            const hm_block_mxfp4 *b = (const hm_block_mxfp4 *)row + i;
+            q = _mm256_shuffle_epi8(kv, nibbles32(b->qs)), d = hm_e8m0_to_f32_half(b->e);
+            break;
+        }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m512 v =
+                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                  h ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q))),
+                              _mm512_set1_ps(d));
+            _mm512_storeu_ps(w + 16 * h, with_min ? _mm512_add_ps(v, _mm512_set1_ps(mn)) : v);
+        }
+    }
+}
+
 /* Dequantizes one weight row to floats: AVX-512 for the main expert formats, else the
  * reference dequantizer. */
 static void dequant_row(uint32_t type, const void *row, int64_t cols, float *w) {
@@ -404,9 +621,10 @@ static void dequant_row(uint32_t type, const void *row, int64_t cols, float *w) 
                     const __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, _mm_set1_epi8(15)));
                     const __m512i hi = _mm512_cvtepu8_epi32(
                         _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(15)));
-                    _mm512_storeu_ps(o + 16 * h, _mm512_fmsub_ps(_mm512_cvtepi32_ps(lo), d0, n0));
+                    _mm512_storeu_ps(o + 16 * h,
+                                     _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lo), d0), n0));
                     _mm512_storeu_ps(o + 32 + 16 * h,
-                                     _mm512_fmsub_ps(_mm512_cvtepi32_ps(hi), d1, n1));
+                                     _mm512_sub_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi), d1), n1));
                 }
             }
         }
@@ -424,7 +642,15 @@ static void dequant_row(uint32_t type, const void *row, int64_t cols, float *w) 
         }
         return;
     }
+    if (deq_simd(type)) {
+        deq_row_simd(type, row, cols, w);
+        return;
+    }
     hm_dequantize_row(type, row, w, cols);
+}
+
+void hm_amx_dequant_row(uint32_t type, const void *row, int64_t cols, float *w) {
+    dequant_row(type, row, cols, w);
 }
 
 /* Q4_K row straight to int8 tile chunks: within a 32-value sub-block w = a*q + b with only 16
