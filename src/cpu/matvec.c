@@ -56,13 +56,8 @@ int hm_tile_split(int n, int t) {
     return (int)(((n + nb - 1) / nb + 31) / 32 * 32);
 }
 
-int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed) {
-    if (!ops || !hm_i8_matmul_ok(ops) || hm_act_type(type) == HM_TYPE_F32) return INT_MAX;
-    const char *e = getenv("HMOE_TILE_MIN_TOKENS"); /* per call: ~100 ns, matmuls take 10+ us */
-    const long v = e ? strtol(e, NULL, 10) : 0;
-    if (v >= 5 && v <= (1L << 20)) return (int)v;
-    const bool amx = ops->isa == HM_ISA_AMX;
-    if (packed) return amx ? 5 : 8;
+/* the per-call crossovers of hm_tile_min_tokens */
+static int hm_tile_min_tokens_per_call(uint32_t type, bool amx) {
     /* the crossovers measured on the device (16 threads, 768 x 2048 and 2048 x 768: the per-call
      * tile path's time at 8 tokens over the 4-token matvec's time per token, rounded over both
      * shapes), AMX / AVX-512 VNNI. The per-call conversion dequantizes (vector code for every
@@ -93,6 +88,19 @@ int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed) {
     default:
         return 32;
     }
+}
+
+int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed) {
+    if (!ops || !hm_i8_matmul_ok(ops) || hm_act_type(type) == HM_TYPE_F32) return INT_MAX;
+    const char *e = getenv("HMOE_TILE_MIN_TOKENS"); /* per call: ~100 ns, matmuls take 10+ us */
+    const long v = e ? strtol(e, NULL, 10) : 0;
+    if (v >= 5 && v <= (1L << 20)) return (int)v;
+    const bool amx = ops->isa == HM_ISA_AMX;
+    if (packed) { /* no later than per call (VNNI Q4_1 / Q5_1: 7) */
+        const int pc = hm_tile_min_tokens_per_call(type, amx), pk = amx ? 5 : 8;
+        return pc < pk ? pc : pk;
+    }
+    return hm_tile_min_tokens_per_call(type, amx);
 }
 
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type) {
