@@ -120,6 +120,10 @@ size_t hm_moe_repack_bytes(const hm_moe_params *params);
 /* Bytes the slice_copy option would take (0 with n_slices < 2 or shapes it cannot split). */
 size_t hm_moe_slice_copy_bytes(const hm_moe_params *params);
 hm_status hm_moe_create(const hm_moe_params *params, hm_moe **out);
+/* The slices of an engine created with n_slices > 1: their count, and in threads[i] (for
+ * i < min(count, max)) the participants that run slice i, in the pool's order. 0 for an engine
+ * without slices. */
+int hm_moe_slice_threads(const hm_moe *moe, int *threads, int max);
 void hm_moe_free(hm_moe *moe); /* waits for a submit in flight; NULL is a no-op */
 
 /* Replaces the mask (NULL: no expert masked). Not while a submit is in flight. */

@@ -2,9 +2,11 @@
 #ifndef HMOE_TEST_H
 #define HMOE_TEST_H
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "hmoe.h"
 
@@ -105,6 +107,46 @@ static inline int test_done(const char *name) {
 static inline int test_skip(const char *name, const char *why) {
     printf("%s: skipped: %s\n", name, why);
     return 77;
+}
+
+/* A fake two-node machine for HMOE_SYSFS_ROOT (root: a mkdtemp template, filled in): every CPU
+ * of the affinity mask its own core on package 0; node 0 = the first of them, node 1 = the rest.
+ * Remove it with rm -rf. */
+static inline void fake_numa_sysfs(char *root) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
+    CHECK(mkdtemp(root) != NULL);
+    char path[512], text[32], others[8192] = "";
+    size_t o = 0;
+    int first = -1;
+    for (int i = 0; i < CPU_SETSIZE; i++) {
+        if (!CPU_ISSET(i, &set)) continue;
+        static const char *const files[2] = {"thread_siblings_list", "physical_package_id"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology/%s", root, i,
+                     files[k]);
+            snprintf(text, sizeof text, "%d\n", k ? 0 : i);
+            for (char *q = path + 1; *q; q++) /* the directories on the way */
+                if (*q == '/') *q = 0, mkdir(path, 0755), *q = '/';
+            FILE *f = fopen(path, "w");
+            CHECK(f != NULL);
+            if (f) fputs(text, f), fclose(f);
+        }
+        if (first < 0)
+            first = i;
+        else if (o + 16 < sizeof others)
+            o += (size_t)snprintf(others + o, sizeof others - o, "%s%d", o ? "," : "", i);
+    }
+    snprintf(text, sizeof text, "%d", first);
+    for (int n = 0; n < 2; n++) {
+        snprintf(path, sizeof path, "%s/devices/system/node/node%d/cpulist", root, n);
+        for (char *q = path + 1; *q; q++)
+            if (*q == '/') *q = 0, mkdir(path, 0755), *q = '/';
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (f) fprintf(f, "%s\n", n ? others : text), fclose(f);
+    }
 }
 
 #endif

@@ -132,6 +132,21 @@ int main(void) {
              bin, fx);
     CHECK_MSG(run(cmd) == 0, "%s", out);
     CHECK_CONTAINS(out, "ids: 414 414 467 10 5 367 367 367");
+    /* on a (fake) two-node machine the default is one slice per node, each node a share of the
+     * threads: the same greedy ids */
+    if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) {
+        char root[] = "/tmp/hmoe_cli_numa_XXXXXX";
+        fake_numa_sysfs(root);
+        snprintf(cmd, sizeof cmd,
+                 "HMOE_SYSFS_ROOT=%s HMOE_LOG=info %s run -m %s --ids \"14 408 419 163 17 83 24\" "
+                 "-n 8 --threads 2",
+                 root, bin, fx);
+        CHECK_MSG(run(cmd) == 0, "%s", out);
+        CHECK_CONTAINS(out, "NUMA: routed experts in 2 slices (one per node)");
+        CHECK_CONTAINS(out, "ids: 414 414 467 10 5 367 367 367");
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+        CHECK(system(cmd) == 0);
+    }
     snprintf(cmd, sizeof cmd, "%s run -m %s --ids \"1\" --numa 1", bin, fx);
     CHECK(run(cmd) == 2);
     CHECK_CONTAINS(out, "bad --numa '1'");

@@ -5,8 +5,12 @@
  * max |out| for quantized weights; float weights with float activations by 1e-4. */
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/pool.h"
 #include "cpu/matvec.h"
@@ -765,8 +769,76 @@ static void test_tile_min(hm_pool *pool) {
     env_pop("HMOE_TILE_MIN_TOKENS", saved);
 }
 
-int main(void) {
+/* The child of test_numa_by_node, a fresh process (the topology is read once per process) that
+ * sees the fake sysfs tree: node 0 = the first CPU of the affinity mask, node 1 = the others. The
+ * pool's 3 participants on CPUs (c0, c1, c1) run through the two nodes in 2 runs, so the 2 slices
+ * get 1 and 2 threads; by the slices' widths (equal here) they would get 2 and 1. */
+static int numa_child(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
+    int c[2], n = 0;
+    for (int i = 0; i < CPU_SETSIZE && n < 2; i++)
+        if (CPU_ISSET(i, &set)) c[n++] = i;
+    if (n < 2) return 77;
+    hm_pool_params pp = hm_pool_default_params();
+    const int cpus[3] = {c[0], c[1], c[1]};
+    pp.n_threads = 3, pp.cpus = cpus, pp.pin = true, pp.async = true;
+    hm_pool *pool;
+    CHECK_OK(hm_pool_create(&pp, &pool));
+    if (!pool) return 1;
+    model m; /* Q8_0: 32-value blocks, so inter 256 splits in two */
+    model_init(&m, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 256, 256, 8, 2, HM_MOE_SILU, false, 41);
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = m.E, p.hidden = m.H, p.inter = m.I, p.experts = m.ex, p.act = m.act;
+    p.pool = pool, p.n_slices = 2;
+    hm_moe *moe;
+    CHECK_OK(hm_moe_create(&p, &moe));
+    int th[2] = {0, 0};
+    CHECK_MSG(hm_moe_slice_threads(moe, th, 2) == 2 && th[0] == 1 && th[1] == 2,
+              "slices on a fake 2-node machine: %d + %d threads (by node: 1 + 2)", th[0], th[1]);
+    hm_moe_free(moe);
+    g_n_slices = 2; /* and the results, with the groups by node */
+    run_case(pool, &m, 7, 3e-2, "q8_0 256x256 top-2/8, slices by node", false);
+    run_case(pool, &m, 64, 3e-2, "q8_0 256x256 top-2/8, slices by node", false);
+    g_n_slices = 0;
+    model_free(&m);
+    hm_pool_free(pool);
+    return t_failures ? 1 : 0;
+}
+
+/* NUMA slices grouped by the nodes of the participants' CPUs, on a fake two-node machine (a sysfs
+ * tree under /tmp, HMOE_SYSFS_ROOT) in a child process */
+static void test_numa_by_node(void) {
+    char root[] = "/tmp/hmoe_numa_XXXXXX";
+    fake_numa_sysfs(root);
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv("HMOE_SYSFS_ROOT", root, 1);
+        execl("/proc/self/exe", "test_moe", "numa-child", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    const int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (rc == 77)
+        printf("numa by node: skipped (fewer than 2 CPUs)\n");
+    else
+        CHECK_MSG(rc == 0, "numa by node: the child failed (exit %d)", rc);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "numa-child")) {
+        const int rc = numa_child();
+        printf("moe (numa child): %d checks, %d failed\n", t_checks, t_failures);
+        return rc;
+    }
     TILES_OR_SKIP();
+    test_numa_by_node();
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = 3;
     pp.async = true;

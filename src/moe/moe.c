@@ -829,6 +829,12 @@ done:
     return HM_OK;
 }
 
+int hm_moe_slice_threads(const hm_moe *m, int *threads, int max) {
+    if (!m || !m->n_sub) return 0;
+    for (int i = 0; i < m->n_sub && i < max; i++) threads[i] = m->gstart[i + 1] - m->gstart[i];
+    return m->n_sub;
+}
+
 void hm_moe_free(hm_moe *m) {
     if (!m) return;
     if (m->sub) {
