@@ -4,9 +4,11 @@
  *   out[t] (+)= sum_j w[t][j] * down_e( act(gate_e(x[t]) + bg_e, up_e(x[t]) + bu_e) ) + w * bd_e
  *   with e = ids[t][j], for every j whose expert is not masked (lives on the GPU).
  *
- * Paths: an expert with <= 4 tokens in a batch runs the matvec kernels (weights streamed once,
- * tokens innermost, rows of every expert split across all threads: the decode path); one with
- * more tokens runs the AMX tile matmul where the CPU has AMX, else the matvec kernels.
+ * Paths: an expert runs the matvec kernels (weights streamed once, 4 tokens per weight read) below
+ * its formats' tile crossover (hm_tile_min_tokens: 5-16 tokens with AMX, 7-28 with AVX-512 VNNI,
+ * 5 for repacked weights, never on other CPUs), the int8 tile matmul from there. A batch of
+ * matvec experts only, up to 512 assignments, takes the decode path: rows of every expert split
+ * across all threads, one barrier.
  *
  * Ownership: the weight views point into memory the caller keeps alive and unchanged for the
  * object's lifetime (an mmapped GGUF, a repacked copy); the params' arrays are copied. The pool

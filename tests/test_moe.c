@@ -861,6 +861,12 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
         run_case(pool, &m, ns[i], 3e-2, "q4_k 2048x768 top-2/8", false);
     run_case(spool, &m, 64, 3e-2, "q4_k 2048x768 top-2/8 (sync pool)", true);
+    /* batches of matvec experts up to DECODE_ROWS_MAX assignments take the decode path: the
+     * phased one for them too (HMOE_MOE_DECODE=0) */
+    char *dec = env_push("HMOE_MOE_DECODE", "0");
+    run_case(pool, &m, 7, 3e-2, "q4_k 2048x768 top-2/8 (phased path)", true);
+    run_case(pool, &m, 64, 3e-2, "q4_k 2048x768 top-2/8 (phased path)", true);
+    env_pop("HMOE_MOE_DECODE", dec);
     test_repack(pool, &m, 64);
     test_fused_h(pool, &m, 64);
     test_same_bits(pool, &m, 64);

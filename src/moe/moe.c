@@ -57,6 +57,12 @@ enum {
 /* tokens per weight read of the matvec kernels (batches of more: their experts busiest first) */
 #define MATVEC_MAX  4
 #define DEFAULT_MAX 1024
+/* The decode path (job_decode) takes batches of up to this many assignments when no expert is on
+ * the AMX path. Development machine (2 threads, AVX2), ms per 4 layers, 3 alternations against
+ * 64: 16 tokens (128 assignments) 72.2 / 72.1 / 61.9 against 87.7 / 80.2 / 66.4; 32 tokens
+ * 118.4 / 131.2 / 109.9 against 154.8 / 130.7 / 110.8; 64 tokens (512) 209.2 / 242.2 / 191.6
+ * against 219.7 / 232.8 / 200.8. Not measured on the device yet. */
+#define DECODE_ROWS_MAX 512
 
 typedef struct {
     int e, n;    /* expert, its token count in this batch (this part's) */
@@ -1828,8 +1834,11 @@ static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
             for (int t = 0; t < m->act[a].n; t++) S->xq_need[S->tok[m->act[a].off + t]] = 1;
     m->accumulate = accumulate, m->n_tok = n_tok;
     m->acc = direct ? (float *)out : S->acc;
-    m->decode =
-        m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= 64 && !m->no_decode_path;
+    /* the decode path for batches of matvec experts only, up to DECODE_ROWS_MAX assignments (64
+     * until the per-format tile crossovers kept experts of up to 16 tokens on the matvec kernels
+     * on AMX machines too) */
+    m->decode = m->n_chunks == 1 && !m->chunks[0].any_amx && m->chunks[0].rows <= DECODE_ROWS_MAX &&
+                !m->no_decode_path;
     if (m->decode) {
         const chunk *c0 = &m->chunks[0];
         const hm_moe_expert *x0 = &m->experts[m->act[c0->a0].e];
