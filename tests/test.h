@@ -109,6 +109,15 @@ static inline int test_skip(const char *name, const char *why) {
     return 77;
 }
 
+/* Writes text to path, making the directories on the way. */
+static inline void write_text(char *path, const char *text) {
+    for (char *q = path + 1; *q; q++)
+        if (*q == '/') *q = 0, mkdir(path, 0755), *q = '/';
+    FILE *f = fopen(path, "w");
+    CHECK_MSG(f != NULL, "cannot write %s", path);
+    if (f) fputs(text, f), fclose(f);
+}
+
 /* A fake two-node machine for HMOE_SYSFS_ROOT (root: a mkdtemp template, filled in): every CPU
  * of the affinity mask its own core on package 0; node 0 = the first of them, node 1 = the rest.
  * Remove it with rm -rf. */
@@ -117,35 +126,25 @@ static inline void fake_numa_sysfs(char *root) {
     CPU_ZERO(&set);
     CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
     CHECK(mkdtemp(root) != NULL);
-    char path[512], text[32], others[8192] = "";
-    size_t o = 0;
-    int first = -1;
+    char path[512], text[32], nodes[2][8192] = {"", ""};
     for (int i = 0; i < CPU_SETSIZE; i++) {
         if (!CPU_ISSET(i, &set)) continue;
-        static const char *const files[2] = {"thread_siblings_list", "physical_package_id"};
-        for (int k = 0; k < 2; k++) {
-            snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology/%s", root, i,
-                     files[k]);
-            snprintf(text, sizeof text, "%d\n", k ? 0 : i);
-            for (char *q = path + 1; *q; q++) /* the directories on the way */
-                if (*q == '/') *q = 0, mkdir(path, 0755), *q = '/';
-            FILE *f = fopen(path, "w");
-            CHECK(f != NULL);
-            if (f) fputs(text, f), fclose(f);
-        }
-        if (first < 0)
-            first = i;
-        else if (o + 16 < sizeof others)
-            o += (size_t)snprintf(others + o, sizeof others - o, "%s%d", o ? "," : "", i);
+        snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology/thread_siblings_list",
+                 root, i);
+        snprintf(text, sizeof text, "%d\n", i);
+        write_text(path, text);
+        snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology/physical_package_id",
+                 root, i);
+        write_text(path, "0\n");
+        char *list = nodes[nodes[0][0] != 0];
+        const size_t o = strlen(list);
+        if (o + 16 < sizeof nodes[0])
+            snprintf(list + o, sizeof nodes[0] - o, "%s%d", o ? "," : "", i);
     }
-    snprintf(text, sizeof text, "%d", first);
     for (int n = 0; n < 2; n++) {
         snprintf(path, sizeof path, "%s/devices/system/node/node%d/cpulist", root, n);
-        for (char *q = path + 1; *q; q++)
-            if (*q == '/') *q = 0, mkdir(path, 0755), *q = '/';
-        FILE *f = fopen(path, "w");
-        CHECK(f != NULL);
-        if (f) fprintf(f, "%s\n", n ? others : text), fclose(f);
+        strcat(nodes[n], "\n");
+        write_text(path, nodes[n]);
     }
 }
 

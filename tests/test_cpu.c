@@ -129,52 +129,27 @@ static void test_cpulist(void) {
     }
 }
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
-static void mkdirs(const char *path) {
-    char tmp[512];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-    mkdir(tmp, 0755);
-}
-
 /* 8 CPUs: 4 cores with SMT siblings (c, c+4); node 0 = cores 0,1; node 1 = cores 2,3 */
 static void test_fake_sysfs(void) {
     char root[] = "/tmp/hmoe_sysfs_XXXXXX";
     CHECK(mkdtemp(root) != NULL);
     char path[512], text[64];
     for (int c = 0; c < 8; c++) {
-        snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology", root, c);
-        mkdirs(path);
         snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology/thread_siblings_list",
                  root, c);
         snprintf(text, sizeof text, "%d,%d\n", c % 4, c % 4 + 4);
-        write_file(path, text);
+        write_text(path, text);
         snprintf(path, sizeof path, "%s/devices/system/cpu/cpu%d/topology/physical_package_id",
                  root, c);
-        write_file(path, "0\n");
+        write_text(path, "0\n");
     }
     for (int n = 0; n < 2; n++) {
-        snprintf(path, sizeof path, "%s/devices/system/node/node%d", root, n);
-        mkdirs(path);
         snprintf(path, sizeof path, "%s/devices/system/node/node%d/cpulist", root, n);
-        write_file(path, n == 0 ? "0-1,4-5\n" : "2-3,6-7\n");
+        write_text(path, n == 0 ? "0-1,4-5\n" : "2-3,6-7\n");
         snprintf(path, sizeof path, "%s/devices/system/node/node%d/meminfo", root, n);
         snprintf(text, sizeof text, "Node %d MemTotal:       %d kB\nNode %d MemFree: 1024 kB\n", n,
                  (n + 1) * 1048576, n);
-        write_file(path, text);
+        write_text(path, text);
     }
     hm_topology t;
     int all[] = {7, 6, 5, 4, 3, 2, 1, 0};

@@ -90,11 +90,16 @@ static int hm_tile_min_tokens_per_call(uint32_t type, bool amx) {
     }
 }
 
-int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed) {
-    if (!ops || !hm_i8_matmul_ok(ops) || hm_act_type(type) == HM_TYPE_F32) return INT_MAX;
+int hm_tile_min_forced(void) {
     const char *e = getenv("HMOE_TILE_MIN_TOKENS"); /* per call: ~100 ns, matmuls take 10+ us */
     const long v = e ? strtol(e, NULL, 10) : 0;
-    if (v >= 5 && v <= (1L << 20)) return (int)v;
+    return v >= 5 && v <= (1L << 20) ? (int)v : 0;
+}
+
+int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed) {
+    if (!ops || !hm_i8_matmul_ok(ops) || hm_act_type(type) == HM_TYPE_F32) return INT_MAX;
+    const int forced = hm_tile_min_forced();
+    if (forced) return forced;
     const bool amx = ops->isa == HM_ISA_AMX;
     if (packed) { /* no later than per call (VNNI Q4_1 / Q5_1: 7) */
         const int pc = hm_tile_min_tokens_per_call(type, amx), pk = amx ? 5 : 8;

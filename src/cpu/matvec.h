@@ -69,6 +69,8 @@ int hm_tile_token_cap(int64_t cols, int n);
  * as is; hm_nn_matmul (dense matrices) from 16 tokens at the earliest. HMOE_TILE_MIN_TOKENS=N
  * (N >= 5) forces N for every type and both (A/B, tests of the tile paths at small batches). */
 int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed);
+/* HMOE_TILE_MIN_TOKENS when set to a valid N (>= 5), else 0 */
+int hm_tile_min_forced(void);
 
 /* The variant's kernel for type, else the reference one; NULL if no kernel exists at all. */
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type);

@@ -4,7 +4,6 @@
 #include <float.h>
 #include <stdatomic.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -77,8 +76,7 @@ static int use_amx(const hm_cpu_ops *ops, const hm_matrix *w, int n, unsigned fl
          * prompt's dense matrices keep the matvec kernels' precision up to 15 tokens (the tiles
          * re-quantize the weights; test_forward's KL bounds). HMOE_TILE_MIN_TOKENS overrides. */
         const int t = hm_tile_min_tokens(ops, w->type, w->wpack != NULL);
-        const char *e = getenv("HMOE_TILE_MIN_TOKENS");
-        const int from = (e && atoi(e) >= 5) || t > MM_AMX_MIN_TOKENS ? t : MM_AMX_MIN_TOKENS;
+        const int from = hm_tile_min_forced() || t > MM_AMX_MIN_TOKENS ? t : MM_AMX_MIN_TOKENS;
         return n >= from ? MM_I8 : MM_DOTS;
     }
     if (n < MM_AMX_MIN_TOKENS) return MM_DOTS;

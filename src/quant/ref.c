@@ -99,13 +99,6 @@ void hm_dequantize_row_q2_K(const hm_block_q2_K *x, float *y, int64_t k) {
     }
 }
 
-/* Q3_K scale j (0..15): low 4 bits from byte j%8 (nibble j/8), high 2 bits from byte 8 + j%4
- * (bit pair j/4); stored with +32. */
-static inline int q3_scale(const uint8_t *s, int j) {
-    const int lo = (s[j % 8] >> (4 * (j / 8))) & 0xF, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-    return (lo | hi << 4) - 32;
-}
-
 void hm_dequantize_row_q3_K(const hm_block_q3_K *x, float *y, int64_t k) {
     for (int64_t i = 0; i < k / HM_QK_K; i++, y += HM_QK_K) {
         const float d = hm_f16_to_f32(x[i].d);
@@ -113,7 +106,7 @@ void hm_dequantize_row_q3_K(const hm_block_q3_K *x, float *y, int64_t k) {
             const int h = v / 128, p = (v % 128) / 32, l = v % 32;
             const int lo = (x[i].qs[32 * h + l] >> (2 * p)) & 3;
             const int hbit = (x[i].hmask[l] >> (4 * h + p)) & 1; /* set: +0, clear: -4 */
-            const float dl = d * (float)q3_scale(x[i].scales, v / 16);
+            const float dl = d * (float)hm_q3_scale(x[i].scales, v / 16);
             y[v] = dl * (float)(lo - (hbit ? 0 : 4));
         }
     }
@@ -183,18 +176,11 @@ void hm_dequantize_row_iq4_nl(const hm_block_iq4_nl *x, float *y, int64_t k) {
     }
 }
 
-/* IQ4_XS sub-block j: 6-bit scale = nibble j%2 of scales_l[j/2] | bits 2j..2j+1 of scales_h << 4,
- * stored with +32; its 32 codes are packed like an IQ4_NL block at qs + 16j. */
-static inline int iq4xs_scale(const hm_block_iq4_xs *b, int j) {
-    const int lo = (b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF, hi = (b->scales_h >> (2 * j)) & 3;
-    return (lo | hi << 4) - 32;
-}
-
 void hm_dequantize_row_iq4_xs(const hm_block_iq4_xs *x, float *y, int64_t k) {
     for (int64_t i = 0; i < k / HM_QK_K; i++, y += HM_QK_K) {
         const float d = hm_f16_to_f32(x[i].d);
         for (int j = 0; j < 8; j++) {
-            const float dl = d * (float)iq4xs_scale(&x[i], j);
+            const float dl = d * (float)hm_iq4_xs_scale(&x[i], j);
             for (int l = 0; l < 32; l++)
                 y[32 * j + l] = dl * (float)hm_kvalues_iq4nl[nib(x[i].qs + 16 * j, l)];
         }
@@ -1037,7 +1023,7 @@ void hm_i8_split_row(uint32_t type, const void *row, int64_t cols, int8_t *q, fl
             for (int j = 0; j < 8; j++) {
                 for (int l = 0; l < 32; l++)
                     q[256 * i + 32 * j + l] = hm_kvalues_iq4nl[nib(x[i].qs + 16 * j, l)];
-                SPLIT_PUT(8 * i + j, d * (float)iq4xs_scale(&x[i], j), 0.0f);
+                SPLIT_PUT(8 * i + j, d * (float)hm_iq4_xs_scale(&x[i], j), 0.0f);
             }
         }
         break;
@@ -1062,7 +1048,7 @@ void hm_i8_split_row(uint32_t type, const void *row, int64_t cols, int8_t *q, fl
                 q[256 * i + v] = (int8_t)(lo - (hbit ? 0 : 4));
             }
             for (int j = 0; j < 16; j++)
-                SPLIT_PUT(16 * i + j, d * (float)q3_scale(x[i].scales, j), 0.0f);
+                SPLIT_PUT(16 * i + j, d * (float)hm_q3_scale(x[i].scales, j), 0.0f);
         }
         break;
     }

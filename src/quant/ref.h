@@ -51,6 +51,20 @@ static inline void hm_k4_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t
     }
 }
 
+/* Q3_K scale j (0..15), stored + 32: low 4 bits from byte j % 8 (nibble j / 8), high 2 bits from
+ * byte 8 + j % 4 (bit pair j / 4). Returns it minus 32. */
+static inline int hm_q3_scale(const uint8_t *s, int j) {
+    const int lo = (s[j % 8] >> (4 * (j / 8))) & 0xF, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* IQ4_XS sub-block j's 6-bit scale minus 32: nibble j % 2 of scales_l[j / 2] | bits 2j..2j+1 of
+ * scales_h << 4. */
+static inline int hm_iq4_xs_scale(const hm_block_iq4_xs *b, int j) {
+    const int lo = (b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF, hi = (b->scales_h >> (2 * j)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
 /* MXFP4 block scale: 2^(e - 128) as a float, i.e. half of the E8M0 value (hm_kvalues_mxfp4 are
  * doubled); e = 0 and 1 give the subnormals 2^-128 and 2^-127, like ggml. */
 static inline float hm_e8m0_to_f32_half(uint8_t e) {

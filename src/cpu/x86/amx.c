@@ -411,26 +411,6 @@ static inline __m256i plane2(__m256i q, int p) {
     return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * p)), _mm256_set1_epi8(3));
 }
 
-/* the reference dequantizer's formats with a vector one here */
-static bool deq_simd(uint32_t type) {
-    switch (type) {
-    case HM_TYPE_Q6_K:
-    case HM_TYPE_Q5_K:
-    case HM_TYPE_Q3_K:
-    case HM_TYPE_Q2_K:
-    case HM_TYPE_IQ4_XS:
-    case HM_TYPE_Q4_0:
-    case HM_TYPE_Q4_1:
-    case HM_TYPE_Q5_0:
-    case HM_TYPE_Q5_1:
-    case HM_TYPE_IQ4_NL:
-    case HM_TYPE_MXFP4:
-        return true;
-    default:
-        return false;
-    }
-}
-
 static void deq_row_simd(uint32_t type, const void *row, int64_t cols, float *w) {
     _Alignas(64) int8_t c[HM_QK_K];
     float s[16], m[16];
@@ -440,19 +420,19 @@ static void deq_row_simd(uint32_t type, const void *row, int64_t cols, float *w)
         const hm_block_q6_K *b = row;
         for (int64_t i = 0; i < cols / HM_QK_K; i++, w += HM_QK_K) {
             const float d = hm_h2f(b[i].d);
-            for (int h = 0; h < 2; h++) /* element 128h + 32p + l: ql and qh as in q6_code */
+            for (int h = 0; h < 2; h++) { /* element 128h + 32p + l: ql and qh as in q6_code */
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
                 for (int p = 0; p < 4; p++) {
                     const __m256i lq =
                         _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32 * (p & 1)));
                     const __m256i lo = p < 2 ? _mm256_and_si256(lq, m0f)
                                              : _mm256_and_si256(_mm256_srli_epi16(lq, 4), m0f);
-                    const __m256i hi =
-                        plane2(_mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h)), p);
                     _mm256_store_si256(
                         (__m256i *)(c + 128 * h + 32 * p),
-                        _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)),
+                        _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(plane2(qh, p), 4)),
                                         _mm256_set1_epi8(32)));
                 }
+            }
             for (int g = 0; g < 16; g++) s[g] = d * (float)b[i].scales[g];
             deq_groups(c, HM_QK_K, s, NULL, w);
         }
@@ -496,11 +476,7 @@ static void deq_row_simd(uint32_t type, const void *row, int64_t cols, float *w)
                                         _mm256_set1_epi8(4)));
                 }
             }
-            for (int j = 0; j < 16; j++) { /* q3_scale */
-                const int lo = (b[i].scales[j % 8] >> (4 * (j / 8))) & 0xF,
-                          hi = (b[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-                s[j] = d * (float)((lo | hi << 4) - 32);
-            }
+            for (int j = 0; j < 16; j++) s[j] = d * (float)hm_q3_scale(b[i].scales, j);
             deq_groups(c, HM_QK_K, s, NULL, w);
         }
         return;
@@ -531,9 +507,7 @@ static void deq_row_simd(uint32_t type, const void *row, int64_t cols, float *w)
             for (int j = 0; j < 8; j++) {
                 _mm256_store_si256((__m256i *)(c + 32 * j),
                                    _mm256_shuffle_epi8(kv, nibbles32(b[i].qs + 16 * j)));
-                const int lo = (b[i].scales_l[j / 2] >> (4 * (j % 2))) & 0xF,
-                          hi = (b[i].scales_h >> (2 * j)) & 3;
-                s[2 * j] = s[2 * j + 1] = d * (float)((lo | hi << 4) - 32);
+                s[2 * j] = s[2 * j + 1] = d * (float)hm_iq4_xs_scale(&b[i], j);
             }
             deq_groups(c, HM_QK_K, s, NULL, w);
         }
@@ -642,7 +616,7 @@ static void dequant_row(uint32_t type, const void *row, int64_t cols, float *w) 
         }
         return;
     }
-    if (deq_simd(type)) {
+    if (hm_i8_block(type)) { /* every other integer format (Q4_K and Q8_0 above) */
         deq_row_simd(type, row, cols, w);
         return;
     }

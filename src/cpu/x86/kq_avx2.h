@@ -633,11 +633,6 @@ HM_B32_ROWS_AVX2(q4_1, HM_B32_Q4_1)
 HM_B32_ROWS_AVX2(q5_1, HM_B32_Q5_1)
 #undef HM_B32_ROWS_AVX2
 
-/* 6-bit scale of IQ4_XS sub-block j, minus 32 */
-static inline int hm_iq4_xs_scale(const hm_block_iq4_xs *b, int j) {
-    return (((b->scales_l[j / 2] >> 4 * (j % 2)) & 0xF) | ((b->scales_h >> 2 * j) & 3) << 4) - 32;
-}
-
 static inline __attribute__((always_inline)) void
 hm_iq4_xs_rows_avx2(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_iq4_xs *w = vw;
