@@ -45,14 +45,15 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     hm_matrix m;
     CHECK_OK(hm_matrix_init(&m, type, w, rows, cols));
     enum { T = 4 };
-    size_t xb = hm_act_bytes(type, cols);
+    /* the reference's activations; each variant gets its own below (the layouts may differ) */
+    size_t xb = hm_act_bytes_for(&hm_ops_ref, type, cols);
     uint8_t *xq = malloc(xb * T + 64);
-    float *x = malloc(sizeof(float) * (size_t)cols);
+    float *x = malloc(sizeof(float) * (size_t)(cols * T));
     uint64_t s = 99;
     for (int t = 0; t < T; t++) {
         for (int64_t i = 0; i < cols; i++)
-            x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 500.0f;
-        CHECK_OK(hm_act_convert(type, x, xq + (size_t)t * xb, cols));
+            x[t * cols + i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 500.0f;
+        CHECK_OK(hm_act_convert_for(&hm_ops_ref, type, x + t * cols, xq + (size_t)t * xb, cols));
     }
     float *yref = calloc((size_t)(rows * T), sizeof(float)),
           *y = calloc((size_t)(rows * T), sizeof(float));
@@ -67,7 +68,7 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     for (int64_t r = 0; r < rows; r += 7) {
         deq_row(type, w + (size_t)r * rb, dw, cols);
         for (int t = 0; t < T; t++) {
-            deq_row(hm_act_type(type), xq + (size_t)t * xb, dx, cols);
+            deq_row(hm_act_type_for(&hm_ops_ref, type), xq + (size_t)t * xb, dx, cols);
             double e = 0;
             for (int64_t i = 0; i < cols; i++) e += dw[i] * dx[i];
             CHECK_MSG(fabs(e - yref[t * rows + r]) <= 1e-4 * ymax, "%s ref row %lld: %g vs f64 %g",
@@ -82,8 +83,13 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
         if (needs_simd(type))
             CHECK_MSG(ops->vec_dot[type] != NULL, "%s has no %s kernel", ops->name,
                       hm_type_name(type));
-        hm_matvec_rows(hm_vec_dot_for(ops, type), hm_vec_dot_n_for(ops, type), &m, xq, xb, T, y,
+        const size_t xbv = hm_act_bytes_for(ops, type, cols);
+        uint8_t *xv = malloc(xbv * T + 64);
+        for (int t = 0; t < T; t++)
+            CHECK_OK(hm_act_convert_for(ops, type, x + t * cols, xv + (size_t)t * xbv, cols));
+        hm_matvec_rows(hm_vec_dot_for(ops, type), hm_vec_dot_n_for(ops, type), &m, xv, xbv, T, y,
                        (size_t)rows, 0, rows);
+        free(xv);
         int bad = 0;
         for (int64_t k = 0; k < rows * T; k++)
             if (!(fabs((double)y[k] - yref[k]) <= 2e-5 * ymax)) bad++; /* NaN counts */
@@ -111,23 +117,24 @@ static void test_dot_n(uint32_t type, int64_t cols) {
     const size_t off = type == HM_TYPE_FP8_B128 || type == HM_TYPE_F32 ? 4 : 2;
     uint8_t *w = malloc(rb + off);
     CHECK_OK(hm_synth_fill(type, w + off, (uint64_t)cols, 0.0f, 0.05f, 7 + (uint64_t)cols));
-    const size_t xb = hm_act_bytes(type, cols);
-    uint8_t *xbuf = malloc(4 * (xb + 16));
-    float *x = malloc(sizeof(float) * (size_t)cols);
-    const void *xs[4];
+    float *x = malloc(sizeof(float) * (size_t)(4 * cols));
     uint64_t s = 5;
-    for (int t = 0; t < 4; t++) {
-        for (int64_t i = 0; i < cols; i++)
-            x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 700.0f;
-        /* offsets 0, 4, 8, 12: not vector aligned (Q8_K's float scale needs 4 bytes) */
-        uint8_t *xt = xbuf + (size_t)t * (xb + 16) + 4 * (size_t)t;
-        CHECK_OK(hm_act_convert(type, x, xt, cols));
-        xs[3 - t] = xt; /* not in address order */
-    }
+    for (int64_t i = 0; i < 4 * cols; i++)
+        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 700.0f;
     const hm_cpu_features *f = hm_cpu_features_get();
     for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
         const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
         if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        /* the variant's activations at offsets 0, 4, 8, 12: not vector aligned (Q8_K's float
+         * scale needs 4 bytes) */
+        const size_t xb = hm_act_bytes_for(ops, type, cols);
+        uint8_t *xbuf = malloc(4 * (xb + 16));
+        const void *xs[4];
+        for (int t = 0; t < 4; t++) {
+            uint8_t *xt = xbuf + (size_t)t * (xb + 16) + 4 * (size_t)t;
+            CHECK_OK(hm_act_convert_for(ops, type, x + t * cols, xt, cols));
+            xs[3 - t] = xt; /* not in address order */
+        }
         const hm_vec_dot_n_fn dotn = hm_vec_dot_n_for(ops, type);
         const bool fl = type == HM_TYPE_F32 || type == HM_TYPE_BF16 || type == HM_TYPE_F16;
         if ((isa >= HM_ISA_AVX2 &&
@@ -138,9 +145,8 @@ static void test_dot_n(uint32_t type, int64_t cols) {
               type == HM_TYPE_Q2_K || type == HM_TYPE_Q3_K)))
             CHECK_MSG(dotn != NULL, "%s has no multi-token %s kernel", ops->name,
                       hm_type_name(type));
-        if (!dotn) continue;
         const hm_vec_dot_fn dot = hm_vec_dot_for(ops, type);
-        for (int nt = 1; nt <= 4; nt++) {
+        for (int nt = 1; dotn && nt <= 4; nt++) {
             float out[4], one[4];
             dotn(cols, w + off, xs, nt, out);
             for (int t = 0; t < nt; t++) one[t] = dot(cols, w + off, xs[t]);
@@ -148,8 +154,9 @@ static void test_dot_n(uint32_t type, int64_t cols) {
                       "%s %s cols %lld: %d-token dot differs from the one-token kernel (%g vs %g)",
                       ops->name, hm_type_name(type), (long long)cols, nt, out[0], one[0]);
         }
+        free(xbuf);
     }
-    free(w), free(xbuf), free(x);
+    free(w), free(x);
 }
 
 /* FP8_B128 on every variant: every one of the 254 finite codes (subnormals, +-0, +-448) against
@@ -709,6 +716,53 @@ static void test_f16_convert(void) {
     }
 }
 
+static uint32_t act_type_x4(uint32_t weight_type) {
+    return weight_type == HM_TYPE_Q8_0 ? HM_TYPE_Q8_0X4 : hm_act_type_for(NULL, weight_type);
+}
+
+/* The Q8_0X4 activations (blocks.h) read back from first principles: every code and scale of
+ * the reference Q8_0 blocks where the layout puts them, for rows whose last group has 0-3
+ * blocks; and every variant that converts some weight type's activations its own way has its
+ * own kernels for that type (the reference ones read the plain layout). */
+static void test_q8_0x4_layout(const float *x) {
+    const hm_cpu_ops x4 = {.name = "x4", .act_type = act_type_x4};
+    enum { NMAX = 4096 }; /* x's length */
+    static hm_block_q8_0 want[NMAX / 32];
+    static uint8_t got[NMAX / 32 * 36 + 8];
+    const int64_t ns[] = {32, 64, 96, 128, 160, 224, 4064, 4096};
+    for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+        const int64_t n = ns[c], nb = n / 32;
+        hm_quantize_row_q8_0_ref(x, want, n);
+        CHECK(hm_act_bytes_for(&x4, HM_TYPE_Q8_0, n) == (size_t)nb * 36);
+        memset(got, 0xA5, sizeof got);
+        CHECK_OK(hm_act_convert_for(&x4, HM_TYPE_Q8_0, x, got, n));
+        CHECK_MSG(got[nb * 36] == 0xA5, "q8_0x4 %lld: wrote past its row", (long long)n);
+        int bad = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t g = b / 4, k = nb - 4 * g < 4 ? nb - 4 * g : 4, q = b % 4;
+            const uint8_t *grp = got + 144 * g;
+            const bool lone = q == k - 1 && k % 2 == 1;
+            for (int j = 0; j < 32; j++) {
+                const int pos = lone ? 64 * (int)(q / 2) + j
+                                     : 64 * (int)(q / 2) + 8 * (j / 4) + 4 * (int)(q % 2) + j % 4;
+                bad += grp[pos] != (uint8_t)(want[b].qs[j] + 128);
+            }
+            const float d = hm_f16_to_f32(want[b].d);
+            bad += memcmp(grp + 32 * k + 4 * q, &d, sizeof d) != 0;
+        }
+        CHECK_MSG(bad == 0, "q8_0x4 %lld values: %d codes or scales misplaced", (long long)n, bad);
+    }
+    CHECK_STATUS(hm_act_convert_for(&x4, HM_TYPE_Q8_0, x, got, 40), HM_ERR_INVALID_ARG);
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        for (uint32_t t = 0; ops && t < HM_TYPE_COUNT; t++)
+            if (hm_act_type_for(ops, t) != hm_act_type_for(&hm_ops_ref, t))
+                CHECK_MSG(ops->vec_dot[t] && ops->vec_dot_n[t],
+                          "%s converts %s activations its own way but lacks kernels", ops->name,
+                          hm_type_name(t));
+    }
+}
+
 /* The activation quantizers of every variant equal the reference bit for bit: random rows of
  * several magnitudes, a zero block, ties of +max and -max (the first one's sign wins in Q8_K),
  * values on rounding ties, huge and subnormal values, an inf and a NaN */
@@ -737,7 +791,7 @@ static void test_act_quant(void) {
         const char *name;
     } kinds[] = {{HM_TYPE_Q8_0, "q8_0"}, {HM_TYPE_Q4_K, "q8_K"}};
     for (size_t k = 0; k < 2; k++) {
-        const size_t bytes = hm_act_bytes(kinds[k].wt, N);
+        const size_t bytes = hm_act_bytes_for(&hm_ops_ref, kinds[k].wt, N);
         if (kinds[k].wt == HM_TYPE_Q8_0)
             hm_quantize_row_q8_0_ref(x, want, N);
         else
@@ -761,6 +815,7 @@ static void test_act_quant(void) {
                       ops->name, kinds[k].name);
         }
     }
+    test_q8_0x4_layout(x);
     /* the tie rule itself: Q8_K's scale takes the sign of the first value of largest magnitude */
     hm_block_q8_K b;
     hm_quantize_row_q8_K_ref(x + 512, &b, 256);

@@ -111,6 +111,8 @@ int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed) {
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type) {
     if (type >= HM_TYPE_COUNT) return NULL;
     if (ops && ops->vec_dot[type]) return ops->vec_dot[type];
+    /* the reference kernel reads the plain activations: not when ops converts for its own */
+    if (hm_act_type_for(ops, type) != hm_act_type_for(&hm_ops_ref, type)) return NULL;
     return hm_ops_ref.vec_dot[type];
 }
 

@@ -72,7 +72,8 @@ int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed);
 /* HMOE_TILE_MIN_TOKENS when set to a valid N (>= 5), else 0 */
 int hm_tile_min_forced(void);
 
-/* The variant's kernel for type, else the reference one; NULL if no kernel exists at all. */
+/* The variant's kernel for type, else the reference one (when the variant converts activations
+ * for type as the reference does); NULL if no kernel exists at all. */
 hm_vec_dot_fn hm_vec_dot_for(const hm_cpu_ops *ops, uint32_t type);
 
 /* The variant's multi-token kernel for type, or NULL (none, or the variant has no single-token

@@ -64,6 +64,10 @@ typedef struct hm_cpu_ops {
      * blocks, bit for bit hm_quantize_row_q8_0_ref / hm_quantize_row_q8_K_ref in every variant */
     void (*quant_q8_0)(const float *x, void *y, int64_t n);
     void (*quant_q8_K)(const float *x, void *y, int64_t n);
+    /* The activation type this variant's kernels of a weight type consume, where it is not the
+     * plain one (hm_act_type_for); NULL: none differs. A variant has kernels (vec_dot and
+     * vec_dot_n) for every type it names a layout of its own for. */
+    uint32_t (*act_type)(uint32_t weight_type);
     /* int8 matmul for more than 4 tokens over the packed activations (the contract of
      * hm_amx_matmul / hm_amx_matmul_packed below): AMX tiles, or AVX-512 VNNI; NULL elsewhere.
      * Ask hm_i8_matmul_ok before use. */
@@ -93,14 +97,21 @@ typedef struct hm_cpu_ops {
  * so AVX-512 CPUs without it, Skylake-SP, run the avx2 variant). */
 bool hm_i8_matmul_ok(const hm_cpu_ops *ops);
 
-/* Activation format each weight type's kernels consume: Q8_K (K-quants, IQ4_XS), Q8_0 (32-blocks,
- * MXFP4), F32 (float weights). */
-uint32_t hm_act_type(uint32_t weight_type);
+/* Activation format a variant's kernels of a weight type consume: Q8_K (K-quants, IQ4_XS), Q8_0
+ * (32-blocks, MXFP4), F32 (float weights); the avx512 and amx variants take Q8_0X4 (the same
+ * values as Q8_0, rearranged: blocks.h) for Q8_0 weights. The activations handed to a variant's
+ * kernels must be converted for that variant. */
+uint32_t hm_act_type_for(const hm_cpu_ops *ops, uint32_t weight_type);
 /* Bytes of one converted activation vector of n elements. */
+size_t hm_act_bytes_for(const hm_cpu_ops *ops, uint32_t weight_type, int64_t n);
+/* Converts one activation vector; n must be a whole number of the activation type's blocks.
+ * Always the quantizers of the variant in use (hm_cpu_ops_or_ref), which equal the reference bit
+ * for bit, so the values do not depend on the variant: only the layout does. */
+hm_status hm_act_convert_for(const hm_cpu_ops *ops, uint32_t weight_type, const float *x, void *out,
+                             int64_t n);
+/* The same for the variant in use (hm_cpu_ops_or_ref): what the engine's kernels consume. */
+uint32_t hm_act_type(uint32_t weight_type);
 size_t hm_act_bytes(uint32_t weight_type, int64_t n);
-/* Converts one activation vector; n must be a whole number of the activation type's blocks. The
- * quantizers of the variant in use (hm_cpu_ops_or_ref), so the bits do not depend on the variant.
- */
 hm_status hm_act_convert(uint32_t weight_type, const float *x, void *out, int64_t n);
 
 /* Reference (plain C) activation quantizers. */

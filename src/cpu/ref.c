@@ -58,7 +58,8 @@ void hm_quantize_row_q8_0_ref(const float *x, void *vy, int64_t n) {
     }
 }
 
-uint32_t hm_act_type(uint32_t t) {
+/* The plain activation type of a weight type (the reference kernels' and the avx2 variant's) */
+static uint32_t act_type_plain(uint32_t t) {
     switch (t) {
     case HM_TYPE_Q2_K:
     case HM_TYPE_Q3_K:
@@ -80,27 +81,67 @@ uint32_t hm_act_type(uint32_t t) {
     }
 }
 
-size_t hm_act_bytes(uint32_t wt, int64_t n) {
-    uint64_t b = 0;
-    return hm_type_row_bytes(hm_act_type(wt), (uint64_t)n, &b) ? (size_t)b : 0;
+uint32_t hm_act_type_for(const hm_cpu_ops *ops, uint32_t t) {
+    return ops && ops->act_type ? ops->act_type(t) : act_type_plain(t);
 }
 
-hm_status hm_act_convert(uint32_t wt, const float *x, void *out, int64_t n) {
-    uint32_t at = hm_act_type(wt);
+size_t hm_act_bytes_for(const hm_cpu_ops *ops, uint32_t wt, int64_t n) {
+    uint64_t b = 0;
+    return n >= 0 && hm_type_row_bytes(hm_act_type_for(ops, wt), (uint64_t)n, &b) ? (size_t)b : 0;
+}
+
+/* Q8_0 blocks q[0..k) (one group, k <= 4) into the Q8_0X4 layout at out (blocks.h) */
+static void q8_0x4_group(const hm_block_q8_0 *q, int k, uint8_t *out) {
+    for (int b = 0; b < k; b++) {
+        const int pair = b / 2, q_in_pair = b % 2, lone = b == k - 1 && k % 2;
+        for (int j = 0; j < HM_QK8_0; j++) {
+            const int pos = lone ? 64 * pair + j : 64 * pair + 8 * (j / 4) + 4 * q_in_pair + j % 4;
+            out[pos] = (uint8_t)(q[b].qs[j] + 128);
+        }
+        const float d = hm_f16_to_f32(q[b].d);
+        memcpy(out + 32 * k + 4 * b, &d, sizeof d);
+    }
+}
+
+hm_status hm_act_convert_for(const hm_cpu_ops *ops, uint32_t wt, const float *x, void *out,
+                             int64_t n) {
+    const uint32_t at = hm_act_type_for(ops, wt);
     uint64_t b;
     if (n < 0 || !hm_type_row_bytes(at, (uint64_t)n, &b))
         return hm_errorf(HM_ERR_INVALID_ARG,
                          "activations: %lld values is not a whole number of %s "
                          "blocks (needed by %s weights)",
                          (long long)n, hm_type_name(at), hm_type_name(wt));
-    const hm_cpu_ops *ops = hm_cpu_ops_or_ref();
+    /* the quantizers of the variant in use: the same bits as the reference's */
+    const hm_cpu_ops *q = hm_cpu_ops_or_ref();
+    void (*q8_0)(const float *, void *, int64_t) =
+        q->quant_q8_0 ? q->quant_q8_0 : hm_quantize_row_q8_0_ref;
     if (at == HM_TYPE_Q8_K)
-        (ops->quant_q8_K ? ops->quant_q8_K : hm_quantize_row_q8_K_ref)(x, out, n);
+        (q->quant_q8_K ? q->quant_q8_K : hm_quantize_row_q8_K_ref)(x, out, n);
     else if (at == HM_TYPE_Q8_0)
-        (ops->quant_q8_0 ? ops->quant_q8_0 : hm_quantize_row_q8_0_ref)(x, out, n);
+        q8_0(x, out, n);
+    else if (at == HM_TYPE_Q8_0X4)
+        for (int64_t i = 0; i < n; i += 4 * HM_QK8_0) {
+            hm_block_q8_0 g[4];
+            const int k = n - i >= 4 * HM_QK8_0 ? 4 : (int)((n - i) / HM_QK8_0);
+            q8_0(x + i, g, (int64_t)k * HM_QK8_0);
+            q8_0x4_group(g, k, (uint8_t *)out + i / HM_QK8_0 * 36);
+        }
     else
         memcpy(out, x, (size_t)n * sizeof(float));
     return HM_OK;
+}
+
+uint32_t hm_act_type(uint32_t t) {
+    return hm_act_type_for(hm_cpu_ops_or_ref(), t);
+}
+
+size_t hm_act_bytes(uint32_t wt, int64_t n) {
+    return hm_act_bytes_for(hm_cpu_ops_or_ref(), wt, n);
+}
+
+hm_status hm_act_convert(uint32_t wt, const float *x, void *out, int64_t n) {
+    return hm_act_convert_for(hm_cpu_ops_or_ref(), wt, x, out, n);
 }
 
 /* ---------------------------------------------------------------- dot products */
@@ -202,7 +243,7 @@ static float act_value(uint32_t at, const void *x, int64_t idx) {
  * double. The oracle for formats without a dedicated reference kernel; slow. */
 static float dot_generic(uint32_t type, int64_t n, const void *vw, const void *x) {
     const hm_type_info *ti = hm_type_get(type);
-    const uint32_t at = hm_act_type(type);
+    const uint32_t at = act_type_plain(type);
     const uint8_t *w = vw;
     float wf[HM_QK_K];
     double s = 0;

@@ -139,4 +139,12 @@ typedef struct {
 } hm_block_fp8_b128;
 HM_STATIC_ASSERT(sizeof(hm_block_fp8_b128) == 132, "fp8_b128");
 
+/* Q8_0X4 (hmoe's activation layout for the AVX-512 Q8_0 kernels, not a ggml type): Q8_0
+ * activations (the same codes and scales) rearranged so that a kernel reads them without
+ * shuffles. Blocks of 32 values in groups of 4 (the last group may have k = 1-3), each group
+ * 36 k bytes: the codes plus 128 as unsigned bytes, a pair of blocks (2p, 2p + 1) interleaved in
+ * 4-byte runs (byte 8m + 4q + r of the pair's 64 = value 4m + r of block 2p + q), a lone last
+ * block as its 32 bytes, then the k scales as floats. src/quant/README.md has the reason. */
+#define HM_Q8_0X4_GROUP 144 /* bytes of a whole group: 4 x 32 codes + 4 floats */
+
 #endif

@@ -49,8 +49,10 @@ typedef enum hm_type {
     /* hmoe's own layouts from here on: never read from or written to GGUF files (ggml may give
      * these ids to new types; the GGUF reader and writer reject them) */
     HM_TYPE_FP8_B128 = 42, /* FP8 E4M3 in blocks of 128 with a float scale (blocks.h) */
+    /* Q8_0 activations for the AVX-512 kernels (blocks.h): never weights */
+    HM_TYPE_Q8_0X4 = 43,
     HM_TYPE_FIRST_INTERNAL = HM_TYPE_FP8_B128,
-    HM_TYPE_COUNT = 43
+    HM_TYPE_COUNT = 44
 } hm_type;
 
 typedef struct hm_type_info {

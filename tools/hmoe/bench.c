@@ -486,8 +486,11 @@ static int bench_kernels(int argc, char **argv) {
     hm_matrix *mats = calloc((size_t)n_mats, sizeof *mats);
     long max_tok = 1;
     for (int k = 0; k < n_tokens; k++) max_tok = tokens[k] > max_tok ? tokens[k] : max_tok;
-    size_t xb = hm_act_bytes((uint32_t)type, cols);
-    uint8_t *xq = malloc(xb * (size_t)max_tok);
+    /* the activations for the variant benchmarked, and for the reference (the layouts may
+     * differ: hm_act_type_for) */
+    const size_t xb = hm_act_bytes_for(ops, (uint32_t)type, cols),
+                 xbr = hm_act_bytes_for(&hm_ops_ref, (uint32_t)type, cols);
+    uint8_t *xq = malloc(xb * (size_t)max_tok), *xqr = malloc(xbr * (size_t)max_tok);
     float *x = malloc(sizeof(float) * (size_t)(cols * max_tok));
     /* outputs: each matrix of a pass into its own rows, as a layer's matrices would (with one
      * shared y, threads on different matrices would write the same rows at once); above 4
@@ -503,7 +506,7 @@ static int bench_kernels(int argc, char **argv) {
     hm_work_slot *work =
         hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(hm_work_slot), 64, "claims");
     int rc = 0;
-    if (!mats || !xq || !x || !y || !yref || !work ||
+    if (!mats || !xq || !xqr || !x || !y || !yref || !work ||
         hm_large_alloc(mb * (size_t)n_mats, true, "weights", &wbuf) != HM_OK) {
         fprintf(stderr, "hmoe bench kernels: out of memory\n");
         hm_pool_free(pool);
@@ -516,7 +519,8 @@ static int bench_kernels(int argc, char **argv) {
         float *xt = x + (size_t)t * (size_t)cols;
         for (long i = 0; i < cols; i++)
             xt[i] = (float)((int64_t)(hm_rng_next(&seed) % 2001) - 1000) / 1000.0f;
-        hm_act_convert((uint32_t)type, xt, xq + (size_t)t * xb, cols);
+        hm_act_convert_for(ops, (uint32_t)type, xt, xq + (size_t)t * xb, cols);
+        hm_act_convert_for(&hm_ops_ref, (uint32_t)type, xt, xqr + (size_t)t * xbr, cols);
     }
     kjob job = {.pool = pool,
                 .dot = hm_vec_dot_for(ops, (uint32_t)type),
@@ -596,7 +600,7 @@ static int bench_kernels(int argc, char **argv) {
 
     /* validate against the reference on the first matrix */
     int vt = max_tok < 4 ? (int)max_tok : 4;
-    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xq, xb, vt, yref,
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xqr, xbr, vt, yref,
                    (size_t)rows, 0, rows);
     job.n_mats = 1;
     job.n_tok = vt;
@@ -642,7 +646,7 @@ static int bench_kernels(int argc, char **argv) {
         job.n_tok = (int)max_tok;
         if (max_tok > 4) {
             float *yr = malloc(sizeof(float) * (size_t)(rows * max_tok));
-            hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xq, xb,
+            hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xqr, xbr,
                            (int)max_tok, yr, (size_t)rows, 0, rows);
             kblocks(&job, job.n_tok);
             hm_pool_run(pool, kpack_task, &job);
@@ -670,6 +674,7 @@ static int bench_kernels(int argc, char **argv) {
     hm_large_free(&wbuf);
     free(mats);
     free(xq);
+    free(xqr);
     free(x);
     hm_free(y);
     free(yref);

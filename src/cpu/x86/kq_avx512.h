@@ -454,22 +454,6 @@ static inline __m512i hm_nibbles64_avx512(const uint8_t *qa, const uint8_t *qb) 
     return _mm512_and_si512(_mm512_srlv_epi16(aabb, shift), _mm512_set1_epi8(0x0F));
 }
 
-/* The activations of two Q8_0 blocks as one register. */
-static inline __m512i hm_q8_0_pair_avx512(const hm_block_q8_0 *x) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x[0].qs)),
-                              _mm256_loadu_si256((const __m256i *)x[1].qs), 1);
-}
-
-/* Scales of four 32-blocks to lanes: d01 holds d[0] in lanes 0-7 and d[1] in 8-15, d23 d[2], d[3].
- */
-static inline void hm_scale_quad_avx512(__m128 d, __m512 *d01, __m512 *d23) {
-    const __m512 z = _mm512_castps128_ps512(d);
-    *d01 =
-        _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), z);
-    *d23 =
-        _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2), z);
-}
-
 static inline __m512i hm_table16_avx512(const int8_t t[16]) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
 }
@@ -484,117 +468,69 @@ static inline __m512i hm_q5_0_pair_avx512(const hm_block_q5_0 *w) {
     return _mm512_mask_add_epi8(nib, hm, nib, _mm512_set1_epi8(16));
 }
 
+/* Q8_0 weights against Q8_0X4 activations (blocks.h, src/quant/README.md). Per two blocks, the
+ * weights' codes interleaved in 4-byte runs as the activations' are: VPDPBUSD lane 2m + q then
+ * sums four products of block q, and the two scale products are d_w * d_x spread as
+ * (d0, d1, d0, d1, ...), the activations' part one 64-bit broadcast from memory. */
+
+/* The scales of two adjacent blocks (d0, d1) at p as (d0, d1) repeated over 16 lanes: one
+ * VBROADCASTSD from memory */
+static inline __m512 hm_pair_scales_avx512(const float *p) {
+    double d;
+    memcpy(&d, p, sizeof d);
+    return _mm512_castpd_ps(_mm512_set1_pd(d));
+}
+
+/* One step of a Q8_0X4 dot: w (signed codes of two blocks, interleaved), nc (-128 times each
+ * lane's sum of w: the unsigned activations' offset), the weights' scales spread as
+ * hm_pair_scales_avx512's; xc / xd: the activations' 64 code bytes and their two float scales */
+static inline __attribute__((always_inline)) __m512
+hm_q8_0x4_step(__m512 acc, __m512i w, __m512i nc, __m512 wd, const uint8_t *xc, const float *xd) {
+    const __m512i p = _mm512_dpbusd_epi32(nc, _mm512_loadu_si512(xc), w);
+    return _mm512_fmadd_ps(_mm512_mul_ps(wd, hm_pair_scales_avx512(xd)), _mm512_cvtepi32_ps(p),
+                           acc);
+}
+
+/* -128 x the sum of each lane's four weight codes */
+static inline __m512i hm_q8_0x4_offset(__m512i w) {
+    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), w);
+    return _mm512_sub_epi32(_mm512_setzero_si512(), s);
+}
+
+/* dword m of blocks a, b (as zmm lower halves) to lanes 2m, 2m + 1 */
+static const int32_t hm_q8_0_il_avx512[16]
+    __attribute__((aligned(64))) = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+
+/* The codes of Q8_0 blocks p[0], p[1], interleaved */
+static inline __m512i hm_q8_0_pair_il_avx512(const hm_block_q8_0 *p, __m512i il) {
+    return _mm512_permutex2var_epi32(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p[0].qs)), il,
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p[1].qs)));
+}
+
 #if defined(__AVX512VBMI__)
 /* Byte permutations of four Q8_0 blocks (136 bytes) read as three 64-byte loads: r0 = bytes 0-63,
- * r1 = 64-127, r2 = 72-135. q01 / q23: the codes of blocks 0-1 / 2-3 from (r0, r1) / (r1, r2);
- * d: the four halves d at 0, 34, 68, 102 from (r0, r1), in the low 8 bytes. */
+ * r1 = 64-127, r2 = 72-135. q01 / q23: the codes of blocks 0-1 / 2-3, interleaved in 4-byte runs
+ * (byte 8m + 4q + r = code 4m + r of block q), from (r0, r1) / (r1, r2); d: the four halves d at
+ * 0, 34, 68, 102 from (r0, r1), in the low 8 bytes. */
 static const uint8_t hm_q8_0_perm_avx512[3][64] __attribute__((aligned(64))) = {
+#define HM_Q8_0_R(b0, b1, m)                                                                       \
+    (b0) + 4 * (m), (b0) + 4 * (m) + 1, (b0) + 4 * (m) + 2, (b0) + 4 * (m) + 3, (b1) + 4 * (m),    \
+        (b1) + 4 * (m) + 1, (b1) + 4 * (m) + 2, (b1) + 4 * (m) + 3
 #define HM_Q8_0_QS(b0, b1)                                                                         \
     {                                                                                              \
-        (b0) + 0, (b0) + 1, (b0) + 2, (b0) + 3, (b0) + 4, (b0) + 5, (b0) + 6, (b0) + 7, (b0) + 8,  \
-            (b0) + 9, (b0) + 10, (b0) + 11, (b0) + 12, (b0) + 13, (b0) + 14, (b0) + 15, (b0) + 16, \
-            (b0) + 17, (b0) + 18, (b0) + 19, (b0) + 20, (b0) + 21, (b0) + 22, (b0) + 23,           \
-            (b0) + 24, (b0) + 25, (b0) + 26, (b0) + 27, (b0) + 28, (b0) + 29, (b0) + 30,           \
-            (b0) + 31, (b1) + 0, (b1) + 1, (b1) + 2, (b1) + 3, (b1) + 4, (b1) + 5, (b1) + 6,       \
-            (b1) + 7, (b1) + 8, (b1) + 9, (b1) + 10, (b1) + 11, (b1) + 12, (b1) + 13, (b1) + 14,   \
-            (b1) + 15, (b1) + 16, (b1) + 17, (b1) + 18, (b1) + 19, (b1) + 20, (b1) + 21,           \
-            (b1) + 22, (b1) + 23, (b1) + 24, (b1) + 25, (b1) + 26, (b1) + 27, (b1) + 28,           \
-            (b1) + 29, (b1) + 30, (b1) + 31                                                        \
+        HM_Q8_0_R(b0, b1, 0), HM_Q8_0_R(b0, b1, 1), HM_Q8_0_R(b0, b1, 2), HM_Q8_0_R(b0, b1, 3),    \
+            HM_Q8_0_R(b0, b1, 4), HM_Q8_0_R(b0, b1, 5), HM_Q8_0_R(b0, b1, 6), HM_Q8_0_R(b0, b1, 7) \
     }
     /* blocks 0-1: codes at 2-33 and 36-67 of (r0, r1) = indices 2.. and 36.. */
     HM_Q8_0_QS(2, 36),
     /* blocks 2-3: codes at 70-101 (r1 offset 6) and 104-135 (r2 offset 32 = index 96) */
     HM_Q8_0_QS(6, 96),
 #undef HM_Q8_0_QS
+#undef HM_Q8_0_R
     /* d of blocks 0-3: bytes 0-1, 34-35 of r0, 68-69 (r1 offset 4), 102-103 (r1 offset 38) */
     {0, 1, 34, 35, 68, 69, 102, 103}};
-
-/* Four Q8_0 blocks at p: codes of blocks 0-1 into *q01, 2-3 into *q23, the four d as floats */
-static inline __m128 hm_q8_0_quad_avx512(const hm_block_q8_0 *p, __m512i i01, __m512i i23,
-                                         __m512i id, __m512i *q01, __m512i *q23) {
-    const char *c = (const char *)p;
-    const __m512i r0 = _mm512_loadu_si512(c), r1 = _mm512_loadu_si512(c + 64);
-    const __m512i r2 = _mm512_loadu_si512(c + 72);
-    *q01 = _mm512_permutex2var_epi8(r0, i01, r1);
-    *q23 = _mm512_permutex2var_epi8(r1, i23, r2);
-    return _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi8(r0, id, r1)));
-}
 #endif
-
-/* Q8_0 row times nt (1-4) Q8_0 activation rows, each weight block loaded once (same per-token
- * operations whatever nt, as hm_q4_K_rows_avx512). Where the CPU has VBMI (every AMX CPU), four
- * blocks at a time: three loads and three byte permutations give their codes and d's, one
- * multiply the four products of d's, two VPERMPS spread them over the lanes. */
-static inline __attribute__((always_inline)) void
-hm_q8_0_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
-    const hm_block_q8_0 *w = vw;
-    const hm_block_q8_0 *x[4];
-    __m512 acc[4];
-    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), x[t] = vx[t];
-    int64_t nb = n / HM_QK8_0, i = 0;
-#if defined(__AVX512VBMI__)
-    {
-        const __m512i i01 = _mm512_load_si512(hm_q8_0_perm_avx512[0]);
-        const __m512i i23 = _mm512_load_si512(hm_q8_0_perm_avx512[1]);
-        const __m512i id = _mm512_load_si512(hm_q8_0_perm_avx512[2]);
-        /* lanes 0-7 take product 0 (2), lanes 8-15 product 1 (3) */
-        const __m512i l01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
-        const __m512i l23 = _mm512_add_epi32(l01, _mm512_set1_epi32(2));
-        for (; i + 4 <= nb; i += 4) {
-            hm_prefetch_w((const char *)(w + i));
-            hm_prefetch_w((const char *)(w + i) + 64);
-            hm_prefetch_w((const char *)(w + i) + 128);
-            __m512i a01, a23;
-            const __m128 wd = hm_q8_0_quad_avx512(w + i, i01, i23, id, &a01, &a23);
-            const __m512i u01 = _mm512_abs_epi8(a01), u23 = _mm512_abs_epi8(a23);
-            const __mmask64 n01 = _mm512_movepi8_mask(a01), n23 = _mm512_movepi8_mask(a23);
-            for (int t = 0; t < nt; t++) {
-                __m512i b01, b23;
-                const __m128 f =
-                    _mm_mul_ps(wd, hm_q8_0_quad_avx512(x[t] + i, i01, i23, id, &b01, &b23));
-                const __m512 f512 = _mm512_castps128_ps512(f);
-                /* b carrying a's sign: negate where a < 0 */
-                const __m512i s01 = _mm512_mask_sub_epi8(b01, n01, _mm512_setzero_si512(), b01);
-                const __m512i s23 = _mm512_mask_sub_epi8(b23, n23, _mm512_setzero_si512(), b23);
-                const __m512i p01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01, s01);
-                const __m512i p23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23, s23);
-                acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(l01, f512), _mm512_cvtepi32_ps(p01),
-                                         acc[t]);
-                acc[t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(l23, f512), _mm512_cvtepi32_ps(p23),
-                                         acc[t]);
-            }
-        }
-    }
-#endif
-    for (; i + 2 <= nb; i += 2) { /* two blocks per register: lanes 0-7 block i, 8-15 block i+1 */
-        hm_prefetch_w((const char *)(w + i));
-        hm_prefetch_w((const char *)(w + i) + 64);
-        const __m512i a =
-            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)w[i].qs)),
-                               _mm256_loadu_si256((const __m256i *)w[i + 1].qs), 1);
-        const __m512i ua = _mm512_abs_epi8(a);
-        const __mmask64 neg = _mm512_movepi8_mask(a);
-        const float wd0 = hm_h2f(w[i].d), wd1 = hm_h2f(w[i + 1].d);
-        for (int t = 0; t < nt; t++) {
-            const hm_block_q8_0 *xt = x[t];
-            const __m512i b = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xt[i].qs)),
-                _mm256_loadu_si256((const __m256i *)xt[i + 1].qs), 1);
-            /* b carrying a's sign: negate where a < 0 */
-            const __m512i sb = _mm512_mask_sub_epi8(b, neg, _mm512_setzero_si512(), b);
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, sb);
-            const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(wd0 * hm_h2f(xt[i].d)),
-                                                _mm256_set1_ps(wd1 * hm_h2f(xt[i + 1].d)), 1);
-            acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc[t]);
-        }
-    }
-    for (int t = 0; t < nt; t++) {
-        out[t] = _mm512_reduce_add_ps(acc[t]);
-        if (i < nb) out[t] += hm_dot_q8_0_q8_0_avx2(HM_QK8_0, &w[i], &x[t][i]);
-    }
-}
-
-HM_DOT_ENTRIES(q8_0_q8_0_avx512, hm_q8_0_rows_avx512)
 
 /* The 32-block formats (HM_B32_*, kq_avx2.h) on AVX-512 */
 
@@ -621,70 +557,150 @@ static inline __attribute__((always_inline)) __m512i hm_b32_pair_avx512(int kind
     }
 }
 
-/* A kind's row times nt (1-4) Q8_0 activation rows, four blocks per step: the weights' codes,
- * absolute values, signs and scales once for all tokens; per token its codes carrying the
- * weights' signs, two VPDPBUSD, the four scale products spread by two VPERMPS (with VBMI the
- * activations' codes and scales come from three loads and three byte permutations, as in
- * hm_q8_0_rows_avx512). The last 0-3 blocks go through the AVX2 one-token kernel, token by token,
- * so a token's result is the same whatever nt. */
-static inline __attribute__((always_inline)) void
-hm_b32_rows_avx512(int kind, int64_t n, const void *vw, const void *const *vx, const int nt,
-                   float *out, float (*tail)(int64_t, const void *, const void *)) {
-    const size_t bb = hm_b32_bytes(kind);
+/* Q8_0 among the kinds of the Q8_0X4 kernel below (not a kind of kq_avx2.h's) */
+enum { HM_X4_Q8_0 = 16 };
+
+static inline size_t hm_x4_bytes(int kind) {
+    return kind == HM_X4_Q8_0 ? sizeof(hm_block_q8_0) : hm_b32_bytes(kind);
+}
+
+/* The weight scales of blocks i .. i + cnt - 1 (cnt <= 4; the others 0) */
+static inline __attribute__((always_inline)) __m128 hm_x4_d4(int kind, const void *vw, int64_t i,
+                                                             int cnt) {
+    if (kind != HM_X4_Q8_0) return hm_b32_d4(kind, vw, i, cnt);
+    const hm_block_q8_0 *w = (const hm_block_q8_0 *)vw + i;
+    if (cnt == 4) return hm_q8_0_d4(w);
+    hm_half h[4] = {0, 0, 0, 0};
+    for (int k = 0; k < cnt; k++) h[k] = w[k].d;
+    return _mm_cvtph_ps(
+        _mm_set_epi16(0, 0, 0, 0, (short)h[3], (short)h[2], (short)h[1], (short)h[0]));
+}
+
+/* dword 8q + m (block q's dword m in one register) to lane 2m + q */
+static const int32_t hm_x4_il_avx512[16]
+    __attribute__((aligned(64))) = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+
+/* The signed codes of blocks i and i + 1, interleaved in 4-byte runs (lane 2m + q = codes
+ * 4m .. 4m + 3 of block i + q) */
+static inline __attribute__((always_inline)) __m512i
+hm_x4_pair_avx512(int kind, const void *vw, int64_t i, __m512i table, __m512i il2, __m512i il1) {
+    if (kind == HM_X4_Q8_0) return hm_q8_0_pair_il_avx512((const hm_block_q8_0 *)vw + i, il2);
+    return _mm512_permutexvar_epi32(il1, hm_b32_pair_avx512(kind, vw, i, table));
+}
+
+/* The signed codes of block i alone, in lanes 0-7 (zeros above): from a copy of the block next
+ * to a zero one, so nothing past the row is read */
+static inline __attribute__((always_inline)) __m512i hm_x4_lone_avx512(int kind, const void *vw,
+                                                                       int64_t i, __m512i table) {
+    const size_t bb = hm_x4_bytes(kind);
+    _Alignas(8) uint8_t two[2 * 34] = {0};
+    memcpy(two, (const uint8_t *)vw + (size_t)i * bb, bb);
+    const __m512i a = kind == HM_X4_Q8_0 ? _mm512_castsi256_si512(_mm256_loadu_si256(
+                                               (const __m256i *)((hm_block_q8_0 *)two)->qs))
+                                         : hm_b32_pair_avx512(kind, two, 0, table);
+    return _mm512_inserti64x4(a, _mm256_setzero_si256(), 1);
+}
+
+/* A kind's row (Q8_0 or a 32-block format of kq_avx2.h) times nt (1-4) Q8_0X4 activation rows,
+ * each weight block read once for all of them (the same per-token operations whatever nt, as
+ * hm_q4_K_rows_avx512). Per group of four blocks, once: the two pairs' signed codes interleaved
+ * as the activations' (Q8_0 with VBMI, every AMX CPU: three loads and three byte permutations
+ * for codes and scales), the four scales spread over the lanes, and the correction of the
+ * activations' offset; then per token and pair one VPDPBUSD, one multiply of the scales (the
+ * activations' part one broadcast from memory), one conversion and one FMA. The last group's
+ * pair and lone block the same way. */
+static inline __attribute__((always_inline)) void hm_x4_rows_avx512(int kind, int64_t n,
+                                                                    const void *vw,
+                                                                    const void *const *vx,
+                                                                    const int nt, float *out) {
+    const size_t bb = hm_x4_bytes(kind);
+    const uint8_t *wb = vw;
     const __m512i table =
         hm_table16_avx512(kind == HM_B32_MXFP4 ? hm_kvalues_mxfp4 : hm_kvalues_iq4nl);
-    const __m512i l01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
-    const __m512i l23 = _mm512_add_epi32(l01, _mm512_set1_epi32(2));
+    const __m512i il2 = _mm512_load_si512(hm_q8_0_il_avx512);
+    const __m512i il1 = _mm512_load_si512(hm_x4_il_avx512);
+    /* lanes 2m take scale 0 (2), lanes 2m + 1 scale 1 (3) */
+    const __m512i s01 = _mm512_set_epi32(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+    const __m512i s23 = _mm512_add_epi32(s01, _mm512_set1_epi32(2));
 #if defined(__AVX512VBMI__)
     const __m512i i01 = _mm512_load_si512(hm_q8_0_perm_avx512[0]);
     const __m512i i23 = _mm512_load_si512(hm_q8_0_perm_avx512[1]);
     const __m512i id = _mm512_load_si512(hm_q8_0_perm_avx512[2]);
 #endif
-    const uint8_t *wb = vw;
-    __m512 acc[4], acc2[4]; /* blocks 0-1 and 2-3 of each step: two chains */
-    for (int t = 0; t < nt; t++) acc[t] = acc2[t] = _mm512_setzero_ps();
-    const int64_t nb = n / 32;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        hm_prefetch_w((const char *)(wb + (size_t)i * bb));
-        hm_prefetch_w((const char *)(wb + (size_t)i * bb) + 64);
-        const __m512i a01 = hm_b32_pair_avx512(kind, vw, i, table);
-        const __m512i a23 = hm_b32_pair_avx512(kind, vw, i + 2, table);
-        const __m512i u01 = _mm512_abs_epi8(a01), u23 = _mm512_abs_epi8(a23);
-        const __mmask64 n01 = _mm512_movepi8_mask(a01), n23 = _mm512_movepi8_mask(a23);
-        const __m128 wd = hm_b32_d4(kind, vw, i, 4);
-        for (int t = 0; t < nt; t++) {
-            const hm_block_q8_0 *x = (const hm_block_q8_0 *)vx[t] + i;
+    const uint8_t *x[4];
+    __m512 acc[4];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), x[t] = vx[t];
+    const int64_t nb = n / 32, ng = nb / 4;
+    for (int64_t g = 0; g < ng; g++) {
+        const char *p = (const char *)(wb + (size_t)(4 * g) * bb);
+        hm_prefetch_w(p);
+        hm_prefetch_w(p + 64);
+        if (bb * 4 > 128) hm_prefetch_w(p + 128);
+        __m512i a01, a23;
+        __m128 d4;
 #if defined(__AVX512VBMI__)
-            __m512i b01, b23;
-            const __m128 xd = hm_q8_0_quad_avx512(x, i01, i23, id, &b01, &b23);
-#else
-            const __m512i b01 = hm_q8_0_pair_avx512(x), b23 = hm_q8_0_pair_avx512(x + 2);
-            const __m128 xd = hm_q8_0_d4(x);
+        if (kind == HM_X4_Q8_0) {
+            const __m512i r0 = _mm512_loadu_si512(p), r1 = _mm512_loadu_si512(p + 64);
+            const __m512i r2 = _mm512_loadu_si512(p + 72);
+            a01 = _mm512_permutex2var_epi8(r0, i01, r1);
+            a23 = _mm512_permutex2var_epi8(r1, i23, r2);
+            d4 = _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi8(r0, id, r1)));
+        } else
 #endif
-            const __m512 f = _mm512_castps128_ps512(_mm_mul_ps(wd, xd));
-            /* the activations carrying the weights' signs */
-            const __m512i s01 = _mm512_mask_sub_epi8(b01, n01, _mm512_setzero_si512(), b01);
-            const __m512i s23 = _mm512_mask_sub_epi8(b23, n23, _mm512_setzero_si512(), b23);
-            const __m512i p01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01, s01);
-            const __m512i p23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23, s23);
-            acc[t] =
-                _mm512_fmadd_ps(_mm512_permutexvar_ps(l01, f), _mm512_cvtepi32_ps(p01), acc[t]);
-            acc2[t] =
-                _mm512_fmadd_ps(_mm512_permutexvar_ps(l23, f), _mm512_cvtepi32_ps(p23), acc2[t]);
+        {
+            a01 = hm_x4_pair_avx512(kind, vw, 4 * g, table, il2, il1);
+            a23 = hm_x4_pair_avx512(kind, vw, 4 * g + 2, table, il2, il1);
+            d4 = hm_x4_d4(kind, vw, 4 * g, 4);
+        }
+        const __m512 wd01 = _mm512_permutexvar_ps(s01, _mm512_castps128_ps512(d4));
+        const __m512 wd23 = _mm512_permutexvar_ps(s23, _mm512_castps128_ps512(d4));
+        const __m512i n01 = hm_q8_0x4_offset(a01), n23 = hm_q8_0x4_offset(a23);
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *xg = x[t] + HM_Q8_0X4_GROUP * g;
+            const float *xd = (const float *)(xg + 128);
+            acc[t] = hm_q8_0x4_step(acc[t], a01, n01, wd01, xg, xd);
+            acc[t] = hm_q8_0x4_step(acc[t], a23, n23, wd23, xg + 64, xd + 2);
         }
     }
-    for (int t = 0; t < nt; t++) {
-        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t], acc2[t]));
-        if (i < nb)
-            out[t] += tail(n - i * 32, wb + (size_t)i * bb, (const hm_block_q8_0 *)vx[t] + i);
+    const int k = (int)(nb - 4 * ng); /* the last group's blocks (0-3) */
+    if (k >= 2) {                     /* its pair */
+        const __m512i a = hm_x4_pair_avx512(kind, vw, 4 * ng, table, il2, il1);
+        const __m512 wd =
+            _mm512_permutexvar_ps(s01, _mm512_castps128_ps512(hm_x4_d4(kind, vw, 4 * ng, 2)));
+        const __m512i nc = hm_q8_0x4_offset(a);
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *xg = x[t] + HM_Q8_0X4_GROUP * ng;
+            acc[t] = hm_q8_0x4_step(acc[t], a, nc, wd, xg, (const float *)(xg + 32 * k));
+        }
     }
+    if (k % 2) { /* a lone block */
+        const int64_t i = 4 * ng + k - 1;
+        const __m512i a = hm_x4_lone_avx512(kind, vw, i, table);
+        const __m512i nc = hm_q8_0x4_offset(a);
+        const float wd = _mm_cvtss_f32(hm_x4_d4(kind, vw, i, 1));
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *xg = x[t] + HM_Q8_0X4_GROUP * ng;
+            /* its 32 codes (a masked load: nothing past them is touched) */
+            const __m512i xc = _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xg + 64 * (k / 2));
+            float xd;
+            memcpy(&xd, xg + 32 * k + 4 * (k - 1), sizeof xd);
+            const __m512i pr = _mm512_dpbusd_epi32(nc, xc, a);
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(wd * xd), _mm512_cvtepi32_ps(pr), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
+
+static inline __attribute__((always_inline)) void
+hm_q8_0_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
+    hm_x4_rows_avx512(HM_X4_Q8_0, n, vw, vx, nt, out);
+}
+HM_DOT_ENTRIES(q8_0_q8_0_avx512, hm_q8_0_rows_avx512)
 
 #define HM_B32_ROWS(NAME, KIND)                                                                    \
     static inline __attribute__((always_inline)) void hm_##NAME##_rows_avx512(                     \
         int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {              \
-        hm_b32_rows_avx512(KIND, n, vw, vx, nt, out, hm_dot_##NAME##_q8_0_avx2);                   \
+        hm_x4_rows_avx512(KIND, n, vw, vx, nt, out);                                               \
     }                                                                                              \
     HM_DOT_ENTRIES(NAME##_q8_0_avx512, hm_##NAME##_rows_avx512)
 HM_B32_ROWS(iq4_nl, HM_B32_IQ4_NL)
@@ -1089,6 +1105,20 @@ static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
     [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx512, [HM_TYPE_Q4_1] = hm_dotn_q4_1_q8_0_avx2,            \
     [HM_TYPE_Q5_1] = hm_dotn_q5_1_q8_0_avx2
 
+/* The weights of hm_x4_rows_avx512 take Q8_0X4 activations */
+static inline uint32_t hm_act_type_avx512(uint32_t weight_type) {
+    switch (weight_type) {
+    case HM_TYPE_Q8_0:
+    case HM_TYPE_Q4_0:
+    case HM_TYPE_Q5_0:
+    case HM_TYPE_IQ4_NL:
+    case HM_TYPE_MXFP4:
+        return HM_TYPE_Q8_0X4;
+    default:
+        return hm_act_type_for(NULL, weight_type);
+    }
+}
+
 /* the hm_cpu_ops entries the avx512 and amx variants share */
 #define HM_OPS_AVX512_COMMON                                                                       \
     .sum_u64 = hm_sum_u64_avx512, .vec_dot = {HM_VEC_DOTS_AVX512},                                 \
@@ -1098,6 +1128,6 @@ static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
     .f16_to_f32 = hm_f16_to_f32_avx512, .f32_to_f16 = hm_f32_to_f16_avx512,                        \
     .quant_q8_0 = hm_quant_q8_0_avx512, .quant_q8_K = hm_quant_q8_K_avx512,                        \
     .rmsnorm_f32 = hm_rmsnorm_f32_avx512, .qk_block16 = hm_qk_block16_avx512,                      \
-    .pv_block16 = hm_pv_block16_avx512
+    .pv_block16 = hm_pv_block16_avx512, .act_type = hm_act_type_avx512
 
 #endif
