@@ -62,7 +62,9 @@ static int hm_tile_min_tokens_per_call(uint32_t type, bool amx) {
      * tile path's time at 8 tokens over the 4-token matvec's time per token, rounded over both
      * shapes), AMX / AVX-512 VNNI. The per-call conversion dequantizes (vector code for every
      * format) and re-quantizes each 32-row unit: ~28-45 us per 768 x 2048 matrix on AMX, ~50-70
-     * on VNNI, against 2.3-3 us per token for the K-quants' matvec and 5-9 for the 32-blocks'. */
+     * on VNNI, against 2.3-3 us per token for the K-quants' matvec and 3-4.5 for the 32-blocks'
+     * on their Q8_0X4 activations (5-9 before those, when Q8_0, Q4_0, IQ4_NL and MXFP4 crossed
+     * at 6 / 11 and Q5_0 at 7 / 11). */
     switch (type) {
     case HM_TYPE_Q4_1:
     case HM_TYPE_Q5_1:
@@ -71,9 +73,9 @@ static int hm_tile_min_tokens_per_call(uint32_t type, bool amx) {
     case HM_TYPE_Q4_0:
     case HM_TYPE_IQ4_NL:
     case HM_TYPE_MXFP4:
-        return amx ? 6 : 11;
+        return amx ? 10 : 17;
     case HM_TYPE_Q5_0:
-        return amx ? 7 : 11;
+        return amx ? 11 : 16;
     case HM_TYPE_Q4_K:
         return amx ? 11 : 20;
     case HM_TYPE_IQ4_XS:
