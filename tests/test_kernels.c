@@ -717,18 +717,21 @@ static void test_f16_convert(void) {
 }
 
 static uint32_t act_type_x4(uint32_t weight_type) {
-    return weight_type == HM_TYPE_Q8_0 ? HM_TYPE_Q8_0X4 : hm_act_type_for(NULL, weight_type);
+    return weight_type == HM_TYPE_Q8_0   ? HM_TYPE_Q8_0X4
+           : weight_type == HM_TYPE_Q4_K ? HM_TYPE_Q8_KX
+                                         : hm_act_type_for(NULL, weight_type);
 }
 
-/* The Q8_0X4 activations (blocks.h) read back from first principles: every code and scale of
- * the reference Q8_0 blocks where the layout puts them, for rows whose last group has 0-3
- * blocks; and every variant that converts some weight type's activations its own way has its
- * own kernels for that type (the reference ones read the plain layout). */
+/* The Q8_0X4 and Q8_KX activations (blocks.h) read back from first principles: every code and
+ * scale of the reference Q8_0 blocks where the layout puts them, for rows whose last group has
+ * 0-3 blocks; the reference Q8_K row followed by its scaled 32-value sums; and every variant that
+ * converts some weight type's activations its own way has its own kernels for that type (the
+ * reference ones read the plain layout). */
 static void test_q8_0x4_layout(const float *x) {
     const hm_cpu_ops x4 = {.name = "x4", .act_type = act_type_x4};
     enum { NMAX = 4096 }; /* x's length */
     static hm_block_q8_0 want[NMAX / 32];
-    static uint8_t got[NMAX / 32 * 36 + 8];
+    static uint8_t got[NMAX / 32 * 36 + NMAX / 256 * 324 + 8];
     const int64_t ns[] = {32, 64, 96, 128, 160, 224, 4064, 4096};
     for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
         const int64_t n = ns[c], nb = n / 32;
@@ -753,6 +756,25 @@ static void test_q8_0x4_layout(const float *x) {
         CHECK_MSG(bad == 0, "q8_0x4 %lld values: %d codes or scales misplaced", (long long)n, bad);
     }
     CHECK_STATUS(hm_act_convert_for(&x4, HM_TYPE_Q8_0, x, got, 40), HM_ERR_INVALID_ARG);
+    static hm_block_q8_K kwant[NMAX / 256];
+    for (int64_t n = 256; n <= NMAX; n *= 4) {
+        const int64_t nb = n / 256;
+        hm_quantize_row_q8_K_ref(x, kwant, n);
+        CHECK(hm_act_bytes_for(&x4, HM_TYPE_Q4_K, n) == (size_t)nb * 324);
+        memset(got, 0xA5, sizeof got);
+        CHECK_OK(hm_act_convert_for(&x4, HM_TYPE_Q4_K, x, got, n));
+        CHECK_MSG(!memcmp(got, kwant, sizeof(hm_block_q8_K) * (size_t)nb),
+                  "q8_kx %lld: not the Q8_K blocks first", (long long)n);
+        int bad = got[nb * 324] != 0xA5;
+        for (int64_t i = 0; i < nb; i++)
+            for (int j = 0; j < 8; j++) {
+                const float s =
+                    kwant[i].d * (float)(kwant[i].bsums[2 * j] + kwant[i].bsums[2 * j + 1]);
+                bad += memcmp(got + nb * 292 + 4 * (8 * i + j), &s, sizeof s) != 0;
+            }
+        CHECK_MSG(bad == 0, "q8_kx %lld values: %d sums wrong or a write past the row",
+                  (long long)n, bad);
+    }
     for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
         const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
         for (uint32_t t = 0; ops && t < HM_TYPE_COUNT; t++)

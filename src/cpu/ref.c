@@ -106,8 +106,8 @@ static void q8_0x4_group(const hm_block_q8_0 *q, int k, uint8_t *out) {
 hm_status hm_act_convert_for(const hm_cpu_ops *ops, uint32_t wt, const float *x, void *out,
                              int64_t n) {
     const uint32_t at = hm_act_type_for(ops, wt);
-    uint64_t b;
-    if (n < 0 || !hm_type_row_bytes(at, (uint64_t)n, &b))
+    uint64_t bytes;
+    if (n < 0 || !hm_type_row_bytes(at, (uint64_t)n, &bytes))
         return hm_errorf(HM_ERR_INVALID_ARG,
                          "activations: %lld values is not a whole number of %s "
                          "blocks (needed by %s weights)",
@@ -116,11 +116,21 @@ hm_status hm_act_convert_for(const hm_cpu_ops *ops, uint32_t wt, const float *x,
     const hm_cpu_ops *q = hm_cpu_ops_or_ref();
     void (*q8_0)(const float *, void *, int64_t) =
         q->quant_q8_0 ? q->quant_q8_0 : hm_quantize_row_q8_0_ref;
+    void (*q8_K)(const float *, void *, int64_t) =
+        q->quant_q8_K ? q->quant_q8_K : hm_quantize_row_q8_K_ref;
     if (at == HM_TYPE_Q8_K)
-        (q->quant_q8_K ? q->quant_q8_K : hm_quantize_row_q8_K_ref)(x, out, n);
+        q8_K(x, out, n);
     else if (at == HM_TYPE_Q8_0)
         q8_0(x, out, n);
-    else if (at == HM_TYPE_Q8_0X4)
+    else if (at == HM_TYPE_Q8_KX) {
+        q8_K(x, out, n); /* the Q8_K blocks, then their sums */
+        const hm_block_q8_K *b = out;
+        float *s = (float *)(b + n / HM_QK_K);
+        for (int64_t i = 0; i < n / HM_QK_K; i++)
+            for (int j = 0; j < HM_Q8_KX_SUMS; j++)
+                s[HM_Q8_KX_SUMS * i + j] =
+                    b[i].d * (float)(b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+    } else if (at == HM_TYPE_Q8_0X4)
         for (int64_t i = 0; i < n; i += 4 * HM_QK8_0) {
             hm_block_q8_0 g[4];
             const int k = n - i >= 4 * HM_QK8_0 ? 4 : (int)((n - i) / HM_QK8_0);

@@ -147,4 +147,10 @@ HM_STATIC_ASSERT(sizeof(hm_block_fp8_b128) == 132, "fp8_b128");
  * block as its 32 bytes, then the k scales as floats. src/quant/README.md has the reason. */
 #define HM_Q8_0X4_GROUP 144 /* bytes of a whole group: 4 x 32 codes + 4 floats */
 
+/* Q8_KX (hmoe's activation layout for the AVX-512 K-quant kernels, not a ggml type): a row of nb
+ * Q8_K blocks as they are, then 8 floats per block, sum j = d * (float)(bsums[2j] +
+ * bsums[2j + 1]) (the block's 32-value sums, scaled): the mins' term of Q4_K is then one FMA per
+ * token and block. 324 bytes per 256 values. */
+#define HM_Q8_KX_SUMS 8
+
 #endif

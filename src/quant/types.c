@@ -41,6 +41,7 @@ static const hm_type_info g_types[HM_TYPE_COUNT] = {
     [HM_TYPE_Q1_0] = {"Q1_0", 128, 18},
     [HM_TYPE_FP8_B128] = {"FP8_B128", 128, 132},
     [HM_TYPE_Q8_0X4] = {"Q8_0X4", 32, 36},
+    [HM_TYPE_Q8_KX] = {"Q8_KX", 256, 324},
 };
 
 const hm_type_info *hm_type_get(uint32_t id) {

@@ -51,8 +51,10 @@ typedef enum hm_type {
     HM_TYPE_FP8_B128 = 42, /* FP8 E4M3 in blocks of 128 with a float scale (blocks.h) */
     /* Q8_0 activations for the AVX-512 kernels (blocks.h): never weights */
     HM_TYPE_Q8_0X4 = 43,
+    /* Q8_K activations for the AVX-512 K-quant kernels (blocks.h): never weights */
+    HM_TYPE_Q8_KX = 44,
     HM_TYPE_FIRST_INTERNAL = HM_TYPE_FP8_B128,
-    HM_TYPE_COUNT = 44
+    HM_TYPE_COUNT = 45
 } hm_type;
 
 typedef struct hm_type_info {

@@ -17,7 +17,6 @@ hm_kfold_avx512(__m512 *acc, const __m512i *sumi, const hm_block_q8_K *const *x,
 /* Constants of the Q4_K kernel, loaded (one load each) rather than built per call:
  * sidx[j]: int16 lanes 0-15 pick scale 2j, lanes 16-31 scale 2j + 1, from the block's 16 scales
  *          and mins widened to int16 (lanes 0-7 scales, 8-15 mins);
- * midx:    lanes 2j and 2j + 1 pick min j (lanes 16-31 unused);
  * nib:     GF(2) affine matrices, one per qword: the lower 256 bits keep each byte's low nibble,
  *          the upper 256 bits move its high nibble down (VGF2P8AFFINEQB; bit i of a result byte is
  *          the parity of the source byte AND matrix byte 7 - i). */
@@ -33,9 +32,6 @@ static const int16_t hm_k4_sidx_avx512[4][32] __attribute__((aligned(64))) = {
     HM_K4_SIDX(0), HM_K4_SIDX(1), HM_K4_SIDX(2), HM_K4_SIDX(3)
 #undef HM_K4_SIDX
 };
-static const int16_t hm_k4_midx_avx512[32]
-    __attribute__((aligned(64))) = {8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15,
-                                    8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
 static const uint64_t hm_k4_nib_avx512[8] __attribute__((aligned(64))) = {
     0x0102040800000000ull, 0x0102040800000000ull, 0x0102040800000000ull, 0x0102040800000000ull,
     0x1020408000000000ull, 0x1020408000000000ull, 0x1020408000000000ull, 0x1020408000000000ull};
@@ -82,38 +78,46 @@ static inline float hm_kdmin_result_avx512(__m512 acc, __m256 accm) {
     return hm_hsum256(_mm256_sub_ps(s, accm));
 }
 
-/* Q4_K row times nt (1-4) Q8_K activation rows: each weight block is unpacked once for all of
+/* Q4_K row times nt (1-4) Q8_KX activation rows: each weight block is unpacked once for all of
  * them; every token's result is the same float operations in the same order whatever nt, so a
  * token's output does not depend on how many tokens share the row.
  * Per block: the 12 scale bytes unpacked by vector ops, widened once and spread by VPERMW; d and
- * dmin converted together (one VCVTPH2PS) and scaled by each token's d in one multiply; the
- * sub-block sums as VPMADDUBSW pairs times the scales by VPDPWSSD. */
+ * dmin converted together (one VCVTPH2PS); the mins as floats times dmin. Per token: d times its
+ * d (one multiply of broadcasts), the mins' term one FMA with the activations' scaled 32-value
+ * sums (Q8_KX), and the sub-block sums as VPMADDUBSW pairs times the scales by VPDPWSSD. */
 static inline __attribute__((always_inline)) void
 hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q4_K *w = vw;
+    const int64_t nb = n / HM_QK_K;
     const __m512i nib = _mm512_load_si512(hm_k4_nib_avx512);
-    const __m512i midx = _mm512_load_si512(hm_k4_midx_avx512);
     __m512 acc[4];
-    __m256 accm[4]; /* the mins' term, lane j = sub-block j (subtracted at the end) */
-    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+    __m256 accm[4];     /* the mins' term, lane j = sub-block j (subtracted at the end) */
+    const float *xs[4]; /* the Q8_KX sums after the Q8_K blocks */
+    for (int t = 0; t < nt; t++) {
+        acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
+        xs[t] = (const float *)((const hm_block_q8_K *)vx[t] + nb);
+    }
+    for (int64_t i = 0; i < nb; i++) {
         const char *blk = (const char *)(w + i);
         hm_prefetch_w(blk);
         hm_prefetch_w(blk + 64);
         hm_prefetch_w(blk + 128);
-        /* lanes 0-7 the scales, 8-15 the mins, as int16 */
-        const __m512i sc =
-            _mm512_castsi256_si512(_mm256_cvtepu8_epi16(hm_k4_scales_vec(w[i].scales)));
-        /* the 8 mins as int16 pairs: one VPMADDWD against a Q8_K block's 16 partial sums gives
-         * min_j x (sum of sub-block j) in int32 lane j */
-        const __m256i mins2 = _mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, sc));
+        /* scales 0-7 then mins 0-7 as bytes; lanes 0-7 the scales, 8-15 the mins, as int16 */
+        const __m128i sm = hm_k4_scales_vec(w[i].scales);
+        const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
         const __m128 dd = hm_dmin_f32(&w[i].d);
+        /* dmin x min j in lane j */
+        const __m256 mdm =
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
+                          _mm256_broadcastss_ps(_mm_movehdup_ps(dd)));
+        const __m512 d = _mm512_broadcastss_ps(dd);
         const hm_block_q8_K *x[4];
         __m512 fd[4];
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) {
             x[t] = (const hm_block_q8_K *)vx[t] + i;
-            fd[t] = hm_kdmin_token_avx512(dd, mins2, x[t], &accm[t]);
+            fd[t] = _mm512_mul_ps(d, _mm512_set1_ps(x[t]->d));
+            accm[t] = _mm256_fmadd_ps(mdm, _mm256_loadu_ps(xs[t] + HM_Q8_KX_SUMS * i), accm[t]);
             sumi[t] = _mm512_setzero_si512();
         }
         for (int j = 0; j < 4; j++) {
@@ -1105,7 +1109,8 @@ static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
     [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx512, [HM_TYPE_Q4_1] = hm_dotn_q4_1_q8_0_avx2,            \
     [HM_TYPE_Q5_1] = hm_dotn_q5_1_q8_0_avx2
 
-/* The weights of hm_x4_rows_avx512 take Q8_0X4 activations */
+/* The weights of hm_x4_rows_avx512 take Q8_0X4 activations, the K-quants Q8_KX (its sums serve
+ * hm_q4_K_rows_avx512) */
 static inline uint32_t hm_act_type_avx512(uint32_t weight_type) {
     switch (weight_type) {
     case HM_TYPE_Q8_0:
@@ -1114,6 +1119,13 @@ static inline uint32_t hm_act_type_avx512(uint32_t weight_type) {
     case HM_TYPE_IQ4_NL:
     case HM_TYPE_MXFP4:
         return HM_TYPE_Q8_0X4;
+    case HM_TYPE_Q2_K:
+    case HM_TYPE_Q3_K:
+    case HM_TYPE_Q4_K:
+    case HM_TYPE_Q5_K:
+    case HM_TYPE_Q6_K:
+    case HM_TYPE_IQ4_XS:
+        return HM_TYPE_Q8_KX;
     default:
         return hm_act_type_for(NULL, weight_type);
     }
