@@ -143,11 +143,35 @@ static inline __m512i hm_dot_s8_pairs_avx512(__m512i w, __m512i y) {
     return _mm512_maddubs_epi16(_mm512_abs_epi8(w), sy);
 }
 
-/* Q5_K row times nt (1-4) Q8_K activation rows, each weight block unpacked once for all of them
+/* hm_k4_block_start on Q8_KX activations (xs[t]: token t's scaled 32-value sums): the mins'
+ * term one FMA per token, with the mins times dmin shared by all tokens */
+static inline __attribute__((always_inline)) float
+hm_k4_block_start_kx(const void *blk, hm_half d, hm_half dmin, const uint8_t *scales,
+                     const void *const *vx, const float *const *xs, int64_t i, int nt,
+                     __m128i *sc16, const hm_block_q8_K *x[4], __m256 accm[4]) {
+    hm_prefetch_w((const char *)blk);
+    hm_prefetch_w((const char *)blk + 64);
+    hm_prefetch_w((const char *)blk + 128);
+    const __m128i sm = hm_k4_scales_vec(scales);
+    *sc16 = _mm_cvtepu8_epi16(sm);
+    const __m256 mdm =
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
+                      _mm256_set1_ps(hm_h2f(dmin)));
+    for (int t = 0; t < nt; t++) {
+        x[t] = (const hm_block_q8_K *)vx[t] + i;
+        accm[t] = _mm256_fmadd_ps(mdm, _mm256_loadu_ps(xs[t] + HM_Q8_KX_SUMS * i), accm[t]);
+    }
+    return hm_h2f(d);
+}
+
+/* Q5_K row times nt (1-4) Q8_KX activation rows, each weight block unpacked once for all of them
  * (same per-token operations whatever nt, as hm_q4_K_rows_avx512). */
 static inline __attribute__((always_inline)) void
 hm_q5_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q5_K *w = vw;
+    const int64_t nb = n / HM_QK_K;
+    const float *xs[4]; /* the Q8_KX sums after the Q8_K blocks */
+    for (int t = 0; t < nt; t++) xs[t] = (const float *)((const hm_block_q8_K *)vx[t] + nb);
     const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     /* both halves hold the same 32 code bytes: sub-block 2j in the lower half, 2j + 1 in the upper
      */
@@ -157,11 +181,11 @@ hm_q5_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     __m512 acc[4];
     __m256 accm[4]; /* the mins' term (hm_k4_block_start) */
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / HM_QK_K; i++) {
+    for (int64_t i = 0; i < nb; i++) {
         const hm_block_q8_K *x[4];
         __m128i sc8;
-        const float wd =
-            hm_k4_block_start(w + i, w[i].d, w[i].dmin, w[i].scales, vx, i, nt, &sc8, x, accm);
+        const float wd = hm_k4_block_start_kx(w + i, w[i].d, w[i].dmin, w[i].scales, vx, xs, i, nt,
+                                              &sc8, x, accm);
         const __m512i sc = _mm512_castsi128_si512(sc8);
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
@@ -210,16 +234,16 @@ hm_q6_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         hm_prefetch_w((const char *)(w + i) + 192);
         const float wd = hm_h2f(w[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
-        const __m256i sc = _mm256_broadcastsi128_si256(sc8), sc16 = _mm256_cvtepi8_epi16(sc8);
+        const __m256i sc = _mm256_broadcastsi128_si256(sc8);
+        /* codes are stored + 32: each token's sums start at -32 * sum(scale[k] * bsums[k]), one
+         * VPMADDWD of the scales times -32 (|4096 x 4064 x 2| fits int32) */
+        const __m256i nsc16 = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_set1_epi16(-32));
         const hm_block_q8_K *x[4];
         __m512i sumi[4];
         for (int t = 0; t < nt; t++) {
             x[t] = (const hm_block_q8_K *)vx[t] + i;
-            /* codes are stored + 32: subtract 32 * sum(scale[k] * bsums[k]) */
-            const __m256i corr =
-                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
-            sumi[t] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                       _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+            sumi[t] = _mm512_zextsi256_si512(
+                _mm256_madd_epi16(nsc16, _mm256_loadu_si256((const __m256i *)x[t]->bsums)));
         }
         for (int h = 0; h < 2; h++) {
             const __m512i ql = _mm512_loadu_si512(w[i].ql + 64 * h);
