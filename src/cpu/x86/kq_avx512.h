@@ -1133,26 +1133,15 @@ static inline void hm_quant_q8_K_avx512(const float *x, void *vy, int64_t n) {
     [HM_TYPE_Q3_K] = hm_dotn_q3_K_q8_K_avx512, [HM_TYPE_Q4_1] = hm_dotn_q4_1_q8_0_avx2,            \
     [HM_TYPE_Q5_1] = hm_dotn_q5_1_q8_0_avx2
 
-/* The weights of hm_x4_rows_avx512 take Q8_0X4 activations, the K-quants Q8_KX (its sums serve
- * hm_q4_K_rows_avx512) */
+/* Every K-quant kernel here takes Q8_KX activations (the sums serve hm_q4_K_rows_avx512 and
+ * hm_q5_K_rows_avx512; the others read the Q8_K part), the 32-block kernels of hm_x4_rows_avx512
+ * Q8_0X4; Q4_1 and Q5_1 run the AVX2 kernels on plain Q8_0. */
 static inline uint32_t hm_act_type_avx512(uint32_t weight_type) {
-    switch (weight_type) {
-    case HM_TYPE_Q8_0:
-    case HM_TYPE_Q4_0:
-    case HM_TYPE_Q5_0:
-    case HM_TYPE_IQ4_NL:
-    case HM_TYPE_MXFP4:
+    const uint32_t plain = hm_act_type_for(NULL, weight_type);
+    if (plain == HM_TYPE_Q8_K) return HM_TYPE_Q8_KX;
+    if (plain == HM_TYPE_Q8_0 && weight_type != HM_TYPE_Q4_1 && weight_type != HM_TYPE_Q5_1)
         return HM_TYPE_Q8_0X4;
-    case HM_TYPE_Q2_K:
-    case HM_TYPE_Q3_K:
-    case HM_TYPE_Q4_K:
-    case HM_TYPE_Q5_K:
-    case HM_TYPE_Q6_K:
-    case HM_TYPE_IQ4_XS:
-        return HM_TYPE_Q8_KX;
-    default:
-        return hm_act_type_for(NULL, weight_type);
-    }
+    return plain;
 }
 
 /* the hm_cpu_ops entries the avx512 and amx variants share */
