@@ -90,14 +90,25 @@ size_t hm_act_bytes_for(const hm_cpu_ops *ops, uint32_t wt, int64_t n) {
     return n >= 0 && hm_type_row_bytes(hm_act_type_for(ops, wt), (uint64_t)n, &b) ? (size_t)b : 0;
 }
 
-/* Q8_0 blocks q[0..k) (one group, k <= 4) into the Q8_0X4 layout at out (blocks.h) */
+/* Q8_0 blocks q[0..k) (one group, k <= 4) into the Q8_0X4 layout at out (blocks.h): 4-byte runs
+ * of codes, + 128 as a XOR of each byte's top bit */
 static void q8_0x4_group(const hm_block_q8_0 *q, int k, uint8_t *out) {
-    for (int b = 0; b < k; b++) {
-        const int pair = b / 2, q_in_pair = b % 2, lone = b == k - 1 && k % 2;
-        for (int j = 0; j < HM_QK8_0; j++) {
-            const int pos = lone ? 64 * pair + j : 64 * pair + 8 * (j / 4) + 4 * q_in_pair + j % 4;
-            out[pos] = (uint8_t)(q[b].qs[j] + 128);
-        }
+    int b = 0;
+    for (; b + 1 < k; b += 2) /* a pair: runs of blocks b and b + 1 alternate */
+        for (int m = 0; m < HM_QK8_0 / 4; m++)
+            for (int h = 0; h < 2; h++) {
+                uint32_t r;
+                memcpy(&r, q[b + h].qs + 4 * m, sizeof r);
+                r ^= 0x80808080u;
+                memcpy(out + 32 * b + 8 * m + 4 * h, &r, sizeof r);
+            }
+    for (int j = 0; b < k && j < HM_QK8_0; j += 4) { /* a lone last block */
+        uint32_t r;
+        memcpy(&r, q[b].qs + j, sizeof r);
+        r ^= 0x80808080u;
+        memcpy(out + 32 * b + j, &r, sizeof r);
+    }
+    for (b = 0; b < k; b++) {
         const float d = hm_f16_to_f32(q[b].d);
         memcpy(out + 32 * k + 4 * b, &d, sizeof d);
     }
