@@ -727,11 +727,11 @@ static uint32_t act_type_x4(uint32_t weight_type) {
  * 0-3 blocks; the reference Q8_K row followed by its scaled 32-value sums; and every variant that
  * converts some weight type's activations its own way has its own kernels for that type (the
  * reference ones read the plain layout). */
-static void test_q8_0x4_layout(const float *x) {
+static void test_act_layouts(const float *x) {
     const hm_cpu_ops x4 = {.name = "x4", .act_type = act_type_x4};
     enum { NMAX = 4096 }; /* x's length */
     static hm_block_q8_0 want[NMAX / 32];
-    static uint8_t got[NMAX / 32 * 36 + NMAX / 256 * 324 + 8];
+    static _Alignas(64) uint8_t got[NMAX / 32 * 36 + NMAX / 256 * 324 + 8];
     const int64_t ns[] = {32, 64, 96, 128, 160, 224, 4064, 4096};
     for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
         const int64_t n = ns[c], nb = n / 32;
@@ -837,7 +837,7 @@ static void test_act_quant(void) {
                       ops->name, kinds[k].name);
         }
     }
-    test_q8_0x4_layout(x);
+    test_act_layouts(x);
     /* the tie rule itself: Q8_K's scale takes the sign of the first value of largest magnitude */
     hm_block_q8_K b;
     hm_quantize_row_q8_K_ref(x + 512, &b, 256);

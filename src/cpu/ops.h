@@ -98,9 +98,10 @@ typedef struct hm_cpu_ops {
 bool hm_i8_matmul_ok(const hm_cpu_ops *ops);
 
 /* Activation format a variant's kernels of a weight type consume: Q8_K (K-quants, IQ4_XS), Q8_0
- * (32-blocks, MXFP4), F32 (float weights); the avx512 and amx variants take Q8_0X4 (the same
- * values as Q8_0, rearranged: blocks.h) for Q8_0 weights. The activations handed to a variant's
- * kernels must be converted for that variant. */
+ * (32-blocks, MXFP4), F32 (float weights); the avx512 and amx variants take the same values in
+ * layouts of their own (blocks.h): Q8_0X4 for Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4, Q8_KX for the
+ * K-quants. The activations handed to a variant's kernels must be converted for that variant,
+ * into buffers aligned to 4 bytes (the float scales). */
 uint32_t hm_act_type_for(const hm_cpu_ops *ops, uint32_t weight_type);
 /* Bytes of one converted activation vector of n elements. */
 size_t hm_act_bytes_for(const hm_cpu_ops *ops, uint32_t weight_type, int64_t n);

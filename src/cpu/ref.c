@@ -136,7 +136,7 @@ hm_status hm_act_convert_for(const hm_cpu_ops *ops, uint32_t wt, const float *x,
     else if (at == HM_TYPE_Q8_KX) {
         q8_K(x, out, n); /* the Q8_K blocks, then their sums */
         const hm_block_q8_K *b = out;
-        float *s = (float *)(b + n / HM_QK_K);
+        float *s = (float *)((hm_block_q8_K *)out + n / HM_QK_K);
         for (int64_t i = 0; i < n / HM_QK_K; i++)
             for (int j = 0; j < HM_Q8_KX_SUMS; j++)
                 s[HM_Q8_KX_SUMS * i + j] =
