@@ -159,6 +159,26 @@ static void route(int n, int E, int k, uint64_t seed, int32_t *ids, float *w) {
     }
 }
 
+/* n tokens' inputs: activations uniform in [-1, 1] from xseed, routing from rseed (route) */
+typedef struct inputs {
+    float *x, *w;
+    int32_t *ids;
+} inputs;
+
+static inputs inputs_make(const model *m, int n, uint64_t xseed, uint64_t rseed) {
+    inputs in = {malloc(sizeof(float) * (size_t)(n * m->H)),
+                 malloc(sizeof(float) * (size_t)(n * m->k)),
+                 malloc(sizeof(int32_t) * (size_t)(n * m->k))};
+    for (int64_t i = 0; i < n * m->H; i++)
+        in.x[i] = (float)((int64_t)(hm_rng_next(&xseed) % 2001) - 1000) / 1000.0f;
+    route(n, m->E, m->k, rseed, in.ids, in.w);
+    return in;
+}
+
+static void inputs_free(inputs *in) {
+    free(in->x), free(in->w), free(in->ids);
+}
+
 /* NUMA emulation: when set, run_case and test_repack build engines with this many slices (of
  * the pool's participants), copying their weights where g_slice_copy is set */
 static int g_n_slices;
@@ -173,14 +193,11 @@ static void run_case(hm_pool *pool, const model *m, int n, double tol, const cha
     hm_moe *moe;
     CHECK_OK(hm_moe_create(&p, &moe));
     if (!moe) return;
-    float *x = malloc(sizeof(float) * (size_t)(n * m->H)), *out = fbuf64((size_t)(n * m->H));
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
-    float *w = malloc(sizeof(float) * (size_t)(n * m->k));
+    float *out = fbuf64((size_t)(n * m->H));
     double *ref = malloc(sizeof(double) * (size_t)(n * m->H));
-    uint64_t s = 99 + (uint64_t)n;
-    for (int64_t i = 0; i < n * m->H; i++)
-        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
-    route(n, m->E, m->k, 1234 + (uint64_t)n, ids, w);
+    inputs in = inputs_make(m, n, 99 + (uint64_t)n, 1234 + (uint64_t)n);
+    const float *x = in.x, *w = in.w;
+    const int32_t *ids = in.ids;
     CHECK_OK(hm_moe_submit(moe, x, HM_MOE_F32, ids, w, n, m->k, out, HM_MOE_F32, false));
     hm_moe_wait(moe);
     reference(m, x, ids, w, n, NULL, ref);
@@ -248,27 +265,23 @@ static void run_case(hm_pool *pool, const model *m, int n, double tol, const cha
         CHECK_MSG(err <= tol + 1e-2, "%s bf16, %d tokens: max error %.3g", name, n, err);
         free(xb), free(ob), free(ia), free(ib), free(full);
     }
-    free(x), free(out), free(ids), free(w), free(ref);
+    inputs_free(&in);
+    free(out), free(ref);
     hm_moe_free(moe);
 }
 
 /* One random batch of n tokens through engines a and b: how many outputs differ in their bits. */
 static int64_t outputs_differ(hm_moe *a, hm_moe *b, const model *m, int n, uint64_t seed) {
-    float *x = malloc(sizeof(float) * (size_t)(n * m->H)), *oa = fbuf64((size_t)(n * m->H)),
-          *ob = fbuf64((size_t)(n * m->H));
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
-    float *w = malloc(sizeof(float) * (size_t)(n * m->k));
-    uint64_t s = seed;
-    for (int64_t i = 0; i < n * m->H; i++)
-        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
-    route(n, m->E, m->k, seed + 4321, ids, w);
-    CHECK_OK(hm_moe_submit(a, x, HM_MOE_F32, ids, w, n, m->k, oa, HM_MOE_F32, false));
+    float *oa = fbuf64((size_t)(n * m->H)), *ob = fbuf64((size_t)(n * m->H));
+    inputs in = inputs_make(m, n, seed, seed + 4321);
+    CHECK_OK(hm_moe_submit(a, in.x, HM_MOE_F32, in.ids, in.w, n, m->k, oa, HM_MOE_F32, false));
     hm_moe_wait(a);
-    CHECK_OK(hm_moe_submit(b, x, HM_MOE_F32, ids, w, n, m->k, ob, HM_MOE_F32, false));
+    CHECK_OK(hm_moe_submit(b, in.x, HM_MOE_F32, in.ids, in.w, n, m->k, ob, HM_MOE_F32, false));
     hm_moe_wait(b);
     int64_t diff = 0;
     for (int64_t i = 0; i < n * m->H; i++) diff += memcmp(&oa[i], &ob[i], sizeof(float)) != 0;
-    free(x), free(oa), free(ob), free(ids), free(w);
+    inputs_free(&in);
+    free(oa), free(ob);
     return diff;
 }
 
@@ -333,21 +346,17 @@ static void test_same_bits(hm_pool *pool, const model *m, int n) {
         hm_pool_free(other);
     }
     if (a) { /* an output 4 bytes off a line: summed in the scratch, then copied */
-        float *x = malloc(sizeof(float) * (size_t)(n * m->H)), *o1 = fbuf64((size_t)(n * m->H)),
-              *o2 = fbuf64((size_t)(n * m->H) + 1);
-        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
-        float *w = malloc(sizeof(float) * (size_t)(n * m->k));
-        uint64_t s = 77;
-        for (int64_t i = 0; i < n * m->H; i++)
-            x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
-        route(n, m->E, m->k, 78, ids, w);
-        CHECK_OK(hm_moe_submit(a, x, HM_MOE_F32, ids, w, n, m->k, o1, HM_MOE_F32, false));
+        float *o1 = fbuf64((size_t)(n * m->H)), *o2 = fbuf64((size_t)(n * m->H) + 1);
+        inputs in = inputs_make(m, n, 77, 78);
+        CHECK_OK(hm_moe_submit(a, in.x, HM_MOE_F32, in.ids, in.w, n, m->k, o1, HM_MOE_F32, false));
         hm_moe_wait(a);
-        CHECK_OK(hm_moe_submit(a, x, HM_MOE_F32, ids, w, n, m->k, o2 + 1, HM_MOE_F32, false));
+        CHECK_OK(
+            hm_moe_submit(a, in.x, HM_MOE_F32, in.ids, in.w, n, m->k, o2 + 1, HM_MOE_F32, false));
         hm_moe_wait(a);
         CHECK_MSG(!memcmp(o1, o2 + 1, sizeof(float) * (size_t)(n * m->H)),
                   "%d tokens: an output off a cache line differs", n);
-        free(x), free(o1), free(o2), free(ids), free(w);
+        inputs_free(&in);
+        free(o1), free(o2);
     }
     hm_moe_free(a);
 }
@@ -696,17 +705,11 @@ static void submit_once(hm_pool *pool, const model *m, int n, bool no_amx, float
     hm_moe *moe;
     CHECK_OK(hm_moe_create(&p, &moe));
     if (!moe) return;
-    float *x = malloc(sizeof(float) * (size_t)(n * m->H)),
-          *w = malloc(sizeof(float) * (size_t)(n * m->k));
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n * m->k));
-    uint64_t s = 7;
-    for (int64_t i = 0; i < n * m->H; i++)
-        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 1000.0f;
-    route(n, m->E, m->k, 77, ids, w);
-    CHECK_OK(hm_moe_submit(moe, x, HM_MOE_F32, ids, w, n, m->k, out, HM_MOE_F32, false));
+    inputs in = inputs_make(m, n, 7, 77);
+    CHECK_OK(hm_moe_submit(moe, in.x, HM_MOE_F32, in.ids, in.w, n, m->k, out, HM_MOE_F32, false));
     hm_moe_wait(moe);
     hm_moe_free(moe);
-    free(x), free(w), free(ids);
+    inputs_free(&in);
 }
 
 /* Experts below their formats' tile crossover (hm_tile_min_tokens) take the matvec kernels: Q6_K
