@@ -65,31 +65,19 @@ static int hm_tile_min_tokens_per_call(uint32_t type, bool amx) {
      * on VNNI, against 2.3-3 us per token for the K-quants' matvec and 3-4.5 for the 32-blocks'
      * on their Q8_0X4 activations (5-9 before those, when Q8_0, Q4_0, IQ4_NL and MXFP4 crossed
      * at 6 / 11 and Q5_0 at 7 / 11). */
-    switch (type) {
-    case HM_TYPE_Q4_1:
-    case HM_TYPE_Q5_1:
-        return amx ? 5 : 7;
-    case HM_TYPE_Q8_0:
-    case HM_TYPE_Q4_0:
-    case HM_TYPE_IQ4_NL:
-    case HM_TYPE_MXFP4:
-        return amx ? 10 : 17;
-    case HM_TYPE_Q5_0:
-        return amx ? 11 : 16;
-    case HM_TYPE_Q4_K:
-        return amx ? 11 : 20;
-    case HM_TYPE_IQ4_XS:
-        return amx ? 12 : 20;
-    case HM_TYPE_Q5_K:
-    case HM_TYPE_Q6_K:
-        return amx ? 14 : 22;
-    case HM_TYPE_Q3_K:
-        return amx ? 16 : 26;
-    case HM_TYPE_Q2_K:
-        return amx ? 16 : 28;
-    default:
-        return 32;
-    }
+    static const struct {
+        uint32_t type;
+        uint8_t amx, vnni;
+    } crossover[] = {
+        {HM_TYPE_Q4_1, 5, 7},   {HM_TYPE_Q5_1, 5, 7},     {HM_TYPE_Q8_0, 10, 17},
+        {HM_TYPE_Q4_0, 10, 17}, {HM_TYPE_IQ4_NL, 10, 17}, {HM_TYPE_MXFP4, 10, 17},
+        {HM_TYPE_Q5_0, 11, 16}, {HM_TYPE_Q4_K, 11, 20},   {HM_TYPE_IQ4_XS, 12, 20},
+        {HM_TYPE_Q5_K, 14, 22}, {HM_TYPE_Q6_K, 14, 22},   {HM_TYPE_Q3_K, 16, 26},
+        {HM_TYPE_Q2_K, 16, 28},
+    };
+    for (size_t i = 0; i < sizeof crossover / sizeof crossover[0]; i++)
+        if (crossover[i].type == type) return amx ? crossover[i].amx : crossover[i].vnni;
+    return 32;
 }
 
 int hm_tile_min_forced(void) {
@@ -99,7 +87,7 @@ int hm_tile_min_forced(void) {
 }
 
 int hm_tile_min_tokens(const hm_cpu_ops *ops, uint32_t type, bool packed) {
-    if (!ops || !hm_i8_matmul_ok(ops) || hm_act_type(type) == HM_TYPE_F32) return INT_MAX;
+    if (!ops || !hm_i8_matmul_ok(ops) || hm_act_type_for(ops, type) == HM_TYPE_F32) return INT_MAX;
     const int forced = hm_tile_min_forced();
     if (forced) return forced;
     const bool amx = ops->isa == HM_ISA_AMX;

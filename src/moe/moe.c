@@ -58,10 +58,10 @@ enum {
 #define MATVEC_MAX  4
 #define DEFAULT_MAX 1024
 /* The decode path (job_decode) takes batches of up to this many assignments when no expert is on
- * the AMX path. Development machine (2 threads, AVX2), ms per 4 layers, 3 alternations against
- * 64: 16 tokens (128 assignments) 72.2 / 72.1 / 61.9 against 87.7 / 80.2 / 66.4; 32 tokens
- * 118.4 / 131.2 / 109.9 against 154.8 / 130.7 / 110.8; 64 tokens (512) 209.2 / 242.2 / 191.6
- * against 219.7 / 232.8 / 200.8. Not measured on the device yet. */
+ * the AMX path. Device (16 threads, bench moe --layers 8, 3 rounds), against the phased path
+ * (HMOE_MOE_DECODE=0), Q4_K: 8 tokens 8.4-9.6 ms against 10.5-11.3, 32 tokens 24.4-26.1 against
+ * 28.9-31.4, 64 tokens (512 assignments) 39.1-40.7 against 44.9-45.7; Q6_K 4-20% faster too
+ * (bench/RESULTS.md, thirteenth session). */
 #define DECODE_ROWS_MAX 512
 
 typedef struct {
