@@ -106,6 +106,53 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     free(wbuf);
 }
 
+/* MXFP4 with every E8M0 exponent (0-255, the denormal scales 2^-128 / 2^-127 of e 0 and 1 and
+ * 2^127 of e 255 included) through every variant's one- and four-token kernels: activations of
+ * 127 x 2^s with s chosen so that every product and sum is exact in float, so each kernel must
+ * give the reference's value exactly. 7 blocks: a group of four, a pair and a lone block. */
+static void test_mxfp4_exponents(void) {
+    enum { NB = 7, COLS = 32 * NB };
+    hm_block_mxfp4 w[NB];
+    float x[COLS];
+    uint64_t s = 31;
+    const hm_cpu_features *f = hm_cpu_features_get();
+    for (int e = 0; e < 256; e++) {
+        for (int b = 0; b < NB; b++) {
+            w[b].e = (uint8_t)e;
+            /* from e 253 on, values of magnitude 2 or more (codes other than 0, 1, 8, 9)
+             * dequantize to more than FLT_MAX */
+            for (int i = 0; i < 16; i++)
+                w[b].qs[i] = (uint8_t)(hm_rng_next(&s) & (e >= 253 ? 0x99 : 0xFF));
+        }
+        /* the activations' scales are halves: 2^-14 .. 2^15; codes up to 7 but one 127 per
+         * block keep |sum| < 2^15, so e 255 (2^127 x 2^-14) does not overflow */
+        const int sh = 128 - e < -14 ? -14 : 128 - e > 15 ? 15 : 128 - e;
+        for (int i = 0; i < COLS; i++) /* each block's max |x| is 127 x 2^sh: its scale 2^sh */
+            x[i] = ldexpf(i % 32 == 5 ? 127.0f : (float)((int)(hm_rng_next(&s) % 15) - 7), sh);
+        uint8_t xr[2 * COLS];
+        CHECK_OK(hm_act_convert_for(&hm_ops_ref, HM_TYPE_MXFP4, x, xr, COLS));
+        const float ref = hm_vec_dot_for(&hm_ops_ref, HM_TYPE_MXFP4)(COLS, w, xr);
+        CHECK_MSG(isfinite(ref) && ref != 0.0f, "e %d: reference %g", e, ref);
+        for (int isa = 1; isa < HM_ISA_COUNT; isa++) {
+            const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+            if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+            _Alignas(64) uint8_t xv[2 * COLS];
+            CHECK(hm_act_bytes_for(ops, HM_TYPE_MXFP4, COLS) <= sizeof xv);
+            CHECK_OK(hm_act_convert_for(ops, HM_TYPE_MXFP4, x, xv, COLS));
+            const float y1 = hm_vec_dot_for(ops, HM_TYPE_MXFP4)(COLS, w, xv);
+            CHECK_MSG(y1 == ref, "%s MXFP4 e %d: %.9g, reference %.9g", ops->name, e, y1, ref);
+            const hm_vec_dot_n_fn dn = hm_vec_dot_n_for(ops, HM_TYPE_MXFP4);
+            if (dn) {
+                const void *xs[4] = {xv, xv, xv, xv};
+                float y4[4];
+                dn(COLS, w, xs, 4, y4);
+                CHECK_MSG(y4[0] == ref && y4[3] == ref, "%s MXFP4 e %d, 4 tokens: %.9g, ref %.9g",
+                          ops->name, e, y4[0], ref);
+            }
+        }
+    }
+}
+
 /* Multi-token dot products equal the single-token kernel bit for bit for every count 1-4 (a token's
  * output must not depend on how many tokens share an expert), with activation rows at unaligned
  * addresses and a different row each. */
@@ -1314,6 +1361,7 @@ int main(void) {
         test_amx_bf16(HM_TYPE_FP8_B128, 70, 384, 16);
     }
     test_attn_blocks();
+    test_mxfp4_exponents();
     const uint32_t i8_types[] = {HM_TYPE_Q8_0, HM_TYPE_Q4_0,   HM_TYPE_Q4_1,  HM_TYPE_Q5_0,
                                  HM_TYPE_Q5_1, HM_TYPE_IQ4_NL, HM_TYPE_MXFP4, HM_TYPE_Q4_K,
                                  HM_TYPE_Q5_K, HM_TYPE_IQ4_XS, HM_TYPE_Q2_K,  HM_TYPE_Q3_K,
