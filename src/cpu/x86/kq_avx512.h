@@ -482,6 +482,8 @@ static inline __m512i hm_nibbles64_avx512(const uint8_t *qa, const uint8_t *qb) 
     return _mm512_and_si512(_mm512_srlv_epi16(aabb, shift), _mm512_set1_epi8(0x0F));
 }
 
+static const int8_t hm_q4_0_values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+
 static inline __m512i hm_table16_avx512(const int8_t t[16]) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
 }
@@ -558,7 +560,53 @@ static const uint8_t hm_q8_0_perm_avx512[3][64] __attribute__((aligned(64))) = {
 #undef HM_Q8_0_R
     /* d of blocks 0-3: bytes 0-1, 34-35 of r0, 68-69 (r1 offset 4), 102-103 (r1 offset 38) */
     {0, 1, 34, 35, 68, 69, 102, 103}};
+
+/* The 4-bit 32-blocks (MXFP4, Q4_0, IQ4_NL) with VBMI, four blocks (68 or 72 bytes) from two
+ * loads, r0 = bytes 0-63 and r1 = the last 64 (4 bb - 64 ..): per pair of blocks one VPERMT2B
+ * puts the byte holding each value where the value goes (interleaved in 4-byte runs as Q8_0X4:
+ * byte 8m + 4q + r is value 4m + r of block q, whose code is the low nibble of qs byte
+ * 4 (m % 4) + r for m < 4 and its high nibble from m = 4 on), VPMULTISHIFTQB brings the low or
+ * high nibble to bits 0-3, and VPERMB looks the value up in the 16-entry table repeated four
+ * times (bits 4-5 of the index are the neighbour nibble's, and ignored that way). The indices:
+ * byte k of the four blocks is r0's k below 64, else r1's k - (4 bb - 64), index 128 - 4 bb + k. */
+#define HM_NIB4_K(bb, off, q, m, r) ((q) * (bb) + (off) + 4 * ((m) % 4) + (r))
+#define HM_NIB4_I(bb, off, q, m, r)                                                                \
+    (HM_NIB4_K(bb, off, q, m, r) < 64 ? HM_NIB4_K(bb, off, q, m, r)                                \
+                                      : 128 - 4 * (bb) + HM_NIB4_K(bb, off, q, m, r))
+#define HM_NIB4_R(bb, off, q0, m)                                                                  \
+    HM_NIB4_I(bb, off, q0, m, 0), HM_NIB4_I(bb, off, q0, m, 1), HM_NIB4_I(bb, off, q0, m, 2),      \
+        HM_NIB4_I(bb, off, q0, m, 3), HM_NIB4_I(bb, off, q0 + 1, m, 0),                            \
+        HM_NIB4_I(bb, off, q0 + 1, m, 1), HM_NIB4_I(bb, off, q0 + 1, m, 2),                        \
+        HM_NIB4_I(bb, off, q0 + 1, m, 3)
+#define HM_NIB4_PAIR(bb, off, q0)                                                                  \
+    {                                                                                              \
+        HM_NIB4_R(bb, off, q0, 0), HM_NIB4_R(bb, off, q0, 1), HM_NIB4_R(bb, off, q0, 2),           \
+            HM_NIB4_R(bb, off, q0, 3), HM_NIB4_R(bb, off, q0, 4), HM_NIB4_R(bb, off, q0, 5),       \
+            HM_NIB4_R(bb, off, q0, 6), HM_NIB4_R(bb, off, q0, 7)                                   \
+    }
+/* [0]: MXFP4 (17-byte blocks, codes from byte 1); [1]: Q4_0, IQ4_NL (18 bytes, from byte 2);
+ * each the pairs of blocks 0-1 and 2-3 */
+static const uint8_t hm_nib4_idx_avx512[2][2][64] __attribute__((aligned(64))) = {
+    {HM_NIB4_PAIR(17, 1, 0), HM_NIB4_PAIR(17, 1, 2)},
+    {HM_NIB4_PAIR(18, 2, 0), HM_NIB4_PAIR(18, 2, 2)},
+};
+#undef HM_NIB4_PAIR
+#undef HM_NIB4_R
+#undef HM_NIB4_I
+#undef HM_NIB4_K
+/* VPMULTISHIFTQB's bit offsets: each byte's own in the lower 32 bytes, plus 4 in the upper */
+static const uint8_t hm_nib4_ctrl_avx512[64] __attribute__((aligned(64))) = {
+    0,  8,  16, 24, 32, 40, 48, 56, 0,  8,  16, 24, 32, 40, 48, 56, 0,  8,  16, 24, 32, 40,
+    48, 56, 0,  8,  16, 24, 32, 40, 48, 56, 4,  12, 20, 28, 36, 44, 52, 60, 4,  12, 20, 28,
+    36, 44, 52, 60, 4,  12, 20, 28, 36, 44, 52, 60, 4,  12, 20, 28, 36, 44, 52, 60,
+};
 #endif
+
+/* hm_e8m0_to_f32_half of four exponents (int32 lanes): 2^(e - 128) by one VSCALEFPS of 1.0, exact
+ * for every e (e 0 and 1 give the denormals 2^-128 and 2^-127; nothing here sets FTZ) */
+static inline __m128 hm_e8m0x4_f32_half_avx512(__m128i e) {
+    return _mm_scalef_ps(_mm_set1_ps(1.0f), _mm_cvtepi32_ps(_mm_sub_epi32(e, _mm_set1_epi32(128))));
+}
 
 /* The 32-block formats (HM_B32_*, kq_avx2.h) on AVX-512 */
 
@@ -643,8 +691,9 @@ static inline __attribute__((always_inline)) void hm_x4_rows_avx512(int kind, in
                                                                     const int nt, float *out) {
     const size_t bb = hm_x4_bytes(kind);
     const uint8_t *wb = vw;
-    const __m512i table =
-        hm_table16_avx512(kind == HM_B32_MXFP4 ? hm_kvalues_mxfp4 : hm_kvalues_iq4nl);
+    const __m512i table = hm_table16_avx512(kind == HM_B32_MXFP4  ? hm_kvalues_mxfp4
+                                            : kind == HM_B32_Q4_0 ? hm_q4_0_values
+                                                                  : hm_kvalues_iq4nl);
     const __m512i il2 = _mm512_load_si512(hm_q8_0_il_avx512);
     const __m512i il1 = _mm512_load_si512(hm_x4_il_avx512);
     /* lanes 2m take scale 0 (2), lanes 2m + 1 scale 1 (3) */
@@ -654,6 +703,16 @@ static inline __attribute__((always_inline)) void hm_x4_rows_avx512(int kind, in
     const __m512i i01 = _mm512_load_si512(hm_q8_0_perm_avx512[0]);
     const __m512i i23 = _mm512_load_si512(hm_q8_0_perm_avx512[1]);
     const __m512i id = _mm512_load_si512(hm_q8_0_perm_avx512[2]);
+    const bool nib4 = kind == HM_B32_MXFP4 || kind == HM_B32_Q4_0 || kind == HM_B32_IQ4_NL;
+    const int cls = kind == HM_B32_MXFP4 ? 0 : 1;
+    const __m512i ni01 = _mm512_load_si512(hm_nib4_idx_avx512[cls][0]);
+    const __m512i ni23 = _mm512_load_si512(hm_nib4_idx_avx512[cls][1]);
+    const __m512i nctl = _mm512_load_si512(hm_nib4_ctrl_avx512);
+    /* the scales: MXFP4's exponent bytes (0, 17, 34, 51) to the low bytes of dwords 0-3, the
+     * others' halves (at 0, 18, 36, 54) to bytes 0-7 */
+    const __m512i se = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+    const __m512i sh = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 0x3736, 0x2524, 0x1312, 0x0100);
 #endif
     const uint8_t *x[4];
     __m512 acc[4];
@@ -673,6 +732,19 @@ static inline __attribute__((always_inline)) void hm_x4_rows_avx512(int kind, in
             a01 = _mm512_permutex2var_epi8(r0, i01, r1);
             a23 = _mm512_permutex2var_epi8(r1, i23, r2);
             d4 = _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi8(r0, id, r1)));
+        } else if (nib4) {
+            const __m512i r0 = _mm512_loadu_si512(p);
+            const __m512i r1 = _mm512_loadu_si512(p + 4 * bb - 64);
+            a01 = _mm512_permutexvar_epi8(
+                _mm512_multishift_epi64_epi8(nctl, _mm512_permutex2var_epi8(r0, ni01, r1)), table);
+            a23 = _mm512_permutexvar_epi8(
+                _mm512_multishift_epi64_epi8(nctl, _mm512_permutex2var_epi8(r0, ni23, r1)), table);
+            if (kind == HM_B32_MXFP4)
+                d4 = hm_e8m0x4_f32_half_avx512(
+                    _mm512_castsi512_si128(_mm512_maskz_permutexvar_epi8(0x1111, se, r0)));
+            else
+                d4 = _mm_cvtph_ps(
+                    _mm512_castsi512_si128(_mm512_maskz_permutexvar_epi8(0xFF, sh, r0)));
         } else
 #endif
         {
