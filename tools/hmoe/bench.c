@@ -356,6 +356,9 @@ static void kmatvec_task(int ith, int nth, void *arg) {
         const int p = (int)(c / j->n_mats), m = (int)(c % j->n_mats);
         const hm_matrix *w = &j->mats[m];
         const int64_t r0 = w->rows * p / nth, r1 = w->rows * (p + 1) / nth;
+        /* as hm_nn_matmul starts each unit */
+        hm_prefetch_start((const uint8_t *)w->data + (size_t)r0 * w->row_bytes,
+                          (size_t)(r1 - r0) * w->row_bytes);
         hm_matvec_rows(j->dot, j->dotn, w, j->xq, j->xb, j->n_tok, j->y + (size_t)m * j->y_mat,
                        (size_t)w->rows, r0, r1);
     }

@@ -9,20 +9,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu/ops.h"
 #include "quant/blocks.h"
 #include "quant/ref.h"
-
-/* Software prefetch of weight streams, two levels: into L1 HM_PREFETCH_BYTES ahead and into L2
- * HM_PREFETCH_L2_BYTES ahead. The L2 requests keep more of a core's reads in flight than L1's
- * fill buffers alone allow. Device, 16 threads, against one T0 stream at 4 KiB (bench/RESULTS.md,
- * tenth session): BF16 matvec ~+11%, Q4_K ~+5%, Q8_0 and decode of the expert engine within the
- * noise; 2048 / 8192 and 2048 / 16384 were no better. Both can be set at build time. */
-#ifndef HM_PREFETCH_BYTES
-#define HM_PREFETCH_BYTES 1024
-#endif
-#ifndef HM_PREFETCH_L2_BYTES
-#define HM_PREFETCH_L2_BYTES 8192
-#endif
 
 /* the prefetches for the weight line at p (the stream's current position) */
 static inline __attribute__((always_inline)) void hm_prefetch_w(const char *p) {
