@@ -58,6 +58,13 @@ static void read_task(int ith, int nth, void *arg) {
     j->sums[ith].sum = sum;
 }
 
+uint64_t hm_membw_read_range(const hm_cpu_ops *ops, const void *p, size_t bytes, size_t *read) {
+    const uintptr_t a = ((uintptr_t)p + 63) & ~(uintptr_t)63,
+                    e = ((uintptr_t)p + bytes) & ~(uintptr_t)63;
+    *read = e > a ? (size_t)(e - a) : 0;
+    return *read ? ops->sum_u64((const uint64_t *)a, *read / sizeof(uint64_t)) : 0;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);

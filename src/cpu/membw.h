@@ -33,4 +33,9 @@ hm_membw_params hm_membw_default_params(void);
 /* Fails with HM_ERR_INTERNAL if any pass's checksum is wrong. */
 hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out);
 
+/* The whole 64-byte lines inside [p, p + bytes) read by ops' streaming-read kernel (the passes'
+ * loads): the benchmarks' read of the very bytes a kernel pass reads, between its passes. Returns
+ * the lines' wrapping sum (so the reads happen); *read = the bytes read. */
+uint64_t hm_membw_read_range(const hm_cpu_ops *ops, const void *p, size_t bytes, size_t *read);
+
 #endif

@@ -245,6 +245,20 @@ static int bench_membw(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- kernels */
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* timed passes of the matvec rows (up to 4 tokens), each paired with a read pass */
+#define KPAIRED 5
+
+/* one thread's share of a read pass: the lines' sum (keeps the reads) and the bytes read */
+typedef struct ksink {
+    _Alignas(64) uint64_t sum;
+    size_t bytes;
+} ksink;
+
 typedef struct kjob {
     hm_pool *pool;
     hm_vec_dot_fn dot;
@@ -265,6 +279,8 @@ typedef struct kjob {
     bool bf16;            /* BF16/F16 weights on AMX BF16 tiles instead of the int8 path */
     hm_vec_dot_n_fn dotn; /* the multi-token twin of dot (NULL: none) */
     hm_work_slot *work;   /* [nth]: the pass's claims (set up by krun) */
+    bool read_only;       /* matvec claims only read their weight bytes (the paired read pass) */
+    struct ksink *sinks;  /* [nth]: what the read passes read */
     int cu;               /* 32-row units per claim */
     int tbt;              /* tokens per block (hm_tile_token_block), each packed on its own */
     size_t blk;           /* packed bytes per token block */
@@ -356,6 +372,14 @@ static void kmatvec_task(int ith, int nth, void *arg) {
         const int p = (int)(c / j->n_mats), m = (int)(c % j->n_mats);
         const hm_matrix *w = &j->mats[m];
         const int64_t r0 = w->rows * p / nth, r1 = w->rows * (p + 1) / nth;
+        if (j->read_only) {
+            size_t got;
+            j->sinks[ith].sum +=
+                hm_membw_read_range(j->ops, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes,
+                                    (size_t)(r1 - r0) * w->row_bytes, &got);
+            j->sinks[ith].bytes += got;
+            continue;
+        }
         /* as hm_nn_matmul starts each unit */
         hm_prefetch_start((const uint8_t *)w->data + (size_t)r0 * w->row_bytes,
                           (size_t)(r1 - r0) * w->row_bytes);
@@ -615,8 +639,19 @@ static int bench_kernels(int argc, char **argv) {
            err <= 2e-5 * ymax ? "ok" : "FAILED");
     if (err > 2e-5 * ymax) rc = 1;
 
-    printf("%7s %8s %12s %10s %9s %10s\n", "tokens", "matrices", "us/matrix", "GB/s", "% of bw",
-           "GOP/s");
+    const int nth = hm_pool_size(pool);
+    job.sinks = hm_calloc_aligned((size_t)nth, sizeof(ksink), 64, "read sinks");
+    if (!job.sinks) {
+        fprintf(stderr, "hmoe bench kernels: out of memory\n");
+        return 1;
+    }
+    printf("%% of read (up to 4 tokens): each of %d passes paired with a read of the same weight "
+           "bytes by the same threads and claims (the membw loads, right before or after it, in "
+           "turn); the median of the %d pairs' ratios. It follows the machine's bandwidth from "
+           "moment to moment, which the %% of bw (the membw passes before the runs) does not.\n",
+           KPAIRED, KPAIRED);
+    printf("%7s %8s %12s %10s %9s %10s %10s %10s\n", "tokens", "matrices", "us/matrix", "GB/s",
+           "% of bw", "GOP/s", "read GB/s", "% of read");
     for (int k = 0; k < n_tokens; k++) {
         job.n_tok = (int)tokens[k];
         /* large token counts are compute bound: fewer matrices keep a pass short */
@@ -630,18 +665,47 @@ static int bench_kernels(int argc, char **argv) {
         }
 #endif
         krun(pool, &job); /* warm-up pass */
-        double best = 1e30;
-        for (int pass = 0; pass < 3; pass++) {
-            uint64_t t0 = hm_time_ns();
-            krun(pool, &job);
-            double s = (double)(hm_time_ns() - t0) * 1e-9;
-            if (s < best) best = s;
+        const bool paired = job.n_tok <= 4;
+        const int passes = paired ? KPAIRED : 3;
+        double best = 1e30, ratio[KPAIRED], rsec[KPAIRED];
+        size_t rbytes = 0;
+        for (int pass = 0; pass < passes; pass++) {
+            for (int half = 0; half < 2; half++) {
+                /* the read first in odd passes: neither side always follows the other */
+                const bool read = paired && half == (pass % 2 == 0);
+                if (!paired && half) break;
+                job.read_only = read;
+                if (read) memset(job.sinks, 0, sizeof(ksink) * (size_t)nth);
+                uint64_t t0 = hm_time_ns();
+                krun(pool, &job);
+                double s = (double)(hm_time_ns() - t0) * 1e-9;
+                if (read) {
+                    rbytes = 0;
+                    for (int t = 0; t < nth; t++) rbytes += job.sinks[t].bytes;
+                    rsec[pass] = s;
+                } else {
+                    ratio[pass] = s; /* the kernel's time, made a ratio below */
+                    if (s < best) best = s;
+                }
+            }
+            job.read_only = false;
         }
         double gbs = (double)mb * job.n_mats / best * 1e-9;
         double gops =
             2.0 * (double)rows * (double)cols * (double)tokens[k] * job.n_mats / best * 1e-9;
-        printf("%7ld %8d %12.2f %10.1f %8.1f%% %10.1f\n", tokens[k], job.n_mats,
+        printf("%7ld %8d %12.2f %10.1f %8.1f%% %10.1f", tokens[k], job.n_mats,
                best / job.n_mats * 1e6, gbs, 100.0 * gbs / bw.median_gbs, gops);
+        if (paired && rbytes) {
+            /* per pair: (kernel bytes / kernel time) / (read bytes / read time) */
+            for (int p = 0; p < passes; p++)
+                ratio[p] = (double)mb * job.n_mats / ratio[p] / ((double)rbytes / rsec[p]);
+            qsort(ratio, (size_t)passes, sizeof(double), cmp_double);
+            qsort(rsec, (size_t)passes, sizeof(double), cmp_double);
+            printf(" %10.1f %9.1f%%\n", (double)rbytes / rsec[passes / 2] * 1e-9,
+                   100.0 * ratio[passes / 2]);
+        } else {
+            printf(" %10s %10s\n", "-", "-");
+        }
     }
     if (scratch) {
         /* the AMX path against the reference, on the first matrix, for the largest token count */
@@ -682,6 +746,7 @@ static int bench_kernels(int argc, char **argv) {
     hm_free(y);
     free(yref);
     hm_free(work);
+    hm_free(job.sinks);
     hm_pool_free(pool);
     return rc;
 }

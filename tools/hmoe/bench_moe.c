@@ -35,6 +35,59 @@ static void fill_task(int ith, int nth, void *arg) {
     }
 }
 
+/* A read pass over the experts a decode pass uses (gate, up and down of one expert are one
+ * range): chunks of RD_CHUNK claimed through hm_work_next, each thread its own share first, read
+ * with the membw loads. The "% of read" column pairs every pass of the engine with one. */
+#define RD_CHUNK   ((size_t)256 << 10)
+#define MOE_PAIRED 5
+typedef struct {
+    _Alignas(64) uint64_t sum;
+    size_t bytes;
+} rd_sink;
+typedef struct {
+    const hm_cpu_ops *ops;
+    uint8_t *const *exp; /* [n_exp] the used experts' first bytes */
+    int64_t n_exp;
+    size_t exp_bytes;
+    int64_t per_exp; /* chunks per expert */
+    hm_work_slot *work;
+    rd_sink *sinks;
+} rd_job;
+
+static void rd_task(int ith, int nth, void *arg) {
+    rd_job *j = arg;
+    for (int64_t c; (c = hm_work_next(j->work, nth, ith)) >= 0;) {
+        const size_t o = (size_t)(c % j->per_exp) * RD_CHUNK;
+        const size_t n = j->exp_bytes - o < RD_CHUNK ? j->exp_bytes - o : RD_CHUNK;
+        size_t got;
+        j->sinks[ith].sum += hm_membw_read_range(j->ops, j->exp[c / j->per_exp] + o, n, &got);
+        j->sinks[ith].bytes += got;
+    }
+}
+
+/* one read pass (its pool job's counters added to *acc); returns its seconds, *rbytes the bytes */
+static double read_pass(hm_pool *pool, rd_job *rj, size_t *rbytes, hm_pool_stats *acc) {
+    const int nth = hm_pool_size(pool);
+    memset(rj->sinks, 0, sizeof(rd_sink) * (size_t)nth);
+    hm_work_init(rj->work, nth, rj->n_exp * rj->per_exp);
+    hm_pool_stats s0, s1;
+    hm_pool_stats_get(pool, &s0);
+    const uint64_t t0 = hm_time_ns();
+    hm_pool_run(pool, rd_task, rj);
+    const double sec = (double)(hm_time_ns() - t0) * 1e-9;
+    hm_pool_stats_get(pool, &s1);
+    acc->jobs += s1.jobs - s0.jobs, acc->run_ns += s1.run_ns - s0.run_ns;
+    acc->own_ns += s1.own_ns - s0.own_ns;
+    *rbytes = 0;
+    for (int t = 0; t < nth; t++) *rbytes += rj->sinks[t].bytes;
+    return sec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* Random routing of n tokens to k distinct experts each: uniform (skew 0) or with the experts'
  * popularity following a Zipf law of exponent skew over a random order of the experts (real
  * routers are uneven, and synth models' routers very much so); count[e] gets tokens per expert. */
@@ -262,8 +315,27 @@ int bench_moe(int argc, char **argv) {
         free(mask);
         printf("empty submit -> wait (all experts masked): best %.2f us\n", best);
     }
-    printf("%7s %12s %12s %12s %10s %9s %10s\n", "tokens", "us/layer", "ms/layers", "tokens/s",
-           "GB/s", "% of bw", "TOPS");
+    const int nth = hm_pool_size(pool);
+    uint8_t **used_exp = malloc(sizeof(uint8_t *) * (size_t)(E * layers));
+    hm_work_slot *rd_work = hm_calloc_aligned((size_t)nth, sizeof(hm_work_slot), 64, "claims");
+    rd_sink *rd_sinks = hm_calloc_aligned((size_t)nth, sizeof(rd_sink), 64, "read sinks");
+    if (!used_exp || !rd_work || !rd_sinks) {
+        fprintf(stderr, "hmoe bench moe: out of memory\n");
+        rc = 1;
+    }
+    rd_job rj = {.ops = ops,
+                 .exp = used_exp,
+                 .exp_bytes = 2 * mat_gu + mat_d,
+                 .per_exp = (int64_t)((2 * mat_gu + mat_d + RD_CHUNK - 1) / RD_CHUNK),
+                 .work = rd_work,
+                 .sinks = rd_sinks};
+    printf("%% of read (up to 4 tokens): each of %d passes paired with a read of the experts it "
+           "uses by the same threads (the membw loads, right before or after it, in turn); the "
+           "median of the pairs' ratios. It follows the machine's bandwidth from moment to "
+           "moment, which the %% of bw (the membw passes before the weights) does not.\n",
+           MOE_PAIRED);
+    printf("%7s %12s %12s %12s %10s %9s %10s %10s %10s\n", "tokens", "us/layer", "ms/layers",
+           "tokens/s", "GB/s", "% of bw", "TOPS", "read GB/s", "% of read");
     for (int ti = 0; ti < n_tokens && !rc; ti++) {
         const int n = (int)tokens[ti];
         double best = 1e30;
@@ -274,8 +346,14 @@ int bench_moe(int argc, char **argv) {
             hm_moe_kernel_stats_get(moe[l], NULL, true);
         }
         hm_pool_stats_reset(pool);
-        for (int pass = 0; pass < 3; pass++) {
+        const bool paired = n <= 4;
+        const int passes = paired ? MOE_PAIRED : 3;
+        double ratio[MOE_PAIRED], rsec[MOE_PAIRED];
+        size_t rbytes = 0;
+        hm_pool_stats rd_stats = {0}; /* the read passes' jobs, not counted as the engine's */
+        for (int pass = 0; pass < passes; pass++) {
             bytes = 0;
+            rj.n_exp = 0;
             for (long l = 0; l < layers; l++) {
                 uint64_t rs = (uint64_t)(l * 7919 + pass * 104729 + n);
                 const size_t o = (size_t)l * (size_t)(max_tok * K);
@@ -283,11 +361,16 @@ int bench_moe(int argc, char **argv) {
                 int used = 0, busiest = 0;
                 for (int e = 0; e < E; e++) {
                     bytes += count[e] ? 2 * mat_gu + mat_d : 0;
+                    if (count[e])
+                        used_exp[rj.n_exp++] = (uint8_t *)wbuf.ptr + (size_t)l * per_layer +
+                                               (size_t)e * (2 * mat_gu + mat_d);
                     used += count[e] > 0;
                     busiest = count[e] > busiest ? count[e] : busiest;
                 }
                 used_sum += used, busiest_sum += busiest;
             }
+            /* the read first in odd passes: neither side always follows the other */
+            if (paired && pass % 2) rsec[pass] = read_pass(pool, &rj, &rbytes, &rd_stats);
             uint64_t t0 = hm_time_ns();
             for (long l = 0; l < layers; l++) {
                 const size_t o = (size_t)l * (size_t)(max_tok * K);
@@ -301,19 +384,32 @@ int bench_moe(int argc, char **argv) {
             }
             double sec = (double)(hm_time_ns() - t0) * 1e-9;
             best = sec < best ? sec : best;
+            if (paired) {
+                if (pass % 2 == 0) rsec[pass] = read_pass(pool, &rj, &rbytes, &rd_stats);
+                /* (engine bytes / engine time) / (read bytes / read time) */
+                ratio[pass] = rbytes ? (double)bytes / sec / ((double)rbytes / rsec[pass]) : 0;
+            }
         }
         const double gbs = (double)bytes / best * 1e-9;
         const double ops2 = 2.0 * 3.0 * (double)H * (double)I * (double)n * K * (double)layers;
-        printf("%7d %12.1f %12.2f %12.1f %10.1f %8.1f%% %10.2f\n", n, best / (double)layers * 1e6,
+        printf("%7d %12.1f %12.2f %12.1f %10.1f %8.1f%% %10.2f", n, best / (double)layers * 1e6,
                best * 1e3, (double)n / best, gbs, 100.0 * gbs / bw.median_gbs, ops2 / best * 1e-12);
+        if (paired && rbytes) {
+            qsort(ratio, (size_t)passes, sizeof(double), cmp_double);
+            qsort(rsec, (size_t)passes, sizeof(double), cmp_double);
+            printf(" %10.1f %9.1f%%\n", (double)rbytes / rsec[passes / 2] * 1e-9,
+                   100.0 * ratio[passes / 2]);
+        } else {
+            printf(" %10s %10s\n", "-", "-");
+        }
         if (skew > 0 && n > 4)
             printf("        routing (skew %.2f): %.1f of %d experts used, busiest %.1f tokens\n",
-                   skew, used_sum / (3.0 * (double)layers), E,
-                   busiest_sum / (3.0 * (double)layers));
+                   skew, used_sum / ((double)passes * (double)layers), E,
+                   busiest_sum / ((double)passes * (double)layers));
         double ph[HM_MOE_PROF_N] = {0}, one[HM_MOE_PROF_N];
         for (long l = 0; l < layers; l++) {
             hm_moe_profile(moe[l], one, true);
-            for (int i = 0; i < HM_MOE_PROF_N; i++) ph[i] += one[i] / 3.0;
+            for (int i = 0; i < HM_MOE_PROF_N; i++) ph[i] += one[i] / (double)passes;
         }
         if (ph[HM_MOE_PROF_GATE_UP] > 0) {
             printf("        phases (ms per pass of %ld layers):", layers);
@@ -323,8 +419,10 @@ int bench_moe(int argc, char **argv) {
              * after its own share (participant 0's phases above end with its last claim) */
             hm_pool_stats ps;
             hm_pool_stats_get(pool, &ps);
+            ps.jobs -= rd_stats.jobs, ps.run_ns -= rd_stats.run_ns, ps.own_ns -= rd_stats.own_ns;
             if (!async && ps.jobs)
-                printf(", waiting for the last thread %.1f", (double)(ps.run_ns - ps.own_ns) / 3e6);
+                printf(", waiting for the last thread %.1f",
+                       (double)(ps.run_ns - ps.own_ns) / (1e6 * passes));
             printf("\n");
         }
         hm_moe_kernel_stats ks = {0}, k1;
@@ -345,11 +443,12 @@ int bench_moe(int argc, char **argv) {
             printf("        down kernel: %.2f TOPS per core while it runs; down waited %.1f ms "
                    "per pass for experts' last gate/up claims (thread-ms, all threads); %.1f "
                    "down claims split per layer\n",
-                   ks.down_ops / ks.down_s * 1e-12, ks.h_wait_s * 1e3 / 3.0,
-                   (double)ks.steals / (3.0 * (double)layers));
+                   ks.down_ops / ks.down_s * 1e-12, ks.h_wait_s * 1e3 / (double)passes,
+                   (double)ks.steals / ((double)passes * (double)layers));
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
     free(moe), free(ex), hm_free(x), hm_free(out), free(ids), free(w), free(wv), free(count);
+    free(used_exp), hm_free(rd_work), hm_free(rd_sinks);
     hm_large_free(&wbuf);
     hm_pool_free(pool);
     return rc;
