@@ -51,7 +51,7 @@ const char *hm_log_level_name(hm_log_level level) {
 void hm_log_init_from_env(void) {
     const char *env = getenv("HMOE_LOG");
     if (!env || !*env) return;
-    hm_log_level level;
+    hm_log_level level = HM_LOG_WARN; /* set by the parse (gcc 13 cannot tell) */
     if (hm_log_parse_level(env, &level) == HM_OK) {
         atomic_store(&g_level, level);
     } else {

@@ -409,7 +409,7 @@ static hm_status parse_rope(hf_ctx *c, hm_hparams *hp) {
                          c->file, kname, kind);
 
     double f, bf, bs, ms, msa, af;
-    bool truncate;
+    bool truncate = true; /* set by get_bool (gcc 13 cannot tell) */
     hp->rope_type = HM_ROPE_YARN;
     /* standardize_rope_params: original_max_position_embeddings defaults to max_position_... */
     TRY(get_u32(c, R, "original_max_position_embeddings", hp->max_ctx, 1, HF_MAX_SIZE,
@@ -530,7 +530,7 @@ static hm_status parse_attention(hf_ctx *c, hm_hparams *hp) {
         TRY(get_u32(c, T, "sliding_window", 0, 0, HF_MAX_SIZE, &hp->sliding_window));
         for (uint32_t il = 0; il < hp->n_layers; il++) hp->layer_sliding[il] = 1;
     } else if (hp->arch == HM_ARCH_QWEN3MOE || hp->arch == HM_ARCH_QWEN2MOE) {
-        bool use_sw;
+        bool use_sw = false; /* set by get_bool (gcc 13 cannot tell) */
         TRY(get_bool(c, T, "use_sliding_window", false, &use_sw));
         if (use_sw)
             return hm_errorf(HM_ERR_UNSUPPORTED,
