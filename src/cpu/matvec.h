@@ -25,14 +25,13 @@ hm_status hm_matrix_init(hm_matrix *m, uint32_t type, const void *data, int64_t 
  * its type (files with such tensors still open: the error comes when the tensor is used). */
 hm_status hm_kernel_check(uint32_t type, const char *tensor_name);
 
-/* Starts the reads of the first min(bytes, 8 KiB) of a weight range a thread is about to stream:
- * the first HM_PREFETCH_BYTES into L1, the rest up to HM_PREFETCH_L2_BYTES into L2. The dot
- * kernels prefetch those fixed distances ahead of the block they are on (1 KiB into L1, 8 KiB
- * into L2: kq_avx2.h), so without this the start of every claimed unit of rows arrives one demand
- * miss at a time; with the first 4 KiB only into L1 (until 2026-12-01) lines 4-8 KiB were
- * requested 1 KiB ahead of use. Device, `bench moe --layers 16`, 8 interleaved rounds: 1 token
- * 2.91 against 3.00 ms (means), 4 tokens 10.08 against 10.27 (bench/RESULTS.md, fourteenth
- * session). */
+/* Starts the reads of the first min(bytes, HM_PREFETCH_L2_BYTES) of a weight range a thread is
+ * about to stream: the first HM_PREFETCH_BYTES into L1, the rest into L2. The dot kernels
+ * prefetch those fixed distances ahead of the block they are on (cpu/ops.h), so without this the
+ * start of every claimed unit of rows arrives one demand miss at a time; with the first 4 KiB
+ * only into L1 (until 2026-12-01) the lines from 4 KiB on were requested 1 KiB ahead of use.
+ * Device, `bench moe --layers 16`, 8 interleaved rounds: 1 token 2.91 against 3.00 ms (means),
+ * 4 tokens 10.08 against 10.27 (bench/RESULTS.md, fourteenth session). */
 static inline void hm_prefetch_start(const void *p, size_t bytes) {
     const char *c = p;
     size_t o = 0;
