@@ -245,11 +245,6 @@ static int bench_membw(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- kernels */
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* timed passes of the matvec rows (up to 4 tokens), each paired with a read pass */
 #define KPAIRED 5
 
@@ -695,17 +690,10 @@ static int bench_kernels(int argc, char **argv) {
             2.0 * (double)rows * (double)cols * (double)tokens[k] * job.n_mats / best * 1e-9;
         printf("%7ld %8d %12.2f %10.1f %8.1f%% %10.1f", tokens[k], job.n_mats,
                best / job.n_mats * 1e6, gbs, 100.0 * gbs / bw.median_gbs, gops);
-        if (paired && rbytes) {
-            /* per pair: (kernel bytes / kernel time) / (read bytes / read time) */
-            for (int p = 0; p < passes; p++)
-                ratio[p] = (double)mb * job.n_mats / ratio[p] / ((double)rbytes / rsec[p]);
-            qsort(ratio, (size_t)passes, sizeof(double), cmp_double);
-            qsort(rsec, (size_t)passes, sizeof(double), cmp_double);
-            printf(" %10.1f %9.1f%%\n", (double)rbytes / rsec[passes / 2] * 1e-9,
-                   100.0 * ratio[passes / 2]);
-        } else {
-            printf(" %10s %10s\n", "-", "-");
-        }
+        /* per pair: (kernel bytes / kernel time) / (read bytes / read time) */
+        for (int p = 0; paired && rbytes && p < passes; p++)
+            ratio[p] = (double)mb * job.n_mats / ratio[p] / ((double)rbytes / rsec[p]);
+        cli_print_read_columns(ratio, rsec, paired ? passes : 0, rbytes);
     }
     if (scratch) {
         /* the AMX path against the reference, on the first matrix, for the largest token count */

@@ -83,11 +83,6 @@ static double read_pass(hm_pool *pool, rd_job *rj, size_t *rbytes, hm_pool_stats
     return sec;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Random routing of n tokens to k distinct experts each: uniform (skew 0) or with the experts'
  * popularity following a Zipf law of exponent skew over a random order of the experts (real
  * routers are uneven, and synth models' routers very much so); count[e] gets tokens per expert. */
@@ -394,14 +389,7 @@ int bench_moe(int argc, char **argv) {
         const double ops2 = 2.0 * 3.0 * (double)H * (double)I * (double)n * K * (double)layers;
         printf("%7d %12.1f %12.2f %12.1f %10.1f %8.1f%% %10.2f", n, best / (double)layers * 1e6,
                best * 1e3, (double)n / best, gbs, 100.0 * gbs / bw.median_gbs, ops2 / best * 1e-12);
-        if (paired && rbytes) {
-            qsort(ratio, (size_t)passes, sizeof(double), cmp_double);
-            qsort(rsec, (size_t)passes, sizeof(double), cmp_double);
-            printf(" %10.1f %9.1f%%\n", (double)rbytes / rsec[passes / 2] * 1e-9,
-                   100.0 * ratio[passes / 2]);
-        } else {
-            printf(" %10s %10s\n", "-", "-");
-        }
+        cli_print_read_columns(ratio, rsec, paired ? passes : 0, rbytes);
         if (skew > 0 && n > 4)
             printf("        routing (skew %.2f): %.1f of %d experts used, busiest %.1f tokens\n",
                    skew, used_sum / ((double)passes * (double)layers), E,

@@ -37,6 +37,10 @@ char *cli_read_file(const char *path, size_t *len);
  * huge pages and the system's THP mode (benchmarks print it after setting up their weights:
  * streamed weights on 4 KiB pages cost a TLB miss per page). Nothing where Linux does not say. */
 void cli_print_huge_pages(const char *indent);
+/* The "read GB/s" and "% of read" columns of bench kernels / bench moe, ending the row: ratio[p]
+ * (a pass's GB/s over its paired read's) and rsec[p] (the read's seconds, of rbytes) for
+ * p < passes, both sorted here, their medians printed; "-" in both when passes or rbytes is 0. */
+void cli_print_read_columns(double *ratio, double *rsec, int passes, size_t rbytes);
 /* Parses --load auto|mmap|copy into an hm_load_mode value. */
 bool cli_parse_load(const char *s, int *out);
 /* The model/context options of run, logits and bench e2e: --threads N, --batch N, --ctx N,

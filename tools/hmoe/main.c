@@ -121,6 +121,22 @@ void cli_print_huge_pages(const char *indent) {
            mode);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void cli_print_read_columns(double *ratio, double *rsec, int passes, size_t rbytes) {
+    if (passes <= 0 || !rbytes) {
+        printf(" %10s %10s\n", "-", "-");
+        return;
+    }
+    qsort(ratio, (size_t)passes, sizeof(double), cmp_double);
+    qsort(rsec, (size_t)passes, sizeof(double), cmp_double);
+    printf(" %10.1f %9.1f%%\n", (double)rbytes / rsec[passes / 2] * 1e-9,
+           100.0 * ratio[passes / 2]);
+}
+
 bool cli_parse_load(const char *s, int *out) {
     if (!strcmp(s, "auto"))
         *out = 0;
