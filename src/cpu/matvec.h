@@ -31,7 +31,7 @@ hm_status hm_kernel_check(uint32_t type, const char *tensor_name);
  * start of every claimed unit of rows arrives one demand miss at a time; with the first 4 KiB
  * only into L1 (until 2026-12-01) the lines from 4 KiB on were requested 1 KiB ahead of use.
  * Device, `bench moe --layers 16`, 8 interleaved rounds: 1 token 2.91 against 3.00 ms (means),
- * 4 tokens 10.08 against 10.27 (bench/RESULTS.md, fourteenth session). */
+ * 4 tokens 10.08 against 10.28 (bench/RESULTS.md, fourteenth session). */
 static inline void hm_prefetch_start(const void *p, size_t bytes) {
     const char *c = p;
     size_t o = 0;

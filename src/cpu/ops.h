@@ -248,7 +248,7 @@ void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int
  * tenth session): BF16 matvec ~+11%, Q4_K ~+5%. L2 distance (fourteenth session, L1 at 1 KiB,
  * with the paired "% of read" of bench kernels): 16 KiB and 2-3 KiB lose 3-10 points on every
  * kernel; 6 KiB reads 1-3 points below 8 KiB in bench kernels, but the expert engine (bench moe,
- * 48 layers: 1 token 9.58 against 10.48 ms, means of 3 alternating rounds; 5 of 6 earlier
+ * 48 layers: 1 token 9.58 against 10.48 ms, means of 3 alternating rounds; 2 of 3 earlier
  * pairs at 32 layers) and a whole model's decode (bench e2e tg64 38.5 against 35.7 tok/s, 3 of 3
  * pairs) run faster with 6 KiB: their claims are short streams (gate and up side by side), where
  * a shorter run-ahead wastes less past each claim's end. Both can be set at build time. */
