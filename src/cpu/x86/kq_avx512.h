@@ -32,6 +32,22 @@ static const int16_t hm_k4_sidx_avx512[4][32] __attribute__((aligned(64))) = {
     HM_K4_SIDX(0), HM_K4_SIDX(1), HM_K4_SIDX(2), HM_K4_SIDX(3)
 #undef HM_K4_SIDX
 };
+/* hm_q4_K_rows_avx512's scale spreads for VPACKSSDW(p_j, p_k) of two sub-block pairs' 4-product
+ * sums (p_j: int32 lanes 0-7 sub-block 2j, 8-15 sub-block 2j + 1): in each 128-bit lane L the
+ * pack puts p_j's lanes 4L .. 4L + 3 at int16 8L .. 8L + 3 and p_k's at 8L + 4 .. 8L + 7, so
+ * int16 8L + r takes the scale of sub-block 2 (r < 4 ? j : k) + (L >= 2); [0]: (j, k) = (0, 1),
+ * [1]: (2, 3) */
+#define HM_K4P(pr, pos) (2 * (2 * (pr) + ((pos) % 8 >= 4)) + ((pos) / 8 >= 2))
+#define HM_K4P8(pr, l)                                                                             \
+    HM_K4P(pr, 8 * (l)), HM_K4P(pr, 8 * (l) + 1), HM_K4P(pr, 8 * (l) + 2),                         \
+        HM_K4P(pr, 8 * (l) + 3), HM_K4P(pr, 8 * (l) + 4), HM_K4P(pr, 8 * (l) + 5),                 \
+        HM_K4P(pr, 8 * (l) + 6), HM_K4P(pr, 8 * (l) + 7)
+static const int16_t hm_k4_pidx_avx512[2][32] __attribute__((aligned(64))) = {
+    {HM_K4P8(0, 0), HM_K4P8(0, 1), HM_K4P8(0, 2), HM_K4P8(0, 3)},
+    {HM_K4P8(1, 0), HM_K4P8(1, 1), HM_K4P8(1, 2), HM_K4P8(1, 3)},
+};
+#undef HM_K4P8
+#undef HM_K4P
 static const uint64_t hm_k4_nib_avx512[8] __attribute__((aligned(64))) = {
     0x0102040800000000ull, 0x0102040800000000ull, 0x0102040800000000ull, 0x0102040800000000ull,
     0x1020408000000000ull, 0x1020408000000000ull, 0x1020408000000000ull, 0x1020408000000000ull};
@@ -84,7 +100,9 @@ static inline float hm_kdmin_result_avx512(__m512 acc, __m256 accm) {
  * Per block: the 12 scale bytes unpacked by vector ops, widened once and spread by VPERMW; d and
  * dmin converted together (one VCVTPH2PS); the mins as floats times dmin. Per token: d times its
  * d (one multiply of broadcasts), the mins' term one FMA with the activations' scaled 32-value
- * sums (Q8_KX), and the sub-block sums as VPMADDUBSW pairs times the scales by VPDPWSSD. */
+ * sums (Q8_KX), and the sub-block sums as VPDPBUSD sums of 4 products, packed to int16 two
+ * sub-block pairs at a time and times the scales by VPDPWSSD: 6 integer multiplies per token and
+ * block where VPMADDUBSW pairs took 8 (port 0 bounds the 4-token kernel). */
 static inline __attribute__((always_inline)) void
 hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
     const hm_block_q4_K *w = vw;
@@ -120,14 +138,19 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
             accm[t] = _mm256_fmadd_ps(mdm, _mm256_loadu_ps(xs[t] + HM_Q8_KX_SUMS * i), accm[t]);
             sumi[t] = _mm512_setzero_si512();
         }
-        for (int j = 0; j < 4; j++) {
-            const __m512i q = hm_k4_codes_avx512(w[i].qs + 32 * j, nib);
-            const __m512i s16 =
-                _mm512_permutexvar_epi16(_mm512_load_si512(hm_k4_sidx_avx512[j]), sc);
-            for (int t = 0; t < nt; t++) { /* VPDPWSSD: the pair sums times the scales, added */
-                const __m512i y = _mm512_loadu_si512(x[t]->qs + 64 * j);
-                sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q, y), s16);
-            }
+        __m512i q[4];
+        for (int j = 0; j < 4; j++) q[j] = hm_k4_codes_avx512(w[i].qs + 32 * j, nib);
+        const __m512i s01 = _mm512_permutexvar_epi16(_mm512_load_si512(hm_k4_pidx_avx512[0]), sc);
+        const __m512i s23 = _mm512_permutexvar_epi16(_mm512_load_si512(hm_k4_pidx_avx512[1]), sc);
+        for (int t = 0; t < nt; t++) {
+            /* VPDPBUSD: sums of 4 products (|.| <= 4 x 15 x 128, an int16), two sub-block pairs
+             * packed to int16, then VPDPWSSD: times the scales, added */
+            __m512i p[4];
+            for (int j = 0; j < 4; j++)
+                p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[j],
+                                           _mm512_loadu_si512(x[t]->qs + 64 * j));
+            sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_packs_epi32(p[0], p[1]), s01);
+            sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_packs_epi32(p[2], p[3]), s23);
         }
         for (int t = 0; t < nt; t++)
             acc[t] = _mm512_fmadd_ps(fd[t], _mm512_cvtepi32_ps(sumi[t]), acc[t]);
