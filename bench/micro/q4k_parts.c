@@ -8,7 +8,9 @@
  *   nomins    without the mins' term
  *   noperm    the scales not spread per sub-block pair (one vector for all four)
  *   loads     the weight and activation loads only
- * Results mean nothing numerically except "full"; the others show what each part costs.
+ * Results mean nothing numerically except "full"; the others show what each part costs. The
+ * loop follows the kernel as of 2026-12-01 (VPDPBUSD sums packed to int16; the fourteenth
+ * session's measurements in bench/RESULTS.md were taken with the VPMADDUBSW form before it).
  *   gcc -O3 -march=sapphirerapids -Isrc -Iinclude -o q4k_parts bench/micro/q4k_parts.c \
  *       build/libhmoe.a -lm -lpthread -ldl
  *   ./q4k_parts [ROWS [COLS]]   (defaults 48, 2048) */
@@ -68,14 +70,17 @@ static inline __attribute__((always_inline)) float row(int64_t n, const void *vw
                               _mm256_broadcastss_ps(_mm_movehdup_ps(dd)));
             accm = _mm256_fmadd_ps(mdm, _mm256_loadu_ps(xs + HM_Q8_KX_SUMS * i), accm);
         }
-        __m512i sumi = _mm512_setzero_si512();
-        for (int j = 0; j < 4; j++) {
-            const __m512i q = hm_k4_codes_avx512(w[i].qs + 32 * j, nib);
+        __m512i sumi = _mm512_setzero_si512(), p[4];
+        for (int j = 0; j < 4; j++)
+            p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                       hm_k4_codes_avx512(w[i].qs + 32 * j, nib),
+                                       _mm512_loadu_si512(x->qs + 64 * j));
+        for (int pr = 0; pr < 2; pr++) {
             const __m512i s16 =
-                v == NOPERM ? sc
-                            : _mm512_permutexvar_epi16(_mm512_load_si512(hm_k4_sidx_avx512[j]), sc);
-            const __m512i y = _mm512_loadu_si512(x->qs + 64 * j);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, y), s16);
+                v == NOPERM
+                    ? sc
+                    : _mm512_permutexvar_epi16(_mm512_load_si512(hm_k4_pidx_avx512[pr]), sc);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(p[2 * pr], p[2 * pr + 1]), s16);
         }
         acc = _mm512_fmadd_ps(fd, _mm512_cvtepi32_ps(sumi), acc);
     }

@@ -14,25 +14,9 @@ hm_kfold_avx512(__m512 *acc, const __m512i *sumi, const hm_block_q8_K *const *x,
         acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(x[t]->d * wd), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
 }
 
-/* Constants of the Q4_K kernel, loaded (one load each) rather than built per call:
- * sidx[j]: int16 lanes 0-15 pick scale 2j, lanes 16-31 scale 2j + 1, from the block's 16 scales
- *          and mins widened to int16 (lanes 0-7 scales, 8-15 mins);
- * nib:     GF(2) affine matrices, one per qword: the lower 256 bits keep each byte's low nibble,
- *          the upper 256 bits move its high nibble down (VGF2P8AFFINEQB; bit i of a result byte is
- *          the parity of the source byte AND matrix byte 7 - i). */
-static const int16_t hm_k4_sidx_avx512[4][32] __attribute__((aligned(64))) = {
-#define HM_K4_SIDX(j)                                                                              \
-    {                                                                                              \
-        2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j),  \
-            2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j), 2 * (j) + 1, 2 * (j) + 1,        \
-            2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1,          \
-            2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1, 2 * (j) + 1,          \
-            2 * (j) + 1, 2 * (j) + 1                                                               \
-    }
-    HM_K4_SIDX(0), HM_K4_SIDX(1), HM_K4_SIDX(2), HM_K4_SIDX(3)
-#undef HM_K4_SIDX
-};
-/* hm_q4_K_rows_avx512's scale spreads for VPACKSSDW(p_j, p_k) of two sub-block pairs' 4-product
+/* Constants of the Q4_K kernel, loaded (one load each) rather than built per call.
+ * pidx: hm_q4_K_rows_avx512's scale spreads (VPERMW indices into the block's 8 scales and 8 mins
+ * widened to int16) for VPACKSSDW(p_j, p_k) of two sub-block pairs' 4-product
  * sums (p_j: int32 lanes 0-7 sub-block 2j, 8-15 sub-block 2j + 1): in each 128-bit lane L the
  * pack puts p_j's lanes 4L .. 4L + 3 at int16 8L .. 8L + 3 and p_k's at 8L + 4 .. 8L + 7, so
  * int16 8L + r takes the scale of sub-block 2 (r < 4 ? j : k) + (L >= 2); [0]: (j, k) = (0, 1),
@@ -48,6 +32,9 @@ static const int16_t hm_k4_pidx_avx512[2][32] __attribute__((aligned(64))) = {
 };
 #undef HM_K4P8
 #undef HM_K4P
+/* nib: GF(2) affine matrices, one per qword: the lower 256 bits keep each byte's low nibble, the
+ * upper 256 bits move its high nibble down (VGF2P8AFFINEQB; bit i of a result byte is the parity
+ * of the source byte AND matrix byte 7 - i) */
 static const uint64_t hm_k4_nib_avx512[8] __attribute__((aligned(64))) = {
     0x0102040800000000ull, 0x0102040800000000ull, 0x0102040800000000ull, 0x0102040800000000ull,
     0x1020408000000000ull, 0x1020408000000000ull, 0x1020408000000000ull, 0x1020408000000000ull};
