@@ -70,6 +70,10 @@ enum { MM_DOTS = 0, MM_I8 = 1, MM_BF16 = 2 };
 static int use_amx(const hm_cpu_ops *ops, const hm_matrix *w, int n, unsigned flags) {
 #if defined(__x86_64__)
     if (flags & HM_NN_NO_AMX) return MM_DOTS;
+    /* 1-4 tokens never take a tile path (hm_tile_min_tokens and HMOE_TILE_MIN_TOKENS are 5 at
+     * the least, MM_AMX_MIN_TOKENS more): decoding asks here for every matrix of every call, and
+     * the answer needs no look at the environment */
+    if (n <= 4) return MM_DOTS;
     if (!type_is_float(w->type)) {
         /* int8 tiles from MM_AMX_MIN_TOKENS, or from where they beat the matvec kernels when that
          * is later (most formats' per-call conversion: hm_tile_min_tokens). Not earlier: a
