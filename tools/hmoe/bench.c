@@ -527,8 +527,9 @@ static int bench_kernels(int argc, char **argv) {
     float *yref = malloc(sizeof(float) * (size_t)(rows * 4));
     hm_work_slot *work =
         hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(hm_work_slot), 64, "claims");
+    ksink *sinks = hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(ksink), 64, "read sinks");
     int rc = 0;
-    if (!mats || !xq || !xqr || !x || !y || !yref || !work ||
+    if (!mats || !xq || !xqr || !x || !y || !yref || !work || !sinks ||
         hm_large_alloc(mb * (size_t)n_mats, true, "weights", &wbuf) != HM_OK) {
         fprintf(stderr, "hmoe bench kernels: out of memory\n");
         hm_pool_free(pool);
@@ -556,7 +557,8 @@ static int bench_kernels(int argc, char **argv) {
                 .seed = 11,
                 .x = x,
                 .ops = ops,
-                .work = work};
+                .work = work,
+                .sinks = sinks};
     void **scratch = NULL;
     hm_large wpbuf = {0};
 #if defined(__x86_64__)
@@ -635,11 +637,6 @@ static int bench_kernels(int argc, char **argv) {
     if (err > 2e-5 * ymax) rc = 1;
 
     const int nth = hm_pool_size(pool);
-    job.sinks = hm_calloc_aligned((size_t)nth, sizeof(ksink), 64, "read sinks");
-    if (!job.sinks) {
-        fprintf(stderr, "hmoe bench kernels: out of memory\n");
-        return 1;
-    }
     printf("%% of read (up to 4 tokens): each of %d passes paired with a read of the same weight "
            "bytes by the same threads and claims (the membw loads, right before or after it, in "
            "turn); the median of the %d pairs' ratios. It follows the machine's bandwidth from "
