@@ -81,18 +81,46 @@ static inline float hm_kdmin_result_avx512(__m512 acc, __m256 accm) {
     return hm_hsum256(_mm256_sub_ps(s, accm));
 }
 
-/* Q4_K row times nt (1-4) Q8_KX activation rows: each weight block is unpacked once for all of
- * them; every token's result is the same float operations in the same order whatever nt, so a
- * token's output does not depend on how many tokens share the row.
+/* Q5_K's fifth bits (GFNI): one GF2P8AFFINEQB matrix per sub-block pair j that puts bit 2j of each
+ * qh byte at bit 4 in the lower 256 bits (sub-block 2j) and bit 2j + 1 there in the upper (2j + 1):
+ * result bit 4 is the parity of the source byte AND matrix byte 3 (hm_k4_nib_avx512) */
+#define HM_K5H(b)  ((uint64_t)(1u << (b)) << 24)
+#define HM_K5H4(b) HM_K5H(b), HM_K5H(b), HM_K5H(b), HM_K5H(b)
+static const uint64_t hm_k5_hbit_avx512[4][8] __attribute__((aligned(64))) = {
+    {HM_K5H4(0), HM_K5H4(1)},
+    {HM_K5H4(2), HM_K5H4(3)},
+    {HM_K5H4(4), HM_K5H4(5)},
+    {HM_K5H4(6), HM_K5H4(7)},
+};
+#undef HM_K5H4
+#undef HM_K5H
+
+/* Q5_K sub-blocks 2j and 2j + 1's fifth bits as 16 (lower 256 bits: 2j, upper: 2j + 1), from qh's
+ * 32 bytes in both halves */
+static inline __m512i hm_k5_hbits_avx512(__m512i qh, int j) {
+#if defined(__GFNI__)
+    return _mm512_gf2p8affine_epi64_epi8(qh, _mm512_load_si512(hm_k5_hbit_avx512[j]), 0);
+#else
+    const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)),
+                                          _mm256_set1_epi16((short)(2 * j + 1)), 1);
+    return _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh), _mm512_set1_epi8(1)), 4);
+#endif
+}
+
+/* Q4_K (q5 = 0) or Q5_K (q5 = 1) row times nt (1-4) Q8_KX activation rows: each weight block is
+ * unpacked once for all of them; every token's result is the same float operations in the same
+ * order whatever nt, so a token's output does not depend on how many tokens share the row.
  * Per block: the 12 scale bytes unpacked by vector ops, widened once and spread by VPERMW; d and
- * dmin converted together (one VCVTPH2PS); the mins as floats times dmin. Per token: d times its
- * d (one multiply of broadcasts), the mins' term one FMA with the activations' scaled 32-value
- * sums (Q8_KX), and the sub-block sums as VPDPBUSD sums of 4 products, packed to int16 two
- * sub-block pairs at a time and times the scales by VPDPWSSD: 6 integer multiplies per token and
- * block where VPMADDUBSW pairs took 8 (port 0 bounds the 4-token kernel). */
-static inline __attribute__((always_inline)) void
-hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
-    const hm_block_q4_K *w = vw;
+ * dmin converted together (one VCVTPH2PS); the mins as floats times dmin; the codes as bytes
+ * (Q5_K: the fifth bits added, codes <= 31). Per token: d times its d (one multiply of
+ * broadcasts), the mins' term one FMA with the activations' scaled 32-value sums (Q8_KX), and the
+ * sub-block sums as VPDPBUSD sums of 4 products (|.| <= 4 x 31 x 128, an int16), packed to int16
+ * two sub-block pairs at a time and times the scales by VPDPWSSD: 6 integer multiplies per token
+ * and block where VPMADDUBSW pairs took 8 (port 0 bounds the 4-token kernel). */
+static inline __attribute__((always_inline)) void hm_k45_rows_avx512(const int q5, int64_t n,
+                                                                     const void *vw,
+                                                                     const void *const *vx,
+                                                                     const int nt, float *out) {
     const int64_t nb = n / HM_QK_K;
     const __m512i nib = _mm512_load_si512(hm_k4_nib_avx512);
     __m512 acc[4];
@@ -103,14 +131,20 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
         xs[t] = (const float *)((const hm_block_q8_K *)vx[t] + nb);
     }
     for (int64_t i = 0; i < nb; i++) {
-        const char *blk = (const char *)(w + i);
+        /* d, dmin and scales sit at the same offsets in both formats */
+        const hm_block_q4_K *w4 = (const hm_block_q4_K *)vw + i;
+        const hm_block_q5_K *w5 = (const hm_block_q5_K *)vw + i;
+        const char *blk = q5 ? (const char *)w5 : (const char *)w4;
+        const hm_half *dp = q5 ? &w5->d : &w4->d;
+        const uint8_t *scales = q5 ? w5->scales : w4->scales;
+        const uint8_t *qs = q5 ? w5->qs : w4->qs;
         hm_prefetch_w(blk);
         hm_prefetch_w(blk + 64);
         hm_prefetch_w(blk + 128);
         /* scales 0-7 then mins 0-7 as bytes; lanes 0-7 the scales, 8-15 the mins, as int16 */
-        const __m128i sm = hm_k4_scales_vec(w[i].scales);
+        const __m128i sm = hm_k4_scales_vec(scales);
         const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
-        const __m128 dd = hm_dmin_f32(&w[i].d);
+        const __m128 dd = hm_dmin_f32(dp);
         /* dmin x min j in lane j */
         const __m256 mdm =
             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
@@ -126,12 +160,16 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
             sumi[t] = _mm512_setzero_si512();
         }
         __m512i q[4];
-        for (int j = 0; j < 4; j++) q[j] = hm_k4_codes_avx512(w[i].qs + 32 * j, nib);
+        for (int j = 0; j < 4; j++) q[j] = hm_k4_codes_avx512(qs + 32 * j, nib);
+        if (q5) {
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w5->qh));
+            for (int j = 0; j < 4; j++) q[j] = _mm512_or_si512(q[j], hm_k5_hbits_avx512(qh, j));
+        }
         const __m512i s01 = _mm512_permutexvar_epi16(_mm512_load_si512(hm_k4_pidx_avx512[0]), sc);
         const __m512i s23 = _mm512_permutexvar_epi16(_mm512_load_si512(hm_k4_pidx_avx512[1]), sc);
         for (int t = 0; t < nt; t++) {
-            /* VPDPBUSD: sums of 4 products (|.| <= 4 x 15 x 128, an int16), two sub-block pairs
-             * packed to int16, then VPDPWSSD: times the scales, added */
+            /* VPDPBUSD: sums of 4 products, two sub-block pairs packed to int16, then VPDPWSSD:
+             * times the scales, added */
             __m512i p[4];
             for (int j = 0; j < 4; j++)
                 p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[j],
@@ -145,82 +183,24 @@ hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int 
     for (int t = 0; t < nt; t++) out[t] = hm_kdmin_result_avx512(acc[t], accm[t]);
 }
 
+static inline __attribute__((always_inline)) void
+hm_q4_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
+    hm_k45_rows_avx512(0, n, vw, vx, nt, out);
+}
+
+static inline __attribute__((always_inline)) void
+hm_q5_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
+    hm_k45_rows_avx512(1, n, vw, vx, nt, out);
+}
+
 HM_DOT_ENTRIES(q4_K_q8_K_avx512, hm_q4_K_rows_avx512)
+HM_DOT_ENTRIES(q5_K_q8_K_avx512, hm_q5_K_rows_avx512)
 
 /* Sum of 16-bit pair products w x y into 32 int16 lanes for signed w and y (|w|, |y| <= 127). */
 static inline __m512i hm_dot_s8_pairs_avx512(__m512i w, __m512i y) {
     const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(w), _mm512_setzero_si512(), y);
     return _mm512_maddubs_epi16(_mm512_abs_epi8(w), sy);
 }
-
-/* hm_k4_block_start on Q8_KX activations (xs[t]: token t's scaled 32-value sums): the mins'
- * term one FMA per token, with the mins times dmin shared by all tokens */
-static inline __attribute__((always_inline)) float
-hm_k4_block_start_kx(const void *blk, hm_half d, hm_half dmin, const uint8_t *scales,
-                     const void *const *vx, const float *const *xs, int64_t i, int nt,
-                     __m128i *sc16, const hm_block_q8_K *x[4], __m256 accm[4]) {
-    hm_prefetch_w((const char *)blk);
-    hm_prefetch_w((const char *)blk + 64);
-    hm_prefetch_w((const char *)blk + 128);
-    const __m128i sm = hm_k4_scales_vec(scales);
-    *sc16 = _mm_cvtepu8_epi16(sm);
-    const __m256 mdm =
-        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
-                      _mm256_set1_ps(hm_h2f(dmin)));
-    for (int t = 0; t < nt; t++) {
-        x[t] = (const hm_block_q8_K *)vx[t] + i;
-        accm[t] = _mm256_fmadd_ps(mdm, _mm256_loadu_ps(xs[t] + HM_Q8_KX_SUMS * i), accm[t]);
-    }
-    return hm_h2f(d);
-}
-
-/* Q5_K row times nt (1-4) Q8_KX activation rows, each weight block unpacked once for all of them
- * (same per-token operations whatever nt, as hm_q4_K_rows_avx512). */
-static inline __attribute__((always_inline)) void
-hm_q5_K_rows_avx512(int64_t n, const void *vw, const void *const *vx, const int nt, float *out) {
-    const hm_block_q5_K *w = vw;
-    const int64_t nb = n / HM_QK_K;
-    const float *xs[4]; /* the Q8_KX sums after the Q8_K blocks */
-    for (int t = 0; t < nt; t++) xs[t] = (const float *)((const hm_block_q8_K *)vx[t] + nb);
-    const __m512i low4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
-    /* both halves hold the same 32 code bytes: sub-block 2j in the lower half, 2j + 1 in the upper
-     */
-    const __m512i nib_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i sidx0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(1), 1);
-    const __m512i two = _mm512_set1_epi16(2);
-    __m512 acc[4];
-    __m256 accm[4]; /* the mins' term (hm_k4_block_start) */
-    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const hm_block_q8_K *x[4];
-        __m128i sc8;
-        const float wd = hm_k4_block_start_kx(w + i, w[i].d, w[i].dmin, w[i].scales, vx, xs, i, nt,
-                                              &sc8, x, accm);
-        const __m512i sc = _mm512_castsi128_si512(sc8);
-        __m512i sumi[4];
-        for (int t = 0; t < nt; t++) sumi[t] = _mm512_setzero_si512();
-        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)w[i].qh));
-        __m512i sidx = sidx0; /* also the qh bit of each half: 2j lower, 2j + 1 upper */
-        for (int j = 0; j < 4; j++) {
-            const __m512i q2 =
-                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j)));
-            const __m512i hb =
-                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sidx), one), 4);
-            const __m512i q =
-                _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(q2, nib_shift), low4), hb);
-            const __m512i s16 = _mm512_permutexvar_epi16(sidx, sc);
-            for (int t = 0; t < nt; t++) {
-                const __m512i y = _mm512_loadu_si512(x[t]->qs + 64 * j);
-                sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q, y), s16);
-            }
-            sidx = _mm512_add_epi16(sidx, two);
-        }
-        hm_kfold_avx512(acc, sumi, x, wd, nt);
-    }
-    for (int t = 0; t < nt; t++) out[t] = _mm512_reduce_add_ps(acc[t]) - hm_hsum256(accm[t]);
-}
-
-HM_DOT_ENTRIES(q5_K_q8_K_avx512, hm_q5_K_rows_avx512)
 
 /* Q6_K row times nt (1-4) Q8_K activation rows, each weight block unpacked once for all of them
  * (same per-token operations whatever nt, as hm_q4_K_rows_avx512). */
