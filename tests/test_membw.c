@@ -80,6 +80,29 @@ int main(void) {
     p.bytes = 4096;
     p.passes = 5000;
     CHECK_STATUS(hm_membw_read(&p, &r), HM_ERR_INVALID_ARG);
+
+    /* the cache sweep: its size, its read (the sum proves every element was read once, on
+     * every variant), and sizes it refuses */
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        hm_membw_sweep *sw;
+        const size_t sizes[2] = {(size_t)5 << 20, ((size_t)3 << 20) + 4096};
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(hm_membw_sweep_create(pool, ops, sizes[k], &sw));
+            CHECK(hm_membw_sweep_bytes(sw) == sizes[k]);
+            CHECK_OK(hm_membw_sweep_run(sw));
+            CHECK_OK(hm_membw_sweep_run(sw));
+            hm_membw_sweep_free(sw);
+        }
+    }
+    hm_membw_sweep *sw = (hm_membw_sweep *)&p;
+    CHECK_STATUS(hm_membw_sweep_create(pool, hm_cpu_ops_for(HM_ISA_REF), (size_t)1 << 20, &sw),
+                 HM_ERR_INVALID_ARG);
+    CHECK(sw == NULL);
+    CHECK_STATUS(hm_membw_sweep_create(NULL, hm_cpu_ops_for(HM_ISA_REF), 0, &sw),
+                 HM_ERR_INVALID_ARG);
+    hm_membw_sweep_free(NULL);
     hm_pool_free(pool);
     free(buf);
     return test_done("membw");

@@ -65,6 +65,77 @@ uint64_t hm_membw_read_range(const hm_cpu_ops *ops, const void *p, size_t bytes,
     return *read ? ops->sum_u64((const uint64_t *)a, *read / sizeof(uint64_t)) : 0;
 }
 
+/* wrapping sum of 0 .. n - 1 (what a read of the written buffer sums) */
+static uint64_t index_sum(size_t n) {
+    return (n % 2 == 0) ? (uint64_t)(n / 2) * (uint64_t)(n - 1)
+                        : (uint64_t)n * (uint64_t)((n - 1) / 2);
+}
+
+struct hm_membw_sweep {
+    hm_pool *pool;
+    hm_large buf;
+    membw_job job;
+};
+
+hm_status hm_membw_sweep_create(hm_pool *pool, const hm_cpu_ops *ops, size_t bytes,
+                                hm_membw_sweep **out) {
+    *out = NULL;
+    if (!pool || !ops) return hm_errorf(HM_ERR_INVALID_ARG, "membw sweep: no pool or kernels");
+    if (bytes == 0) {
+        hm_mem_info mi;
+        const size_t l3 = hm_mem_info_get(&mi) == HM_OK ? mi.l3_bytes : 0;
+        bytes = l3 ? 4 * l3 : (size_t)1 << 30;
+        if (bytes < ((size_t)256 << 20)) bytes = (size_t)256 << 20;
+    }
+    const size_t n = bytes / sizeof(uint64_t);
+    if (n < CHUNK)
+        return hm_errorf(HM_ERR_INVALID_ARG, "membw sweep: %zu bytes is too small (2 MiB at least)",
+                         bytes);
+    const int nth = hm_pool_size(pool);
+    hm_membw_sweep *s = hm_calloc_aligned(1, sizeof *s, 64, "membw sweep");
+    if (!s) return hm_errorf(HM_ERR_NO_MEMORY, "membw sweep: out of memory");
+    s->pool = pool;
+    hm_status st = hm_large_alloc(n * sizeof(uint64_t), true, "membw sweep buffer", &s->buf);
+    s->job.sums =
+        st == HM_OK ? hm_calloc_aligned((size_t)nth, sizeof(padded_sum), 64, "membw") : NULL;
+    s->job.work =
+        st == HM_OK ? hm_calloc_aligned((size_t)nth, sizeof(hm_work_slot), 64, "membw") : NULL;
+    if (st != HM_OK || !s->job.sums || !s->job.work) {
+        if (st == HM_OK) st = hm_errorf(HM_ERR_NO_MEMORY, "membw sweep: out of memory");
+        hm_membw_sweep_free(s);
+        return st;
+    }
+    s->job.data = s->buf.ptr, s->job.n = n, s->job.ops = ops;
+    hm_pool_run(pool, touch_task, &s->job);
+    *out = s;
+    return HM_OK;
+}
+
+hm_status hm_membw_sweep_run(hm_membw_sweep *s) {
+    const int nth = hm_pool_size(s->pool);
+    hm_work_init(s->job.work, nth, (int64_t)((s->job.n + CHUNK - 1) / CHUNK));
+    hm_pool_run(s->pool, read_task, &s->job);
+    uint64_t total = 0;
+    for (int i = 0; i < nth; i++) total += s->job.sums[i].sum;
+    if (total != index_sum(s->job.n))
+        return hm_errorf(HM_ERR_INTERNAL, "membw sweep: %s kernel checksum %llu != expected %llu",
+                         s->job.ops->name, (unsigned long long)total,
+                         (unsigned long long)index_sum(s->job.n));
+    return HM_OK;
+}
+
+size_t hm_membw_sweep_bytes(const hm_membw_sweep *s) {
+    return s->job.n * sizeof(uint64_t);
+}
+
+void hm_membw_sweep_free(hm_membw_sweep *s) {
+    if (!s) return;
+    hm_free(s->job.work);
+    hm_free(s->job.sums);
+    hm_large_free(&s->buf);
+    hm_free(s);
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -114,9 +185,7 @@ hm_status hm_membw_read(const hm_membw_params *params, hm_membw_result *out) {
     hm_pool_run(pool, touch_task, &job);
     out->touch_s = (double)(hm_time_ns() - t0) * 1e-9;
 
-    /* wrapping sum of 0..n-1 */
-    uint64_t expect = (n % 2 == 0) ? (uint64_t)(n / 2) * (uint64_t)(n - 1)
-                                   : (uint64_t)n * (uint64_t)((n - 1) / 2);
+    const uint64_t expect = index_sum(n);
     for (int pass = -1; pass < p.passes; pass++) { /* pass -1 warms up */
         hm_work_init(work, nth, (int64_t)((n + CHUNK - 1) / CHUNK));
         t0 = hm_time_ns();

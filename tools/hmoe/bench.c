@@ -442,7 +442,7 @@ static int bench_kernels(int argc, char **argv) {
     const char *type_name = "q4_k";
     long rows = 768, cols = 2048, threads = 0, tokens[16] = {1, 4, 8, 64, 512};
     int n_tokens = 5;
-    bool repack = false, unswapped = false;
+    bool repack = false, unswapped = false, sweep_on = true;
     size_t gib = (size_t)1 << 30;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -452,6 +452,8 @@ static int bench_kernels(int argc, char **argv) {
             repack = true;
         else if (!strcmp(a, "--unswapped")) /* A/B: the repacked kernel of the dense path */
             unswapped = true;
+        else if (!strcmp(a, "--no-sweep"))
+            sweep_on = false;
         else if (!strcmp(a, "--rows") && cli_parse_int(v, 1, 1 << 20, &rows))
             i++;
         else if (!strcmp(a, "--cols") && cli_parse_int(v, 1, 1 << 20, &cols))
@@ -464,7 +466,8 @@ static int bench_kernels(int argc, char **argv) {
             i++;
         else
             return cli_usage_error("bench kernels: bad option '%s' (--type T --rows R --cols C "
-                                   "--tokens 1,8,64 --threads N --bytes SIZE --repack --unswapped)",
+                                   "--tokens 1,8,64 --threads N --bytes SIZE --repack --unswapped "
+                                   "--no-sweep)",
                                    a);
     }
     int type = hm_type_from_name(type_name);
@@ -532,6 +535,12 @@ static int bench_kernels(int argc, char **argv) {
     if (!mats || !xq || !xqr || !x || !y || !yref || !work || !sinks ||
         hm_large_alloc(mb * (size_t)n_mats, true, "weights", &wbuf) != HM_OK) {
         fprintf(stderr, "hmoe bench kernels: out of memory\n");
+        hm_pool_free(pool);
+        return 1;
+    }
+    hm_membw_sweep *sweep = NULL;
+    if (sweep_on && hm_membw_sweep_create(pool, ops, 0, &sweep) != HM_OK) {
+        fprintf(stderr, "hmoe bench kernels: %s (--no-sweep runs without)\n", hm_last_error());
         hm_pool_free(pool);
         return 1;
     }
@@ -642,6 +651,11 @@ static int bench_kernels(int argc, char **argv) {
            "turn); the median of the %d pairs' ratios. It follows the machine's bandwidth from "
            "moment to moment, which the %% of bw (the membw passes before the runs) does not.\n",
            KPAIRED, KPAIRED);
+    if (sweep)
+        printf("cache sweep: before each timed pass up to 4 tokens (the kernel's and its read), a "
+               "read of %.0f MiB of other memory, so neither finds the other's bytes in the "
+               "caches (--no-sweep: none)\n",
+               (double)hm_membw_sweep_bytes(sweep) / (1 << 20));
     printf("%7s %8s %12s %10s %9s %10s %10s %10s\n", "tokens", "matrices", "us/matrix", "GB/s",
            "% of bw", "GOP/s", "read GB/s", "% of read");
     for (int k = 0; k < n_tokens; k++) {
@@ -668,6 +682,10 @@ static int bench_kernels(int argc, char **argv) {
                 if (!paired && half) break;
                 job.read_only = read;
                 if (read) memset(job.sinks, 0, sizeof(ksink) * (size_t)nth);
+                if (paired && sweep && hm_membw_sweep_run(sweep) != HM_OK) {
+                    fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
+                    rc = 1;
+                }
                 uint64_t t0 = hm_time_ns();
                 krun(pool, &job);
                 double s = (double)(hm_time_ns() - t0) * 1e-9;
@@ -723,6 +741,7 @@ static int bench_kernels(int argc, char **argv) {
         free(job.packed);
         hm_large_free(&wpbuf);
     }
+    hm_membw_sweep_free(sweep);
     hm_large_free(&wbuf);
     free(mats);
     free(xq);

@@ -83,6 +83,18 @@ static double read_pass(hm_pool *pool, rd_job *rj, size_t *rbytes, hm_pool_stats
     return sec;
 }
 
+/* one cache sweep (its pool job's counters added to *acc, as read_pass's); nonzero on failure */
+static int sweep_pass(hm_pool *pool, hm_membw_sweep *sw, hm_pool_stats *acc) {
+    hm_pool_stats s0, s1;
+    hm_pool_stats_get(pool, &s0);
+    const hm_status st = hm_membw_sweep_run(sw);
+    hm_pool_stats_get(pool, &s1);
+    acc->jobs += s1.jobs - s0.jobs, acc->run_ns += s1.run_ns - s0.run_ns;
+    acc->own_ns += s1.own_ns - s0.own_ns;
+    if (st != HM_OK) fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
+    return st != HM_OK;
+}
+
 /* Random routing of n tokens to k distinct experts each: uniform (skew 0) or with the experts'
  * popularity following a Zipf law of exponent skew over a random order of the experts (real
  * routers are uneven, and synth models' routers very much so); count[e] gets tokens per expert. */
@@ -138,7 +150,7 @@ int bench_moe(int argc, char **argv) {
     bool async = false, repack = false;
     double skew = 0; /* Zipf exponent of the experts' popularity (0: uniform routing) */
     long nodes = 1;  /* > 1: one group of threads per node (emulated on one node), a slice each */
-    bool slice_copy = false;
+    bool slice_copy = false, sweep_on = true;
     int n_tokens = 4;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -160,12 +172,14 @@ int bench_moe(int argc, char **argv) {
             i++;
         else if (!strcmp(a, "--slice-copy"))
             slice_copy = true;
+        else if (!strcmp(a, "--no-sweep"))
+            sweep_on = false;
         else if (!strcmp(a, "--skew") && v && cli_parse_double(v, 0, 8, &skew))
             i++;
         else
             return cli_usage_error("bench moe: bad option '%s' (--preset P --type T --tokens "
                                    "1,4,32,512 --layers N --threads N --async --nodes N "
-                                   "--slice-copy --repack --skew S)",
+                                   "--slice-copy --repack --skew S --no-sweep)",
                                    a);
     }
     const hm_preset *pr = hm_preset_find(preset);
@@ -318,6 +332,11 @@ int bench_moe(int argc, char **argv) {
         fprintf(stderr, "hmoe bench moe: out of memory\n");
         rc = 1;
     }
+    hm_membw_sweep *sweep = NULL;
+    if (!rc && sweep_on && hm_membw_sweep_create(pool, ops, 0, &sweep) != HM_OK) {
+        fprintf(stderr, "hmoe bench moe: %s (--no-sweep runs without)\n", hm_last_error());
+        rc = 1;
+    }
     rd_job rj = {.ops = ops,
                  .exp = used_exp,
                  .exp_bytes = 2 * mat_gu + mat_d,
@@ -329,6 +348,11 @@ int bench_moe(int argc, char **argv) {
            "median of the pairs' ratios. It follows the machine's bandwidth from moment to "
            "moment, which the %% of bw (the membw passes before the weights) does not.\n",
            MOE_PAIRED);
+    if (sweep)
+        printf("cache sweep: before each timed pass up to 4 tokens (the engine's and its read), a "
+               "read of %.0f MiB of other memory, so neither finds the other's experts in the "
+               "caches (--no-sweep: none)\n",
+               (double)hm_membw_sweep_bytes(sweep) / (1 << 20));
     printf("%7s %12s %12s %12s %10s %9s %10s %10s %10s\n", "tokens", "us/layer", "ms/layers",
            "tokens/s", "GB/s", "% of bw", "TOPS", "read GB/s", "% of read");
     for (int ti = 0; ti < n_tokens && !rc; ti++) {
@@ -345,7 +369,7 @@ int bench_moe(int argc, char **argv) {
         const int passes = paired ? MOE_PAIRED : 3;
         double ratio[MOE_PAIRED], rsec[MOE_PAIRED];
         size_t rbytes = 0;
-        hm_pool_stats rd_stats = {0}; /* the read passes' jobs, not counted as the engine's */
+        hm_pool_stats rd_stats = {0}; /* the read and sweep passes' jobs, not the engine's */
         for (int pass = 0; pass < passes; pass++) {
             bytes = 0;
             rj.n_exp = 0;
@@ -365,7 +389,11 @@ int bench_moe(int argc, char **argv) {
                 used_sum += used, busiest_sum += busiest;
             }
             /* the read first in odd passes: neither side always follows the other */
-            if (paired && pass % 2) rsec[pass] = read_pass(pool, &rj, &rbytes, &rd_stats);
+            if (paired && pass % 2) {
+                if (sweep && sweep_pass(pool, sweep, &rd_stats)) rc = 1;
+                rsec[pass] = read_pass(pool, &rj, &rbytes, &rd_stats);
+            }
+            if (paired && sweep && sweep_pass(pool, sweep, &rd_stats)) rc = 1;
             uint64_t t0 = hm_time_ns();
             for (long l = 0; l < layers; l++) {
                 const size_t o = (size_t)l * (size_t)(max_tok * K);
@@ -380,7 +408,10 @@ int bench_moe(int argc, char **argv) {
             double sec = (double)(hm_time_ns() - t0) * 1e-9;
             best = sec < best ? sec : best;
             if (paired) {
-                if (pass % 2 == 0) rsec[pass] = read_pass(pool, &rj, &rbytes, &rd_stats);
+                if (pass % 2 == 0) {
+                    if (sweep && sweep_pass(pool, sweep, &rd_stats)) rc = 1;
+                    rsec[pass] = read_pass(pool, &rj, &rbytes, &rd_stats);
+                }
                 /* (engine bytes / engine time) / (read bytes / read time) */
                 ratio[pass] = rbytes ? (double)bytes / sec / ((double)rbytes / rsec[pass]) : 0;
             }
@@ -436,6 +467,7 @@ int bench_moe(int argc, char **argv) {
     }
     for (long l = 0; l < layers; l++) hm_moe_free(moe[l]);
     free(moe), free(ex), hm_free(x), hm_free(out), free(ids), free(w), free(wv), free(count);
+    hm_membw_sweep_free(sweep);
     free(used_exp), hm_free(rd_work), hm_free(rd_sinks);
     hm_large_free(&wbuf);
     hm_pool_free(pool);
