@@ -158,10 +158,11 @@ void hm_moe_profile(hm_moe *moe, double sec[HM_MOE_PROF_N], bool reset);
 /* Short name of a phase ("activations", "pack x", "gate/up", "pack h", "down"); "?" if none. */
 const char *hm_moe_profile_name(int phase);
 
-/* Diagnostics of the AMX prefill path since the last reset, summed over every thread (and
- * slice): where a fused gate/up claim's time goes and the int8 rate the kernels reach while they
- * run, which is less noisy than the phases' wall time. Seconds are thread-seconds. Zero where the
- * path did not run (no AMX, no repacked weights, decode). Not while a submit is in flight. */
+/* Diagnostics since the last reset, summed over every thread (and slice): of the AMX prefill
+ * path, where a fused gate/up claim's time goes and the int8 rate the kernels reach while they
+ * run, which is less noisy than the phases' wall time; of the decode path, where each
+ * participant's time goes. Seconds are thread-seconds. Zero where a path did not run (no AMX, no
+ * repacked weights; no decode). Not while a submit is in flight. */
 typedef struct hm_moe_kernel_stats {
     uint64_t claims, tokens; /* fused gate/up claims (one scale group of h each), their tokens */
     double pack_x_s;         /* gathering and packing the claims' experts' x (once per expert
@@ -172,6 +173,13 @@ typedef struct hm_moe_kernel_stats {
     double h_wait_s;         /* down waiting for an expert's last gate/up claims (when the
                                 phases overlap: every expert's h packed by its own claims) */
     uint64_t steals;         /* down claims split by a thread that had run out of claims */
+    /* The decode path (batches of matvec experts: 1-4 tokens each): participations (one per thread
+     * and submit) and their thread-seconds: in all (from entering the job to leaving it), in
+     * gate/up claims (kernels, activation, h conversion), in down claims' rows, down claims waiting
+     * for their expert's h, at the barrier after the last claim, summing the weighted rows and
+     * writing the output */
+    uint64_t dec_jobs;
+    double dec_in_s, dec_gu_s, dec_down_s, dec_h_wait_s, dec_barrier_s, dec_sum_s;
 } hm_moe_kernel_stats;
 void hm_moe_kernel_stats_get(hm_moe *moe, hm_moe_kernel_stats *stats, bool reset);
 

@@ -285,6 +285,52 @@ static int64_t outputs_differ(hm_moe *a, hm_moe *b, const model *m, int n, uint6
     return diff;
 }
 
+/* The decode path's statistics: one participation per thread and submit, the parts inside the
+ * time in the job; nothing from the phased path (HMOE_MOE_DECODE=0); zero after a reset. */
+static void test_decode_stats(hm_pool *pool, const model *m) {
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
+    p.pool = pool, p.max_tokens = 64;
+    hm_moe *dec = NULL, *phased = NULL;
+    CHECK_OK(hm_moe_create(&p, &dec));
+    char *old = env_push("HMOE_MOE_DECODE", "0");
+    CHECK_OK(hm_moe_create(&p, &phased));
+    env_pop("HMOE_MOE_DECODE", old);
+    if (!dec || !phased) {
+        hm_moe_free(dec), hm_moe_free(phased);
+        return;
+    }
+    float *out = fbuf64((size_t)(4 * m->H));
+    for (int i = 0; i < 3; i++) {
+        const int n = i == 0 ? 1 : 3;
+        hm_moe *a = i < 2 ? dec : phased;
+        inputs in = inputs_make(m, n, 5 + (uint64_t)i, 9 + (uint64_t)i);
+        hm_moe_kernel_stats_get(a, NULL, true);
+        for (int rep = 0; rep < 2; rep++) {
+            CHECK_OK(
+                hm_moe_submit(a, in.x, HM_MOE_F32, in.ids, in.w, n, m->k, out, HM_MOE_F32, false));
+            hm_moe_wait(a);
+        }
+        hm_moe_kernel_stats st;
+        hm_moe_kernel_stats_get(a, &st, true);
+        const uint64_t want = a == dec ? 2 * (uint64_t)hm_pool_size(pool) : 0;
+        CHECK_MSG(st.dec_jobs == want, "%d tokens: %llu decode participations, want %llu", n,
+                  (unsigned long long)st.dec_jobs, (unsigned long long)want);
+        const double parts =
+            st.dec_gu_s + st.dec_down_s + st.dec_h_wait_s + st.dec_barrier_s + st.dec_sum_s;
+        CHECK_MSG(a == phased ? st.dec_in_s == 0 && parts == 0
+                              : st.dec_in_s > 0 && st.dec_gu_s > 0 && st.dec_down_s > 0 &&
+                                    parts <= st.dec_in_s * (1 + 1e-12),
+                  "%d tokens: decode times in the job %g, its parts %g (gate/up %g, down %g)", n,
+                  st.dec_in_s, parts, st.dec_gu_s, st.dec_down_s);
+        hm_moe_kernel_stats_get(a, &st, false);
+        CHECK_MSG(st.dec_jobs == 0 && st.dec_in_s == 0, "decode stats not reset");
+        inputs_free(&in);
+    }
+    free(out);
+    hm_moe_free(dec), hm_moe_free(phased);
+}
+
 /* The engine's A/B switches give the same bits: no barrier between gate/up and down against the
  * barrier (HMOE_MOE_FLOW=0), sums straight into the output against the scratch copy
  * (HMOE_MOE_DIRECT_OUT=0, and an output off a cache line, which takes the copy too), down
@@ -873,6 +919,7 @@ int main(int argc, char **argv) {
     test_repack(pool, &m, 64);
     test_fused_h(pool, &m, 64);
     test_same_bits(pool, &m, 64);
+    test_decode_stats(pool, &m);
     /* AMX experts split into parts of consecutive tokens (tile blocks forced to 32 tokens: ~75
      * tokens per expert in 3 parts), each part an active expert of its own (no split without
      * int8 tiles) */

@@ -47,6 +47,13 @@ enum {
     KS_DOWN_OPS,
     KS_H_WAIT,
     KS_STEALS,
+    KS_DEC_IN,
+    KS_DEC_GU,
+    KS_DEC_DOWN,
+    KS_DEC_HWAIT,
+    KS_DEC_BAR,
+    KS_DEC_SUM,
+    KS_DEC_JOBS,
     KS_N
 };
 
@@ -1256,12 +1263,15 @@ static void job_decode(hm_moe *m, int ith, int nth) {
     const int64_t upe = (I + GU - 1) / GU, hud = (H + DU - 1) / DU; /* claims per expert */
     const int na = c->a1 - c->a0;
     const int64_t n_gu = upe * na, n_all = n_gu + hud * na;
+    uint64_t ks[KS_N] = {0}; /* the decode counters of hm_moe_kernel_stats */
+    const uint64_t t_in = hm_time_ns();
     if (!m->pre_done) {
         phase_pre(m, ith, nth);
         moe_barrier(m);
     }
     for (int64_t u;
          (u = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed)) < n_all;) {
+        const uint64_t tc = hm_time_ns(); /* the claim's start */
         if (u < n_gu) {
             const int a = c->a0 + (int)(u / upe);
             const active_expert *ae = &m->act[a];
@@ -1278,6 +1288,7 @@ static void job_decode(hm_moe *m, int ith, int nth) {
                                    m->s->hq + (size_t)(ae->off + t) * m->hq_bytes, I);
                 atomic_store_explicit(&m->h_ready[a], 1, memory_order_release);
             }
+            ks[KS_DEC_GU] += hm_time_ns() - tc;
             continue;
         }
         const int64_t v = u - n_gu;
@@ -1287,7 +1298,12 @@ static void job_decode(hm_moe *m, int ith, int nth) {
         const int64_t r0 = (v % hud) * DU, r1 = r0 + DU < H ? r0 + DU : H;
         const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
         hm_prefetch_start(dw, (size_t)(r1 - r0) * x->down.row_bytes); /* while h may be pending */
-        while (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) hm_cpu_relax();
+        uint64_t t1 = tc;
+        if (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) {
+            while (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) hm_cpu_relax();
+            t1 = hm_time_ns();
+            ks[KS_DEC_HWAIT] += t1 - tc;
+        }
         /* each weight row read once for the expert's (up to 4) tokens */
         for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes) {
             const float b = x->down_bias ? x->down_bias[r] : 0.0f;
@@ -1303,8 +1319,11 @@ static void job_decode(hm_moe *m, int ith, int nth) {
                         m->s->wt[ae->off + t0 + t] * (d[t] + b);
             }
         }
+        ks[KS_DEC_DOWN] += hm_time_ns() - t1;
     }
+    const uint64_t t_claims = hm_time_ns();
     moe_barrier(m);
+    const uint64_t t_bar = hm_time_ns();
     int64_t o0, o1;
     span(hu, ith, nth, &o0, &o1);
     const int64_t R0 = o0 * UNIT, R1 = o1 * UNIT < H ? o1 * UNIT : H;
@@ -1316,6 +1335,12 @@ static void job_decode(hm_moe *m, int ith, int nth) {
         for (int64_t r = R0; r < R1; r++) acc[r] += src[r];
     }
     write_out(m, R0, R1);
+    const uint64_t t_out = hm_time_ns();
+    ks[KS_DEC_BAR] = t_bar - t_claims;
+    ks[KS_DEC_SUM] = t_out - t_bar;
+    ks[KS_DEC_IN] = t_out - t_in;
+    ks[KS_DEC_JOBS] = 1;
+    ks_add(m, ks);
 }
 
 /* down claim states (hm_moe.dn_st): the next walk position the owner starts, the units it owns */
@@ -1529,6 +1554,13 @@ void hm_moe_kernel_stats_get(hm_moe *m, hm_moe_kernel_stats *st, bool reset) {
         .down_ops = (double)v[KS_DOWN_OPS],
         .h_wait_s = 1e-9 * (double)v[KS_H_WAIT],
         .steals = v[KS_STEALS],
+        .dec_jobs = v[KS_DEC_JOBS],
+        .dec_in_s = 1e-9 * (double)v[KS_DEC_IN],
+        .dec_gu_s = 1e-9 * (double)v[KS_DEC_GU],
+        .dec_down_s = 1e-9 * (double)v[KS_DEC_DOWN],
+        .dec_h_wait_s = 1e-9 * (double)v[KS_DEC_HWAIT],
+        .dec_barrier_s = 1e-9 * (double)v[KS_DEC_BAR],
+        .dec_sum_s = 1e-9 * (double)v[KS_DEC_SUM],
     };
 }
 

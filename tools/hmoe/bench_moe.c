@@ -357,7 +357,7 @@ int bench_moe(int argc, char **argv) {
            "tokens/s", "GB/s", "% of bw", "TOPS", "read GB/s", "% of read");
     for (int ti = 0; ti < n_tokens && !rc; ti++) {
         const int n = (int)tokens[ti];
-        double best = 1e30;
+        double best = 1e30, eng_sum = 0;
         size_t bytes = 0;
         double used_sum = 0, busiest_sum = 0;
         for (long l = 0; l < layers; l++) {
@@ -407,6 +407,7 @@ int bench_moe(int argc, char **argv) {
             }
             double sec = (double)(hm_time_ns() - t0) * 1e-9;
             best = sec < best ? sec : best;
+            eng_sum += sec;
             if (paired) {
                 if (pass % 2 == 0) {
                     if (sweep && sweep_pass(pool, sweep, &rd_stats)) rc = 1;
@@ -451,6 +452,22 @@ int bench_moe(int argc, char **argv) {
             ks.glu_s += k1.glu_s, ks.glu_ops += k1.glu_ops, ks.pack_h_s += k1.pack_h_s;
             ks.down_s += k1.down_s, ks.down_ops += k1.down_ops, ks.h_wait_s += k1.h_wait_s;
             ks.steals += k1.steals;
+            ks.dec_jobs += k1.dec_jobs, ks.dec_in_s += k1.dec_in_s, ks.dec_gu_s += k1.dec_gu_s;
+            ks.dec_down_s += k1.dec_down_s, ks.dec_h_wait_s += k1.dec_h_wait_s;
+            ks.dec_barrier_s += k1.dec_barrier_s, ks.dec_sum_s += k1.dec_sum_s;
+        }
+        if (ks.dec_jobs) {
+            /* per participant and layer; the rest of the passes' wall time (times the threads)
+             * is outside the jobs: the caller's submit, waking the threads, the pool's join */
+            const double per = 1e6 / (double)ks.dec_jobs;
+            printf("        decode, us per thread and layer: in the job %.1f (gate/up claims %.1f, "
+                   "down claims %.1f, down waiting for h %.1f, barrier %.1f, sum and output "
+                   "%.1f)",
+                   ks.dec_in_s * per, ks.dec_gu_s * per, ks.dec_down_s * per, ks.dec_h_wait_s * per,
+                   ks.dec_barrier_s * per, ks.dec_sum_s * per);
+            if (!async && nodes == 1)
+                printf(", outside it %.1f", (eng_sum * nth - ks.dec_in_s) * per);
+            printf("\n");
         }
         if (ks.claims && ks.glu_s > 0)
             printf("        gate/up claims (%.0f tokens): pack x %.1f us, gate+up+silu %.1f us "
