@@ -180,6 +180,8 @@ typedef struct hm_moe_kernel_stats {
      * writing the output */
     uint64_t dec_jobs;
     double dec_in_s, dec_gu_s, dec_down_s, dec_h_wait_s, dec_barrier_s, dec_sum_s;
+    double dec_prep_s;  /* the caller's submits: routing and checks before the job's launch */
+    double dec_start_s; /* from the launch to each participant's start (waking the threads) */
 } hm_moe_kernel_stats;
 void hm_moe_kernel_stats_get(hm_moe *moe, hm_moe_kernel_stats *stats, bool reset);
 

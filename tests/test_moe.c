@@ -318,9 +318,9 @@ static void test_decode_stats(hm_pool *pool, const model *m) {
                   (unsigned long long)st.dec_jobs, (unsigned long long)want);
         const double parts =
             st.dec_gu_s + st.dec_down_s + st.dec_h_wait_s + st.dec_barrier_s + st.dec_sum_s;
-        CHECK_MSG(a == phased ? st.dec_in_s == 0 && parts == 0
+        CHECK_MSG(a == phased ? st.dec_in_s == 0 && parts == 0 && st.dec_prep_s == 0
                               : st.dec_in_s > 0 && st.dec_gu_s > 0 && st.dec_down_s > 0 &&
-                                    parts <= st.dec_in_s * (1 + 1e-12),
+                                    st.dec_prep_s > 0 && parts <= st.dec_in_s * (1 + 1e-12),
                   "%d tokens: decode times in the job %g, its parts %g (gate/up %g, down %g)", n,
                   st.dec_in_s, parts, st.dec_gu_s, st.dec_down_s);
         hm_moe_kernel_stats_get(a, &st, false);

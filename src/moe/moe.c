@@ -54,6 +54,8 @@ enum {
     KS_DEC_BAR,
     KS_DEC_SUM,
     KS_DEC_JOBS,
+    KS_DEC_PREP,
+    KS_DEC_START,
     KS_N
 };
 
@@ -180,6 +182,7 @@ struct hm_moe {
     bool decode;
     int64_t dec_gu, dec_du; /* decode: gate/up and down rows per claim (decode_rows) */
     int dec_rows_env;       /* HMOE_MOE_DECODE_ROWS=N: N rows per decode claim (A/B), else 0 */
+    uint64_t t_launch;      /* hm_time_ns() when the job was launched (decode statistics) */
     bool pre_done; /* decode of 1-2 tokens: the caller converted x before the job (no barrier) */
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
     bool no_fused_h;     /* HMOE_MOE_FUSE_H=0: h packed in its own phase (A/B, tests) */
@@ -1265,6 +1268,7 @@ static void job_decode(hm_moe *m, int ith, int nth) {
     const int64_t n_gu = upe * na, n_all = n_gu + hud * na;
     uint64_t ks[KS_N] = {0}; /* the decode counters of hm_moe_kernel_stats */
     const uint64_t t_in = hm_time_ns();
+    ks[KS_DEC_START] = t_in > m->t_launch ? t_in - m->t_launch : 0;
     if (!m->pre_done) {
         phase_pre(m, ith, nth);
         moe_barrier(m);
@@ -1561,6 +1565,8 @@ void hm_moe_kernel_stats_get(hm_moe *m, hm_moe_kernel_stats *st, bool reset) {
         .dec_h_wait_s = 1e-9 * (double)v[KS_DEC_HWAIT],
         .dec_barrier_s = 1e-9 * (double)v[KS_DEC_BAR],
         .dec_sum_s = 1e-9 * (double)v[KS_DEC_SUM],
+        .dec_prep_s = 1e-9 * (double)v[KS_DEC_PREP],
+        .dec_start_s = 1e-9 * (double)v[KS_DEC_START],
     };
 }
 
@@ -1657,8 +1663,12 @@ hm_status hm_moe_submit(hm_moe *m, const void *x, hm_moe_dtype x_type, const int
                          "moe: the pool is still running another submitted job (wait for it "
                          "first)");
     if (m->n_sub) return submit_sliced(m, x, x_type, ids, w, n_tok, k, out, out_type, accumulate);
+    const uint64_t t0 = hm_time_ns();
     hm_status st = prepare(m, x, x_type, ids, w, n_tok, k, out, out_type, accumulate);
     if (st || !m->run_job) return st;
+    m->t_launch = hm_time_ns();
+    if (m->decode)
+        atomic_fetch_add_explicit(&m->ks[KS_DEC_PREP], m->t_launch - t0, memory_order_relaxed);
     launch(m, job);
     return HM_OK;
 }

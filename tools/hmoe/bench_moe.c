@@ -455,6 +455,7 @@ int bench_moe(int argc, char **argv) {
             ks.dec_jobs += k1.dec_jobs, ks.dec_in_s += k1.dec_in_s, ks.dec_gu_s += k1.dec_gu_s;
             ks.dec_down_s += k1.dec_down_s, ks.dec_h_wait_s += k1.dec_h_wait_s;
             ks.dec_barrier_s += k1.dec_barrier_s, ks.dec_sum_s += k1.dec_sum_s;
+            ks.dec_prep_s += k1.dec_prep_s, ks.dec_start_s += k1.dec_start_s;
         }
         if (ks.dec_jobs) {
             /* per participant and layer; the rest of the passes' wall time (times the threads)
@@ -466,7 +467,9 @@ int bench_moe(int argc, char **argv) {
                    ks.dec_in_s * per, ks.dec_gu_s * per, ks.dec_down_s * per, ks.dec_h_wait_s * per,
                    ks.dec_barrier_s * per, ks.dec_sum_s * per);
             if (!async && nodes == 1)
-                printf(", outside it %.1f", (eng_sum * nth - ks.dec_in_s) * per);
+                printf(", outside it %.1f (the submit's routing %.1f, launch to start %.1f)",
+                       (eng_sum * nth - ks.dec_in_s) * per, ks.dec_prep_s * nth * per,
+                       ks.dec_start_s * per);
             printf("\n");
         }
         if (ks.claims && ks.glu_s > 0)
