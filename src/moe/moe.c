@@ -1273,9 +1273,10 @@ static void job_decode(hm_moe *m, int ith, int nth) {
         phase_pre(m, ith, nth);
         moe_barrier(m);
     }
+    /* the end of the last timed step, so one clock read per claim (~30-40 ns on the device) */
+    uint64_t tc = hm_time_ns();
     for (int64_t u;
          (u = atomic_fetch_add_explicit(&c->gu_next, 1, memory_order_relaxed)) < n_all;) {
-        const uint64_t tc = hm_time_ns(); /* the claim's start */
         if (u < n_gu) {
             const int a = c->a0 + (int)(u / upe);
             const active_expert *ae = &m->act[a];
@@ -1292,7 +1293,9 @@ static void job_decode(hm_moe *m, int ith, int nth) {
                                    m->s->hq + (size_t)(ae->off + t) * m->hq_bytes, I);
                 atomic_store_explicit(&m->h_ready[a], 1, memory_order_release);
             }
-            ks[KS_DEC_GU] += hm_time_ns() - tc;
+            const uint64_t t = hm_time_ns();
+            ks[KS_DEC_GU] += t - tc;
+            tc = t;
             continue;
         }
         const int64_t v = u - n_gu;
@@ -1302,11 +1305,11 @@ static void job_decode(hm_moe *m, int ith, int nth) {
         const int64_t r0 = (v % hud) * DU, r1 = r0 + DU < H ? r0 + DU : H;
         const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
         hm_prefetch_start(dw, (size_t)(r1 - r0) * x->down.row_bytes); /* while h may be pending */
-        uint64_t t1 = tc;
         if (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) {
             while (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) hm_cpu_relax();
-            t1 = hm_time_ns();
-            ks[KS_DEC_HWAIT] += t1 - tc;
+            const uint64_t t = hm_time_ns();
+            ks[KS_DEC_HWAIT] += t - tc;
+            tc = t;
         }
         /* each weight row read once for the expert's (up to 4) tokens */
         for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes) {
@@ -1323,9 +1326,11 @@ static void job_decode(hm_moe *m, int ith, int nth) {
                         m->s->wt[ae->off + t0 + t] * (d[t] + b);
             }
         }
-        ks[KS_DEC_DOWN] += hm_time_ns() - t1;
+        const uint64_t t = hm_time_ns();
+        ks[KS_DEC_DOWN] += t - tc;
+        tc = t;
     }
-    const uint64_t t_claims = hm_time_ns();
+    const uint64_t t_claims = tc;
     moe_barrier(m);
     const uint64_t t_bar = hm_time_ns();
     int64_t o0, o1;
