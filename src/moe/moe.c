@@ -47,17 +47,17 @@ enum {
     KS_DOWN_OPS,
     KS_H_WAIT,
     KS_STEALS,
-    KS_DEC_IN,
-    KS_DEC_GU,
-    KS_DEC_DOWN,
-    KS_DEC_HWAIT,
-    KS_DEC_BAR,
-    KS_DEC_SUM,
-    KS_DEC_JOBS,
-    KS_DEC_PREP,
-    KS_DEC_START,
+    KS_DEC_PREP, /* the caller's routing of decode batches (it alone adds) */
     KS_N
 };
+
+/* The decode path's counters of hm_moe_kernel_stats, per participant: each thread adds to its
+ * own line with plain stores at the end of a job (one contended atomic per counter and thread
+ * would sit at every layer's end, where the job waits for its slowest participant) */
+enum { DEC_IN, DEC_GU, DEC_DOWN, DEC_HWAIT, DEC_BAR, DEC_SUM, DEC_JOBS, DEC_START, DEC_N };
+typedef struct {
+    _Alignas(64) uint64_t v[DEC_N];
+} dec_slot;
 
 #define UNIT 32 /* rows per work unit (the AMX row group) */
 /* units per claim in the phased AMX path (an expert's activations, or a chunk's hidden rows, then
@@ -183,6 +183,7 @@ struct hm_moe {
     int64_t dec_gu, dec_du; /* decode: gate/up and down rows per claim (decode_rows) */
     int dec_rows_env;       /* HMOE_MOE_DECODE_ROWS=N: N rows per decode claim (A/B), else 0 */
     uint64_t t_launch;      /* hm_time_ns() when the job was launched (decode statistics) */
+    dec_slot *dks;          /* [nth] the decode counters, one line per participant */
     bool pre_done; /* decode of 1-2 tokens: the caller converted x before the job (no barrier) */
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
     bool no_fused_h;     /* HMOE_MOE_FUSE_H=0: h packed in its own phase (A/B, tests) */
@@ -534,6 +535,11 @@ static hm_status create_one(const hm_moe_params *p, hm_barrier *bar, hm_moe **ou
     m->xq_bytes = hm_act_bytes(m->tg, p->hidden);
     m->hq_bytes = hm_act_bytes(m->td, p->inter);
     m->nth = bar ? bar->n : hm_pool_size(p->pool);
+    m->dks = hm_calloc_aligned((size_t)m->nth, sizeof *m->dks, 64, "moe decode counters");
+    if (!m->dks) {
+        st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory");
+        goto fail;
+    }
     if ((st = scratch_bind(m, p->scratch))) goto fail;
     size_t amx_bytes = 0;
 #if defined(__x86_64__)
@@ -869,6 +875,7 @@ void hm_moe_free(hm_moe *m) {
     free(m->chunks), free(m->gu_done), free(m->h_ready), free(m->taken), free(m->pidx);
     free(m->packed);
     free(m->dn_st), free(m->dn_done);
+    hm_free(m->dks);
     hm_large_free(&m->wpack);
     free(m);
 }
@@ -1266,9 +1273,9 @@ static void job_decode(hm_moe *m, int ith, int nth) {
     const int64_t upe = (I + GU - 1) / GU, hud = (H + DU - 1) / DU; /* claims per expert */
     const int na = c->a1 - c->a0;
     const int64_t n_gu = upe * na, n_all = n_gu + hud * na;
-    uint64_t ks[KS_N] = {0}; /* the decode counters of hm_moe_kernel_stats */
+    uint64_t ks[DEC_N] = {0}; /* this job's decode counters (m->dks[ith] at its end) */
     const uint64_t t_in = hm_time_ns();
-    ks[KS_DEC_START] = t_in > m->t_launch ? t_in - m->t_launch : 0;
+    ks[DEC_START] = t_in > m->t_launch ? t_in - m->t_launch : 0;
     if (!m->pre_done) {
         phase_pre(m, ith, nth);
         moe_barrier(m);
@@ -1294,7 +1301,7 @@ static void job_decode(hm_moe *m, int ith, int nth) {
                 atomic_store_explicit(&m->h_ready[a], 1, memory_order_release);
             }
             const uint64_t t = hm_time_ns();
-            ks[KS_DEC_GU] += t - tc;
+            ks[DEC_GU] += t - tc;
             tc = t;
             continue;
         }
@@ -1308,7 +1315,7 @@ static void job_decode(hm_moe *m, int ith, int nth) {
         if (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) {
             while (!atomic_load_explicit(&m->h_ready[a], memory_order_acquire)) hm_cpu_relax();
             const uint64_t t = hm_time_ns();
-            ks[KS_DEC_HWAIT] += t - tc;
+            ks[DEC_HWAIT] += t - tc;
             tc = t;
         }
         /* each weight row read once for the expert's (up to 4) tokens */
@@ -1327,7 +1334,7 @@ static void job_decode(hm_moe *m, int ith, int nth) {
             }
         }
         const uint64_t t = hm_time_ns();
-        ks[KS_DEC_DOWN] += t - tc;
+        ks[DEC_DOWN] += t - tc;
         tc = t;
     }
     const uint64_t t_claims = tc;
@@ -1345,11 +1352,12 @@ static void job_decode(hm_moe *m, int ith, int nth) {
     }
     write_out(m, R0, R1);
     const uint64_t t_out = hm_time_ns();
-    ks[KS_DEC_BAR] = t_bar - t_claims;
-    ks[KS_DEC_SUM] = t_out - t_bar;
-    ks[KS_DEC_IN] = t_out - t_in;
-    ks[KS_DEC_JOBS] = 1;
-    ks_add(m, ks);
+    ks[DEC_BAR] = t_bar - t_claims;
+    ks[DEC_SUM] = t_out - t_bar;
+    ks[DEC_IN] = t_out - t_in;
+    ks[DEC_JOBS] = 1;
+    uint64_t *own = m->dks[ith].v;
+    for (int i = 0; i < DEC_N; i++) own[i] += ks[i];
 }
 
 /* down claim states (hm_moe.dn_st): the next walk position the owner starts, the units it owns */
@@ -1551,6 +1559,12 @@ void hm_moe_kernel_stats_get(hm_moe *m, hm_moe_kernel_stats *st, bool reset) {
         for (int i = 0; i < KS_N; i++)
             v[i] += reset ? atomic_exchange_explicit(&all[j]->ks[i], 0, memory_order_relaxed)
                           : atomic_load_explicit(&all[j]->ks[i], memory_order_relaxed);
+    uint64_t d[DEC_N] = {0};
+    for (int j = 0; j < (m->n_sub ? m->n_sub : 1); j++)
+        for (int t = 0; t < all[j]->nth; t++) {
+            for (int i = 0; i < DEC_N; i++) d[i] += all[j]->dks[t].v[i];
+            if (reset) memset(all[j]->dks[t].v, 0, sizeof all[j]->dks[t].v);
+        }
     if (!st) return;
     *st = (hm_moe_kernel_stats){
         .claims = v[KS_CLAIMS],
@@ -1563,15 +1577,15 @@ void hm_moe_kernel_stats_get(hm_moe *m, hm_moe_kernel_stats *st, bool reset) {
         .down_ops = (double)v[KS_DOWN_OPS],
         .h_wait_s = 1e-9 * (double)v[KS_H_WAIT],
         .steals = v[KS_STEALS],
-        .dec_jobs = v[KS_DEC_JOBS],
-        .dec_in_s = 1e-9 * (double)v[KS_DEC_IN],
-        .dec_gu_s = 1e-9 * (double)v[KS_DEC_GU],
-        .dec_down_s = 1e-9 * (double)v[KS_DEC_DOWN],
-        .dec_h_wait_s = 1e-9 * (double)v[KS_DEC_HWAIT],
-        .dec_barrier_s = 1e-9 * (double)v[KS_DEC_BAR],
-        .dec_sum_s = 1e-9 * (double)v[KS_DEC_SUM],
+        .dec_jobs = d[DEC_JOBS],
+        .dec_in_s = 1e-9 * (double)d[DEC_IN],
+        .dec_gu_s = 1e-9 * (double)d[DEC_GU],
+        .dec_down_s = 1e-9 * (double)d[DEC_DOWN],
+        .dec_h_wait_s = 1e-9 * (double)d[DEC_HWAIT],
+        .dec_barrier_s = 1e-9 * (double)d[DEC_BAR],
+        .dec_sum_s = 1e-9 * (double)d[DEC_SUM],
         .dec_prep_s = 1e-9 * (double)v[KS_DEC_PREP],
-        .dec_start_s = 1e-9 * (double)v[KS_DEC_START],
+        .dec_start_s = 1e-9 * (double)d[DEC_START],
     };
 }
 
