@@ -248,12 +248,6 @@ static int bench_membw(int argc, char **argv) {
 /* timed passes of the matvec rows (up to 4 tokens), each paired with a read pass */
 #define KPAIRED 5
 
-/* one thread's share of a read pass: the lines' sum (keeps the reads) and the bytes read */
-typedef struct ksink {
-    _Alignas(64) uint64_t sum;
-    size_t bytes;
-} ksink;
-
 typedef struct kjob {
     hm_pool *pool;
     hm_vec_dot_fn dot;
@@ -275,7 +269,7 @@ typedef struct kjob {
     hm_vec_dot_n_fn dotn; /* the multi-token twin of dot (NULL: none) */
     hm_work_slot *work;   /* [nth]: the pass's claims (set up by krun) */
     bool read_only;       /* matvec claims only read their weight bytes (the paired read pass) */
-    struct ksink *sinks;  /* [nth]: what the read passes read */
+    cli_read_sink *sinks; /* [nth]: what the read passes read */
     int cu;               /* 32-row units per claim */
     int tbt;              /* tokens per block (hm_tile_token_block), each packed on its own */
     size_t blk;           /* packed bytes per token block */
@@ -530,7 +524,8 @@ static int bench_kernels(int argc, char **argv) {
     float *yref = malloc(sizeof(float) * (size_t)(rows * 4));
     hm_work_slot *work =
         hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(hm_work_slot), 64, "claims");
-    ksink *sinks = hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(ksink), 64, "read sinks");
+    cli_read_sink *sinks =
+        hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(cli_read_sink), 64, "read sinks");
     int rc = 0;
     if (!mats || !xq || !xqr || !x || !y || !yref || !work || !sinks ||
         hm_large_alloc(mb * (size_t)n_mats, true, "weights", &wbuf) != HM_OK) {
@@ -681,7 +676,7 @@ static int bench_kernels(int argc, char **argv) {
                 const bool read = paired && half == (pass % 2 == 0);
                 if (!paired && half) break;
                 job.read_only = read;
-                if (read) memset(job.sinks, 0, sizeof(ksink) * (size_t)nth);
+                if (read) memset(job.sinks, 0, sizeof(cli_read_sink) * (size_t)nth);
                 if (paired && sweep && hm_membw_sweep_run(sweep) != HM_OK) {
                     fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
                     rc = 1;

@@ -41,17 +41,13 @@ static void fill_task(int ith, int nth, void *arg) {
 #define RD_CHUNK   ((size_t)256 << 10)
 #define MOE_PAIRED 5
 typedef struct {
-    _Alignas(64) uint64_t sum;
-    size_t bytes;
-} rd_sink;
-typedef struct {
     const hm_cpu_ops *ops;
     uint8_t *const *exp; /* [n_exp] the used experts' first bytes */
     int64_t n_exp;
     size_t exp_bytes;
     int64_t per_exp; /* chunks per expert */
     hm_work_slot *work;
-    rd_sink *sinks;
+    cli_read_sink *sinks;
 } rd_job;
 
 static void rd_task(int ith, int nth, void *arg) {
@@ -68,7 +64,7 @@ static void rd_task(int ith, int nth, void *arg) {
 /* one read pass (its pool job's counters added to *acc); returns its seconds, *rbytes the bytes */
 static double read_pass(hm_pool *pool, rd_job *rj, size_t *rbytes, hm_pool_stats *acc) {
     const int nth = hm_pool_size(pool);
-    memset(rj->sinks, 0, sizeof(rd_sink) * (size_t)nth);
+    memset(rj->sinks, 0, sizeof(cli_read_sink) * (size_t)nth);
     hm_work_init(rj->work, nth, rj->n_exp * rj->per_exp);
     hm_pool_stats s0, s1;
     hm_pool_stats_get(pool, &s0);
@@ -327,7 +323,8 @@ int bench_moe(int argc, char **argv) {
     const int nth = hm_pool_size(pool);
     uint8_t **used_exp = malloc(sizeof(uint8_t *) * (size_t)(E * layers));
     hm_work_slot *rd_work = hm_calloc_aligned((size_t)nth, sizeof(hm_work_slot), 64, "claims");
-    rd_sink *rd_sinks = hm_calloc_aligned((size_t)nth, sizeof(rd_sink), 64, "read sinks");
+    cli_read_sink *rd_sinks =
+        hm_calloc_aligned((size_t)nth, sizeof(cli_read_sink), 64, "read sinks");
     if (!used_exp || !rd_work || !rd_sinks) {
         fprintf(stderr, "hmoe bench moe: out of memory\n");
         rc = 1;

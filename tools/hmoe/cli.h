@@ -37,6 +37,12 @@ char *cli_read_file(const char *path, size_t *len);
  * huge pages and the system's THP mode (benchmarks print it after setting up their weights:
  * streamed weights on 4 KiB pages cost a TLB miss per page). Nothing where Linux does not say. */
 void cli_print_huge_pages(const char *indent);
+/* One thread's share of a benchmark's read pass (the paired read of "% of read"): the wrapping
+ * sum of the lines it read (so the reads happen) and their bytes; one cache line per thread. */
+typedef struct cli_read_sink {
+    _Alignas(64) uint64_t sum;
+    size_t bytes;
+} cli_read_sink;
 /* The "read GB/s" and "% of read" columns of bench kernels / bench moe, ending the row: ratio[p]
  * (a pass's GB/s over its paired read's) and rsec[p] (the read's seconds, of rbytes) for
  * p < passes, both sorted here, their medians printed; "-" in both when passes or rbytes is 0. */
