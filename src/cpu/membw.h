@@ -42,7 +42,8 @@ uint64_t hm_membw_read_range(const hm_cpu_ops *ops, const void *p, size_t bytes,
  * created, so it has pages of its own): bytes 0 = 4 x the last-level cache, at least 256 MiB
  * (1 GiB where the cache size is unknown). The benchmarks run one before each timed side of a
  * paired measurement: what one side read stays partly in the last-level cache (hundreds of MiB
- * on server parts), and the other side's read of the same bytes ran up to 20% faster from it.
+ * on server parts), and the other side's read of the same bytes can run faster from it (14% on
+ * the development machine, a 2-layer bench moe).
  * The sweep leaves the caches full of its own lines, which no pass reads. */
 typedef struct hm_membw_sweep hm_membw_sweep;
 hm_status hm_membw_sweep_create(hm_pool *pool, const hm_cpu_ops *ops, size_t bytes,

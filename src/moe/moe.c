@@ -1656,6 +1656,8 @@ static hm_status submit_sliced(hm_moe *m, const void *x, hm_moe_dtype x_type, co
     }
     if (per == 0) return HM_OK;
     m->out = out, m->out_type = out_type, m->accumulate = accumulate, m->n_tok = n_tok;
+    const uint64_t t_launch = hm_time_ns(); /* the children's decode statistics start here */
+    for (int i = 0; i < m->n_sub; i++) m->sub[i]->t_launch = t_launch;
     launch(m, sliced_job);
     return HM_OK;
 }
