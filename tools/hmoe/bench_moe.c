@@ -146,7 +146,7 @@ int bench_moe(int argc, char **argv) {
     bool async = false, repack = false;
     double skew = 0; /* Zipf exponent of the experts' popularity (0: uniform routing) */
     long nodes = 1;  /* > 1: one group of threads per node (emulated on one node), a slice each */
-    bool slice_copy = false, sweep_on = true;
+    bool slice_copy = false, sweep_on = true, own_scratch = false;
     int n_tokens = 4;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -170,12 +170,14 @@ int bench_moe(int argc, char **argv) {
             slice_copy = true;
         else if (!strcmp(a, "--no-sweep"))
             sweep_on = false;
+        else if (!strcmp(a, "--own-scratch"))
+            own_scratch = true;
         else if (!strcmp(a, "--skew") && v && cli_parse_double(v, 0, 8, &skew))
             i++;
         else
             return cli_usage_error("bench moe: bad option '%s' (--preset P --type T --tokens "
                                    "1,4,32,512 --layers N --threads N --async --nodes N "
-                                   "--slice-copy --repack --skew S --no-sweep)",
+                                   "--slice-copy --repack --skew S --no-sweep --own-scratch)",
                                    a);
     }
     const hm_preset *pr = hm_preset_find(preset);
@@ -224,6 +226,8 @@ int bench_moe(int argc, char **argv) {
     printf("pool: %s\n", async
                              ? "async (submit returns at once; the caller waits on its own thread)"
                              : "sync (the caller computes as participant 0)");
+    printf("batch scratch: %s\n", own_scratch ? "one per layer (--own-scratch)"
+                                              : "one shared by the layers, as a model's are");
     /* measured before the weights take their memory, as bench kernels does: after them (45 GB
      * resident) the device read ~95 GB/s here against 146-172 in bench kernels and bench membw
      * of the same session */
@@ -261,6 +265,15 @@ int bench_moe(int argc, char **argv) {
     hm_moe_expert *ex = calloc((size_t)E, sizeof *ex);
     int rc = 0;
     double create_s = 0;
+    /* a model's layers share one batch scratch (model/ctx.c): the per-thread buffers and the
+     * activations' scratch stay warm from layer to layer, where a scratch per layer is as cold as
+     * the layer's weights (1 token, 48 layers: the routing took 10-16 us per layer on the
+     * development machine with its own scratch, 10 with the shared one) */
+    hm_moe_scratch *scratch = NULL;
+    if (!own_scratch && hm_moe_scratch_create(&scratch) != HM_OK) {
+        fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
+        rc = 1;
+    }
     for (long l = 0; l < layers && !rc; l++) {
         uint8_t *lb = (uint8_t *)wbuf.ptr + (size_t)l * per_layer;
         for (int e = 0; e < E; e++) {
@@ -273,6 +286,7 @@ int bench_moe(int argc, char **argv) {
         mp.n_experts = E, mp.hidden = H, mp.inter = I, mp.experts = ex, mp.pool = pool;
         mp.n_slices = nodes > 1 ? (int)nodes : 0, mp.slice_copy = slice_copy;
         mp.repack = repack;
+        mp.scratch = scratch;
         mp.max_tokens = (int)max_tok; /* the batch the engine is made for, as a context does */
         if (l == 0 && repack)
             printf("repack: every expert also stored as int8 AMX tile units, %.2f GB more (%s)\n",
@@ -285,6 +299,7 @@ int bench_moe(int argc, char **argv) {
         }
         create_s += (double)(hm_time_ns() - t0) * 1e-9;
     }
+    hm_moe_scratch_free(scratch); /* the engines hold their references */
     if (repack && !rc) printf("repack: %.2f s for %ld layers\n", create_s, layers);
     cli_print_huge_pages("");
     float *x = hm_malloc_aligned(sizeof(float) * (size_t)(max_tok * H), 64, "moe input");
