@@ -100,11 +100,13 @@ typedef struct hm_moe_params {
      * weights. The pool computes the repacking in hm_moe_create (with n_slices > 1 each slice's
      * group packs its own slice, so the copy lands on that node). */
     bool repack;
-    /* Batch scratch shared with other engines (hm_moe_scratch_create), or NULL for the engine's
-     * own. A model's layers run one after another, so one scratch can serve them all: it grows
-     * to the largest batch any of them has seen and is allocated (and its pages faulted in)
-     * once instead of once per layer. Engines sharing it must use pools of the same size and
-     * not have batches in flight at the same time (hm_moe_submit refuses with an error). With
+    /* Batch scratch shared with other engines (hm_moe_scratch_create), or NULL for the default:
+     * one scratch shared by every engine created on the same pool without one (made with the
+     * first, freed with the last; an engine with n_slices > 1 gets one of its own). A model's
+     * layers run one after another, so one scratch can serve them all: it grows to the largest
+     * batch any of them has seen, is allocated (and its pages faulted in) once instead of once per
+     * layer, and stays warm from layer to layer. Engines sharing it must use pools of the same size
+     * and not have batches in flight at the same time (hm_moe_submit refuses with an error). With
      * n_slices > 1 it also keeps one scratch per slice, shared by that slice of every engine. */
     hm_moe_scratch *scratch;
 } hm_moe_params;

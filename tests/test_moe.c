@@ -514,9 +514,11 @@ static void test_fused_h(hm_pool *pool, const model *m, int n) {
     }
 }
 
-/* Engines of different shapes and types sharing one batch scratch give bit for bit what engines
- * with their own scratch give, in any order of batch sizes; a shared scratch in use refuses a
- * second engine's submit; pools of another size are refused at create. */
+/* Engines of different shapes and types sharing one batch scratch (params.scratch) give bit for
+ * bit what engines made without one give (those share their pool's default scratch), in any
+ * order of batch sizes; a shared scratch in use refuses a second engine's submit, the pool's
+ * default one too, but not an engine's on another pool; pools of another size are refused at
+ * create. */
 static void test_shared_scratch(hm_pool *pool) {
     model ma, mb;
     model_init(&ma, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 256, 256, 8, 2, HM_MOE_GELU, false, 31);
@@ -594,6 +596,37 @@ static void test_shared_scratch(hm_pool *pool) {
     CHECK_OK(
         hm_moe_submit(shared[1], x, HM_MOE_F32, ids + 32, w + 32, 4, mb.k, ob, HM_MOE_F32, false));
     hm_moe_wait(shared[1]);
+    /* engines made without a scratch share their pool's: one's batch in flight holds it */
+    CHECK_OK(hm_moe_submit(own[0], x, HM_MOE_F32, ids, w, 4, ma.k, oa, HM_MOE_F32, false));
+    CHECK_STATUS(
+        hm_moe_submit(own[1], x, HM_MOE_F32, ids + 32, w + 32, 4, mb.k, ob, HM_MOE_F32, false),
+        HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "scratch shared with another engine");
+    /* while an engine on another pool has a default scratch of its own */
+    pp.n_threads = 2;
+    CHECK_OK(hm_pool_create(&pp, &other));
+    hm_moe *apart = NULL;
+    {
+        hm_moe_params p = hm_moe_default_params();
+        p.n_experts = mb.E, p.hidden = mb.H, p.inter = mb.I, p.experts = mb.ex, p.act = mb.act;
+        p.pool = other;
+        CHECK_OK(hm_moe_create(&p, &apart));
+    }
+    float *oc = malloc(sizeof(float) * 4 * 256);
+    if (apart) {
+        CHECK_OK(
+            hm_moe_submit(apart, x, HM_MOE_F32, ids + 32, w + 32, 4, mb.k, oc, HM_MOE_F32, false));
+        hm_moe_wait(apart);
+    }
+    hm_moe_wait(own[0]);
+    CHECK_OK(
+        hm_moe_submit(own[1], x, HM_MOE_F32, ids + 32, w + 32, 4, mb.k, ob, HM_MOE_F32, false));
+    hm_moe_wait(own[1]);
+    CHECK_MSG(!apart || !memcmp(ob, oc, sizeof(float) * 4 * 256),
+              "engines on two pools: the same batch gave different outputs");
+    hm_moe_free(apart);
+    hm_pool_free(other);
+    free(oc);
     free(x), free(xb), free(oa), free(ob), free(ids), free(w);
     for (int i = 0; i < 2; i++) hm_moe_free(own[i]), hm_moe_free(shared[i]);
     model_free(&ma), model_free(&mb);

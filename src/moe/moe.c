@@ -20,6 +20,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,7 @@ struct hm_moe_scratch {
     float *sub_out;
     size_t cap_sub_out;
     hm_moe_scratch *slice[64];
+    const hm_pool *pool_key; /* a pool's default scratch (pool_scratch_get): that pool */
 };
 
 struct hm_moe {
@@ -247,18 +249,73 @@ hm_status hm_moe_scratch_create(hm_moe_scratch **out) {
     return HM_OK;
 }
 
+/* The default scratch of the engines created without one: one per pool, shared by every engine
+ * on it (a pool runs one job at a time, so they take turns anyway). A model's 48 layers with a
+ * scratch each held 48 copies of the largest batch's buffers, and each layer's routing found its
+ * own cold (1 token on the device: 15-18 us per layer against 4-6 with one scratch, bench
+ * moe --own-scratch, bench/RESULTS.md sixteenth session). The list is looked up and a scratch's
+ * last reference dropped under one lock, so engines made and freed from different threads (on
+ * different pools) stay safe. */
+static pthread_mutex_t pool_scratch_mu = PTHREAD_MUTEX_INITIALIZER;
+typedef struct pool_scratch {
+    hm_moe_scratch *s;
+    struct pool_scratch *next;
+} pool_scratch;
+static pool_scratch *pool_scratch_list;
+
 void hm_moe_scratch_free(hm_moe_scratch *s) {
-    if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
+    if (!s) return;
+    if (s->pool_key) {
+        pthread_mutex_lock(&pool_scratch_mu);
+        const bool last = atomic_fetch_sub(&s->refs, 1) == 1;
+        for (pool_scratch **pp = &pool_scratch_list; last && *pp; pp = &(*pp)->next)
+            if ((*pp)->s == s) {
+                pool_scratch *e = *pp;
+                *pp = e->next;
+                free(e);
+                break;
+            }
+        pthread_mutex_unlock(&pool_scratch_mu);
+        if (!last) return;
+    } else if (atomic_fetch_sub(&s->refs, 1) != 1) {
+        return;
+    }
     for (int i = 0; i < 64; i++) hm_moe_scratch_free(s->slice[i]);
     scratch_release(s);
     free(s->tscratch);
     free(s);
 }
 
-/* Binds the engine to its scratch (params.scratch or a new one of its own) for a pool of nth
- * threads. */
+/* pool's default scratch, with a reference for the caller (created with the first engine) */
+static hm_status pool_scratch_get(const hm_pool *pool, hm_moe_scratch **out) {
+    hm_status st = HM_OK;
+    pthread_mutex_lock(&pool_scratch_mu);
+    pool_scratch *e = pool_scratch_list;
+    while (e && e->s->pool_key != pool) e = e->next;
+    if (e) {
+        atomic_fetch_add(&e->s->refs, 1);
+        *out = e->s;
+    } else if ((e = calloc(1, sizeof *e)) == NULL || (st = hm_moe_scratch_create(&e->s))) {
+        free(e);
+        st = st ? st : hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for a scratch");
+    } else {
+        e->s->pool_key = pool;
+        e->next = pool_scratch_list;
+        pool_scratch_list = e;
+        *out = e->s;
+    }
+    pthread_mutex_unlock(&pool_scratch_mu);
+    return st;
+}
+
+/* Binds the engine to its scratch (params.scratch, else its pool's default one; a sliced engine's
+ * own, since its slices' scratches serve one split of the threads) for a pool of nth threads. */
 static hm_status scratch_bind(hm_moe *m, hm_moe_scratch *shared) {
-    if (shared) {
+    if (!shared) {
+        hm_status st =
+            m->p.n_slices > 1 ? hm_moe_scratch_create(&m->s) : pool_scratch_get(m->p.pool, &m->s);
+        if (st) return st;
+    } else {
         if (shared->nth && shared->nth != m->nth)
             return hm_errorf(HM_ERR_INVALID_ARG,
                              "moe: the shared scratch serves a pool of %d threads, this engine's "
@@ -266,9 +323,6 @@ static hm_status scratch_bind(hm_moe *m, hm_moe_scratch *shared) {
                              shared->nth, m->nth);
         atomic_fetch_add(&shared->refs, 1);
         m->s = shared;
-    } else {
-        hm_status st = hm_moe_scratch_create(&m->s);
-        if (st) return st;
     }
     if (!m->s->tscratch) {
         m->s->tscratch = calloc((size_t)m->nth, sizeof(void *));
