@@ -265,9 +265,15 @@ int bench_moe(int argc, char **argv) {
     hm_moe_expert *ex = calloc((size_t)E, sizeof *ex);
     int rc = 0;
     double create_s = 0;
-    /* a model's layers share one batch scratch (model/ctx.c; engines made without one share
-     * their pool's): the per-thread buffers and the activations' scratch stay warm from layer to
-     * layer, where a scratch per layer (--own-scratch) is as cold as the layer's weights */
+    /* a model's layers share one batch scratch (model/ctx.c): the per-thread buffers and the
+     * activations' scratch stay warm from layer to layer, where a scratch per layer
+     * (--own-scratch) is as cold as the layer's weights. Made here rather than left to the
+     * pool's default, which engines split into NUMA slices do not take. */
+    hm_moe_scratch *shared = NULL;
+    if (!own_scratch && hm_moe_scratch_create(&shared) != HM_OK) {
+        fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
+        rc = 1;
+    }
     for (long l = 0; l < layers && !rc; l++) {
         uint8_t *lb = (uint8_t *)wbuf.ptr + (size_t)l * per_layer;
         for (int e = 0; e < E; e++) {
@@ -280,7 +286,7 @@ int bench_moe(int argc, char **argv) {
         mp.n_experts = E, mp.hidden = H, mp.inter = I, mp.experts = ex, mp.pool = pool;
         mp.n_slices = nodes > 1 ? (int)nodes : 0, mp.slice_copy = slice_copy;
         mp.repack = repack;
-        hm_moe_scratch *scratch = NULL;
+        hm_moe_scratch *scratch = shared;
         if (own_scratch && hm_moe_scratch_create(&scratch) != HM_OK) {
             fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
             rc = 1;
@@ -298,8 +304,9 @@ int bench_moe(int argc, char **argv) {
             rc = 1;
         }
         create_s += (double)(hm_time_ns() - t0) * 1e-9;
-        hm_moe_scratch_free(scratch); /* the engine holds its reference */
+        if (own_scratch) hm_moe_scratch_free(scratch); /* the engine holds its reference */
     }
+    hm_moe_scratch_free(shared); /* the engines hold theirs */
     if (repack && !rc) printf("repack: %.2f s for %ld layers\n", create_s, layers);
     cli_print_huge_pages("");
     float *x = hm_malloc_aligned(sizeof(float) * (size_t)(max_tok * H), 64, "moe input");
