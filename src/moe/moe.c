@@ -316,13 +316,19 @@ static hm_status scratch_bind(hm_moe *m, hm_moe_scratch *shared) {
             m->p.n_slices > 1 ? hm_moe_scratch_create(&m->s) : pool_scratch_get(m->p.pool, &m->s);
         if (st) return st;
     } else {
-        if (shared->nth && shared->nth != m->nth)
-            return hm_errorf(HM_ERR_INVALID_ARG,
-                             "moe: the shared scratch serves a pool of %d threads, this engine's "
-                             "pool has %d",
-                             shared->nth, m->nth);
         atomic_fetch_add(&shared->refs, 1);
         m->s = shared;
+    }
+    /* also the pool's default: a pool freed while its engines live on, and another made at its
+     * address, would otherwise get per-thread slots for the old pool's thread count */
+    if (m->s->nth && m->s->nth != m->nth) {
+        const int had = m->s->nth;
+        hm_moe_scratch_free(m->s);
+        m->s = NULL;
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "moe: the shared scratch serves a pool of %d threads, this engine's pool "
+                         "has %d",
+                         had, m->nth);
     }
     if (!m->s->tscratch) {
         m->s->tscratch = calloc((size_t)m->nth, sizeof(void *));
