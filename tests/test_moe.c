@@ -426,6 +426,36 @@ static void test_same_bits(hm_pool *pool, const model *m, int n) {
 /* repack: the engine with its experts repacked once equals the per-call conversion bit for bit,
  * including experts masked at create (not packed) and unmasked later, which take the per-call
  * path; the size query is 0 where nothing would be packed */
+/* A token routed to one expert twice (ids repeated within its k) gets both assignments added,
+ * on the decode path and on the tiles, repacked (the swapped operands' grouped adds) or not. */
+static void test_dup_ids(hm_pool *pool, const model *m) {
+    const int ns[] = {3, 300};
+    for (int rp = 0; rp < 2; rp++)
+        for (int i = 0; i < 2; i++) {
+            const int n = ns[i];
+            hm_moe_params p = hm_moe_default_params();
+            p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex;
+            p.act = m->act, p.pool = pool, p.max_tokens = 512, p.repack = rp;
+            hm_moe *moe = NULL;
+            CHECK_OK(hm_moe_create(&p, &moe));
+            if (!moe) return;
+            inputs in = inputs_make(m, n, 5 + (uint64_t)n, 6 + (uint64_t)n);
+            for (int t = 0; t < n; t++) in.ids[t * m->k + 1] = in.ids[t * m->k];
+            float *out = fbuf64((size_t)(n * m->H));
+            double *ref = malloc(sizeof(double) * (size_t)(n * m->H));
+            CHECK_OK(hm_moe_submit(moe, in.x, HM_MOE_F32, in.ids, in.w, n, m->k, out, HM_MOE_F32,
+                                   false));
+            hm_moe_wait(moe);
+            reference(m, in.x, in.ids, in.w, n, NULL, ref);
+            double sc, err = max_err(out, ref, n * m->H, &sc);
+            CHECK_MSG(err <= 3e-2, "repeated expert ids, %d tokens%s: max error %.3g of %.3g", n,
+                      rp ? " (repacked)" : "", err, sc);
+            inputs_free(&in);
+            free(out), free(ref);
+            hm_moe_free(moe);
+        }
+}
+
 static void test_repack(hm_pool *pool, const model *m, int n) {
     /* repacked and per-call experts cross over to the tiles at different token counts
      * (hm_tile_min_tokens); here both take them from 5, so the layouts are what differs */
@@ -969,6 +999,12 @@ int main(int argc, char **argv) {
     test_fused_h(pool, &m, 64);
     test_same_bits(pool, &m, 64);
     test_decode_stats(pool, &m);
+    {
+        model d; /* small, with biases: 150 assignments per expert, on the tiles where they exist */
+        model_init(&d, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 256, 256, 4, 2, HM_MOE_SILU, true, 13);
+        test_dup_ids(pool, &d);
+        model_free(&d);
+    }
     /* AMX experts split into parts of consecutive tokens (tile blocks forced to 32 tokens: ~75
      * tokens per expert in 3 parts), each part an active expert of its own (no split without
      * int8 tiles) */
