@@ -20,6 +20,9 @@ typedef float (*hm_vec_dot_fn)(int64_t n, const void *w_row, const void *x);
 typedef void (*hm_vec_dot_n_fn)(int64_t n, const void *w_row, const void *const *x, int nt,
                                 float *out);
 
+/* The kinds of multiply-add a variant's peak is measured for (hm_cpu_ops.peak_ops) */
+typedef enum { HM_PEAK_I8, HM_PEAK_BF16, HM_PEAK_F32 } hm_peak_kind;
+
 typedef struct hm_cpu_ops {
     hm_isa isa;
     const char *name;
@@ -91,6 +94,13 @@ typedef struct hm_cpu_ops {
     void (*i8_down_acc)(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                         const void *packed, int n_tok, const int32_t *tok, const float *wt,
                         const float *bias, float *out, size_t out_stride, void *scratch);
+    /* The variant's peak for a kind of multiply-add, the roofline of bench kernels' matmuls:
+     * `iters` rounds of the instruction its matmuls run (HM_PEAK_I8: AMX TDPBSSD on four tiles,
+     * AVX-512 VPDPBUSD, AVX2 VPMADDUBSW + VPMADDWD + VPADDD; HM_PEAK_BF16: AMX TDPBF16PS, else as
+     * HM_PEAK_F32; HM_PEAK_F32: FMA) on independent accumulators, no memory traffic, on the
+     * calling thread. Returns the operations done (2 per multiply-add). NULL: none (the ref
+     * table; the avx512 and amx tables until their loops have run on the device). */
+    double (*peak_ops)(hm_peak_kind kind, int64_t iters);
 } hm_cpu_ops;
 
 /* Whether ops has an int8 matmul (the amx and avx512 tables: the avx512 variant requires VNNI,

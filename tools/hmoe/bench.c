@@ -377,6 +377,61 @@ static void kmatvec_task(int ith, int nth, void *arg) {
     }
 }
 
+/* The ISA peak for the matmul rows (hm_cpu_ops.peak_ops on every thread at once) */
+typedef struct {
+    const hm_cpu_ops *ops;
+    hm_peak_kind kind;
+    int64_t iters;
+    double *done; /* [nth] operations per thread */
+} kpeak_job;
+
+static void kpeak_task(int ith, int nth, void *arg) {
+    (void)nth;
+    kpeak_job *j = arg;
+    j->done[ith] = j->ops->peak_ops(j->kind, j->iters);
+}
+
+static const char *kpeak_name(const hm_cpu_ops *ops, hm_peak_kind k) {
+    const bool amx = ops->isa == HM_ISA_AMX, avx512 = amx || ops->isa == HM_ISA_AVX512;
+    if (k == HM_PEAK_I8)
+        return amx      ? "TDPBSSD, AMX INT8 tiles"
+               : avx512 ? "VPDPBUSD, AVX-512 VNNI"
+                        : "VPMADDUBSW + VPMADDWD + VPADDD, AVX2";
+    if (k == HM_PEAK_BF16 && amx) return "TDPBF16PS, AMX BF16 tiles";
+    return avx512 ? "FMA on 512-bit vectors" : "FMA on 256-bit vectors";
+}
+
+/* TOPS of the peak loop on all the pool's threads together (each run ~20 ms; the best of 3),
+ * 0 where the variant has none */
+static double kpeak(hm_pool *pool, const hm_cpu_ops *ops, hm_peak_kind kind) {
+    if (!ops->peak_ops) return 0;
+    const int nth = hm_pool_size(pool);
+    double *done = calloc((size_t)nth, sizeof *done);
+    if (!done) return 0;
+    kpeak_job j = {ops, kind, 256, done};
+    for (;;) { /* iterations for ~20 ms on one thread */
+        const uint64_t t0 = hm_time_ns();
+        ops->peak_ops(kind, j.iters);
+        const double s = (double)(hm_time_ns() - t0) * 1e-9;
+        if (s >= 2e-3 || j.iters >= ((int64_t)1 << 40)) {
+            j.iters = (int64_t)((double)j.iters * 0.02 / (s > 0 ? s : 1e-9)) + 1;
+            break;
+        }
+        j.iters *= 4;
+    }
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        const uint64_t t0 = hm_time_ns();
+        hm_pool_run(pool, kpeak_task, &j);
+        const double s = (double)(hm_time_ns() - t0) * 1e-9;
+        double sum = 0;
+        for (int t = 0; t < nth; t++) sum += done[t];
+        if (s > 0 && sum / s * 1e-12 > best) best = sum / s * 1e-12;
+    }
+    free(done);
+    return best;
+}
+
 /* one pass of kmatvec_task (its claims reset first) */
 static void krun(hm_pool *pool, kjob *j) {
     const int nth = hm_pool_size(pool);
@@ -606,6 +661,18 @@ static int bench_kernels(int argc, char **argv) {
     }
 #endif
     job.scratch = scratch;
+    /* the matmul rows' roofline: the peak of the instruction they run, measured now */
+    const bool fw = type == HM_TYPE_F32 || type == HM_TYPE_F16 || type == HM_TYPE_BF16 ||
+                    type == HM_TYPE_FP8_B128;
+    const hm_peak_kind pk = job.bf16 ? HM_PEAK_BF16 : fw ? HM_PEAK_F32 : HM_PEAK_I8;
+    const double peak = max_tok > 4 ? kpeak(pool, ops, pk) : 0;
+    if (peak > 0)
+        printf("roofline (> 4 tokens): same-run ISA peak %.2f TOPS (%s: the multiply-add on "
+               "independent accumulators with no loads, all %d threads at once, best of 3); the "
+               "%% of peak column compares GOP/s with it\n",
+               peak, kpeak_name(ops, pk), hm_pool_size(pool));
+    else if (max_tok > 4)
+        printf("roofline (> 4 tokens): no ISA peak for the %s variant\n", ops->name);
     hm_pool_run(pool, kfill_task, &job); /* first touch by the threads that will read */
 #if defined(__x86_64__)
     if (repack && scratch) {
@@ -651,8 +718,8 @@ static int bench_kernels(int argc, char **argv) {
                "read of %.0f MiB of other memory, so neither finds the other's bytes in the "
                "caches (--no-sweep: none)\n",
                (double)hm_membw_sweep_bytes(sweep) / (1 << 20));
-    printf("%7s %8s %12s %10s %9s %10s %10s %10s\n", "tokens", "matrices", "us/matrix", "GB/s",
-           "% of bw", "GOP/s", "read GB/s", "% of read");
+    printf("%7s %8s %12s %10s %9s %10s %9s %10s %10s\n", "tokens", "matrices", "us/matrix", "GB/s",
+           "% of bw", "GOP/s", "% of peak", "read GB/s", "% of read");
     for (int k = 0; k < n_tokens; k++) {
         job.n_tok = (int)tokens[k];
         /* large token counts are compute bound: fewer matrices keep a pass short */
@@ -700,6 +767,10 @@ static int bench_kernels(int argc, char **argv) {
             2.0 * (double)rows * (double)cols * (double)tokens[k] * job.n_mats / best * 1e-9;
         printf("%7ld %8d %12.2f %10.1f %8.1f%% %10.1f", tokens[k], job.n_mats,
                best / job.n_mats * 1e6, gbs, 100.0 * gbs / bw.median_gbs, gops);
+        if (tokens[k] > 4 && peak > 0)
+            printf(" %8.1f%%", 100.0 * gops * 1e-3 / peak);
+        else
+            printf(" %9s", "-");
         /* per pair: (kernel bytes / kernel time) / (read bytes / read time) */
         for (int p = 0; paired && rbytes && p < passes; p++)
             ratio[p] = (double)mb * job.n_mats / ratio[p] / ((double)rbytes / rsec[p]);
