@@ -423,11 +423,9 @@ static void test_same_bits(hm_pool *pool, const model *m, int n) {
     hm_moe_free(a);
 }
 
-/* repack: the engine with its experts repacked once equals the per-call conversion bit for bit,
- * including experts masked at create (not packed) and unmasked later, which take the per-call
- * path; the size query is 0 where nothing would be packed */
 /* A token routed to one expert twice (ids repeated within its k) gets both assignments added,
- * on the decode path and on the tiles, repacked (the swapped operands' grouped adds) or not. */
+ * on the decode path and on the tiles, repacked (the swapped down's adds into the output rows)
+ * or not. */
 static void test_dup_ids(hm_pool *pool, const model *m) {
     const int ns[] = {3, 300};
     for (int rp = 0; rp < 2; rp++)
@@ -456,6 +454,9 @@ static void test_dup_ids(hm_pool *pool, const model *m) {
         }
 }
 
+/* repack: the engine with its experts repacked once equals the per-call conversion bit for bit,
+ * including experts masked at create (not packed) and unmasked later, which take the per-call
+ * path; the size query is 0 where nothing would be packed */
 static void test_repack(hm_pool *pool, const model *m, int n) {
     /* repacked and per-call experts cross over to the tiles at different token counts
      * (hm_tile_min_tokens); here both take them from 5, so the layouts are what differs */
