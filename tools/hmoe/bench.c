@@ -620,12 +620,12 @@ static int bench_kernels(int argc, char **argv) {
                 .sinks = sinks};
     void **scratch = NULL;
     hm_large wpbuf = {0};
+    const bool float_w = type == HM_TYPE_F32 || type == HM_TYPE_F16 || type == HM_TYPE_BF16 ||
+                         type == HM_TYPE_FP8_B128;
 #if defined(__x86_64__)
     /* AMX: tile matmul for more than 4 tokens: int8 for integer formats; BF16 tiles for
      * BF16/F16/FP8 (hm_nn_matmul's opt-in HM_NN_BF16_TILES path); other float weights run the
      * exact kernels, as they do in a model */
-    const bool float_w = type == HM_TYPE_F32 || type == HM_TYPE_F16 || type == HM_TYPE_BF16 ||
-                         type == HM_TYPE_FP8_B128;
     job.bf16 = ops->isa == HM_ISA_AMX &&
                (type == HM_TYPE_BF16 || type == HM_TYPE_F16 || type == HM_TYPE_FP8_B128);
     if (job.bf16) {
@@ -662,9 +662,7 @@ static int bench_kernels(int argc, char **argv) {
 #endif
     job.scratch = scratch;
     /* the matmul rows' roofline: the peak of the instruction they run, measured now */
-    const bool fw = type == HM_TYPE_F32 || type == HM_TYPE_F16 || type == HM_TYPE_BF16 ||
-                    type == HM_TYPE_FP8_B128;
-    const hm_peak_kind pk = job.bf16 ? HM_PEAK_BF16 : fw ? HM_PEAK_F32 : HM_PEAK_I8;
+    const hm_peak_kind pk = job.bf16 ? HM_PEAK_BF16 : float_w ? HM_PEAK_F32 : HM_PEAK_I8;
     const double peak = max_tok > 4 ? kpeak(pool, ops, pk) : 0;
     if (peak > 0)
         printf("roofline (> 4 tokens): same-run ISA peak %.2f TOPS (%s: the multiply-add on "
