@@ -99,7 +99,7 @@ typedef struct hm_cpu_ops {
      * AVX-512 VPDPBUSD, AVX2 VPMADDUBSW + VPMADDWD + VPADDD; HM_PEAK_BF16: AMX TDPBF16PS, else as
      * HM_PEAK_F32; HM_PEAK_F32: FMA) on independent accumulators, no memory traffic, on the
      * calling thread. Returns the operations done (2 per multiply-add). NULL: none (the ref
-     * table; the avx512 and amx tables until their loops have run on the device). */
+     * table). */
     double (*peak_ops)(hm_peak_kind kind, int64_t iters);
 } hm_cpu_ops;
 
@@ -250,6 +250,9 @@ void hm_amx_glu_packed_rt(const void *wg, const void *wu, int64_t rows, int64_t 
 void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                      const void *packed, int n_tok, const int32_t *tok, const float *wt,
                      const float *bias, float *out, size_t out_stride, void *scratch);
+/* hm_cpu_ops.peak_ops of the amx table: TDPBSSD / TDPBF16PS on four C tiles (as the matmuls'
+ * 2 x 2 blocks); HM_PEAK_F32 runs the avx512 FMA loop */
+double hm_amx_peak_ops(hm_peak_kind kind, int64_t iters);
 #endif
 
 /* Software prefetch of weight streams, two levels: into L1 HM_PREFETCH_BYTES ahead and into L2

@@ -712,6 +712,46 @@ static void amx_config(void) {
     _tile_loadconfig(&k_tile_config);
 }
 
+double hm_amx_peak_ops(hm_peak_kind kind, int64_t iters) {
+    if (kind == HM_PEAK_F32) return hm_peak_ops_avx512(kind, iters);
+    _Alignas(64) int8_t ab[2048];
+    _Alignas(64) int32_t cb[256];
+    for (int i = 0; i < 2048; i += 2) { /* int8 codes, or bf16 1.0 (0x3f80) for the float kind */
+        ab[i] = kind == HM_PEAK_I8 ? (int8_t)(i % 7 - 3) : (int8_t)0x80;
+        ab[i + 1] = kind == HM_PEAK_I8 ? (int8_t)(i % 5 - 2) : (int8_t)0x3f;
+    }
+    amx_config();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ab, 64);
+    _tile_loadd(5, ab + 1024, 64);
+    _tile_loadd(6, ab + 512, 64);
+    _tile_loadd(7, ab + 256, 64);
+    /* four independent C tiles, as the matmuls' 2 x 2 blocks */
+    if (kind == HM_PEAK_I8)
+        for (int64_t i = 0; i < iters; i++) {
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 5, 6);
+            _tile_dpbssd(2, 4, 7);
+            _tile_dpbssd(3, 5, 7);
+        }
+    else
+        for (int64_t i = 0; i < iters; i++) {
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 5, 6);
+            _tile_dpbf16ps(2, 4, 7);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    _tile_stored(0, cb, 64);
+    _tile_release();
+    volatile int32_t sink = cb[0];
+    (void)sink;
+    /* per product: 16 x 16 outputs of K = 64 int8 (or 32 bf16) multiply-adds */
+    return 2.0 * 4 * 16 * 16 * (kind == HM_PEAK_I8 ? 64 : 32) * (double)iters;
+}
+
 /* The C tiles 0-3 of a 32-row x 32-token block to cb [4][16][16] (int32 or float); tiles 2-3
  * (the second 16 tokens) only when `two` */
 static inline void store_c(void *cb, bool two) {

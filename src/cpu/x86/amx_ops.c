@@ -12,4 +12,5 @@ const hm_cpu_ops hm_ops_amx = {
     .i8_matmul_packed_rt = hm_amx_matmul_packed_rt,
     .i8_glu_packed_rt = hm_amx_glu_packed_rt,
     .i8_down_acc = hm_amx_down_acc,
+    .peak_ops = hm_amx_peak_ops,
 };

@@ -8,4 +8,5 @@ const hm_cpu_ops hm_ops_avx512 = {
     HM_OPS_AVX512_COMMON,
     .i8_matmul = hm_vnni_matmul,
     .i8_matmul_packed = hm_vnni_matmul_packed,
+    .peak_ops = hm_peak_ops_avx512,
 };

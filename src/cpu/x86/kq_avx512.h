@@ -1207,6 +1207,33 @@ static inline uint32_t hm_act_type_avx512(uint32_t weight_type) {
 }
 
 /* the hm_cpu_ops entries the avx512 and amx variants share */
+/* hm_cpu_ops.peak_ops of the avx512 table (and the amx table's float kind): VPDPBUSD on 12
+ * chains (latency 5, one per cycle at 512 bits), or FMA on 12 */
+static inline double hm_peak_ops_avx512(hm_peak_kind kind, int64_t iters) {
+    if (kind == HM_PEAK_I8) {
+        const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+        __m512i c[12];
+        for (int j = 0; j < 12; j++) c[j] = _mm512_set1_epi32(j);
+        for (int64_t i = 0; i < iters; i++)
+            for (int j = 0; j < 12; j++) c[j] = _mm512_dpbusd_epi32(c[j], a, b);
+        __m512i s = c[0];
+        for (int j = 1; j < 12; j++) s = _mm512_add_epi32(s, c[j]);
+        volatile int sink = _mm512_reduce_add_epi32(s);
+        (void)sink;
+        return 2.0 * 12 * 64 * (double)iters;
+    }
+    const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
+    __m512 c[12];
+    for (int j = 0; j < 12; j++) c[j] = _mm512_set1_ps((float)j);
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < 12; j++) c[j] = _mm512_fmadd_ps(c[j], x, y);
+    __m512 s = c[0];
+    for (int j = 1; j < 12; j++) s = _mm512_add_ps(s, c[j]);
+    volatile float sink = _mm512_reduce_add_ps(s);
+    (void)sink;
+    return 2.0 * 12 * 16 * (double)iters;
+}
+
 #define HM_OPS_AVX512_COMMON                                                                       \
     .sum_u64 = hm_sum_u64_avx512, .vec_dot = {HM_VEC_DOTS_AVX512},                                 \
     .vec_dot_n = {HM_VEC_DOTNS_AVX512}, .axpy_f32 = hm_axpy_f32_avx512,                            \
