@@ -1206,7 +1206,6 @@ static inline uint32_t hm_act_type_avx512(uint32_t weight_type) {
     return plain;
 }
 
-/* the hm_cpu_ops entries the avx512 and amx variants share */
 /* hm_cpu_ops.peak_ops of the avx512 table (and the amx table's float kind): VPDPBUSD on 12
  * chains (latency 5, one per cycle at 512 bits), or FMA on 12 */
 static inline double hm_peak_ops_avx512(hm_peak_kind kind, int64_t iters) {
@@ -1234,6 +1233,7 @@ static inline double hm_peak_ops_avx512(hm_peak_kind kind, int64_t iters) {
     return 2.0 * 12 * 16 * (double)iters;
 }
 
+/* the hm_cpu_ops entries the avx512 and amx variants share */
 #define HM_OPS_AVX512_COMMON                                                                       \
     .sum_u64 = hm_sum_u64_avx512, .vec_dot = {HM_VEC_DOTS_AVX512},                                 \
     .vec_dot_n = {HM_VEC_DOTNS_AVX512}, .axpy_f32 = hm_axpy_f32_avx512,                            \
