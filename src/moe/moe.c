@@ -1287,7 +1287,10 @@ static void write_out(hm_moe *m, int64_t r0, int64_t r1) {
         const float *a = m->acc + (size_t)t * (size_t)H;
         if (m->out_type == HM_MOE_F32) {
             float *o = (float *)m->out + (size_t)t * (size_t)H;
-            for (int64_t r = r0; r < r1; r++) o[r] = m->accumulate ? o[r] + a[r] : a[r];
+            if (m->accumulate) /* o + 1 * a: the same bits as o + a */
+                m->ops->axpy_f32(r1 - r0, 1.0f, a + r0, o + r0);
+            else
+                memcpy(o + r0, a + r0, sizeof(float) * (size_t)(r1 - r0));
         } else {
             hm_bf16 *o = (hm_bf16 *)m->out + (size_t)t * (size_t)H;
             for (int64_t r = r0; r < r1; r++)
