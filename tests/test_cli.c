@@ -104,6 +104,11 @@ int main(void) {
         CHECK_CONTAINS(out, "roofline (> 4 tokens): same-run ISA peak ");
     CHECK_CONTAINS(out, "% of peak");
     CHECK(!strstr(out, "FAILED"));
+    /* a type it has no kernel for: usage error naming the types it has */
+    snprintf(cmd, sizeof cmd, "%s bench kernels --type q9_z", bin);
+    CHECK(run(cmd) == 2);
+    CHECK_CONTAINS(out, "no kernel for type 'q9_z' (types: F32, ");
+    CHECK_CONTAINS(out, ", Q4_K, ");
     snprintf(cmd, sizeof cmd,
              "%s bench moe --preset qwen3-tiny --type q4_k --layers 2 --tokens 1,64 --threads 2 "
              "--repack --skew 1",

@@ -521,10 +521,18 @@ static int bench_kernels(int argc, char **argv) {
     }
     int type = hm_type_from_name(type_name);
     const hm_cpu_ops *ops;
-    if (type < 0 || !hm_synth_supported((uint32_t)type) || hm_cpu_ops_get(&ops) != HM_OK ||
-        !hm_vec_dot_for(ops, (uint32_t)type))
-        return cli_usage_error("bench kernels: no kernel for type '%s' (%s)", type_name,
-                               hm_last_error());
+    if (hm_cpu_ops_get(&ops) != HM_OK) return cli_usage_error("bench kernels: %s", hm_last_error());
+    if (type < 0 || !hm_synth_supported((uint32_t)type) || !hm_vec_dot_for(ops, (uint32_t)type)) {
+        /* the types it can run, by name */
+        char names[512] = "";
+        size_t n = 0;
+        for (uint32_t t = 0; t < HM_TYPE_COUNT && n < sizeof names; t++)
+            if (hm_synth_supported(t) && hm_vec_dot_for(ops, t))
+                n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "",
+                                      hm_type_name(t));
+        return cli_usage_error("bench kernels: no kernel for type '%s' (types: %s)", type_name,
+                               names);
+    }
     hm_matrix probe;
     if (hm_matrix_init(&probe, (uint32_t)type, NULL, rows, cols) != HM_OK)
         return cli_usage_error("bench kernels: %s", hm_last_error());
