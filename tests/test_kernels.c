@@ -57,8 +57,8 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
     }
     float *yref = calloc((size_t)(rows * T), sizeof(float)),
           *y = calloc((size_t)(rows * T), sizeof(float));
-    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, type), NULL, &m, xq, xb, T, yref, (size_t)rows, 0,
-                   rows);
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, type), NULL, NULL, &m, xq, xb, T, yref, (size_t)rows,
+                   0, rows);
 
     /* reference vs float64 dot of dequantized operands */
     double *dw = malloc(sizeof(double) * (size_t)cols), *dx = malloc(sizeof(double) * (size_t)cols);
@@ -87,8 +87,8 @@ static void test_type(uint32_t type, int64_t cols, int64_t rows, int offset) {
         uint8_t *xv = malloc(xbv * T + 64);
         for (int t = 0; t < T; t++)
             CHECK_OK(hm_act_convert_for(ops, type, x + t * cols, xv + (size_t)t * xbv, cols));
-        hm_matvec_rows(hm_vec_dot_for(ops, type), hm_vec_dot_n_for(ops, type), &m, xv, xbv, T, y,
-                       (size_t)rows, 0, rows);
+        hm_matvec_rows(hm_vec_dot_for(ops, type), hm_vec_dot_n_for(ops, type),
+                       hm_vec_dot_46_for(ops, type), &m, xv, xbv, T, y, (size_t)rows, 0, rows);
         free(xv);
         int bad = 0;
         for (int64_t k = 0; k < rows * T; k++)
@@ -151,6 +151,83 @@ static void test_mxfp4_exponents(void) {
             }
         }
     }
+}
+
+/* The 4-row by 6-token kernels of the float types equal the one-row kernel bit for bit for every
+ * row and token (rows at an odd row stride, not vector aligned; activations at unaligned
+ * addresses, not in address order), and hm_matvec_rows with them equals it without them for
+ * row and token counts that leave remainders on both sides (the driver takes them from
+ * HM_D46_MIN_TOKENS tokens). */
+static void test_dot46(uint32_t type, int64_t cols) {
+    uint64_t rb0;
+    CHECK(hm_type_row_bytes(type, (uint64_t)cols, &rb0));
+    const size_t off = type == HM_TYPE_F32 ? 4 : 2, rb = (size_t)rb0 + off; /* row stride */
+    enum { ROWS = 11, T = 23 };
+    uint8_t *w = malloc(rb * ROWS + 64);
+    for (int r = 0; r < ROWS; r++)
+        CHECK_OK(hm_synth_fill(type, w + off + (size_t)r * rb, (uint64_t)cols, 0.0f, 0.05f,
+                               17 + (uint64_t)(r * cols)));
+    float *x = malloc(sizeof(float) * (size_t)(T * cols));
+    uint64_t s = 77;
+    for (int64_t i = 0; i < T * cols; i++)
+        x[i] = (float)((int64_t)(hm_rng_next(&s) % 2001) - 1000) / 700.0f;
+    hm_matrix m;
+    CHECK_OK(hm_matrix_init(&m, type, w + off, ROWS, cols));
+    m.row_bytes = rb;
+    const hm_cpu_features *f = hm_cpu_features_get();
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
+        const hm_vec_dot_46_fn d46 = hm_vec_dot_46_for(ops, type);
+        if (isa >= HM_ISA_AVX2)
+            CHECK_MSG(d46 != NULL, "%s has no 4x6 %s kernel", ops->name, hm_type_name(type));
+        if (!d46) continue;
+        /* float activations at 4-byte offsets, the token order reversed */
+        const size_t xb = sizeof(float) * (size_t)cols + 4 * 3;
+        uint8_t *xbuf = malloc(xb * T + 64);
+        const void *xs[T];
+        for (int t = 0; t < T; t++) {
+            uint8_t *xt = xbuf + (size_t)t * xb + 4 * (size_t)(t % 3 + 1);
+            memcpy(xt, x + (size_t)t * (size_t)cols, sizeof(float) * (size_t)cols);
+            xs[T - 1 - t] = xt;
+        }
+        const hm_vec_dot_fn dot = hm_vec_dot_for(ops, type);
+        float out[24];
+        d46(cols, w + off + rb, rb, xs + 2, out);
+        int bad = 0;
+        for (int r = 0; r < 4; r++)
+            for (int t = 0; t < 6; t++) {
+                const float one = dot(cols, w + off + (size_t)(1 + r) * rb, xs[2 + t]);
+                bad += memcmp(&one, &out[t * 4 + r], sizeof one) != 0;
+            }
+        CHECK_MSG(bad == 0, "%s %s cols %lld: %d of 24 4x6 results differ from the one-row kernel",
+                  ops->name, hm_type_name(type), (long long)cols, bad);
+        /* the driver: strided activations (the first token's copy, 4 bytes past a line) */
+        const size_t xs_stride = sizeof(float) * (size_t)cols + 4;
+        uint8_t *xq = malloc(xs_stride * T + 64);
+        for (int t = 0; t < T; t++)
+            memcpy(xq + 4 + (size_t)t * xs_stride, x + (size_t)t * (size_t)cols,
+                   sizeof(float) * (size_t)cols);
+        float *y0 = calloc(ROWS * T, sizeof(float)), *y1 = calloc(ROWS * T, sizeof(float));
+        const int nts[] = {5, HM_D46_MIN_TOKENS, HM_D46_MIN_TOKENS + 1, T};
+        for (size_t k = 0; k < sizeof nts / sizeof *nts; k++)
+            for (int64_t r0 = 0; r0 < 3; r0++) {
+                /* every output a NaN first: one left unwritten stays one */
+                memset(y0, 0xff, sizeof(float) * ROWS * T);
+                memset(y1, 0xff, sizeof(float) * ROWS * T);
+                hm_matvec_rows(dot, hm_vec_dot_n_for(ops, type), NULL, &m, xq + 4, xs_stride,
+                               nts[k], y0, ROWS, r0, ROWS);
+                hm_matvec_rows(dot, hm_vec_dot_n_for(ops, type), d46, &m, xq + 4, xs_stride, nts[k],
+                               y1, ROWS, r0, ROWS);
+                CHECK_MSG(!memcmp(y0, y1, sizeof(float) * ROWS * T),
+                          "%s %s cols %lld: %d tokens, rows %lld..%d: with the 4x6 kernel the "
+                          "results differ",
+                          ops->name, hm_type_name(type), (long long)cols, nts[k], (long long)r0,
+                          ROWS);
+            }
+        free(y0), free(y1), free(xq), free(xbuf);
+    }
+    free(w), free(x);
 }
 
 /* Multi-token dot products equal the single-token kernel bit for bit for every count 1-4 (a token's
@@ -1346,6 +1423,14 @@ int main(void) {
         test_dot_n(HM_TYPE_F32, float_cols[i]);
         test_dot_n(HM_TYPE_BF16, float_cols[i]);
         test_dot_n(HM_TYPE_F16, float_cols[i]);
+    }
+    /* the 4 x 6 kernels: every split of the steps (64 / 16 values on AVX-512, 16 / 8 on AVX2,
+     * masked and scalar tails) */
+    const int64_t c46[] = {1, 7, 8, 15, 16, 17, 24, 31, 63, 64, 65, 100, 255, 256, 300, 2049};
+    for (size_t i = 0; i < sizeof c46 / sizeof c46[0]; i++) {
+        test_dot46(HM_TYPE_F32, c46[i]);
+        test_dot46(HM_TYPE_BF16, c46[i]);
+        test_dot46(HM_TYPE_F16, c46[i]);
     }
     for (int ty = 0; ty < 2; ty++) {
         const uint32_t t = ty ? HM_TYPE_F16 : HM_TYPE_BF16;

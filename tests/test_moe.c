@@ -1045,6 +1045,15 @@ int main(int argc, char **argv) {
     run_case(pool, &m, 4, 1e-4, "bf16 128x96 top-1/16", true);
     /* many tokens per expert: float weights must stay on the exact kernels (no int8 tiles) */
     run_case(pool, &m, 96, 1e-4, "bf16 128x96 top-1/16, 96 tokens", true);
+    /* past the decode path's 512 assignments: the phased path's float kernels (4 x 6 blocks) */
+    run_case(pool, &m, 600, 1e-4, "bf16 128x96 top-1/16, 600 tokens", true);
+    model_free(&m);
+    /* float weights with biases and shapes that leave 1-3 rows and 1-5 tokens over from the 4 x 6
+     * blocks (experts of HM_D46_MIN_TOKENS tokens or more), on the decode path (120 tokens, 240
+     * assignments) and the phased one (300) */
+    model_init(&m, HM_TYPE_F32, HM_TYPE_F16, 135, 70, 8, 2, HM_MOE_SILU, true, 23);
+    run_case(pool, &m, 120, 1e-4, "f32/f16 135x70 top-2/8 biases", false);
+    run_case(pool, &m, 300, 1e-4, "f32/f16 135x70 top-2/8 biases", false);
     model_free(&m);
     /* 128 experts top-8 (Qwen3-MoE routing width) with inter 2048, Q5_K gate/up, Q4_0 down */
     model_init(&m, HM_TYPE_Q5_K, HM_TYPE_Q4_0, 256, 2048, 128, 8, HM_MOE_SILU, false, 18);

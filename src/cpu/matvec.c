@@ -111,8 +111,44 @@ hm_vec_dot_n_fn hm_vec_dot_n_for(const hm_cpu_ops *ops, uint32_t type) {
     return ops->vec_dot_n[type];
 }
 
-void hm_matvec_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, const hm_matrix *w, const void *xq,
-                    size_t x_stride, int n_tok, float *y, size_t y_stride, int64_t r0, int64_t r1) {
+hm_vec_dot_46_fn hm_vec_dot_46_for(const hm_cpu_ops *ops, uint32_t type) {
+    if (!ops || type >= HM_TYPE_COUNT || !ops->vec_dot[type]) return NULL;
+    return ops->vec_dot_46[type];
+}
+
+void hm_matvec_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, hm_vec_dot_46_fn d46,
+                    const hm_matrix *w, const void *xq, size_t x_stride, int n_tok, float *y,
+                    size_t y_stride, int64_t r0, int64_t r1) {
+    if (d46 && n_tok >= HM_D46_MIN_TOKENS && r1 - r0 >= 4) {
+        /* chunks of 32 rows, each over 6-token blocks, each over the chunk's rows 4 at a time,
+         * then the chunk's leftover tokens (by the kernels below: every result the same bits),
+         * so the chunk's weights come from memory once and stay in L2 */
+        const int n6 = n_tok / 6 * 6;
+        for (int64_t rc = r0; rc < r1; rc += 32) {
+            const int64_t re = r1 - rc < 32 ? r1 : rc + 32;
+            for (int t0 = 0; t0 < n6; t0 += 6) {
+                const void *x[6];
+                for (int t = 0; t < 6; t++)
+                    x[t] = (const uint8_t *)xq + (size_t)(t0 + t) * x_stride;
+                float *yt = y + (size_t)t0 * y_stride;
+                int64_t r = rc;
+                for (; r + 4 <= re; r += 4) {
+                    float out[24];
+                    d46(w->cols, (const uint8_t *)w->data + (size_t)r * w->row_bytes, w->row_bytes,
+                        x, out);
+                    for (int t = 0; t < 6; t++)
+                        for (int i = 0; i < 4; i++)
+                            yt[(size_t)t * y_stride + (size_t)(r + i)] = out[t * 4 + i];
+                }
+                if (r < re)
+                    hm_matvec_rows(dot, dotn, NULL, w, x[0], x_stride, 6, yt, y_stride, r, re);
+            }
+            if (n6 < n_tok)
+                hm_matvec_rows(dot, dotn, NULL, w, (const uint8_t *)xq + (size_t)n6 * x_stride,
+                               x_stride, n_tok - n6, y + (size_t)n6 * y_stride, y_stride, rc, re);
+        }
+        return;
+    }
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
     if (!dotn || n_tok == 1) {
         for (int64_t r = r0; r < r1; r++, row += w->row_bytes)

@@ -96,10 +96,20 @@ static inline void hm_dot_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, int64_t 
     for (int t = 0; t < nt; t += 4) dotn(n, w_row, x + t, nt - t < 4 ? nt - t : 4, out + t);
 }
 
+/* The variant's four-rows-by-six-tokens kernel for type, or NULL (none, or no single-token
+ * kernel of the variant's own either). Used from HM_D46_MIN_TOKENS tokens: device (AVX-512, 16
+ * threads, bench kernels BF16 / F32): 64 tokens 1.6-1.9x and 512 tokens 1.3-2.5x the 4-token
+ * kernels' GOP/s, 8 tokens (one block of 6 and 2 left over) 0.7-0.9x. */
+#define HM_D46_MIN_TOKENS 16
+hm_vec_dot_46_fn hm_vec_dot_46_for(const hm_cpu_ops *ops, uint32_t type);
+
 /* y[t * y_stride + r] = W[r] . x_t for r in [r0, r1) and t < n_tok, where x_t starts at
  * xq + t * x_stride bytes (activations converted with hm_act_convert for W's type). dotn (may be
- * NULL): the multi-token twin of dot, which then reads each row once for up to 4 tokens. */
-void hm_matvec_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, const hm_matrix *w, const void *xq,
-                    size_t x_stride, int n_tok, float *y, size_t y_stride, int64_t r0, int64_t r1);
+ * NULL): the multi-token twin of dot, which then reads each row once for up to 4 tokens. d46 (may
+ * be NULL; from HM_D46_MIN_TOKENS tokens): blocks of 6 tokens by 4 rows, each row read once per 6
+ * tokens and each token's vectors once per 4 rows (the same bits as dot). */
+void hm_matvec_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, hm_vec_dot_46_fn d46,
+                    const hm_matrix *w, const void *xq, size_t x_stride, int n_tok, float *y,
+                    size_t y_stride, int64_t r0, int64_t r1);
 
 #endif

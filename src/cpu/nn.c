@@ -235,7 +235,10 @@ static int64_t row_block(int64_t rows, int nth) {
 
 /* The per-row path's units into the job; returns their count. */
 static int64_t dots_units(mm_job *j, int nth) {
-    j->tb = j->n <= MM_TOK_BLOCK ? j->n : 4 * MM_TOK_BLOCK;
+    /* token blocks of 16, or of 24 where the 6-token kernels serve every matrix (4 blocks of 6) */
+    bool d46 = true;
+    for (int m = 0; m < j->nw; m++) d46 = d46 && hm_vec_dot_46_for(j->ops, j->w[m]->type);
+    j->tb = j->n <= MM_TOK_BLOCK ? j->n : (d46 ? 6 : MM_TOK_BLOCK) * 4;
     j->ntb = (j->n + j->tb - 1) / j->tb;
     int64_t total = 0;
     for (int m = 0; m < j->nw; m++) {
@@ -326,14 +329,19 @@ static void mm_task(int ith, int nth, void *arg) {
         int t0 = (int)(u % ntb) * tb, te = t0 + tb < j->n ? t0 + tb : j->n;
         hm_vec_dot_fn dot = hm_vec_dot_for(j->ops, w->type);
         hm_vec_dot_n_fn dotn = hm_vec_dot_n_for(j->ops, w->type);
+        hm_vec_dot_46_fn d46 = hm_vec_dot_46_for(j->ops, w->type);
         if (t0 == 0)
             hm_prefetch_start((const uint8_t *)w->data + (size_t)rb * w->row_bytes,
                               (size_t)(re - rb) * w->row_bytes);
-        for (int t = t0; t < te; t += MM_TOK_BLOCK) {
-            int nt = te - t < MM_TOK_BLOCK ? te - t : MM_TOK_BLOCK;
-            hm_matvec_rows(dot, dotn, w, (const uint8_t *)xq + (size_t)t * xq_stride, xq_stride, nt,
-                           j->y[m] + (size_t)t * j->ys[m], j->ys[m], rb, re);
-        }
+        if (d46 && te - t0 >= HM_D46_MIN_TOKENS) /* 6 tokens by 4 rows (the same bits) */
+            hm_matvec_rows(dot, dotn, d46, w, (const uint8_t *)xq + (size_t)t0 * xq_stride,
+                           xq_stride, te - t0, j->y[m] + (size_t)t0 * j->ys[m], j->ys[m], rb, re);
+        else
+            for (int t = t0; t < te; t += MM_TOK_BLOCK) {
+                int nt = te - t < MM_TOK_BLOCK ? te - t : MM_TOK_BLOCK;
+                hm_matvec_rows(dot, dotn, NULL, w, (const uint8_t *)xq + (size_t)t * xq_stride,
+                               xq_stride, nt, j->y[m] + (size_t)t * j->ys[m], j->ys[m], rb, re);
+            }
         if (j->ep) { /* the unit is whole rows of one group, for every token (one token block) */
             const int gr = j->ep->group_rows, grp = (int)(rb / gr);
             const int per = (int)(gr / rbs[m]);

@@ -20,6 +20,13 @@ typedef float (*hm_vec_dot_fn)(int64_t n, const void *w_row, const void *x);
 typedef void (*hm_vec_dot_n_fn)(int64_t n, const void *w_row, const void *const *x, int nt,
                                 float *out);
 
+/* Four weight rows W_r = w + r * row_bytes times six activation vectors x[0..6):
+ * out[t * 4 + r] = vec_dot(n, W_r, x[t]) bit for bit (each of the one-row kernel's accumulators
+ * in its own pass, in the same order). Each weight vector is converted once for six tokens and
+ * each activation vector serves four rows: about a third of vec_dot_n's loads per product. */
+typedef void (*hm_vec_dot_46_fn)(int64_t n, const void *w, size_t row_bytes, const void *const *x,
+                                 float *out);
+
 /* The kinds of multiply-add a variant's peak is measured for (hm_cpu_ops.peak_ops) */
 typedef enum { HM_PEAK_I8, HM_PEAK_BF16, HM_PEAK_F32 } hm_peak_kind;
 
@@ -34,6 +41,9 @@ typedef struct hm_cpu_ops {
     hm_vec_dot_fn vec_dot[HM_TYPE_COUNT];
     /* vec_dot_n[weight type]: NULL where this variant has none (callers then loop vec_dot) */
     hm_vec_dot_n_fn vec_dot_n[HM_TYPE_COUNT];
+    /* vec_dot_46[weight type]: NULL where this variant has none (the float types F32, BF16 and
+     * F16 on avx2, avx512 and amx: the prompt's many-token products of float weights) */
+    hm_vec_dot_46_fn vec_dot_46[HM_TYPE_COUNT];
     /* y[i] += a * x[i] for i < n (attention's weighted sum of V rows) */
     void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
     /* Attention blocks of 16 keys (prefill). qk: s[i * s_stride + j] = scale * q_i . k_j for

@@ -140,6 +140,7 @@ struct hm_moe {
     uint32_t tg, tu, td;
     hm_vec_dot_fn dot_g, dot_u, dot_d;
     hm_vec_dot_n_fn dotn_g, dotn_u, dotn_d; /* their multi-token twins (NULL: none) */
+    hm_vec_dot_46_fn d46_g, d46_u, d46_d;   /* 4 rows by 6 tokens (NULL: none; float types) */
     size_t xq_bytes, hq_bytes;              /* matvec activation bytes per token (hidden / inter) */
     int nth;
     /* per-batch state */
@@ -581,6 +582,9 @@ static hm_status create_one(const hm_moe_params *p, hm_barrier *bar, hm_moe **ou
     m->dotn_g = hm_vec_dot_n_for(m->ops, m->tg);
     m->dotn_u = hm_vec_dot_n_for(m->ops, m->tu);
     m->dotn_d = hm_vec_dot_n_for(m->ops, m->td);
+    m->d46_g = hm_vec_dot_46_for(m->ops, m->tg);
+    m->d46_u = hm_vec_dot_46_for(m->ops, m->tu);
+    m->d46_d = hm_vec_dot_46_for(m->ops, m->td);
 #if defined(__x86_64__)
     m->amx = amx_wanted(p, m->ops);
 #endif
@@ -1044,6 +1048,66 @@ static bool plain_silu(const hm_moe *m, const active_expert *ae) {
     return m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias;
 }
 
+/* gate/up rows [r0, r1) of expert ae into h on the matvec kernels: 6-token blocks by the 4 x 6
+ * kernels where the types have them, the rest 4 tokens per row read (every result the same bits
+ * as one token at a time) */
+static void gate_up_rows(hm_moe *m, const active_expert *ae, const hm_moe_expert *x, float *h,
+                         int64_t r0, int64_t r1) {
+    const int64_t I = m->p.inter, H = m->p.hidden;
+    int t6 = 0; /* tokens done by the 4 x 6 kernels (the same bits as the per-row ones) */
+    if (m->d46_g && m->d46_u && ae->n >= HM_D46_MIN_TOKENS)
+        for (; t6 + 6 <= ae->n && r1 - r0 >= 4; t6 += 6) {
+            const void *xs[6];
+            for (int t = 0; t < 6; t++)
+                xs[t] = m->s->xq + (size_t)m->s->tok[ae->off + t6 + t] * m->xq_bytes;
+            int64_t r = r0;
+            for (; r + 4 <= r1; r += 4) {
+                float g[24], u[24];
+                m->d46_g(H, (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes,
+                         x->gate.row_bytes, xs, g);
+                m->d46_u(H, (const uint8_t *)x->up.data + (size_t)r * x->up.row_bytes,
+                         x->up.row_bytes, xs, u);
+                for (int i = 0; i < 4; i++) {
+                    const float bg = x->gate_bias ? x->gate_bias[r + i] : 0.0f;
+                    const float bu = x->up_bias ? x->up_bias[r + i] : 0.0f;
+                    for (int t = 0; t < 6; t++)
+                        h[(size_t)(t6 + t) * (size_t)I + (size_t)(r + i)] =
+                            act_fn(m, g[t * 4 + i] + bg, u[t * 4 + i] + bu);
+                }
+            }
+            for (; r < r1; r++) {
+                const float bg = x->gate_bias ? x->gate_bias[r] : 0.0f;
+                const float bu = x->up_bias ? x->up_bias[r] : 0.0f;
+                float g[6], u[6];
+                hm_dot_rows(m->dot_g, m->dotn_g, H,
+                            (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes, xs, 6,
+                            g);
+                hm_dot_rows(m->dot_u, m->dotn_u, H,
+                            (const uint8_t *)x->up.data + (size_t)r * x->up.row_bytes, xs, 6, u);
+                for (int t = 0; t < 6; t++)
+                    h[(size_t)(t6 + t) * (size_t)I + (size_t)r] = act_fn(m, g[t] + bg, u[t] + bu);
+            }
+        }
+    /* each weight row read once for up to 4 tokens (the multi-token kernels) */
+    for (int64_t r = r0; r < r1 && t6 < ae->n; r++) {
+        const uint8_t *gw = (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes;
+        const uint8_t *uw = (const uint8_t *)x->up.data + (size_t)r * x->up.row_bytes;
+        const float bg = x->gate_bias ? x->gate_bias[r] : 0.0f;
+        const float bu = x->up_bias ? x->up_bias[r] : 0.0f;
+        for (int t0 = t6; t0 < ae->n; t0 += 4) {
+            const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
+            const void *xs[4];
+            for (int t = 0; t < nt; t++)
+                xs[t] = m->s->xq + (size_t)m->s->tok[ae->off + t0 + t] * m->xq_bytes;
+            float g[4], u[4];
+            hm_dot_rows(m->dot_g, m->dotn_g, H, gw, xs, nt, g);
+            hm_dot_rows(m->dot_u, m->dotn_u, H, uw, xs, nt, u);
+            for (int t = 0; t < nt; t++)
+                h[(size_t)(t0 + t) * (size_t)I + (size_t)r] = act_fn(m, g[t] + bg, u[t] + bu);
+        }
+    }
+}
+
 /* gate + up + activation for rows [r0, r1) of expert ae into h (rows hrow0.. of the chunk);
  * tb: this thread's float tile, [tokens of the expert][rows of a claim] */
 static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t r0, int64_t r1,
@@ -1093,24 +1157,61 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
     }
 #endif
     (void)scr, (void)tb;
-    /* each weight row read once for up to 4 tokens (the multi-token kernels) */
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *gw = (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes;
-        const uint8_t *uw = (const uint8_t *)x->up.data + (size_t)r * x->up.row_bytes;
-        const float bg = x->gate_bias ? x->gate_bias[r] : 0.0f;
-        const float bu = x->up_bias ? x->up_bias[r] : 0.0f;
-        for (int t0 = 0; t0 < ae->n; t0 += 4) {
-            const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
-            const void *xs[4];
-            for (int t = 0; t < nt; t++)
-                xs[t] = m->s->xq + (size_t)m->s->tok[ae->off + t0 + t] * m->xq_bytes;
-            float g[4], u[4];
-            hm_dot_rows(m->dot_g, m->dotn_g, H, gw, xs, nt, g);
-            hm_dot_rows(m->dot_u, m->dotn_u, H, uw, xs, nt, u);
-            for (int t = 0; t < nt; t++)
-                h[(size_t)(t0 + t) * (size_t)I + (size_t)r] = act_fn(m, g[t] + bg, u[t] + bu);
+    /* chunks of 32 rows: each chunk's weights are read from memory once for all the tokens */
+    const int64_t ch = m->d46_g && m->d46_u && ae->n >= HM_D46_MIN_TOKENS ? 32 : r1 - r0;
+    for (int64_t rc = r0; rc < r1; rc += ch)
+        gate_up_rows(m, ae, x, h, rc, r1 - rc < ch ? r1 : rc + ch);
+}
+
+/* Down rows [r0, r1) of expert ae on the matvec kernels, its tokens' h at rows hq0.. of hq:
+ * 6-token blocks by the 4 x 6 kernel where the type has one, the rest 4 tokens per row read (every
+ * result the same bits as one token at a time). Each product d goes out weighted, w (d + bias):
+ * into the assignment's row of `part` (to_part: the decode path) or added to the token's row of
+ * acc. */
+static void down_rows(hm_moe *m, const active_expert *ae, int64_t hq0, int64_t r0, int64_t r1,
+                      bool to_part) {
+    const hm_moe_expert *x = &m->experts[ae->e];
+    const int64_t I = m->p.inter, H = m->p.hidden;
+    const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
+    float d[24];
+    /* DOWN_OUT(t, r, dv): out with the product dv of row r and the expert's token t */
+#define DOWN_OUT(t, r, dv)                                                                         \
+    do {                                                                                           \
+        const float v_ =                                                                           \
+            m->s->wt[ae->off + (t)] * ((dv) + (x->down_bias ? x->down_bias[(r)] : 0.0f));          \
+        if (to_part)                                                                               \
+            m->s->part[(size_t)(ae->off + (t)) * (size_t)H + (size_t)(r)] = v_;                    \
+        else                                                                                       \
+            m->acc[(size_t)m->s->tok[ae->off + (t)] * (size_t)H + (size_t)(r)] += v_;              \
+    } while (0)
+    int t6 = 0;
+    for (; m->d46_d && ae->n >= HM_D46_MIN_TOKENS && t6 + 6 <= ae->n && r1 - r0 >= 4; t6 += 6) {
+        const void *hs[6];
+        for (int t = 0; t < 6; t++) hs[t] = m->s->hq + (size_t)(hq0 + t6 + t) * m->hq_bytes;
+        for (int64_t r = r0; r < r1; r += 4) {
+            const int nr4 = r1 - r < 4 ? (int)(r1 - r) : 4;
+            if (nr4 == 4)
+                m->d46_d(I, dw + (size_t)(r - r0) * x->down.row_bytes, x->down.row_bytes, hs, d);
+            else /* the last 1-3 rows */
+                for (int i = 0; i < nr4; i++) {
+                    float d6[6];
+                    hm_dot_rows(m->dot_d, m->dotn_d, I,
+                                dw + (size_t)(r + i - r0) * x->down.row_bytes, hs, 6, d6);
+                    for (int t = 0; t < 6; t++) d[t * 4 + i] = d6[t];
+                }
+            for (int t = 0; t < 6; t++)
+                for (int i = 0; i < nr4; i++) DOWN_OUT(t6 + t, r + i, d[t * 4 + i]);
         }
     }
+    for (int64_t r = r0; r < r1 && t6 < ae->n; r++, dw += x->down.row_bytes)
+        for (int t0 = t6; t0 < ae->n; t0 += 4) {
+            const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
+            const void *hs[4];
+            for (int t = 0; t < nt; t++) hs[t] = m->s->hq + (size_t)(hq0 + t0 + t) * m->hq_bytes;
+            hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
+            for (int t = 0; t < nt; t++) DOWN_OUT(t0 + t, r, d[t]);
+        }
+#undef DOWN_OUT
 }
 
 /* output rows [r0, r1): acc[tok][r] += w * (down_e[r] . h + bias[r]) for expert ae */
@@ -1147,21 +1248,9 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
         }
         return;
     }
-    /* each weight row read once for up to 4 tokens */
-    const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
-    for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes) {
-        const float b = x->down_bias ? x->down_bias[r] : 0.0f;
-        for (int t0 = 0; t0 < ae->n; t0 += 4) {
-            const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
-            const void *hs[4];
-            for (int t = 0; t < nt; t++) hs[t] = m->s->hq + (size_t)(hrow0 + t0 + t) * m->hq_bytes;
-            float d[4];
-            hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
-            for (int t = 0; t < nt; t++)
-                m->acc[(size_t)m->s->tok[ae->off + t0 + t] * (size_t)H + (size_t)r] +=
-                    m->s->wt[ae->off + t0 + t] * (d[t] + b);
-        }
-    }
+    const int64_t ch = m->d46_d && ae->n >= HM_D46_MIN_TOKENS ? 32 : r1 - r0;
+    for (int64_t rc = r0; rc < r1; rc += ch)
+        down_rows(m, ae, hrow0, rc, r1 - rc < ch ? r1 : rc + ch, false);
 }
 
 /* Down of a flowing chunk: until expert a's gate/up claims have all packed their h (their
@@ -1381,21 +1470,9 @@ static void job_decode(hm_moe *m, int ith, int nth) {
             ks[DEC_HWAIT] += t - tc;
             tc = t;
         }
-        /* each weight row read once for the expert's (up to 4) tokens */
-        for (int64_t r = r0; r < r1; r++, dw += x->down.row_bytes) {
-            const float b = x->down_bias ? x->down_bias[r] : 0.0f;
-            for (int t0 = 0; t0 < ae->n; t0 += 4) {
-                const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
-                const void *hs[4];
-                for (int t = 0; t < nt; t++)
-                    hs[t] = m->s->hq + (size_t)(ae->off + t0 + t) * m->hq_bytes;
-                float d[4];
-                hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
-                for (int t = 0; t < nt; t++)
-                    m->s->part[(size_t)(ae->off + t0 + t) * (size_t)H + (size_t)r] =
-                        m->s->wt[ae->off + t0 + t] * (d[t] + b);
-            }
-        }
+        const int64_t ch = m->d46_d && ae->n >= HM_D46_MIN_TOKENS ? 32 : r1 - r0;
+        for (int64_t rc = r0; rc < r1; rc += ch)
+            down_rows(m, ae, ae->off, rc, r1 - rc < ch ? r1 : rc + ch, true);
         const uint64_t t = hm_time_ns();
         ks[DEC_DOWN] += t - tc;
         tc = t;

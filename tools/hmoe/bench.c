@@ -267,6 +267,7 @@ typedef struct kjob {
     const hm_cpu_ops *ops;
     bool bf16;            /* BF16/F16 weights on AMX BF16 tiles instead of the int8 path */
     hm_vec_dot_n_fn dotn; /* the multi-token twin of dot (NULL: none) */
+    hm_vec_dot_46_fn d46; /* 4 rows by 6 tokens (NULL: none; the float types) */
     hm_work_slot *work;   /* [nth]: the pass's claims (set up by krun) */
     bool read_only;       /* matvec claims only read their weight bytes (the paired read pass) */
     cli_read_sink *sinks; /* [nth]: what the read passes read */
@@ -372,8 +373,8 @@ static void kmatvec_task(int ith, int nth, void *arg) {
         /* as hm_nn_matmul starts each unit */
         hm_prefetch_start((const uint8_t *)w->data + (size_t)r0 * w->row_bytes,
                           (size_t)(r1 - r0) * w->row_bytes);
-        hm_matvec_rows(j->dot, j->dotn, w, j->xq, j->xb, j->n_tok, j->y + (size_t)m * j->y_mat,
-                       (size_t)w->rows, r0, r1);
+        hm_matvec_rows(j->dot, j->dotn, j->d46, w, j->xq, j->xb, j->n_tok,
+                       j->y + (size_t)m * j->y_mat, (size_t)w->rows, r0, r1);
     }
 }
 
@@ -615,6 +616,7 @@ static int bench_kernels(int argc, char **argv) {
     kjob job = {.pool = pool,
                 .dot = hm_vec_dot_for(ops, (uint32_t)type),
                 .dotn = hm_vec_dot_n_for(ops, (uint32_t)type),
+                .d46 = hm_vec_dot_46_for(ops, (uint32_t)type),
                 .mats = mats,
                 .n_mats = n_mats,
                 .n_tok = 1,
@@ -701,8 +703,8 @@ static int bench_kernels(int argc, char **argv) {
 
     /* validate against the reference on the first matrix */
     int vt = max_tok < 4 ? (int)max_tok : 4;
-    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xqr, xbr, vt, yref,
-                   (size_t)rows, 0, rows);
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, NULL, &mats[0], xqr, xbr, vt,
+                   yref, (size_t)rows, 0, rows);
     job.n_mats = 1;
     job.n_tok = vt;
     krun(pool, &job);
@@ -788,8 +790,8 @@ static int bench_kernels(int argc, char **argv) {
         job.n_tok = (int)max_tok;
         if (max_tok > 4) {
             float *yr = malloc(sizeof(float) * (size_t)(rows * max_tok));
-            hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, &mats[0], xqr, xbr,
-                           (int)max_tok, yr, (size_t)rows, 0, rows);
+            hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, NULL, &mats[0], xqr,
+                           xbr, (int)max_tok, yr, (size_t)rows, 0, rows);
             kblocks(&job, job.n_tok);
             hm_pool_run(pool, kpack_task, &job);
             /* 3.4e38 in every float: a row the pass misses fails the check */

@@ -794,6 +794,68 @@ HM_FLOAT_ROWS_AVX2(hm_f32_rows_avx2, float, HM_LOADW_F32_AVX2, HM_SCALAR_F32)
 HM_FLOAT_ROWS_AVX2(hm_bf16_rows_avx2, uint16_t, HM_LOADW_BF16_AVX2, hm_bf16_to_f32)
 HM_FLOAT_ROWS_AVX2(hm_f16_rows_avx2, uint16_t, HM_LOADW_F16_AVX2, _cvtsh_ss)
 #undef HM_FLOAT_ROWS_AVX2
+
+/* Four rows by six tokens (hm_vec_dot_46_fn): blocks of two rows by three tokens, each with both
+ * of the one-row kernel's accumulators (the 8-value halves of every 16-value step; then the first
+ * takes the 8-value step, as there) in registers, 12 of them; then the same sum, horizontal sum
+ * and scalar tail per row and token. */
+#define HM_FLOAT_46_AVX2(NAME, WT, LOADW, SCALARW)                                                 \
+    static inline void NAME(int64_t n, const void *vw, size_t row_bytes, const void *const *vx,    \
+                            float *out) {                                                          \
+        const int64_t n16 = n / 16 * 16, n8 = n16 + 8 <= n ? n16 + 8 : n16;                        \
+        for (int rp = 0; rp < 4; rp += 2)                                                          \
+            for (int tp = 0; tp < 6; tp += 3) {                                                    \
+                const WT *w0 = (const WT *)((const char *)vw + (size_t)rp * row_bytes),            \
+                         *w1 = (const WT *)((const char *)w0 + row_bytes);                         \
+                const float *x0 = vx[tp], *x1 = vx[tp + 1], *x2 = vx[tp + 2];                      \
+                __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00,      \
+                       a12 = a00, b00 = a00, b01 = a00, b02 = a00, b10 = a00, b11 = a00,           \
+                       b12 = a00; /* a: accumulator 0, b: 1; [row][token] */                       \
+                int64_t i = 0;                                                                     \
+                for (; i < n16; i += 16) {                                                         \
+                    const __m256 u0 = LOADW(w0 + i), u1 = LOADW(w1 + i);                           \
+                    __m256 xv = _mm256_loadu_ps(x0 + i);                                           \
+                    a00 = _mm256_fmadd_ps(u0, xv, a00), a10 = _mm256_fmadd_ps(u1, xv, a10);        \
+                    xv = _mm256_loadu_ps(x1 + i);                                                  \
+                    a01 = _mm256_fmadd_ps(u0, xv, a01), a11 = _mm256_fmadd_ps(u1, xv, a11);        \
+                    xv = _mm256_loadu_ps(x2 + i);                                                  \
+                    a02 = _mm256_fmadd_ps(u0, xv, a02), a12 = _mm256_fmadd_ps(u1, xv, a12);        \
+                    /* the second half's weights once the first's are dead: 15 registers */        \
+                    const __m256 v0 = LOADW(w0 + i + 8), v1 = LOADW(w1 + i + 8);                   \
+                    xv = _mm256_loadu_ps(x0 + i + 8);                                              \
+                    b00 = _mm256_fmadd_ps(v0, xv, b00), b10 = _mm256_fmadd_ps(v1, xv, b10);        \
+                    xv = _mm256_loadu_ps(x1 + i + 8);                                              \
+                    b01 = _mm256_fmadd_ps(v0, xv, b01), b11 = _mm256_fmadd_ps(v1, xv, b11);        \
+                    xv = _mm256_loadu_ps(x2 + i + 8);                                              \
+                    b02 = _mm256_fmadd_ps(v0, xv, b02), b12 = _mm256_fmadd_ps(v1, xv, b12);        \
+                }                                                                                  \
+                if (i < n8) {                                                                      \
+                    const __m256 u0 = LOADW(w0 + i), u1 = LOADW(w1 + i);                           \
+                    __m256 xv = _mm256_loadu_ps(x0 + i);                                           \
+                    a00 = _mm256_fmadd_ps(u0, xv, a00), a10 = _mm256_fmadd_ps(u1, xv, a10);        \
+                    xv = _mm256_loadu_ps(x1 + i);                                                  \
+                    a01 = _mm256_fmadd_ps(u0, xv, a01), a11 = _mm256_fmadd_ps(u1, xv, a11);        \
+                    xv = _mm256_loadu_ps(x2 + i);                                                  \
+                    a02 = _mm256_fmadd_ps(u0, xv, a02), a12 = _mm256_fmadd_ps(u1, xv, a12);        \
+                }                                                                                  \
+                const __m256 acc[2][3][2] = {{{a00, b00}, {a01, b01}, {a02, b02}},                 \
+                                             {{a10, b10}, {a11, b11}, {a12, b12}}};                \
+                for (int r = 0; r < 2; r++) {                                                      \
+                    const WT *wr = r ? w1 : w0;                                                    \
+                    for (int t = 0; t < 3; t++) {                                                  \
+                        const float *xt = vx[tp + t];                                              \
+                        float s = hm_hsum256(_mm256_add_ps(acc[r][t][0], acc[r][t][1]));           \
+                        for (int64_t k = n8; k < n; k++) s += SCALARW(wr[k]) * xt[k];              \
+                        out[(tp + t) * 4 + rp + r] = s;                                            \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+    }
+
+HM_FLOAT_46_AVX2(hm_dot46_f32_f32_avx2, float, HM_LOADW_F32_AVX2, HM_SCALAR_F32)
+HM_FLOAT_46_AVX2(hm_dot46_bf16_f32_avx2, uint16_t, HM_LOADW_BF16_AVX2, hm_bf16_to_f32)
+HM_FLOAT_46_AVX2(hm_dot46_f16_f32_avx2, uint16_t, HM_LOADW_F16_AVX2, _cvtsh_ss)
+#undef HM_FLOAT_46_AVX2
 #undef HM_LOADW_F32_AVX2
 #undef HM_SCALAR_F32
 #undef HM_LOADW_BF16_AVX2

@@ -909,6 +909,67 @@ HM_FLOAT_ROWS_AVX512(hm_f32_rows_avx512, float, HM_LOADW_F32, HM_MLOADW_F32)
 HM_FLOAT_ROWS_AVX512(hm_bf16_rows_avx512, uint16_t, HM_LOADW_BF16, HM_MLOADW_BF16)
 HM_FLOAT_ROWS_AVX512(hm_f16_rows_avx512, uint16_t, HM_LOADW_F16, HM_MLOADW_F16)
 #undef HM_FLOAT_ROWS_AVX512
+
+/* Four rows by six tokens (hm_vec_dot_46_fn): the one-row kernel's accumulator j (j = 0..3: the
+ * 16 values at 16 j of every 64-value step; then 0 takes the 16-value steps and 1 the masked
+ * tail, as there) in pass j, 24 of them (4 rows x 6 tokens) at once in registers, then the same
+ * sums and reduction per row and token. */
+#define HM_FLOAT_46_AVX512(NAME, WT, LOADW, MLOADW)                                                \
+    static inline void NAME(int64_t n, const void *vw, size_t row_bytes, const void *const *vx,    \
+                            float *out) {                                                          \
+        const WT *w[4];                                                                            \
+        const float *x[6];                                                                         \
+        for (int r = 0; r < 4; r++) w[r] = (const WT *)((const char *)vw + (size_t)r * row_bytes); \
+        for (int t = 0; t < 6; t++) x[t] = vx[t];                                                  \
+        _Alignas(64) float part[4][4][6][16]; /* [accumulator][row][token] */                      \
+        const int64_t n64 = n / 64 * 64, n16 = n64 + (n - n64) / 16 * 16;                          \
+        for (int j = 0; j < 4; j++) {                                                              \
+            __m512 a[4][6];                                                                        \
+            _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                    \
+                _Pragma("GCC unroll 6") for (int t = 0; t < 6; t++) a[r][t] = _mm512_setzero_ps(); \
+            for (int64_t i = 16 * j; i < n64; i += 64) {                                           \
+                __m512 wv[4];                                                                      \
+                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) wv[r] = LOADW(w[r] + i);       \
+                _Pragma("GCC unroll 6") for (int t = 0; t < 6; t++) {                              \
+                    const __m512 xv = _mm512_loadu_ps(x[t] + i);                                   \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) a[r][t] =                  \
+                        _mm512_fmadd_ps(wv[r], xv, a[r][t]);                                       \
+                }                                                                                  \
+            }                                                                                      \
+            for (int64_t i = n64; j == 0 && i < n16; i += 16) {                                    \
+                __m512 wv[4];                                                                      \
+                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) wv[r] = LOADW(w[r] + i);       \
+                _Pragma("GCC unroll 6") for (int t = 0; t < 6; t++) {                              \
+                    const __m512 xv = _mm512_loadu_ps(x[t] + i);                                   \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) a[r][t] =                  \
+                        _mm512_fmadd_ps(wv[r], xv, a[r][t]);                                       \
+                }                                                                                  \
+            }                                                                                      \
+            if (j == 1 && n16 < n) {                                                               \
+                const __mmask16 m = (__mmask16)((1u << (n - n16)) - 1);                            \
+                __m512 wv[4];                                                                      \
+                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) wv[r] = MLOADW(m, w[r] + n16); \
+                _Pragma("GCC unroll 6") for (int t = 0; t < 6; t++) {                              \
+                    const __m512 xv = _mm512_maskz_loadu_ps(m, x[t] + n16);                        \
+                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) a[r][t] =                  \
+                        _mm512_fmadd_ps(wv[r], xv, a[r][t]);                                       \
+                }                                                                                  \
+            }                                                                                      \
+            _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                    \
+                _Pragma("GCC unroll 6") for (int t = 0; t < 6; t++)                                \
+                    _mm512_store_ps(part[j][r][t], a[r][t]);                                       \
+        }                                                                                          \
+        for (int r = 0; r < 4; r++)                                                                \
+            for (int t = 0; t < 6; t++)                                                            \
+                out[t * 4 + r] = _mm512_reduce_add_ps(_mm512_add_ps(                               \
+                    _mm512_add_ps(_mm512_load_ps(part[0][r][t]), _mm512_load_ps(part[1][r][t])),   \
+                    _mm512_add_ps(_mm512_load_ps(part[2][r][t]), _mm512_load_ps(part[3][r][t])))); \
+    }
+
+HM_FLOAT_46_AVX512(hm_dot46_f32_f32_avx512, float, HM_LOADW_F32, HM_MLOADW_F32)
+HM_FLOAT_46_AVX512(hm_dot46_bf16_f32_avx512, uint16_t, HM_LOADW_BF16, HM_MLOADW_BF16)
+HM_FLOAT_46_AVX512(hm_dot46_f16_f32_avx512, uint16_t, HM_LOADW_F16, HM_MLOADW_F16)
+#undef HM_FLOAT_46_AVX512
 #undef HM_LOADW_F32
 #undef HM_MLOADW_F32
 #undef HM_LOADW_BF16
@@ -1233,15 +1294,21 @@ static inline double hm_peak_ops_avx512(hm_peak_kind kind, int64_t iters) {
     return 2.0 * 12 * 16 * (double)iters;
 }
 
+/* hm_cpu_ops.vec_dot_46 of the avx512 and amx variants */
+#define HM_VEC_DOT46S_AVX512                                                                       \
+    [HM_TYPE_F32] = hm_dot46_f32_f32_avx512, [HM_TYPE_BF16] = hm_dot46_bf16_f32_avx512,            \
+    [HM_TYPE_F16] = hm_dot46_f16_f32_avx512
+
 /* the hm_cpu_ops entries the avx512 and amx variants share */
 #define HM_OPS_AVX512_COMMON                                                                       \
     .sum_u64 = hm_sum_u64_avx512, .vec_dot = {HM_VEC_DOTS_AVX512},                                 \
-    .vec_dot_n = {HM_VEC_DOTNS_AVX512}, .axpy_f32 = hm_axpy_f32_avx512,                            \
-    .silu_mul_f32 = hm_silu_mul_f32_avx512, .expsum_f32 = hm_expsum_f32_avx512,                    \
-    .max_f32 = hm_max_f32_avx512, .scale_f32 = hm_scale_f32_avx512,                                \
-    .f16_to_f32 = hm_f16_to_f32_avx512, .f32_to_f16 = hm_f32_to_f16_avx512,                        \
-    .quant_q8_0 = hm_quant_q8_0_avx512, .quant_q8_K = hm_quant_q8_K_avx512,                        \
-    .rmsnorm_f32 = hm_rmsnorm_f32_avx512, .qk_block16 = hm_qk_block16_avx512,                      \
-    .pv_block16 = hm_pv_block16_avx512, .act_type = hm_act_type_avx512
+    .vec_dot_n = {HM_VEC_DOTNS_AVX512}, .vec_dot_46 = {HM_VEC_DOT46S_AVX512},                      \
+    .axpy_f32 = hm_axpy_f32_avx512, .silu_mul_f32 = hm_silu_mul_f32_avx512,                        \
+    .expsum_f32 = hm_expsum_f32_avx512, .max_f32 = hm_max_f32_avx512,                              \
+    .scale_f32 = hm_scale_f32_avx512, .f16_to_f32 = hm_f16_to_f32_avx512,                          \
+    .f32_to_f16 = hm_f32_to_f16_avx512, .quant_q8_0 = hm_quant_q8_0_avx512,                        \
+    .quant_q8_K = hm_quant_q8_K_avx512, .rmsnorm_f32 = hm_rmsnorm_f32_avx512,                      \
+    .qk_block16 = hm_qk_block16_avx512, .pv_block16 = hm_pv_block16_avx512,                        \
+    .act_type = hm_act_type_avx512
 
 #endif
