@@ -1168,17 +1168,17 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
  * result the same bits as one token at a time). Each product d goes out weighted, w (d + bias):
  * into the assignment's row of `part` (to_part: the decode path) or added to the token's row of
  * acc. */
-static void down_rows(hm_moe *m, const active_expert *ae, int64_t hq0, int64_t r0, int64_t r1,
-                      bool to_part) {
+static inline __attribute__((always_inline)) void down_rows(hm_moe *m, const active_expert *ae,
+                                                            int64_t hq0, int64_t r0, int64_t r1,
+                                                            const bool to_part) {
     const hm_moe_expert *x = &m->experts[ae->e];
     const int64_t I = m->p.inter, H = m->p.hidden;
     const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
     float d[24];
-    /* DOWN_OUT(t, r, dv): out with the product dv of row r and the expert's token t */
-#define DOWN_OUT(t, r, dv)                                                                         \
+    /* DOWN_OUT(t, r, dv, b): out with the product dv of row r and the expert's token t, bias b */
+#define DOWN_OUT(t, r, dv, b)                                                                      \
     do {                                                                                           \
-        const float v_ =                                                                           \
-            m->s->wt[ae->off + (t)] * ((dv) + (x->down_bias ? x->down_bias[(r)] : 0.0f));          \
+        const float v_ = m->s->wt[ae->off + (t)] * ((dv) + (b));                                   \
         if (to_part)                                                                               \
             m->s->part[(size_t)(ae->off + (t)) * (size_t)H + (size_t)(r)] = v_;                    \
         else                                                                                       \
@@ -1200,17 +1200,21 @@ static void down_rows(hm_moe *m, const active_expert *ae, int64_t hq0, int64_t r
                     for (int t = 0; t < 6; t++) d[t * 4 + i] = d6[t];
                 }
             for (int t = 0; t < 6; t++)
-                for (int i = 0; i < nr4; i++) DOWN_OUT(t6 + t, r + i, d[t * 4 + i]);
+                for (int i = 0; i < nr4; i++)
+                    DOWN_OUT(t6 + t, r + i, d[t * 4 + i],
+                             x->down_bias ? x->down_bias[r + i] : 0.0f);
         }
     }
-    for (int64_t r = r0; r < r1 && t6 < ae->n; r++, dw += x->down.row_bytes)
+    for (int64_t r = r0; r < r1 && t6 < ae->n; r++, dw += x->down.row_bytes) {
+        const float b = x->down_bias ? x->down_bias[r] : 0.0f;
         for (int t0 = t6; t0 < ae->n; t0 += 4) {
             const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
             const void *hs[4];
             for (int t = 0; t < nt; t++) hs[t] = m->s->hq + (size_t)(hq0 + t0 + t) * m->hq_bytes;
             hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
-            for (int t = 0; t < nt; t++) DOWN_OUT(t0 + t, r, d[t]);
+            for (int t = 0; t < nt; t++) DOWN_OUT(t0 + t, r, d[t], b);
         }
+    }
 #undef DOWN_OUT
 }
 
