@@ -98,7 +98,7 @@ static inline void hm_dot_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, int64_t 
 
 /* The variant's four-rows-by-six-tokens kernel for type, or NULL (none, or no single-token
  * kernel of the variant's own either). Used from HM_D46_MIN_TOKENS tokens: device (AVX-512, 16
- * threads, bench kernels BF16 / F32): 64 tokens 1.6-1.9x and 512 tokens 1.3-2.5x the 4-token
+ * threads, bench kernels BF16 / F32): 64 tokens 1.4-1.9x and 512 tokens 1.3-2.5x the 4-token
  * kernels' GOP/s, 8 tokens (one block of 6 and 2 left over) 0.7-0.9x. */
 #define HM_D46_MIN_TOKENS 16
 hm_vec_dot_46_fn hm_vec_dot_46_for(const hm_cpu_ops *ops, uint32_t type);
