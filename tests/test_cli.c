@@ -126,6 +126,10 @@ int main(void) {
     CHECK_MSG(run(cmd) == 0, "%s", out);
     CHECK_CONTAINS(out, "numa: 2 groups");
     CHECK_CONTAINS(out, "tokens/s");
+    /* more slices than threads: refused at once, saying why */
+    snprintf(cmd, sizeof cmd, "%s bench moe --preset qwen3-tiny --threads 2 --nodes 3", bin);
+    CHECK(run(cmd) == 1);
+    CHECK_CONTAINS(out, "--nodes 3 needs at least as many threads (the pool has 2)");
 
     /* run / logits / bench e2e on a transformers fixture (tests/data/qwen3moe/a) */
     const char *fx = HMOE_SOURCE_DIR "/tests/data/qwen3moe/a";

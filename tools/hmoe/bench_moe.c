@@ -213,6 +213,13 @@ int bench_moe(int argc, char **argv) {
         fprintf(stderr, "hmoe bench moe: %s\n", hm_last_error());
         return 1;
     }
+    if (nodes > hm_pool_size(pool)) { /* before the weights are filled, not after */
+        fprintf(stderr,
+                "hmoe bench moe: --nodes %ld needs at least as many threads (the pool has %d)\n",
+                nodes, hm_pool_size(pool));
+        hm_pool_free(pool);
+        return 1;
+    }
     const hm_cpu_ops *ops;
     hm_cpu_ops_get(&ops);
     printf("bench moe: preset %s: %d experts, top-%d, hidden %lld, expert inter %lld, %ld MoE "
