@@ -811,8 +811,8 @@ HM_FLOAT_ROWS_AVX2(hm_f16_rows_avx2, uint16_t, HM_LOADW_F16_AVX2, _cvtsh_ss)
                 __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00,      \
                        a12 = a00, b00 = a00, b01 = a00, b02 = a00, b10 = a00, b11 = a00,           \
                        b12 = a00; /* a: accumulator 0, b: 1; [row][token] */                       \
-                int64_t i = 0;                                                                     \
-                for (; i < n16; i += 16) {                                                         \
+                /* the 16-value steps (both halves), then the 8-value step at n16 (the first) */   \
+                for (int64_t i = 0; i < n8; i += 16) {                                             \
                     const __m256 u0 = LOADW(w0 + i), u1 = LOADW(w1 + i);                           \
                     __m256 xv = _mm256_loadu_ps(x0 + i);                                           \
                     a00 = _mm256_fmadd_ps(u0, xv, a00), a10 = _mm256_fmadd_ps(u1, xv, a10);        \
@@ -820,6 +820,7 @@ HM_FLOAT_ROWS_AVX2(hm_f16_rows_avx2, uint16_t, HM_LOADW_F16_AVX2, _cvtsh_ss)
                     a01 = _mm256_fmadd_ps(u0, xv, a01), a11 = _mm256_fmadd_ps(u1, xv, a11);        \
                     xv = _mm256_loadu_ps(x2 + i);                                                  \
                     a02 = _mm256_fmadd_ps(u0, xv, a02), a12 = _mm256_fmadd_ps(u1, xv, a12);        \
+                    if (i == n16) break;                                                           \
                     /* the second half's weights once the first's are dead: 15 registers */        \
                     const __m256 v0 = LOADW(w0 + i + 8), v1 = LOADW(w1 + i + 8);                   \
                     xv = _mm256_loadu_ps(x0 + i + 8);                                              \
@@ -828,15 +829,6 @@ HM_FLOAT_ROWS_AVX2(hm_f16_rows_avx2, uint16_t, HM_LOADW_F16_AVX2, _cvtsh_ss)
                     b01 = _mm256_fmadd_ps(v0, xv, b01), b11 = _mm256_fmadd_ps(v1, xv, b11);        \
                     xv = _mm256_loadu_ps(x2 + i + 8);                                              \
                     b02 = _mm256_fmadd_ps(v0, xv, b02), b12 = _mm256_fmadd_ps(v1, xv, b12);        \
-                }                                                                                  \
-                if (i < n8) {                                                                      \
-                    const __m256 u0 = LOADW(w0 + i), u1 = LOADW(w1 + i);                           \
-                    __m256 xv = _mm256_loadu_ps(x0 + i);                                           \
-                    a00 = _mm256_fmadd_ps(u0, xv, a00), a10 = _mm256_fmadd_ps(u1, xv, a10);        \
-                    xv = _mm256_loadu_ps(x1 + i);                                                  \
-                    a01 = _mm256_fmadd_ps(u0, xv, a01), a11 = _mm256_fmadd_ps(u1, xv, a11);        \
-                    xv = _mm256_loadu_ps(x2 + i);                                                  \
-                    a02 = _mm256_fmadd_ps(u0, xv, a02), a12 = _mm256_fmadd_ps(u1, xv, a12);        \
                 }                                                                                  \
                 const __m256 acc[2][3][2] = {{{a00, b00}, {a01, b01}, {a02, b02}},                 \
                                              {{a10, b10}, {a11, b11}, {a12, b12}}};                \

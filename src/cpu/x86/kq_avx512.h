@@ -927,16 +927,10 @@ HM_FLOAT_ROWS_AVX512(hm_f16_rows_avx512, uint16_t, HM_LOADW_F16, HM_MLOADW_F16)
             __m512 a[4][6];                                                                        \
             _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                    \
                 _Pragma("GCC unroll 6") for (int t = 0; t < 6; t++) a[r][t] = _mm512_setzero_ps(); \
-            for (int64_t i = 16 * j; i < n64; i += 64) {                                           \
-                __m512 wv[4];                                                                      \
-                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) wv[r] = LOADW(w[r] + i);       \
-                _Pragma("GCC unroll 6") for (int t = 0; t < 6; t++) {                              \
-                    const __m512 xv = _mm512_loadu_ps(x[t] + i);                                   \
-                    _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) a[r][t] =                  \
-                        _mm512_fmadd_ps(wv[r], xv, a[r][t]);                                       \
-                }                                                                                  \
-            }                                                                                      \
-            for (int64_t i = n64; j == 0 && i < n16; i += 16) {                                    \
+            /* this accumulator's 16 values of each 64-value step, then (j = 0) the 16-value       \
+             * steps */                                                                            \
+            const int64_t lim = j == 0 ? n16 : n64;                                                \
+            for (int64_t i = 16 * j; i < lim; i += i < n64 ? 64 : 16) {                            \
                 __m512 wv[4];                                                                      \
                 _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) wv[r] = LOADW(w[r] + i);       \
                 _Pragma("GCC unroll 6") for (int t = 0; t < 6; t++) {                              \
