@@ -120,19 +120,18 @@ void hm_matvec_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, hm_vec_dot_46_fn d4
                     const hm_matrix *w, const void *xq, size_t x_stride, int n_tok, float *y,
                     size_t y_stride, int64_t r0, int64_t r1) {
     if (d46 && n_tok >= HM_D46_MIN_TOKENS && r1 - r0 >= 4) {
-        /* chunks of 32 rows, each over 6-token blocks, each over the chunk's rows 4 at a time,
-         * then the chunk's leftover tokens (by the kernels below: every result the same bits),
-         * so the chunk's weights come from memory once and stay in L2 */
+        /* chunks of 32 rows, so the chunk's weights come from memory once and stay in L2: the
+         * 6-token blocks of its whole 4-row groups, then the tokens left over and the last 1-3
+         * rows by the kernels below (every result the same bits) */
         const int n6 = n_tok / 6 * 6;
         for (int64_t rc = r0; rc < r1; rc += 32) {
-            const int64_t re = r1 - rc < 32 ? r1 : rc + 32;
+            const int64_t re = r1 - rc < 32 ? r1 : rc + 32, r4 = rc + (re - rc) / 4 * 4;
             for (int t0 = 0; t0 < n6; t0 += 6) {
                 const void *x[6];
                 for (int t = 0; t < 6; t++)
                     x[t] = (const uint8_t *)xq + (size_t)(t0 + t) * x_stride;
                 float *yt = y + (size_t)t0 * y_stride;
-                int64_t r = rc;
-                for (; r + 4 <= re; r += 4) {
+                for (int64_t r = rc; r < r4; r += 4) {
                     float out[24];
                     d46(w->cols, (const uint8_t *)w->data + (size_t)r * w->row_bytes, w->row_bytes,
                         x, out);
@@ -140,12 +139,12 @@ void hm_matvec_rows(hm_vec_dot_fn dot, hm_vec_dot_n_fn dotn, hm_vec_dot_46_fn d4
                         for (int i = 0; i < 4; i++)
                             yt[(size_t)t * y_stride + (size_t)(r + i)] = out[t * 4 + i];
                 }
-                if (r < re)
-                    hm_matvec_rows(dot, dotn, NULL, w, x[0], x_stride, 6, yt, y_stride, r, re);
             }
             if (n6 < n_tok)
                 hm_matvec_rows(dot, dotn, NULL, w, (const uint8_t *)xq + (size_t)n6 * x_stride,
-                               x_stride, n_tok - n6, y + (size_t)n6 * y_stride, y_stride, rc, re);
+                               x_stride, n_tok - n6, y + (size_t)n6 * y_stride, y_stride, rc, r4);
+            if (r4 < re)
+                hm_matvec_rows(dot, dotn, NULL, w, xq, x_stride, n_tok, y, y_stride, r4, re);
         }
         return;
     }

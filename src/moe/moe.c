@@ -1048,20 +1048,24 @@ static bool plain_silu(const hm_moe *m, const active_expert *ae) {
     return m->p.act == HM_MOE_SILU && !x->gate_bias && !x->up_bias;
 }
 
-/* gate/up rows [r0, r1) of expert ae into h on the matvec kernels: 6-token blocks by the 4 x 6
- * kernels where the types have them, the rest 4 tokens per row read (every result the same bits
- * as one token at a time) */
+/* gate/up rows [r0, r1) of expert ae into h on the matvec kernels. With the 4 x 6 kernels (float
+ * types, from HM_D46_MIN_TOKENS tokens): chunks of 32 rows, so each chunk's weights are read from
+ * memory once for all the tokens; in each, the 6-token blocks of its whole 4-row groups, then the
+ * rest (the tokens left over, and every token of the last 1-3 rows) 4 tokens per row read. Every
+ * result is the same bits as one token at a time. */
 static void gate_up_rows(hm_moe *m, const active_expert *ae, const hm_moe_expert *x, float *h,
                          int64_t r0, int64_t r1) {
     const int64_t I = m->p.inter, H = m->p.hidden;
-    int t6 = 0; /* tokens done by the 4 x 6 kernels (the same bits as the per-row ones) */
-    if (m->d46_g && m->d46_u && ae->n >= HM_D46_MIN_TOKENS)
-        for (; t6 + 6 <= ae->n && r1 - r0 >= 4; t6 += 6) {
+    const bool b46 = m->d46_g && m->d46_u && ae->n >= HM_D46_MIN_TOKENS;
+    const int n6 = b46 ? ae->n / 6 * 6 : 0;
+    const int64_t ch = b46 ? 32 : r1 - r0;
+    for (int64_t rc = r0; rc < r1; rc += ch) {
+        const int64_t re = r1 - rc < ch ? r1 : rc + ch, r4 = rc + (re - rc) / 4 * 4;
+        for (int t6 = 0; t6 < n6; t6 += 6) {
             const void *xs[6];
             for (int t = 0; t < 6; t++)
                 xs[t] = m->s->xq + (size_t)m->s->tok[ae->off + t6 + t] * m->xq_bytes;
-            int64_t r = r0;
-            for (; r + 4 <= r1; r += 4) {
+            for (int64_t r = rc; r < r4; r += 4) {
                 float g[24], u[24];
                 m->d46_g(H, (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes,
                          x->gate.row_bytes, xs, g);
@@ -1075,35 +1079,24 @@ static void gate_up_rows(hm_moe *m, const active_expert *ae, const hm_moe_expert
                             act_fn(m, g[t * 4 + i] + bg, u[t * 4 + i] + bu);
                 }
             }
-            for (; r < r1; r++) {
-                const float bg = x->gate_bias ? x->gate_bias[r] : 0.0f;
-                const float bu = x->up_bias ? x->up_bias[r] : 0.0f;
-                float g[6], u[6];
-                hm_dot_rows(m->dot_g, m->dotn_g, H,
-                            (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes, xs, 6,
-                            g);
-                hm_dot_rows(m->dot_u, m->dotn_u, H,
-                            (const uint8_t *)x->up.data + (size_t)r * x->up.row_bytes, xs, 6, u);
-                for (int t = 0; t < 6; t++)
-                    h[(size_t)(t6 + t) * (size_t)I + (size_t)r] = act_fn(m, g[t] + bg, u[t] + bu);
-            }
         }
-    /* each weight row read once for up to 4 tokens (the multi-token kernels) */
-    for (int64_t r = r0; r < r1 && t6 < ae->n; r++) {
-        const uint8_t *gw = (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes;
-        const uint8_t *uw = (const uint8_t *)x->up.data + (size_t)r * x->up.row_bytes;
-        const float bg = x->gate_bias ? x->gate_bias[r] : 0.0f;
-        const float bu = x->up_bias ? x->up_bias[r] : 0.0f;
-        for (int t0 = t6; t0 < ae->n; t0 += 4) {
-            const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
-            const void *xs[4];
-            for (int t = 0; t < nt; t++)
-                xs[t] = m->s->xq + (size_t)m->s->tok[ae->off + t0 + t] * m->xq_bytes;
-            float g[4], u[4];
-            hm_dot_rows(m->dot_g, m->dotn_g, H, gw, xs, nt, g);
-            hm_dot_rows(m->dot_u, m->dotn_u, H, uw, xs, nt, u);
-            for (int t = 0; t < nt; t++)
-                h[(size_t)(t0 + t) * (size_t)I + (size_t)r] = act_fn(m, g[t] + bg, u[t] + bu);
+        /* each weight row read once for up to 4 tokens (the multi-token kernels) */
+        for (int64_t r = rc; r < re; r++) {
+            const uint8_t *gw = (const uint8_t *)x->gate.data + (size_t)r * x->gate.row_bytes;
+            const uint8_t *uw = (const uint8_t *)x->up.data + (size_t)r * x->up.row_bytes;
+            const float bg = x->gate_bias ? x->gate_bias[r] : 0.0f;
+            const float bu = x->up_bias ? x->up_bias[r] : 0.0f;
+            for (int t0 = r < r4 ? n6 : 0; t0 < ae->n; t0 += 4) {
+                const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
+                const void *xs[4];
+                for (int t = 0; t < nt; t++)
+                    xs[t] = m->s->xq + (size_t)m->s->tok[ae->off + t0 + t] * m->xq_bytes;
+                float g[4], u[4];
+                hm_dot_rows(m->dot_g, m->dotn_g, H, gw, xs, nt, g);
+                hm_dot_rows(m->dot_u, m->dotn_u, H, uw, xs, nt, u);
+                for (int t = 0; t < nt; t++)
+                    h[(size_t)(t0 + t) * (size_t)I + (size_t)r] = act_fn(m, g[t] + bg, u[t] + bu);
+            }
         }
     }
 }
@@ -1157,24 +1150,19 @@ static void gate_up_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int6
     }
 #endif
     (void)scr, (void)tb;
-    /* chunks of 32 rows: each chunk's weights are read from memory once for all the tokens */
-    const int64_t ch = m->d46_g && m->d46_u && ae->n >= HM_D46_MIN_TOKENS ? 32 : r1 - r0;
-    for (int64_t rc = r0; rc < r1; rc += ch)
-        gate_up_rows(m, ae, x, h, rc, r1 - rc < ch ? r1 : rc + ch);
+    gate_up_rows(m, ae, x, h, r0, r1);
 }
 
-/* Down rows [r0, r1) of expert ae on the matvec kernels, its tokens' h at rows hq0.. of hq:
- * 6-token blocks by the 4 x 6 kernel where the type has one, the rest 4 tokens per row read (every
- * result the same bits as one token at a time). Each product d goes out weighted, w (d + bias):
- * into the assignment's row of `part` (to_part: the decode path) or added to the token's row of
- * acc. */
+/* Down rows [r0, r1) of expert ae on the matvec kernels, its tokens' h at rows hq0.. of hq, in
+ * chunks and blocks as gate_up_rows. Each product d goes out weighted, w (d + bias): into the
+ * assignment's row of `part` (to_part: the decode path) or added to the token's row of acc. */
 static inline __attribute__((always_inline)) void down_rows(hm_moe *m, const active_expert *ae,
                                                             int64_t hq0, int64_t r0, int64_t r1,
                                                             const bool to_part) {
     const hm_moe_expert *x = &m->experts[ae->e];
     const int64_t I = m->p.inter, H = m->p.hidden;
-    const uint8_t *dw = (const uint8_t *)x->down.data + (size_t)r0 * x->down.row_bytes;
-    float d[24];
+    const size_t rb = x->down.row_bytes;
+    const uint8_t *dw = (const uint8_t *)x->down.data;
     /* DOWN_OUT(t, r, dv, b): out with the product dv of row r and the expert's token t, bias b */
 #define DOWN_OUT(t, r, dv, b)                                                                      \
     do {                                                                                           \
@@ -1184,35 +1172,35 @@ static inline __attribute__((always_inline)) void down_rows(hm_moe *m, const act
         else                                                                                       \
             m->acc[(size_t)m->s->tok[ae->off + (t)] * (size_t)H + (size_t)(r)] += v_;              \
     } while (0)
-    int t6 = 0;
-    for (; m->d46_d && ae->n >= HM_D46_MIN_TOKENS && t6 + 6 <= ae->n && r1 - r0 >= 4; t6 += 6) {
-        const void *hs[6];
-        for (int t = 0; t < 6; t++) hs[t] = m->s->hq + (size_t)(hq0 + t6 + t) * m->hq_bytes;
-        for (int64_t r = r0; r < r1; r += 4) {
-            const int nr4 = r1 - r < 4 ? (int)(r1 - r) : 4;
-            if (nr4 == 4)
-                m->d46_d(I, dw + (size_t)(r - r0) * x->down.row_bytes, x->down.row_bytes, hs, d);
-            else /* the last 1-3 rows */
-                for (int i = 0; i < nr4; i++) {
-                    float d6[6];
-                    hm_dot_rows(m->dot_d, m->dotn_d, I,
-                                dw + (size_t)(r + i - r0) * x->down.row_bytes, hs, 6, d6);
-                    for (int t = 0; t < 6; t++) d[t * 4 + i] = d6[t];
+    const bool b46 = m->d46_d && ae->n >= HM_D46_MIN_TOKENS;
+    const int n6 = b46 ? ae->n / 6 * 6 : 0;
+    const int64_t ch = b46 ? 32 : r1 - r0;
+    for (int64_t rc = r0; rc < r1; rc += ch) {
+        const int64_t re = r1 - rc < ch ? r1 : rc + ch, r4 = rc + (re - rc) / 4 * 4;
+        for (int t6 = 0; t6 < n6; t6 += 6) {
+            const void *hs[6];
+            for (int t = 0; t < 6; t++) hs[t] = m->s->hq + (size_t)(hq0 + t6 + t) * m->hq_bytes;
+            for (int64_t r = rc; r < r4; r += 4) {
+                float d[24];
+                m->d46_d(I, dw + (size_t)r * rb, rb, hs, d);
+                for (int i = 0; i < 4; i++) {
+                    const float b = x->down_bias ? x->down_bias[r + i] : 0.0f;
+                    for (int t = 0; t < 6; t++) DOWN_OUT(t6 + t, r + i, d[t * 4 + i], b);
                 }
-            for (int t = 0; t < 6; t++)
-                for (int i = 0; i < nr4; i++)
-                    DOWN_OUT(t6 + t, r + i, d[t * 4 + i],
-                             x->down_bias ? x->down_bias[r + i] : 0.0f);
+            }
         }
-    }
-    for (int64_t r = r0; r < r1 && t6 < ae->n; r++, dw += x->down.row_bytes) {
-        const float b = x->down_bias ? x->down_bias[r] : 0.0f;
-        for (int t0 = t6; t0 < ae->n; t0 += 4) {
-            const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
-            const void *hs[4];
-            for (int t = 0; t < nt; t++) hs[t] = m->s->hq + (size_t)(hq0 + t0 + t) * m->hq_bytes;
-            hm_dot_rows(m->dot_d, m->dotn_d, I, dw, hs, nt, d);
-            for (int t = 0; t < nt; t++) DOWN_OUT(t0 + t, r, d[t], b);
+        /* each weight row read once for up to 4 tokens */
+        for (int64_t r = rc; r < re; r++) {
+            const float b = x->down_bias ? x->down_bias[r] : 0.0f;
+            for (int t0 = r < r4 ? n6 : 0; t0 < ae->n; t0 += 4) {
+                const int nt = ae->n - t0 < 4 ? ae->n - t0 : 4;
+                const void *hs[4];
+                for (int t = 0; t < nt; t++)
+                    hs[t] = m->s->hq + (size_t)(hq0 + t0 + t) * m->hq_bytes;
+                float d[4];
+                hm_dot_rows(m->dot_d, m->dotn_d, I, dw + (size_t)r * rb, hs, nt, d);
+                for (int t = 0; t < nt; t++) DOWN_OUT(t0 + t, r, d[t], b);
+            }
         }
     }
 #undef DOWN_OUT
@@ -1252,9 +1240,7 @@ static void down_unit(hm_moe *m, const active_expert *ae, int64_t hrow0, int64_t
         }
         return;
     }
-    const int64_t ch = m->d46_d && ae->n >= HM_D46_MIN_TOKENS ? 32 : r1 - r0;
-    for (int64_t rc = r0; rc < r1; rc += ch)
-        down_rows(m, ae, hrow0, rc, r1 - rc < ch ? r1 : rc + ch, false);
+    down_rows(m, ae, hrow0, r0, r1, false);
 }
 
 /* Down of a flowing chunk: until expert a's gate/up claims have all packed their h (their
@@ -1474,9 +1460,7 @@ static void job_decode(hm_moe *m, int ith, int nth) {
             ks[DEC_HWAIT] += t - tc;
             tc = t;
         }
-        const int64_t ch = m->d46_d && ae->n >= HM_D46_MIN_TOKENS ? 32 : r1 - r0;
-        for (int64_t rc = r0; rc < r1; rc += ch)
-            down_rows(m, ae, ae->off, rc, r1 - rc < ch ? r1 : rc + ch, true);
+        down_rows(m, ae, ae->off, r0, r1, true);
         const uint64_t t = hm_time_ns();
         ks[DEC_DOWN] += t - tc;
         tc = t;
