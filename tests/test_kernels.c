@@ -747,6 +747,25 @@ static void test_silu(void) {
 
 /* row maxima (exact: every variant equals the plain loop, NaNs skipped, -FLT_MAX floor) and
  * scaling (one multiply each: exact) of every variant, for lengths around the vector widths */
+/* Every variant with a peak loop names what it runs for each kind (the benchmark prints it), and
+ * the loop counts the operations it was asked for (2 per multiply-add, a whole number per
+ * iteration) */
+static void test_peak_ops(void) {
+    const hm_cpu_features *f = hm_cpu_features_get();
+    for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
+        const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
+        if (!ops || !hm_isa_supported(f, (hm_isa)isa) || !ops->peak_ops) continue;
+        for (int k = HM_PEAK_I8; k <= HM_PEAK_F32; k++) {
+            CHECK_MSG(ops->peak_names[k] && ops->peak_names[k][0], "%s: peak kind %d unnamed",
+                      ops->name, k);
+            const double one = ops->peak_ops((hm_peak_kind)k, 1000),
+                         two = ops->peak_ops((hm_peak_kind)k, 2000);
+            CHECK_MSG(one > 0 && two == 2 * one, "%s: peak kind %d counts %g then %g", ops->name, k,
+                      one, two);
+        }
+    }
+}
+
 static void test_max_scale(void) {
     const hm_cpu_features *f = hm_cpu_features_get();
     enum { N = 300 };
@@ -1411,6 +1430,7 @@ int main(void) {
     test_axpy();
     test_silu();
     test_max_scale();
+    test_peak_ops();
     test_f16_convert();
     test_act_quant();
     test_rmsnorm();

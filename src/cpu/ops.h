@@ -111,6 +111,8 @@ typedef struct hm_cpu_ops {
      * calling thread. Returns the operations done (2 per multiply-add). NULL: none (the ref
      * table). */
     double (*peak_ops)(hm_peak_kind kind, int64_t iters);
+    /* what peak_ops runs for each kind, for the benchmark's roofline line */
+    const char *peak_names[3];
 } hm_cpu_ops;
 
 /* Whether ops has an int8 matmul (the amx and avx512 tables: the avx512 variant requires VNNI,

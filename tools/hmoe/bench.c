@@ -392,16 +392,6 @@ static void kpeak_task(int ith, int nth, void *arg) {
     j->done[ith] = j->ops->peak_ops(j->kind, j->iters);
 }
 
-static const char *kpeak_name(const hm_cpu_ops *ops, hm_peak_kind k) {
-    const bool amx = ops->isa == HM_ISA_AMX, avx512 = amx || ops->isa == HM_ISA_AVX512;
-    if (k == HM_PEAK_I8)
-        return amx      ? "TDPBSSD, AMX INT8 tiles"
-               : avx512 ? "VPDPBUSD, AVX-512 VNNI"
-                        : "VPMADDUBSW + VPMADDWD + VPADDD, AVX2";
-    if (k == HM_PEAK_BF16 && amx) return "TDPBF16PS, AMX BF16 tiles";
-    return avx512 ? "FMA on 512-bit vectors" : "FMA on 256-bit vectors";
-}
-
 /* TOPS of the peak loop on all the pool's threads together (each run ~20 ms; the best of 3),
  * 0 where the variant has none */
 static double kpeak(hm_pool *pool, const hm_cpu_ops *ops, hm_peak_kind kind) {
@@ -678,7 +668,7 @@ static int bench_kernels(int argc, char **argv) {
         printf("roofline (> 4 tokens): same-run ISA peak %.2f TOPS (%s: the multiply-add on "
                "independent accumulators with no loads, all %d threads at once, best of 3); the "
                "%% of peak column compares GOP/s with it\n",
-               peak, kpeak_name(ops, pk), hm_pool_size(pool));
+               peak, ops->peak_names[pk], hm_pool_size(pool));
     else if (max_tok > 4)
         printf("roofline (> 4 tokens): no ISA peak for the %s variant\n", ops->name);
     hm_pool_run(pool, kfill_task, &job); /* first touch by the threads that will read */

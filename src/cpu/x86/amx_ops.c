@@ -13,4 +13,7 @@ const hm_cpu_ops hm_ops_amx = {
     .i8_glu_packed_rt = hm_amx_glu_packed_rt,
     .i8_down_acc = hm_amx_down_acc,
     .peak_ops = hm_amx_peak_ops,
+    .peak_names = {[HM_PEAK_I8] = "TDPBSSD, AMX INT8 tiles",
+                   [HM_PEAK_BF16] = "TDPBF16PS, AMX BF16 tiles",
+                   [HM_PEAK_F32] = "FMA on 512-bit vectors"},
 };
