@@ -90,15 +90,21 @@ static int bench_pool(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads))
+        if (!strcmp(a, "--threads")) {
+            if (!cli_parse_int(v, 1, 4096, &threads))
+                return cli_bad_value("bench pool", a, v, "a thread count 1..4096");
             i++;
-        else if (!strcmp(a, "--iters") && cli_parse_int(v, 100, 10000000, &iters))
+        } else if (!strcmp(a, "--iters")) {
+            if (!cli_parse_int(v, 100, 10000000, &iters))
+                return cli_bad_value("bench pool", a, v, "an iteration count 100..10000000");
             i++;
-        else if (!strcmp(a, "--spin-us") && cli_parse_int(v, 0, 10000000, &spin))
+        } else if (!strcmp(a, "--spin-us")) {
+            if (!cli_parse_int(v, 0, 10000000, &spin))
+                return cli_bad_value("bench pool", a, v, "microseconds 0..10000000");
             i++;
-        else
+        } else
             return cli_usage_error(
-                "bench pool: bad option '%s' (--threads N, --iters N >= 100, --spin-us N)", a);
+                "bench pool: unknown option '%s' (--threads N, --iters N >= 100, --spin-us N)", a);
     }
     const hm_topology *t = hm_topology_get();
     if (threads == 0) threads = t->n_cores;
@@ -194,15 +200,21 @@ static int bench_membw(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--bytes") && cli_parse_size(v, &bytes) && bytes >= 4096)
+        if (!strcmp(a, "--bytes")) {
+            if (!cli_parse_size(v, &bytes) || bytes < 4096)
+                return cli_bad_value("bench membw", a, v, "a size of at least 4K (4096, 64M, 2G)");
             i++;
-        else if (!strcmp(a, "--passes") && cli_parse_int(v, 1, 1000, &passes))
+        } else if (!strcmp(a, "--passes")) {
+            if (!cli_parse_int(v, 1, 1000, &passes))
+                return cli_bad_value("bench membw", a, v, "a pass count 1..1000");
             i++;
-        else if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads))
+        } else if (!strcmp(a, "--threads")) {
+            if (!cli_parse_int(v, 1, 4096, &threads))
+                return cli_bad_value("bench membw", a, v, "a thread count 1..4096");
             i++;
-        else
+        } else
             return cli_usage_error(
-                "bench membw: bad option '%s' (--bytes SIZE, --passes N, --threads N)", a);
+                "bench membw: unknown option '%s' (--bytes SIZE, --passes N, --threads N)", a);
     }
     const hm_cpu_features *f = hm_cpu_features_get();
     hm_pool_params pp = hm_pool_default_params();
@@ -478,6 +490,16 @@ static void kwpack_task(int ith, int nth, void *arg) {
 #endif
 }
 
+void cli_bench_types(char *buf, size_t size) {
+    const hm_cpu_ops *ops;
+    size_t n = 0;
+    if (size) buf[0] = 0;
+    if (hm_cpu_ops_get(&ops) != HM_OK) return;
+    for (uint32_t t = 0; t < HM_TYPE_COUNT && n < size; t++)
+        if (hm_synth_supported(t) && hm_vec_dot_for(ops, t))
+            n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", hm_type_name(t));
+}
+
 static int bench_kernels(int argc, char **argv) {
     const char *type_name = "q4_k";
     long rows = 768, cols = 2048, threads = 0, tokens[16] = {1, 4, 8, 64, 512};
@@ -486,26 +508,34 @@ static int bench_kernels(int argc, char **argv) {
     size_t gib = (size_t)1 << 30;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--type") && v)
+        if (!strcmp(a, "--type")) {
+            if (!v) return cli_bad_value("bench kernels", a, v, "a weight type (q4_k, bf16, ...)");
             type_name = argv[++i];
-        else if (!strcmp(a, "--repack"))
+        } else if (!strcmp(a, "--repack"))
             repack = true;
         else if (!strcmp(a, "--unswapped")) /* A/B: the repacked kernel of the dense path */
             unswapped = true;
         else if (!strcmp(a, "--no-sweep"))
             sweep_on = false;
-        else if (!strcmp(a, "--rows") && cli_parse_int(v, 1, 1 << 20, &rows))
+        else if (!strcmp(a, "--rows") || !strcmp(a, "--cols")) {
+            if (!cli_parse_int(v, 1, 1 << 20, a[2] == 'r' ? &rows : &cols))
+                return cli_bad_value("bench kernels", a, v, "a count 1..1048576");
             i++;
-        else if (!strcmp(a, "--cols") && cli_parse_int(v, 1, 1 << 20, &cols))
+        } else if (!strcmp(a, "--threads")) {
+            if (!cli_parse_int(v, 1, 4096, &threads))
+                return cli_bad_value("bench kernels", a, v, "a thread count 1..4096");
             i++;
-        else if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads))
+        } else if (!strcmp(a, "--bytes")) {
+            if (!cli_parse_size(v, &gib) || gib < (1 << 20))
+                return cli_bad_value("bench kernels", a, v, "a size of at least 1M (64M, 2G)");
             i++;
-        else if (!strcmp(a, "--bytes") && cli_parse_size(v, &gib) && gib >= (1 << 20))
+        } else if (!strcmp(a, "--tokens")) {
+            if ((n_tokens = cli_parse_list(v, tokens, 16)) < 1)
+                return cli_bad_value("bench kernels", a, v,
+                                     "1 to 16 token counts 1..65536, comma-separated (1,8,64)");
             i++;
-        else if (!strcmp(a, "--tokens") && (n_tokens = cli_parse_list(v, tokens, 16)) > 0)
-            i++;
-        else
-            return cli_usage_error("bench kernels: bad option '%s' (--type T --rows R --cols C "
+        } else
+            return cli_usage_error("bench kernels: unknown option '%s' (--type T --rows R --cols C "
                                    "--tokens 1,8,64 --threads N --bytes SIZE --repack --unswapped "
                                    "--no-sweep)",
                                    a);
@@ -514,13 +544,8 @@ static int bench_kernels(int argc, char **argv) {
     const hm_cpu_ops *ops;
     if (hm_cpu_ops_get(&ops) != HM_OK) return cli_usage_error("bench kernels: %s", hm_last_error());
     if (type < 0 || !hm_synth_supported((uint32_t)type) || !hm_vec_dot_for(ops, (uint32_t)type)) {
-        /* the types it can run, by name */
-        char names[512] = "";
-        size_t n = 0;
-        for (uint32_t t = 0; t < HM_TYPE_COUNT && n < sizeof names; t++)
-            if (hm_synth_supported(t) && hm_vec_dot_for(ops, t))
-                n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "",
-                                      hm_type_name(t));
+        char names[512];
+        cli_bench_types(names, sizeof names);
         return cli_usage_error("bench kernels: no kernel for type '%s' (types: %s)", type_name,
                                names);
     }
@@ -537,6 +562,17 @@ static int bench_kernels(int argc, char **argv) {
     }
     const size_t mb = probe.row_bytes * (size_t)rows;
     int n_mats = (int)((gib + mb - 1) / mb);
+    uint64_t need = (uint64_t)mb * (uint64_t)n_mats; /* the weights, and with --repack their copy */
+#if defined(__x86_64__)
+    if (repack && hm_i8_matmul_ok(ops) && hm_dequantize_supported((uint32_t)type) &&
+        type != HM_TYPE_F32 && type != HM_TYPE_F16 && type != HM_TYPE_BF16 &&
+        type != HM_TYPE_FP8_B128) /* the int8 copy, as below */
+        need += (uint64_t)hm_amx_wpack_bytes(rows, cols) * (uint64_t)n_mats;
+#endif
+    if (cli_check_memory("bench kernels", "the matrices (--bytes)", need, NULL)) {
+        hm_pool_free(pool);
+        return 1;
+    }
     printf("bench kernels: %s %ld x %ld (%.2f MB per matrix), %d distinct matrices (%.2f GiB), "
            "kernel variant %s, %d threads\n",
            hm_type_name((uint32_t)type), rows, cols, (double)mb * 1e-6, n_mats,

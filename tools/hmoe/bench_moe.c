@@ -150,41 +150,68 @@ int bench_moe(int argc, char **argv) {
     int n_tokens = 4;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--preset") && v)
-            preset = argv[++i];
-        else if (!strcmp(a, "--type") && v)
-            type_name = argv[++i];
-        else if (!strcmp(a, "--tokens") && (n_tokens = cli_parse_list(v, tokens, 16)) > 0)
+        if (!strcmp(a, "--preset") || !strcmp(a, "--type")) {
+            if (!v)
+                return cli_bad_value("bench moe", a, v,
+                                     a[2] == 'p' ? "a preset (qwen3-30b-a3b, deepseek-v3, ...)"
+                                                 : "a weight type (q4_k, bf16, ...)");
+            *(a[2] == 'p' ? &preset : &type_name) = argv[++i];
+        } else if (!strcmp(a, "--tokens")) {
+            if ((n_tokens = cli_parse_list(v, tokens, 16)) < 1)
+                return cli_bad_value("bench moe", a, v,
+                                     "1 to 16 token counts 1..65536, comma-separated (1,4,512)");
             i++;
-        else if (!strcmp(a, "--layers") && cli_parse_int(v, 1, 512, &layers))
+        } else if (!strcmp(a, "--layers")) {
+            if (!cli_parse_int(v, 1, 512, &layers))
+                return cli_bad_value("bench moe", a, v, "a layer count 1..512");
             i++;
-        else if (!strcmp(a, "--threads") && cli_parse_int(v, 1, 4096, &threads))
+        } else if (!strcmp(a, "--threads")) {
+            if (!cli_parse_int(v, 1, 4096, &threads))
+                return cli_bad_value("bench moe", a, v, "a thread count 1..4096");
             i++;
-        else if (!strcmp(a, "--async"))
+        } else if (!strcmp(a, "--nodes")) {
+            if (!cli_parse_int(v, 1, 64, &nodes))
+                return cli_bad_value("bench moe", a, v, "a number of slices 1..64");
+            i++;
+        } else if (!strcmp(a, "--skew")) {
+            if (!cli_parse_double(v, 0, 8, &skew))
+                return cli_bad_value("bench moe", a, v, "a Zipf exponent 0..8");
+            i++;
+        } else if (!strcmp(a, "--async"))
             async = true;
         else if (!strcmp(a, "--repack"))
             repack = true;
-        else if (!strcmp(a, "--nodes") && cli_parse_int(v, 1, 64, &nodes))
-            i++;
         else if (!strcmp(a, "--slice-copy"))
             slice_copy = true;
         else if (!strcmp(a, "--no-sweep"))
             sweep_on = false;
         else if (!strcmp(a, "--own-scratch"))
             own_scratch = true;
-        else if (!strcmp(a, "--skew") && v && cli_parse_double(v, 0, 8, &skew))
-            i++;
         else
-            return cli_usage_error("bench moe: bad option '%s' (--preset P --type T --tokens "
+            return cli_usage_error("bench moe: unknown option '%s' (--preset P --type T --tokens "
                                    "1,4,32,512 --layers N --threads N --async --nodes N "
                                    "--slice-copy --repack --skew S --no-sweep --own-scratch)",
                                    a);
     }
     const hm_preset *pr = hm_preset_find(preset);
-    if (!pr || !pr->hp.n_experts) return cli_usage_error("bench moe: no MoE preset '%s'", preset);
+    if (!pr || !pr->hp.n_experts) {
+        char names[512];
+        size_t n = 0;
+        names[0] = 0;
+        for (size_t i = 0; i < hm_preset_count() && n < sizeof names; i++)
+            if (hm_preset_at(i)->hp.n_experts)
+                n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "",
+                                      hm_preset_at(i)->name);
+        return cli_usage_error("bench moe: no MoE preset '%s' (presets: %s)", preset, names);
+    }
     const int type = hm_type_from_name(type_name);
-    if (type < 0 || !hm_synth_supported((uint32_t)type))
-        return cli_usage_error("bench moe: unknown or unsupported type '%s'", type_name);
+    const hm_cpu_ops *ops;
+    if (hm_cpu_ops_get(&ops) != HM_OK) return cli_usage_error("bench moe: %s", hm_last_error());
+    if (type < 0 || !hm_synth_supported((uint32_t)type) || !hm_vec_dot_for(ops, (uint32_t)type)) {
+        char names[512];
+        cli_bench_types(names, sizeof names);
+        return cli_usage_error("bench moe: no kernel for type '%s' (types: %s)", type_name, names);
+    }
     const hm_hparams *hp = &pr->hp;
     const int E = (int)hp->n_experts, K = (int)hp->n_experts_used;
     const int64_t H = hp->hidden, I = hp->moe_inter;
@@ -200,6 +227,28 @@ int bench_moe(int argc, char **argv) {
     const size_t mat_gu = rb_g * (size_t)I, mat_d = rb_d * (size_t)H;
     const size_t per_layer = (size_t)E * (2 * mat_gu + mat_d);
     const size_t total = per_layer * (size_t)layers;
+    {
+        /* the weights, and with --repack their int8 copy (its size from the shapes and types) */
+        uint64_t layer_need = per_layer, usable;
+        if (repack) {
+            hm_moe_expert *px = calloc((size_t)E, sizeof *px);
+            if (!px) return cli_usage_error("bench moe: out of memory");
+            for (int e = 0; e < E; e++)
+                px[e].gate.type = px[e].up.type = px[e].down.type = (uint32_t)type;
+            hm_moe_params mp = hm_moe_default_params();
+            mp.n_experts = E, mp.hidden = H, mp.inter = I, mp.experts = px, mp.repack = true;
+            layer_need += hm_moe_repack_bytes(&mp);
+            free(px);
+        }
+        char what[160];
+        snprintf(what, sizeof what, "%ld layers of %s experts%s", layers, type_name,
+                 repack ? " with their repacked copy" : "");
+        if (cli_check_memory("bench moe", what, layer_need * (uint64_t)layers, &usable)) {
+            fprintf(stderr, "hmoe: bench moe: --layers %llu would fit\n",
+                    (unsigned long long)(usable / layer_need));
+            return 1;
+        }
+    }
 
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = (int)threads;
@@ -220,8 +269,6 @@ int bench_moe(int argc, char **argv) {
         hm_pool_free(pool);
         return 1;
     }
-    const hm_cpu_ops *ops;
-    hm_cpu_ops_get(&ops);
     printf("bench moe: preset %s: %d experts, top-%d, hidden %lld, expert inter %lld, %ld MoE "
            "layers, %s experts (%.2f GB, %.1f MB per layer), kernel variant %s, %d threads\n",
            preset, E, K, (long long)H, (long long)I, layers, hm_type_name((uint32_t)type),

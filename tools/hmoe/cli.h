@@ -28,8 +28,22 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out);
 /* Parses "1 2 3" or "1,2,3" into a malloc'd array (n >= 1). false on anything else. */
 #include <stdint.h>
 bool cli_parse_ids(const char *s, int32_t **ids, int *n);
-/* Parses "1,4,64" (values in [1, 65536]) into out[0..max); returns the count, -1 if malformed. */
+/* Parses "1,4,64" (values in [1, 65536]) into out[0..max); returns the count, -1 if malformed or
+ * longer than max. */
 int cli_parse_list(const char *s, long *out, int max);
+/* A subcommand option's value missing (v NULL) or bad: prints "hmoe: <cmd>: bad value '<v>' for
+ * <opt>: expected <expected>" and returns 2 (usage errors). */
+int cli_bad_value(const char *cmd, const char *opt, const char *v, const char *expected);
+/* 0 when bytes fit in 90% of the memory this process may take (MemAvailable, or the cgroup limit
+ * where that is lower, or nothing known); else prints "hmoe: <cmd>: <what> need X GB, more than
+ * 90% of the Y GB available" and returns 1. *usable (may be NULL): that 90% in bytes, 0 when
+ * unknown. For benchmarks that fill their buffers: past it the kernel's OOM killer ends the
+ * process half way instead. */
+#include <stdint.h>
+int cli_check_memory(const char *cmd, const char *what, uint64_t bytes, uint64_t *usable);
+/* The weight types bench kernels / bench moe can fill and compute on this CPU, as "F32, F16, ..."
+ * into buf (truncated to size). */
+void cli_bench_types(char *buf, size_t size);
 /* Reads a whole file ("-": standard input), NUL-terminated (*len without the NUL); NULL when it
  * cannot be opened or read. The caller frees. */
 char *cli_read_file(const char *path, size_t *len);

@@ -68,15 +68,34 @@ bool cli_parse_double(const char *s, double lo, double hi, double *out) {
 
 int cli_parse_list(const char *s, long *out, int max) {
     int n = 0;
-    while (s && *s && n < max) {
+    while (s && *s) {
         char *end;
+        errno = 0;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 65536) return -1;
+        if (end == s || errno || v < 1 || v > 65536 || n == max) return -1;
         out[n++] = v;
         if (*end && *end != ',') return -1;
         s = *end ? end + 1 : end;
     }
     return n;
+}
+
+int cli_bad_value(const char *cmd, const char *opt, const char *v, const char *expected) {
+    if (!v) return cli_usage_error("%s: %s needs a value: %s", cmd, opt, expected);
+    return cli_usage_error("%s: bad value '%s' for %s: expected %s", cmd, v, opt, expected);
+}
+
+int cli_check_memory(const char *cmd, const char *what, uint64_t bytes, uint64_t *usable) {
+    hm_mem_info mi;
+    if (usable) *usable = 0;
+    if (hm_mem_info_get(&mi) != HM_OK || !mi.available) return 0; /* nothing to go by */
+    uint64_t avail = mi.available;
+    if (mi.cgroup_limit && mi.cgroup_limit < avail) avail = mi.cgroup_limit;
+    if (usable) *usable = (uint64_t)(0.9 * (double)avail);
+    if ((double)bytes <= 0.9 * (double)avail) return 0;
+    fprintf(stderr, "hmoe: %s: %s need %.2f GB, more than 90%% of the %.2f GB available\n", cmd,
+            what, (double)bytes * 1e-9, (double)avail * 1e-9);
+    return 1;
 }
 
 char *cli_read_file(const char *path, size_t *len) {
