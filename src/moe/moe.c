@@ -1384,8 +1384,12 @@ static void write_out(hm_moe *m, int64_t r0, int64_t r1) {
  * kernels fetch a fixed distance ahead) run into rows another thread reads. Fixed 32-row claims (a
  * Qwen3-30B down claim is 13.8 KiB) decoded 14-17% slower on the development machine (2 threads,
  * means of 8 alternations; bench/RESULTS.md); the gate/up claims, larger, come first and the
- * small down claims last, so the threads still end together. HMOE_MOE_DECODE_ROWS=N sets N. */
-#define DECODE_CLAIM_BYTES ((size_t)256 << 10)
+ * small down claims last, so the threads still end together. The cap was 256 KiB until the
+ * nineteenth session: it cut the gate/up claims of models with long rows to 32 rows (DeepSeek-V3,
+ * Qwen3-235B, Mixtral), and 1 MiB took 4-10% off their claims' time on the device
+ * (bench/RESULTS.md); Qwen3-30B's claims, set by min_claims, are the same. HMOE_MOE_DECODE_ROWS=N
+ * sets N. */
+#define DECODE_CLAIM_BYTES ((size_t)1 << 20)
 static int64_t decode_rows(int64_t rows, size_t row_bytes, int na, int64_t min_claims) {
     const int64_t k = (min_claims + na - 1) / na; /* claims per expert */
     int64_t r = rows / k / UNIT * UNIT;
