@@ -1379,21 +1379,23 @@ static void write_out(hm_moe *m, int64_t r0, int64_t r1) {
 }
 
 /* Rows per decode claim of a matrix of `rows` rows over na experts: whole UNITs, as many as keep
- * at least min_claims claims and a claim within DECODE_CLAIM_BYTES. Every claim is a stream of its
- * own: its first lines arrive with nothing prefetched ahead of them, and its last prefetches (the
- * kernels fetch a fixed distance ahead) run into rows another thread reads. Fixed 32-row claims (a
+ * at least min_claims claims and a claim within cap bytes. Every claim is a stream of its own: its
+ * first lines arrive with nothing prefetched ahead of them, and its last prefetches (the kernels
+ * fetch a fixed distance ahead) run into rows another thread reads. Fixed 32-row claims (a
  * Qwen3-30B down claim is 13.8 KiB) decoded 14-17% slower on the development machine (2 threads,
  * means of 8 alternations; bench/RESULTS.md); the gate/up claims, larger, come first and the
- * small down claims last, so the threads still end together. The cap was 256 KiB until the
- * nineteenth session: it cut the gate/up claims of models with long rows to 32 rows (DeepSeek-V3,
- * Qwen3-235B, Mixtral), and 1 MiB took 4-10% off their claims' time on the device
- * (bench/RESULTS.md); Qwen3-30B's claims, set by min_claims, are the same. HMOE_MOE_DECODE_ROWS=N
- * sets N. */
-#define DECODE_CLAIM_BYTES ((size_t)1 << 20)
-static int64_t decode_rows(int64_t rows, size_t row_bytes, int na, int64_t min_claims) {
+ * small down claims last, so the threads still end together. Gate/up claims take up to 1 MiB
+ * since the nineteenth session (256 KiB had cut them to 32 rows for models with long rows:
+ * DeepSeek-V3, Qwen3-235B, Mixtral); down claims stay within 256 KiB, since larger ones at the
+ * end of the layer left the threads waiting longer at its barrier (device, bench/RESULTS.md).
+ * Qwen3-30B's claims, set by min_claims, are the same. HMOE_MOE_DECODE_ROWS=N sets N. */
+#define DECODE_GU_BYTES   ((size_t)1 << 20)
+#define DECODE_DOWN_BYTES ((size_t)256 << 10)
+static int64_t decode_rows(int64_t rows, size_t row_bytes, int na, int64_t min_claims,
+                           size_t cap_bytes) {
     const int64_t k = (min_claims + na - 1) / na; /* claims per expert */
     int64_t r = rows / k / UNIT * UNIT;
-    const int64_t cap = (int64_t)(DECODE_CLAIM_BYTES / (row_bytes ? row_bytes : 1)) / UNIT * UNIT;
+    const int64_t cap = (int64_t)(cap_bytes / (row_bytes ? row_bytes : 1)) / UNIT * UNIT;
     if (r > cap) r = cap;
     return r < UNIT ? UNIT : r;
 }
@@ -2040,9 +2042,10 @@ static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
         const int na = c0->a1 - c0->a0, nth = m->nth;
         m->dec_gu = m->dec_rows_env ? m->dec_rows_env
                                     : decode_rows(I, x0->gate.row_bytes + x0->up.row_bytes, na,
-                                                  4 * (int64_t)nth);
+                                                  4 * (int64_t)nth, DECODE_GU_BYTES);
         m->dec_du = m->dec_rows_env ? m->dec_rows_env
-                                    : decode_rows(H, x0->down.row_bytes, na, 8 * (int64_t)nth);
+                                    : decode_rows(H, x0->down.row_bytes, na, 8 * (int64_t)nth,
+                                                  DECODE_DOWN_BYTES);
         const size_t need = sizeof(float) * (size_t)m->chunks[0].rows * (size_t)H;
         if (!grow((void **)&S->part, &S->cap_part, need, "moe decode rows")) {
             scratch_release(S);
