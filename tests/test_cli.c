@@ -21,6 +21,14 @@ static int run(const char *cmd) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* hmoe with ARGS (a string literal) exits with RC and prints MSG; a failure names the command */
+#define CLI_EXPECT(ARGS, RC, MSG)                                                                  \
+    do {                                                                                           \
+        snprintf(cmd, sizeof cmd, "%s " ARGS, bin);                                                \
+        CHECK_MSG(run(cmd) == (RC), "%s: %s", ARGS, out);                                          \
+        CHECK_CONTAINS(out, MSG);                                                                  \
+    } while (0)
+
 int main(void) {
     const char *bin = HMOE_BINARY;
     char cmd[1024];
@@ -133,52 +141,36 @@ int main(void) {
     CHECK_CONTAINS(out, "--nodes 3 needs at least as many threads (the pool has 2)");
     /* bad values say which option, what was given and what it takes; unknown names list the
      * known ones; all before anything is measured */
-    snprintf(cmd, sizeof cmd, "%s bench moe --preset qwen3-tiny --tokens 1,0,4", bin);
-    CHECK(run(cmd) == 2);
-    CHECK_CONTAINS(out, "bench moe: bad value '1,0,4' for --tokens: expected 1 to 16 token counts");
+    CLI_EXPECT("bench moe --preset qwen3-tiny --tokens 1,0,4", 2,
+               "bench moe: bad value '1,0,4' for --tokens: expected 1 to 16 token counts");
     CHECK(!strstr(out, "roofline"));
-    snprintf(cmd, sizeof cmd, "%s bench moe --preset qwen3-tiny --layers", bin);
-    CHECK(run(cmd) == 2);
-    CHECK_CONTAINS(out, "bench moe: --layers needs a value: a layer count 1..512");
-    snprintf(cmd, sizeof cmd, "%s bench moe --preset qwen3-tiny --skew 9", bin);
-    CHECK(run(cmd) == 2);
-    CHECK_CONTAINS(out, "bad value '9' for --skew: expected a Zipf exponent 0..8");
-    snprintf(cmd, sizeof cmd, "%s bench moe --preset qwen3-tiny --fast", bin);
-    CHECK(run(cmd) == 2);
-    CHECK_CONTAINS(out, "bench moe: unknown option '--fast' (--preset P");
-    snprintf(cmd, sizeof cmd, "%s bench moe --preset qwen4", bin);
-    CHECK(run(cmd) == 2);
-    CHECK_CONTAINS(out, "no MoE preset 'qwen4' (presets: qwen3-30b-a3b, ");
+    CLI_EXPECT("bench moe --preset qwen3-tiny --layers", 2,
+               "bench moe: --layers needs a value: a layer count 1..512");
+    CLI_EXPECT("bench moe --preset qwen3-tiny --skew 9", 2,
+               "bad value '9' for --skew: expected a Zipf exponent 0..8");
+    CLI_EXPECT("bench moe --preset qwen3-tiny --fast", 2,
+               "bench moe: unknown option '--fast' (--preset P");
+    CLI_EXPECT("bench moe --preset qwen4", 2, "no MoE preset 'qwen4' (presets: qwen3-30b-a3b, ");
     CHECK_CONTAINS(out, ", deepseek-v3, ");
-    snprintf(cmd, sizeof cmd, "%s bench moe --preset qwen3-tiny --type q9_z", bin);
-    CHECK(run(cmd) == 2);
-    CHECK_CONTAINS(out, "bench moe: no kernel for type 'q9_z' (types: F32, ");
+    CLI_EXPECT("bench moe --preset qwen3-tiny --type q9_z", 2,
+               "bench moe: no kernel for type 'q9_z' (types: F32, ");
     /* more than the machine holds (512 layers of DeepSeek-V3 at Q4_K: 3.2 TB): refused before
      * anything is allocated, with the layer count that fits */
-    snprintf(cmd, sizeof cmd, "%s bench moe --preset deepseek-v3 --layers 512 --repack", bin);
-    CHECK(run(cmd) == 1);
-    CHECK_CONTAINS(out, "bench moe: 512 layers of q4_k experts with their repacked copy need ");
+    CLI_EXPECT("bench moe --preset deepseek-v3 --layers 512 --repack", 1,
+               "bench moe: 512 layers of q4_k experts with their repacked copy need ");
     CHECK_CONTAINS(out, " GB available");
     CHECK_CONTAINS(out, "would fit");
     CHECK(!strstr(out, "roofline"));
-    /* the other benchmarks' options */
-    snprintf(cmd, sizeof cmd, "%s bench kernels --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17",
-             bin);
-    CHECK(run(cmd) == 2); /* 17 counts: no longer cut to 16 silently */
-    CHECK_CONTAINS(out, "bench kernels: bad value '1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17' "
-                        "for --tokens");
-    snprintf(cmd, sizeof cmd, "%s bench kernels --rows 0", bin);
-    CHECK(run(cmd) == 2);
-    CHECK_CONTAINS(out, "bad value '0' for --rows: expected a count 1..1048576");
-    snprintf(cmd, sizeof cmd, "%s bench kernels --bytes 1000T --no-sweep", bin);
-    CHECK(run(cmd) == 1);
-    CHECK_CONTAINS(out, "bench kernels: the matrices (--bytes) need ");
-    snprintf(cmd, sizeof cmd, "%s bench membw --passes 0", bin);
-    CHECK(run(cmd) == 2);
-    CHECK_CONTAINS(out, "bench membw: bad value '0' for --passes: expected a pass count 1..1000");
-    snprintf(cmd, sizeof cmd, "%s bench pool --iters 10", bin);
-    CHECK(run(cmd) == 2);
-    CHECK_CONTAINS(out, "bench pool: bad value '10' for --iters");
+    /* the other benchmarks' options; 17 token counts are no longer cut to 16 silently */
+    CLI_EXPECT("bench kernels --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", 2,
+               "bench kernels: bad value '1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17' for --tokens");
+    CLI_EXPECT("bench kernels --rows 0", 2,
+               "bad value '0' for --rows: expected a count 1..1048576");
+    CLI_EXPECT("bench kernels --bytes 1000T --no-sweep", 1,
+               "bench kernels: the matrices (--bytes) need ");
+    CLI_EXPECT("bench membw --passes 0", 2,
+               "bench membw: bad value '0' for --passes: expected a pass count 1..1000");
+    CLI_EXPECT("bench pool --iters 10", 2, "bench pool: bad value '10' for --iters");
 
     /* run / logits / bench e2e on a transformers fixture (tests/data/qwen3moe/a) */
     const char *fx = HMOE_SOURCE_DIR "/tests/data/qwen3moe/a";
