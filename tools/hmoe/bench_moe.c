@@ -244,8 +244,11 @@ int bench_moe(int argc, char **argv) {
         snprintf(what, sizeof what, "%ld layers of %s experts%s", layers, type_name,
                  repack ? " with their repacked copy" : "");
         if (cli_check_memory("bench moe", what, layer_need * (uint64_t)layers, &usable)) {
-            fprintf(stderr, "hmoe: bench moe: --layers %llu would fit\n",
-                    (unsigned long long)(usable / layer_need));
+            if (usable / layer_need)
+                fprintf(stderr, "hmoe: bench moe: --layers %llu would fit\n",
+                        (unsigned long long)(usable / layer_need));
+            else
+                fprintf(stderr, "hmoe: bench moe: not even one layer fits\n");
             return 1;
         }
     }

@@ -39,7 +39,6 @@ int cli_bad_value(const char *cmd, const char *opt, const char *v, const char *e
  * 90% of the Y GB available" and returns 1. *usable (may be NULL): that 90% in bytes, 0 when
  * unknown. For benchmarks that fill their buffers: past it the kernel's OOM killer ends the
  * process half way instead. */
-#include <stdint.h>
 int cli_check_memory(const char *cmd, const char *what, uint64_t bytes, uint64_t *usable);
 /* The weight types bench kernels / bench moe can fill and compute on this CPU, as "F32, F16, ..."
  * into buf (truncated to size). */
