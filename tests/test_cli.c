@@ -166,6 +166,14 @@ int main(void) {
                "bench kernels: bad value '1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17' for --tokens");
     CLI_EXPECT("bench kernels --rows 0", 2,
                "bad value '0' for --rows: expected a count 1..1048576");
+    CLI_EXPECT("bench kernels --job-bytes 0", 2, "bad value '0' for --job-bytes: expected a size");
+    /* passes as layer-sized jobs: 8 MiB of 64 x 256 Q4_K matrices (9 KiB each: 911) in jobs of 8 */
+    CLI_EXPECT("bench kernels --type q4_k --rows 64 --cols 256 --tokens 1,4 --threads 2 --bytes 8M "
+               "--job-bytes 64K --no-sweep",
+               0,
+               "jobs (up to 4 tokens): each pass, and its paired read, as 114 jobs of 8 matrices");
+    CHECK_CONTAINS(out, "validation: max |");
+    CHECK(!strstr(out, "FAILED"));
     CLI_EXPECT("bench kernels --bytes 1000T --no-sweep", 1,
                "bench kernels: the matrices (--bytes) need ");
     CLI_EXPECT("bench membw --passes 0", 2,

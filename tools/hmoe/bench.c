@@ -282,6 +282,7 @@ typedef struct kjob {
     hm_vec_dot_46_fn d46; /* 4 rows by 6 tokens (NULL: none; the float types) */
     hm_work_slot *work;   /* [nth]: the pass's claims (set up by krun) */
     bool read_only;       /* matvec claims only read their weight bytes (the paired read pass) */
+    int job_mats; /* --job-bytes: up to 4 tokens, a pass as jobs of this many matrices (0: one) */
     cli_read_sink *sinks; /* [nth]: what the read passes read */
     int cu;               /* 32-row units per claim */
     int tbt;              /* tokens per block (hm_tile_token_block), each packed on its own */
@@ -447,6 +448,21 @@ static void krun(hm_pool *pool, kjob *j) {
         const int64_t groups = (j->mats[0].rows + 31) / 32;
         j->cu = hm_tile_claim_units(groups * j->n_mats * nb, nth);
         hm_work_init(j->work, nth, (groups + j->cu - 1) / j->cu * j->n_mats * nb);
+    } else if (j->job_mats > 0 && j->job_mats < j->n_mats && j->n_tok <= 4) {
+        /* consecutive jobs of job_mats matrices each, as a model's layers are jobs of their own
+         * (distinct bytes in every job: the pass still reads all n_mats matrices once) */
+        const hm_matrix *all = j->mats;
+        float *y = j->y;
+        const int n = j->n_mats;
+        for (int m0 = 0; m0 < n; m0 += j->job_mats) {
+            j->mats = all + m0;
+            j->n_mats = n - m0 < j->job_mats ? n - m0 : j->job_mats;
+            j->y = y + (size_t)m0 * j->y_mat;
+            hm_work_init(j->work, nth, (int64_t)nth * j->n_mats);
+            hm_pool_run(pool, kmatvec_task, j);
+        }
+        j->mats = all, j->n_mats = n, j->y = y;
+        return;
     } else {
         hm_work_init(j->work, nth, (int64_t)nth * j->n_mats);
     }
@@ -505,7 +521,7 @@ static int bench_kernels(int argc, char **argv) {
     long rows = 768, cols = 2048, threads = 0, tokens[16] = {1, 4, 8, 64, 512};
     int n_tokens = 5;
     bool repack = false, unswapped = false, sweep_on = true;
-    size_t gib = (size_t)1 << 30;
+    size_t gib = (size_t)1 << 30, job_bytes = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--type")) {
@@ -534,10 +550,14 @@ static int bench_kernels(int argc, char **argv) {
                 return cli_bad_value("bench kernels", a, v,
                                      "1 to 16 token counts 1..65536, comma-separated (1,8,64)");
             i++;
+        } else if (!strcmp(a, "--job-bytes")) {
+            if (!cli_parse_size(v, &job_bytes) || job_bytes < 1)
+                return cli_bad_value("bench kernels", a, v, "a size (21M: one decode layer)");
+            i++;
         } else
             return cli_usage_error("bench kernels: unknown option '%s' (--type T --rows R --cols C "
-                                   "--tokens 1,8,64 --threads N --bytes SIZE --repack --unswapped "
-                                   "--no-sweep)",
+                                   "--tokens 1,8,64 --threads N --bytes SIZE --job-bytes SIZE "
+                                   "--repack --unswapped --no-sweep)",
                                    a);
     }
     int type = hm_type_from_name(type_name);
@@ -653,7 +673,8 @@ static int bench_kernels(int argc, char **argv) {
                 .x = x,
                 .ops = ops,
                 .work = work,
-                .sinks = sinks};
+                .sinks = sinks,
+                .job_mats = job_bytes ? (int)((job_bytes + mb - 1) / mb) : 0};
     void **scratch = NULL;
     hm_large wpbuf = {0};
     const bool float_w = type == HM_TYPE_F32 || type == HM_TYPE_F16 || type == HM_TYPE_BF16 ||
@@ -752,6 +773,11 @@ static int bench_kernels(int argc, char **argv) {
                "read of %.0f MiB of other memory, so neither finds the other's bytes in the "
                "caches (--no-sweep: none)\n",
                (double)hm_membw_sweep_bytes(sweep) / (1 << 20));
+    if (job.job_mats && job.job_mats < n_mats)
+        printf("jobs (up to 4 tokens): each pass, and its paired read, as %d jobs of %d matrices "
+               "(%.1f MB; --job-bytes) one after another, as a model's layers are\n",
+               (n_mats + job.job_mats - 1) / job.job_mats, job.job_mats,
+               (double)mb * job.job_mats * 1e-6);
     printf("%7s %8s %12s %10s %9s %10s %9s %10s %10s\n", "tokens", "matrices", "us/matrix", "GB/s",
            "% of bw", "GOP/s", "% of peak", "read GB/s", "% of read");
     for (int k = 0; k < n_tokens; k++) {
