@@ -423,6 +423,62 @@ static void test_same_bits(hm_pool *pool, const model *m, int n) {
     hm_moe_free(a);
 }
 
+/* Small batches (up to 4 tokens) are routed without the counting sort: the outputs are the same
+ * bits as with it (HMOE_MOE_ROUTE=full), with ids repeated within a token, ids of -1, masked
+ * experts, and a batch whose every expert is masked (zeros out, or the output left as it was
+ * with accumulate). */
+static void test_route_small(hm_pool *pool, const model *m) {
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = m->E, p.hidden = m->H, p.inter = m->I, p.experts = m->ex, p.act = m->act;
+    p.pool = pool, p.max_tokens = 16;
+    hm_moe *a = NULL, *b = NULL;
+    CHECK_OK(hm_moe_create(&p, &a));
+    char *old = env_push("HMOE_MOE_ROUTE", "full");
+    CHECK_OK(hm_moe_create(&p, &b));
+    env_pop("HMOE_MOE_ROUTE", old);
+    uint8_t *mask = calloc((size_t)m->E, 1);
+    for (int c = 0; a && b && mask && c < 12; c++) {
+        const int n = 1 + c % 4, k = m->k, masked = c >= 8;
+        inputs in = inputs_make(m, n, 300 + (uint64_t)c, 400 + (uint64_t)c);
+        if (c % 2) /* a repeated id (three times where k allows: their sum's order), an id of -1 */
+            for (int t = 0; t < n; t++) {
+                in.ids[t * k + k - 1] = in.ids[t * k], in.ids[t * k + 1] = -1;
+                if (k >= 4) in.ids[t * k + k - 2] = in.ids[t * k];
+            }
+        memset(mask, 0, (size_t)m->E);
+        if (masked) /* every routed expert (c = 11) or every other */
+            for (int i = 0; i < n * k; i++)
+                if (in.ids[i] >= 0 && (c == 11 || i % 2)) mask[in.ids[i]] = 1;
+        CHECK_OK(hm_moe_set_mask(a, masked ? mask : NULL));
+        CHECK_OK(hm_moe_set_mask(b, masked ? mask : NULL));
+        for (int acc = 0; acc < 2; acc++) {
+            float *oa = fbuf64((size_t)(n * m->H)), *ob = fbuf64((size_t)(n * m->H));
+            for (int64_t i = 0; i < n * m->H; i++) oa[i] = ob[i] = (float)(i % 7) - 3.0f;
+            CHECK_OK(hm_moe_submit(a, in.x, HM_MOE_F32, in.ids, in.w, n, k, oa, HM_MOE_F32, acc));
+            hm_moe_wait(a);
+            CHECK_OK(hm_moe_submit(b, in.x, HM_MOE_F32, in.ids, in.w, n, k, ob, HM_MOE_F32, acc));
+            hm_moe_wait(b);
+            int64_t diff = 0, changed = 0;
+            for (int64_t i = 0; i < n * m->H; i++) {
+                diff += memcmp(&oa[i], &ob[i], sizeof(float)) != 0;
+                changed += oa[i] != (float)(i % 7) - 3.0f;
+            }
+            CHECK_MSG(diff == 0,
+                      "case %d, %d tokens%s: %lld outputs differ from the counting sort's", c, n,
+                      acc ? " (accumulate)" : "", (long long)diff);
+            if (c == 11 && acc)
+                CHECK_MSG(changed == 0, "every expert masked: %lld outputs changed",
+                          (long long)changed);
+            if (c != 11 || !acc) CHECK_MSG(changed > 0, "case %d: the output was not written", c);
+            free(oa), free(ob);
+        }
+        inputs_free(&in);
+    }
+    free(mask);
+    hm_moe_free(a);
+    hm_moe_free(b);
+}
+
 /* A token routed to one expert twice (ids repeated within its k) gets both assignments added,
  * on the decode path and on the tiles, repacked (the swapped down's adds into the output rows)
  * or not. */
@@ -999,6 +1055,7 @@ int main(int argc, char **argv) {
     test_repack(pool, &m, 64);
     test_fused_h(pool, &m, 64);
     test_same_bits(pool, &m, 64);
+    test_route_small(pool, &m);
     test_decode_stats(pool, &m);
     {
         model d; /* small, with biases: 150 assignments per expert, on the tiles where they exist */
@@ -1032,6 +1089,7 @@ int main(int argc, char **argv) {
     model_init(&m, HM_TYPE_Q8_0, HM_TYPE_Q8_0, 256, 256, 256, 8, HM_MOE_GELU, false, 13);
     run_case(pool, &m, 3, 3e-2, "q8_0 256x256 top-8/256 gelu", false);
     run_case(pool, &m, 64, 3e-2, "q8_0 256x256 top-8/256 gelu", false);
+    test_route_small(pool, &m);
     model_free(&m);
     /* gpt-oss: MXFP4 with biases and the clamped SwiGLU, top-4 of 32 (hidden 2880 = 90 x 32) */
     model_init(&m, HM_TYPE_MXFP4, HM_TYPE_MXFP4, 2880, 64, 32, 4, HM_MOE_SWIGLU_OAI, true, 14);
