@@ -1843,14 +1843,13 @@ static bool expert_amx(const hm_moe *m, int e, int cnt) {
  * layer at 1 token, 4.8 against 6.6 at 4 tokens (HMOE_MOE_ROUTE=full: the counting sort). */
 #define SMALL_ASG 64
 
-/* Routes n = n_tok * k assignments as the counting sort does, for small batches: the unmasked
- * ones sorted by expert (insertion sort, stable: each expert's tokens in batch order), one active
- * expert per run, in increasing expert order. False (nothing written but *n_asg) where an expert
- * would take the AMX path, whose parts the counting sort splits; *n_asg = 0 with nothing to do. */
-static bool route_small(hm_moe *m, const int32_t *ids, const float *w, int n, int k, int64_t *n_asg,
-                        hm_status *st) {
-    int32_t ord[SMALL_ASG];
-    int c = 0, runs = 0;
+/* The order of a small batch's n = n_tok * k assignments as the counting sort places them: the
+ * unmasked ones sorted by expert (insertion sort, stable: each expert's tokens in batch order),
+ * into ord; *runs = their experts. Returns how many, or -1 where an expert would take the AMX
+ * path, whose parts only the counting sort splits. */
+static int small_order(const hm_moe *m, const int32_t *ids, int n, int32_t ord[SMALL_ASG],
+                       int *runs) {
+    int c = 0;
     for (int i = 0; i < n; i++) {
         const int e = ids[i];
         if (e < 0 || m->mask[e]) continue;
@@ -1858,98 +1857,21 @@ static bool route_small(hm_moe *m, const int32_t *ids, const float *w, int n, in
         for (; j > 0 && ids[ord[j - 1]] > e; j--) ord[j] = ord[j - 1];
         ord[j] = i;
     }
-    *n_asg = c;
-    *st = HM_OK;
-    if (!c) return true;
+    *runs = 0;
     for (int j = 0, r0 = 0; j < c; j++) /* the runs: one active expert each */
         if (j + 1 == c || ids[ord[j + 1]] != ids[ord[j]]) {
-            if (expert_amx(m, ids[ord[j]], j + 1 - r0)) return false;
-            runs++, r0 = j + 1;
+            if (expert_amx(m, ids[ord[j]], j + 1 - r0)) return -1;
+            ++*runs, r0 = j + 1;
         }
-    hm_moe_scratch *S = m->s;
-    if (!grow((void **)&S->tok, &S->cap_tok, sizeof *S->tok * (size_t)c, "moe assignments") ||
-        !grow((void **)&S->wt, &S->cap_wt, sizeof *S->wt * (size_t)c, "moe assignments")) {
-        scratch_release(S);
-        *st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %d assignments", c);
-        return true;
-    }
-    if (grow_act(m, runs)) {
-        scratch_release(S);
-        *st = hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %d active experts", runs);
-        return true;
-    }
-    m->n_act = 0;
-    for (int j = 0; j < c; j++) {
-        const int e = ids[ord[j]];
-        if (j == 0 || ids[ord[j - 1]] != e)
-            m->act[m->n_act++] = (active_expert){.e = e, .n = 0, .part = 0, .amx = false, .off = j};
-        m->act[m->n_act - 1].n++;
-        S->tok[j] = ord[j] / k;
-        S->wt[j] = w[ord[j]];
-    }
-    return true;
+    return c;
 }
 
-/* Checks and routes a batch and sizes the scratch for it; run_job tells whether the job has work
- * (with no expert to compute here, out is already written). */
-static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
-                         const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
-                         bool accumulate) {
-    m->run_job = false;
-    if (n_tok < 0 || k < 0 || k > m->p.n_experts || (n_tok > 0 && (!x || !ids || !w || !out)))
-        return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad batch: %d tokens, k = %d (%d experts)",
-                         n_tok, k, m->p.n_experts);
-    if ((x_type != HM_MOE_F32 && x_type != HM_MOE_BF16) ||
-        (out_type != HM_MOE_F32 && out_type != HM_MOE_BF16))
-        return hm_errorf(HM_ERR_INVALID_ARG, "moe: input/output must be f32 or bf16");
+/* The counting sort's active experts (AMX experts in the parts prepare set in m->tpart and
+ * m->pbase, from m->cnt) and each assignment's place: the busiest experts first above MATVEC_MAX
+ * tokens, else in increasing expert order. */
+static void route_counting(hm_moe *m, const int32_t *ids, const float *w, int n_tok, int k) {
     const int E = m->p.n_experts;
-    for (int64_t i = 0; i < (int64_t)n_tok * k; i++)
-        if (ids[i] < -1 || ids[i] >= E)
-            return hm_errorf(HM_ERR_INVALID_ARG,
-                             "moe: token %lld slot %lld: expert id %d not in [0, %d)",
-                             (long long)(i / k), (long long)(i % k), ids[i], E);
-    const int64_t H = m->p.hidden, I = m->p.inter;
     hm_moe_scratch *S = m->s;
-    int64_t n_asg = 0;
-    hm_status st = HM_OK;
-    if (n_tok <= MATVEC_MAX && (int64_t)n_tok * k <= SMALL_ASG && !m->route_full &&
-        route_small(m, ids, w, n_tok * k, k, &n_asg, &st)) {
-        if (st) return st;
-        if (n_asg == 0) goto nothing;
-        goto routed;
-    }
-    /* route: counting sort of the unmasked assignments by expert */
-    memset(m->cnt, 0, sizeof *m->cnt * (size_t)E);
-    n_asg = 0;
-    for (int64_t i = 0; i < (int64_t)n_tok * k; i++)
-        if (ids[i] >= 0 && !m->mask[ids[i]]) m->cnt[ids[i]]++, n_asg++;
-    if (n_asg == 0) {
-    nothing: /* nothing to compute here */
-        if (!accumulate && n_tok > 0)
-            memset(out, 0, (size_t)n_tok * (size_t)H * (out_type == HM_MOE_F32 ? 4 : 2));
-        return HM_OK;
-    }
-    if (!grow((void **)&S->tok, &S->cap_tok, sizeof *S->tok * (size_t)n_asg, "moe assignments") ||
-        !grow((void **)&S->wt, &S->cap_wt, sizeof *S->wt * (size_t)n_asg, "moe assignments")) {
-        scratch_release(S);
-        return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %lld assignments",
-                         (long long)n_asg);
-    }
-    /* an AMX expert with more tokens than a tile block (hm_tile_token_block) runs as parts of
-     * consecutive tokens, each an active expert of its own: a part's packed activations then
-     * fit the L2 of the cores that take its claims, and its claims get the fused path */
-    int n_parts = 0;
-    const int tlim = m->amx ? hm_tile_token_cap(H, INT_MAX) : 0; /* the block limit */
-    for (int e = 0; e < E; e++) {
-        if (!m->cnt[e]) continue;
-        m->tpart[e] = expert_amx(m, e, m->cnt[e]) ? hm_tile_split(m->cnt[e], tlim) : m->cnt[e];
-        m->pbase[e] = n_parts;
-        n_parts += (m->cnt[e] + m->tpart[e] - 1) / m->tpart[e];
-    }
-    if (grow_act(m, n_parts)) {
-        scratch_release(S);
-        return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %d active experts", n_parts);
-    }
     m->n_act = 0;
     for (int e = 0; e < E; e++)
         for (int p = 0, t = 0; t < m->cnt[e]; p++, t += m->tpart[e])
@@ -1978,7 +1900,81 @@ static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
         S->tok[d] = (int32_t)(i / k);
         S->wt[d] = w[i];
     }
-routed:
+}
+
+/* Checks and routes a batch and sizes the scratch for it; run_job tells whether the job has work
+ * (with no expert to compute here, out is already written). */
+static hm_status prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const int32_t *ids,
+                         const float *w, int n_tok, int k, void *out, hm_moe_dtype out_type,
+                         bool accumulate) {
+    m->run_job = false;
+    if (n_tok < 0 || k < 0 || k > m->p.n_experts || (n_tok > 0 && (!x || !ids || !w || !out)))
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: bad batch: %d tokens, k = %d (%d experts)",
+                         n_tok, k, m->p.n_experts);
+    if ((x_type != HM_MOE_F32 && x_type != HM_MOE_BF16) ||
+        (out_type != HM_MOE_F32 && out_type != HM_MOE_BF16))
+        return hm_errorf(HM_ERR_INVALID_ARG, "moe: input/output must be f32 or bf16");
+    const int E = m->p.n_experts;
+    for (int64_t i = 0; i < (int64_t)n_tok * k; i++)
+        if (ids[i] < -1 || ids[i] >= E)
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "moe: token %lld slot %lld: expert id %d not in [0, %d)",
+                             (long long)(i / k), (long long)(i % k), ids[i], E);
+    const int64_t H = m->p.hidden, I = m->p.inter;
+    /* route: small batches by small_order, the others (and HMOE_MOE_ROUTE=full) by a counting
+     * sort of the unmasked assignments by expert */
+    int32_t ord[SMALL_ASG];
+    int n_parts = 0;
+    const int n_small = n_tok <= MATVEC_MAX && (int64_t)n_tok * k <= SMALL_ASG && !m->route_full
+                            ? small_order(m, ids, n_tok * k, ord, &n_parts)
+                            : -1;
+    int64_t n_asg = n_small;
+    if (n_small < 0) {
+        memset(m->cnt, 0, sizeof *m->cnt * (size_t)E);
+        n_asg = 0;
+        for (int64_t i = 0; i < (int64_t)n_tok * k; i++)
+            if (ids[i] >= 0 && !m->mask[ids[i]]) m->cnt[ids[i]]++, n_asg++;
+        /* an AMX expert with more tokens than a tile block (hm_tile_token_block) runs as parts
+         * of consecutive tokens, each an active expert of its own: a part's packed activations
+         * then fit the L2 of the cores that take its claims, and its claims get the fused path */
+        const int tlim = m->amx ? hm_tile_token_cap(H, INT_MAX) : 0; /* the block limit */
+        for (int e = 0; e < E; e++) {
+            if (!m->cnt[e]) continue;
+            m->tpart[e] = expert_amx(m, e, m->cnt[e]) ? hm_tile_split(m->cnt[e], tlim) : m->cnt[e];
+            m->pbase[e] = n_parts;
+            n_parts += (m->cnt[e] + m->tpart[e] - 1) / m->tpart[e];
+        }
+    }
+    if (n_asg == 0) { /* nothing to compute here */
+        if (!accumulate && n_tok > 0)
+            memset(out, 0, (size_t)n_tok * (size_t)H * (out_type == HM_MOE_F32 ? 4 : 2));
+        return HM_OK;
+    }
+    hm_moe_scratch *S = m->s;
+    if (!grow((void **)&S->tok, &S->cap_tok, sizeof *S->tok * (size_t)n_asg, "moe assignments") ||
+        !grow((void **)&S->wt, &S->cap_wt, sizeof *S->wt * (size_t)n_asg, "moe assignments")) {
+        scratch_release(S);
+        return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %lld assignments",
+                         (long long)n_asg);
+    }
+    if (grow_act(m, n_parts)) {
+        scratch_release(S);
+        return hm_errorf(HM_ERR_NO_MEMORY, "moe: out of memory for %d active experts", n_parts);
+    }
+    if (n_small > 0) { /* one active expert per run of ord, in increasing expert order */
+        m->n_act = 0;
+        for (int j = 0; j < n_small; j++) {
+            const int e = ids[ord[j]];
+            if (j == 0 || ids[ord[j - 1]] != e)
+                m->act[m->n_act++] =
+                    (active_expert){.e = e, .n = 0, .part = 0, .amx = false, .off = j};
+            m->act[m->n_act - 1].n++;
+            S->tok[j] = ord[j] / k;
+            S->wt[j] = w[ord[j]];
+        }
+    } else {
+        route_counting(m, ids, w, n_tok, k);
+    }
     /* chunks of whole experts with at most max_tokens * 8 assignments (at least one expert) */
     const int64_t cap = (int64_t)m->p.max_tokens * 8;
     m->n_chunks = 0;
