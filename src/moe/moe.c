@@ -1837,7 +1837,7 @@ static bool expert_amx(const hm_moe *m, int e, int cnt) {
 }
 
 /* Batches of up to MATVEC_MAX tokens and SMALL_ASG assignments (decode) are routed by
- * route_small: the counting sort's passes over every expert (4 over 128-256 counters, cold after
+ * small_order: the counting sort's passes over every expert (4 over 128-256 counters, cold after
  * a layer of weights streamed through the caches) cost more than the few assignments. Device,
  * Qwen3-30B-A3B, 48 layers, means of 5 rotated rounds: the submit's routing 4.0 against 4.9 us a
  * layer at 1 token, 4.8 against 6.6 at 4 tokens (HMOE_MOE_ROUTE=full: the counting sort). */
