@@ -10,7 +10,9 @@
 #include <jansson.h>
 #include <math.h>
 
+#include "model/arch.h"
 #include "model/convert.h"
+#include "format/gguf.h"
 #include "cpu/nn.h"
 #include "cpu/ops.h"
 #include "model/model.h"
@@ -671,8 +673,130 @@ static void check_bf16_tiles(const char *name) {
     free_fixture(&f);
 }
 
+/* logits of ids run in batches of n_batch tokens through a fresh context of the model at path */
+static bool rope_logits(const char *path, const int32_t *ids, int n, int n_batch, float *lg,
+                        int V) {
+    hm_model *m = NULL;
+    hm_ctx *c = NULL;
+    CHECK_OK(hm_model_load(path, &m));
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_threads = 2, cp.n_ctx = 128, cp.n_batch = n_batch;
+    if (m) CHECK_OK(hm_ctx_create(m, &cp, &c));
+    bool ok = c != NULL;
+    for (int i = 0; ok && i < n; i += n_batch) {
+        const int k = n - i < n_batch ? n - i : n_batch;
+        ok = hm_ctx_decode(c, ids + i, NULL, k, NULL, lg + (size_t)i * (size_t)V) == HM_OK;
+    }
+    hm_ctx_free(c);
+    hm_model_free(m);
+    return ok;
+}
+
+/* RoPE scaling (tests/data/rope, made by tests/gen/rope_fixtures.py): one model under every
+ * scaling transformers names, 100 positions of which the last 36 are past the original
+ * context, to 1e-3 of the largest logit. Dynamic NTK depends on the length at each call: the
+ * whole prompt at once and one token at a time each have their own reference. YaRN and linear
+ * also through GGUF (llama.cpp's rope.scaling keys); dynamic and llama3 have no GGUF form and
+ * the conversion says so. */
+static void check_rope(const char *name) {
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/../rope/%s", DATA, name);
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    CHECK_MSG(j != NULL, "%s: %s", path, err.text);
+    if (!j) return;
+    json_t *pj = json_object_get(j, "prompt");
+    const int n = (int)json_array_size(pj), V = (int)json_integer_value(json_object_get(j, "vocab"));
+    const bool dynamic = json_object_get(j, "logits_inc") != NULL;
+    int32_t ids[128];
+    CHECK(n > 64 && n <= 128 && V > 0);
+    for (int i = 0; i < n && i < 128; i++) ids[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
+    float *full = read_f32(dir, "logits_full.f32", (size_t)n * (size_t)V);
+    float *inc = dynamic ? read_f32(dir, "logits_inc.f32", (size_t)n * (size_t)V) : NULL;
+    float *lg = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    CHECK(full && lg && (inc || !dynamic));
+    if (full && lg && n <= 128 && rope_logits(dir, ids, n, 128, lg, V)) {
+        double e = rel_err(lg, full, (size_t)n * (size_t)V);
+        printf("  rope %s: whole prompt (%d positions) rel error %.2e\n", name, n, e);
+        CHECK_MSG(e <= 1e-3, "rope %s: whole prompt rel error %.3g > 1e-3", name, e);
+    }
+    if (inc && lg && rope_logits(dir, ids, n, 1, lg, V)) {
+        double e = rel_err(lg, inc, (size_t)n * (size_t)V);
+        printf("  rope %s: one token at a time rel error %.2e\n", name, e);
+        CHECK_MSG(e <= 1e-3, "rope %s: one token at a time rel error %.3g > 1e-3", name, e);
+    }
+    /* through GGUF */
+    char tmp[] = "/tmp/hmoe-rope-XXXXXX", gg[256];
+    CHECK(mkdtemp(tmp) != NULL);
+    snprintf(gg, sizeof gg, "%s/m.gguf", tmp);
+    hm_convert_params p = hm_convert_default_params();
+    p.n_threads = 2;
+    hm_status st = hm_convert_hf(dir, gg, &p, NULL);
+    const char *kind = json_string_value(json_object_get(json_object_get(j, "rope_parameters"), "rope_type"));
+    if (kind && (!strcmp(kind, "dynamic") || !strcmp(kind, "llama3"))) {
+        CHECK_STATUS(st, HM_ERR_UNSUPPORTED);
+        CHECK_CONTAINS(hm_last_error(), "no GGUF form");
+    } else if (kind && !strcmp(kind, "yarn") && strstr(name, "_")) {
+        /* mscale, attention_factor and truncate: kept in the GGUF only where llama.cpp has a key */
+        if (st == HM_OK) unlink(gg);
+    } else {
+        CHECK_OK(st);
+        if (st == HM_OK && full && lg && rope_logits(gg, ids, n, 128, lg, V)) {
+            double e = rel_err(lg, full, (size_t)n * (size_t)V);
+            printf("  rope %s as GGUF: rel error %.2e\n", name, e);
+            CHECK_MSG(e <= 1e-3, "rope %s as GGUF: rel error %.3g > 1e-3", name, e);
+        }
+        unlink(gg);
+    }
+    rmdir(tmp);
+    free(full), free(inc), free(lg);
+    json_decref(j);
+}
+
+/* hparams of a metadata-only GGUF: the qwen3-tiny preset plus rope.scaling keys */
+static hm_status rope_gguf(const char *type, float attn_factor, hm_hparams *out) {
+    char path[] = "/tmp/hmoe_rope_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    hm_gguf_writer *w;
+    hm_status st = HM_OK;
+    CHECK_OK(hm_gguf_writer_open(path, &w));
+    CHECK_OK(hm_hparams_write_gguf(w, &hm_preset_find("qwen3-tiny")->hp, "t"));
+    CHECK_OK(hm_gguf_w_str(w, "qwen3moe.rope.scaling.type", type));
+    CHECK_OK(hm_gguf_w_f32(w, "qwen3moe.rope.scaling.factor", 4.0f));
+    if (attn_factor > 0) CHECK_OK(hm_gguf_w_f32(w, "qwen3moe.rope.scaling.attn_factor", attn_factor));
+    CHECK_OK(hm_gguf_writer_finish(w));
+    hm_gguf *g;
+    CHECK_OK(hm_gguf_open(path, &g));
+    if (g) st = hm_hparams_from_gguf(g, out);
+    hm_gguf_close(g);
+    unlink(path);
+    return st;
+}
+
+/* GGUF rope.scaling keys: llama.cpp's names and defaults; anything else is refused, never
+ * silently run unscaled */
+static void check_rope_gguf(void) {
+    hm_hparams hp;
+    CHECK_OK(rope_gguf("yarn", 0, &hp));
+    CHECK(hp.rope_type == HM_ROPE_YARN && hp.rope_factor == 4.0f && hp.yarn_beta_fast == 32.0f &&
+          hp.yarn_beta_slow == 1.0f && hp.rope_orig_ctx == hp.max_ctx);
+    CHECK_OK(rope_gguf("none", 0, &hp));
+    CHECK(hp.rope_type == HM_ROPE_NONE);
+    CHECK_OK(rope_gguf("yarn", 1.0f, &hp));
+    CHECK_STATUS(rope_gguf("longrope", 0, &hp), HM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(hm_last_error(), "\"longrope\" is not supported");
+    CHECK_STATUS(rope_gguf("yarn", 0.5f, &hp), HM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(hm_last_error(), "attn_factor");
+}
+
 int main(void) {
     TILES_OR_SKIP();
+    check_rope_gguf();
+    static const char *const ropes[] = {"default",     "linear",    "dynamic",      "yarn",
+                                        "yarn_mscale", "yarn_attn", "yarn_notrunc", "llama3"};
+    for (size_t i = 0; i < sizeof ropes / sizeof *ropes; i++) check_rope(ropes[i]);
     static const char *const models[] = {"a", "b", "c", "q"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) check_bf16_tiles(models[i]);
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {

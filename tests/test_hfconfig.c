@@ -180,7 +180,11 @@ static void check_layers(const char *dir, const char *field, json_t *want, const
 }
 
 static const char *rope_name(hm_rope_type t) {
-    return t == HM_ROPE_NONE ? "none" : t == HM_ROPE_LINEAR ? "linear" : "yarn";
+    return t == HM_ROPE_NONE      ? "none"
+           : t == HM_ROPE_LINEAR  ? "linear"
+           : t == HM_ROPE_DYNAMIC ? "dynamic"
+           : t == HM_ROPE_LLAMA3  ? "llama3"
+                                  : "yarn";
 }
 static const char *gating_name(hm_gating g) {
     return g == HM_GATING_SOFTMAX ? "softmax" : g == HM_GATING_SIGMOID ? "sigmoid" : "softmax_topk";
@@ -596,8 +600,26 @@ static void test_unsupported_and_conflicts(void) {
     CHECK_CONTAINS(hm_last_error(), "qwen3_moe, qwen2_moe, mixtral, deepseek_v2, deepseek_v3, "
                                     "kimi_k2, gpt_oss, glm4_moe");
     expect_err(parse_mod("Qwen3-30B-A3B", "rope_scaling",
-                         json_pack("{s:s,s:f}", "rope_type", "dynamic", "factor", 2.0), &hp),
-               HM_ERR_UNSUPPORTED, "\"dynamic\"", "dynamic rope");
+                         json_pack("{s:s,s:f}", "rope_type", "longrope", "factor", 2.0), &hp),
+               HM_ERR_UNSUPPORTED, "\"longrope\"", "longrope");
+    CHECK_CONTAINS(hm_last_error(), "default, linear, dynamic, yarn, llama3");
+    expect_err(parse_mod("Qwen3-30B-A3B", "rope_scaling",
+                         json_pack("{s:s,s:f,s:f}", "rope_type", "llama3", "factor", 8.0,
+                                   "low_freq_factor", 1.0),
+                         &hp),
+               HM_ERR_FORMAT, "missing key 'rope_scaling.high_freq_factor'", "llama3 keys");
+    expect_err(parse_mod("Qwen3-30B-A3B", "rope_scaling",
+                         json_pack("{s:s,s:f,s:f,s:f}", "rope_type", "llama3", "factor", 8.0,
+                                   "low_freq_factor", 4.0, "high_freq_factor", 1.0),
+                         &hp),
+               HM_ERR_FORMAT, "high_freq_factor > low_freq_factor", "llama3 order");
+    expect_err(parse_mod("Qwen3-30B-A3B", "rope_scaling", json_pack("{s:s}", "type", "dynamic"),
+                         &hp),
+               HM_ERR_FORMAT, "missing key 'rope_scaling.factor'", "dynamic without factor");
+    CHECK_OK(parse_mod("Qwen3-30B-A3B", "rope_scaling",
+                       json_pack("{s:s,s:f}", "rope_type", "dynamic", "factor", 2.0), &hp));
+    CHECK(hp.rope_type == HM_ROPE_DYNAMIC && hp.rope_factor == 2.0f &&
+          hp.rope_orig_ctx == hp.max_ctx);
     expect_err(
         parse_mod("Qwen3-30B-A3B", "rope_scaling", json_pack("{s:s}", "type", "linear"), &hp),
         HM_ERR_FORMAT, "missing key 'rope_scaling.factor'", "linear without factor");
@@ -689,7 +711,7 @@ static void test_inconsistent(void) {
         {"n_kv_heads 0", offsetof(hm_hparams, n_kv_heads), 0},
         {"head_dim 100 != qk_nope_head_dim", offsetof(hm_hparams, head_dim), 100},
         {"rope_dim 256", offsetof(hm_hparams, rope_dim), 256},
-        {"YaRN needs rope_orig_ctx", offsetof(hm_hparams, rope_orig_ctx), 0},
+        {"RoPE scaling needs rope_orig_ctx", offsetof(hm_hparams, rope_orig_ctx), 0},
         {"n_experts_used 0", offsetof(hm_hparams, n_experts_used), 0},
         {"moe_inter", offsetof(hm_hparams, moe_inter), 0},
         {"n_shared_experts 1 and shared_inter 0", offsetof(hm_hparams, shared_inter), 0},

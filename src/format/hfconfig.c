@@ -395,25 +395,47 @@ static hm_status parse_rope(hf_ctx *c, hm_hparams *hp) {
         return HM_OK;
     }
     if (strcmp(kind, "default") == 0) return HM_OK;
-    if (strcmp(kind, "linear") == 0) {
+    if (strcmp(kind, "linear") == 0 || strcmp(kind, "dynamic") == 0) {
         double f;
         TRY(get_num(c, R, "factor", NAN, 0, true, 1e6, &f));
-        hp->rope_type = HM_ROPE_LINEAR;
+        hp->rope_type = kind[0] == 'l' ? HM_ROPE_LINEAR : HM_ROPE_DYNAMIC;
         hp->rope_factor = (float)f;
+        /* _compute_dynamic_ntk_parameters scales past max_position_embeddings */
+        if (hp->rope_type == HM_ROPE_DYNAMIC) hp->rope_orig_ctx = hp->max_ctx;
         return HM_OK;
     }
-    if (strcmp(kind, "yarn") != 0)
+    if (strcmp(kind, "yarn") != 0 && strcmp(kind, "llama3") != 0)
         return hm_errorf(HM_ERR_UNSUPPORTED,
                          "%s: key '%s': RoPE type \"%s\" is not supported (supported: default, "
-                         "linear, yarn)",
+                         "linear, dynamic, yarn, llama3)",
                          c->file, kname, kind);
+
+    /* standardize_rope_params: original_max_position_embeddings defaults to max_position_...;
+     * one at the top level of the config (Phi-3 style) takes precedence */
+    char ko[112];
+    const bool top_orig = src_get(&c->top, "original_max_position_embeddings", ko, sizeof ko);
+    TRY(get_u32(c, top_orig ? &c->top : R, "original_max_position_embeddings", hp->max_ctx, 1,
+                HF_MAX_SIZE, &hp->rope_orig_ctx));
+    if (kind[0] == 'l') { /* llama3: every parameter is required by _compute_llama3_parameters */
+        double f, lo, hi;
+        TRY(get_num(c, R, "factor", NAN, 0, true, 1e6, &f));
+        TRY(get_num(c, R, "low_freq_factor", NAN, 0, true, 1e6, &lo));
+        TRY(get_num(c, R, "high_freq_factor", NAN, 0, true, 1e6, &hi));
+        if (!(hi > lo))
+            return hm_errorf(HM_ERR_FORMAT,
+                             "%s: llama3 RoPE needs high_freq_factor > low_freq_factor (got %g "
+                             "and %g)",
+                             c->file, hi, lo);
+        hp->rope_type = HM_ROPE_LLAMA3;
+        hp->rope_factor = (float)f;
+        hp->rope_low_freq_factor = (float)lo;
+        hp->rope_high_freq_factor = (float)hi;
+        return HM_OK;
+    }
 
     double f, bf, bs, ms, msa, af;
     bool truncate = true; /* set by get_bool (gcc 13 cannot tell) */
     hp->rope_type = HM_ROPE_YARN;
-    /* standardize_rope_params: original_max_position_embeddings defaults to max_position_... */
-    TRY(get_u32(c, R, "original_max_position_embeddings", hp->max_ctx, 1, HF_MAX_SIZE,
-                &hp->rope_orig_ctx));
     /* _compute_yarn_parameters: factor None -> max_position_embeddings / original */
     TRY(get_num(c, R, "factor", (double)hp->max_ctx / hp->rope_orig_ctx, 0, true, 1e6, &f));
     TRY(get_num(c, R, "beta_fast", 32.0, 0, true, 1e6, &bf));
@@ -914,12 +936,17 @@ hm_status hm_hparams_validate(const hm_hparams *hp, const char *name) {
         return BAD("%s: rope_dim %u must be even and in [2, head_dim %u]", name, hp->rope_dim,
                    hp->head_dim);
     if (hp->rope_type != HM_ROPE_NONE && hp->rope_type != HM_ROPE_LINEAR &&
-        hp->rope_type != HM_ROPE_YARN)
+        hp->rope_type != HM_ROPE_DYNAMIC && hp->rope_type != HM_ROPE_YARN &&
+        hp->rope_type != HM_ROPE_LLAMA3)
         return BAD("%s: rope_type %d is not a known one", name, (int)hp->rope_type);
     if (hp->rope_type != HM_ROPE_NONE && !(hp->rope_factor > 0.0f && isfinite(hp->rope_factor)))
         return BAD("%s: rope_factor %g must be > 0", name, (double)hp->rope_factor);
-    if (hp->rope_type == HM_ROPE_YARN && hp->rope_orig_ctx == 0)
-        return BAD("%s: YaRN needs rope_orig_ctx > 0", name);
+    if ((hp->rope_type == HM_ROPE_YARN || hp->rope_type == HM_ROPE_DYNAMIC ||
+         hp->rope_type == HM_ROPE_LLAMA3) &&
+        hp->rope_orig_ctx == 0)
+        return BAD("%s: RoPE scaling needs rope_orig_ctx > 0", name);
+    if (hp->rope_type == HM_ROPE_DYNAMIC && hp->rope_dim <= 2)
+        return BAD("%s: dynamic NTK RoPE needs rope_dim > 2 (got %u)", name, hp->rope_dim);
 
     /* feed-forward */
     if (hp->n_experts > 0) {

@@ -24,8 +24,10 @@ typedef enum hm_arch {
 
 typedef enum hm_rope_type {
     HM_ROPE_NONE = 0, /* no scaling */
-    HM_ROPE_LINEAR,
-    HM_ROPE_YARN,
+    HM_ROPE_LINEAR,  /* positions divided by rope_factor */
+    HM_ROPE_DYNAMIC, /* dynamic NTK: the base grows with the sequence past rope_orig_ctx */
+    HM_ROPE_YARN,    /* YaRN, with DeepSeek's mscale terms */
+    HM_ROPE_LLAMA3,  /* Llama 3.1: low frequencies divided by rope_factor, a smooth ramp between */
 } hm_rope_type;
 
 typedef enum hm_gating {
@@ -74,8 +76,10 @@ typedef struct hm_hparams {
     float partial_rotary; /* fraction of head_dim rotated (1.0 = all; glm4moe 0.5) */
     uint32_t rope_dim; /* rotated dims per head (head_dim * partial_rotary, or qk_rope_head_dim) */
     hm_rope_type rope_type;
-    float rope_factor;      /* scaling factor (linear, yarn) */
-    uint32_t rope_orig_ctx; /* original_max_position_embeddings (yarn) */
+    float rope_factor;      /* scaling factor (linear, dynamic, yarn, llama3) */
+    uint32_t rope_orig_ctx; /* original_max_position_embeddings (yarn, llama3);
+                               max_position_embeddings (dynamic) */
+    float rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
     float yarn_beta_fast, yarn_beta_slow;
     float yarn_mscale, yarn_mscale_all_dim; /* deepseek yarn mscale terms (0 if absent) */
     float yarn_attn_factor;                 /* attention_factor when given explicitly, else 0 */

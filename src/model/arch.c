@@ -232,6 +232,12 @@ hm_status hm_hparams_write_gguf(hm_gguf_writer *w, const hm_hparams *hp, const c
     const char *a = hm_arch_gguf_name(hp->arch);
     if (!a || !*a)
         return hm_errorf(HM_ERR_UNSUPPORTED, "no GGUF architecture for %s", hp->model_type);
+    if (hp->rope_type == HM_ROPE_DYNAMIC || hp->rope_type == HM_ROPE_LLAMA3)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "RoPE scaling \"%s\" has no GGUF form that llama.cpp reads for %s (it "
+                         "knows none, linear and yarn): run this model from its Hugging Face "
+                         "directory",
+                         hp->rope_type == HM_ROPE_DYNAMIC ? "dynamic" : "llama3", a);
     hm_status st;
 #define T(x)                                                                                       \
     do {                                                                                           \
@@ -315,6 +321,10 @@ hm_status hm_hparams_write_gguf(hm_gguf_writer *w, const hm_hparams *hp, const c
             T(wkey_u32(w, a, "rope.scaling.original_context_length", hp->rope_orig_ctx));
         if (hp->arch == HM_ARCH_DEEPSEEK2 && hp->yarn_mscale_all_dim > 0)
             T(wkey_f32(w, a, "rope.scaling.yarn_log_multiplier", 0.1f * hp->yarn_mscale_all_dim));
+        if (hp->rope_type == HM_ROPE_YARN && hp->yarn_beta_fast > 0 && hp->yarn_beta_fast != 32.0f)
+            T(wkey_f32(w, a, "rope.scaling.yarn_beta_fast", hp->yarn_beta_fast));
+        if (hp->rope_type == HM_ROPE_YARN && hp->yarn_beta_slow > 0 && hp->yarn_beta_slow != 1.0f)
+            T(wkey_f32(w, a, "rope.scaling.yarn_beta_slow", hp->yarn_beta_slow));
     }
 #undef T
     return HM_OK;
@@ -462,14 +472,38 @@ hm_status hm_hparams_from_gguf(const hm_gguf *g, hm_hparams *hp) {
     snprintf(k, sizeof k, "%s.rope.scaling.type", arch);
     hm_gguf_str rt;
     if (hm_gguf_get_str(g, k, &rt) == HM_OK) {
-        hp->rope_type = hm_gguf_str_eq(rt, "yarn")     ? HM_ROPE_YARN
-                        : hm_gguf_str_eq(rt, "linear") ? HM_ROPE_LINEAR
-                                                       : HM_ROPE_NONE;
+        /* llama.cpp's names (llama_rope_scaling_type); any other would be silently wrong */
+        if (hm_gguf_str_eq(rt, "yarn"))
+            hp->rope_type = HM_ROPE_YARN;
+        else if (hm_gguf_str_eq(rt, "linear"))
+            hp->rope_type = HM_ROPE_LINEAR;
+        else if (hm_gguf_str_eq(rt, "none"))
+            hp->rope_type = HM_ROPE_NONE;
+        else
+            return hm_errorf(HM_ERR_UNSUPPORTED,
+                             "%s: %s = \"%.*s\" is not supported (supported: none, linear, yarn)",
+                             hm_gguf_name(g), k, (int)(rt.len > 64 ? 64 : rt.len), rt.ptr);
         opt_f32(&r, "rope.scaling.factor", &hp->rope_factor);
         opt_u32(&r, "rope.scaling.original_context_length", &hp->rope_orig_ctx);
-        float mult = 0;
+        float mult = 0, attn = 1.0f;
         opt_f32(&r, "rope.scaling.yarn_log_multiplier", &mult);
         if (mult > 0) hp->yarn_mscale = hp->yarn_mscale_all_dim = mult / 0.1f;
+        if (hp->rope_type == HM_ROPE_YARN) {
+            /* llama.cpp's defaults; the original context defaults to the trained one */
+            hp->yarn_beta_fast = 32.0f, hp->yarn_beta_slow = 1.0f;
+            opt_f32(&r, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast);
+            opt_f32(&r, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow);
+            if (!hp->rope_orig_ctx) hp->rope_orig_ctx = hp->max_ctx;
+        }
+        opt_f32(&r, "rope.scaling.attn_factor", &attn);
+        if (r.st == HM_OK && attn != 1.0f)
+            return hm_errorf(HM_ERR_UNSUPPORTED,
+                             "%s: %s.rope.scaling.attn_factor = %g is not supported (only 1)",
+                             hm_gguf_name(g), arch, (double)attn);
+        if (r.st == HM_OK && hp->rope_type != HM_ROPE_NONE &&
+            !(hp->rope_factor > 0.0f && isfinite(hp->rope_factor)))
+            return hm_errorf(HM_ERR_FORMAT, "%s: %s.rope.scaling.factor = %g must be > 0",
+                             hm_gguf_name(g), arch, (double)hp->rope_factor);
     }
     if (r.st != HM_OK) return r.st;
 

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "format/gguf.h"
 #include "model/ctx_int.h"
+#include "model/rope.h"
 #include "quant/ref.h"
 
 hm_ctx_params hm_ctx_default_params(void) {
@@ -198,7 +199,7 @@ void hm_ctx_free(hm_ctx *c) {
     hm_large_free(&c->dense_pack);
     hm_pool_free(c->pool);
     hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->seq_next),
-        free(c->inv_freq);
+        free(c->inv_freq), free(c->inv_tok);
     hm_free(c->rope_cs);
     hm_free(c->x), hm_free(c->xn), hm_free(c->q), hm_free(c->k), hm_free(c->v);
     hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u);
@@ -310,6 +311,11 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->seq_len = calloc((size_t)p.n_seq, sizeof(int32_t));
     c->seq_next = calloc((size_t)p.n_seq, sizeof(int32_t));
     c->inv_freq = calloc(hp->rope_dim / 2 + 1, sizeof(float));
+    if (hp->rope_type == HM_ROPE_DYNAMIC && !(c->inv_tok = calloc(B * (hp->rope_dim / 2 + 1),
+                                                                  sizeof(float)))) {
+        st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory (RoPE frequencies)");
+        goto fail;
+    }
     c->rope_cs = fbuf(B * (hp->rope_dim ? hp->rope_dim : 1), "ctx rope");
     c->x = fbuf(B * H, "ctx x");
     c->xn = fbuf(B * H, "ctx xn");
@@ -338,7 +344,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                        kv_floats * 2 * c->kv_elem >> 20, p.n_ctx, p.n_seq);
         goto fail;
     }
-    hm_rope_inv_freq(c->inv_freq, (int)hp->rope_dim, hp->rope_theta);
+    hm_rope_freqs(hp, 0, c->inv_freq, &c->rope_attn);
 
     size_t mmb = mm_need(c, &m->output, 0);
     c->moe = calloc(hp->n_layers, sizeof *c->moe);
@@ -469,8 +475,21 @@ static void embed_tok(hm_ctx *c, int i, void *arg) {
     const hm_matrix *e = &c->m->tok_embd;
     hm_dequantize_row(e->type, (const uint8_t *)e->data + (size_t)tokens[i] * e->row_bytes,
                       c->x + (size_t)i * c->m->hp.hidden, e->cols);
-    const int rd = (int)c->m->hp.rope_dim;
-    hm_rope_cos_sin(c->pos[i], c->inv_freq, rd, c->rope_cs + (size_t)i * (size_t)rd);
+    const hm_hparams *hp = &c->m->hp;
+    const int rd = (int)hp->rope_dim;
+    float *cs = c->rope_cs + (size_t)i * (size_t)rd;
+    const float *inv = c->inv_freq;
+    /* dynamic NTK: the frequencies of the sequence's length at the end of this batch, as
+     * transformers computes them per forward call from its largest position */
+    const int64_t len = c->seq_next[c->seq[i]];
+    if (hm_rope_dynamic(hp, len)) {
+        float *t = c->inv_tok + (size_t)i * (size_t)(rd / 2), af;
+        hm_rope_freqs(hp, len, t, &af);
+        inv = t;
+    }
+    hm_rope_cos_sin(c->pos[i], inv, rd, cs);
+    if (c->rope_attn != 1.0f)
+        for (int j = 0; j < rd; j++) cs[j] *= c->rope_attn;
 }
 
 static void final_norm(hm_ctx *c, int i, void *arg) {

@@ -22,9 +22,12 @@ struct hm_ctx {
     size_t kv_ctx;     /* positions per cache head: n_ctx rounded up to HM_NN_KBLK */
     int32_t *seq_len;  /* [n_seq] positions cached */
     int32_t *seq_next; /* [n_seq] scratch: next position while a batch is placed */
-    float *inv_freq;   /* [rope_dim / 2] */
-    float *rope_cs;    /* [n_batch][rope_dim]: each token's cos/sin, once per batch (not per
-                          layer and per q and k) */
+    float *inv_freq;   /* [rope_dim / 2], of the original context (model/rope.h) */
+    float rope_attn;   /* factor on cos and sin (YaRN's attention factor, else 1) */
+    float *inv_tok;    /* [n_batch][rope_dim / 2]: dynamic NTK only, each token's frequencies
+                          for its sequence's length */
+    float *rope_cs;    /* [n_batch][rope_dim]: each token's cos/sin (times rope_attn), once per
+                          batch (not per layer and per q and k) */
     /* scratch for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w;
     int32_t *ids, *pos, *seq;
