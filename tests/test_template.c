@@ -1,12 +1,15 @@
 /* test_template.c - the Jinja chat-template interpreter against transformers/jinja2: every
  * template x conversation in tests/data/chat_templates/goldens.json (written by
  * tests/gen/chat_template_goldens.py) renders byte-identical or fails where jinja2 fails; feature
- * units from the same file; syntax errors with line:col; limits; the CLI. */
+ * units from the same file; hostile and edge-case units from hardening.json (written by
+ * tests/gen/jinja_hardening_goldens.py); syntax errors with line:col; limits on depth, work and
+ * memory with inputs too large for a golden file; the CLI. */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -117,7 +120,19 @@ static void test_goldens(const json_t *g, const hm_jinja_params *p) {
            n_pass - tpass + n_fail - tfail);
 }
 
-static void test_units(const json_t *g, const hm_jinja_params *p) {
+/* a unit with "ours_error" is a documented difference: the render fails with that message */
+static void check_ours_error(const char *what, hm_status st, const char *out, const char *want) {
+    t_checks++;
+    if (st == HM_OK || !strstr(hm_last_error(), want)) {
+        t_failures++;
+        n_fail++;
+        fprintf(stderr, "%s: want an error with '%s', got %s\n", what, want,
+                st == HM_OK ? out : hm_last_error());
+    } else
+        n_pass++;
+}
+
+static void test_units(const json_t *g, const hm_jinja_params *p, const char *title) {
     size_t i;
     json_t *u;
     int upass = n_pass, ufail = n_fail;
@@ -129,13 +144,22 @@ static void test_units(const json_t *g, const hm_jinja_params *p) {
         hm_jinja *tpl = NULL;
         char *out = NULL;
         size_t olen = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         hm_status st = hm_jinja_parse(json_string_value(src), json_string_length(src), name, &tpl);
         if (st == HM_OK) st = hm_jinja_render(tpl, json_object_get(u, "context"), p, &out, &olen);
-        check_result(what, st, out, olen, u);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const char *ours = json_string_value(json_object_get(u, "ours_error"));
+        if (ours)
+            check_ours_error(what, st, out, ours);
+        else
+            check_result(what, st, out, olen, u);
+        double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        CHECK_MSG(secs < 5, "%s: took %.2f s", what, secs);
         free(out);
         hm_jinja_free(tpl);
     }
-    printf("feature units: %d of %d pass\n", n_pass - upass, n_pass - upass + n_fail - ufail);
+    printf("%s: %d of %d pass\n", title, n_pass - upass, n_pass - upass + n_fail - ufail);
 }
 
 /* ---- errors with positions --------------------------------------------------------------------
@@ -161,7 +185,7 @@ static void expect_render_error(const char *src, const char *ctx, hm_status want
         char *out = NULL;
         hm_jinja_params p = hm_jinja_default_params();
         p.max_output = 1 << 20;
-        p.max_steps = 100000;
+        p.max_steps = 1000000;
         p.max_memory = 64 << 20;
         st = hm_jinja_render(tpl, j, &p, &out, NULL);
         CHECK_MSG(st == want_st, "'%s': got %s (%s)", src, hm_status_str(st),
@@ -213,6 +237,212 @@ static void test_errors(void) {
     expect_render_error("{{ 'abc'[0:, 1:2] }}", NULL, HM_ERR_FORMAT,
                         "slice"); /* found by fuzzing */
     expect_render_error("{{ 'x' * 1000000000000 }}", NULL, HM_ERR_UNSUPPORTED, "memory");
+}
+
+/* ---- hostile input too large for a golden file
+ * --------------------------------------------------- Each must end quickly with a clear error (or
+ * jinja2's output) under the default limits, never crash or hang. jinja2 fails on all the deep
+ * cases (Python's parser or recursion limits). */
+
+static char *repeat(const char *head, const char *unit, int n, const char *tail) {
+    size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
+    char *s = malloc(hl + ul * (size_t)n + tl + 1), *p = s;
+    memcpy(p, head, hl);
+    p += hl;
+    for (int i = 0; i < n; i++, p += ul) memcpy(p, unit, ul);
+    memcpy(p, tail, tl + 1);
+    return s;
+}
+
+/* renders src with the default limits; want NULL: must succeed */
+static void expect_hostile(const char *what, const char *src, const json_t *ctx, const char *want) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    hm_jinja *tpl = NULL;
+    char *out = NULL;
+    hm_status st = hm_jinja_parse(src, strlen(src), "t", &tpl);
+    if (st == HM_OK) st = hm_jinja_render(tpl, ctx, NULL, &out, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (want)
+        CHECK_MSG(st != HM_OK && strstr(hm_last_error(), want), "%s: want '%s', got %s", what, want,
+                  st == HM_OK ? "success" : hm_last_error());
+    else
+        CHECK_MSG(st == HM_OK, "%s: %s", what, hm_last_error());
+    CHECK_MSG(secs < 5, "%s: took %.2f s", what, secs); /* about 0.3 s at most, unsanitized */
+    free(out);
+    hm_jinja_free(tpl);
+}
+
+static void test_hostile(void) {
+    /* parser: 50,000-term operator chains, 100,000 filters or attribute accesses */
+    char *s = repeat("{{ x", " + x", 50000, " }}");
+    expect_hostile("50k + chain", s, NULL, "expression nested too deeply");
+    free(s);
+    s = repeat("{{ x", " - x * x", 50000, " }}");
+    expect_hostile("50k -/* chain", s, NULL, "expression nested too deeply");
+    free(s);
+    s = repeat("{{ x", "|lower", 100000, " }}");
+    expect_hostile("100k filters", s, NULL, "expression nested too deeply");
+    free(s);
+    s = repeat("{{ x", ".y", 100000, " }}");
+    expect_hostile("100k attributes", s, NULL, "expression nested too deeply");
+    free(s);
+    s = repeat("{{ x", "[0](1)", 50000, " }}");
+    expect_hostile("100k items and calls", s, NULL, "expression nested too deeply");
+    free(s);
+    s = repeat("{{ x", " is defined", 100000, " }}");
+    expect_hostile("100k tests", s, NULL, "cannot chain multiple tests");
+    free(s);
+    s = repeat("{% macro m() %}{{ x", " or x", 100000, " }}{{ varargs }}{% endmacro %}");
+    expect_hostile("100k or chain in a macro", s, NULL, "expression nested too deeply");
+    free(s);
+    s = repeat("{{ ", "not ", 100000, "x }}");
+    expect_hostile("100k not", s, NULL, "nested too deeply");
+    free(s);
+    s = repeat("", "{% if 1 %}", 100000, "");
+    expect_hostile("100k if", s, NULL, "nested too deeply");
+    free(s);
+    /* the 59-byte fuzz_jinja crash: a namespace holding itself, printed */
+    expect_hostile("ns self print", "{% set n=namespace() %}{% set n.a=n %}{{ n }}", NULL, NULL);
+    expect_hostile("ns self tojson", "{% set n=namespace() %}{% set n.a=n %}{{ n|tojson }}", NULL,
+                   "not JSON serializable");
+    /* data nested 100,000 deep, built in a loop, then compared, sorted, printed, in, unique, max */
+    const char *deep = "{% set ns = namespace(x=[], y=[]) %}{% for i in range(100000) %}"
+                       "{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}";
+    static const char *const uses[] = {"{{ ns.x == ns.y }}",
+                                       "{{ ns.x < ns.y }}",
+                                       "{{ [ns.x, ns.y]|sort }}",
+                                       "{{ ns.x }}",
+                                       "{{ ns.x|tojson }}",
+                                       "{{ ns.x in [ns.y] }}",
+                                       "{{ [ns.x, ns.y]|max }}",
+                                       "{{ ns.x|string }}",
+                                       "{{ {'k': ns.x} == {'k': ns.y} }}",
+                                       "{{ ns.x|pprint }}",
+                                       "{{ '%s'|format(ns.x) }}"};
+    for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++) {
+        char src[512];
+        snprintf(src, sizeof src, "%s%s", deep, uses[i]);
+        expect_hostile(uses[i], src, NULL, "nested deeper than");
+    }
+    char src[512];
+    snprintf(src, sizeof src, "%s{{ [ns.x, ns.y]|unique|list }}", deep);
+    expect_hostile("deep unique", src, NULL, "unhashable type: 'list'");
+    expect_hostile("deep tuple key",
+                   "{% set ns = namespace(x=()) %}{% for i in range(100000) %}"
+                   "{% set ns.x = (ns.x,) %}{% endfor %}{{ {ns.x: 1} }}",
+                   NULL, "nested deeper than");
+    /* a DAG whose expansion is exponential: work, not recursion, bounds it */
+    expect_hostile("dag compare",
+                   "{% set ns = namespace(x=[], y=[]) %}{% for i in range(60) %}"
+                   "{% set ns.x = [ns.x, ns.x] %}{% set ns.y = [ns.y, ns.y] %}{% endfor %}"
+                   "{{ ns.x == ns.y }}",
+                   NULL, "steps of work");
+    expect_hostile("dag print",
+                   "{% set ns = namespace(x=[]) %}{% for i in range(60) %}"
+                   "{% set ns.x = [ns.x, ns.x] %}{% endfor %}{{ ns.x }}",
+                   NULL, "steps of work");
+    /* work, not iterations: a 100 MB string scanned in a loop */
+    expect_hostile("islower loop",
+                   "{% set s = 'ab' * 50000000 %}{% for i in range(100000) %}{{ s.islower() }}"
+                   "{% endfor %}",
+                   NULL, "steps of work");
+    expect_hostile("index loop",
+                   "{% set s = 'ab' * 5000000 %}{% for i in range(100000) %}{{ s[i] }}{% endfor %}",
+                   NULL, "steps of work");
+    expect_hostile("in loop",
+                   "{% set l = range(100000)|list %}{% for i in range(100000) %}{{ -1 in l }}"
+                   "{% endfor %}",
+                   NULL, "steps of work");
+    expect_hostile("big body loop",
+                   "{% set x = 1 %}{% for i in range(100000) %}{% for j in "
+                   "range(100) %}{{ x + x + x + x + x + x + x + x }}{% endfor %}{% endfor %}",
+                   NULL, "steps of work");
+    expect_hostile("format precision", "{{ '%.999999999f'|format(1.0) }}", NULL, "memory");
+    expect_hostile("format precision 2", "{{ '%.99999999f'|format(1.0) }}", NULL, "steps of work");
+    expect_hostile("format width", "{{ '%999999999999999999999d'|format(1) }}", NULL, "memory");
+    expect_hostile("center width", "{{ 'x'|center(999999999999) }}", NULL, "memory");
+    expect_hostile("tojson indent", "{{ [1]|tojson(indent=999999999999) }}", NULL, "memory");
+    /* hashed lookup: 40,000 macros, a 200,000-key dict, an 80,000-key object in the messages */
+    s = repeat("", "{% macro m() %}{% endmacro %}", 40000, "{{ m() }}");
+    expect_hostile("40k macros", s, NULL, NULL);
+    free(s);
+    size_t cap = 200000 * 24 + 64, n = 0;
+    s = malloc(cap);
+    n += (size_t)snprintf(s + n, cap - n, "{%% set d = {");
+    for (int i = 0; i < 200000; i++) n += (size_t)snprintf(s + n, cap - n, "'k%d': %d, ", i, i);
+    snprintf(s + n, cap - n, "} %%}{{ d|length }}{{ d.k199999 }}");
+    expect_hostile("200k-key dict", s, NULL, NULL);
+    free(s);
+    json_t *big = json_object(), *ctx = json_object(), *msgs = json_array();
+    for (int i = 0; i < 80000; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "key%d", i);
+        json_object_set_new(big, k, json_integer(i));
+    }
+    json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", "user", "content", big));
+    json_object_set_new(ctx, "messages", msgs);
+    expect_hostile("80k-key message",
+                   "{% for m in messages %}{{ m.content|length }}{{ m.content.key79999 }}"
+                   "{{ m.content|tojson|length }}{% endfor %}",
+                   ctx, NULL);
+    json_decref(ctx);
+    /* a context value nested beyond any template's need */
+    json_t *nest = json_array(), *cur = nest;
+    for (int i = 0; i < 10000; i++) {
+        json_t *inner = json_array();
+        json_array_append_new(cur, inner);
+        cur = inner;
+    }
+    ctx = json_pack("{s:o}", "x", nest);
+    expect_hostile("deep context", "{{ x|length }}", ctx, "nested deeper than");
+    json_decref(ctx);
+    /* run-time recursion: macro calls inside deep expressions */
+    s = repeat("{% macro f(n) %}{{ f(n + 1)", " ~ x", 90, " }}{% endmacro %}{{ f(0) }}");
+    expect_hostile("recursive macro", s, NULL, "nested deeper");
+    free(s);
+}
+
+/* a NUL byte is template text, as in jinja2: the API takes a length, loaders keep it */
+static void test_nul(void) {
+    static const char src[] = "a\0b{{ 'c' }}\0{{ x }}";
+    hm_jinja *tpl = NULL;
+    CHECK_OK(hm_jinja_parse(src, sizeof src - 1, "nul", &tpl));
+    json_t *ctx = json_pack("{s:s#}", "x", "d\0e", (size_t)3);
+    char *out = NULL;
+    size_t len = 0;
+    if (tpl) CHECK_OK(hm_jinja_render(tpl, ctx, NULL, &out, &len));
+    CHECK_MSG(out && len == 8 && !memcmp(out, "a\0bc\0d\0e", 8), "got %zu bytes", len);
+    free(out);
+    hm_jinja_free(tpl);
+    json_decref(ctx);
+    expect_parse_error("{{ 1 \x01 }}", "unexpected char '\\x01'");
+
+    char dir[] = "/tmp/hmoe_tpl_XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char path[128];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "wb");
+    fwrite("<\0>{{ messages|length }}", 1, 24, f);
+    fclose(f);
+    hm_chat_template_source cs;
+    CHECK_OK(hm_chat_template_load(dir, &cs));
+    CHECK(cs.template_len == 24);
+    tpl = NULL;
+    if (cs.template_text) CHECK_OK(hm_jinja_parse(cs.template_text, cs.template_len, "f", &tpl));
+    json_t *msgs = json_array();
+    out = NULL;
+    if (tpl)
+        CHECK_OK(
+            hm_chat_template_apply(tpl, msgs, NULL, false, NULL, NULL, NULL, NULL, &out, &len));
+    CHECK_MSG(out && len == 4 && !memcmp(out, "<\0>0", 4), "got %zu bytes", len);
+    free(out);
+    json_decref(msgs);
+    hm_jinja_free(tpl);
+    hm_chat_template_source_free(&cs);
+    remove(path);
+    rmdir(dir);
 }
 
 /* ---- API details ------------------------------------------------------------------------------
@@ -334,9 +564,18 @@ int main(void) {
         hm_jinja_params p = hm_jinja_default_params();
         p.now = golden_now(g);
         test_goldens(g, &p);
-        test_units(g, &p);
+        test_units(g, &p, "feature units");
         json_decref(g);
     }
+    g = json_load_file(DATA "/hardening.json", 0, &je);
+    CHECK_MSG(g != NULL, "hardening.json: %s", je.text);
+    if (g) {
+        hm_jinja_params p = hm_jinja_default_params();
+        test_units(g, &p, "hardening units");
+        json_decref(g);
+    }
+    test_hostile();
+    test_nul();
     test_errors();
     test_api();
     test_threads();

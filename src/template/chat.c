@@ -159,6 +159,7 @@ static hm_status load_gguf(const char *path, hm_chat_template_source *out) {
                          path);
     }
     out->template_text = dupn(s.ptr, s.len);
+    out->template_len = s.len;
     out->origin = dupf("%s:%s", path, "tokenizer.chat_template");
     if (!out->template_text || !out->origin) st = hm_errorf(HM_ERR_NO_MEMORY, "out of memory");
     if (st == HM_OK) st = gguf_token(g, "tokenizer.ggml.bos_token_id", &out->bos_token);
@@ -200,6 +201,7 @@ static hm_status load_hf(const char *dir, hm_chat_template_source *out) {
     json_t *ct = cfg ? json_object_get(cfg, "chat_template") : NULL;
     if (ct && json_is_string(ct)) {
         out->template_text = dupn(json_string_value(ct), json_string_length(ct));
+        out->template_len = json_string_length(ct);
         out->origin = dupf("%s:%s", cfg_path, "chat_template");
     } else if (ct && json_is_array(ct)) {
         size_t i;
@@ -209,6 +211,7 @@ static hm_status load_hf(const char *dir, hm_chat_template_source *out) {
             if (json_is_string(nm) && !strcmp(json_string_value(nm), "default") &&
                 json_is_string(t)) {
                 out->template_text = dupn(json_string_value(t), json_string_length(t));
+                out->template_len = json_string_length(t);
                 out->origin = dupf("%s:%s", cfg_path, "chat_template[name=default]");
                 break;
             }
@@ -222,8 +225,7 @@ static hm_status load_hf(const char *dir, hm_chat_template_source *out) {
                        "%s: key 'chat_template': expected a string or a list of {name, template}",
                        cfg_path);
     } else {
-        size_t len;
-        st = read_file(jinja_path, &out->template_text, &len);
+        st = read_file(jinja_path, &out->template_text, &out->template_len);
         if (st == HM_ERR_NOT_FOUND)
             st = hm_errorf(HM_ERR_NOT_FOUND,
                            "%s: no chat template (neither %s with 'chat_template' nor %s)", dir,

@@ -36,10 +36,12 @@ typedef struct hm_jinja hm_jinja;
 
 /* Render limits. A template exceeding one fails with HM_ERR_UNSUPPORTED naming the limit. */
 typedef struct hm_jinja_params {
-    size_t max_output;  /* bytes of rendered text (default 64 MiB) */
-    size_t max_memory;  /* bytes of working memory of one render (default 512 MiB) */
-    uint64_t max_steps; /* loop iterations + macro calls + filter items (default 50M) */
-    int max_depth;      /* nested macro/caller calls (default 64) */
+    size_t max_output; /* bytes of rendered text (default 64 MiB) */
+    size_t max_memory; /* bytes of working memory of one render (default 512 MiB) */
+    /* work: AST nodes evaluated + loop iterations + items walked by filters + bytes / 16 scanned
+     * or built (default 10M: a 2000-message chat takes under 1M, the limit about 0.3 s) */
+    uint64_t max_steps;
+    int max_depth; /* nested macro/caller calls (default 64) */
     /* strftime_now(): the local time at which "now" is; 0 = the real clock. Defaults to the value
      * of HMOE_TEMPLATE_NOW ("YYYY-MM-DD" or "YYYY-MM-DDTHH:MM:SS", local time) when set. */
     time_t now;
@@ -75,10 +77,12 @@ hm_status hm_chat_template_apply(const hm_jinja *tpl, const json_t *messages, co
  * tokenizer.ggml.{bos,eos}_token_id + tokenizer.ggml.tokens) or a Hugging Face directory
  * (tokenizer_config.json "chat_template" - a string, or a list of {name, template} of which
  * "default" is used - else chat_template.jinja; bos_token / eos_token as strings or
- * {"content": ...}). All strings are malloc'd, owned by the struct; bos/eos are NULL when the
- * model has none. Free with hm_chat_template_source_free. */
+ * {"content": ...}). Pass template_text and template_len to hm_jinja_parse: a template may hold
+ * NUL bytes, which jinja2 keeps as text. All strings are malloc'd, owned by the struct; bos/eos are
+ * NULL when the model has none. Free with hm_chat_template_source_free. */
 typedef struct hm_chat_template_source {
-    char *template_text;
+    char *template_text; /* template_len bytes (may hold NUL bytes), NUL-terminated as well */
+    size_t template_len;
     char *bos_token;
     char *eos_token;
     char *origin; /* "path:field" the template came from, for messages */

@@ -88,6 +88,7 @@ static jv strip_impl(rctx *rc, const node *at, jv self, jv chars, bool left, boo
         while (right && e > b && py_space((unsigned char)s->s[e - 1])) e--;
     } else {
         const jstr *c = want_str(rc, at, chars, "strip arg");
+        jx_step(rc, at, (uint64_t)jx_bytes_cost(s->len) * (c->len / 8 + 1));
         /* chars are code points; compare UTF-8 sequences */
         for (bool moved = true; left && moved && b < e;) {
             moved = false;
@@ -249,6 +250,8 @@ static jv split_impl(rctx *rc, const node *at, const jstr *s, jv sep, int64_t ma
     for (;;) {
         const char *f = NULL;
         if ((maxsplit < 0 || n < maxsplit) && e >= d->len)
+            jx_step(rc, at, jx_bytes_cost(e) * (d->len / JX_BYTES_PER_STEP + 1));
+        if ((maxsplit < 0 || n < maxsplit) && e >= d->len)
             for (size_t k = e - d->len + 1; k-- > 0;)
                 if (!memcmp(s->s + k, d->s, d->len)) {
                     f = s->s + k;
@@ -324,11 +327,133 @@ static jv format_impl(rctx *rc, const node *at, const jstr *fmt, jargs *a) {
     return sb_val(&b);
 }
 
-/* printf-style "%s %d" % args (the format filter) */
+/* printf-style "%s %d" % args (the format filter), as Python's str % tuple: widths and precisions
+ * of any size (bounded by the render's memory), padding counted in code points */
+typedef struct pspec {
+    bool left, plus, space, alt, zero;
+    int64_t width, prec; /* prec -1: none */
+    char conv;
+} pspec;
+
+/* an operation about to produce n bytes: within the memory budget, and charged as work first */
+static void need_bytes(rctx *rc, int64_t n) {
+    if (n < 0 || (uint64_t)n > rc->p.max_memory) jx_alloc(rc, SIZE_MAX); /* fails with the limit */
+    jx_step(rc, NULL, jx_bytes_cost((size_t)n));
+}
+
+static void add_fill(sbuf *b, char c, int64_t n) {
+    char chunk[256];
+    memset(chunk, c, sizeof chunk);
+    for (; n > 0; n -= (int64_t)sizeof chunk)
+        sb_add(b, chunk, n < (int64_t)sizeof chunk ? (size_t)n : sizeof chunk);
+}
+
+/* sign + prefix + body padded to the width; zeros go after the sign for numbers */
+static void pad_field(sbuf *b, const pspec *f, const char *sign, const char *prefix,
+                      const char *body, size_t blen, bool numeric) {
+    size_t pre = strlen(sign) + strlen(prefix);
+    int64_t chars = (int64_t)(pre + u8_len(body, blen));
+    int64_t pad = f->width > chars ? f->width - chars : 0;
+    need_bytes(b->rc, pad);
+    if (!f->left && !(f->zero && numeric)) add_fill(b, ' ', pad);
+    sb_adds(b, sign);
+    sb_adds(b, prefix);
+    if (!f->left && f->zero && numeric) add_fill(b, '0', pad);
+    sb_add(b, body, blen);
+    if (f->left) add_fill(b, ' ', pad);
+}
+
+static int64_t spec_number(rctx *rc, const jstr *fmt, size_t *i) {
+    int64_t v = 0;
+    while (*i < fmt->len && isdigit((unsigned char)fmt->s[*i])) {
+        if (v > ((int64_t)1 << 56)) need_bytes(rc, -1); /* far beyond any memory budget */
+        v = v * 10 + (fmt->s[(*i)++] - '0');
+    }
+    return v;
+}
+
+static void format_int(rctx *rc, const node *at, sbuf *b, const pspec *f, jv v) {
+    int64_t x;
+    if (v.t == JV_INT || v.t == JV_BOOL)
+        x = v.t == JV_INT ? v.u.i : v.u.b;
+    else if (v.t == JV_FLOAT && strchr("diu", f->conv)) {
+        if (isnan(v.u.f)) jx_fail(rc, at, "ValueError: cannot convert float NaN to integer");
+        if (isinf(v.u.f))
+            jx_fail(rc, at, "OverflowError: cannot convert float infinity to integer");
+        if (!(v.u.f >= -9223372036854775808.0 && v.u.f < 9223372036854775808.0))
+            jx_fail_st(rc, HM_ERR_UNSUPPORTED, at,
+                       "integer result beyond 64 bits (Python's big integers are not supported)");
+        x = (int64_t)v.u.f;
+    } else if (v.t == JV_FLOAT)
+        jx_fail(rc, at, "TypeError: %%%c format: an integer is required, not float", f->conv);
+    else
+        jx_fail(rc, at, "TypeError: %%%c format: a real number is required, not %s", f->conv,
+                jv_typename(v));
+    uint64_t m = x < 0 ? 0 - (uint64_t)x : (uint64_t)x;
+    int base = f->conv == 'o' ? 8 : (f->conv == 'x' || f->conv == 'X') ? 16 : 10;
+    const char *dig = f->conv == 'X' ? "0123456789ABCDEF" : "0123456789abcdef";
+    char tmp[80];
+    size_t n = 0;
+    do {
+        tmp[sizeof tmp - 1 - n++] = dig[m % (uint64_t)base];
+        m /= (uint64_t)base;
+    } while (m);
+    int64_t zeros = f->prec > (int64_t)n ? f->prec - (int64_t)n : 0;
+    need_bytes(rc, zeros);
+    sbuf body;
+    sb_init(&body, rc);
+    add_fill(&body, '0', zeros);
+    sb_add(&body, tmp + sizeof tmp - n, n);
+    const char *sign = x < 0 ? "-" : f->plus ? "+" : f->space ? " " : "";
+    const char *prefix = !f->alt ? "" : f->conv == 'o' ? "0o" : f->conv == 'x' ? "0x" : "0X";
+    if (base == 10) prefix = "";
+    pad_field(b, f, sign, prefix, body.p, body.len, true);
+}
+
+/* A double's exact decimal expansion has at most 767 significant and 1074 fractional digits:
+ * digits asked beyond that are zeros, appended without asking printf for them. */
+#define EXACT_DIGITS 1100
+
+static void format_float(rctx *rc, const node *at, sbuf *b, const pspec *f, jv v) {
+    if (!jv_is_num(v)) jx_fail(rc, at, "TypeError: must be real number, not %s", jv_typename(v));
+    double x = jv_num(v);
+    int64_t prec = f->prec < 0 ? 6 : f->prec, zeros = 0;
+    need_bytes(rc, prec);
+    bool gstyle = f->conv == 'g' || f->conv == 'G';
+    if (prec > EXACT_DIGITS) {
+        if (gstyle && f->alt)
+            jx_fail(rc, at, "format: %%#g with a precision over %d is not supported", EXACT_DIGITS);
+        if (!gstyle && isfinite(x)) zeros = prec - EXACT_DIGITS; /* %g drops trailing zeros */
+        prec = EXACT_DIGITS;
+    }
+    char body[EXACT_DIGITS + 400];
+    char cfmt[16];
+    snprintf(cfmt, sizeof cfmt, "%%%s.*%c", f->alt ? "#" : "", f->conv);
+    const char *sign = x < 0 || (x == 0 && signbit(x)) ? "-" : f->plus ? "+" : f->space ? " " : "";
+    if (isnan(x)) sign = f->plus ? "+" : f->space ? " " : ""; /* Python: nan has no sign */
+    int n = snprintf(body, sizeof body, cfmt, (int)prec, fabs(x));
+    if (n < 0 || (size_t)n >= sizeof body)
+        jx_fail_st(rc, HM_ERR_INTERNAL, at, "format: float too long");
+    if (!zeros) {
+        pad_field(b, f, sign, "", body, (size_t)n, true); /* Python zero-pads inf too */
+        return;
+    }
+    /* the zeros go at the end of the digits: before the exponent of %e */
+    sbuf t;
+    sb_init(&t, rc);
+    const char *e = f->conv == 'e' || f->conv == 'E' ? strchr(body, f->conv) : NULL;
+    size_t head = e ? (size_t)(e - body) : (size_t)n;
+    sb_add(&t, body, head);
+    add_fill(&t, '0', zeros);
+    sb_add(&t, body + head, (size_t)n - head);
+    pad_field(b, f, sign, "", t.p, t.len, true);
+}
+
 static jv percent_format(rctx *rc, const node *at, const jstr *fmt, jv *args, int nargs) {
     sbuf b;
     sb_init(&b, rc);
     int k = 0;
+    jx_step(rc, at, jx_bytes_cost(fmt->len));
     for (size_t i = 0; i < fmt->len; i++) {
         char c = fmt->s[i];
         if (c != '%') {
@@ -336,56 +461,90 @@ static jv percent_format(rctx *rc, const node *at, const jstr *fmt, jv *args, in
             continue;
         }
         if (++i >= fmt->len) jx_fail(rc, at, "ValueError: incomplete format");
-        char spec[32];
-        size_t sl = 0;
-        spec[sl++] = '%';
-        while (i < fmt->len && strchr("-+ #0123456789.", fmt->s[i]) && sl < sizeof spec - 4)
-            spec[sl++] = fmt->s[i++];
+        if (fmt->s[i] == '(') jx_fail(rc, at, "format: %%(name) mapping keys are not supported");
+        pspec f = {.prec = -1};
+        for (; i < fmt->len && strchr("-+ #0", fmt->s[i]) && fmt->s[i]; i++) {
+            char fl = fmt->s[i];
+            f.left |= fl == '-';
+            f.plus |= fl == '+';
+            f.space |= fl == ' ';
+            f.alt |= fl == '#';
+            f.zero |= fl == '0';
+        }
+        if (i < fmt->len && fmt->s[i] == '*')
+            jx_fail(rc, at, "format: '*' widths are not supported");
+        f.width = spec_number(rc, fmt, &i);
+        if (i < fmt->len && fmt->s[i] == '.') {
+            i++;
+            if (i < fmt->len && fmt->s[i] == '*')
+                jx_fail(rc, at, "format: '*' precisions are not supported");
+            f.prec = spec_number(rc, fmt, &i);
+        }
+        while (i < fmt->len && strchr("hlL", fmt->s[i]) && fmt->s[i]) i++; /* ignored, as Python */
         if (i >= fmt->len) jx_fail(rc, at, "ValueError: incomplete format");
-        char conv = fmt->s[i];
-        if (conv == '%') {
+        f.conv = fmt->s[i];
+        if (f.conv == '%') {
             sb_addc(&b, '%');
             continue;
         }
+        if (!f.conv || !strchr("sradiuoxXeEfFgGc", f.conv)) {
+            if (f.conv >= 0x20 && f.conv < 0x7f)
+                jx_fail(rc, at, "ValueError: unsupported format character '%c' (0x%x) at index %zu",
+                        f.conv, (unsigned)f.conv, i);
+            jx_fail(rc, at, "ValueError: unsupported format character at index %zu", i);
+        }
         if (k >= nargs) jx_fail(rc, at, "TypeError: not enough arguments for format string");
         jv v = args[k++];
-        char out[512];
-        if (conv == 's' || conv == 'r') {
+        if (f.conv == 's' || f.conv == 'r') {
             sbuf t;
             sb_init(&t, rc);
-            if (conv == 's')
+            if (f.conv == 's')
                 jv_to_str(&t, v);
             else
                 jv_repr(&t, v);
-            spec[sl++] = 's';
-            spec[sl] = '\0';
-            sb_addc(&t, '\0');
-            snprintf(out, sizeof out, spec, t.p);
-            if (strlen(t.p) >= sizeof out - 1) {
-                sb_adds(&b, t.p);
+            size_t len = t.len;
+            if (f.prec >= 0) len = u8_offset(t.p ? t.p : "", t.len, (size_t)f.prec);
+            pad_field(&b, &f, "", "", t.p ? t.p : "", len, false);
+        } else if (f.conv == 'a') {
+            jx_fail(rc, at, "format: %%a is not supported");
+        } else if (f.conv == 'c') {
+            char u[8];
+            size_t n;
+            if (v.t == JV_STR) {
+                if (u8_len(v.u.s->s, v.u.s->len) != 1)
+                    jx_fail(rc, at, "TypeError: %%c requires int or char");
+                pad_field(&b, &f, "", "", v.u.s->s, v.u.s->len, false);
                 continue;
             }
-        } else if (strchr("dif", conv) || strchr("eEgGxXo", conv)) {
-            if (!jv_is_num(v))
-                jx_fail(rc, at, "TypeError: %%%c format: a real number is required, not %s", conv,
-                        jv_typename(v));
-            if (strchr("dixXo", conv)) {
-                spec[sl++] = 'l';
-                spec[sl++] = 'l';
-                spec[sl++] = conv == 'i' ? 'd' : conv;
-                spec[sl] = '\0';
-                snprintf(out, sizeof out, spec,
-                         (long long)(v.t == JV_FLOAT ? f2i(v.u.f)
-                                     : v.t == JV_INT ? v.u.i
-                                                     : v.u.b));
+            if (v.t != JV_INT && v.t != JV_BOOL)
+                jx_fail(rc, at, "TypeError: %%c requires int or char");
+            int64_t cp = v.t == JV_INT ? v.u.i : v.u.b;
+            if (cp < 0 || cp > 0x10FFFF)
+                jx_fail(rc, at, "OverflowError: %%c arg not in range(0x110000)");
+            if (cp < 0x80) {
+                u[0] = (char)cp;
+                n = 1;
+            } else if (cp < 0x800) {
+                u[0] = (char)(0xC0 | (cp >> 6));
+                u[1] = (char)(0x80 | (cp & 0x3F));
+                n = 2;
+            } else if (cp < 0x10000) {
+                u[0] = (char)(0xE0 | (cp >> 12));
+                u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                u[2] = (char)(0x80 | (cp & 0x3F));
+                n = 3;
             } else {
-                spec[sl++] = conv;
-                spec[sl] = '\0';
-                snprintf(out, sizeof out, spec, jv_num(v));
+                u[0] = (char)(0xF0 | (cp >> 18));
+                u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                u[3] = (char)(0x80 | (cp & 0x3F));
+                n = 4;
             }
-        } else
-            jx_fail(rc, at, "ValueError: unsupported format character '%c'", conv);
-        sb_adds(&b, out);
+            pad_field(&b, &f, "", "", u, n, false);
+        } else if (strchr("diuoxX", f.conv))
+            format_int(rc, at, &b, &f, v);
+        else
+            format_float(rc, at, &b, &f, v);
     }
     if (k < nargs)
         jx_fail(rc, at, "TypeError: not all arguments converted during string formatting");
@@ -466,6 +625,7 @@ static jv find_impl(rctx *rc, const node *at, jv self, jargs *a, bool rev, bool 
         const char *f = find_sub(s, 0, sub);
         if (f) r = cp_index(s, (size_t)(f - s->s));
     } else if (sub->len <= s->len) {
+        jx_step(rc, at, jx_bytes_cost(s->len) * (sub->len / JX_BYTES_PER_STEP + 1));
         for (size_t k = s->len - sub->len + 1; k-- > 0;)
             if (!memcmp(s->s + k, sub->s, sub->len)) {
                 r = cp_index(s, k);
@@ -550,6 +710,7 @@ METHOD(m_zfill) {
     const jstr *s = self.u.s;
     int64_t len = (int64_t)u8_len(s->s, s->len);
     if (w <= len) return self;
+    need_bytes(rc, w);
     sbuf b;
     sb_init(&b, rc);
     size_t i = 0;
@@ -565,12 +726,14 @@ static jv partition_impl(rctx *rc, const node *at, jv self, jargs *a, bool rev) 
     const char *f = NULL;
     if (!rev)
         f = find_sub(s, 0, sep);
-    else if (sep->len <= s->len)
+    else if (sep->len <= s->len) {
+        jx_step(rc, at, jx_bytes_cost(s->len) * (sep->len / JX_BYTES_PER_STEP + 1));
         for (size_t k = s->len - sep->len + 1; k-- > 0;)
             if (!memcmp(s->s + k, sep->s, sep->len)) {
                 f = s->s + k;
                 break;
             }
+    }
     jv t = jv_list_new(rc, 3, JL_TUPLE);
     if (!f) {
         jv e = jv_str(rc, "", 0);
@@ -607,7 +770,9 @@ METHOD(m_removesuffix) {
 }
 
 METHOD(m_get) {
-    jv *v = jv_dict_find(self, jx_arg(a, 0, NULL, jv_undef()));
+    jv key = jx_arg(a, 0, NULL, jv_undef());
+    if (!jv_dict_has(rc, at, self, key)) return jx_arg(a, 1, NULL, jv_none());
+    jv *v = jv_dict_find(rc, self, key);
     return v ? *v : jx_arg(a, 1, NULL, jv_none());
 }
 METHOD(m_keys) {
@@ -642,14 +807,16 @@ METHOD(m_copy) {
 }
 METHOD(m_lindex) {
     jv x = jx_arg(a, 0, NULL, jv_undef());
+    jx_step(rc, at, self.u.l->n);
     for (size_t i = 0; i < self.u.l->n; i++)
-        if (jv_eq(self.u.l->v[i], x)) return jv_int((int64_t)i);
+        if (jv_eq(rc, self.u.l->v[i], x)) return jv_int((int64_t)i);
     jx_fail(rc, at, "ValueError: value is not in list");
 }
 METHOD(m_lcount) {
     jv x = jx_arg(a, 0, NULL, jv_undef());
     int64_t n = 0;
-    for (size_t i = 0; i < self.u.l->n; i++) n += jv_eq(self.u.l->v[i], x);
+    jx_step(rc, at, self.u.l->n);
+    for (size_t i = 0; i < self.u.l->n; i++) n += jv_eq(rc, self.u.l->v[i], x);
     return jv_int(n);
 }
 
@@ -727,6 +894,7 @@ static jv index_seq(rctx *rc, jv obj, int64_t i) {
         return obj.u.l->v[i];
     }
     const jstr *s = obj.u.s;
+    jx_step(rc, NULL, jx_bytes_cost(s->len));
     int64_t n = (int64_t)u8_len(s->s, s->len);
     if (i < 0) i += n;
     if (i < 0 || i >= n) return undef_msg(rc, 0, "%s object has no element %s", "str", "");
@@ -766,7 +934,7 @@ jv jx_getattr(rctx *rc, const node *at, jv obj, jv key, bool attr_first) {
     }
     switch ((jv_type)obj.t) {
     case JV_DICT: {
-        jv *v = jv_dict_find(obj, key);
+        jv *v = jv_dict_find(rc, obj, key);
         if (v) return *v;
         break;
     }
@@ -820,7 +988,11 @@ jv jx_call(rctx *rc, const node *at, jv fn, jargs *a) {
     }
     if (fn.t != JV_FUNC) jx_fail(rc, at, "TypeError: '%s' object is not callable", jv_typename(fn));
     jfunc *f = fn.u.fn;
-    if (f->kind == JF_BUILTIN) return f->fn(rc, at, f->self, a);
+    if (f->kind == JF_BUILTIN) {
+        if (f->fn != m_startswith && f->fn != m_endswith) /* these compare only the affix */
+            jx_step_args(rc, at, f->self, a);
+        return f->fn(rc, at, f->self, a);
+    }
     return jx_call_macro(rc, at, f, a);
 }
 
@@ -976,16 +1148,37 @@ static void need_defined(rctx *rc, const node *at, jv v) {
     }
 }
 
+static jstr *cstr_j(rctx *rc, const char *s) {
+    return jx_str_new(rc, s, strlen(s));
+}
+
+/* transformers' tojson: json.dumps(x, ensure_ascii=False, indent, separators, sort_keys) */
 FILTER(f_tojson) {
     jv ind = jx_arg(a, 0, "indent", jv_none());
-    int indent = ind.t == JV_NONE ? -1 : (int)want_int(rc, at, ind, "indent");
-    if (indent > 64) indent = 64;
-    const char *isep = indent >= 0 ? "," : ", ", *ksep = ": ";
+    const jstr *indent = NULL;
+    if (ind.t == JV_STR)
+        indent = ind.u.s;
+    else if (ind.t != JV_NONE) { /* an int: that many spaces (none when negative) */
+        int64_t n = want_int(rc, at, ind, "indent");
+        if (n < 0) n = 0;
+        need_bytes(rc, n);
+        jstr *sp = jx_str_new(rc, "", 0);
+        if (n) {
+            sp = jx_alloc(rc, sizeof(jstr) + (size_t)n + 1);
+            sp->len = (size_t)n;
+            memset(sp->s, ' ', (size_t)n);
+            sp->s[n] = '\0';
+        }
+        indent = sp;
+    }
+    const jstr *isep = cstr_j(rc, indent ? "," : ", "), *ksep = cstr_j(rc, ": ");
     jv seps = jx_arg(a, 1 << 30, "separators", jv_none());
-    if (seps.t == JV_LIST && seps.u.l->n == 2 && seps.u.l->v[0].t == JV_STR &&
-        seps.u.l->v[1].t == JV_STR) {
-        isep = seps.u.l->v[0].u.s->s;
-        ksep = seps.u.l->v[1].u.s->s;
+    if (seps.t != JV_NONE) {
+        if (seps.t != JV_LIST || (seps.flags & JL_ITER) || seps.u.l->n != 2 ||
+            seps.u.l->v[0].t != JV_STR || seps.u.l->v[1].t != JV_STR)
+            jx_fail(rc, at, "tojson: separators must be a pair of strings");
+        isep = seps.u.l->v[0].u.s;
+        ksep = seps.u.l->v[1].u.s;
     }
     bool sort = jv_truthy(jx_arg(a, 1 << 30, "sort_keys", jv_bool(false)));
     if (jv_truthy(jx_arg(a, 1 << 30, "ensure_ascii", jv_bool(false))))
@@ -1142,7 +1335,7 @@ static void msort(rctx *rc, const node *at, jv *keys, jv *vals, size_t n, jv *tk
 
 static jv sorted(rctx *rc, const node *at, jlist *l, bool rev, bool cs, jv attr, int by_dict_part) {
     size_t n = l->n;
-    jx_step(rc, at, n);
+    jx_step(rc, at, n * 4); /* n log n comparisons */
     jv *keys = jx_alloc(rc, (n + 1) * sizeof(jv)), *vals = jx_alloc(rc, (n + 1) * sizeof(jv));
     jv *tk = jx_alloc(rc, (n + 1) * sizeof(jv)), *tv = jx_alloc(rc, (n + 1) * sizeof(jv));
     for (size_t i = 0; i < n; i++) {
@@ -1185,7 +1378,7 @@ static jv select_impl(rctx *rc, const node *at, jv in, jargs *a, bool attr_mode,
     jv tname = jx_arg(a, base, NULL, jv_none());
     jtest t = NULL;
     if (tname.t == JV_STR) {
-        t = jx_find_test(tname.u.s->s);
+        t = strlen(tname.u.s->s) == tname.u.s->len ? jx_find_test(tname.u.s->s) : NULL;
         if (!t) jx_fail(rc, at, "TemplateRuntimeError: No test named '%s' found.", tname.u.s->s);
     }
     /* remaining positional args go to the test */
@@ -1237,7 +1430,7 @@ FILTER(f_map) {
     }
     jv fname = jx_arg(a, 0, NULL, jv_undef());
     if (fname.t != JV_STR) jx_fail(rc, at, "map: expected a filter name or attribute=");
-    jfilter f = jx_find_filter(fname.u.s->s);
+    jfilter f = strlen(fname.u.s->s) == fname.u.s->len ? jx_find_filter(fname.u.s->s) : NULL;
     if (!f) jx_fail(rc, at, "TemplateRuntimeError: No filter named '%s' found.", fname.u.s->s);
     jargs fa = {0};
     fa.v = jx_alloc(rc, (size_t)(a->n + 1) * sizeof(jv));
@@ -1251,7 +1444,10 @@ FILTER(f_map) {
         fa.v[fa.n] = a->v[i];
         fa.kw[fa.n++] = a->kw[i];
     }
-    for (size_t i = 0; i < l->n; i++) jv_list_push(rc, out, f(rc, at, l->v[i], &fa));
+    for (size_t i = 0; i < l->n; i++) {
+        jx_step_args(rc, at, l->v[i], &fa);
+        jv_list_push(rc, out, f(rc, at, l->v[i], &fa));
+    }
     return out;
 }
 
@@ -1270,38 +1466,131 @@ FILTER(f_last) {
                 : undef_msg(rc, 0, "No last item, sequence was empty.%s%s", "", "");
 }
 
-static bool parse_int_str(const char *s, int base, int64_t *out) {
-    while (py_space((unsigned char)*s)) s++;
-    char buf[128];
-    size_t n = 0;
-    for (; *s && n < sizeof buf - 1; s++)
-        if (*s != '_') buf[n++] = *s;
-    buf[n] = '\0';
-    while (n && py_space((unsigned char)buf[n - 1])) buf[--n] = '\0';
-    if (!n) return false;
-    char *end;
-    long long v = strtoll(buf, &end, base);
-    if (*end) return false;
-    *out = v;
+/* Python's int(s, base): 0 ok, 1 ValueError, 2 beyond int64 (a big integer in Python) */
+static int py_parse_int(const jstr *str, int64_t base, int64_t *out) {
+    const char *s = str->s, *e = str->s + str->len;
+    if (base != 0 && (base < 2 || base > 36)) return 1;
+    while (s < e && py_space((unsigned char)*s)) s++;
+    while (e > s && py_space((unsigned char)e[-1])) e--;
+    bool neg = false;
+    if (s < e && (*s == '+' || *s == '-')) neg = *s++ == '-';
+    int b = (int)base;
+    bool prefixed = false;
+    if (e - s >= 2 && s[0] == '0') {
+        char c = (char)(s[1] | 32);
+        int pb = c == 'x' ? 16 : c == 'o' ? 8 : c == 'b' ? 2 : 0;
+        if (pb && (b == 0 || b == pb)) {
+            b = pb;
+            s += 2;
+            prefixed = true;
+        }
+    }
+    if (b == 0) b = 10;
+    bool leading_zero = base == 0 && !prefixed && s < e && *s == '0';
+    uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    bool any = false, big = false, nonzero = false, prev_us = !prefixed;
+    for (; s < e; s++) {
+        if (*s == '_') {
+            if (prev_us) return 1; /* no leading or doubled underscores */
+            prev_us = true;
+            continue;
+        }
+        int d = isdigit((unsigned char)*s)   ? *s - '0'
+                : isalpha((unsigned char)*s) ? ((unsigned char)*s | 32) - 'a' + 10
+                                             : 99;
+        if (d >= b) return 1;
+        prev_us = false;
+        any = true;
+        nonzero |= d != 0;
+        if (v > (lim - (uint64_t)d) / (uint64_t)b)
+            big = true;
+        else
+            v = v * (uint64_t)b + (uint64_t)d;
+    }
+    if (!any || prev_us) return 1;
+    if (leading_zero && nonzero) return 1; /* int('010', 0) */
+    if (big) return 2;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+/* Python's float(s): decimal digits with single underscores between them, inf, nan */
+static bool py_parse_float(rctx *rc, const jstr *str, double *out) {
+    const char *s = str->s, *e = str->s + str->len;
+    while (s < e && py_space((unsigned char)*s)) s++;
+    while (e > s && py_space((unsigned char)e[-1])) e--;
+    size_t n = (size_t)(e - s);
+    char *buf = jx_alloc(rc, n + 1);
+    size_t k = 0;
+    const char *p = s;
+    if (p < e && (*p == '+' || *p == '-')) buf[k++] = *p++;
+    size_t rest = (size_t)(e - p);
+    static const char *const words[] = {"inf", "infinity", "nan"};
+    for (int w = 0; w < 3; w++)
+        if (rest == strlen(words[w]) && !strncasecmp(p, words[w], rest)) {
+            memcpy(buf + k, p, rest);
+            buf[k + rest] = '\0';
+            *out = strtod(buf, NULL);
+            return true;
+        }
+    bool digits = false, exp = false, dot = false;
+    for (; p < e; p++) {
+        char c = *p;
+        if (isdigit((unsigned char)c)) {
+            digits = true;
+            buf[k++] = c;
+        } else if (c == '_') {
+            /* only between two digits */
+            if (p == s || !isdigit((unsigned char)p[-1]) || p + 1 >= e ||
+                !isdigit((unsigned char)p[1]))
+                return false;
+        } else if (c == '.' && !dot && !exp) {
+            dot = true;
+            buf[k++] = c;
+        } else if ((c == 'e' || c == 'E') && digits && !exp) {
+            exp = true;
+            buf[k++] = c;
+            if (p + 1 < e && (p[1] == '+' || p[1] == '-')) buf[k++] = *++p;
+            if (p + 1 >= e || !isdigit((unsigned char)p[1])) return false;
+        } else
+            return false;
+    }
+    if (!digits) return false;
+    buf[k] = '\0';
+    *out = strtod(buf, NULL);
     return true;
 }
 
+/* Python's int(float) for the int filter; ValueError (nan) gives the default */
+static jv float_to_int(rctx *rc, const node *at, double f, jv dflt) {
+    if (isnan(f)) return dflt;
+    if (isinf(f)) jx_fail(rc, at, "OverflowError: cannot convert float infinity to integer");
+    if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
+        jx_fail_st(rc, HM_ERR_UNSUPPORTED, at,
+                   "int: %g is beyond 64 bits (Python's big integers are not supported)", f);
+    return jv_int((int64_t)f);
+}
+
+/* jinja2's do_int: int(value, base) for strings, int(value) otherwise, then int(float(value)),
+ * then the default */
 FILTER(f_int) {
     jv d = jx_arg(a, 0, "default", jv_int(0));
-    int base = (int)want_int(rc, at, jx_arg(a, 1, "base", jv_int(10)), "base");
+    jv base = jx_arg(a, 1, "base", jv_int(10));
     if (in.t == JV_INT) return in;
     if (in.t == JV_BOOL) return jv_int(in.u.b);
-    if (in.t == JV_FLOAT) return isfinite(in.u.f) ? jv_int(f2i(in.u.f)) : d;
-    if (in.t == JV_STR) {
-        int64_t v;
-        if (parse_int_str(in.u.s->s, base == 10 ? 10 : base, &v)) return jv_int(v);
-        if (base == 10) {
-            char *end;
-            double f = strtod(in.u.s->s, &end);
-            while (py_space((unsigned char)*end)) end++;
-            if (end != in.u.s->s && !*end && isfinite(f)) return jv_int(f2i(f));
-        }
+    if (in.t == JV_FLOAT) return float_to_int(rc, at, in.u.f, d);
+    if (in.t != JV_STR) return d;
+    int64_t v;
+    if (base.t == JV_INT || base.t == JV_BOOL) {
+        int r = py_parse_int(in.u.s, base.t == JV_INT ? base.u.i : base.u.b, &v);
+        if (r == 0) return jv_int(v);
+        if (r == 2)
+            jx_fail_st(rc, HM_ERR_UNSUPPORTED, at,
+                       "int: '%.40s' is beyond 64 bits (Python's big integers are not supported)",
+                       in.u.s->s);
     }
+    double f; /* the fallback int(float(value)) also gives the default on OverflowError */
+    if (py_parse_float(rc, in.u.s, &f) && !isinf(f)) return float_to_int(rc, at, f, d);
     return d;
 }
 
@@ -1309,12 +1598,8 @@ FILTER(f_float) {
     jv d = jx_arg(a, 0, "default", jv_float(0));
     if (in.t == JV_FLOAT) return in;
     if (in.t == JV_INT || in.t == JV_BOOL) return jv_float(jv_num(in));
-    if (in.t == JV_STR) {
-        char *end;
-        double f = strtod(in.u.s->s, &end);
-        while (py_space((unsigned char)*end)) end++;
-        if (end != in.u.s->s && !*end) return jv_float(f);
-    }
+    double f;
+    if (in.t == JV_STR && py_parse_float(rc, in.u.s, &f)) return jv_float(f);
     return d;
 }
 
@@ -1333,7 +1618,7 @@ FILTER(f_indent) {
     else {
         int64_t n = want_int(rc, at, w, "width");
         if (n < 0) n = 0;
-        if (n > 4096) n = 4096;
+        need_bytes(rc, n);
         char *sp = jx_alloc(rc, (size_t)n + 1);
         memset(sp, ' ', (size_t)n);
         pad = jv_str(rc, sp, (size_t)n);
@@ -1362,52 +1647,113 @@ FILTER(f_indent) {
 
 FILTER(f_abs) {
     (void)a;
-    if (in.t == JV_INT)
-        return in.u.i == INT64_MIN ? jv_float(-(double)in.u.i)
-                                   : jv_int(in.u.i < 0 ? -in.u.i : in.u.i);
+    if (in.t == JV_INT) {
+        if (in.u.i == INT64_MIN)
+            jx_fail_st(rc, HM_ERR_UNSUPPORTED, at,
+                       "integer result beyond 64 bits (Python's big integers are not supported)");
+        return jv_int(in.u.i < 0 ? -in.u.i : in.u.i);
+    }
     if (in.t == JV_BOOL) return jv_int(in.u.b);
     if (in.t == JV_FLOAT) return jv_float(fabs(in.u.f));
     jx_fail(rc, at, "TypeError: bad operand type for abs(): '%s'", jv_typename(in));
 }
 
+/* Python's round(int, ndigits < 0): half to even at 10**-ndigits */
+static jv round_int(int64_t v, int64_t nd) {
+    if (nd >= 0) return jv_int(v);
+    if (nd < -19) return jv_int(0); /* |v| < 10**20 / 2 */
+    if (nd == -19) /* 10**19 is beyond int64: 0, or +-10**19 when |v| > 5 * 10**18 */
+        return v > 5000000000000000000 || v < -5000000000000000000 ? jv_undef() : jv_int(0);
+    int64_t m = 1;
+    for (int64_t i = 0; i < -nd; i++) m *= 10;
+    int64_t q = v / m, r = v % m; /* truncated */
+    if (r < 0) {
+        q--;
+        r += m;
+    }
+    if (r * 2 > m || (r * 2 == m && (q & 1))) q++;
+    int64_t out;
+    if (__builtin_mul_overflow(q, m, &out)) return jv_undef(); /* beyond int64 */
+    return jv_int(out);
+}
+
+/* Python's round(float, ndigits): correctly rounded, half to even on the exact binary value */
+static double round_float(rctx *rc, const node *at, double x, int64_t nd) {
+    if (!isfinite(x) || x == 0 || nd > 323) return x;
+    if (nd < -308) return 0.0 * x;
+    char buf[1200];
+    if (nd >= 0) {
+        snprintf(buf, sizeof buf, "%.*f", (int)nd, x); /* glibc: exact, ties to even */
+        return strtod(buf, NULL);
+    }
+    /* decimal exponent of x, then keep exp + 1 + nd significant digits */
+    snprintf(buf, sizeof buf, "%.800e", x);
+    int e10 = atoi(strchr(buf, 'e') + 1);
+    int64_t keep = (int64_t)e10 + 1 + nd;
+    double r;
+    if (keep >= 1) {
+        snprintf(buf, sizeof buf, "%.*e", (int)keep - 1, x);
+        r = strtod(buf, NULL);
+    } else if (keep == 0) { /* rounds to 0 or to 10**-nd: compare with the half */
+        const char *d = buf + (buf[0] == '-');
+        bool up = d[0] > '5';
+        if (d[0] == '5') {
+            const char *t = d + 2;
+            while (*t == '0') t++;
+            up = *t != 'e'; /* above the half; exactly the half goes to 0 (even) */
+        }
+        snprintf(buf, sizeof buf, "%se%d", up ? "1" : "0", (int)-nd);
+        r = copysign(strtod(buf, NULL), x);
+    } else
+        r = 0.0 * x;
+    if (isinf(r)) jx_fail(rc, at, "OverflowError: rounded value too large to represent");
+    return r;
+}
+
+/* jinja2's do_round: round(value, precision) for "common" (an int stays an int), else
+ * math.ceil/floor(value * 10**precision) / 10**precision */
 FILTER(f_round) {
     int64_t prec = want_int(rc, at, jx_arg(a, 0, "precision", jv_int(0)), "precision");
     jv m = jx_arg(a, 1, "method", jv_str(rc, "common", 6));
-    if (!jv_is_num(in))
-        jx_fail(rc, at, "TypeError: round: expected a number, got %s", jv_typename(in));
-    double v = jv_num(in), scale = pow(10.0, (double)prec);
     const char *method = m.t == JV_STR ? m.u.s->s : "";
-    double r;
-    if (!strcmp(method, "common"))
-        r = round(v * scale) / scale; /* Python's round() is half-even on exact binary values */
-    else if (!strcmp(method, "ceil"))
-        r = ceil(v * scale) / scale;
-    else if (!strcmp(method, "floor"))
-        r = floor(v * scale) / scale;
-    else
+    bool common = !strcmp(method, "common"), up = !strcmp(method, "ceil");
+    if (!common && !up && strcmp(method, "floor"))
         jx_fail(rc, at, "FilterArgumentError: method must be common, ceil or floor");
-    if (!strcmp(method, "common")) {
-        /* half-to-even as Python's round(x, n) */
-        double y = v * scale, fl = floor(y);
-        if (y - fl == 0.5) r = (fmod(fl, 2.0) == 0 ? fl : fl + 1) / scale;
+    if (!jv_is_num(in))
+        jx_fail(rc, at, "TypeError: type %s doesn't define __round__ method", jv_typename(in));
+    if (common) {
+        if (in.t != JV_FLOAT) {
+            jv r = round_int(in.t == JV_INT ? in.u.i : in.u.b, prec);
+            if (r.t == JV_UNDEF)
+                jx_fail_st(
+                    rc, HM_ERR_UNSUPPORTED, at,
+                    "integer result beyond 64 bits (Python's big integers are not supported)");
+            return r;
+        }
+        return jv_float(round_float(rc, at, in.u.f, prec));
     }
-    if (in.t != JV_FLOAT && !strcmp(method, "common")) return jv_float(r);
-    return jv_float(r);
+    if (in.t != JV_FLOAT && prec >= 0) /* exact in Python: int * 10**p / 10**p */
+        return jv_float((double)(in.t == JV_INT ? in.u.i : in.u.b));
+    if (prec > 308) jx_fail(rc, at, "OverflowError: int too large to convert to float");
+    double scale = pow(10.0, (double)prec), v = jv_num(in) * scale;
+    if (scale == 0) jx_fail(rc, at, "ZeroDivisionError: float division by zero");
+    if (isnan(v)) jx_fail(rc, at, "ValueError: cannot convert float NaN to integer");
+    if (isinf(v)) jx_fail(rc, at, "OverflowError: cannot convert float infinity to integer");
+    return jv_float((up ? ceil(v) : floor(v)) / scale);
 }
 
+/* jinja2's do_unique: a set of the keys seen (unhashable keys fail, as in Python) */
 FILTER(f_unique) {
     jlist *l = jv_iter(rc, at, in);
     bool cs = jv_truthy(jx_arg(a, 0, "case_sensitive", jv_bool(false)));
     jv attr = jx_arg(a, 1, "attribute", jv_none());
-    jv out = jv_list_new(rc, l->n, JL_ITER), seen = jv_list_new(rc, l->n, 0);
-    jx_step(rc, at, l->n * (l->n + 1) / 2 / 16 + l->n);
+    jv out = jv_list_new(rc, l->n, JL_ITER), seen = jv_dict_new(rc, 0, 0);
+    jx_step(rc, at, l->n);
     for (size_t i = 0; i < l->n; i++) {
         jv k = attr.t == JV_NONE ? l->v[i] : attr_path(rc, at, l->v[i], attr);
         k = sort_key(rc, k, cs);
-        bool dup = false;
-        for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = jv_eq(seen.u.l->v[j], k);
-        if (dup) continue;
-        jv_list_push(rc, seen, k);
+        if (jv_dict_has(rc, at, seen, k)) continue;
+        jv_dict_set(rc, seen, k, jv_none());
         jv_list_push(rc, out, l->v[i]);
     }
     return out;
@@ -1432,17 +1778,21 @@ FILTER(f_sum) {
     jlist *l = jv_iter(rc, at, in);
     jv attr = jx_arg(a, 0, "attribute", jv_none());
     jv acc = jx_arg(a, 1, "start", jv_int(0));
+    jx_step(rc, at, l->n);
     for (size_t i = 0; i < l->n; i++) {
         jv v = attr.t == JV_NONE ? l->v[i] : attr_path(rc, at, l->v[i], attr);
         if (!jv_is_num(v) || !jv_is_num(acc))
             jx_fail(rc, at, "TypeError: unsupported operand type(s) for +: '%s' and '%s'",
                     jv_typename(acc), jv_typename(v));
         int64_t r;
-        if (acc.t != JV_FLOAT && v.t != JV_FLOAT &&
-            !__builtin_add_overflow(acc.t == JV_INT ? acc.u.i : acc.u.b,
-                                    v.t == JV_INT ? v.u.i : v.u.b, &r))
+        if (acc.t != JV_FLOAT && v.t != JV_FLOAT) {
+            if (__builtin_add_overflow(acc.t == JV_INT ? acc.u.i : acc.u.b,
+                                       v.t == JV_INT ? v.u.i : v.u.b, &r))
+                jx_fail_st(rc, HM_ERR_UNSUPPORTED, at,
+                           "integer result beyond 64 bits (Python's big integers are not "
+                           "supported)");
             acc = jv_int(r);
-        else
+        } else
             acc = jv_float(jv_num(acc) + jv_num(v));
     }
     return acc;
@@ -1453,6 +1803,7 @@ static jv minmax(rctx *rc, const node *at, jv in, jargs *a, int sign) {
     bool cs = jv_truthy(jx_arg(a, 0, "case_sensitive", jv_bool(false)));
     jv attr = jx_arg(a, 1, "attribute", jv_none());
     if (!l->n) return undef_msg(rc, 0, "No aggregated item, sequence was empty.%s%s", "", "");
+    jx_step(rc, at, l->n);
     jv best = l->v[0];
     jv bk = sort_key(rc, attr.t == JV_NONE ? best : attr_path(rc, at, best, attr), cs);
     for (size_t i = 1; i < l->n; i++) {
@@ -1513,13 +1864,13 @@ FILTER(f_center) {
     jv s = str_of(rc, in);
     int64_t len = (int64_t)u8_len(s.u.s->s, s.u.s->len);
     if (w <= len) return s;
-    if (w > 1 << 20) w = 1 << 20;
+    need_bytes(rc, w);
     int64_t pad = w - len, left = pad / 2 + (pad & w & 1);
     sbuf b;
     sb_init(&b, rc);
-    for (int64_t i = 0; i < left; i++) sb_addc(&b, ' ');
+    add_fill(&b, ' ', left);
     sb_add(&b, s.u.s->s, s.u.s->len);
-    for (int64_t i = 0; i < pad - left; i++) sb_addc(&b, ' ');
+    add_fill(&b, ' ', pad - left);
     return sb_val(&b);
 }
 
@@ -1696,10 +2047,10 @@ TEST(t_divisibleby) {
     return int_of(rc, at, in) % d == 0;
 }
 TEST(t_eq) {
-    return jv_eq(in, jx_arg(a, 0, "other", jv_undef()));
+    return jv_eq(rc, in, jx_arg(a, 0, "other", jv_undef()));
 }
 TEST(t_ne) {
-    return !jv_eq(in, jx_arg(a, 0, "other", jv_undef()));
+    return !jv_eq(rc, in, jx_arg(a, 0, "other", jv_undef()));
 }
 TEST(t_lt) {
     return jv_cmp(rc, at, in, jx_arg(a, 0, "other", jv_undef())) < 0;
@@ -1718,18 +2069,22 @@ TEST(t_in) {
     if (seq.t == JV_STR) {
         if (in.t != JV_STR)
             jx_fail(rc, at, "TypeError: 'in <string>' requires string as left operand");
+        jx_step(rc, at, jx_bytes_cost(seq.u.s->len));
         return memmem(seq.u.s->s, seq.u.s->len, in.u.s->s, in.u.s->len) != NULL || !in.u.s->len;
     }
-    if (seq.t == JV_DICT && !seq.flags) return jv_dict_find(seq, in) != NULL;
+    if (seq.t == JV_DICT && !seq.flags) return jv_dict_has(rc, at, seq, in);
     jlist *l = jv_iter(rc, at, seq);
+    jx_step(rc, at, l->n);
     for (size_t i = 0; i < l->n; i++)
-        if (jv_eq(l->v[i], in)) return true;
+        if (jv_eq(rc, l->v[i], in)) return true;
     return false;
 }
 TEST(t_lower) {
+    jx_step(rc, at, jv_cost(in));
     return jv_truthy(char_class(jv_tostring(rc, in), islower, true));
 }
 TEST(t_upper) {
+    jx_step(rc, at, jv_cost(in));
     return jv_truthy(char_class(jv_tostring(rc, in), isupper, true));
 }
 TEST(t_sameas) {
@@ -1759,11 +2114,10 @@ TEST(t_escaped) {
     return false;
 }
 TEST(t_filter) {
-    jv n = in;
-    return n.t == JV_STR && jx_find_filter(n.u.s->s) != NULL;
+    return in.t == JV_STR && strlen(in.u.s->s) == in.u.s->len && jx_find_filter(in.u.s->s);
 }
 TEST(t_test) {
-    return in.t == JV_STR && jx_find_test(in.u.s->s) != NULL;
+    return in.t == JV_STR && strlen(in.u.s->s) == in.u.s->len && jx_find_test(in.u.s->s);
 }
 
 typedef struct test_def {

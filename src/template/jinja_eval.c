@@ -17,6 +17,7 @@ static int exec(rctx *rc, scope *sc, const node *x);
 
 static void emit(rctx *rc, const node *at, const char *s, size_t n) {
     if (!n) return;
+    jx_step(rc, at, jx_bytes_cost(n));
     if (rc->len + n > rc->p.max_output)
         jx_fail_st(rc, HM_ERR_UNSUPPORTED, at, "output longer than %zu bytes", rc->p.max_output);
     if (rc->len + n + 1 > rc->cap) {
@@ -78,6 +79,43 @@ static int64_t floordiv_i(int64_t a, int64_t b) {
     return q;
 }
 
+static _Noreturn void int_overflow(rctx *rc, const node *at) {
+    jx_fail_st(rc, HM_ERR_UNSUPPORTED, at,
+               "integer result beyond 64 bits (Python's big integers are not supported)");
+}
+
+/* Python's float divmod: the remainder takes the divisor's sign, -0.0 included */
+static void float_divmod(double vx, double wx, double *div_out, double *mod_out) {
+    double mod = fmod(vx, wx), div = (vx - mod) / wx, fd;
+    if (mod != 0) {
+        if ((wx < 0) != (mod < 0)) {
+            mod += wx;
+            div -= 1.0;
+        }
+    } else
+        mod = copysign(0.0, wx);
+    if (div != 0) {
+        fd = floor(div);
+        if (div - fd > 0.5) fd += 1.0;
+    } else
+        fd = copysign(0.0, vx / wx);
+    *div_out = fd;
+    *mod_out = mod;
+}
+
+/* Python's float ** float */
+static jv float_pow(rctx *rc, const node *at, double x, double y) {
+    if (x == 0 && y < 0)
+        jx_fail(rc, at, "ZeroDivisionError: 0.0 cannot be raised to a negative power");
+    if (x < 0 && isfinite(x) && isfinite(y) && y != floor(y))
+        jx_fail_st(rc, HM_ERR_UNSUPPORTED, at,
+                   "a negative number to a fractional power is complex (not supported)");
+    double r = pow(x, y);
+    if (isinf(r) && isfinite(x) && isfinite(y))
+        jx_fail(rc, at, "OverflowError: (34, 'Numerical result out of range')");
+    return jv_float(r);
+}
+
 static jv arith(rctx *rc, const node *at, binop op, jv a, jv b) {
     if (a.t == JV_UNDEF) undefined_error(rc, at, a);
     if (b.t == JV_UNDEF) undefined_error(rc, at, b);
@@ -90,33 +128,44 @@ static jv arith(rctx *rc, const node *at, binop op, jv a, jv b) {
                 y = b.t == JV_INT    ? b.u.i
                     : b.t == JV_BOOL ? b.u.b
                                      : 0;
-        double fx = jv_num(a), fy = jv_num(b);
+        double fx = jv_num(a), fy = jv_num(b), fd, fm;
         int64_t r;
         switch (op) {
         case OP_ADD:
-            if (ints && !__builtin_add_overflow(x, y, &r)) return jv_int(r);
-            return jv_float(fx + fy);
+            if (!ints) return jv_float(fx + fy);
+            if (__builtin_add_overflow(x, y, &r)) int_overflow(rc, at);
+            return jv_int(r);
         case OP_SUB:
-            if (ints && !__builtin_sub_overflow(x, y, &r)) return jv_int(r);
-            return jv_float(fx - fy);
+            if (!ints) return jv_float(fx - fy);
+            if (__builtin_sub_overflow(x, y, &r)) int_overflow(rc, at);
+            return jv_int(r);
         case OP_MUL:
-            if (ints && !__builtin_mul_overflow(x, y, &r)) return jv_int(r);
-            return jv_float(fx * fy);
+            if (!ints) return jv_float(fx * fy);
+            if (__builtin_mul_overflow(x, y, &r)) int_overflow(rc, at);
+            return jv_int(r);
         case OP_DIV:
             if (fy == 0) jx_fail(rc, at, "ZeroDivisionError: division by zero");
             return jv_float(fx / fy);
         case OP_FLOORDIV:
-            if (fy == 0) jx_fail(rc, at, "ZeroDivisionError: integer division or modulo by zero");
-            if (ints && !(x == INT64_MIN && y == -1)) return jv_int(floordiv_i(x, y));
-            return jv_float(floor(fx / fy));
-        case OP_MOD:
-            if (fy == 0) jx_fail(rc, at, "ZeroDivisionError: integer division or modulo by zero");
-            if (ints && !(x == INT64_MIN && y == -1)) return jv_int(x - floordiv_i(x, y) * y);
-            {
-                double m = fmod(fx, fy);
-                if (m != 0 && ((m < 0) != (fy < 0))) m += fy;
-                return jv_float(m);
+            if (ints) {
+                if (y == 0)
+                    jx_fail(rc, at, "ZeroDivisionError: integer division or modulo by zero");
+                if (x == INT64_MIN && y == -1) int_overflow(rc, at);
+                return jv_int(floordiv_i(x, y));
             }
+            if (fy == 0) jx_fail(rc, at, "ZeroDivisionError: float floor division by zero");
+            float_divmod(fx, fy, &fd, &fm);
+            return jv_float(fd);
+        case OP_MOD:
+            if (ints) {
+                if (y == 0)
+                    jx_fail(rc, at, "ZeroDivisionError: integer division or modulo by zero");
+                if (y == -1) return jv_int(0); /* INT64_MIN % -1 included */
+                return jv_int(x - floordiv_i(x, y) * y);
+            }
+            if (fy == 0) jx_fail(rc, at, "ZeroDivisionError: float modulo");
+            float_divmod(fx, fy, &fd, &fm);
+            return jv_float(fm);
         case OP_POW:
             if (ints && y >= 0) {
                 int64_t acc = 1, base = x;
@@ -126,9 +175,9 @@ static jv arith(rctx *rc, const node *at, binop op, jv a, jv b) {
                     if (e > 1) ovf |= __builtin_mul_overflow(base, base, &base);
                 }
                 if (!ovf) return jv_int(acc);
-                jx_fail(rc, at, "integer power too large");
+                int_overflow(rc, at);
             }
-            return jv_float(pow(fx, fy));
+            return float_pow(rc, at, fx, fy);
         }
     }
     if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) {
@@ -186,15 +235,17 @@ static bool contains(rctx *rc, const node *at, jv item, jv seq) {
             jx_fail(rc, at, "TypeError: 'in <string>' requires string as left operand, not %s",
                     jv_typename(item));
         if (!item.u.s->len) return true;
+        jx_step(rc, at, jx_bytes_cost(seq.u.s->len));
         return memmem(seq.u.s->s, seq.u.s->len, item.u.s->s, item.u.s->len) != NULL;
     case JV_DICT:
         if (seq.flags) break;
-        return jv_dict_find(seq, item) != NULL;
+        return jv_dict_has(rc, at, seq, item);
     case JV_LIST:
     case JV_UNDEF: {
         jlist *l = jv_iter(rc, at, seq);
+        jx_step(rc, at, l->n);
         for (size_t i = 0; i < l->n; i++)
-            if (jv_eq(l->v[i], item)) return true;
+            if (jv_eq(rc, l->v[i], item)) return true;
         return false;
     }
     default:
@@ -204,8 +255,8 @@ static bool contains(rctx *rc, const node *at, jv item, jv seq) {
 }
 
 static bool compare(rctx *rc, const node *at, const char *op, jv a, jv b) {
-    if (!strcmp(op, "==")) return jv_eq(a, b);
-    if (!strcmp(op, "!=")) return !jv_eq(a, b);
+    if (!strcmp(op, "==")) return jv_eq(rc, a, b);
+    if (!strcmp(op, "!=")) return !jv_eq(rc, a, b);
     if (!strcmp(op, "in")) return contains(rc, at, a, b);
     if (!strcmp(op, "notin")) return !contains(rc, at, a, b);
     int c = jv_cmp(rc, at, a, b);
@@ -227,8 +278,10 @@ static jv slice(rctx *rc, const node *at, jv obj, jv lo, jv hi, jv step) {
     bool is_str = obj.t == JV_STR;
     if (!is_str && !(obj.t == JV_LIST && !(obj.flags & JL_ITER)))
         jx_fail(rc, at, "TypeError: '%s' object is not subscriptable", jv_typename(obj));
-    jlist *chars = is_str ? jv_iter(rc, at, obj) : obj.u.l;
-    int64_t n = (int64_t)chars->n;
+    const jstr *str = is_str ? obj.u.s : NULL;
+    jlist *chars = is_str ? NULL : obj.u.l;
+    if (is_str) jx_step(rc, at, jx_bytes_cost(str->len));
+    int64_t n = is_str ? (int64_t)u8_len(str->s, str->len) : (int64_t)chars->n;
     int64_t b, e;
     jv bounds[2] = {lo, hi};
     int64_t res[2];
@@ -250,6 +303,13 @@ static jv slice(rctx *rc, const node *at, jv obj, jv lo, jv hi, jv step) {
     }
     b = res[0];
     e = res[1];
+    if (is_str && st == 1) { /* a plain substring: one copy */
+        if (e <= b) return jv_str(rc, "", 0);
+        size_t ob = u8_offset(str->s, str->len, (size_t)b);
+        size_t oe = ob + u8_offset(str->s + ob, str->len - ob, (size_t)(e - b));
+        return jv_str(rc, str->s + ob, oe - ob);
+    }
+    if (is_str) chars = jv_iter(rc, at, obj);
     jv out = jv_list_new(rc, 0, obj.flags & JL_TUPLE);
     sbuf s;
     sb_init(&s, rc);
@@ -281,6 +341,10 @@ static jv apply_filter(rctx *rc, scope *sc, const node *f, jv in) {
     if (!fn) jx_fail(rc, f, "TemplateRuntimeError: No filter named '%s' found.", f->name);
     jargs a;
     eval_args(rc, sc, f, &a, 0);
+    /* these take constant time whatever their input; the others are linear in a string input */
+    if (strcmp(f->name, "default") && strcmp(f->name, "d") && strcmp(f->name, "safe") &&
+        strcmp(f->name, "string"))
+        jx_step_args(rc, f, in, &a);
     return fn(rc, f, in, &a);
 }
 
@@ -297,7 +361,24 @@ static jv make_list(rctx *rc, scope *sc, const node *x, uint8_t flags) {
     return l;
 }
 
+/* one step per node and a bound on the frames, whatever the input */
+static void frame_enter(rctx *rc, const node *x) {
+    if (++rc->nest > JX_MAX_NEST)
+        jx_fail_st(rc, HM_ERR_UNSUPPORTED, x, "template evaluation nested deeper than %d frames",
+                   JX_MAX_NEST);
+    jx_step(rc, x, 1);
+}
+
+static jv eval_node(rctx *rc, scope *sc, const node *x);
+
 static jv eval(rctx *rc, scope *sc, const node *x) {
+    frame_enter(rc, x);
+    jv v = eval_node(rc, sc, x);
+    rc->nest--;
+    return v;
+}
+
+static jv eval_node(rctx *rc, scope *sc, const node *x) {
     switch ((node_kind)x->kind) {
     case E_CONST:
         return x->val;
@@ -334,7 +415,7 @@ static jv eval(rctx *rc, scope *sc, const node *x) {
         jv in = eval(rc, sc, x->a);
         jargs a;
         eval_args(rc, sc, x, &a, 0);
-        bool r = t(rc, x, in, &a);
+        bool r = t(rc, x, in, &a); /* tests that walk their input charge it themselves */
         return jv_bool(x->neg ? !r : r);
     }
     case E_NEG:
@@ -344,7 +425,7 @@ static jv eval(rctx *rc, scope *sc, const node *x) {
         if (v.t == JV_FLOAT) return jv_float(x->kind == E_NEG ? -v.u.f : v.u.f);
         if (v.t == JV_INT || v.t == JV_BOOL) {
             int64_t i = v.t == JV_INT ? v.u.i : v.u.b;
-            if (x->kind == E_NEG && i == INT64_MIN) return jv_float(-(double)i);
+            if (x->kind == E_NEG && i == INT64_MIN) int_overflow(rc, x);
             return jv_int(x->kind == E_NEG ? -i : i);
         }
         jx_fail(rc, x, "TypeError: bad operand type for unary %c: '%s'",
@@ -493,7 +574,7 @@ static jv loop_changed(rctx *rc, const node *at, jv self, jargs *a) {
     jv cur = jv_list_new(rc, (size_t)a->n, 0);
     for (int i = 0; i < a->n; i++) jv_list_push(rc, cur, a->v[i]);
     jv *last = jv_dict_find_s(self, "_last_changed");
-    if (last && jv_eq(*last, cur)) return jv_bool(false);
+    if (last && jv_eq(rc, *last, cur)) return jv_bool(false);
     jv_dict_set(rc, self, jv_cstr(rc, "_last_changed"), cur);
     return jv_bool(true);
 }
@@ -534,16 +615,24 @@ static int exec_for(rctx *rc, scope *sc, const node *x) {
     set_s(rc, loop, "depth0", jv_int(0));
     set_s(rc, loop, "cycle", jx_builtin_fn(rc, "loop.cycle", loop_cycle, loop));
     set_s(rc, loop, "changed", jx_builtin_fn(rc, "loop.changed", loop_changed, loop));
+    /* the per-iteration values are updated in place: the dict never grows past its capacity */
+    static const char *const k_iter_keys[] = {"index", "index0", "revindex", "revindex0",
+                                              "first", "last",   "previtem", "nextitem"};
+    jv *slot[8];
+    for (int k = 0; k < 8; k++) {
+        set_s(rc, loop, k_iter_keys[k], jv_undef());
+        slot[k] = jv_dict_find_s(loop, k_iter_keys[k]);
+    }
     for (int64_t i = 0; i < n; i++) {
         jx_step(rc, x, 1);
-        set_s(rc, loop, "index", jv_int(i + 1));
-        set_s(rc, loop, "index0", jv_int(i));
-        set_s(rc, loop, "revindex", jv_int(n - i));
-        set_s(rc, loop, "revindex0", jv_int(n - i - 1));
-        set_s(rc, loop, "first", jv_bool(i == 0));
-        set_s(rc, loop, "last", jv_bool(i == n - 1));
-        set_s(rc, loop, "previtem", i > 0 ? items->v[i - 1] : jv_undef());
-        set_s(rc, loop, "nextitem", i + 1 < n ? items->v[i + 1] : jv_undef());
+        *slot[0] = jv_int(i + 1);
+        *slot[1] = jv_int(i);
+        *slot[2] = jv_int(n - i);
+        *slot[3] = jv_int(n - i - 1);
+        *slot[4] = jv_bool(i == 0);
+        *slot[5] = jv_bool(i == n - 1);
+        *slot[6] = i > 0 ? items->v[i - 1] : jv_undef();
+        *slot[7] = i + 1 < n ? items->v[i + 1] : jv_undef();
         scope *is = scope_new(rc, sc); /* jinja2: assignments do not survive an iteration */
         scope_set(rc, is, "loop", loop);
         assign(rc, is, x->b, items->v[i]);
@@ -553,7 +642,16 @@ static int exec_for(rctx *rc, scope *sc, const node *x) {
     return FLOW_NONE;
 }
 
+static int exec_node(rctx *rc, scope *sc, const node *x);
+
 static int exec(rctx *rc, scope *sc, const node *x) {
+    frame_enter(rc, x);
+    int fl = exec_node(rc, sc, x);
+    rc->nest--;
+    return fl;
+}
+
+static int exec_node(rctx *rc, scope *sc, const node *x) {
     switch ((node_kind)x->kind) {
     case S_BODY:
         for (int i = 0; i < x->n; i++) {
@@ -671,7 +769,7 @@ hm_jinja_params hm_jinja_default_params(void) {
     hm_jinja_params p;
     p.max_output = (size_t)64 << 20;
     p.max_memory = (size_t)512 << 20;
-    p.max_steps = 50000000;
+    p.max_steps = 10000000;
     p.max_depth = 64;
     p.now = env_now();
     return p;

@@ -56,10 +56,17 @@ typedef struct jlist {
     jv *v;
 } jlist;
 
+/* Insertion-ordered; from JD_INDEX_MIN entries on, an open-addressing index (slot = entry + 1,
+ * 0 empty) over the keys' hashes makes lookup O(1). Entries are never removed. */
 typedef struct jdict {
     size_t n, cap;
     jv *k, *v;
+    uint64_t *h;    /* [cap] hash of k[i] */
+    uint32_t *slot; /* [nslot] or NULL below JD_INDEX_MIN entries */
+    size_t nslot;   /* power of two, >= 2 * cap */
 } jdict;
+
+#define JD_INDEX_MIN 8
 
 struct rctx;
 struct node;
@@ -153,6 +160,16 @@ struct hm_jinja {
     char *name;
 };
 
+/* Nesting limits (docs/templates.md). Expressions and blocks are limited when parsing, values
+ * while they are printed, compared, hashed or serialized (jinja2 fails with RecursionError around
+ * there), and eval/exec frames at run time so that no input can exhaust the C stack. */
+#define JX_MAX_EXPR_DEPTH  100  /* nodes from an expression's root to its deepest leaf */
+#define JX_MAX_BLOCK_DEPTH 64   /* nested block tags */
+#define JX_MAX_FOR_DEPTH   20   /* nested for loops in one macro / call body (Python's limit) */
+#define JX_MAX_VALUE_DEPTH 500  /* nested lists / dicts / tuples in one operation */
+#define JX_MAX_JSON_DEPTH  4096 /* nesting of a JSON context value */
+#define JX_MAX_NEST        4096 /* eval/exec frames of one render */
+
 /* ---- render ---------------------------------------------------------------------------------- */
 typedef struct scope {
     struct scope *parent;
@@ -167,8 +184,12 @@ typedef struct rctx {
     hm_status st;
     char *out;
     size_t len, cap;
-    uint64_t steps;
-    int depth;
+    uint64_t steps; /* work done: AST nodes evaluated, elements, bytes / JX_BYTES_PER_STEP */
+    int depth;      /* nested macro / caller calls */
+    int nest;       /* nested eval/exec frames (C stack) */
+    int vdepth;     /* nesting of the value being printed, compared, hashed or serialized */
+    int nprinting;  /* namespaces being printed (cycle detection) */
+    struct jdict *printing[JX_MAX_VALUE_DEPTH + 1];
     scope *globals;
 } rctx;
 
@@ -177,6 +198,21 @@ _Noreturn void jx_fail(rctx *rc, const node *at, const char *fmt, ...) HM_PRINTF
 _Noreturn void jx_fail_st(rctx *rc, hm_status st, const node *at, const char *fmt, ...)
     HM_PRINTF(4, 5);
 void jx_step(rctx *rc, const node *at, uint64_t n);
+/* Work per byte: string scans and copies count one step per JX_BYTES_PER_STEP bytes. */
+#define JX_BYTES_PER_STEP 16
+static inline uint64_t jx_bytes_cost(size_t n) {
+    return n / JX_BYTES_PER_STEP + 1;
+}
+/* a value's size as the work of passing it to a builtin: the bytes of a string, else 1 */
+uint64_t jv_cost(jv v);
+struct jargs;
+/* charges a builtin call: the sizes of its input and arguments */
+void jx_step_args(rctx *rc, const struct node *at, jv in, const struct jargs *a);
+
+void jx_value_enter(rctx *rc, const node *at);
+static inline void jx_value_leave(rctx *rc) {
+    rc->vdepth--;
+}
 
 /* arena */
 void *jx_alloc(rctx *rc, size_t n);
@@ -205,10 +241,15 @@ jv jv_cstr(rctx *rc, const char *s);
 jv jv_list_new(rctx *rc, size_t cap, uint8_t flags);
 void jv_list_push(rctx *rc, jv list, jv item);
 jv jv_dict_new(rctx *rc, size_t cap, uint8_t flags);
-jv *jv_dict_find(jv dict, jv key);
+/* Lookup: NULL when absent or when key is unhashable (jinja2's getitem then gives undefined). */
+jv *jv_dict_find(rctx *rc, jv dict, jv key);
 jv *jv_dict_find_s(jv dict, const char *key);
+/* Membership as Python's `key in dict`: TypeError when the key is unhashable. */
+bool jv_dict_has(rctx *rc, const node *at, jv dict, jv key);
 void jv_dict_set(rctx *rc, jv dict, jv key, jv val);
-void jd_set(rctx *rc, jdict *d, jv key, jv val);
+void jd_set(rctx *rc, jdict *d, jv key, jv val); /* TypeError when key is unhashable */
+/* hash(v) as far as equality goes (1 == 1.0 == True); false when v is unhashable */
+bool jv_hash(rctx *rc, jv v, uint64_t *out);
 
 /* string builder in the arena */
 typedef struct sbuf {
@@ -224,19 +265,20 @@ jv sb_val(sbuf *b);
 
 /* Python semantics */
 bool jv_truthy(jv v);
-bool jv_eq(jv a, jv b);
+bool jv_eq(rctx *rc, jv a, jv b);
 int jv_cmp(rctx *rc, const node *at, jv a, jv b); /* <0 0 >0; TypeError when unordered */
 const char *jv_typename(jv v);
-void jv_to_str(sbuf *b, jv v);  /* str(v) */
+void jv_to_str(sbuf *b, jv v);  /* str(v); recursive namespaces print as {...} */
 void jv_repr(sbuf *b, jv v);    /* repr(v) */
 jv jv_tostring(rctx *rc, jv v); /* str(v) as a value */
 void fmt_float(char *buf, size_t cap, double f);
 bool jv_is_num(jv v);
 double jv_num(jv v);
 jv jv_from_json(rctx *rc, const json_t *j);
-/* json.dumps(v, ensure_ascii=False, indent, separators, sort_keys); indent < 0: None */
-void jv_to_json(rctx *rc, const node *at, sbuf *b, jv v, int indent, const char *item_sep,
-                const char *key_sep, bool sort_keys);
+/* json.dumps(v, ensure_ascii=False, indent, separators, sort_keys); indent NULL: None, else the
+ * string each level is indented by */
+void jv_to_json(rctx *rc, const node *at, sbuf *b, jv v, const jstr *indent, const jstr *item_sep,
+                const jstr *key_sep, bool sort_keys);
 
 /* UTF-8 code points */
 size_t u8_len(const char *s, size_t n);

@@ -9,7 +9,7 @@
 
 #include "template/jinja_int.h"
 
-#define MAX_NEST 200 /* nesting of expressions and blocks */
+#define MAX_NEST 200 /* parser recursion within one expression (about 66 levels of brackets) */
 
 typedef enum {
     T_EOF,
@@ -39,8 +39,10 @@ typedef struct parser {
     size_t n;
     tok *toks;
     size_t ntok, cap, pos;
-    int depth;
-    bool soft; /* inside an if or inline-if: unknown filters/tests fail at run time */
+    int depth;       /* parser recursion in the current expression */
+    int block_depth; /* nested block tags */
+    int for_depth;   /* nested for loops in the current macro / call body */
+    bool soft;       /* inside an if or inline-if: unknown filters/tests fail at run time */
 } parser;
 
 static _Noreturn void perr(parser *p, int line, int col, const char *fmt, ...) HM_PRINTF(4, 5);
@@ -207,6 +209,11 @@ static jv unescape(parser *p, const char *s, size_t n, const lexpos *lp) {
         case 'U':
             digits = 8;
             break;
+        case 'N':
+            /* Python's named escapes need the Unicode name database, which is not carried */
+            perr(p, lp->line, lp->col,
+                 "\\N{...} escapes (Unicode character names) are not supported; write the "
+                 "character itself or \\uXXXX");
         default:
             if (c >= '0' && c <= '7') {
                 uint32_t v = 0;
@@ -366,8 +373,11 @@ static size_t lex_tag(parser *p, size_t i, bool block, lexpos *lp, bool *line_st
             size_t len = 0;
             for (size_t o = 0; o < sizeof k_ops2 / sizeof k_ops2[0]; o++)
                 if (at(p, i, k_ops2[o])) len = 2;
-            if (!len && strchr("+-/*%~[](){}<>=.:|,;", c)) len = 1;
-            if (!len) perr(p, lp->line, lp->col, "unexpected char '%c'", c);
+            if (!len && c && strchr("+-/*%~[](){}<>=.:|,;", c)) len = 1;
+            if (!len) {
+                if (c >= 0x20 && c < 0x7f) perr(p, lp->line, lp->col, "unexpected char '%c'", c);
+                perr(p, lp->line, lp->col, "unexpected char '\\x%02x'", (unsigned char)c);
+            }
             if (len == 1 && strchr("([{", c)) {
                 if (sp >= MAX_NEST) perr(p, lp->line, lp->col, "brackets nested too deeply");
                 stack[sp++] = c == '(' ? ')' : c == '[' ? ']' : '}';
@@ -1148,17 +1158,85 @@ static void parse_macro_sig(parser *p, node *m) {
     nv_attach(m, &params);
 }
 
-/* does the subtree mention name (varargs / kwargs / caller) as a variable? */
-static bool mentions(const node *x, const char *name) {
-    if (!x) return false;
-    if (x->kind == E_NAME && !strcmp(x->name, name)) return true;
-    if (x->kind == S_MACRO) return false; /* nested macros have their own */
-    if (mentions(x->a, name) || mentions(x->b, name) || mentions(x->c, name) ||
-        mentions(x->d, name) || mentions(x->body, name) || mentions(x->else_body, name))
-        return true;
+/* AST walks use an explicit stack: a tree can be far deeper than the C stack allows before its
+ * depth has been checked. */
+typedef struct walk_item {
+    const node *x;
+    int depth;
+} walk_item;
+
+typedef struct walk {
+    parser *p;
+    walk_item *v;
+    size_t n, cap;
+} walk;
+
+static void walk_push(walk *w, const node *x, int depth) {
+    if (!x) return;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        walk_item *v = realloc(w->v, cap * sizeof *v);
+        if (!v) {
+            free(w->v);
+            w->v = NULL;
+            jx_fail_st(&w->p->rc, HM_ERR_NO_MEMORY, NULL, "out of memory");
+        }
+        w->v = v;
+        w->cap = cap;
+    }
+    w->v[w->n++] = (walk_item){x, depth};
+}
+
+static bool is_expr_kind(const node *x) {
+    return x->kind < S_BODY;
+}
+
+/* pushes the children of x; expression children one deeper than an expression parent */
+static void walk_kids(walk *w, const node *x, int depth) {
+    const node *kids[6] = {x->a, x->b, x->c, x->d, x->body, x->else_body};
+    for (int i = 0; i < 6; i++)
+        if (kids[i])
+            walk_push(w, kids[i], is_expr_kind(kids[i]) ? (is_expr_kind(x) ? depth + 1 : 1) : 0);
     for (int i = 0; i < x->n; i++)
-        if (mentions(x->kids[i], name)) return true;
-    return false;
+        if (x->kids[i])
+            walk_push(w, x->kids[i],
+                      is_expr_kind(x->kids[i]) ? (is_expr_kind(x) ? depth + 1 : 1) : 0);
+}
+
+/* does the subtree mention name (varargs / kwargs / caller) as a variable? */
+static bool mentions(parser *p, const node *root, const char *name) {
+    walk w = {p, NULL, 0, 0};
+    bool found = false;
+    walk_kids(&w, root, 0);
+    while (w.n && !found) {
+        const node *x = w.v[--w.n].x;
+        if (x->kind == E_NAME && !strcmp(x->name, name)) found = true;
+        if (x->kind != S_MACRO) walk_kids(&w, x, 0); /* nested macros have their own */
+    }
+    free(w.v);
+    return found || (root->kind == E_NAME && !strcmp(root->name, name));
+}
+
+/* jinja2 compiles expressions to Python, which fails on about 200 nested parentheses; deeper
+ * trees (long operator, filter or attribute chains) are refused here as well */
+static void check_expr_depth(parser *p, const node *root) {
+    walk w = {p, NULL, 0, 0};
+    walk_push(&w, root, 0);
+    while (w.n) {
+        walk_item it = w.v[--w.n];
+        if (it.depth > JX_MAX_EXPR_DEPTH) {
+            free(w.v);
+            perr(p, it.x->line, it.x->col, "expression nested too deeply (limit %d levels)",
+                 JX_MAX_EXPR_DEPTH);
+        }
+        walk_kids(&w, it.x, it.depth);
+    }
+    free(w.v);
+}
+
+static void enter_block(parser *p, const tok *k) {
+    if (++p->block_depth > JX_MAX_BLOCK_DEPTH)
+        perr(p, k->line, k->col, "blocks nested too deeply (limit %d)", JX_MAX_BLOCK_DEPTH);
 }
 
 static node *parse_statement(parser *p) {
@@ -1166,7 +1244,8 @@ static node *parse_statement(parser *p) {
     tok *k = cur(p);
     if (k->t != T_NAME) perr(p, k->line, k->col, "tag name expected");
     nexttok(p);
-    enter(p, k);
+    int saved_depth = p->depth;
+    p->depth = 0; /* each tag's expressions have their own recursion budget */
     node *x;
     const char *found;
     bool soft = p->soft;
@@ -1198,6 +1277,11 @@ static node *parse_statement(parser *p) {
         p->soft = soft;
     } else if (is_name(k, "for")) {
         x = mk(p, S_FOR, k);
+        if (++p->for_depth > JX_MAX_FOR_DEPTH)
+            perr(p, k->line, k->col,
+                 "for loops nested too deeply (limit %d in one macro; Python: too many statically "
+                 "nested blocks)",
+                 JX_MAX_FOR_DEPTH);
         x->b = parse_target(p, false, "in");
         if (!is_name(cur(p), "in")) perr(p, cur(p)->line, cur(p)->col, "expected 'in'");
         nexttok(p);
@@ -1221,6 +1305,7 @@ static node *parse_statement(parser *p) {
             x->else_body = subparse(p, ends2, &found, k, "for");
         }
         nexttok(p);
+        p->for_depth--;
     } else if (is_name(k, "set")) {
         node *target = parse_target(p, true, NULL);
         if (is_op(cur(p), "=")) {
@@ -1251,11 +1336,15 @@ static node *parse_statement(parser *p) {
         expect_block_end(p);
         p->soft = false;
         static const char *const ends[] = {"endmacro", NULL};
+        int for_depth = p->for_depth;
+        p->for_depth = 0; /* a macro is a function of its own in jinja2's generated code */
         x->body = subparse(p, ends, &found, k, "macro");
+        p->for_depth = for_depth;
         p->soft = soft;
         nexttok(p);
-        x->uses = (mentions(x->body, "varargs") ? 1u : 0u) |
-                  (mentions(x->body, "kwargs") ? 2u : 0u) | (mentions(x->body, "caller") ? 4u : 0u);
+        x->uses = (mentions(p, x->body, "varargs") ? 1u : 0u) |
+                  (mentions(p, x->body, "kwargs") ? 2u : 0u) |
+                  (mentions(p, x->body, "caller") ? 4u : 0u);
     } else if (is_name(k, "call")) {
         x = mk(p, S_CALLBLOCK, k);
         if (is_op(cur(p), "(")) parse_macro_sig(p, x);
@@ -1264,11 +1353,14 @@ static node *parse_statement(parser *p) {
         expect_block_end(p);
         p->soft = false;
         static const char *const ends[] = {"endcall", NULL};
+        int for_depth = p->for_depth;
+        p->for_depth = 0;
         x->body = subparse(p, ends, &found, k, "call");
+        p->for_depth = for_depth;
         p->soft = soft;
         nexttok(p);
-        x->uses =
-            (mentions(x->body, "varargs") ? 1u : 0u) | (mentions(x->body, "kwargs") ? 2u : 0u);
+        x->uses = (mentions(p, x->body, "varargs") ? 1u : 0u) |
+                  (mentions(p, x->body, "kwargs") ? 2u : 0u);
     } else if (is_name(k, "filter")) {
         x = mk(p, S_FILTERBLOCK, k);
         x->c = parse_filter(p, NULL, true);
@@ -1296,7 +1388,7 @@ static node *parse_statement(parser *p) {
              (int)(k->len > 40 ? 40 : k->len), k->s);
     }
     expect_block_end(p);
-    p->depth--;
+    p->depth = saved_depth;
     return x;
 }
 
@@ -1339,7 +1431,9 @@ static node *subparse(parser *p, const char *const *end_tags, const char **found
                         return body;
                     }
             }
+            enter_block(p, nm);
             nv_push(p, &items, parse_statement(p), NULL);
+            p->block_depth--;
         } else
             unexpected(p, k);
     }
@@ -1383,6 +1477,7 @@ hm_status hm_jinja_parse(const char *src, size_t len, const char *name, hm_jinja
     p->rc.tpl = tpl;
     p->rc.p = hm_jinja_default_params();
     p->rc.p.max_memory = (size_t)1 << 30;
+    p->rc.p.max_steps = UINT64_MAX; /* parsing is linear in the source */
     hm_arena_init(&p->rc.ar, 64 << 10, "template");
     p->src = norm;
     p->n = n;
@@ -1391,6 +1486,7 @@ hm_status hm_jinja_parse(const char *src, size_t len, const char *name, hm_jinja
         lex(p);
         const char *found = NULL;
         tpl->root = subparse(p, NULL, &found, NULL, NULL);
+        check_expr_depth(p, tpl->root);
     } else {
         st = p->rc.st;
     }

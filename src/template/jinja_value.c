@@ -39,13 +39,36 @@ void jx_step(rctx *rc, const node *at, uint64_t n) {
     rc->steps += n;
     if (rc->steps > rc->p.max_steps)
         jx_fail_st(rc, HM_ERR_UNSUPPORTED, at,
-                   "more than %" PRIu64 " steps (loop iterations, calls)", rc->p.max_steps);
+                   "more than %" PRIu64 " steps of work (nodes evaluated, items, bytes / %d)",
+                   rc->p.max_steps, JX_BYTES_PER_STEP);
+}
+
+uint64_t jv_cost(jv v) {
+    switch ((jv_type)v.t) {
+    case JV_STR:
+        return jx_bytes_cost(v.u.s->len);
+    default: /* builtins that walk a container charge its elements themselves */
+        return 1;
+    }
+}
+
+void jx_step_args(rctx *rc, const node *at, jv in, const jargs *a) {
+    uint64_t n = jv_cost(in);
+    for (int i = 0; i < a->n; i++) n += jv_cost(a->v[i]);
+    jx_step(rc, at, n);
+}
+
+void jx_value_enter(rctx *rc, const node *at) {
+    if (++rc->vdepth > JX_MAX_VALUE_DEPTH)
+        jx_fail(rc, at, "RecursionError: value nested deeper than %d levels", JX_MAX_VALUE_DEPTH);
+    jx_step(rc, at, 1);
 }
 
 void *jx_alloc(rctx *rc, size_t n) {
     if (n > rc->p.max_memory || rc->ar.total > rc->p.max_memory - n)
         jx_fail_st(rc, HM_ERR_UNSUPPORTED, NULL, "render needs more than %zu bytes of memory",
                    rc->p.max_memory);
+    jx_step(rc, NULL, jx_bytes_cost(n));
     void *p = hm_arena_alloc(&rc->ar, n ? n : 1, 16);
     if (!p) jx_fail_st(rc, HM_ERR_NO_MEMORY, NULL, "out of memory (%zu bytes)", n);
     return p;
@@ -97,49 +120,183 @@ jv jv_dict_new(rctx *rc, size_t cap, uint8_t flags) {
         d->cap = cap;
         d->k = jx_alloc(rc, cap * sizeof(jv));
         d->v = jx_alloc(rc, cap * sizeof(jv));
+        d->h = jx_alloc(rc, cap * sizeof(uint64_t));
     }
     return (jv){.t = JV_DICT, .flags = flags, .u.d = d};
 }
 
-static jv *jd_find(const jdict *d, jv key) {
-    for (size_t i = 0; i < d->n; i++)
-        if (jv_eq(d->k[i], key)) return &d->v[i];
-    return NULL;
+/* ---- hashing ---------------------------------------------------------------------------------
+ */
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
 }
 
-jv *jv_dict_find(jv dict, jv key) {
-    return jd_find(dict.u.d, key);
+static uint64_t mix64(uint64_t x) { /* splitmix64 finaliser */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+bool jv_hash(rctx *rc, jv v, uint64_t *out) {
+    switch ((jv_type)v.t) {
+    case JV_UNDEF:
+        *out = 0x5a5a;
+        return true;
+    case JV_NONE:
+        *out = 0xa5a5;
+        return true;
+    case JV_BOOL:
+        *out = mix64((uint64_t)v.u.b);
+        return true;
+    case JV_INT:
+        *out = mix64((uint64_t)v.u.i);
+        return true;
+    case JV_FLOAT: {
+        double f = v.u.f;
+        if (f == 0) f = 0; /* -0.0 == 0.0 */
+        if (f >= -9.2e18 && f <= 9.2e18 && f == (double)(int64_t)f) {
+            *out = mix64((uint64_t)(int64_t)f); /* 2.0 == 2 */
+            return true;
+        }
+        uint64_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        *out = mix64(bits ^ 0x1234567);
+        return true;
+    }
+    case JV_STR:
+        *out = hash_bytes(v.u.s->s, v.u.s->len);
+        jx_step(rc, NULL, jx_bytes_cost(v.u.s->len));
+        return true;
+    case JV_LIST: {
+        if (!(v.flags & JL_TUPLE)) return false; /* lists and generators are unhashable */
+        jx_value_enter(rc, NULL);
+        uint64_t h = 0x345678;
+        for (size_t i = 0; i < v.u.l->n; i++) {
+            uint64_t e;
+            if (!jv_hash(rc, v.u.l->v[i], &e)) return false;
+            h = mix64(h ^ e) + i;
+        }
+        jx_value_leave(rc);
+        *out = h;
+        return true;
+    }
+    case JV_DICT:
+        if (!v.flags) return false; /* dicts are unhashable; namespaces hash by identity */
+        *out = mix64((uint64_t)(uintptr_t)v.u.d);
+        return true;
+    case JV_FUNC:
+        *out = mix64((uint64_t)(uintptr_t)v.u.fn);
+        return true;
+    }
+    return false;
+}
+
+static _Noreturn void unhashable(rctx *rc, const node *at, jv key) {
+    jx_fail(rc, at, "TypeError: unhashable type: '%s'", jv_typename(key));
+}
+
+static void jd_index_build(rctx *rc, jdict *d) {
+    size_t ns = 16;
+    while (ns < 2 * d->cap) ns *= 2;
+    d->slot = jx_alloc(rc, ns * sizeof(uint32_t));
+    memset(d->slot, 0, ns * sizeof(uint32_t));
+    d->nslot = ns;
+    for (size_t i = 0; i < d->n; i++) {
+        size_t j = (size_t)d->h[i] & (ns - 1);
+        while (d->slot[j]) j = (j + 1) & (ns - 1);
+        d->slot[j] = (uint32_t)(i + 1);
+    }
+}
+
+/* entry index of key (hash h), or -1 */
+static ptrdiff_t jd_lookup(rctx *rc, const jdict *d, jv key, uint64_t h) {
+    if (!d->slot) {
+        for (size_t i = 0; i < d->n; i++)
+            if (d->h[i] == h && jv_eq(rc, d->k[i], key)) return (ptrdiff_t)i;
+        return -1;
+    }
+    for (size_t j = (size_t)h & (d->nslot - 1);; j = (j + 1) & (d->nslot - 1)) {
+        uint32_t e = d->slot[j];
+        if (!e) return -1;
+        if (d->h[e - 1] == h && jv_eq(rc, d->k[e - 1], key)) return (ptrdiff_t)(e - 1);
+    }
+}
+
+jv *jv_dict_find(rctx *rc, jv dict, jv key) {
+    uint64_t h;
+    if (!jv_hash(rc, key, &h)) return NULL;
+    ptrdiff_t i = jd_lookup(rc, dict.u.d, key, h);
+    return i < 0 ? NULL : &dict.u.d->v[i];
+}
+
+bool jv_dict_has(rctx *rc, const node *at, jv dict, jv key) {
+    uint64_t h;
+    if (!jv_hash(rc, key, &h)) unhashable(rc, at, key);
+    return jd_lookup(rc, dict.u.d, key, h) >= 0;
 }
 
 jv *jv_dict_find_s(jv dict, const char *key) {
     const jdict *d = dict.u.d;
     size_t n = strlen(key);
-    for (size_t i = 0; i < d->n; i++)
-        if (d->k[i].t == JV_STR && d->k[i].u.s->len == n && !memcmp(d->k[i].u.s->s, key, n))
-            return &d->v[i];
-    return NULL;
+    uint64_t h = hash_bytes(key, n);
+    if (!d->slot) {
+        for (size_t i = 0; i < d->n; i++)
+            if (d->h[i] == h && d->k[i].t == JV_STR && d->k[i].u.s->len == n &&
+                !memcmp(d->k[i].u.s->s, key, n))
+                return &d->v[i];
+        return NULL;
+    }
+    for (size_t j = (size_t)h & (d->nslot - 1);; j = (j + 1) & (d->nslot - 1)) {
+        uint32_t e = d->slot[j];
+        if (!e) return NULL;
+        const jv *k = &d->k[e - 1];
+        if (d->h[e - 1] == h && k->t == JV_STR && k->u.s->len == n && !memcmp(k->u.s->s, key, n))
+            return &d->v[e - 1];
+    }
 }
 
 void jd_set(rctx *rc, jdict *d, jv key, jv val) {
-    jv *slot = jd_find(d, key);
-    if (slot) {
-        *slot = val;
+    uint64_t h;
+    if (!jv_hash(rc, key, &h)) unhashable(rc, NULL, key);
+    ptrdiff_t i = jd_lookup(rc, d, key, h);
+    if (i >= 0) {
+        d->v[i] = val;
         return;
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
+        if (cap > UINT32_MAX - 1) jx_alloc(rc, SIZE_MAX); /* fails with the memory limit */
         jv *k = jx_alloc(rc, cap * sizeof(jv)), *v = jx_alloc(rc, cap * sizeof(jv));
+        uint64_t *hv = jx_alloc(rc, cap * sizeof(uint64_t));
         if (d->n) {
             memcpy(k, d->k, d->n * sizeof(jv));
             memcpy(v, d->v, d->n * sizeof(jv));
+            memcpy(hv, d->h, d->n * sizeof(uint64_t));
         }
         d->k = k;
         d->v = v;
+        d->h = hv;
         d->cap = cap;
+        d->slot = NULL; /* rebuilt below for the new capacity */
     }
     d->k[d->n] = key;
     d->v[d->n] = val;
+    d->h[d->n] = h;
     d->n++;
+    if (d->n >= JD_INDEX_MIN) {
+        if (!d->slot)
+            jd_index_build(rc, d);
+        else {
+            size_t j = (size_t)h & (d->nslot - 1);
+            while (d->slot[j]) j = (j + 1) & (d->nslot - 1);
+            d->slot[j] = (uint32_t)d->n;
+        }
+    }
 }
 
 void jv_dict_set(rctx *rc, jv dict, jv key, jv val) {
@@ -243,10 +400,16 @@ bool jv_truthy(jv v) {
     return false;
 }
 
-bool jv_eq(jv a, jv b) {
+bool jv_eq(rctx *rc, jv a, jv b) {
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT)
             return (a.t == JV_INT ? a.u.i : a.u.b) == (b.t == JV_INT ? b.u.i : b.u.b);
+        if (a.t == JV_INT || b.t == JV_INT) { /* exact, as Python compares int with float */
+            int64_t i = a.t == JV_INT ? a.u.i : b.u.i;
+            double f = a.t == JV_FLOAT ? a.u.f : b.u.f;
+            return f >= -9.3e18 && f < 9.2233720368547758e18 && f == (double)(int64_t)f &&
+                   (int64_t)f == i;
+        }
         return jv_num(a) == jv_num(b);
     }
     if (a.t != b.t) return false;
@@ -255,21 +418,35 @@ bool jv_eq(jv a, jv b) {
     case JV_NONE:
         return true;
     case JV_STR:
-        return a.u.s->len == b.u.s->len && !memcmp(a.u.s->s, b.u.s->s, a.u.s->len);
-    case JV_LIST:
+        if (a.u.s == b.u.s) return true;
+        if (a.u.s->len != b.u.s->len) return false;
+        jx_step(rc, NULL, jx_bytes_cost(a.u.s->len));
+        return !memcmp(a.u.s->s, b.u.s->s, a.u.s->len);
+    case JV_LIST: {
         if ((a.flags & JL_ITER) || (b.flags & JL_ITER)) return a.u.l == b.u.l;
         if ((a.flags & JL_TUPLE) != (b.flags & JL_TUPLE) || a.u.l->n != b.u.l->n) return false;
-        for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_eq(a.u.l->v[i], b.u.l->v[i])) return false;
-        return true;
-    case JV_DICT:
+        if (a.u.l == b.u.l) return true;
+        jx_value_enter(rc, NULL);
+        jx_step(rc, NULL, a.u.l->n);
+        bool eq = true;
+        for (size_t i = 0; i < a.u.l->n && eq; i++) eq = jv_eq(rc, a.u.l->v[i], b.u.l->v[i]);
+        jx_value_leave(rc);
+        return eq;
+    }
+    case JV_DICT: {
         if (a.flags || b.flags) return a.u.d == b.u.d;
         if (a.u.d->n != b.u.d->n) return false;
-        for (size_t i = 0; i < a.u.d->n; i++) {
-            jv *o = jd_find(b.u.d, a.u.d->k[i]);
-            if (!o || !jv_eq(a.u.d->v[i], *o)) return false;
+        if (a.u.d == b.u.d) return true;
+        jx_value_enter(rc, NULL);
+        jx_step(rc, NULL, a.u.d->n);
+        bool eq = true;
+        for (size_t i = 0; i < a.u.d->n && eq; i++) {
+            jv *o = jv_dict_find(rc, b, a.u.d->k[i]);
+            eq = o && jv_eq(rc, a.u.d->v[i], *o);
         }
-        return true;
+        jx_value_leave(rc);
+        return eq;
+    }
     case JV_FUNC:
         return a.u.fn == b.u.fn;
     default:
@@ -308,10 +485,12 @@ int jv_cmp(rctx *rc, const node *at, jv a, jv b) {
             return x < y ? -1 : x > y;
         }
         double x = jv_num(a), y = jv_num(b);
+        /* NaN is unordered: every comparison is false, as in Python (sort keeps the order) */
         return x < y ? -1 : x > y;
     }
     if (a.t == JV_STR && b.t == JV_STR) {
         size_t n = a.u.s->len < b.u.s->len ? a.u.s->len : b.u.s->len;
+        jx_step(rc, at, jx_bytes_cost(n));
         int c = memcmp(a.u.s->s, b.u.s->s, n);
         if (c) return c < 0 ? -1 : 1;
         return a.u.s->len < b.u.s->len ? -1 : a.u.s->len > b.u.s->len;
@@ -319,10 +498,15 @@ int jv_cmp(rctx *rc, const node *at, jv a, jv b) {
     if (a.t == JV_LIST && b.t == JV_LIST && !((a.flags | b.flags) & JL_ITER) &&
         (a.flags & JL_TUPLE) == (b.flags & JL_TUPLE)) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
+        jx_value_enter(rc, at);
+        jx_step(rc, at, n);
         for (size_t i = 0; i < n; i++) {
-            if (jv_eq(a.u.l->v[i], b.u.l->v[i])) continue;
-            return jv_cmp(rc, at, a.u.l->v[i], b.u.l->v[i]);
+            if (jv_eq(rc, a.u.l->v[i], b.u.l->v[i])) continue;
+            int c = jv_cmp(rc, at, a.u.l->v[i], b.u.l->v[i]);
+            jx_value_leave(rc);
+            return c;
         }
+        jx_value_leave(rc);
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
     if (a.t == JV_UNDEF || b.t == JV_UNDEF) jx_fail(rc, at, "undefined value in comparison");
@@ -411,6 +595,7 @@ static void repr_str(sbuf *b, const jstr *s) {
 }
 
 void jv_repr(sbuf *b, jv v) {
+    rctx *rc = b->rc;
     switch ((jv_type)v.t) {
     case JV_STR:
         repr_str(b, v.u.s);
@@ -420,6 +605,7 @@ void jv_repr(sbuf *b, jv v) {
             sb_adds(b, "<generator object>");
             return;
         }
+        jx_value_enter(rc, NULL);
         sb_addc(b, v.flags & JL_TUPLE ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) sb_adds(b, ", ");
@@ -427,9 +613,19 @@ void jv_repr(sbuf *b, jv v) {
         }
         if ((v.flags & JL_TUPLE) && v.u.l->n == 1) sb_addc(b, ',');
         sb_addc(b, v.flags & JL_TUPLE ? ')' : ']');
+        jx_value_leave(rc);
         return;
-    case JV_DICT:
+    case JV_DICT: {
         if (v.flags & JD_NS) sb_adds(b, "<Namespace ");
+        /* a namespace can hold itself: Python prints a dict already being printed as {...} */
+        if (v.flags & JD_NS)
+            for (int i = 0; i < rc->nprinting; i++)
+                if (rc->printing[i] == v.u.d) {
+                    sb_adds(b, "{...}>");
+                    return;
+                }
+        jx_value_enter(rc, NULL);
+        if (v.flags & JD_NS) rc->printing[rc->nprinting++] = v.u.d;
         sb_addc(b, '{');
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i) sb_adds(b, ", ");
@@ -438,8 +634,13 @@ void jv_repr(sbuf *b, jv v) {
             jv_repr(b, v.u.d->v[i]);
         }
         sb_addc(b, '}');
-        if (v.flags & JD_NS) sb_addc(b, '>');
+        if (v.flags & JD_NS) {
+            sb_addc(b, '>');
+            rc->nprinting--;
+        }
+        jx_value_leave(rc);
         return;
+    }
     default:
         jv_to_str(b, v);
     }
@@ -490,21 +691,23 @@ jv jv_tostring(rctx *rc, jv v) {
 /* ---- JSON -------------------------------------------------------------------------------------
  */
 
-jv jv_from_json(rctx *rc, const json_t *j) {
+static jv from_json(rctx *rc, const json_t *j, int level) {
+    if (level > JX_MAX_JSON_DEPTH)
+        jx_fail(rc, NULL, "context value nested deeper than %d levels", JX_MAX_JSON_DEPTH);
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
         jv d = jv_dict_new(rc, json_object_size(j), 0);
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)j, k, v)
-            jv_dict_set(rc, d, jv_cstr(rc, k), jv_from_json(rc, v));
+            jv_dict_set(rc, d, jv_cstr(rc, k), from_json(rc, v, level + 1));
         return d;
     }
     case JSON_ARRAY: {
         jv l = jv_list_new(rc, json_array_size(j), 0);
         size_t i;
         json_t *v;
-        json_array_foreach(j, i, v) jv_list_push(rc, l, jv_from_json(rc, v));
+        json_array_foreach(j, i, v) jv_list_push(rc, l, from_json(rc, v, level + 1));
         return l;
     }
     case JSON_STRING:
@@ -521,6 +724,10 @@ jv jv_from_json(rctx *rc, const json_t *j) {
         break;
     }
     return jv_none();
+}
+
+jv jv_from_json(rctx *rc, const json_t *j) {
+    return from_json(rc, j, 0);
 }
 
 static void json_str(sbuf *b, const char *s, size_t n) {
@@ -561,15 +768,19 @@ static void json_str(sbuf *b, const char *s, size_t n) {
     sb_addc(b, '"');
 }
 
-static void json_nl(sbuf *b, int indent, int level) {
+typedef struct json_fmt {
+    const jstr *indent; /* NULL: no newlines */
+    const jstr *isep, *ksep;
+    bool sort;
+} json_fmt;
+
+static void json_nl(sbuf *b, const jstr *indent, int level) {
     sb_addc(b, '\n');
-    for (int i = 0; i < indent * level; i++) sb_addc(b, ' ');
+    for (int i = 0; i < level; i++) sb_add(b, indent->s, indent->len);
 }
 
-static void to_json(rctx *rc, const node *at, sbuf *b, jv v, int indent, const char *isep,
-                    const char *ksep, bool sort, int level) {
+static void to_json(rctx *rc, const node *at, sbuf *b, jv v, const json_fmt *f, int level) {
     char tmp[64];
-    if (level > 256) jx_fail(rc, at, "tojson: nesting too deep");
     switch ((jv_type)v.t) {
     case JV_NONE:
         sb_adds(b, "null");
@@ -591,6 +802,7 @@ static void to_json(rctx *rc, const node *at, sbuf *b, jv v, int indent, const c
         }
         return;
     case JV_STR:
+        jx_step(rc, at, jx_bytes_cost(v.u.s->len));
         json_str(b, v.u.s->s, v.u.s->len);
         return;
     case JV_LIST:
@@ -599,14 +811,16 @@ static void to_json(rctx *rc, const node *at, sbuf *b, jv v, int indent, const c
             sb_adds(b, "[]");
             return;
         }
+        jx_value_enter(rc, at);
         sb_addc(b, '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i) sb_adds(b, isep);
-            if (indent >= 0) json_nl(b, indent, level + 1);
-            to_json(rc, at, b, v.u.l->v[i], indent, isep, ksep, sort, level + 1);
+            if (i) sb_add(b, f->isep->s, f->isep->len);
+            if (f->indent) json_nl(b, f->indent, level + 1);
+            to_json(rc, at, b, v.u.l->v[i], f, level + 1);
         }
-        if (indent >= 0) json_nl(b, indent, level);
+        if (f->indent) json_nl(b, f->indent, level);
         sb_addc(b, ']');
+        jx_value_leave(rc);
         return;
     case JV_DICT: {
         if (v.flags) break;
@@ -615,38 +829,46 @@ static void to_json(rctx *rc, const node *at, sbuf *b, jv v, int indent, const c
             sb_adds(b, "{}");
             return;
         }
+        jx_value_enter(rc, at);
         size_t *order = jx_alloc(rc, d->n * sizeof(size_t));
         for (size_t i = 0; i < d->n; i++) order[i] = i;
-        if (sort) /* insertion sort: dicts in templates are small */
-            for (size_t i = 1; i < d->n; i++)
-                for (size_t j = i; j > 0 && jv_cmp(rc, at, d->k[order[j - 1]], d->k[order[j]]) > 0;
-                     j--) {
-                    size_t t = order[j];
-                    order[j] = order[j - 1];
-                    order[j - 1] = t;
+        if (f->sort) { /* merge sort of the key order: a dict can be large */
+            size_t *tmpo = jx_alloc(rc, d->n * sizeof(size_t));
+            for (size_t w = 1; w < d->n; w *= 2)
+                for (size_t lo = 0; lo < d->n; lo += 2 * w) {
+                    size_t mid = lo + w < d->n ? lo + w : d->n,
+                           hi = lo + 2 * w < d->n ? lo + 2 * w : d->n, i = lo, j = mid, k = lo;
+                    while (i < mid && j < hi)
+                        tmpo[k++] = jv_cmp(rc, at, d->k[order[j]], d->k[order[i]]) < 0 ? order[j++]
+                                                                                       : order[i++];
+                    while (i < mid) tmpo[k++] = order[i++];
+                    while (j < hi) tmpo[k++] = order[j++];
+                    memcpy(order + lo, tmpo + lo, (hi - lo) * sizeof(size_t));
                 }
+        }
         sb_addc(b, '{');
         for (size_t i = 0; i < d->n; i++) {
             jv k = d->k[order[i]];
-            if (i) sb_adds(b, isep);
-            if (indent >= 0) json_nl(b, indent, level + 1);
+            if (i) sb_add(b, f->isep->s, f->isep->len);
+            if (f->indent) json_nl(b, f->indent, level + 1);
             if (k.t == JV_STR)
                 json_str(b, k.u.s->s, k.u.s->len);
             else if (k.t == JV_INT || k.t == JV_FLOAT || k.t == JV_BOOL || k.t == JV_NONE) {
                 sbuf kb;
                 sb_init(&kb, rc);
-                to_json(rc, at, &kb, k, -1, isep, ksep, sort, level + 1);
+                to_json(rc, at, &kb, k, f, level + 1);
                 sb_addc(b, '"');
                 sb_add(b, kb.p, kb.len);
                 sb_addc(b, '"');
             } else
                 jx_fail(rc, at, "TypeError: keys must be str, int, float, bool or None, not %s",
                         jv_typename(k));
-            sb_adds(b, ksep);
-            to_json(rc, at, b, d->v[order[i]], indent, isep, ksep, sort, level + 1);
+            sb_add(b, f->ksep->s, f->ksep->len);
+            to_json(rc, at, b, d->v[order[i]], f, level + 1);
         }
-        if (indent >= 0) json_nl(b, indent, level);
+        if (f->indent) json_nl(b, f->indent, level);
         sb_addc(b, '}');
+        jx_value_leave(rc);
         return;
     }
     default:
@@ -655,9 +877,10 @@ static void to_json(rctx *rc, const node *at, sbuf *b, jv v, int indent, const c
     jx_fail(rc, at, "TypeError: Object of type %s is not JSON serializable", jv_typename(v));
 }
 
-void jv_to_json(rctx *rc, const node *at, sbuf *b, jv v, int indent, const char *item_sep,
-                const char *key_sep, bool sort_keys) {
-    to_json(rc, at, b, v, indent, item_sep, key_sep, sort_keys, 0);
+void jv_to_json(rctx *rc, const node *at, sbuf *b, jv v, const jstr *indent, const jstr *item_sep,
+                const jstr *key_sep, bool sort_keys) {
+    json_fmt f = {indent, item_sep, key_sep, sort_keys};
+    to_json(rc, at, b, v, &f, 0);
 }
 
 /* ---- iteration --------------------------------------------------------------------------------
