@@ -57,7 +57,7 @@ static hm_status render_chat(const char *model, const char *user, const char *sy
     if (system)
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
     json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
-    if (!(st = hm_jinja_parse(src.template_text, strlen(src.template_text),
+    if (!(st = hm_jinja_parse(src.template_text, src.template_len,
                               src.origin ? src.origin : "chat_template", &tpl)))
         st = hm_chat_template_apply(tpl, msgs, NULL, true, kw, src.bos_token, src.eos_token, NULL,
                                     out, NULL);

@@ -80,8 +80,7 @@ int cmd_template(int argc, char **argv) {
             goto done;
         }
     } else {
-        size_t len;
-        src.template_text = cli_read_file(tfile, &len);
+        src.template_text = cli_read_file(tfile, &src.template_len);
         if (!src.template_text) {
             fprintf(stderr, "hmoe: %s: %s\n", tfile, strerror(errno ? errno : EIO));
             goto done;
@@ -103,7 +102,7 @@ int cmd_template(int argc, char **argv) {
         fprintf(stderr, "hmoe: --kwargs: expected a JSON object\n");
         goto done;
     }
-    if (hm_jinja_parse(src.template_text, strlen(src.template_text),
+    if (hm_jinja_parse(src.template_text, src.template_len,
                        src.origin ? src.origin : "template", &tpl) != HM_OK) {
         fprintf(stderr, "hmoe: %s\n", hm_last_error());
         goto done;
