@@ -25,6 +25,7 @@ typedef enum hm_status {
     HM_ERR_SYSTEM,      /* an OS facility failed (threads, affinity, syscalls) */
     HM_ERR_DEVICE,      /* the GPU runtime reported an error */
     HM_ERR_INTERNAL,    /* a check of our own failed: a bug in hmoe */
+    HM_ERR_NUMERIC,     /* a computation gave NaN or inf (NaN/inf in weights or inputs) */
     HM_STATUS_COUNT
 } hm_status;
 

@@ -636,6 +636,99 @@ static void check_bad_models(void) {
     rmdir(dir);
 }
 
+/* Copies fixture `name` to dir with one element of `tensor` (first element, or the middle one)
+ * set to the bit pattern `val` of its dtype (BF16 or F32 or FP8 E4M3 scale). */
+static bool poke_fixture(const char *name, const char *dir, const char *tensor, uint32_t val) {
+    char src[600], dst[600];
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (int f = 0; f < 2; f++) {
+        snprintf(src, sizeof src, "%s/%s/%s", DATA, name, files[f]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[f]);
+        size_t len;
+        char *b = test_read_file(src, &len);
+        if (!b) return false;
+        if (f == 1) { /* safetensors: u64 header length, JSON header, data */
+            uint64_t hl;
+            memcpy(&hl, b, 8);
+            json_error_t err;
+            json_t *h = json_loadb(b + 8, (size_t)hl, 0, &err), *t = json_object_get(h, tensor);
+            json_t *off = json_object_get(t, "data_offsets");
+            const char *dt = json_string_value(json_object_get(t, "dtype"));
+            if (!off || !dt) {
+                fprintf(stderr, "%s: no tensor %s\n", src, tensor);
+                json_decref(h), free(b);
+                return false;
+            }
+            const size_t at = 8 + (size_t)hl + (size_t)json_integer_value(json_array_get(off, 0));
+            if (!strcmp(dt, "BF16")) {
+                uint16_t v = (uint16_t)val;
+                memcpy(b + at, &v, 2);
+            } else {
+                memcpy(b + at, &val, 4);
+            }
+            json_decref(h);
+        }
+        FILE *o = fopen(dst, "wb");
+        bool ok = o && fwrite(b, 1, len, o) == len;
+        if (o) ok = fclose(o) == 0 && ok;
+        free(b);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+/* NaN or inf in a weight (or an FP8 block scale) that reaches the output is reported as
+ * HM_ERR_NUMERIC, never turned into finite logits: q and k NaN once vanished in the attention's
+ * softmax (a NaN score skipped by the row max, its exp clamped to 0). */
+static void check_nan_weights(void) {
+    static const struct {
+        const char *model, *tensor;
+        uint32_t bits;
+    } cases[] = {
+        {"c", "model.layers.0.self_attn.q_proj.weight", 0x7FC0},
+        {"c", "model.layers.0.self_attn.k_proj.weight", 0x7FC0},
+        {"c", "model.layers.1.self_attn.k_proj.weight", 0x7F80}, /* +inf */
+        {"c", "model.layers.0.self_attn.v_proj.weight", 0x7FC0},
+        {"c", "model.layers.0.self_attn.o_proj.weight", 0x7FC0},
+        {"c", "model.layers.0.self_attn.q_norm.weight", 0x7FC0},
+        {"a", "model.layers.0.self_attn.q_proj.weight", 0x7FC00000},
+        {"q_fp8", "model.layers.0.self_attn.q_proj.weight_scale_inv", 0x7FC00000},
+        {"q_fp8", "model.layers.1.self_attn.k_proj.weight_scale_inv", 0x7F800000},
+    };
+    char dir[] = "/tmp/hmoe-nan-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const int32_t ids[6] = {1, 7, 3, 9, 2, 5};
+    float *lg = malloc(sizeof(float) * 6 * 512);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (!poke_fixture(cases[i].model, dir, cases[i].tensor, cases[i].bits)) {
+            CHECK_MSG(false, "could not write %s with a NaN in %s", cases[i].model, cases[i].tensor);
+            continue;
+        }
+        hm_model *m = NULL;
+        hm_ctx *c = NULL;
+        hm_status st = hm_model_load(dir, &m);
+        if (st == HM_OK) {
+            hm_ctx_params cp = hm_ctx_default_params();
+            cp.n_threads = 2, cp.n_ctx = 16, cp.n_batch = 8;
+            CHECK_OK(hm_ctx_create(m, &cp, &c));
+            /* 6 tokens at once, then one more: both the prefill and the decode attention */
+            st = c ? hm_ctx_decode(c, ids, NULL, 6, NULL, lg) : HM_ERR_INTERNAL;
+            if (st == HM_OK && c) st = hm_ctx_decode(c, ids, NULL, 1, NULL, lg);
+        }
+        CHECK_MSG(st == HM_ERR_NUMERIC || (st == HM_ERR_FORMAT && strstr(hm_last_error(), "NaN")),
+                  "%s with NaN/inf in %s: %s (%s)", cases[i].model, cases[i].tensor,
+                  hm_status_str(st), hm_last_error());
+        CHECK_CONTAINS(hm_last_error(), "NaN");
+        hm_ctx_free(c);
+        hm_model_free(m);
+    }
+    char p[600];
+    snprintf(p, sizeof p, "%s/config.json", dir), unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir), unlink(p);
+    rmdir(dir);
+    free(lg);
+}
+
 /* bf16 checkpoints with bf16_tiles: prompts of 16+ tokens run the BF16/F16 projections on AMX
  * BF16 tiles. Against our exact float compute (which matches transformers' float32 to ~1e-6):
  * KL within the bound of docs/models.md (measured: mean 6.4e-4 / 6.2e-5, max 1.4e-2 / 1.9e-4 on
@@ -794,6 +887,7 @@ static void check_rope_gguf(void) {
 int main(void) {
     TILES_OR_SKIP();
     check_rope_gguf();
+    check_nan_weights();
     static const char *const ropes[] = {"default",     "linear",    "dynamic",      "yarn",
                                         "yarn_mscale", "yarn_attn", "yarn_notrunc", "llama3"};
     for (size_t i = 0; i < sizeof ropes / sizeof *ropes; i++) check_rope(ropes[i]);

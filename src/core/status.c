@@ -29,6 +29,8 @@ const char *hm_status_str(hm_status st) {
         return "gpu error";
     case HM_ERR_INTERNAL:
         return "internal error";
+    case HM_ERR_NUMERIC:
+        return "not a number";
     case HM_STATUS_COUNT:
         break;
     }

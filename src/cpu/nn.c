@@ -671,9 +671,10 @@ static void attn_span(const attn_job *j, const float *q, size_t q_ts, int nt, in
             const int r = i * group + g;
             float *si = S + (size_t)r * ss;
             const float m = j->max(n, si);
-            const float z = n > 0 ? j->expsum(n, si, m) : 0.0f;
+            /* a NaN score (NaN in q or K) makes the row NaN: the exp's clamp would hide it */
+            const float z = m != m ? NAN : n > 0 ? j->expsum(n, si, m) : 0.0f;
             if (norm)
-                j->scale(n, z > 0 ? 1.0f / z : 0.0f, si);
+                j->scale(n, z > 0 ? 1.0f / z : z == 0 ? 0.0f : NAN, si);
             else
                 mz[2 * r] = m, mz[2 * r + 1] = z;
             memset(si + n, 0, sizeof(float) * (size_t)(padded - n));
@@ -722,11 +723,15 @@ static void merge_row(const attn_job *j, int t, int h) {
     const size_t pf = part_floats(group, hd);
     const float *base = j->parts + ((size_t)t * a->n_kv_heads + (size_t)kvh) * C * pf;
     float M = -FLT_MAX, Z = 0;
+    float *o = a->out + (size_t)t * a->out_stride + (size_t)h * hd;
     for (int ch = 0; ch < C; ch++) {
         const float *pp = base + (size_t)ch * pf + (size_t)group * hd + 2 * (size_t)g;
+        if (pp[1] != pp[1]) { /* a chunk with NaN scores: the row is NaN */
+            for (int i = 0; i < hd; i++) o[i] = NAN;
+            return;
+        }
         if (pp[1] > 0 && pp[0] > M) M = pp[0];
     }
-    float *o = a->out + (size_t)t * a->out_stride + (size_t)h * hd;
     memset(o, 0, (size_t)hd * sizeof(float));
     for (int ch = 0; ch < C; ch++) {
         const float *pp = base + (size_t)ch * pf;

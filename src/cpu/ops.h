@@ -59,8 +59,9 @@ typedef struct hm_cpu_ops {
     /* x[i] = e^(x[i] - m) for i < n, returning their sum (softmax numerators; m is the row's
      * max, so every argument is <= 0); same polynomial exp as silu_mul_f32 */
     float (*expsum_f32)(int64_t n, float *x, float m);
-    /* max of x[0..n) and -FLT_MAX, NaNs skipped (softmax row maxima; exact, so every variant
-     * returns the same value) */
+    /* max of x[0..n) and -FLT_MAX, or NaN when any x is NaN (softmax row maxima: a NaN score
+     * must reach the output, not vanish in a clamped exp; exact, so every variant returns the
+     * same value) */
     float (*max_f32)(int64_t n, const float *x);
     /* x[i] *= a for i < n */
     void (*scale_f32)(int64_t n, float a, float *x);

@@ -308,8 +308,9 @@ static float expsum_f32_ref(int64_t n, float *x, float m) {
 
 static float max_f32_ref(int64_t n, const float *x) {
     float m = -FLT_MAX;
-    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
+    bool nan = false;
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m, nan |= x[i] != x[i];
+    return nan ? NAN : m;
 }
 
 static void scale_f32_ref(int64_t n, float a, float *x) {

@@ -499,6 +499,27 @@ static void final_norm(hm_ctx *c, int i, void *arg) {
                c->m->hp.norm_eps);
 }
 
+/* true when x[0..n) holds no NaN or inf: x * 0 is 0 for finite x and NaN otherwise; eight
+ * independent sums keep it a vector loop */
+static bool all_finite(const float *x, size_t n) {
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += x[i + k] * 0.0f;
+    for (; i < n; i++) acc[0] += x[i] * 0.0f;
+    float s = 0;
+    for (int k = 0; k < 8; k++) s += acc[k];
+    return s == 0.0f;
+}
+
+static hm_status not_finite(const hm_ctx *c, const char *what, int i) {
+    return hm_errorf(HM_ERR_NUMERIC,
+                     "decode: the %s of batch index %d (sequence %d, position %d) hold NaN or "
+                     "inf: the model's weights (or scales) hold NaN or inf, or an activation "
+                     "overflowed",
+                     what, i, c->seq[i], c->pos[i]);
+}
+
 hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
                         const uint8_t *want, float *logits) {
     const hm_hparams *hp = &c->m->hp;
@@ -546,9 +567,17 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
     int nw = 0;
     for (int i = 0; i < n; i++)
         if (!want || want[i]) rows[nw++] = i;
+    /* NaN or inf in the weights or activations is reported, never turned into plausible logits
+     * (a quantized output matmul would quantize a NaN activation into finite values) */
+    for (int r = 0; r < nw; r++)
+        if (!all_finite(c->x + (size_t)rows[r] * hp->hidden, hp->hidden))
+            return not_finite(c, "hidden state", rows[r]);
     fin_arg fa = {rows, c->m->output_norm};
     hm_ctx_for_tokens(c, nw, final_norm, &fa);
     hm_ctx_matmul(c, &c->m->output, c->xn, nw, logits);
+    for (int r = 0; r < nw; r++)
+        if (!all_finite(logits + (size_t)r * hp->vocab_size, hp->vocab_size))
+            return not_finite(c, "logits", rows[r]);
     hm_ctx_prof(c, HM_PROF_OUTPUT, &t0);
     return HM_OK;
 }

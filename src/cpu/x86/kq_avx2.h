@@ -989,15 +989,20 @@ static inline float hm_expsum_f32_avx2(int64_t n, float *x, float m) {
 /* max of x[0..n) and -FLT_MAX, NaNs skipped (max_ps returns its second operand when the first
  * is NaN) */
 static inline float hm_max_f32_avx2(int64_t n, const float *x) {
-    __m256 m = _mm256_set1_ps(-FLT_MAX);
+    __m256 m = _mm256_set1_ps(-FLT_MAX), nan = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        m = _mm256_max_ps(v, m); /* a NaN in v leaves m: tracked apart */
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
     _Alignas(32) float t[8];
     _mm256_store_ps(t, m);
     float r = -FLT_MAX;
+    bool any_nan = _mm256_movemask_ps(nan) != 0;
     for (int j = 0; j < 8; j++) r = t[j] > r ? t[j] : r;
-    for (; i < n; i++) r = x[i] > r ? x[i] : r;
-    return r;
+    for (; i < n; i++) r = x[i] > r ? x[i] : r, any_nan |= x[i] != x[i];
+    return any_nan ? NAN : r;
 }
 
 static inline void hm_scale_f32_avx2(int64_t n, float a, float *x) {

@@ -1105,11 +1105,14 @@ static inline float hm_expsum_f32_avx512(int64_t n, float *x, float m) {
  * is NaN) */
 static inline float hm_max_f32_avx512(int64_t n, const float *x) {
     __m512 m = _mm512_set1_ps(-FLT_MAX);
+    __mmask16 nan = 0;
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, x + i), m);
+        const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+        m = _mm512_mask_max_ps(m, k, v, m); /* a NaN in v leaves m: tracked apart */
+        nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
     }
-    return _mm512_reduce_max_ps(m);
+    return nan ? NAN : _mm512_reduce_max_ps(m);
 }
 
 static inline void hm_scale_f32_avx512(int64_t n, float a, float *x) {
