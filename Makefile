@@ -68,7 +68,7 @@ fuzz: deps
 	@for f in $(FUZZERS); do \
 	  clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -std=c11 \
 	    -D_GNU_SOURCE -DPCRE2_CODE_UNIT_WIDTH=8 -DPCRE2_STATIC -Iinclude -Isrc fuzz/fuzz_$$f.c \
-	    $(FUZZ_LIB_SRC) -l:libjansson.a -l:libpcre2-8.a -lpthread -lm \
+	    $(FUZZ_LIB_SRC) -l:libjansson.a -l:libpcre2-8.a -l:libz.a -lpthread -lm \
 	    -o $(FUZZ_BUILD)/fuzz_$$f || exit 1; echo "built $(FUZZ_BUILD)/fuzz_$$f"; done
 
 fuzz-run: fuzz

@@ -13,6 +13,7 @@ have_cmd cmake || need+=(cmake)
 [ -e /usr/include/linux/futex.h ] || need+=(linux-libc-dev)
 [ -e /usr/include/jansson.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libjansson-dev)
 [ -e /usr/include/pcre2.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libpcre2-dev)
+[ -e /usr/include/zlib.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(zlib1g-dev)
 have_cmd python3 || optional+=(python3)  # tests use Python's json module as an oracle
 have_cmd lscpu || optional+=(util-linux) # topology oracle in tests
 
