@@ -46,6 +46,30 @@ typedef struct hm_tbuf {
     size_t n, cap;
 } hm_tbuf;
 
+/* One step of a Hugging Face normalizer (a Sequence is flattened into its steps). */
+typedef enum hm_norm_kind {
+    HM_NORM_NFC = 1,
+    HM_NORM_NFD,
+    HM_NORM_NFKC,
+    HM_NORM_NFKD,
+    HM_NORM_LOWERCASE,
+    HM_NORM_STRIP,
+    HM_NORM_PREPEND,
+    HM_NORM_REPLACE,
+} hm_norm_kind;
+
+typedef struct hm_norm_step {
+    hm_norm_kind kind;
+    bool left, right; /* Strip */
+    char *pattern;    /* Replace: literal pattern (owned), when re is NULL */
+    size_t pattern_len;
+    void *re;      /* Replace: pcre2_code * (owned) for a Regex pattern */
+    char *content; /* Prepend: the prefix; Replace: the replacement (owned) */
+    size_t content_len;
+} hm_norm_step;
+
+#define HM_TOK_MAX_NORM 16
+
 typedef enum hm_bpe_mode {
     HM_BPE_MERGES = 0, /* merge ranks from a merges list (GGUF, HF) */
     HM_BPE_RANKS,      /* tiktoken: rank of the merged bytes (= its id) */
@@ -89,6 +113,10 @@ struct hm_tokenizer {
 
     void *re[HM_TOK_MAX_REGEX]; /* pcre2_code * */
     int n_re;
+
+    hm_norm_step norm[HM_TOK_MAX_NORM]; /* applied in order to every text fragment */
+    int n_norm;
+    char norm_name[HM_TOK_MAX_NORM * 10]; /* "NFKD+Lowercase" */
 };
 
 /* Hash of a byte string (map keys, word cache). */
@@ -130,6 +158,17 @@ int32_t hm_tok_find_text(const hm_tokenizer *t, const char *text, size_t len);
 hm_status hm_tok_set_pre(hm_tokenizer *t, const char *pre);
 /* Recomputes the sorted special-token list (after types/flags changed). */
 hm_status hm_tok_build_specials(hm_tokenizer *t);
+
+/* ---- normalizers (normalize.c) ----------------------------------------------------------------
+ */
+/* Runs t's normalizer over s[0..n): *res points at s itself when there are no steps, else into
+ * one of the two scratch buffers. */
+hm_status hm_tok_normalize(const hm_tokenizer *t, const char *s, size_t n, hm_tbuf bufs[2],
+                           const char **res, size_t *res_len);
+/* Appends a step: t owns its strings and regex from then on (on failure the caller keeps them). */
+hm_status hm_tok_norm_add(hm_tokenizer *t, const hm_norm_step *step);
+void hm_tok_norm_clear(hm_tokenizer *t);
+const char *hm_tok_norm_name(hm_norm_kind k);
 
 /* GPT-2 byte-level alphabet: decodes text to bytes; false when a code point is not in it. */
 bool hm_tok_gpt2_decode(const char *s, size_t n, hm_tbuf *out);

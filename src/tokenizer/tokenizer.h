@@ -89,6 +89,9 @@ hm_status hm_tokenizer_from_tiktoken_memory(const void *data, size_t size, const
 hm_status hm_tokenizer_from_hf_memory(const char *vocab_json, size_t vocab_len,
                                       const char *merges_txt, size_t merges_len, const char *name,
                                       hm_tokenizer **out);
+/* json: the text of a tokenizer.json (no tokenizer_config.json etc. are read). */
+hm_status hm_tokenizer_from_json_memory(const char *json, size_t len, const char *name,
+                                        hm_tokenizer **out);
 void hm_tokenizer_free(hm_tokenizer *tok); /* NULL is a no-op */
 
 /* ---- encoding --------------------------------------------------------------------------------
@@ -136,6 +139,9 @@ int32_t hm_tokenizer_eos(const hm_tokenizer *tok);
 int32_t hm_tokenizer_eot(const hm_tokenizer *tok); /* end of turn (<|im_end|>, <|eot_id|>) */
 int32_t hm_tokenizer_unk(const hm_tokenizer *tok);
 int32_t hm_tokenizer_pad(const hm_tokenizer *tok);
+/* The normalizer applied to text before pre-tokenization, its steps joined by '+' ("NFC",
+ * "NFKD+Lowercase+Strip"); "" when there is none. */
+const char *hm_tokenizer_normalizer(const hm_tokenizer *tok);
 bool hm_tokenizer_add_bos(const hm_tokenizer *tok);
 bool hm_tokenizer_add_eos(const hm_tokenizer *tok);
 /* Token type; 0 for ids out of range. */
