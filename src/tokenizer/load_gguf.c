@@ -1,6 +1,7 @@
 /* load_gguf.c - tokenizer from GGUF metadata (tokenizer.ggml.*), with llama.cpp's defaults. */
 #include <string.h>
 
+#include "core/log.h"
 #include "tokenizer/tok_int.h"
 
 #define KEY_MODEL "tokenizer.ggml.model"
@@ -12,9 +13,17 @@ static void str_copy(hm_gguf_str s, char *buf, size_t cap) {
     buf[n] = 0;
 }
 
-static void get_id(const hm_gguf *g, const char *key, int32_t *id) {
+/* A special-token id key. One at or past the vocabulary size is ignored with a warning and the
+ * default stays, as llama.cpp does ("bad special token: ... using default id"). */
+static void get_id(const hm_gguf *g, const char *key, uint32_t n, int32_t *id) {
     uint64_t v;
-    if (hm_gguf_get_uint(g, key, &v) == HM_OK && v < HM_TOK_MAX_VOCAB) *id = (int32_t)v;
+    if (hm_gguf_get_uint(g, key, &v) != HM_OK) return;
+    if (v < n) {
+        *id = (int32_t)v;
+        return;
+    }
+    HM_WARN("%s: %s = %llu is past the vocabulary (%u tokens): ignored, using %d", hm_gguf_name(g),
+            key, (unsigned long long)v, n, *id);
 }
 
 static void get_flag(const hm_gguf *g, const char *key, bool *b) {
@@ -118,13 +127,13 @@ hm_status hm_tokenizer_from_gguf(const hm_gguf *g, hm_tokenizer **out) {
         for (int k = 0; llama3[k]; k++)
             if (!strcmp(pre, llama3[k])) t->add_bos = true;
     }
-    get_id(g, "tokenizer.ggml.bos_token_id", &t->bos);
-    get_id(g, "tokenizer.ggml.eos_token_id", &t->eos);
-    get_id(g, "tokenizer.ggml.eot_token_id", &t->eot);
-    get_id(g, "tokenizer.ggml.eom_token_id", &t->eom);
-    get_id(g, "tokenizer.ggml.unknown_token_id", &t->unk);
-    get_id(g, "tokenizer.ggml.seperator_token_id", &t->sep);
-    get_id(g, "tokenizer.ggml.padding_token_id", &t->pad);
+    get_id(g, "tokenizer.ggml.bos_token_id", n, &t->bos);
+    get_id(g, "tokenizer.ggml.eos_token_id", n, &t->eos);
+    get_id(g, "tokenizer.ggml.eot_token_id", n, &t->eot);
+    get_id(g, "tokenizer.ggml.eom_token_id", n, &t->eom);
+    get_id(g, "tokenizer.ggml.unknown_token_id", n, &t->unk);
+    get_id(g, "tokenizer.ggml.seperator_token_id", n, &t->sep);
+    get_id(g, "tokenizer.ggml.padding_token_id", n, &t->pad);
     get_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
     get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
     get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);

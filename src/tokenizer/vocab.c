@@ -7,6 +7,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "core/log.h"
 #include "tokenizer/tok_int.h"
 
 /* ---- buffers and hashing ----------------------------------------------------------------------
@@ -201,7 +202,6 @@ hm_status hm_tok_set(hm_tokenizer *t, uint32_t id, const char *text, size_t len,
     if (st) return st;
     t->score[id] = score;
     t->type[id] = (uint8_t)(type >= HM_TOKT_NORMAL && type <= HM_TOKT_BYTE ? type : HM_TOKT_NORMAL);
-    if (len > t->max_token_len) t->max_token_len = (uint32_t)len;
     return HM_OK;
 }
 
@@ -431,15 +431,56 @@ static void mark_eog(hm_tokenizer *t) {
     }
 }
 
+/* A special id that is not a token of this vocabulary (a default such as SentencePiece's bos 1 in
+ * a one-token vocabulary, or a loader bug) is dropped: every later use indexes the tables. */
+static void clamp_special(const hm_tokenizer *t, const char *what, int32_t *id) {
+    if (*id == HM_TOKEN_NONE || (*id >= 0 && (uint32_t)*id < t->n)) return;
+    HM_WARN("%s: %s token id %d is not in the vocabulary (%u tokens): none", t->source, what, *id,
+            t->n);
+    *id = HM_TOKEN_NONE;
+}
+
+static bool utf8_valid(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t adv;
+        uint32_t cp = hm_utf8_decode((const uint8_t *)s + i, n - i, &adv);
+        if (cp == 0xFFFD && adv == 1) return false;
+        i += adv;
+    }
+    return true;
+}
+
+/* Token texts come from the file as they are. WordPiece looks words up by every length up to
+ * max_token_len, so that bound counts only texts its input can ever equal (valid UTF-8): one
+ * long invalid text would otherwise make every lookup scan that far. */
+static void check_texts(hm_tokenizer *t) {
+    uint32_t invalid = 0, first = 0;
+    t->max_token_len = 0;
+    for (uint32_t id = 0; id < t->n; id++) {
+        const char *s = t->text.p + t->text_off[id];
+        uint32_t len = t->text_len[id];
+        if (!utf8_valid(s, len)) {
+            if (!invalid++) first = id;
+            if (!t->raw_bytes) continue;
+        }
+        if (len > t->max_token_len) t->max_token_len = len;
+    }
+    if (invalid && !t->raw_bytes)
+        HM_WARN("%s: %u token texts are not valid UTF-8 (first: id %u)", t->source, invalid, first);
+}
+
 hm_status hm_tok_finalize(hm_tokenizer *t, const char *pre) {
-    if (t->bos >= (int32_t)t->n) t->bos = HM_TOKEN_NONE;
-    if (t->eos >= (int32_t)t->n) t->eos = HM_TOKEN_NONE;
-    if (t->unk >= (int32_t)t->n) t->unk = HM_TOKEN_NONE;
-    if (t->pad >= (int32_t)t->n) t->pad = HM_TOKEN_NONE;
-    if (t->sep >= (int32_t)t->n) t->sep = HM_TOKEN_NONE;
+    clamp_special(t, "bos", &t->bos);
+    clamp_special(t, "eos", &t->eos);
+    clamp_special(t, "eot", &t->eot);
+    clamp_special(t, "eom", &t->eom);
+    clamp_special(t, "unknown", &t->unk);
+    clamp_special(t, "padding", &t->pad);
+    clamp_special(t, "separator", &t->sep);
     if (t->add_bos && t->bos < 0) t->add_bos = false;
     if (t->add_eos && t->eos < 0) t->add_eos = false;
     mark_eog(t);
+    check_texts(t);
     hm_status st = build_pieces(t);
     if (!st) st = build_map(t);
     if (!st) st = hm_tok_build_specials(t);
@@ -462,6 +503,7 @@ void hm_tokenizer_free(hm_tokenizer *t) {
     free(t->merges.slots);
     free(t->specials);
     for (int i = 0; i < t->n_re; i++) pcre2_code_free((pcre2_code *)t->re[i]);
+    hm_tok_norm_clear(t);
     free(t);
 }
 
