@@ -161,7 +161,8 @@ static jv arith(rctx *rc, const node *at, binop op, jv a, jv b) {
                 if (y == 0)
                     jx_fail(rc, at, "ZeroDivisionError: integer division or modulo by zero");
                 if (y == -1) return jv_int(0); /* INT64_MIN % -1 included */
-                return jv_int(x - floordiv_i(x, y) * y);
+                int64_t m = x % y;             /* Python: the sign of the divisor */
+                return jv_int(m != 0 && (m < 0) != (y < 0) ? m + y : m);
             }
             if (fy == 0) jx_fail(rc, at, "ZeroDivisionError: float modulo");
             float_divmod(fx, fy, &fd, &fm);
