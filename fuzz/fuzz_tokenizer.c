@@ -1,9 +1,11 @@
 /* fuzz_tokenizer.c - libFuzzer target: the first byte picks a reader (vocab.json + merges.txt,
- * SentencePiece protobuf, tiktoken ranks (plain or gzip), or a small valid vocabulary) and the rest
- * is its input; every load must succeed or fail cleanly, and whatever loads must encode and
- * decode the fuzzed text without faults. */
+ * SentencePiece protobuf, tiktoken ranks (plain or gzip, inflated by zlib), tokenizer.json with
+ * its normalizer, or a small valid vocabulary with or without a normalizer chain) and the rest is
+ * its input; every load must succeed or fail cleanly, and whatever loads must encode and decode
+ * the fuzzed text without faults. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,9 +52,37 @@ static hm_tokenizer *small_vocab(void) {
     return tok;
 }
 
+/* The 256 GPT-2 byte symbols as a tokenizer.json vocabulary, with every normalizer kind. */
+static hm_tokenizer *normalizing_vocab(void) {
+    static hm_tokenizer *tok;
+    if (tok) return tok;
+    static char json[8192];
+    size_t n = (size_t)snprintf(
+        json, sizeof json,
+        "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFKD\"}, "
+        "{\"type\": \"NFC\"}, {\"type\": \"Lowercase\"}, {\"type\": \"Strip\"}, "
+        "{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"\\\\s+\"}, \"content\": \" \"}, "
+        "{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"\"}, "
+        "{\"type\": \"Prepend\", \"prepend\": \"\\u2581\"}, {\"type\": \"NFD\"}]}, "
+        "\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {");
+    for (int b = 0; b < 256; b++) {
+        int cp = b, k = 0;
+        if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+            for (int c = 0; c < b; c++)
+                k += !((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255));
+            cp = 256 + k;
+        }
+        n += (size_t)snprintf(json + n, sizeof json - n, "%s\"\\u%04x\": %d", b ? ", " : "", cp, b);
+    }
+    n += (size_t)snprintf(json + n, sizeof json - n, "}}}");
+    hm_tokenizer_from_json_memory(json, n, "normalizing", &tok);
+    return tok;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    uint8_t mode = data[0] % 4;
+    /* 0xF0: tokenizer.json, 0xF1: the normalizing vocabulary; below, the first four modes */
+    uint8_t mode = data[0] >= 0xF0 ? 4 + (data[0] & 1) : data[0] % 4;
     data++, size--;
     hm_tokenizer *tok = NULL;
     if (mode == 0) {
@@ -80,8 +110,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             exercise(tok, (const uint8_t *)T2, sizeof T2 - 1);
             hm_tokenizer_free(tok);
         }
-    } else {
+    } else if (mode == 3) {
         tok = small_vocab();
+        if (tok) exercise(tok, data, size);
+    } else if (mode == 4) {
+        /* tokenizer.json \0 text */
+        const uint8_t *z = memchr(data, 0, size);
+        size_t jl = z ? (size_t)(z - data) : size;
+        if (hm_tokenizer_from_json_memory((const char *)data, jl, "fuzz", &tok) == HM_OK) {
+            if (z) exercise(tok, z + 1, size - jl - 1);
+            hm_tokenizer_free(tok);
+        }
+    } else {
+        tok = normalizing_vocab();
         if (tok) exercise(tok, data, size);
     }
     return 0;

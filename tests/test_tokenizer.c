@@ -1,13 +1,19 @@
 /* test_tokenizer.c - tokenizers against golden files: llama.cpp's test-tokenizer-0 vectors for
  * every vocab GGUF, the same vectors through the HF (Qwen2), tiktoken (Llama-3) and SentencePiece
- * (Llama-2) readers, mistral-common's chat samples; exact round trips, streaming decode, random
- * UTF-8, threads, and malformed inputs. Test data: $HMOE_TESTDATA or ../shared/testdata. */
+ * (Llama-2) readers, mistral-common's chat samples, HF tokenizers' ids for the normalizers and
+ * long whitespace (tests/data/tokenizer, tests/gen/tokenizer_goldens.py); exact round trips,
+ * streaming decode, random UTF-8, threads, and malformed inputs (special ids out of range, invalid
+ * UTF-8 token texts, corrupt gzip). Test data: $HMOE_TESTDATA or ../shared/testdata. */
 #include <dirent.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
 
+#include "core/timer.h"
 #include "format/gguf.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
@@ -427,7 +433,21 @@ static void test_random(const char *model, int iters) {
             free(ids);
             continue;
         }
-        if (bl != n || memcmp(back, buf, n) != 0) {
+        const char *want = buf;
+        size_t want_n = n;
+        char *again = NULL;
+        if (*hm_tokenizer_normalizer(tok)) {
+            /* normalized text: decode(encode(x)) is the normal form, a fixed point */
+            int32_t *ids2;
+            size_t k2;
+            if (hm_tokenizer_encode_alloc(tok, back, bl, 0, &ids2, &k2) == HM_OK &&
+                hm_tokenizer_decode(tok, ids2, k2, fl, &again, &want_n) == HM_OK)
+                want = again;
+            else
+                want_n = bl + 1;
+            free(ids2);
+        }
+        if (bl != want_n || memcmp(back, want, want_n) != 0) {
             if (!bad++) {
                 fprintf(stderr, "%s: no round trip for:", model);
                 for (size_t i = 0; i < n; i++) fprintf(stderr, " %02x", (uint8_t)buf[i]);
@@ -439,6 +459,7 @@ static void test_random(const char *model, int iters) {
         check_stream(tok, ids, k, fl, model);
         free(ids);
         free(back);
+        free(again);
     }
     CHECK_MSG(bad == 0, "%s: %d/%d random strings do not round-trip", model, bad, iters);
     printf("  %-44s %3d/%d random strings round-trip\n", model, iters - bad, iters);
@@ -658,6 +679,482 @@ static void test_bad_inputs(void) {
     CHECK_STATUS(hm_tokenizer_load("/nonexistent/tokenizer", &tok), HM_ERR_NOT_FOUND);
 }
 
+/* ---- hostile vocabularies: special ids out of range, invalid UTF-8 token texts ------------------
+ */
+
+static char g_tmp[64]; /* scratch directory (mkdtemp) */
+
+typedef struct kv_id {
+    const char *key;
+    uint64_t v;
+} kv_id;
+
+/* Writes a vocabulary-only GGUF; types and pre may be NULL, ids ends with a NULL key. */
+static bool write_vocab_gguf(const char *path, const char *model, const char *pre, uint32_t n,
+                             const char *const *toks, const uint64_t *lens, const int32_t *types,
+                             const kv_id *ids) {
+    hm_gguf_writer *w;
+    if (hm_gguf_writer_open(path, &w) != HM_OK) return false;
+    hm_status st = hm_gguf_w_str(w, "tokenizer.ggml.model", model);
+    if (!st && pre) st = hm_gguf_w_str(w, "tokenizer.ggml.pre", pre);
+    if (!st) st = hm_gguf_w_arr_str(w, "tokenizer.ggml.tokens", n, toks, lens);
+    if (!st && types) st = hm_gguf_w_arr(w, "tokenizer.ggml.token_type", HM_GGUF_INT32, n, types);
+    if (!st && !strcmp(model, "gpt2"))
+        st = hm_gguf_w_arr_str(w, "tokenizer.ggml.merges", 0, NULL, NULL);
+    for (; ids && ids->key && !st; ids++) st = hm_gguf_w_uint(w, ids->key, HM_GGUF_UINT64, ids->v);
+    if (st) {
+        hm_gguf_writer_abort(w);
+        return false;
+    }
+    return hm_gguf_writer_finish(w) == HM_OK;
+}
+
+/* GPT-2's byte -> printable code point map, as UTF-8: byte b's token text. */
+static void gpt2_byte_text(int b, char out[4]) {
+    int cp = b, k = 0;
+    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))) {
+        for (int c = 0; c < b; c++)
+            if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255))) k++;
+        cp = 256 + k;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp, out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 63)), out[2] = 0;
+    }
+}
+
+/* Runs cmd through the shell; returns its exit status (-1 when it did not exit normally) and
+ * its output in out. */
+static int run_cmd(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Special-token ids at or past the vocabulary size: llama.cpp ignores such a key with a warning
+ * ("bad special token ... using default id"), and so does hm; ids that were defaults and do not fit
+ * a small vocabulary are dropped. Before, eot/eom were used as they were: heap overflow in
+ * mark_eog (vocab.c) and SIGSEGV in `hmoe tokenize` / `hmoe run`. */
+static void test_special_ids(void) {
+    char bytes[256][4], path[128];
+    const char *toks[258];
+    int32_t types[258];
+    for (int b = 0; b < 256; b++) {
+        gpt2_byte_text(b, bytes[b]);
+        toks[b] = bytes[b];
+        types[b] = HM_TOKT_NORMAL;
+    }
+    toks[256] = "<|endoftext|>";
+    toks[257] = "<|im_end|>";
+    types[256] = types[257] = HM_TOKT_CONTROL;
+    const kv_id ids[] = {{"tokenizer.ggml.bos_token_id", 256},
+                         {"tokenizer.ggml.eos_token_id", 258},
+                         {"tokenizer.ggml.eot_token_id", 258},
+                         {"tokenizer.ggml.eom_token_id", 1ull << 40},
+                         {"tokenizer.ggml.unknown_token_id", 258},
+                         {"tokenizer.ggml.padding_token_id", 100000},
+                         {"tokenizer.ggml.seperator_token_id", 4000000000u},
+                         {NULL, 0}};
+    snprintf(path, sizeof path, "%s/special-ids.gguf", g_tmp);
+    CHECK(write_vocab_gguf(path, "gpt2", "gpt-2", 258, toks, NULL, types, ids));
+    hm_tokenizer *tok;
+    hm_status st = hm_tokenizer_load(path, &tok);
+    CHECK_MSG(st == HM_OK, "%s", hm_last_error());
+    if (!st) {
+        CHECK(hm_tokenizer_bos(tok) == 256);
+        CHECK(hm_tokenizer_eos(tok) == 11);  /* llama.cpp's BPE default, the key is ignored */
+        CHECK(hm_tokenizer_eot(tok) == 257); /* found by its text, as without the key */
+        CHECK(hm_tokenizer_unk(tok) == HM_TOKEN_NONE && hm_tokenizer_pad(tok) == HM_TOKEN_NONE);
+        int eog = 0;
+        for (int32_t id = -3; id < 262; id++) eog += hm_tokenizer_is_eog(tok, id);
+        CHECK(eog == 3); /* eos 11 (','), <|endoftext|> and <|im_end|> */
+        const char *text = "Hello<|im_end|>";
+        int32_t *out;
+        size_t n;
+        CHECK_OK(hm_tokenizer_encode_alloc(tok, text, strlen(text),
+                                           HM_TOK_ADD_SPECIAL | HM_TOK_PARSE_SPECIAL, &out, &n));
+        CHECK(n == 6 && out[0] == 'H' && out[4] == 'o' && out[5] == 257);
+        free(out);
+        hm_tokenizer_free(tok);
+    }
+    char cmd[512], buf[4096];
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s --text 'Hi<|im_end|>' --special 2>&1", HMOE_BINARY,
+             path);
+    int rc = run_cmd(cmd, buf, sizeof buf);
+    CHECK_MSG(rc == 0, "hmoe tokenize on out-of-range eot/eom: rc %d: %s", rc, buf);
+    CHECK_CONTAINS(buf, "72 105 257");
+
+    /* llama.cpp's per-model defaults that a tiny vocabulary does not have */
+    const char *one[] = {"\xE2\x96\x81"
+                         "a"};
+    snprintf(path, sizeof path, "%s/spm-one.gguf", g_tmp);
+    CHECK(write_vocab_gguf(path, "llama", NULL, 1, one, NULL, NULL, NULL));
+    if (hm_tokenizer_load(path, &tok) == HM_OK) {
+        CHECK(hm_tokenizer_bos(tok) == HM_TOKEN_NONE && hm_tokenizer_eos(tok) == HM_TOKEN_NONE);
+        CHECK(!hm_tokenizer_add_bos(tok));
+        int32_t *out;
+        size_t n;
+        CHECK_OK(hm_tokenizer_encode_alloc(tok, "a a", 3, HM_TOK_ADD_SPECIAL, &out, &n));
+        CHECK(n == 2 && out[0] == 0 && out[1] == 0);
+        free(out);
+        hm_tokenizer_free(tok);
+    } else {
+        CHECK_MSG(0, "%s", hm_last_error());
+    }
+    const char *three[] = {"[UNK]",
+                           "\xE2\x96\x81"
+                           "a",
+                           "a"};
+    snprintf(path, sizeof path, "%s/wpm-three.gguf", g_tmp);
+    CHECK(write_vocab_gguf(path, "bert", NULL, 3, three, NULL, NULL, NULL));
+    if (hm_tokenizer_load(path, &tok) == HM_OK) {
+        int32_t *out;
+        size_t n;
+        CHECK_OK(hm_tokenizer_encode_alloc(tok, "a b", 3, HM_TOK_ADD_SPECIAL, &out, &n));
+        CHECK(n == 1 && out[0] == 1); /* no [CLS]/[SEP]/[UNK] ids: "b" has no token */
+        free(out);
+        hm_tokenizer_free(tok);
+    } else {
+        CHECK_MSG(0, "%s", hm_last_error());
+    }
+
+    /* Hugging Face files name special tokens by text: one that is not in the vocabulary is none */
+    char dir[128], f[192];
+    snprintf(dir, sizeof dir, "%s/hf-special", g_tmp);
+    snprintf(f, sizeof f, "%s/vocab.json", dir);
+    write_text(f, "{\"a\": 0, \"b\": 1, \"ab\": 2}");
+    snprintf(f, sizeof f, "%s/merges.txt", dir);
+    write_text(f, "#version: 0.2\na b\n");
+    snprintf(f, sizeof f, "%s/tokenizer_config.json", dir);
+    write_text(f, "{\"eos_token\": \"<nope>\", \"bos_token\": {\"content\": \"<|im_end|>\"},"
+                  " \"pad_token\": null, \"added_tokens_decoder\": {"
+                  "\"3\": {\"content\": \"<|im_end|>\", \"special\": true},"
+                  "\"99999999999\": {\"content\": \"<big>\", \"special\": true},"
+                  "\"-4\": {\"content\": \"<neg>\", \"special\": true}}}");
+    st = hm_tokenizer_load(dir, &tok);
+    CHECK_MSG(st == HM_OK, "%s", hm_last_error());
+    if (!st) {
+        CHECK(hm_tokenizer_n_vocab(tok) == 4);
+        CHECK(hm_tokenizer_bos(tok) == 3 && hm_tokenizer_eot(tok) == 3);
+        CHECK(hm_tokenizer_eos(tok) == HM_TOKEN_NONE);
+        int32_t *out;
+        size_t n;
+        CHECK_OK(hm_tokenizer_encode_alloc(tok, "ab<|im_end|>", 12,
+                                           HM_TOK_ADD_SPECIAL | HM_TOK_PARSE_SPECIAL, &out, &n));
+        CHECK(n == 2 && out[0] == 2 && out[1] == 3);
+        free(out);
+        hm_tokenizer_free(tok);
+    }
+}
+
+/* Token texts that are not valid UTF-8 (a 64 KiB one here) once made WordPiece look every word up
+ * by every length up to that text's length: minutes for one long word. Such texts no longer
+ * count in that bound, and words over 100 characters are [UNK] (Hugging Face WordPiece's
+ * max_input_chars_per_word), so the work per word is bounded. */
+static void test_invalid_vocab(void) {
+    enum { N = 107, BIG = 65536 };
+    char names[100][16], path[128];
+    const char *toks[N];
+    uint64_t lens[N];
+    int32_t types[N];
+    char *big = malloc(BIG);
+    memset(big, 0xFF, BIG);
+    for (int i = 0; i < N; i++) types[i] = HM_TOKT_NORMAL;
+    for (int i = 0; i < 100; i++) {
+        snprintf(names[i], sizeof names[i], i ? "[unused%d]" : "[PAD]", i);
+        toks[i] = names[i];
+    }
+    toks[100] = "[UNK]", toks[101] = "[CLS]", toks[102] = "[SEP]";
+    types[0] = types[100] = types[101] = types[102] = HM_TOKT_CONTROL;
+    toks[103] = "\xE2\x96\x81"
+                "a",
+    toks[104] = "a", toks[105] = "aa", toks[106] = big;
+    for (int i = 0; i < N; i++) lens[i] = i == 106 ? BIG : strlen(toks[i]);
+    snprintf(path, sizeof path, "%s/wpm-invalid.gguf", g_tmp);
+    bool ok = write_vocab_gguf(path, "bert", NULL, N, toks, lens, types, NULL);
+    free(big);
+    CHECK(ok);
+    hm_tokenizer *tok;
+    hm_status st = hm_tokenizer_load(path, &tok);
+    CHECK_MSG(st == HM_OK, "%s", hm_last_error());
+    if (st) return;
+    size_t len = 20000;
+    char *text = malloc(len + 8);
+    memset(text, 'a', len);
+    int32_t *ids;
+    size_t n;
+    /* 100 characters: greedy longest match ("▁a", then "aa"...) */
+    CHECK_OK(hm_tokenizer_encode_alloc(tok, text, 100, HM_TOK_ADD_SPECIAL, &ids, &n));
+    bool want = n == 53 && ids[0] == 101 && ids[1] == 103 && ids[51] == 104 && ids[52] == 102;
+    for (size_t i = 2; want && i < 51; i++) want = ids[i] == 105;
+    CHECK_MSG(want, "100 a's: %zu ids", n);
+    free(ids);
+    CHECK_OK(hm_tokenizer_encode_alloc(tok, text, 101, HM_TOK_ADD_SPECIAL, &ids, &n));
+    CHECK(n == 3 && ids[0] == 101 && ids[1] == 100 && ids[2] == 102);
+    free(ids);
+    memcpy(text + len, " aa", 3);
+    double t0 = hm_time_s();
+    CHECK_OK(hm_tokenizer_encode_alloc(tok, text, len + 3, HM_TOK_ADD_SPECIAL, &ids, &n));
+    double dt = hm_time_s() - t0;
+    CHECK(n == 5 && ids[1] == 100 && ids[2] == 103 && ids[3] == 104);
+    CHECK_MSG(dt < 5.0, "a 20000-character word took %.1f s", dt);
+    free(ids);
+    free(text);
+    hm_tokenizer_free(tok);
+
+    /* byte-level BPE with texts outside the GPT-2 alphabet and invalid UTF-8: loads, encodes */
+    char bytes[256][4];
+    const char *bt[259];
+    for (int b = 0; b < 256; b++) gpt2_byte_text(b, bytes[b]), bt[b] = bytes[b];
+    bt[256] = "\xC3", bt[257] = "\xFF\xFE", bt[258] = "ok\xE2\x82";
+    snprintf(path, sizeof path, "%s/bpe-invalid.gguf", g_tmp);
+    CHECK(write_vocab_gguf(path, "gpt2", "qwen2", 259, bt, NULL, NULL, NULL));
+    if (hm_tokenizer_load(path, &tok) == HM_OK) {
+        const char *s = "ok \xC3\xFF\xFE \xE2\x82";
+        CHECK_OK(hm_tokenizer_encode_alloc(tok, s, strlen(s), 0, &ids, &n));
+        char *back;
+        size_t bl;
+        CHECK_OK(hm_tokenizer_decode(tok, ids, n, 0, &back, &bl));
+        CHECK(bl == strlen(s) && !memcmp(back, s, bl));
+        free(back);
+        free(ids);
+        hm_tokenizer_free(tok);
+    } else {
+        CHECK_MSG(0, "%s", hm_last_error());
+    }
+}
+
+/* ---- normalizers and long whitespace against Hugging Face tokenizers ---------------------------
+ */
+
+typedef struct named_tok {
+    char name[64];
+    hm_tokenizer *tok;
+} named_tok;
+
+static hm_tokenizer *tok_by_name(named_tok *cache, int *n, const char *name) {
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(cache[i].name, name)) return cache[i].tok;
+    char path[4300];
+    if (!strcmp(name, "qwen2"))
+        snprintf(path, sizeof path, "%s/tokenizers/qwen2", g_data);
+    else
+        snprintf(path, sizeof path, "%s/tests/data/tokenizer/%s", HMOE_SOURCE_DIR, name);
+    hm_tokenizer *tok = NULL;
+    hm_status st = hm_tokenizer_load(path, &tok);
+    CHECK_MSG(st == HM_OK, "%s: %s", path, hm_last_error());
+    if (*n < 32) {
+        snprintf(cache[*n].name, sizeof cache[*n].name, "%s", name);
+        cache[(*n)++].tok = tok;
+    }
+    return tok;
+}
+
+/* The 1 MB text of tests/gen/tokenizer_goldens.py mixed_ws_text(): the same xorshift64 and tables.
+ */
+static char *mixed_ws_text(size_t *len) {
+    static const char *const words[] = {
+        "hello", "world", "Qwen", "caf\xC3\xA9", "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E",
+        "x1",    "2024",  "!!",   "don't",       "\xC3\x85ngstr\xC3\xB6m"};
+    static const char *const ws[] = {" ", "  ", "\t", "\n", "\r\n", " \n ", "\n\n", "\xE3\x80\x80"};
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    size_t cap = 1100000, n = 0;
+    char *s = malloc(cap + 64 * 8 + 21000);
+    memset(s, ' ', 400000);
+    memcpy(s + 400000, "end", 3);
+    n = 400003;
+    while (n < 1000000) {
+#define RND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, (uint32_t)(x >> 32))
+        uint32_t r = RND() % 100;
+        if (r < 45) {
+            const char *w = words[RND() % 10];
+            memcpy(s + n, w, strlen(w)), n += strlen(w);
+        } else if (r < 95) {
+            const char *w = ws[RND() % 8];
+            uint32_t k = 1 + RND() % 64;
+            for (uint32_t i = 0; i < k; i++) memcpy(s + n, w, strlen(w)), n += strlen(w);
+        } else {
+            uint32_t k = 1000 + RND() % 20000;
+            memset(s + n, ' ', k), n += k;
+        }
+#undef RND
+    }
+    *len = n;
+    return s;
+}
+
+static uint64_t fnv1a64_ids(const int32_t *ids, size_t n) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++)
+            h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 0xFF)) * 0x100000001B3ull;
+    return h;
+}
+
+/* HF tokenizers' ids for decomposed, precomposed and compatibility text through every normalizer
+ * tokenizer.json declares (byte-level vocabularies without merges: the ids are the normalized
+ * bytes) and through Qwen2's vocabulary, which normalizes with NFC. */
+static void test_normalizers(void) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/tests/data/tokenizer/expected.json", HMOE_SOURCE_DIR);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CHECK_MSG(root != NULL, "%s line %d: %s", path, err.line, err.text);
+    if (!root) return;
+    named_tok cache[32];
+    int n_cache = 0, pass = 0, fail = 0;
+    json_t *cases = json_object_get(root, "cases");
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        json_t *c = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(c, "tokenizer"));
+        json_t *text = json_object_get(c, "text"), *want = json_object_get(c, "ids");
+        hm_tokenizer *tok = tok_by_name(cache, &n_cache, name);
+        if (!tok) continue;
+        int32_t *ids;
+        size_t n;
+        bool same = hm_tokenizer_encode_alloc(tok, json_string_value(text),
+                                              json_string_length(text), 0, &ids, &n) == HM_OK &&
+                    n == json_array_size(want);
+        for (size_t k = 0; same && k < n; k++)
+            same = ids[k] == json_integer_value(json_array_get(want, k));
+        if (same) {
+            pass++;
+        } else if (!fail++ || fail < 6) {
+            fprintf(stderr, "%s '%s': got", name, json_string_value(text));
+            for (size_t k = 0; k < n && k < 24; k++) fprintf(stderr, " %d", ids[k]);
+            fprintf(stderr, "\n");
+        }
+        free(ids);
+    }
+    CHECK_MSG(fail == 0, "%d/%d normalizer cases differ from HF tokenizers", fail, pass + fail);
+    printf("  %-44s %3d/%d cases pass\n", "normalizers (tests/data/tokenizer)", pass, pass + fail);
+
+    /* the names, what GGUF pre-tokenizers imply, and bytes that are not UTF-8 */
+    hm_tokenizer *t = tok_by_name(cache, &n_cache, "sequence.json");
+    if (t) CHECK(!strcmp(hm_tokenizer_normalizer(t), "NFKD+Lowercase+Strip+Prepend"));
+    t = tok_by_name(cache, &n_cache, "qwen2");
+    if (t) CHECK(!strcmp(hm_tokenizer_normalizer(t), "NFC"));
+    t = tok_by_name(cache, &n_cache, "qwen2-split.json");
+    if (t) CHECK(!strcmp(hm_tokenizer_normalizer(t), "")); /* "normalizer": null */
+    static const char *const ggufs[][2] = {{"gguf-mainline/ggml-vocab-qwen2.gguf", "NFC"},
+                                           {"gguf-mainline/ggml-vocab-qwen35.gguf", ""}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/tokenizers/%s", g_data, ggufs[i][0]);
+        if (hm_tokenizer_load(path, &t) != HM_OK) continue;
+        CHECK_MSG(!strcmp(hm_tokenizer_normalizer(t), ggufs[i][1]), "%s: normalizer '%s'",
+                  ggufs[i][0], hm_tokenizer_normalizer(t));
+        hm_tokenizer_free(t);
+    }
+    t = tok_by_name(cache, &n_cache, "nfc.json");
+    if (t) {
+        int32_t *ids;
+        size_t n;
+        const char *s = "e\xCC\xFF"
+                        "e\xCC\x81";
+        CHECK_OK(hm_tokenizer_encode_alloc(t, s, strlen(s), 0, &ids, &n));
+        CHECK(n == 5 && ids[0] == 'e' && ids[1] == 0xCC && ids[2] == 0xFF && ids[3] == 0xC3 &&
+              ids[4] == 0xA9);
+        free(ids);
+    }
+    snprintf(path, sizeof path, "%s/tests/data/tokenizer/unsupported.json", HMOE_SOURCE_DIR);
+    CHECK_STATUS(hm_tokenizer_load(path, &t), HM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(hm_last_error(), "BertNormalizer");
+
+    /* 1 MB of whitespace runs mixed with words: HF's ids, by count and hash */
+    json_t *mw = json_object_get(root, "mixed_ws");
+    t = tok_by_name(cache, &n_cache, "qwen2");
+    size_t len;
+    char *text = mixed_ws_text(&len);
+    CHECK(len == (size_t)json_integer_value(json_object_get(mw, "bytes")));
+    int32_t *ids;
+    size_t n;
+    if (t && hm_tokenizer_encode_alloc(t, text, len, 0, &ids, &n) == HM_OK) {
+        char hash[24];
+        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)fnv1a64_ids(ids, n));
+        CHECK_MSG(n == (size_t)json_integer_value(json_object_get(mw, "n_ids")) &&
+                      !strcmp(hash, json_string_value(json_object_get(mw, "fnv1a64"))),
+                  "mixed whitespace: %zu ids, hash %s", n, hash);
+        free(ids);
+    } else {
+        CHECK_MSG(0, "mixed whitespace: %s", hm_last_error());
+    }
+    free(text);
+
+    /* 10 MB of spaces: past PCRE2's default match limit (and HF's onig retry limit, so no HF
+     * ids); with no merges the ids are the bytes: 10M spaces, then "x" */
+    t = tok_by_name(cache, &n_cache, "qwen2-split.json");
+    len = 10u << 20;
+    text = malloc(len + 1);
+    memset(text, ' ', len);
+    text[len] = 'x';
+    if (t && hm_tokenizer_encode_alloc(t, text, len + 1, 0, &ids, &n) == HM_OK) {
+        bool ok = n == len + 1 && ids[len] == 'x';
+        for (size_t i = 0; ok && i < len; i++) ok = ids[i] == ' ';
+        CHECK_MSG(ok, "10 MB of spaces: %zu ids", n);
+        free(ids);
+    } else {
+        CHECK_MSG(0, "10 MB of spaces: %s", hm_last_error());
+    }
+    free(text);
+    for (int i = 0; i < n_cache; i++) hm_tokenizer_free(cache[i].tok);
+    json_decref(root);
+}
+
+/* ---- .tiktoken.gz through zlib: members, corruption ------------------------------------------
+ */
+
+static size_t gzip_buf(const char *in, size_t n, uint8_t *out, size_t cap) {
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) return 0;
+    zs.next_in = (Bytef *)(uintptr_t)in;
+    zs.avail_in = (uInt)n;
+    zs.next_out = out;
+    zs.avail_out = (uInt)cap;
+    int rc = deflate(&zs, Z_FINISH);
+    size_t k = cap - zs.avail_out;
+    deflateEnd(&zs);
+    return rc == Z_STREAM_END ? k : 0;
+}
+
+static void test_gzip(void) {
+    /* "a" "b" "ab" "c" as ranks 0..3, in two gzip members */
+    const char *p1 = "YQ== 0\nYg== 1\n", *p2 = "YWI= 2\nYw== 3\n";
+    uint8_t gz[512];
+    size_t k1 = gzip_buf(p1, strlen(p1), gz, sizeof gz);
+    size_t k2 = gzip_buf(p2, strlen(p2), gz + k1, sizeof gz - k1);
+    CHECK(k1 && k2);
+    hm_tokenizer *tok;
+    hm_status st = hm_tokenizer_from_tiktoken_memory(gz, k1 + k2, "two-members", &tok);
+    CHECK_MSG(st == HM_OK, "%s", hm_last_error());
+    if (!st) {
+        CHECK(hm_tokenizer_find(tok, "ab", 2) == 2 && hm_tokenizer_find(tok, "c", 1) == 3);
+        hm_tokenizer_free(tok);
+    }
+    memcpy(gz + k1 + k2, "junk", 4);
+    CHECK_STATUS(hm_tokenizer_from_tiktoken_memory(gz, k1 + k2 + 4, "junk", &tok), HM_ERR_FORMAT);
+    CHECK_CONTAINS(hm_last_error(), "trailing");
+    CHECK(tok == NULL);
+
+    char path[4300];
+    snprintf(path, sizeof path, "%s/tokenizers/gpt-oss/o200k_base.tiktoken.gz", g_data);
+    size_t len;
+    uint8_t *file = (uint8_t *)test_read_file(path, &len);
+    if (!file) return;
+    CHECK_STATUS(hm_tokenizer_from_tiktoken_memory(file, len / 2, "half.gz", &tok), HM_ERR_FORMAT);
+    CHECK_CONTAINS(hm_last_error(), "truncated gzip");
+    CHECK_STATUS(hm_tokenizer_from_tiktoken_memory(file, len - 4, "no-size.gz", &tok),
+                 HM_ERR_FORMAT);
+    file[len / 2] ^= 0x55;
+    CHECK_STATUS(hm_tokenizer_from_tiktoken_memory(file, len, "flipped.gz", &tok), HM_ERR_FORMAT);
+    CHECK_CONTAINS(hm_last_error(), "corrupt gzip data");
+    free(file);
+}
+
 /* ---- the CLI ----------------------------------------------------------------------------------
  */
 
@@ -690,7 +1187,13 @@ int main(void) {
     if (stat(probe, &sb) != 0)
         return test_skip("tokenizer", "no test data (set HMOE_TESTDATA or put it in "
                                       "../shared/testdata/tokenizers)");
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/hmoe-tok-XXXXXX");
+    if (!mkdtemp(g_tmp)) return test_skip("tokenizer", "mkdtemp failed");
     test_bad_inputs();
+    test_special_ids();
+    test_invalid_vocab();
+    test_gzip();
+    test_normalizers();
     test_gguf_dir("gguf");
     test_gguf_dir("gguf-mainline");
     test_source("qwen2", "gguf-mainline/ggml-vocab-qwen2.gguf", "qwen2 vocab.json+merges.txt");
@@ -707,5 +1210,8 @@ int main(void) {
     test_random("llama2-spm/tokenizer.model", 300);
     test_random("gguf/ggml-vocab-deepseek-llm.gguf", 200);
     test_cli();
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf %s", g_tmp);
+    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
     return test_done("tokenizer");
 }

@@ -51,6 +51,7 @@ typedef struct enc {
     pcre2_match_context *mctx;
     pcre2_jit_stack *jit;
     hm_tbuf scratch;
+    hm_tbuf norm[2]; /* normalizer output */
     /* word -> ids cache for this call (natural text repeats its words); enabled after a few
      * hundred words so that short prompts do not pay for it */
     struct wc_slot {
@@ -186,6 +187,14 @@ static void bpe_word_uncached(enc *e, const char *w, size_t n) {
             return;
         }
     }
+    if (t->bpe_mode == HM_BPE_MERGES && t->merges.count == 0) { /* nothing merges: the bytes */
+        if (!grow((void **)&e->out, &e->cap_out, e->n_out + n, sizeof *e->out)) {
+            fail_oom(e);
+            return;
+        }
+        for (size_t i = 0; i < n; i++) push_id(e, t->byte_id[(uint8_t)w[i]]);
+        return;
+    }
     if (n > UINT32_MAX / 2 || !grow((void **)&e->syms, &e->cap_syms, n, sizeof *e->syms)) {
         fail_oom(e);
         return;
@@ -259,14 +268,26 @@ static bool span_push(enc *e, int which, size_t off, size_t len) {
     return true;
 }
 
-/* Runs regex ri over s[0..n) and calls back (or records) every match and every gap. */
+/* PCRE2's default match limit (10M steps per call) fails on a few MB of consecutive whitespace:
+ * `\s*[\r\n]+` walks a whole whitespace run before it gives up, so one call needs steps in
+ * proportion to the run it starts in. The table regexes are linear in that run, so a limit that
+ * grows with the text keeps any text tokenizable and still stops a runaway match. */
+#define MATCH_STEPS_PER_BYTE 64
+#define MATCH_LIMIT_MIN      10000000u
+
+static uint32_t match_limit_for(size_t len) {
+    if (len >= UINT32_MAX / MATCH_STEPS_PER_BYTE) return UINT32_MAX;
+    uint32_t l = (uint32_t)len * MATCH_STEPS_PER_BYTE;
+    return l < MATCH_LIMIT_MIN ? MATCH_LIMIT_MIN : l;
+}
+
+/* Runs regex ri over s[0..n) from start. */
 static int regex_match(enc *e, int ri, const char *s, size_t n, size_t start) {
     pcre2_code *re = (pcre2_code *)e->t->re[ri];
     int rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, 0, e->md[ri], e->mctx);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !e->jit) {
         e->jit = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, NULL);
-        if (!e->mctx) e->mctx = pcre2_match_context_create(NULL);
-        if (!e->jit || !e->mctx) return PCRE2_ERROR_NOMEMORY;
+        if (!e->jit) return PCRE2_ERROR_NOMEMORY;
         pcre2_jit_stack_assign(e->mctx, NULL, e->jit);
         rc = pcre2_match(re, (PCRE2_SPTR)s, n, start, 0, e->md[ri], e->mctx);
     }
@@ -281,8 +302,12 @@ static void regex_split(enc *e, int ri, const char *s, size_t n, size_t base, in
         int rc = regex_match(e, ri, s, n, pos);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
-            e->st =
-                hm_errorf(HM_ERR_INTERNAL, "%s: pre-tokenizer regex failed (%d)", e->t->source, rc);
+            PCRE2_UCHAR msg[128];
+            if (pcre2_get_error_message(rc, msg, sizeof msg) < 0) msg[0] = 0;
+            e->st = hm_errorf(rc == PCRE2_ERROR_NOMEMORY ? HM_ERR_NO_MEMORY : HM_ERR_INTERNAL,
+                              "%s: pre-tokenizer '%s' regex %d failed at byte %zu of a %zu-byte "
+                              "piece: %s (%d)",
+                              e->t->source, e->t->pre_name, ri, pos, n, (const char *)msg, rc);
             return;
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md[ri]);
@@ -311,6 +336,7 @@ static void regex_split(enc *e, int ri, const char *s, size_t n, size_t base, in
 
 static void bpe_text(enc *e, const char *s, size_t n) {
     const hm_tokenizer *t = e->t;
+    if (e->mctx) pcre2_set_match_limit(e->mctx, match_limit_for(n));
     if (t->n_re == 0) {
         bpe_word(e, s, n);
         return;
@@ -422,9 +448,19 @@ static bool is_chinese(uint32_t c) {
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
+/* Hugging Face WordPiece's max_input_chars_per_word: a longer word is the unknown token. It also
+ * bounds the longest-match search below to O(word * max_token_len). */
+#define WPM_MAX_WORD_CHARS 100
+
 static void wpm_word(enc *e, const char *w, size_t n) {
     const hm_tokenizer *t = e->t;
     size_t before = e->n_out;
+    size_t chars = 0;
+    for (size_t i = 3; i < n; i++) chars += ((uint8_t)w[i] & 0xC0) != 0x80; /* after the "▁" */
+    if (chars > WPM_MAX_WORD_CHARS) {
+        push_id(e, t->unk);
+        return;
+    }
     for (size_t i = 0; i < n;) {
         size_t j = n < i + t->max_token_len ? n : i + t->max_token_len;
         int32_t id = HM_TOKEN_NONE;
@@ -574,9 +610,18 @@ static void enc_free(enc *e) {
     if (e->mctx) pcre2_match_context_free(e->mctx);
     if (e->jit) pcre2_jit_stack_free(e->jit);
     hm_tbuf_free(&e->scratch);
+    hm_tbuf_free(&e->norm[0]);
+    hm_tbuf_free(&e->norm[1]);
     free(e->wc);
     free(e->wc_ids);
     hm_tbuf_free(&e->wc_words);
+}
+
+/* The normalized text of a fragment (the fragment itself without a normalizer). */
+static bool normalize(enc *e, const char *s, size_t n, const char **res, size_t *res_len) {
+    hm_status st = hm_tok_normalize(e->t, s, n, e->norm, res, res_len);
+    if (st && !e->st) e->st = st;
+    return !st;
 }
 
 static hm_status run(enc *e, const char *text, size_t len, unsigned flags) {
@@ -584,6 +629,10 @@ static hm_status run(enc *e, const char *text, size_t len, unsigned flags) {
     for (int i = 0; i < t->n_re; i++) {
         e->md[i] = pcre2_match_data_create_from_pattern((pcre2_code *)t->re[i], NULL);
         if (!e->md[i]) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", t->source);
+    }
+    if (t->n_re) {
+        e->mctx = pcre2_match_context_create(NULL);
+        if (!e->mctx) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", t->source);
     }
     bool add = flags & HM_TOK_ADD_SPECIAL;
     partition(e, text, len, flags & HM_TOK_PARSE_SPECIAL);
@@ -597,7 +646,10 @@ static hm_status run(enc *e, const char *text, size_t len, unsigned flags) {
                 push_id(e, fr.token);
                 prev_special = true;
             } else {
-                spm_text(e, text + fr.off, fr.len, t->add_space_prefix && prev_special);
+                const char *s;
+                size_t n;
+                if (!normalize(e, text + fr.off, fr.len, &s, &n)) break;
+                spm_text(e, s, n, t->add_space_prefix && prev_special);
                 prev_special = false;
             }
         }
@@ -616,10 +668,12 @@ static hm_status run(enc *e, const char *text, size_t len, unsigned flags) {
         if (add && t->add_bos) push_id(e, t->bos);
         for (size_t f = 0; f < e->n_frags && !e->st; f++) {
             frag fr = e->frags[f];
+            const char *s;
+            size_t n;
             if (fr.token != HM_TOKEN_NONE)
                 push_id(e, fr.token);
-            else
-                bpe_text(e, text + fr.off, fr.len);
+            else if (normalize(e, text + fr.off, fr.len, &s, &n))
+                bpe_text(e, s, n);
         }
         if (add && t->add_eos) push_id(e, t->eos);
     }

@@ -6,11 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "core/mmap.h"
 #include "tokenizer/tok_int.h"
-
-hm_status hm_tok_gunzip(const uint8_t *in, size_t n, const char *name, hm_tbuf *out);
 
 /* ---- extra (added/special) tokens and options collected from HF config files --------------- */
 
@@ -311,12 +313,103 @@ static void find_patterns(json_t *pt, const char **pre) {
     for (size_t i = 0; i < json_array_size(list); i++) find_patterns(json_array_get(list, i), pre);
 }
 
-static hm_status load_tokenizer_json(const char *path, const char *dir, hm_tokenizer **out) {
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root) return hm_errorf(HM_ERR_FORMAT, "%s line %d: %s", path, err.line, err.text);
+static char *dup_json_str(json_t *v, size_t *len) {
+    *len = json_string_length(v);
+    char *s = malloc(*len + 1);
+    if (s) memcpy(s, json_string_value(v), *len + 1);
+    return s;
+}
+
+/* One tokenizer.json "normalizer" object (a Sequence is flattened) appended to t's steps. */
+static hm_status add_normalizer(hm_tokenizer *t, json_t *n, const char *path, int depth) {
+    if (json_is_null(n)) return HM_OK;
+    const char *type = json_string_value(json_object_get(n, "type"));
+    if (!type) return hm_errorf(HM_ERR_FORMAT, "%s: normalizer without a \"type\"", path);
+    if (!strcmp(type, "Sequence")) {
+        json_t *list = json_object_get(n, "normalizers");
+        if (!json_is_array(list) || depth > 8)
+            return hm_errorf(HM_ERR_FORMAT,
+                             "%s: normalizer Sequence: expected a \"normalizers\" "
+                             "array (at most 8 deep)",
+                             path);
+        hm_status st = HM_OK;
+        for (size_t i = 0; i < json_array_size(list) && !st; i++)
+            st = add_normalizer(t, json_array_get(list, i), path, depth + 1);
+        return st;
+    }
+    static const struct {
+        const char *name;
+        hm_norm_kind kind;
+    } kinds[] = {{"NFC", HM_NORM_NFC},
+                 {"NFD", HM_NORM_NFD},
+                 {"NFKC", HM_NORM_NFKC},
+                 {"NFKD", HM_NORM_NFKD},
+                 {"Lowercase", HM_NORM_LOWERCASE},
+                 {"Strip", HM_NORM_STRIP},
+                 {"Prepend", HM_NORM_PREPEND},
+                 {"Replace", HM_NORM_REPLACE}};
+    hm_norm_step step = {0};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (!strcmp(type, kinds[i].name)) step.kind = kinds[i].kind;
+    if (!step.kind)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "%s: normalizer type '%s' is not supported (NFC, NFD, NFKC, NFKD, "
+                         "Lowercase, Strip, Prepend, Replace, Sequence)",
+                         path, type);
+    hm_status st = HM_OK;
+    if (step.kind == HM_NORM_STRIP) {
+        json_t *l = json_object_get(n, "strip_left"), *r = json_object_get(n, "strip_right");
+        step.left = !json_is_boolean(l) || json_is_true(l);
+        step.right = !json_is_boolean(r) || json_is_true(r);
+    } else if (step.kind == HM_NORM_PREPEND) {
+        json_t *p = json_object_get(n, "prepend");
+        if (!json_is_string(p))
+            return hm_errorf(HM_ERR_FORMAT, "%s: normalizer Prepend: expected a \"prepend\" string",
+                             path);
+        step.content = dup_json_str(p, &step.content_len);
+        if (!step.content) st = hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", path);
+    } else if (step.kind == HM_NORM_REPLACE) {
+        json_t *pat = json_object_get(n, "pattern"), *c = json_object_get(n, "content");
+        json_t *lit = json_object_get(pat, "String"), *rx = json_object_get(pat, "Regex");
+        if (!json_is_string(c) || (!json_is_string(lit) && !json_is_string(rx)))
+            return hm_errorf(HM_ERR_FORMAT,
+                             "%s: normalizer Replace: expected \"pattern\": {\"String\" or "
+                             "\"Regex\": ...} and a \"content\" string",
+                             path);
+        step.content = dup_json_str(c, &step.content_len);
+        if (!step.content) st = hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", path);
+        if (!st && json_is_string(lit)) {
+            step.pattern = dup_json_str(lit, &step.pattern_len);
+            if (!step.pattern) st = hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", path);
+        } else if (!st) {
+            int err;
+            PCRE2_SIZE off;
+            step.re =
+                pcre2_compile((PCRE2_SPTR)json_string_value(rx), json_string_length(rx),
+                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, NULL);
+            if (!step.re) {
+                PCRE2_UCHAR msg[128];
+                pcre2_get_error_message(err, msg, sizeof msg);
+                st = hm_errorf(HM_ERR_UNSUPPORTED, "%s: normalizer Replace regex: %s at %zu", path,
+                               (const char *)msg, (size_t)off);
+            }
+        }
+    }
+    if (!st) st = hm_tok_norm_add(t, &step);
+    if (st) {
+        free(step.content);
+        free(step.pattern);
+        if (step.re) pcre2_code_free((pcre2_code *)step.re);
+    }
+    return st;
+}
+
+/* A parsed tokenizer.json; dir (NULL: none) holds the HF config files next to it. */
+static hm_status tokenizer_json_build(json_t *root, const char *path, const char *dir,
+                                      hm_tokenizer **out) {
+    *out = NULL;
     extras x = {.add_bos = -1, .add_eos = -1};
-    hm_status st = read_config(dir, &x);
+    hm_status st = dir ? read_config(dir, &x) : HM_OK;
     json_t *model = json_object_get(root, "model");
     const char *type = json_string_value(json_object_get(model, "type"));
     if (!st && (!type || strcmp(type, "BPE") != 0))
@@ -344,13 +437,109 @@ static hm_status load_tokenizer_json(const char *path, const char *dir, hm_token
         st = hf_build(json_object_get(model, "vocab"), NULL, 0, json_object_get(model, "merges"),
                       &x, pre, path, out);
     if (!st && json_is_true(json_object_get(model, "ignore_merges"))) (*out)->ignore_merges = true;
+    if (!st) { /* the declared normalizer replaces the one the pre-tokenizer name implies */
+        hm_tok_norm_clear(*out);
+        st = add_normalizer(*out, json_object_get(root, "normalizer"), path, 0);
+        if (st) {
+            hm_tokenizer_free(*out);
+            *out = NULL;
+        }
+    }
     extras_free(&x);
+    return st;
+}
+
+static hm_status load_tokenizer_json(const char *path, const char *dir, hm_tokenizer **out) {
+    *out = NULL;
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) return hm_errorf(HM_ERR_FORMAT, "%s line %d: %s", path, err.line, err.text);
+    hm_status st = tokenizer_json_build(root, path, dir, out);
+    json_decref(root);
+    return st;
+}
+
+hm_status hm_tokenizer_from_json_memory(const char *json, size_t len, const char *name,
+                                        hm_tokenizer **out) {
+    *out = NULL;
+    json_error_t err;
+    json_t *root = json_loadb(json, len, 0, &err);
+    if (!root) return hm_errorf(HM_ERR_FORMAT, "%s line %d: %s", name, err.line, err.text);
+    hm_status st = tokenizer_json_build(root, name, NULL, out);
     json_decref(root);
     return st;
 }
 
 /* ---- tiktoken ---------------------------------------------------------------------------------
  */
+
+#define GUNZIP_MAX (512u << 20) /* refuse to inflate beyond 512 MiB (decompression bombs) */
+
+/* Inflates gzip data (every member, as gunzip does) with zlib into out (NUL-terminated). */
+static hm_status gunzip(const uint8_t *in, size_t n, const char *name, hm_tbuf *out) {
+    out->n = 0;
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK)
+        return hm_errorf(HM_ERR_NO_MEMORY, "%s: zlib: cannot start inflating", name);
+    hm_status st = HM_OK;
+    zs.next_in = (Bytef *)(uintptr_t)in; /* zlib's API is not const; it only reads the input */
+    zs.avail_in = n > UINT32_MAX ? UINT32_MAX : (uInt)n;
+    size_t left = n - zs.avail_in; /* input not yet handed to zlib */
+    for (;;) {
+        if (out->cap - out->n < (1u << 16) + 1) {
+            size_t cap = out->cap ? out->cap * 2 : (n * 4 > (1u << 20) ? n * 4 : (1u << 20));
+            char *p = realloc(out->p, cap);
+            if (!p) {
+                st = hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory inflating gzip", name);
+                break;
+            }
+            out->p = p;
+            out->cap = cap;
+        }
+        size_t room = out->cap - out->n - 1;
+        zs.next_out = (Bytef *)out->p + out->n;
+        zs.avail_out = room > UINT32_MAX ? UINT32_MAX : (uInt)room;
+        uInt before = zs.avail_out;
+        int rc = inflate(&zs, Z_NO_FLUSH);
+        out->n += before - zs.avail_out;
+        if (out->n > GUNZIP_MAX) {
+            st = hm_errorf(HM_ERR_FORMAT, "%s: gzip data inflates past %u MiB", name,
+                           GUNZIP_MAX >> 20);
+            break;
+        }
+        bool refilled = false;
+        if (zs.avail_in == 0 && left) {
+            zs.avail_in = left > UINT32_MAX ? UINT32_MAX : (uInt)left;
+            left -= zs.avail_in;
+            refilled = true;
+        }
+        if (rc == Z_STREAM_END) {
+            if (zs.avail_in == 0) break;
+            if (zs.avail_in < 2 || zs.next_in[0] != 0x1F || zs.next_in[1] != 0x8B) {
+                st =
+                    hm_errorf(HM_ERR_FORMAT, "%s: %zu bytes of trailing data after the gzip stream",
+                              name, (size_t)zs.avail_in + left);
+                break;
+            }
+            inflateReset(&zs); /* another gzip member follows */
+            continue;
+        }
+        if (rc == Z_OK || (rc == Z_BUF_ERROR && refilled)) continue;
+        if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
+            st = hm_errorf(HM_ERR_FORMAT, "%s: truncated gzip data (%zu bytes inflated)", name,
+                           out->n);
+        } else {
+            st = hm_errorf(rc == Z_MEM_ERROR ? HM_ERR_NO_MEMORY : HM_ERR_FORMAT,
+                           "%s: corrupt gzip data near input byte %zu: %s", name,
+                           (size_t)(zs.next_in - in), zs.msg ? zs.msg : "zlib error");
+        }
+        break;
+    }
+    inflateEnd(&zs);
+    if (!st && out->p) out->p[out->n] = 0;
+    return st;
+}
 
 static int b64val(uint8_t c) {
     if (c >= 'A' && c <= 'Z') return c - 'A';
@@ -523,7 +712,7 @@ hm_status hm_tokenizer_from_tiktoken_memory(const void *data, size_t size, const
     const uint8_t *d = data;
     hm_status st = HM_OK;
     if (size >= 2 && d[0] == 0x1F && d[1] == 0x8B) {
-        st = hm_tok_gunzip(d, size, name, &plain);
+        st = gunzip(d, size, name, &plain);
         data = plain.p;
         size = plain.n;
     }
@@ -589,7 +778,7 @@ static hm_status load_file(const char *path, const char *dir, hm_tokenizer **out
     case F_GZIP:
     case F_TIKTOKEN:
         st = read_config(dir, &x);
-        if (!st && k == F_GZIP) st = hm_tok_gunzip(f.data, f.size, path, &plain);
+        if (!st && k == F_GZIP) st = gunzip(f.data, f.size, path, &plain);
         if (!st)
             st = tiktoken_build(k == F_GZIP ? plain.p : (const char *)f.data,
                                 k == F_GZIP ? plain.n : f.size, &x, path, out);

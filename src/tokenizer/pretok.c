@@ -95,6 +95,17 @@ static const pre_def PRE_DEFS[] = {
     {"grok-2", false, {QWEN2_RE}},
 };
 
+/* The normalizer of the Hugging Face tokenizer behind a pre-tokenizer name (its tokenizer.json
+ * "normalizer"; Qwen2Tokenizer, the slow one, applies NFC too); llama.cpp applies none. Only names
+ * checked against Hugging Face output are listed: qwen35 does not normalize (its test vectors keep
+ * decomposed accents), and the other names sharing qwen2's regex are unverified, so left as is. */
+static const struct {
+    const char *names;
+    hm_norm_kind norm;
+} PRE_NORMS[] = {
+    {"qwen2", HM_NORM_NFC},
+};
+
 static bool name_in(const char *names, const char *name) {
     size_t n = strlen(name);
     for (const char *p = names; *p;) {
@@ -118,6 +129,13 @@ hm_status hm_tok_set_pre(hm_tokenizer *t, const char *pre) {
     t->n_re = 0;
     snprintf(t->pre_name, sizeof t->pre_name, "%s", pre);
     t->ignore_merges = def->ignore_merges;
+    hm_tok_norm_clear(t);
+    for (size_t i = 0; i < sizeof PRE_NORMS / sizeof PRE_NORMS[0]; i++) {
+        if (!name_in(PRE_NORMS[i].names, pre)) continue;
+        hm_norm_step step = {.kind = PRE_NORMS[i].norm};
+        hm_status st = hm_tok_norm_add(t, &step);
+        if (st) return st;
+    }
     for (int i = 0; i < HM_TOK_MAX_REGEX && def->re[i]; i++) {
         int err;
         PCRE2_SIZE off;
