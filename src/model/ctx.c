@@ -8,6 +8,7 @@
 #include "core/cpu.h"
 #include "core/log.h"
 #include "format/gguf.h"
+#include "model/arch/arch_builders.h"
 #include "model/ctx_int.h"
 #include "model/rope.h"
 #include "quant/ref.h"
@@ -196,6 +197,7 @@ void hm_ctx_free(hm_ctx *c) {
     }
     free(c->route_count);
     free(c->own_layers);
+    hm_graph_free(&c->graph);
     hm_large_free(&c->dense_pack);
     hm_pool_free(c->pool);
     hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->seq_next),
@@ -457,6 +459,8 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                        mmb);
         goto fail;
     }
+    /* the forward graph over the layers this context reads */
+    if ((st = hm_qwen3moe_build(m, c->layers, &c->graph))) goto fail;
     *out = c;
     return HM_OK;
 fail:
@@ -555,11 +559,8 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
     uint64_t t0 = hm_time_ns();
     hm_ctx_for_tokens(c, n, embed_tok, (void *)tokens);
     hm_ctx_prof(c, HM_PROF_EMBED, &t0);
-    c->xn_ready = false;
-    for (uint32_t il = 0; il < hp->n_layers; il++) {
-        hm_status st = hm_qwen3moe_block(c, (int)il, n);
-        if (st) return st;
-    }
+    hm_status st = hm_ctx_run_graph(c, &c->graph, n);
+    if (st) return st;
     memcpy(c->seq_len, c->seq_next, sizeof(int32_t) * (size_t)c->p.n_seq);
     if (!logits) return HM_OK;
     t0 = hm_time_ns();

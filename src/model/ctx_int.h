@@ -5,6 +5,7 @@
 #include "core/pool.h"
 #include "cpu/nn.h"
 #include "core/timer.h"
+#include "model/graph.h"
 #include "model/model.h"
 
 struct hm_ctx {
@@ -31,7 +32,6 @@ struct hm_ctx {
     /* scratch for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w;
     int32_t *ids, *pos, *seq;
-    bool xn_ready; /* xn holds the next block's attention norm of x (set by the block before) */
     hm_nn_kv *kvv;
     float *attn_scratch;
     void *mm_scratch;
@@ -56,6 +56,7 @@ struct hm_ctx {
      * one it was set for (a worker may still be prefetching when that one starts) */
     hm_nn_prefetch pf[4];
     int pf_next;
+    hm_graph graph; /* the forward pass over c->layers, built once */
 };
 
 /* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half), laid out
@@ -112,8 +113,8 @@ static inline unsigned hm_ctx_mm_flags(const hm_ctx *c) {
 /* y = W x over n tokens of the context's scratch layout (row strides = cols / rows). */
 void hm_ctx_matmul(hm_ctx *c, const hm_matrix *w, const float *x, int n, float *y);
 
-/* One transformer block of a Qwen3-MoE-style model over the batch in c's scratch (x holds the
- * residual stream; tokens' positions, sequences and KV views are set). */
-hm_status hm_qwen3moe_block(hm_ctx *c, int il, int n);
+/* Runs the forward graph over the batch of n tokens in c's scratch (x holds the residual stream;
+ * the tokens' positions, sequences and rotary cos/sin are set): the CPU backend (exec_cpu.c). */
+hm_status hm_ctx_run_graph(hm_ctx *c, const hm_graph *g, int n);
 
 #endif

@@ -1,0 +1,25 @@
+/* blocks.h - building blocks shared by the architectures' layer builders: each appends the nodes
+ * of one sub-block (graph.h) for layer il. */
+#ifndef HM_MODEL_BLOCKS_H
+#define HM_MODEL_BLOCKS_H
+
+#include "model/graph.h"
+#include "model/model.h"
+
+/* xn = rmsnorm(x) * attn_norm; grouped-query attention with optional per-head q/k norms and
+ * RoPE; tmp = o_proj(attention) */
+hm_status hm_build_attn_gqa(hm_graph *g, const hm_layer *L, int il);
+
+/* x += tmp; xn = rmsnorm(x) * ffn_norm: the residual add of the attention and the FFN's norm */
+hm_status hm_build_ffn_norm(hm_graph *g, const hm_layer *L, int il);
+
+/* tmp = the routed experts of xn: router logits, top-k, the expert engine's weighted sum */
+hm_status hm_build_moe_ffn(hm_graph *g, const hm_layer *L, int il);
+
+/* tmp = down(act(gate(xn)) * up(xn)) */
+hm_status hm_build_dense_mlp(hm_graph *g, const hm_layer *L, int il);
+
+/* x += tmp: the FFN's residual add, closing layer il */
+hm_status hm_build_residual(hm_graph *g, int il);
+
+#endif

@@ -1,0 +1,304 @@
+/* exec_cpu.c - the CPU backend's walk of the forward graph (graph.h) over a batch in the
+ * context's scratch. It runs each node on the thread pool, and fuses where that pays:
+ *   - a residual add and the norm that follows it (the next layer's attention norm included):
+ *     one pass over x;
+ *   - three matmuls of one input followed by QK_ROPE_KV: one job; for decode batches (<= 4
+ *     tokens) each head's norm, rotation and cache store run inside that job as soon as the
+ *     head's rows are done;
+ *   - idle workers prefetch the next matmul's weights during the attention block's jobs and the
+ *     experts (decode), the hints measured to pay (docs/models.md).
+ * Every fusion gives the bits of the nodes run one by one. */
+#include <stdatomic.h>
+#include <math.h>
+
+#include "model/ctx_int.h"
+#include "model/graph.h"
+
+static float *slot(hm_ctx *c, hm_slot s) {
+    switch (s) {
+    case HM_SLOT_X: return c->x;
+    case HM_SLOT_XN: return c->xn;
+    case HM_SLOT_Q: return c->q;
+    case HM_SLOT_K: return c->k;
+    case HM_SLOT_V: return c->v;
+    case HM_SLOT_ATT: return c->att;
+    case HM_SLOT_TMP: return c->tmp;
+    case HM_SLOT_RL: return c->rl;
+    case HM_SLOT_G: return c->g;
+    case HM_SLOT_U: return c->u;
+    case HM_SLOT_NONE:
+    case HM_SLOT_COUNT: break;
+    }
+    return NULL;
+}
+
+/* row stride (floats) of a slot */
+static size_t slot_cols(const hm_ctx *c, hm_slot s) {
+    const hm_hparams *hp = &c->m->hp;
+    switch (s) {
+    case HM_SLOT_Q:
+    case HM_SLOT_ATT: return c->q_dim;
+    case HM_SLOT_K:
+    case HM_SLOT_V: return c->kv_dim;
+    case HM_SLOT_RL: return hp->n_experts ? hp->n_experts : 1;
+    case HM_SLOT_G:
+    case HM_SLOT_U: return c->ffn_max;
+    default: return hp->hidden;
+    }
+}
+
+typedef struct norm_arg {
+    float *x, *xn;
+    const float *t, *w; /* t: the residual to add first, or NULL */
+} norm_arg;
+
+/* x += t (when given), then xn = rmsnorm(x) * w */
+static void norm_tok(hm_ctx *c, int i, void *arg) {
+    const norm_arg *a = arg;
+    const size_t H = c->m->hp.hidden;
+    float *x = a->x + (size_t)i * H;
+    if (a->t) {
+        const float *t = a->t + (size_t)i * H;
+        for (size_t d = 0; d < H; d++) x[d] += t[d];
+    }
+    if (a->w) hm_rmsnorm(x, a->w, a->xn + (size_t)i * H, (int64_t)H, c->m->hp.norm_eps);
+}
+
+/* q/k norms, rotary embedding, and the token's K/V into its sequence's cache */
+static void qk_rope_store(hm_ctx *c, int i, void *arg) {
+    const hm_node *nd = arg;
+    const hm_hparams *hp = &c->m->hp;
+    const int hd = (int)hp->head_dim, nh = (int)hp->n_heads, nkv = (int)hp->n_kv_heads;
+    float *q = c->q + (size_t)i * c->q_dim, *k = c->k + (size_t)i * c->kv_dim;
+    const float *v = c->v + (size_t)i * c->kv_dim;
+    if (nd->nw) {
+        for (int h = 0; h < nh; h++)
+            hm_rmsnorm(q + (size_t)h * hd, nd->nw, q + (size_t)h * hd, hd, hp->norm_eps);
+        for (int h = 0; h < nkv; h++)
+            hm_rmsnorm(k + (size_t)h * hd, nd->nw2, k + (size_t)h * hd, hd, hp->norm_eps);
+    }
+    const float *cs = c->rope_cs + (size_t)i * hp->rope_dim;
+    hm_rope_neox(q, nh, hd, (int)hp->rope_dim, cs);
+    hm_rope_neox(k, nkv, hd, (int)hp->rope_dim, cs);
+    hm_nn_kv_store(hm_ctx_kv_k(c, nd->il, c->seq[i]), hm_ctx_kv_v(c, nd->il, c->seq[i]),
+                   c->kv_elem == 2, c->kv_ctx * (size_t)hd, nkv, hd, c->pos[i], k, v);
+}
+
+/* The same per head, inside the q/k/v job (decode batches): each head's q or k norm and rotation
+ * as soon as its rows are done, and a kv head's K and V stored by whichever of its two matrices
+ * finishes second. */
+typedef struct qkv_ep {
+    hm_ctx *c;
+    const hm_node *nd;
+    int n;
+    atomic_int kv_arrived[256]; /* per kv head: its k and v rows done (0, 1, 2) */
+} qkv_ep;
+
+static void qkv_head_done(void *arg, int m, int h) {
+    qkv_ep *e = arg;
+    hm_ctx *c = e->c;
+    const hm_hparams *hp = &c->m->hp;
+    const int hd = (int)hp->head_dim, il = e->nd->il;
+    for (int i = 0; i < e->n && m < 2; i++) { /* q (m 0) or k (m 1) head h of every token */
+        float *x = m == 0 ? c->q + (size_t)i * c->q_dim + (size_t)h * hd
+                          : c->k + (size_t)i * c->kv_dim + (size_t)h * hd;
+        const float *nw = m == 0 ? e->nd->nw : e->nd->nw2;
+        if (nw) hm_rmsnorm(x, nw, x, hd, hp->norm_eps);
+        hm_rope_neox(x, 1, hd, (int)hp->rope_dim, c->rope_cs + (size_t)i * hp->rope_dim);
+    }
+    if (m == 0 || atomic_fetch_add_explicit(&e->kv_arrived[h], 1, memory_order_acq_rel) != 1)
+        return;
+    const size_t off = (size_t)h * c->kv_ctx * (size_t)hd * c->kv_elem; /* head h of a cache */
+    for (int i = 0; i < e->n; i++)
+        hm_nn_kv_store((uint8_t *)hm_ctx_kv_k(c, il, c->seq[i]) + off,
+                       (uint8_t *)hm_ctx_kv_v(c, il, c->seq[i]) + off, c->kv_elem == 2,
+                       c->kv_ctx * (size_t)hd, 1, hd, c->pos[i],
+                       c->k + (size_t)i * c->kv_dim + (size_t)h * hd,
+                       c->v + (size_t)i * c->kv_dim + (size_t)h * hd);
+}
+
+typedef struct glu_arg {
+    float *g;
+    const float *u;
+    size_t F;
+} glu_arg;
+
+static void glu_tok(hm_ctx *c, int i, void *arg) {
+    (void)c;
+    const glu_arg *a = arg;
+    hm_silu_mul(a->g + (size_t)i * a->F, a->u + (size_t)i * a->F, (int64_t)a->F);
+}
+
+/* softmax top-k routing of one token (the tokens of a batch in parallel on the pool, not on the
+ * calling thread alone); a failure is kept for the caller */
+typedef struct route_arg {
+    const float *rl;
+    int E, k;
+    bool renorm;
+    _Atomic int failed; /* hm_status of the first failure, 0 when none */
+} route_arg;
+
+static void route_tok(hm_ctx *c, int i, void *arg) {
+    route_arg *r = arg;
+    hm_status st = hm_router_softmax_topk(r->rl + (size_t)i * (size_t)r->E, r->E, r->k, r->renorm,
+                                          c->ids + (size_t)i * r->k, c->w + (size_t)i * r->k);
+    int none = 0;
+    if (st) atomic_compare_exchange_strong(&r->failed, &none, (int)st);
+}
+
+/* The matmuls after node i (skipping other ops) that one job would run: 1, or 3 of one input
+ * (q/k/v). */
+static int matmul_group(const hm_graph *g, int i, const hm_matrix **w) {
+    const hm_node *nd = g->nodes;
+    int j = i;
+    while (j < g->n && nd[j].op != HM_OP_MATMUL) j++;
+    if (j == g->n) return 0;
+    int k = 1;
+    while (k < 3 && j + k < g->n && nd[j + k].op == HM_OP_MATMUL && nd[j + k].src0 == nd[j].src0)
+        k++;
+    if (k != 3) k = 1;
+    for (int m = 0; m < k; m++) w[m] = nd[j + m].w;
+    return k;
+}
+
+/* Decode's idle hint: the workers of the next job prefetch the matmul(s) that follow node i */
+static void hint_next(hm_ctx *c, const hm_graph *g, int i, int n) {
+    const hm_matrix *w[3];
+    const int k = matmul_group(g, i, w);
+    if (k) hm_ctx_prefetch(c, w, k, n);
+}
+
+/* q, k and v of one input and the QK_ROPE_KV node after them (nodes i..i+3) */
+static void run_qkv(hm_ctx *c, const hm_graph *g, int i, int n, uint64_t *t0) {
+    const hm_hparams *hp = &c->m->hp;
+    const hm_node *nd = g->nodes + i;
+    const hm_matrix *w[3] = {nd[0].w, nd[1].w, nd[2].w};
+    float *const y[3] = {slot(c, nd[0].dst), slot(c, nd[1].dst), slot(c, nd[2].dst)};
+    const size_t ys[3] = {slot_cols(c, nd[0].dst), slot_cols(c, nd[1].dst),
+                          slot_cols(c, nd[2].dst)};
+    const float *x = slot(c, nd[0].src0);
+    hint_next(c, g, i + 3, n); /* o_proj's rows, while q/k/v finish */
+    if (n <= 4 && hp->n_kv_heads <= 256) {
+        /* decode: norms, rope and the cache store per head inside the job */
+        qkv_ep e = {.c = c, .nd = &nd[3], .n = n};
+        for (uint32_t h = 0; h < hp->n_kv_heads; h++) atomic_init(&e.kv_arrived[h], 0);
+        const hm_nn_epilogue ep = {(int)hp->head_dim, qkv_head_done, &e};
+        hm_nn_matmul_multi_ep(c->pool, w, 3, x, hp->hidden, n, y, ys, c->mm_scratch,
+                              hm_ctx_mm_flags(c), &ep);
+        hm_ctx_prof(c, nd[0].prof, t0);
+    } else {
+        hm_nn_matmul_multi(c->pool, w, 3, x, hp->hidden, n, y, ys, c->mm_scratch,
+                           hm_ctx_mm_flags(c));
+        hm_ctx_prof(c, nd[0].prof, t0);
+        hm_ctx_for_tokens(c, n, qk_rope_store, (void *)&nd[3]);
+    }
+}
+
+static void run_attn(hm_ctx *c, const hm_graph *g, int i, int n) {
+    const hm_hparams *hp = &c->m->hp;
+    const hm_node *nd = &g->nodes[i];
+    for (int t = 0; t < n; t++) {
+        c->kvv[t].k = hm_ctx_kv_k(c, nd->il, c->seq[t]);
+        c->kvv[t].v = hm_ctx_kv_v(c, nd->il, c->seq[t]);
+    }
+    hm_nn_attn a = {.n_tok = n,
+                    .n_heads = (int)hp->n_heads,
+                    .n_kv_heads = (int)hp->n_kv_heads,
+                    .head_dim = (int)hp->head_dim,
+                    .scale = 1.0f / sqrtf((float)hp->head_dim),
+                    .q = slot(c, nd->src0),
+                    .q_stride = c->q_dim,
+                    .kv = c->kvv,
+                    .kv_head_stride = c->kv_ctx * hp->head_dim,
+                    .kv_f16 = c->kv_elem == 2,
+                    .pos = c->pos,
+                    .out = slot(c, nd->dst),
+                    .out_stride = c->q_dim,
+                    .scratch = c->attn_scratch,
+                    .max_ctx = c->p.n_ctx};
+    hint_next(c, g, i, n); /* o_proj on after attention (steps already in L2 are cheap) */
+    hm_nn_attention(c->pool, &a);
+}
+
+static hm_status run_route(hm_ctx *c, const hm_node *nd, int n) {
+    const hm_hparams *hp = &c->m->hp;
+    const int E = (int)hp->n_experts, k = (int)hp->n_experts_used;
+    route_arg ra = {slot(c, nd->src0), E, k, hp->norm_topk_prob, 0};
+    hm_ctx_for_tokens(c, n, route_tok, &ra);
+    if (atomic_load(&ra.failed))
+        return hm_errorf((hm_status)atomic_load(&ra.failed), "layer %d router: top-%d of %d",
+                         nd->il, k, E);
+    hm_ctx_route_stats(c, n, k, E);
+    return HM_OK;
+}
+
+hm_status hm_ctx_run_graph(hm_ctx *c, const hm_graph *g, int n) {
+    const hm_node *nodes = g->nodes;
+    uint64_t t0 = hm_time_ns();
+    for (int i = 0; i < g->n; i++) {
+        const hm_node *nd = &nodes[i];
+        int used = 1;
+        hm_status st = HM_OK;
+        switch (nd->op) {
+        case HM_OP_NORM:
+        case HM_OP_ADD_NORM: {
+            norm_arg a = {slot(c, nd->src0), slot(c, nd->dst),
+                          nd->op == HM_OP_ADD_NORM ? slot(c, nd->src1) : NULL, nd->nw};
+            hm_ctx_for_tokens(c, n, norm_tok, &a);
+            break;
+        }
+        case HM_OP_ADD: {
+            /* fused with the norm of the same stream that follows */
+            const hm_node *nx = i + 1 < g->n ? &nodes[i + 1] : NULL;
+            const bool fuse = nx && nx->op == HM_OP_NORM && nx->src0 == nd->dst;
+            norm_arg a = {slot(c, nd->dst), fuse ? slot(c, nx->dst) : NULL, slot(c, nd->src0),
+                          fuse ? nx->nw : NULL};
+            hm_ctx_for_tokens(c, n, norm_tok, &a);
+            used = fuse ? 2 : 1;
+            break;
+        }
+        case HM_OP_MATMUL:
+            if (i + 3 < g->n && nodes[i + 1].op == HM_OP_MATMUL &&
+                nodes[i + 2].op == HM_OP_MATMUL && nodes[i + 3].op == HM_OP_QK_ROPE_KV &&
+                nodes[i + 1].src0 == nd->src0 && nodes[i + 2].src0 == nd->src0) {
+                run_qkv(c, g, i, n, &t0);
+                used = 4;
+                break;
+            }
+            /* the attention output's projection: the FFN's first matmul on after it */
+            if (nd->src0 == HM_SLOT_ATT) hint_next(c, g, i + 1, n);
+            hm_ctx_matmul(c, nd->w, slot(c, nd->src0), n, slot(c, nd->dst));
+            break;
+        case HM_OP_QK_ROPE_KV:
+            hm_ctx_for_tokens(c, n, qk_rope_store, (void *)nd);
+            break;
+        case HM_OP_ATTN:
+            run_attn(c, g, i, n);
+            break;
+        case HM_OP_ROUTER_TOPK:
+            st = run_route(c, nd, n);
+            break;
+        case HM_OP_GLU: {
+            glu_arg a = {slot(c, nd->dst), slot(c, nd->src0), c->ffn_max};
+            hm_ctx_for_tokens(c, n, glu_tok, &a);
+            break;
+        }
+        case HM_OP_MOE: {
+            const int k = (int)c->m->hp.n_experts_used;
+            hint_next(c, g, i + 1, n); /* the next block's q/k/v while the experts finish */
+            st = hm_moe_submit(c->moe[nd->il], slot(c, nd->src0), HM_MOE_F32, c->ids, c->w, n, k,
+                               slot(c, nd->dst), HM_MOE_F32, false);
+            if (!st) hm_moe_wait(c->moe[nd->il]);
+            break;
+        }
+        case HM_OP_COUNT:
+            st = hm_errorf(HM_ERR_INTERNAL, "graph node %d: bad op", i);
+            break;
+        }
+        if (st) return st;
+        i += used - 1;
+        /* time is booked to a node's part when the next node belongs to another */
+        if (i + 1 >= g->n || nodes[i + 1].prof != nodes[i].prof) hm_ctx_prof(c, nodes[i].prof, &t0);
+    }
+    return HM_OK;
+}
