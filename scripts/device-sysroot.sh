@@ -6,7 +6,7 @@ set -euo pipefail
 dir=${1:-.device/sysroot}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pkgs=(libjansson-dev libjansson4 libpcre2-dev libpcre2-8-0)
+pkgs=(libjansson-dev libjansson4 libpcre2-dev libpcre2-8-0 zlib1g-dev zlib1g)
 (cd "$tmp" && apt-get download "${pkgs[@]}" >/dev/null 2>&1) ||
     { echo "device-sysroot.sh: apt-get download ${pkgs[*]} failed (apt-get update?)" >&2; exit 1; }
 mkdir -p "$dir"
