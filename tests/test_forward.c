@@ -11,6 +11,8 @@
 #include <math.h>
 
 #include "model/arch.h"
+#include "model/arch/arch_builders.h"
+#include "model/ctx_int.h"
 #include "model/convert.h"
 #include "format/gguf.h"
 #include "cpu/nn.h"
@@ -884,8 +886,53 @@ static void check_rope_gguf(void) {
     CHECK_CONTAINS(hm_last_error(), "attn_factor");
 }
 
+/* The Qwen3-MoE builder's graph: model b has 3 layers, layer 1 dense (mlp_only_layers); every
+ * node the CPU backend supports, and not a matmul of a type it has no kernel for. */
+static void check_graph(void) {
+    hm_model *m = NULL;
+    CHECK_OK(hm_model_load(DATA "/b", &m));
+    if (!m) return;
+    hm_graph g = {0};
+    CHECK_OK(hm_qwen3moe_build(m, m->layers, &g));
+    static const hm_op attn[] = {HM_OP_NORM,       HM_OP_MATMUL, HM_OP_MATMUL, HM_OP_MATMUL,
+                                 HM_OP_QK_ROPE_KV, HM_OP_ATTN,   HM_OP_MATMUL, HM_OP_ADD_NORM};
+    static const hm_op moe[] = {HM_OP_MATMUL, HM_OP_ROUTER_TOPK, HM_OP_MOE, HM_OP_ADD};
+    static const hm_op dense[] = {HM_OP_MATMUL, HM_OP_MATMUL, HM_OP_GLU, HM_OP_MATMUL, HM_OP_ADD};
+    int at = 0;
+    for (int il = 0; il < 3; il++) {
+        const hm_op *ffn = il == 1 ? dense : moe;
+        const int nf = il == 1 ? 5 : 4;
+        for (int k = 0; k < 8 + nf && at < g.n; k++, at++) {
+            const hm_op want = k < 8 ? attn[k] : ffn[k - 8];
+            CHECK_MSG(g.nodes[at].op == want && g.nodes[at].il == il,
+                      "graph node %d: %s of layer %d, want %s of layer %d", at,
+                      hm_op_name(g.nodes[at].op), g.nodes[at].il, hm_op_name(want), il);
+        }
+    }
+    CHECK(at == g.n && g.n == 3 * 8 + 4 + 5 + 4);
+    hm_ctx *c = NULL;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_threads = 1, cp.n_ctx = 8, cp.n_batch = 4;
+    CHECK_OK(hm_ctx_create(m, &cp, &c));
+    if (c) {
+        const hm_backend be = hm_ctx_cpu_backend(c);
+        CHECK(strcmp(be.i->name, "cpu") == 0);
+        for (int i = 0; i < g.n; i++) CHECK(be.i->supports(be.self, &g.nodes[i]));
+        hm_matrix odd = m->layers[0].wq;
+        odd.type = HM_TYPE_I32;
+        hm_node nd = {.op = HM_OP_MATMUL, .w = &odd};
+        CHECK(!be.i->supports(be.self, &nd));
+        nd.op = HM_OP_COUNT;
+        CHECK(!be.i->supports(be.self, &nd));
+    }
+    hm_ctx_free(c);
+    hm_graph_free(&g);
+    hm_model_free(m);
+}
+
 int main(void) {
     TILES_OR_SKIP();
+    check_graph();
     check_rope_gguf();
     check_nan_weights();
     static const char *const ropes[] = {"default",     "linear",    "dynamic",      "yarn",

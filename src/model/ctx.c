@@ -559,7 +559,8 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
     uint64_t t0 = hm_time_ns();
     hm_ctx_for_tokens(c, n, embed_tok, (void *)tokens);
     hm_ctx_prof(c, HM_PROF_EMBED, &t0);
-    hm_status st = hm_ctx_run_graph(c, &c->graph, n);
+    const hm_backend be = hm_ctx_cpu_backend(c);
+    hm_status st = be.i->compute(be.self, &c->graph, n);
     if (st) return st;
     memcpy(c->seq_len, c->seq_next, sizeof(int32_t) * (size_t)c->p.n_seq);
     if (!logits) return HM_OK;

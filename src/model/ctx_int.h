@@ -5,6 +5,7 @@
 #include "core/pool.h"
 #include "cpu/nn.h"
 #include "core/timer.h"
+#include "model/backend.h"
 #include "model/graph.h"
 #include "model/model.h"
 
@@ -116,5 +117,9 @@ void hm_ctx_matmul(hm_ctx *c, const hm_matrix *w, const float *x, int n, float *
 /* Runs the forward graph over the batch of n tokens in c's scratch (x holds the residual stream;
  * the tokens' positions, sequences and rotary cos/sin are set): the CPU backend (exec_cpu.c). */
 hm_status hm_ctx_run_graph(hm_ctx *c, const hm_graph *g, int n);
+
+/* The context as a backend (backend.h): supports every op, and matmuls of the weight types the
+ * CPU has kernels for; compute is hm_ctx_run_graph. */
+hm_backend hm_ctx_cpu_backend(hm_ctx *c);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <math.h>
 
+#include "model/backend.h"
 #include "model/ctx_int.h"
 #include "model/graph.h"
 
@@ -301,4 +302,21 @@ hm_status hm_ctx_run_graph(hm_ctx *c, const hm_graph *g, int n) {
         if (i + 1 >= g->n || nodes[i + 1].prof != nodes[i].prof) hm_ctx_prof(c, nodes[i].prof, &t0);
     }
     return HM_OK;
+}
+
+/* every op; a matmul when the CPU has kernels for its weight type */
+static bool cpu_supports(void *self, const hm_node *nd) {
+    (void)self;
+    if (nd->op < 0 || nd->op >= HM_OP_COUNT) return false;
+    return nd->op != HM_OP_MATMUL || (nd->w && hm_vec_dot_for(NULL, nd->w->type) != NULL);
+}
+
+static hm_status cpu_compute(void *self, const hm_graph *g, int n) {
+    return hm_ctx_run_graph(self, g, n);
+}
+
+static const hm_backend_i cpu_backend_i = {"cpu", cpu_supports, cpu_compute};
+
+hm_backend hm_ctx_cpu_backend(hm_ctx *c) {
+    return (hm_backend){&cpu_backend_i, c};
 }
