@@ -12,6 +12,7 @@
 
 #include "model/arch.h"
 #include "model/arch/arch_builders.h"
+#include "model/arch/registry.h"
 #include "model/ctx_int.h"
 #include "model/convert.h"
 #include "format/gguf.h"
@@ -928,6 +929,17 @@ static void check_graph(void) {
     hm_ctx_free(c);
     hm_graph_free(&g);
     hm_model_free(m);
+    /* the registry: a descriptor per architecture, agreeing with the shared tables */
+    for (int a = HM_ARCH_UNKNOWN + 1; a < HM_ARCH_COUNT; a++) {
+        const hm_arch_desc *d = hm_arch_desc_get((hm_arch)a);
+        CHECK_MSG(d && d->arch == (hm_arch)a, "no descriptor for %s", hm_arch_name((hm_arch)a));
+        if (!d) continue;
+        CHECK_MSG(strcmp(d->gguf_name, hm_arch_gguf_name((hm_arch)a)) == 0, "%s: gguf name %s",
+                  d->name, d->gguf_name);
+        CHECK((d->build != NULL) == (a == HM_ARCH_QWEN3MOE));
+    }
+    CHECK(hm_arch_desc_get(HM_ARCH_UNKNOWN) == NULL && hm_arch_desc_get(HM_ARCH_COUNT) == NULL);
+    CHECK(strcmp(hm_arch_runnable(), "qwen3_moe") == 0);
 }
 
 int main(void) {

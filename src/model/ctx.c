@@ -8,7 +8,7 @@
 #include "core/cpu.h"
 #include "core/log.h"
 #include "format/gguf.h"
-#include "model/arch/arch_builders.h"
+#include "model/arch/registry.h"
 #include "model/ctx_int.h"
 #include "model/rope.h"
 #include "quant/ref.h"
@@ -460,7 +460,13 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         goto fail;
     }
     /* the forward graph over the layers this context reads */
-    if ((st = hm_qwen3moe_build(m, c->layers, &c->graph))) goto fail;
+    const hm_arch_desc *ad = hm_arch_desc_get(hp->arch);
+    if (!ad || !ad->build) {
+        st = hm_errorf(HM_ERR_UNSUPPORTED, "context: architecture '%s' does not run yet (runs: %s)",
+                       hp->model_type, hm_arch_runnable());
+        goto fail;
+    }
+    if ((st = ad->build(m, c->layers, &c->graph))) goto fail;
     *out = c;
     return HM_OK;
 fail:

@@ -5,6 +5,7 @@
  * applied before the NeoX rotation; the attention scale is head_dim^-0.5; the router is a softmax
  * over all experts in float, the top-k taken, renormalised when norm_topk_prob. */
 #include "model/arch/arch_builders.h"
+#include "model/arch/registry.h"
 #include "model/blocks.h"
 
 hm_status hm_qwen3moe_build(const hm_model *m, const hm_layer *layers, hm_graph *g) {
@@ -18,3 +19,6 @@ hm_status hm_qwen3moe_build(const hm_model *m, const hm_layer *layers, hm_graph 
     }
     return HM_OK;
 }
+
+const hm_arch_desc hm_arch_qwen3moe = {HM_ARCH_QWEN3MOE,     "qwen3_moe", "qwen3moe", "qwen3_moe",
+                                       "Qwen3MoeForCausalLM", hm_qwen3moe_build};

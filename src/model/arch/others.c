@@ -1,0 +1,19 @@
+/* others.c - the architectures whose configs, GGUF layouts and tensor names hmoe reads (hmoe
+ * info, convert) but whose layers it does not build yet. Each moves to a file of its own with its
+ * layer builder. */
+#include "model/arch/registry.h"
+
+const hm_arch_desc hm_arch_qwen2moe = {HM_ARCH_QWEN2MOE, "qwen2_moe", "qwen2moe", "qwen2_moe",
+                                       "Qwen2MoeForCausalLM", NULL};
+const hm_arch_desc hm_arch_mixtral = {HM_ARCH_MIXTRAL, "mixtral", "llama", "mixtral",
+                                      "MixtralForCausalLM", NULL};
+const hm_arch_desc hm_arch_deepseek2 = {HM_ARCH_DEEPSEEK2,
+                                        "deepseek_v2",
+                                        "deepseek2",
+                                        "deepseek_v2,deepseek_v3,kimi_k2",
+                                        "DeepseekV3ForCausalLM",
+                                        NULL};
+const hm_arch_desc hm_arch_gptoss = {HM_ARCH_GPTOSS, "gpt_oss", "gpt-oss", "gpt_oss",
+                                     "GptOssForCausalLM", NULL};
+const hm_arch_desc hm_arch_glm4moe = {HM_ARCH_GLM4MOE, "glm4_moe", "glm4moe", "glm4_moe",
+                                      "Glm4MoeForCausalLM", NULL};

@@ -1,0 +1,26 @@
+/* registry.c - the list of architectures (registry.h). */
+#include "model/arch/registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const hm_arch_desc *const all[] = {&hm_arch_qwen3moe, &hm_arch_qwen2moe, &hm_arch_mixtral,
+                                          &hm_arch_deepseek2, &hm_arch_gptoss,  &hm_arch_glm4moe};
+
+const hm_arch_desc *hm_arch_desc_get(hm_arch arch) {
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i]->arch == arch) return all[i];
+    return NULL;
+}
+
+const char *hm_arch_runnable(void) {
+    static char list[256];
+    if (!list[0]) {
+        size_t o = 0;
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+            if (all[i]->build && o < sizeof list)
+                o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
+                                      all[i]->name);
+    }
+    return list;
+}
