@@ -288,6 +288,17 @@ static void test_hostile(void) {
     s = repeat("{{ x", ".y", 100000, " }}");
     expect_hostile("100k attributes", s, NULL, "expression nested too deeply");
     free(s);
+    /* numeric literals longer than the lexer keeps (found by fuzz_jinja: the '.' of a float was
+     * written past the digit buffer): refused, never cut or overrun */
+    s = repeat("{{ 1", "2", 600, ".5 }}");
+    expect_parse_error(s, "numeric literal longer than");
+    free(s);
+    s = repeat("{{ 0.", "1", 600, "e5 }}");
+    expect_parse_error(s, "numeric literal longer than");
+    free(s);
+    s = repeat("{{ 0x", "f", 600, " }}");
+    expect_parse_error(s, "numeric literal longer than");
+    free(s);
     s = repeat("{{ x", "[0](1)", 50000, " }}");
     expect_hostile("100k items and calls", s, NULL, "expression nested too deeply");
     free(s);

@@ -243,21 +243,31 @@ static jv unescape(parser *p, const char *s, size_t n, const lexpos *lp) {
     return sb_val(&b);
 }
 
+/* appends c to a literal's digits; sets *too_long instead of writing past the buffer */
+static void put_digit(char *buf, size_t cap, size_t *bl, char c, bool *too_long) {
+    if (*bl < cap - 1)
+        buf[(*bl)++] = c;
+    else
+        *too_long = true;
+}
+
 /* number at src[i]: returns end offset; sets *is_float and the value */
 static size_t lex_number(parser *p, size_t i, tok *k, const lexpos *lp) {
     const char *s = p->src;
     size_t j = i;
-    char buf[128];
+    char buf[512]; /* digits kept; a longer literal is refused, not cut */
     size_t bl = 0;
+    bool too_long = false;
     if (s[j] == '0' && j + 1 < p->n && strchr("bBoOxX", s[j + 1]) && s[j + 1]) {
         int base = (s[j + 1] | 32) == 'b' ? 2 : (s[j + 1] | 32) == 'o' ? 8 : 16;
         j += 2;
         while (j < p->n && (hexval(s[j]) >= 0 || s[j] == '_') &&
                (s[j] == '_' || hexval(s[j]) < base)) {
-            if (s[j] != '_' && bl < sizeof buf - 1) buf[bl++] = s[j];
+            if (s[j] != '_') put_digit(buf, sizeof buf, &bl, s[j], &too_long);
             j++;
         }
         buf[bl] = '\0';
+        if (too_long) perr(p, lp->line, lp->col, "numeric literal longer than %zu digits", sizeof buf - 1);
         errno = 0;
         long long v = strtoll(buf, NULL, base);
         if (!bl || errno) perr(p, lp->line, lp->col, "invalid integer literal");
@@ -267,16 +277,16 @@ static size_t lex_number(parser *p, size_t i, tok *k, const lexpos *lp) {
     }
     while (j < p->n && (isdigit((unsigned char)s[j]) ||
                         (s[j] == '_' && j + 1 < p->n && isdigit((unsigned char)s[j + 1])))) {
-        if (s[j] != '_' && bl < sizeof buf - 1) buf[bl++] = s[j];
+        if (s[j] != '_') put_digit(buf, sizeof buf, &bl, s[j], &too_long);
         j++;
     }
     bool fl = false;
     if (j + 1 < p->n && s[j] == '.' && isdigit((unsigned char)s[j + 1])) {
         fl = true;
-        buf[bl++] = s[j++];
+        put_digit(buf, sizeof buf, &bl, s[j++], &too_long);
         while (j < p->n && (isdigit((unsigned char)s[j]) ||
                             (s[j] == '_' && j + 1 < p->n && isdigit((unsigned char)s[j + 1])))) {
-            if (s[j] != '_' && bl < sizeof buf - 1) buf[bl++] = s[j];
+            if (s[j] != '_') put_digit(buf, sizeof buf, &bl, s[j], &too_long);
             j++;
         }
     }
@@ -285,17 +295,18 @@ static size_t lex_number(parser *p, size_t i, tok *k, const lexpos *lp) {
         if (e < p->n && (s[e] == '+' || s[e] == '-')) e++;
         if (e < p->n && isdigit((unsigned char)s[e])) {
             fl = true;
-            if (bl < sizeof buf - 1) buf[bl++] = 'e';
+            put_digit(buf, sizeof buf, &bl, 'e', &too_long);
             for (size_t q = j + 1; q < e; q++)
-                if (bl < sizeof buf - 1) buf[bl++] = s[q];
+                put_digit(buf, sizeof buf, &bl, s[q], &too_long);
             j = e;
             while (j < p->n && (isdigit((unsigned char)s[j]) || s[j] == '_')) {
-                if (s[j] != '_' && bl < sizeof buf - 1) buf[bl++] = s[j];
+                if (s[j] != '_') put_digit(buf, sizeof buf, &bl, s[j], &too_long);
                 j++;
             }
         }
     }
     buf[bl] = '\0';
+    if (too_long) perr(p, lp->line, lp->col, "numeric literal longer than %zu digits", sizeof buf - 1);
     if (fl) {
         k->t = T_FLOAT;
         k->val = jv_float(strtod(buf, NULL));
