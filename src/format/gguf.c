@@ -756,8 +756,9 @@ typedef struct wtensor {
 } wtensor;
 
 struct hm_gguf_writer {
-    char *path, *tmp_path;
-    FILE *f;
+    char *path;
+    hm_outfile out; /* where the bytes go (core/file.h: PATH.part renamed, or in place) */
+    FILE *f;        /* out.f */
     wbuf meta;  /* encoded key/values */
     wbuf infos; /* encoded tensor infos */
     uint64_t n_kv;
@@ -825,21 +826,17 @@ hm_status hm_gguf_writer_open(const char *path, hm_gguf_writer **out) {
     if (!w) return hm_errorf(HM_ERR_NO_MEMORY, "gguf writer: out of memory");
     w->alignment = HM_GGUF_DEFAULT_ALIGNMENT;
     w->path = strdup(path);
-    size_t n = strlen(path) + 6;
-    w->tmp_path = malloc(n);
-    if (!w->path || !w->tmp_path) {
-        hm_gguf_writer_abort(w);
+    if (!w->path) {
+        free(w);
         return hm_errorf(HM_ERR_NO_MEMORY, "gguf writer: out of memory");
     }
-    snprintf(w->tmp_path, n, "%s.part", path);
-    w->f = fopen(w->tmp_path, "wb");
-    if (!w->f) {
-        int e = errno;
+    hm_status st = hm_outfile_open(path, &w->out);
+    if (st) {
         free(w->path);
-        free(w->tmp_path);
         free(w);
-        return hm_errorf_errno(HM_ERR_IO, e, "%s: cannot create", path);
+        return st;
     }
+    w->f = w->out.f;
     setvbuf(w->f, NULL, _IOFBF, 4 << 20);
     *out = w;
     return HM_OK;
@@ -1032,7 +1029,8 @@ hm_status hm_gguf_w_tensor(hm_gguf_writer *w, const char *name, uint32_t type, u
 
 static hm_status wwrite(hm_gguf_writer *w, const void *p, size_t n) {
     if (n && fwrite(p, 1, n, w->f) != n)
-        return wfail(w, hm_errorf_errno(HM_ERR_IO, errno, "%s: write failed", w->tmp_path));
+        return wfail(w, hm_errorf_errno(HM_ERR_IO, errno, "%s: write failed",
+                                        hm_outfile_name(&w->out)));
     return HM_OK;
 }
 
@@ -1101,8 +1099,8 @@ static void writer_free(hm_gguf_writer *w) {
     free(w->meta.p);
     free(w->infos.p);
     free(w->tensors);
+    hm_outfile_close(&w->out); /* removes PATH.part unless committed */
     free(w->path);
-    free(w->tmp_path);
     free(w);
 }
 
@@ -1115,25 +1113,13 @@ hm_status hm_gguf_writer_finish(hm_gguf_writer *w) {
                        w->path, (unsigned long long)w->cur, (unsigned long long)w->n_tensors,
                        (unsigned long long)w->cur_done,
                        (unsigned long long)w->tensors[w->cur].bytes);
-    if (st == HM_OK && fflush(w->f) != 0)
-        st = hm_errorf_errno(HM_ERR_IO, errno, "%s: flush failed", w->tmp_path);
-    if (st == HM_OK && fsync(fileno(w->f)) != 0 && errno != EINVAL)
-        st = hm_errorf_errno(HM_ERR_IO, errno, "%s: fsync failed", w->tmp_path);
-    if (fclose(w->f) != 0 && st == HM_OK)
-        st = hm_errorf_errno(HM_ERR_IO, errno, "%s: close failed", w->tmp_path);
+    if (st == HM_OK) st = hm_outfile_commit(&w->out);
     w->f = NULL;
-    if (st == HM_OK && rename(w->tmp_path, w->path) != 0)
-        st = hm_errorf_errno(HM_ERR_IO, errno, "%s: cannot rename into place", w->path);
-    if (st != HM_OK) unlink(w->tmp_path);
     writer_free(w);
     return st;
 }
 
 void hm_gguf_writer_abort(hm_gguf_writer *w) {
     if (!w) return;
-    if (w->f) {
-        fclose(w->f);
-        unlink(w->tmp_path);
-    }
     writer_free(w);
 }

@@ -124,9 +124,10 @@ bool hm_gguf_str_eq(hm_gguf_str s, const char *c);
 
 /* ---- writer -------------------------------------------------------------------------------
  * Metadata and tensor infos are buffered (small); tensor data is streamed in the order the
- * tensors were declared, any chunk size, in constant memory. The file is written as PATH.part and
- * renamed to PATH by hm_gguf_writer_finish only when every byte has been written, so an
- * interrupted write never leaves a truncated file under the final name. */
+ * tensors were declared, any chunk size, in constant memory. The file is written as an hm_outfile
+ * (core/file.h): as PATH.part, renamed to PATH by hm_gguf_writer_finish only when every byte has
+ * been written, so an interrupted write never leaves a truncated file under the final name (a
+ * symlink's target is written that way and the link kept; a device or FIFO is written in place). */
 typedef struct hm_gguf_writer hm_gguf_writer;
 
 hm_status hm_gguf_writer_open(const char *path, hm_gguf_writer **out);
