@@ -3,6 +3,7 @@
  * thresholds, seeds, and bad parameters / logits. */
 #include <math.h>
 
+#include "core/cpu.h"
 #include "engine/sampler.h"
 #include "quant/synth.h"
 #include "test.h"
@@ -508,6 +509,64 @@ static void test_penalties(void) {
     hm_sampler_free(s);
 }
 
+/* The penalty window against a brute-force oracle of the documented formula over the last
+ * penalty_last_n tokens, across the window's growth (4096, 8192, ... entries) and wrap; and a
+ * window far larger than the sequence costs only the sequence. */
+static void test_penalty_window(void) {
+    enum { V = 64, N = 12000 };
+    const int windows[3] = {5000, 1 << 30, -1};
+    int32_t *seq = malloc(sizeof(int32_t) * N);
+    uint64_t rng = 99;
+    for (int i = 0; i < N; i++) seq[i] = (int32_t)(hm_rng_next(&rng) % V);
+    for (int w = 0; w < 3; w++) {
+        hm_sampler_params p = hm_sampler_default_params();
+        p.temperature = 0.0f;
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.2f;
+        p.frequency_penalty = 0.01f;
+        p.penalty_last_n = windows[w];
+        hm_sampler *s = make(&p, V);
+        if (!s) break;
+        int bad = 0, first_bad = -1;
+        for (int i = 0; i < N; i++) {
+            CHECK_OK(hm_sampler_accept(s, seq[i]));
+            if (i % 97 != 0 && i != N - 1) continue;
+            float logits[V], pen[V];
+            int count[V] = {0};
+            const int from = windows[w] < 0 || i + 1 < windows[w] ? 0 : i + 1 - windows[w];
+            for (int j = from; j <= i; j++) count[seq[j]]++;
+            for (int t = 0; t < V; t++) {
+                float l = logits[t] = uniform(&rng) * 8.0f - 4.0f;
+                if (count[t]) {
+                    l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+                    l -= (float)count[t] * p.frequency_penalty + p.presence_penalty;
+                }
+                pen[t] = l;
+            }
+            int32_t t = -1;
+            CHECK_OK(hm_sampler_sample(s, logits, &t));
+            if (t != argmax_ref(pen, V) && bad++ == 0) first_bad = i;
+        }
+        CHECK_MSG(bad == 0, "penalty_last_n %d: %d picks differ from the oracle (first after %d "
+                  "tokens)", windows[w], bad, first_bad + 1);
+        hm_sampler_free(s);
+    }
+    free(seq);
+
+    /* a window of 2^26 tokens over a short sequence: no 256 MB window up front */
+    hm_sampler_params p = hm_sampler_default_params();
+    p.repetition_penalty = 1.1f;
+    p.penalty_last_n = 1 << 26;
+    const uint64_t before = hm_mem_anon_bytes();
+    hm_sampler *s = make(&p, 1000);
+    for (int i = 0; s && i < 100; i++) CHECK_OK(hm_sampler_accept(s, i));
+    const uint64_t after = hm_mem_anon_bytes();
+    if (before && after)
+        CHECK_MSG(after < before + (64u << 20), "resident memory grew by %.1f MB",
+                  (double)(after - before) * 1e-6);
+    hm_sampler_free(s);
+}
+
 static void expect_bad_params(hm_sampler_params p, int32_t n_vocab, const char *field) {
     hm_sampler *s = (hm_sampler *)&p; /* must be reset to NULL */
     CHECK_STATUS(hm_sampler_create(&p, n_vocab, &s), HM_ERR_INVALID_ARG);
@@ -577,6 +636,7 @@ int main(void) {
     test_top_p();
     test_min_p();
     test_penalties();
+    test_penalty_window();
     test_errors();
     return test_done("sampler");
 }

@@ -15,6 +15,7 @@
 #define LANES     8    /* independent accumulators: lets the compiler vectorize reductions */
 #define TOP_P_EPS 1e-6 /* relative slack of "cumulative probability >= top_p" */
 #define SMALL_CUT 64   /* radix_cut sorts up to this many entries directly */
+#define RING_MIN  4096 /* the penalty window's first allocation (entries) */
 
 struct hm_sampler {
     hm_sampler_params p;
@@ -23,7 +24,8 @@ struct hm_sampler {
     bool penalize; /* some penalty is on and the window is not empty */
 
     /* penalty window: the tokens accepted last and how often each occurs among them */
-    int32_t *ring;      /* [penalty_last_n] when penalty_last_n > 0: the window, circular */
+    int32_t *ring;      /* [ring_cap] when penalty_last_n > 0: the window, circular once full */
+    int64_t ring_cap;   /* grows with the tokens accepted, up to penalty_last_n */
     int64_t n_seen;     /* tokens accepted since create/reset */
     int32_t *count;     /* [n_vocab] occurrences in the window */
     int32_t *distinct;  /* [n_vocab] the n_distinct tokens with count > 0, unordered */
@@ -87,6 +89,22 @@ static void *scratch(size_t n, size_t elem, const char *what) {
     return hm_calloc_aligned(n, elem, HM_CACHE_LINE, what);
 }
 
+/* The window is allocated as the tokens come (RING_MIN, then doubling, at most penalty_last_n):
+ * a window larger than any sequence costs only what the sequence fills. It stays linear until
+ * it holds penalty_last_n tokens, so growing copies the first n_seen entries. */
+static bool ring_grow(hm_sampler *s) {
+    const int64_t max = s->p.penalty_last_n;
+    int64_t cap = s->ring_cap ? 2 * s->ring_cap : RING_MIN;
+    if (cap > max) cap = max;
+    int32_t *r = scratch((size_t)cap, sizeof(int32_t), "sampler window");
+    if (!r) return false;
+    if (s->ring) memcpy(r, s->ring, (size_t)s->n_seen * sizeof *r);
+    hm_free(s->ring);
+    s->ring = r;
+    s->ring_cap = cap;
+    return true;
+}
+
 hm_status hm_sampler_create(const hm_sampler_params *params, int32_t n_vocab, hm_sampler **out) {
     *out = NULL;
     hm_sampler_params p = params ? *params : hm_sampler_default_params();
@@ -111,8 +129,7 @@ hm_status hm_sampler_create(const hm_sampler_params *params, int32_t n_vocab, hm
         ok = (s->count = scratch(n, sizeof(int32_t), "sampler token counts")) &&
              (s->distinct = scratch(n, sizeof(int32_t), "sampler token counts")) &&
              (s->slot = scratch(n, sizeof(int32_t), "sampler token counts")) &&
-             (p.penalty_last_n < 0 ||
-              (s->ring = scratch((size_t)p.penalty_last_n, sizeof(int32_t), "sampler window")));
+             (p.penalty_last_n < 0 || ring_grow(s));
     if (!ok) {
         hm_sampler_free(s);
         return HM_ERR_NO_MEMORY; /* the allocator's message names the buffer */
@@ -167,7 +184,9 @@ hm_status hm_sampler_accept(hm_sampler *s, int32_t token) {
                          s->n_vocab);
     if (!s->penalize) return HM_OK;
     if (s->ring) {
-        int64_t n = s->p.penalty_last_n;
+        const int64_t n = s->p.penalty_last_n;
+        if (s->n_seen == s->ring_cap && s->ring_cap < n && !ring_grow(s))
+            return HM_ERR_NO_MEMORY; /* the allocator's message names the buffer */
         int32_t *slot = &s->ring[s->n_seen % n];
         if (s->n_seen >= n) count_remove(s, *slot);
         *slot = token;

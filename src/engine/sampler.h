@@ -81,13 +81,15 @@ hm_sampler_params hm_sampler_default_params(void);
 
 /* Checks the parameters (the message names the field and its allowed range) and allocates all
  * the scratch a sample needs: 12 bytes per vocabulary entry, 12 more when a penalty is on, plus
- * the penalty window. params NULL = defaults; the sampler keeps its own copy. On failure *out is
- * NULL and nothing is left allocated. */
+ * the penalty window's start (its 4 bytes per token grow with the tokens accepted, up to
+ * penalty_last_n: a window larger than the context costs no more than the context). params NULL
+ * = defaults; the sampler keeps its own copy. On failure *out is NULL and nothing is left
+ * allocated. */
 hm_status hm_sampler_create(const hm_sampler_params *params, int32_t n_vocab, hm_sampler **out);
 void hm_sampler_free(hm_sampler *s); /* NULL is a no-op */
 
 /* Records a token (from the prompt or generated) in the penalty window. Fails when token is not
- * in [0, n_vocab). */
+ * in [0, n_vocab), and with HM_ERR_NO_MEMORY when the window cannot grow. */
 hm_status hm_sampler_accept(hm_sampler *s, int32_t token);
 
 /* Samples one token from logits [n_vocab] (read only; the caller keeps them) into *out. Fails
