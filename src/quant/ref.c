@@ -23,12 +23,24 @@ void hm_dequantize_row_f32(const float *x, float *y, int64_t k) {
     memmove(y, x, (size_t)k * sizeof(float));
 }
 
+/* F16 and BF16 rows are read through memcpy: a safetensors file may put a tensor at any byte
+ * offset (the copy compiles to plain unaligned loads) */
 void hm_dequantize_row_f16(const hm_half *x, float *y, int64_t k) {
-    for (int64_t i = 0; i < k; i++) y[i] = hm_f16_to_f32(x[i]);
+    const unsigned char *b = (const unsigned char *)x;
+    for (int64_t i = 0; i < k; i++) {
+        hm_half h;
+        memcpy(&h, b + 2 * i, sizeof h);
+        y[i] = hm_f16_to_f32(h);
+    }
 }
 
 void hm_dequantize_row_bf16(const hm_bf16 *x, float *y, int64_t k) {
-    for (int64_t i = 0; i < k; i++) y[i] = hm_bf16_to_f32(x[i]);
+    const unsigned char *b = (const unsigned char *)x;
+    for (int64_t i = 0; i < k; i++) {
+        hm_bf16 h;
+        memcpy(&h, b + 2 * i, sizeof h);
+        y[i] = hm_bf16_to_f32(h);
+    }
 }
 
 /* Low nibbles hold elements 0..15 of a 32-block, high ones 16..31 (Q4_*, Q5_*, IQ4_NL, MXFP4). */
