@@ -130,7 +130,7 @@ static hm_status find(hm_model *m, bool required, tview *v, const char *gguf_fmt
         const hm_st_tensor *f = hm_st_find(m->st, fname);
         if (f) {
             hm_status st = st_type(f, &v->type);
-            if (st) return st;
+            if (st) return hm_error_prefix(st, "%s", m->path);
             snprintf(v->name, sizeof v->name, "%s", fname);
             if (f->n_dims != 3 || f->shape[0] != (int64_t)m->hp.n_experts ||
                 f->shape[1] % (int64_t)nm->n_parts != 0)
@@ -151,9 +151,22 @@ static hm_status find(hm_model *m, bool required, tview *v, const char *gguf_fmt
         }
     }
     if (!t) goto missing;
-    if (t->dtype == HM_ST_F8_E4M3) return fp8_view(m, t, v);
+    if (t->dtype == HM_ST_F8_E4M3) {
+        if (!m->checking) return fp8_view(m, t, v);
+        const hm_st_tensor *s; /* the conversion's own checks, without converting */
+        hm_status st = hm_st_fp8_scales(m->st, t, &s);
+        if (st) return hm_error_prefix(st, "%s", m->path);
+        if (t->shape[1] % HM_FP8_TILE)
+            return hm_errorf(HM_ERR_UNSUPPORTED,
+                             "%s: FP8 tensor '%s' has %lld columns, not a multiple of %d", m->path,
+                             t->name, (long long)t->shape[1], HM_FP8_TILE);
+        v->type = HM_TYPE_FP8_B128;
+        v->n_dims = 2;
+        v->ne[0] = (uint64_t)t->shape[1], v->ne[1] = (uint64_t)t->shape[0], v->ne[2] = v->ne[3] = 1;
+        return HM_OK;
+    }
     hm_status st = st_type(t, &v->type);
-    if (st) return st;
+    if (st) return hm_error_prefix(st, "%s", m->path);
     if (t->n_dims < 1 || t->n_dims > 4)
         return hm_errorf(HM_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (expected 1 or 2)",
                          m->path, v->name, t->n_dims);
@@ -194,6 +207,39 @@ bad:
                      (unsigned long long)ne1, (unsigned long long)ne0);
 }
 
+/* The alignment the kernels read a type's data with: its element's (F32), its blocks' scale
+ * (halves in the quantized blocks, F16, BF16; a float in FP8_B128), none for MXFP4's bytes. */
+static size_t type_align(uint32_t type) {
+    switch (type) {
+    case HM_TYPE_F32:
+    case HM_TYPE_FP8_B128:
+        return 4;
+    case HM_TYPE_MXFP4:
+        return 1;
+    default:
+        return 2;
+    }
+}
+
+/* data, or an aligned copy of its n bytes where the file does not align it to its type (a
+ * safetensors file may put a tensor at any byte offset, a GGUF declare an alignment of 1) */
+static const void *aligned_data(hm_model *m, const tview *v, const void *data, size_t n) {
+    if ((uintptr_t)data % type_align(v->type) == 0) return data;
+    void *c = own_bytes(m, n); /* malloc: aligned for any type */
+    if (!c) {
+        hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory for an aligned copy of '%s'", m->path,
+                  v->name);
+        return NULL;
+    }
+    memcpy(c, data, n);
+    if (!m->realigned_bytes)
+        HM_WARN("%s: tensor '%s' is not %zu-byte aligned in the file: misaligned weights are "
+                "copied",
+                m->path, v->name, type_align(v->type));
+    m->realigned_bytes += n;
+    return c;
+}
+
 /* A 1-D weight of n values as floats (copied and converted from F32/F16/BF16/...). */
 static hm_status bind_vec(hm_model *m, const float **out, uint64_t n, const char *gguf_fmt,
                           unsigned il) {
@@ -204,9 +250,15 @@ static hm_status bind_vec(hm_model *m, const float **out, uint64_t n, const char
     if (!hm_dequantize_supported(v.type))
         return hm_errorf(HM_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which hmoe cannot read",
                          m->path, v.name, hm_type_name(v.type));
+    if (m->checking) return HM_OK;
+    uint64_t rb;
+    if (!hm_type_row_bytes(v.type, n, &rb))
+        return hm_errorf(HM_ERR_FORMAT, "%s: tensor '%s': %llu values are not whole %s blocks",
+                         m->path, v.name, (unsigned long long)n, hm_type_name(v.type));
     float *f = own_floats(m, n);
-    if (!f) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
-    if ((st = hm_dequantize_row(v.type, v.data, f, (int64_t)n))) return st;
+    const void *src = f ? aligned_data(m, &v, v.data, (size_t)rb) : NULL;
+    if (!f || !src) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+    if ((st = hm_dequantize_row(v.type, src, f, (int64_t)n))) return st;
     *out = f;
     return HM_OK;
 }
@@ -215,13 +267,16 @@ static hm_status view_matrix(hm_model *m, const tview *v, hm_matrix *mat, uint64
                              uint64_t cols, uint64_t n_slabs, unsigned slab) {
     hm_status st = check_shape(m, v, cols, rows, n_slabs);
     if (st) return st;
-    if ((st = hm_kernel_check(v->type, v->name))) return st;
+    if ((st = hm_kernel_check(v->type, v->name))) return hm_error_prefix(st, "%s", m->path);
     uint64_t rb;
     if (!hm_type_row_bytes(v->type, cols, &rb))
         return hm_errorf(HM_ERR_FORMAT,
                          "%s: tensor '%s': %llu columns is not a whole number of %s blocks",
                          m->path, v->name, (unsigned long long)cols, hm_type_name(v->type));
+    if (m->checking) return hm_matrix_init(mat, v->type, NULL, (int64_t)rows, (int64_t)cols);
     const uint8_t *base = (const uint8_t *)v->data + (size_t)slab * (size_t)rb * (size_t)rows;
+    base = aligned_data(m, v, base, (size_t)rb * (size_t)rows);
+    if (!base) return HM_ERR_NO_MEMORY;
     return hm_matrix_init(mat, v->type, base, (int64_t)rows, (int64_t)cols);
 }
 
@@ -275,7 +330,7 @@ static hm_status bind_qwen3moe(hm_model *m) {
     } else if ((st = bind_mat(m, &m->output, V, H, "output.weight", 0))) {
         return st;
     }
-    m->layers = calloc(hp->n_layers, sizeof *m->layers);
+    if (!m->layers) m->layers = calloc(hp->n_layers, sizeof *m->layers); /* kept from the check */
     if (!m->layers) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
     for (unsigned il = 0; il < hp->n_layers; il++) {
         hm_layer *L = &m->layers[il];
@@ -300,7 +355,7 @@ static hm_status bind_qwen3moe(hm_model *m) {
         }
         const uint64_t E = hp->n_experts, FE = hp->moe_inter;
         if ((st = bind_mat(m, &L->router, E, H, "blk.%u.ffn_gate_inp.weight", il))) return st;
-        L->experts = calloc(E, sizeof *L->experts);
+        if (!L->experts) L->experts = calloc(E, sizeof *L->experts);
         if (!L->experts) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
         for (unsigned e = 0; e < E; e++) {
             hm_moe_expert *x = &L->experts[e];
@@ -312,6 +367,12 @@ static hm_status bind_qwen3moe(hm_model *m) {
                                   "blk.%u.ffn_down_exps.weight", il, e)))
                 return st;
         }
+        if (hm_act_type(L->expert_type[0]) != hm_act_type(L->expert_type[1]))
+            return hm_errorf(HM_ERR_UNSUPPORTED,
+                             "%s: layer %u: the experts' gate (%s) and up (%s) projections need "
+                             "different activation types (they are computed together)",
+                             m->path, il, hm_type_name(L->expert_type[0]),
+                             hm_type_name(L->expert_type[1]));
     }
     return HM_OK;
 }
@@ -455,8 +516,15 @@ hm_status hm_model_load_ex(const char *path, const hm_model_params *params, hm_m
     hm_status st;
     struct stat sb;
     size_t plen = strlen(path);
-    bool gguf = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
-                !(plen >= 5 && !strcmp(path + plen - 5, ".json"));
+    const bool found = stat(path, &sb) == 0;
+    bool gguf = found && S_ISREG(sb.st_mode) && !(plen >= 5 && !strcmp(path + plen - 5, ".json"));
+    if (found && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) { /* a FIFO: never opened */
+        st = hm_errorf(HM_ERR_INVALID_ARG,
+                       "%s: not a model (a .gguf file or a Hugging Face directory): not a regular "
+                       "file or directory",
+                       path);
+        goto fail;
+    }
     if (gguf) {
         if ((st = hm_gguf_open(path, &m->gguf)) || (st = hm_hparams_from_gguf(m->gguf, &m->hp)))
             goto fail;
@@ -481,16 +549,21 @@ hm_status hm_model_load_ex(const char *path, const hm_model_params *params, hm_m
         }
         if ((st = hm_st_open(dir, &m->st))) goto fail;
     }
-    switch (m->hp.arch) {
-    case HM_ARCH_QWEN3MOE:
-        st = bind_qwen3moe(m);
-        break;
-    default:
+    if (m->hp.arch != HM_ARCH_QWEN3MOE) {
         st = hm_errorf(HM_ERR_UNSUPPORTED,
                        "%s: architecture '%s' can be inspected but not run yet (runs: qwen3moe)",
                        path, m->hp.model_type);
+        goto fail;
     }
-    if (st) goto fail;
+    /* two passes: the first checks every tensor's presence, type and shape without reading a
+     * byte of weights, so a bad tensor anywhere fails before the FP8 conversions and copies */
+    m->checking = true;
+    st = bind_qwen3moe(m);
+    m->checking = false;
+    if (st || (st = bind_qwen3moe(m))) goto fail;
+    if (m->realigned_bytes)
+        HM_WARN("%s: %.1f MB of misaligned weights copied", path,
+                (double)m->realigned_bytes * 1e-6);
     if (mp.load != HM_LOAD_MMAP && (st = copy_weights(m, &mp))) goto fail;
     *out = m;
     return HM_OK;

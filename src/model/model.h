@@ -42,10 +42,13 @@ typedef struct hm_model {
     hm_matrix output;   /* [vocab][hidden]: lm_head, or tok_embd when tied */
     const float *output_norm;
     hm_layer *layers; /* [n_layers] */
-    void **owned;     /* copies made at load (float norms, FP8 weights as FP8_B128) */
+    void **owned;     /* copies made at load (float norms, FP8 weights as FP8_B128, weights the
+                         file does not align to their element size) */
     size_t fp8_bytes; /* bytes of those FP8_B128 copies (the file's FP8 bytes are then unused) */
+    size_t realigned_bytes; /* bytes of the aligned copies of misaligned weights */
     hm_large copy;    /* the weights' copy (HM_LOAD_COPY), else empty */
     size_t n_owned, cap_owned;
+    bool checking; /* load's first pass: every tensor's presence, type and shape, nothing read */
 } hm_model;
 
 typedef enum hm_load_mode {
