@@ -7,6 +7,7 @@
  * checked the same way. tests/convert_python.py checks names and values with the gguf package.
  * HMOE_TEST_VERBOSE=1 prints each expected error message. */
 #include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
@@ -882,9 +883,51 @@ static void test_cli(void) {
     if (g) {
         check_tensors("cli", g, dir, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q4_K}, o.arch);
         check_hparams("cli", g, dir);
+        /* no tokenizer converted: llama.cpp needs the key to say so */
+        hm_gguf_str s = {0};
+        CHECK_OK(hm_gguf_get_str(g, "tokenizer.ggml.model", &s));
+        CHECK(hm_gguf_str_eq(s, "no_vocab"));
         hm_gguf_close(g);
     }
+    /* and we run it: ids only, the missing vocabulary named */
+    snprintf(cmd, sizeof cmd, "%s run -m %s --ids \"1 2\" -n 2 --threads 2 >%s 2>&1", HMOE_BINARY,
+             out, log);
+    CHECK(run(cmd) == 0);
+    text = slurp(log, NULL);
+    if (text) {
+        CHECK_CONTAINS(text, "printing ids only");
+        CHECK_CONTAINS(text, "ids: ");
+    }
+    free(text);
     unlink(out);
+
+    /* -o through a symlink: the target is written, the link stays a link */
+    char target[256], link[256];
+    snprintf(target, sizeof target, "%s/cli-target.gguf", g_tmp);
+    snprintf(link, sizeof link, "%s/cli-link.gguf", g_tmp);
+    CHECK(symlink(target, link) == 0 || errno == EEXIST);
+    FILE *tf = fopen(target, "wb");
+    if (tf) fclose(tf);
+    snprintf(cmd, sizeof cmd, "%s convert %s -o %s --threads 2 >%s 2>&1", HMOE_BINARY, dir, link,
+             log);
+    CHECK(run(cmd) == 0);
+    struct stat lsb;
+    CHECK(lstat(link, &lsb) == 0 && S_ISLNK(lsb.st_mode));
+    CHECK(hm_gguf_open(target, &g) == HM_OK);
+    hm_gguf_close(g);
+    text = slurp(log, NULL);
+    if (text) CHECK_CONTAINS(text, "/cli-target.gguf (through the symlink ");
+    free(text);
+    /* -o /dev/full: the write fails, the device stays */
+    snprintf(cmd, sizeof cmd, "%s convert %s -o /dev/full --threads 2 >%s 2>&1", HMOE_BINARY, dir,
+             log);
+    CHECK(run(cmd) == 1);
+    text = slurp(log, NULL);
+    if (text) CHECK_CONTAINS(text, "/dev/full: write failed: No space left on device");
+    free(text);
+    CHECK(stat("/dev/full", &lsb) == 0 && S_ISCHR(lsb.st_mode));
+    unlink(link);
+    unlink(target);
 
     static const char *const bad[] = {
         "",                         /* no HF_DIR */

@@ -482,6 +482,9 @@ static hm_status write_all(conv *c, const char *out_path, const hm_convert_param
     }
     if (st == HM_OK) st = hm_gguf_writer_open(out_path, &x.w);
     if (st == HM_OK) st = hm_hparams_write_gguf(x.w, &c->hp, model_name);
+    /* the tokenizer is not converted: llama.cpp loads a model without a vocabulary only when
+     * this key says so (without it: "key not found: tokenizer.ggml.model") */
+    if (st == HM_OK) st = hm_gguf_w_str(x.w, "tokenizer.ggml.model", "no_vocab");
     for (size_t i = 0; st == HM_OK && i < c->n_specs; i++) {
         const hm_tensor_spec *s = c->t[i].spec;
         st = hm_gguf_w_tensor(x.w, s->name, c->t[i].type, s->n_dims, s->ne);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/mmap.h"
 #include "core/timer.h"
 #include "model/convert.h"
 
@@ -13,7 +14,8 @@ static const char k_usage[] =
     "                    [--name S] [--dry-run]\n"
     "  HF_DIR            config.json + model.safetensors, or model.safetensors.index.json and\n"
     "                    its shards (qwen3_moe, qwen2_moe, mixtral; F32, F16 or BF16 weights)\n"
-    "  -o, --output F    the GGUF to write (written as F.part, renamed when complete)\n"
+    "  -o, --output F    the GGUF to write (written as F.part, renamed when complete; a\n"
+    "                    symlink's target is written so, a device or FIFO in place)\n"
     "  --type T          embeddings, output, attention, dense and shared-expert matrices:\n"
     "                    f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k iq4_nl iq4_xs\n"
     "                    (default: keep each tensor's source dtype)\n"
@@ -23,7 +25,8 @@ static const char k_usage[] =
     "  --threads N       quantization threads (default: one per physical core)\n"
     "  --name S          general.name (default: the directory's name)\n"
     "  --dry-run         check the model and print what would be written\n"
-    "The tokenizer is not converted yet: tokenizer.json / tokenizer_config.json are ignored.\n";
+    "The tokenizer is not converted yet: tokenizer.json / tokenizer_config.json are ignored and\n"
+    "the GGUF says tokenizer.ggml.model = no_vocab (run it with --ids, or --tokenizer HF_DIR).\n";
 
 static int usage_err(const char *msg) {
     return cli_usage_error("convert: %s\n%s", msg, k_usage);
@@ -64,8 +67,10 @@ static void types_str(const hm_convert_stats *s, int cat, char *out, size_t cap)
 
 static void print_summary(const char *in, const char *out, const hm_convert_stats *s, bool dry) {
     const hm_hparams *hp = &s->hp;
+    char where[4200];
+    if (!dry) hm_outfile_describe(out, where, sizeof where);
     printf("%s %s -> %s: %s, %u layers, %u experts (top %u), vocab %u\n",
-           dry ? "would convert" : "converted", in, dry ? (out ? out : "-") : out,
+           dry ? "would convert" : "converted", in, dry ? (out ? out : "-") : where,
            hm_arch_name(hp->arch), hp->n_layers, hp->n_experts, hp->n_experts_used, hp->vocab_size);
     printf("  %-16s %8s %14s  %s\n", "category", "tensors", "bytes", "types");
     for (int c = 0; c < HM_CAT_COUNT; c++) {
