@@ -1175,7 +1175,40 @@ static void test_cli(void) {
     CHECK_CONTAINS(outbuf, "rc=1");
 }
 
+/* data/demo-vocab.gguf (scripts/demo_vocab.py: make run's vocabulary) gives HF tokenizers' ids */
+static void test_demo_vocab(void) {
+    size_t len;
+    char *txt = test_read_file(HMOE_SOURCE_DIR "/data/demo-vocab.expected.json", &len);
+    json_t *j = txt ? json_loadb(txt, len, 0, NULL) : NULL;
+    free(txt);
+    hm_tokenizer *tok = NULL;
+    CHECK_OK(hm_tokenizer_load(HMOE_SOURCE_DIR "/data/demo-vocab.gguf", &tok));
+    CHECK(j != NULL);
+    if (!tok || !j) {
+        hm_tokenizer_free(tok);
+        json_decref(j);
+        return;
+    }
+    json_t *samples = json_object_get(j, "samples");
+    CHECK(json_array_size(samples) >= 5);
+    for (size_t i = 0; i < json_array_size(samples); i++) {
+        json_t *e = json_array_get(samples, i), *want = json_object_get(e, "ids");
+        const char *text = json_string_value(json_object_get(e, "text"));
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK_OK(hm_tokenizer_encode_alloc(tok, text, strlen(text), 0, &ids, &n));
+        bool same = n == json_array_size(want);
+        for (size_t k = 0; same && k < n; k++)
+            same = ids[k] == (int32_t)json_integer_value(json_array_get(want, k));
+        CHECK_MSG(same, "demo vocab: '%s' tokenizes differently from HF (%zu ids)", text, n);
+        free(ids);
+    }
+    hm_tokenizer_free(tok);
+    json_decref(j);
+}
+
 int main(void) {
+    test_demo_vocab();
     const char *env = getenv("HMOE_TESTDATA");
     if (env)
         snprintf(g_data, sizeof g_data, "%s", env);
