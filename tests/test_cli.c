@@ -1,17 +1,20 @@
 /* test_cli.c - the hmoe binary end to end: exit codes, usage errors, doctor text and JSON (checked
- * with Python's json module), the benchmarks' output. */
+ * with Python's json module), the benchmarks' output; FIFOs never block, write errors fail,
+ * output files never replace a symlink or device, oversized options refused. */
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cpu/ops.h"
 #include "test.h"
 
 static char out[1 << 16];
 
 /* Runs a shell command; captures stdout+stderr into out; returns the exit code. */
 static int run(const char *cmd) {
-    char full[1024];
+    char full[1100];
     snprintf(full, sizeof full, "%s 2>&1", cmd);
     FILE *p = popen(full, "r");
     if (!p) return -1;
@@ -28,6 +31,138 @@ static int run(const char *cmd) {
         CHECK_MSG(run(cmd) == (RC), "%s: %s", ARGS, out);                                          \
         CHECK_CONTAINS(out, MSG);                                                                  \
     } while (0)
+
+/* FIFOs where hmoe reads (a model, a file of a model directory, a shard an index names, --file)
+ * are refused or read without waiting for a writer; every command's standard output going to
+ * /dev/full fails it with a message; logits / synth write through a symlink to its target and in
+ * place to a device; --penalty-last-n and --repack on are sized against the context / memory.
+ * Commands run under timeout: one that blocks fails its check instead of hanging the test. */
+static void test_files(const char *bin, const char *fx) {
+    char cmd[1024], d[] = "/tmp/hmoe-cli-files-XXXXXX";
+    if (!mkdtemp(d)) {
+        CHECK(0);
+        return;
+    }
+#define T "timeout 60 "
+    /* a tiny synth model with a byte vocabulary (tokenize, detokenize, run -p) */
+    snprintf(cmd, sizeof cmd, T "%s synth --preset qwen3-tiny --vocab none --layers 1 -o %s/t.gguf",
+             bin, d);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "/t.gguf in ");
+
+    /* FIFOs */
+    snprintf(cmd, sizeof cmd, "mkfifo %s/fifo && mkdir %s/hf %s/sh && cp %s/config.json %s/hf/ && "
+             "mkfifo %s/hf/model.safetensors && cp %s/config.json %s/sh/ && mkfifo %s/sh/s1 && "
+             "echo '{\"weight_map\": {\"lm_head.weight\": \"s1\"}}' > "
+             "%s/sh/model.safetensors.index.json",
+             d, d, d, fx, d, d, fx, d, d, d);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    snprintf(cmd, sizeof cmd, T "%s run -m %s/fifo --ids 1", bin, d);
+    CHECK_MSG(run(cmd) == 1, "%s", out);
+    CHECK_CONTAINS(out, "/fifo: not a model (a .gguf file or a Hugging Face directory): not a "
+                        "regular file or directory");
+    snprintf(cmd, sizeof cmd, T "%s run -m %s/hf --ids 1", bin, d);
+    CHECK_MSG(run(cmd) == 1, "%s", out);
+    CHECK_CONTAINS(out, "/hf/model.safetensors: not a regular file (a FIFO)");
+    snprintf(cmd, sizeof cmd, T "%s run -m %s/sh --ids 1", bin, d);
+    CHECK_MSG(run(cmd) == 1, "%s", out);
+    CHECK_CONTAINS(out, "/sh/s1: not a regular file (a FIFO)");
+    snprintf(cmd, sizeof cmd, T "%s info %s/fifo", bin, d);
+    CHECK_MSG(run(cmd) == 1, "%s", out);
+    CHECK_CONTAINS(out, "/fifo: not a regular file or directory");
+    snprintf(cmd, sizeof cmd, T "%s tokenize -m %s/fifo --text x", bin, d);
+    CHECK_MSG(run(cmd) == 1, "%s", out);
+    CHECK_CONTAINS(out, "/fifo: not a regular file (a FIFO)");
+    /* --file: a FIFO is a stream, read as it is (no writer: empty) */
+    snprintf(cmd, sizeof cmd, T "%s tokenize -m %s/t.gguf --file %s/fifo --no-bos", bin, d, d);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "echo hi | " T "%s tokenize -m %s/t.gguf --file /dev/stdin --no-bos",
+             bin, d);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "104 105 10");
+
+    /* standard output on /dev/full: exit 1, saying so */
+    static const char *const cmds[] = {
+        "version",
+        "info %s/t.gguf",
+        "info %s/t.gguf --json",
+        "tokenize -m %s/t.gguf --text hello",
+        "detokenize -m %s/t.gguf --ids 104,105",
+        "run -m %s/t.gguf -p hi -n 2 --threads 2",
+        "run -m %s/t.gguf --ids 1 -n 2 --threads 2 --print-ids",
+        "template --template /dev/stdin --messages [] <<< 'x'",
+        "bench pool --iters 300 --threads 2",
+        "synth --list",
+        "synth --preset qwen3-tiny --plan",
+        "convert " HMOE_SOURCE_DIR "/tests/data/qwen3moe/a --dry-run",
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, cmds[i], d);
+        snprintf(cmd, sizeof cmd, "bash -c \"" T "%s %s >/dev/full\"", bin, args);
+        CHECK_MSG(run(cmd) == 1, "%s: %s", args, out);
+        CHECK_CONTAINS(out, "hmoe: writing the standard output: No space left on device");
+    }
+
+    /* output files: through a symlink to its target (the link kept), in place to devices, a
+     * FIFO with no reader refused at once */
+    snprintf(cmd, sizeof cmd, "echo old > %s/target.f32 && ln -s target.f32 %s/link.f32", d, d);
+    CHECK(run(cmd) == 0);
+    snprintf(cmd, sizeof cmd, T "%s logits -m %s --ids \"1 2\" --out %s/link.f32", bin, fx, d);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "/target.f32 (through the symlink ");
+    char p[512];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/link.f32", d);
+    CHECK(lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode));
+    snprintf(p, sizeof p, "%s/target.f32", d);
+    CHECK(stat(p, &sb) == 0 && sb.st_size == 2 * 512 * 4);
+    snprintf(cmd, sizeof cmd, T "%s logits -m %s --ids \"1 2\" --out /dev/null", bin, fx);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "to /dev/null (a character device, written in place)");
+    snprintf(cmd, sizeof cmd, T "%s logits -m %s --ids \"1 2\" --out /dev/full", bin, fx);
+    CHECK_MSG(run(cmd) == 1, "%s", out);
+    CHECK_CONTAINS(out, "/dev/full");
+    CHECK_CONTAINS(out, "No space left on device");
+    CHECK(stat("/dev/full", &sb) == 0 && S_ISCHR(sb.st_mode)); /* not replaced, even as root */
+    snprintf(cmd, sizeof cmd, T "%s logits -m %s --ids 1 --out %s/fifo", bin, fx, d);
+    CHECK_MSG(run(cmd) == 1, "%s", out);
+    CHECK_CONTAINS(out, "/fifo: a FIFO with no reader");
+    snprintf(cmd, sizeof cmd, "ln -s t.gguf %s/t-link.gguf", d);
+    CHECK(run(cmd) == 0);
+    snprintf(cmd, sizeof cmd, T "%s synth --preset qwen3-tiny --vocab none --layers 1 -o %s/t-link.gguf",
+             bin, d);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "/t.gguf (through the symlink ");
+    snprintf(p, sizeof p, "%s/t-link.gguf", d);
+    CHECK(lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode));
+
+    /* a penalty window of 2^30 tokens costs what the context holds */
+    snprintf(cmd, sizeof cmd,
+             T "%s run -m %s --ids \"14 408 419 163 17 83 24\" -n 8 --threads 2 "
+             "--repeat-penalty 1.0001 --penalty-last-n 1073741824",
+             bin, fx);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "ids: ");
+
+    /* --repack on where the int8 copy does not fit (a fake MemAvailable of 1 MB): refused with
+     * the numbers before anything is copied; nothing to copy without an int8 matmul */
+    snprintf(cmd, sizeof cmd,
+             "printf 'MemTotal: 1000 kB\\nMemAvailable: 1000 kB\\n' > %s/meminfo && "
+             "HMOE_MEMINFO=%s/meminfo " T "%s run -m %s/t.gguf --ids 1 -n 1 --repack on",
+             d, d, bin, d);
+    const hm_cpu_ops *ops;
+    if (hm_cpu_ops_get(&ops) == HM_OK && hm_i8_matmul_ok(ops)) {
+        CHECK_MSG(run(cmd) == 1, "%s", out);
+        CHECK_CONTAINS(out, "run: --repack on: the int8 copy of the weights needs ");
+        CHECK_CONTAINS(out, " MB, more than the 1.02 MB of memory available");
+    } else {
+        CHECK_MSG(run(cmd) == 0, "%s", out);
+    }
+#undef T
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    CHECK(system(cmd) == 0);
+}
 
 int main(void) {
     const char *bin = HMOE_BINARY;
@@ -290,6 +425,7 @@ int main(void) {
     CHECK_CONTAINS(out, "nonexistent-dir");
     unlink(lpath);
     rmdir(tmpl);
+    test_files(bin, fx);
 
     snprintf(cmd, sizeof cmd, "%s bench e2e -m %s -p 16 -n 4 --threads 2", bin, fx);
     CHECK_MSG(run(cmd) == 0, "%s", out);

@@ -90,7 +90,7 @@ int bench_tokenizer(int argc, char **argv) {
     size_t len;
     char *text = file ? cli_read_file(file, &len) : make_text((size_t)mb << 20);
     if (!text) {
-        fprintf(stderr, "hmoe: %s: cannot read input\n", file ? file : "(generated)");
+        fprintf(stderr, "hmoe: %s\n", file ? hm_last_error() : "out of memory for the text");
         hm_tokenizer_free(tok);
         return 1;
     }

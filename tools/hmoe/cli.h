@@ -43,8 +43,11 @@ int cli_check_memory(const char *cmd, const char *what, uint64_t bytes, uint64_t
 /* The weight types bench kernels / bench moe can fill and compute on this CPU, as "F32, F16, ..."
  * into buf (truncated to size). */
 void cli_bench_types(char *buf, size_t size);
-/* Reads a whole file ("-": standard input), NUL-terminated (*len without the NUL); NULL when it
- * cannot be opened or read. The caller frees. */
+/* Reads a whole file ("-": standard input) of at most CLI_MAX_INPUT bytes, NUL-terminated (*len
+ * without the NUL): a regular file, pipe, FIFO or character device (hm_file_read_all: the open
+ * never waits for a FIFO's writer). NULL when it cannot be opened or read, with hm_last_error()
+ * naming the file and why. The caller frees. */
+#define CLI_MAX_INPUT ((size_t)1 << 30)
 char *cli_read_file(const char *path, size_t *len);
 /* Prints one line: this process's anonymous resident memory, how much of it is on transparent
  * huge pages and the system's THP mode (benchmarks print it after setting up their weights:
@@ -67,6 +70,18 @@ bool cli_parse_load(const char *s, int *out);
  * advanced past its value), 0 when it is not, 2 after a usage error was printed. */
 #include "model/model.h"
 int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_params *mp);
+/* Prints "hmoe: writing the standard output: <strerror(errno)>" and returns 1. main() checks the
+ * final flush of every command's output; commands that stream (run) call it at the first failed
+ * flush. */
+int cli_stdout_error(void);
+/* "12.34 GB", or "5.67 MB" below a GB */
+void cli_fmt_bytes(uint64_t bytes, char *buf, size_t cap);
+/* With --repack on (cp->repack), 0 when the int8 copy hm_ctx_create would make of m's weights
+ * fits in the memory available (MemAvailable, or the cgroup limit where lower); else prints
+ * "hmoe: <cmd>: --repack on: the int8 copy of the weights needs X GB, more than the Y GB of
+ * memory available ..." and returns 1: refused before the copy grows until the OOM killer ends
+ * the process. Call between hm_model_load and hm_ctx_create. */
+int cli_check_repack(const char *cmd, const hm_model *m, const hm_ctx_params *cp);
 /* Prints "hmoe: <msg>" to stderr, returns 2 (usage errors). */
 int cli_usage_error(const char *fmt, ...);
 

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "core/mmap.h"
 #include "format/gguf.h"
 #include "format/hparams.h"
 #include "format/safetensors.h"
@@ -101,11 +103,11 @@ static hm_status load_hf(model_info *m) {
 }
 
 static bool looks_gguf(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
+    int fd;
+    if (hm_file_open_regular(path, &fd, NULL)) return false; /* a FIFO is not waited on */
     char magic[4] = {0};
-    size_t n = fread(magic, 1, 4, f);
-    fclose(f);
+    ssize_t n = read(fd, magic, 4);
+    close(fd);
     return n == 4 && !memcmp(magic, "GGUF", 4);
 }
 
@@ -145,6 +147,10 @@ int cmd_info(int argc, char **argv) {
     struct stat sb;
     if (stat(path, &sb) != 0) {
         fprintf(stderr, "hmoe info: %s: no such file or directory\n", path);
+        return 1;
+    }
+    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "hmoe info: %s: not a regular file or directory\n", path);
         return 1;
     }
     hm_status st = !S_ISDIR(sb.st_mode) && looks_gguf(path) ? load_gguf(&m) : load_hf(&m);

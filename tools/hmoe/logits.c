@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/mmap.h"
 #include "core/log.h"
 #include "model/model.h"
 
@@ -92,12 +93,12 @@ int cmd_logits(int argc, char **argv) {
     hm_model *m = NULL;
     hm_ctx *c = NULL;
     float *logits = NULL;
-    FILE *f = NULL;
+    hm_outfile of = {0};
     int rc = 1;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    if (hm_model_load_ex(model, &mlp, &m)) goto fail;
+    /* before the model: a bad --out fails at once */
+    if (hm_outfile_open(out, &of) || hm_model_load_ex(model, &mlp, &m)) goto fail;
     if (!cp.n_ctx) cp.n_ctx = n_ids;
+    if (cli_check_repack("logits", m, &cp)) goto done;
     if (hm_ctx_create(m, &cp, &c)) goto fail;
     const int V = (int)m->hp.vocab_size, B = hm_ctx_n_batch(c);
     logits = malloc((size_t)B * (size_t)V * sizeof(float));
@@ -105,39 +106,25 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "hmoe: out of memory for %d x %d logits\n", B, V);
         goto done;
     }
-    f = fopen(tmp, "wb");
-    if (!f) {
-        fprintf(stderr, "hmoe: cannot create '%s': %s\n", tmp, strerror(errno));
-        goto done;
-    }
     for (int i0 = 0; i0 < n_ids; i0 += B) {
         int nb = n_ids - i0 < B ? n_ids - i0 : B;
         if (hm_ctx_decode(c, ids + i0, NULL, nb, NULL, logits)) goto fail;
-        if (fwrite(logits, sizeof(float), (size_t)nb * V, f) != (size_t)nb * V) {
-            fprintf(stderr, "hmoe: writing '%s': %s\n", tmp, strerror(errno));
+        if (fwrite(logits, sizeof(float), (size_t)nb * V, of.f) != (size_t)nb * V) {
+            fprintf(stderr, "hmoe: writing '%s': %s\n", hm_outfile_name(&of), strerror(errno));
             goto done;
         }
     }
-    if (fclose(f)) {
-        f = NULL;
-        fprintf(stderr, "hmoe: writing '%s': %s\n", tmp, strerror(errno));
-        goto done;
-    }
-    f = NULL;
-    if (rename(tmp, out)) {
-        fprintf(stderr, "hmoe: cannot rename '%s' to '%s': %s\n", tmp, out, strerror(errno));
-        goto done;
-    }
-    fprintf(stderr, "hmoe: wrote %d x %d float32 logits to %s\n", n_ids, V, out);
+    if (hm_outfile_commit(&of)) goto fail;
+    char where[4200];
+    hm_outfile_describe(out, where, sizeof where);
+    fprintf(stderr, "hmoe: wrote %d x %d float32 logits (%zu bytes) to %s\n", n_ids, V,
+            (size_t)n_ids * (size_t)V * sizeof(float), where);
     rc = 0;
     goto done;
 fail:
     fprintf(stderr, "hmoe: %s\n", hm_last_error());
 done:
-    if (f) {
-        fclose(f);
-        remove(tmp);
-    }
+    hm_outfile_close(&of); /* removes the unfinished temporary */
     free(logits);
     free(ids);
     hm_ctx_free(c);

@@ -8,7 +8,10 @@
 
 #include "cli.h"
 #include "core/cpu.h"
+#include "core/mmap.h"
+#include "cpu/nn.h"
 #include "hmoe.h"
+#include "hmoe_moe.h"
 
 bool cli_parse_size(const char *s, size_t *out) {
     if (!s || !*s) return false;
@@ -99,33 +102,40 @@ int cli_check_memory(const char *cmd, const char *what, uint64_t bytes, uint64_t
 }
 
 char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     *len = 0;
-    if (!f) return NULL;
+    if (strcmp(path, "-")) {
+        char *buf;
+        return hm_file_read_all(path, CLI_MAX_INPUT, true, &buf, len) ? NULL : buf;
+    }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     while (buf) {
         if (n + 1 >= cap) {
-            char *q = realloc(buf, cap *= 2);
+            char *q = cap < CLI_MAX_INPUT ? realloc(buf, cap *= 2) : NULL;
             if (!q) {
+                hm_errorf(HM_ERR_NO_MEMORY, "standard input: more than %zu bytes, or out of memory",
+                          cap);
                 free(buf);
-                buf = NULL;
-                break;
+                return NULL;
             }
             buf = q;
         }
-        size_t k = fread(buf + n, 1, cap - 1 - n, f);
+        size_t k = fread(buf + n, 1, cap - 1 - n, stdin);
         n += k;
         if (k == 0) {
-            if (ferror(f)) {
+            if (ferror(stdin)) {
+                hm_errorf_errno(HM_ERR_IO, errno, "standard input: read error");
                 free(buf);
-                buf = NULL;
+                return NULL;
             }
             break;
         }
     }
-    if (f != stdin) fclose(f);
-    if (buf) buf[n] = '\0', *len = n;
+    if (!buf) {
+        hm_errorf(HM_ERR_NO_MEMORY, "standard input: out of memory");
+        return NULL;
+    }
+    buf[n] = '\0', *len = n;
     return buf;
 }
 
@@ -277,7 +287,73 @@ static void usage(FILE *f) {
         hm_version());
 }
 
-int main(int argc, char **argv) {
+void cli_fmt_bytes(uint64_t bytes, char *buf, size_t cap) {
+    if (bytes >= 1000000000u)
+        snprintf(buf, cap, "%.2f GB", (double)bytes * 1e-9);
+    else
+        snprintf(buf, cap, "%.2f MB", (double)bytes * 1e-6);
+}
+
+/* the int8 copies hm_ctx_create makes with --repack on: the routed experts (hm_moe_repack_bytes)
+ * and, unless HMOE_DENSE_REPACK=0 or --no-amx, the attention and dense matrices */
+static uint64_t repack_bytes(const hm_model *m, const hm_ctx_params *cp) {
+    const char *env = getenv("HMOE_DENSE_REPACK");
+    const bool dense = !cp->no_amx && !(env && !strcmp(env, "0"));
+    uint64_t need = 0;
+    for (uint32_t il = 0; il < m->hp.n_layers; il++) {
+        const hm_layer *L = &m->layers[il];
+        if (dense) {
+            need += hm_nn_repack_bytes(&L->wq) + hm_nn_repack_bytes(&L->wk) +
+                    hm_nn_repack_bytes(&L->wv) + hm_nn_repack_bytes(&L->wo);
+            if (!L->moe)
+                need += hm_nn_repack_bytes(&L->ffn_gate) + hm_nn_repack_bytes(&L->ffn_up) +
+                        hm_nn_repack_bytes(&L->ffn_down);
+        }
+        if (!L->moe) continue;
+        hm_moe_params mp = hm_moe_default_params();
+        mp.n_experts = (int)m->hp.n_experts, mp.hidden = m->hp.hidden, mp.inter = m->hp.moe_inter;
+        mp.experts = L->experts, mp.no_amx = cp->no_amx;
+        need += hm_moe_repack_bytes(&mp);
+    }
+    return need;
+}
+
+int cli_check_repack(const char *cmd, const hm_model *m, const hm_ctx_params *cp) {
+    if (cp->repack != HM_REPACK_ON) return 0;
+    const uint64_t need = repack_bytes(m, cp);
+    hm_mem_info mi;
+    if (!need || hm_mem_info_get(&mi) != HM_OK || !mi.available) return 0; /* nothing to go by */
+    uint64_t avail = mi.available;
+    if (mi.cgroup_limit && mi.cgroup_limit < avail) avail = mi.cgroup_limit;
+    if (need <= avail) return 0;
+    char n[32], a[32];
+    cli_fmt_bytes(need, n, sizeof n);
+    cli_fmt_bytes(avail, a, sizeof a);
+    fprintf(stderr,
+            "hmoe: %s: --repack on: the int8 copy of the weights needs %s, more than the %s of "
+            "memory available (--repack auto makes it only when it fits, off never)\n",
+            cmd, n, a);
+    return 1;
+}
+
+int cli_stdout_error(void) {
+    const int e = errno;
+    fprintf(stderr, "hmoe: writing the standard output: %s\n", e ? strerror(e) : "write error");
+    return 1;
+}
+
+/* Flushes and closes standard output: a write error (a full disk, /dev/full, a file size limit)
+ * turns a success into exit status 1 with a message, instead of a success with cut output (a
+ * command that failed already said why: its status stays). */
+static int finish_stdout(int rc) {
+    errno = 0;
+    bool bad = fflush(stdout) != 0 || ferror(stdout);
+    if (fclose(stdout) != 0) bad = true;
+    if (!bad || rc) return rc;
+    return cli_stdout_error();
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -303,4 +379,8 @@ int main(int argc, char **argv) {
     }
     usage(stderr);
     return cli_usage_error("unknown command '%s'", cmd);
+}
+
+int main(int argc, char **argv) {
+    return finish_stdout(dispatch(argc, argv));
 }

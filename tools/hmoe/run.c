@@ -1,5 +1,6 @@
 /* run.c - `hmoe run`: generate from a prompt (text or ids) with a model on the CPU and print the
  * text (and/or ids), then prompt and generation speed. */
+#include <errno.h>
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +201,9 @@ int cmd_run(int argc, char **argv) {
                 n_ids, n_gen, cp.n_ctx);
         goto done;
     }
+    /* the window holds at most the context's tokens: a larger --penalty-last-n means the same */
+    if (sp.penalty_last_n > cp.n_ctx) sp.penalty_last_n = cp.n_ctx;
+    if (cli_check_repack("run", m, &cp)) goto done;
     if (hm_ctx_create(m, &cp, &c)) goto fail;
     if (hm_sampler_create(&sp, (int32_t)m->hp.vocab_size, &smp)) goto fail;
     if (tok && hm_detok_new(tok, HM_DETOK_REPLACE_INVALID, &dt)) goto fail;
@@ -238,8 +242,10 @@ int cmd_run(int argc, char **argv) {
             const char *s;
             size_t len;
             if (hm_detok_push(dt, t, &s, &len)) goto fail;
-            fwrite(s, 1, len, stdout);
-            fflush(stdout);
+            if (fwrite(s, 1, len, stdout) != len || fflush(stdout) != 0) {
+                rc = cli_stdout_error(); /* no point generating what cannot be written */
+                goto done;
+            }
         }
         if (!ignore_eos && tok && hm_tokenizer_is_eog(tok, t)) {
             n_done++;
@@ -260,7 +266,11 @@ int cmd_run(int argc, char **argv) {
         for (long i = 0; i < n_done; i++) printf(" %d", gen[i]);
         printf("\n");
     }
-    fflush(stdout);
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* before the speeds: they would say it worked */
+        rc = cli_stdout_error();
+        goto done;
+    }
     /* generation speed counts the decode steps: the first token comes from the prompt's logits */
     char gen_rate[64] = "-";
     if (n_done > 1)

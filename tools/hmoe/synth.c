@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "core/alloc.h"
+#include "core/mmap.h"
 #include "core/pool.h"
 #include "core/timer.h"
 #include "format/gguf.h"
@@ -477,7 +478,9 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "hmoe synth: %s\n", hm_last_error());
         return 1;
     }
-    fprintf(stderr, "hmoe synth: wrote %.2f GB in %.1f s (%.0f MB/s); weights are random\n",
-            (double)total * 1e-9, secs, (double)total / secs * 1e-6);
+    char where[4200];
+    hm_outfile_describe(out, where, sizeof where);
+    fprintf(stderr, "hmoe synth: wrote %.2f GB to %s in %.1f s (%.0f MB/s); weights are random\n",
+            (double)total * 1e-9, where, secs, (double)total / secs * 1e-6);
     return 0;
 }

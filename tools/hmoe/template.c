@@ -18,7 +18,14 @@ static json_t *json_arg(const char *opt, const char *v) {
     json_error_t je;
     json_t *j;
     if (v[0] == '@') {
-        j = json_load_file(v + 1, JSON_DECODE_ANY, &je);
+        size_t len;
+        char *text = cli_read_file(v + 1, &len);
+        if (!text) {
+            fprintf(stderr, "hmoe: %s: %s\n", opt, hm_last_error());
+            return NULL;
+        }
+        j = json_loadb(text, len, JSON_DECODE_ANY, &je);
+        free(text);
         if (!j)
             fprintf(stderr, "hmoe: %s %s: %s (line %d, column %d)\n", opt, v, je.text, je.line,
                     je.column);
@@ -82,7 +89,7 @@ int cmd_template(int argc, char **argv) {
     } else {
         src.template_text = cli_read_file(tfile, &src.template_len);
         if (!src.template_text) {
-            fprintf(stderr, "hmoe: %s: %s\n", tfile, strerror(errno ? errno : EIO));
+            fprintf(stderr, "hmoe: --template: %s\n", hm_last_error());
             goto done;
         }
         src.origin = strdup(tfile);
@@ -114,7 +121,7 @@ int cmd_template(int argc, char **argv) {
         goto done;
     }
     if (fwrite(out, 1, len, stdout) != len || fflush(stdout) != 0) {
-        fprintf(stderr, "hmoe: writing the output: %s\n", strerror(errno));
+        cli_stdout_error();
         goto done;
     }
     rc = 0;

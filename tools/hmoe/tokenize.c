@@ -37,7 +37,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (file) {
         owned = cli_read_file(file, &len);
         if (!owned) {
-            fprintf(stderr, "hmoe: %s: %s\n", file, strerror(errno));
+            fprintf(stderr, "hmoe: --file: %s\n", hm_last_error());
             return 1;
         }
         text = owned;
