@@ -897,6 +897,7 @@ static void test_cli(void) {
     if (text) {
         CHECK_CONTAINS(text, "printing ids only");
         CHECK_CONTAINS(text, "ids: ");
+        CHECK_CONTAINS(text, "no tokenizer"); /* not "no_vocab is not supported" */
     }
     free(text);
     unlink(out);

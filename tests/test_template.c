@@ -415,6 +415,27 @@ static void test_hostile(void) {
     free(s);
 }
 
+/* A FIFO where a model directory's tokenizer_config.json or chat_template.jinja belongs is
+ * refused naming it, never waited on (alarm: a blocking open fails the test instead of hanging). */
+static void test_fifo(void) {
+    static const char *const names[] = {"tokenizer_config.json", "chat_template.jinja"};
+    for (int i = 0; i < 2; i++) {
+        char dir[] = "/tmp/hmoe-tplfifo-XXXXXX", path[300];
+        if (!mkdtemp(dir)) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        CHECK(mkfifo(path, 0600) == 0);
+        alarm(20);
+        hm_chat_template_source src = {0};
+        hm_status st = hm_chat_template_load(dir, &src);
+        alarm(0);
+        CHECK_MSG(st != HM_OK, "a FIFO as %s was read", names[i]);
+        CHECK_CONTAINS(hm_last_error(), names[i]);
+        hm_chat_template_source_free(&src);
+        unlink(path);
+        rmdir(dir);
+    }
+}
+
 /* a NUL byte is template text, as in jinja2: the API takes a length, loaders keep it */
 static void test_nul(void) {
     static const char src[] = "a\0b{{ 'c' }}\0{{ x }}";
@@ -587,6 +608,7 @@ int main(void) {
     }
     test_hostile();
     test_nul();
+    test_fifo();
     test_errors();
     test_api();
     test_threads();

@@ -1207,8 +1207,32 @@ static void test_demo_vocab(void) {
     json_decref(j);
 }
 
+/* A FIFO as tokenizer.json or vocab.json is refused naming it, never waited on */
+static void test_fifo_files(void) {
+    static const char *const names[] = {"tokenizer.json", "vocab.json"};
+    for (int i = 0; i < 2; i++) {
+        char dir[] = "/tmp/hmoe-tokfifo-XXXXXX", path[300], merges[300];
+        if (!mkdtemp(dir)) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        snprintf(merges, sizeof merges, "%s/merges.txt", dir);
+        CHECK(mkfifo(path, 0600) == 0);
+        FILE *f = i ? fopen(merges, "w") : NULL;
+        if (f) fputs("#version: 0.2\na b\n", f), fclose(f);
+        alarm(20);
+        hm_tokenizer *tok = NULL;
+        hm_status st = hm_tokenizer_load(dir, &tok);
+        alarm(0);
+        CHECK_MSG(st != HM_OK, "a FIFO as %s was read", names[i]);
+        CHECK_CONTAINS(hm_last_error(), names[i]);
+        hm_tokenizer_free(tok);
+        unlink(path), unlink(merges);
+        rmdir(dir);
+    }
+}
+
 int main(void) {
     test_demo_vocab();
+    test_fifo_files();
     const char *env = getenv("HMOE_TESTDATA");
     if (env)
         snprintf(g_data, sizeof g_data, "%s", env);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/mmap.h"
 #include "format/gguf.h"
 #include "template/jinja.h"
 
@@ -91,41 +92,22 @@ static char *dupf(const char *fmt, const char *a, const char *b) {
     return s;
 }
 
+/* a template or config file: regular files only (a FIFO is refused, never waited on) */
 static hm_status read_file(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return hm_errorf_errno(errno == ENOENT ? HM_ERR_NOT_FOUND : HM_ERR_IO, errno, "%s", path);
+    return hm_file_read_all(path, (size_t)256 << 20, false, out, len);
+}
+
+/* a JSON object file, read as read_file does */
+static hm_status read_json(const char *path, json_t **out) {
     char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536 * 2;
-            if (cap > ((size_t)256 << 20)) {
-                free(buf);
-                fclose(f);
-                return hm_errorf(HM_ERR_FORMAT, "%s: larger than 256 MiB", path);
-            }
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, 65536, f);
-        n += r;
-        if (r < 65536) break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return hm_errorf(HM_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
+    size_t len = 0;
+    *out = NULL;
+    hm_status st = read_file(path, &buf, &len);
+    if (st) return st;
+    json_error_t je;
+    *out = json_loadb(buf, len, 0, &je);
+    free(buf);
+    if (!*out) return hm_errorf(HM_ERR_FORMAT, "%s:%d:%d: %s", path, je.line, je.column, je.text);
     return HM_OK;
 }
 
@@ -185,13 +167,11 @@ static hm_status load_hf(const char *dir, hm_chat_template_source *out) {
     char cfg_path[4096], jinja_path[4096];
     snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", dir);
     snprintf(jinja_path, sizeof jinja_path, "%s/chat_template.jinja", dir);
-    json_error_t je;
     json_t *cfg = NULL;
     struct stat sb;
     if (stat(cfg_path, &sb) == 0) {
-        cfg = json_load_file(cfg_path, 0, &je);
-        if (!cfg)
-            return hm_errorf(HM_ERR_FORMAT, "%s:%d:%d: %s", cfg_path, je.line, je.column, je.text);
+        hm_status rs = read_json(cfg_path, &cfg);
+        if (rs) return rs;
         if (!json_is_object(cfg)) {
             json_decref(cfg);
             return hm_errorf(HM_ERR_FORMAT, "%s: expected a JSON object", cfg_path);

@@ -73,10 +73,26 @@ static const char *token_str(json_t *v) {
     return NULL;
 }
 
+/* A JSON file of a tokenizer: regular files only (a FIFO is refused, never waited on), at most
+ * 1 GiB. NULL with err->text set on failure. */
+static json_t *read_json(const char *path, size_t flags, json_error_t *err) {
+    char *buf = NULL;
+    size_t len = 0;
+    if (hm_file_read_all(path, (size_t)1 << 30, false, &buf, &len) != HM_OK) {
+        memset(err, 0, sizeof *err);
+        snprintf(err->text, sizeof err->text, "%s", hm_last_error());
+        return NULL;
+    }
+    json_t *j = json_loadb(buf, len, flags, err);
+    free(buf);
+    return j;
+}
+
 static json_t *load_json(const char *dir, const char *file, size_t flags) {
     char path[4096];
+    json_error_t err;
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    return json_load_file(path, flags, NULL);
+    return read_json(path, flags, &err);
 }
 
 static bool file_exists(const char *dir, const char *file) {
@@ -452,7 +468,7 @@ static hm_status tokenizer_json_build(json_t *root, const char *path, const char
 static hm_status load_tokenizer_json(const char *path, const char *dir, hm_tokenizer **out) {
     *out = NULL;
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    json_t *root = read_json(path, 0, &err);
     if (!root) return hm_errorf(HM_ERR_FORMAT, "%s line %d: %s", path, err.line, err.text);
     hm_status st = tokenizer_json_build(root, path, dir, out);
     json_decref(root);
@@ -810,7 +826,7 @@ static hm_status load_dir(const char *dir, hm_tokenizer **out) {
         hm_mapped_file mf = {0};
         json_error_t err;
         snprintf(path, sizeof path, "%s/vocab.json", dir);
-        json_t *v = st ? NULL : json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+        json_t *v = st ? NULL : read_json(path, JSON_REJECT_DUPLICATES, &err);
         if (!st && !v) st = hm_errorf(HM_ERR_FORMAT, "%s line %d: %s", path, err.line, err.text);
         snprintf(path, sizeof path, "%s/merges.txt", dir);
         if (!st) st = hm_file_map(path, NULL, &mf);

@@ -67,6 +67,9 @@ hm_status hm_tokenizer_from_gguf(const hm_gguf *g, hm_tokenizer **out) {
     str_copy(s, model, sizeof model);
     if (hm_gguf_get_str(g, "tokenizer.ggml.pre", &s) == HM_OK) str_copy(s, pre, sizeof pre);
 
+    /* llama.cpp's "no_vocab" (and "none"): a model written without a tokenizer */
+    if (!strcmp(model, "no_vocab") || !strcmp(model, "none"))
+        return hm_errorf(HM_ERR_NOT_FOUND, "%s: no tokenizer (%s = '%s')", name, KEY_MODEL, model);
     hm_tok_kind kind;
     if (!strcmp(model, "gpt2"))
         kind = HM_TOK_BPE;
