@@ -154,7 +154,7 @@ static void test_files(const char *bin, const char *fx) {
     const hm_cpu_ops *ops;
     if (hm_cpu_ops_get(&ops) == HM_OK && hm_i8_matmul_ok(ops)) {
         CHECK_MSG(run(cmd) == 1, "%s", out);
-        CHECK_CONTAINS(out, "run: --repack on: the int8 copy of the weights needs ");
+        CHECK_CONTAINS(out, "--repack on: the int8 copy of the weights needs ");
         CHECK_CONTAINS(out, " MB, more than the 1.02 MB of memory available");
     } else {
         CHECK_MSG(run(cmd) == 0, "%s", out);

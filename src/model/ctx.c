@@ -409,6 +409,18 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                    (double)need * 1e-9, keep ? " (+ the mmapped model)" : "",
                    copies ? " (+ the NUMA slices' copies)" : "",
                    have ? (double)mi.available * 1e-9 : 0.0);
+        /* forced: refused with the numbers when the memory cannot hold it, before any copy
+         * (growing into the OOM killer takes the rest of the machine with it) */
+        uint64_t avail = have ? mi.available : 0;
+        if (have && mi.cgroup_limit && mi.cgroup_limit < avail) avail = mi.cgroup_limit;
+        if (repack && p.repack == HM_REPACK_ON && have && avail && need > avail) {
+            st = hm_errorf(HM_ERR_NO_MEMORY,
+                           "--repack on: the int8 copy of the weights needs %.2f MB, more than "
+                           "the %.2f MB of memory available (--repack auto makes it only when it "
+                           "fits, off never)",
+                           (double)need * 1e-6, (double)avail * 1e-6);
+            goto fail;
+        }
         if (repack) c->repacked = need;
     }
     if (repack && dense_need && (st = repack_dense(c, dense_need))) goto fail;

@@ -89,7 +89,6 @@ int bench_e2e(int argc, char **argv) {
     t_load = hm_time_s() - t_load;
     cp.n_ctx = (int)(n_prompt + n_gen + 1);
     if (!cp.n_batch) cp.n_batch = n_prompt > 0 && n_prompt < 512 ? (int)n_prompt : 512;
-    if (cli_check_repack("bench e2e", m, &cp)) goto done;
     double t_ctx = hm_time_s();
     if (hm_ctx_create(m, &cp, &c)) goto fail;
     t_ctx = hm_time_s() - t_ctx;

@@ -76,12 +76,6 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
 int cli_stdout_error(void);
 /* "12.34 GB", or "5.67 MB" below a GB */
 void cli_fmt_bytes(uint64_t bytes, char *buf, size_t cap);
-/* With --repack on (cp->repack), 0 when the int8 copy hm_ctx_create would make of m's weights
- * fits in the memory available (MemAvailable, or the cgroup limit where lower); else prints
- * "hmoe: <cmd>: --repack on: the int8 copy of the weights needs X GB, more than the Y GB of
- * memory available ..." and returns 1: refused before the copy grows until the OOM killer ends
- * the process. Call between hm_model_load and hm_ctx_create. */
-int cli_check_repack(const char *cmd, const hm_model *m, const hm_ctx_params *cp);
 /* Prints "hmoe: <msg>" to stderr, returns 2 (usage errors). */
 int cli_usage_error(const char *fmt, ...);
 

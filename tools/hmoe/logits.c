@@ -98,7 +98,6 @@ int cmd_logits(int argc, char **argv) {
     /* before the model: a bad --out fails at once */
     if (hm_outfile_open(out, &of) || hm_model_load_ex(model, &mlp, &m)) goto fail;
     if (!cp.n_ctx) cp.n_ctx = n_ids;
-    if (cli_check_repack("logits", m, &cp)) goto done;
     if (hm_ctx_create(m, &cp, &c)) goto fail;
     const int V = (int)m->hp.vocab_size, B = hm_ctx_n_batch(c);
     logits = malloc((size_t)B * (size_t)V * sizeof(float));

@@ -294,48 +294,6 @@ void cli_fmt_bytes(uint64_t bytes, char *buf, size_t cap) {
         snprintf(buf, cap, "%.2f MB", (double)bytes * 1e-6);
 }
 
-/* the int8 copies hm_ctx_create makes with --repack on: the routed experts (hm_moe_repack_bytes)
- * and, unless HMOE_DENSE_REPACK=0 or --no-amx, the attention and dense matrices */
-static uint64_t repack_bytes(const hm_model *m, const hm_ctx_params *cp) {
-    const char *env = getenv("HMOE_DENSE_REPACK");
-    const bool dense = !cp->no_amx && !(env && !strcmp(env, "0"));
-    uint64_t need = 0;
-    for (uint32_t il = 0; il < m->hp.n_layers; il++) {
-        const hm_layer *L = &m->layers[il];
-        if (dense) {
-            need += hm_nn_repack_bytes(&L->wq) + hm_nn_repack_bytes(&L->wk) +
-                    hm_nn_repack_bytes(&L->wv) + hm_nn_repack_bytes(&L->wo);
-            if (!L->moe)
-                need += hm_nn_repack_bytes(&L->ffn_gate) + hm_nn_repack_bytes(&L->ffn_up) +
-                        hm_nn_repack_bytes(&L->ffn_down);
-        }
-        if (!L->moe) continue;
-        hm_moe_params mp = hm_moe_default_params();
-        mp.n_experts = (int)m->hp.n_experts, mp.hidden = m->hp.hidden, mp.inter = m->hp.moe_inter;
-        mp.experts = L->experts, mp.no_amx = cp->no_amx;
-        need += hm_moe_repack_bytes(&mp);
-    }
-    return need;
-}
-
-int cli_check_repack(const char *cmd, const hm_model *m, const hm_ctx_params *cp) {
-    if (cp->repack != HM_REPACK_ON) return 0;
-    const uint64_t need = repack_bytes(m, cp);
-    hm_mem_info mi;
-    if (!need || hm_mem_info_get(&mi) != HM_OK || !mi.available) return 0; /* nothing to go by */
-    uint64_t avail = mi.available;
-    if (mi.cgroup_limit && mi.cgroup_limit < avail) avail = mi.cgroup_limit;
-    if (need <= avail) return 0;
-    char n[32], a[32];
-    cli_fmt_bytes(need, n, sizeof n);
-    cli_fmt_bytes(avail, a, sizeof a);
-    fprintf(stderr,
-            "hmoe: %s: --repack on: the int8 copy of the weights needs %s, more than the %s of "
-            "memory available (--repack auto makes it only when it fits, off never)\n",
-            cmd, n, a);
-    return 1;
-}
-
 int cli_stdout_error(void) {
     const int e = errno;
     fprintf(stderr, "hmoe: writing the standard output: %s\n", e ? strerror(e) : "write error");

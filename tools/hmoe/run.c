@@ -203,7 +203,6 @@ int cmd_run(int argc, char **argv) {
     }
     /* the window holds at most the context's tokens: a larger --penalty-last-n means the same */
     if (sp.penalty_last_n > cp.n_ctx) sp.penalty_last_n = cp.n_ctx;
-    if (cli_check_repack("run", m, &cp)) goto done;
     if (hm_ctx_create(m, &cp, &c)) goto fail;
     if (hm_sampler_create(&sp, (int32_t)m->hp.vocab_size, &smp)) goto fail;
     if (tok && hm_detok_new(tok, HM_DETOK_REPLACE_INVALID, &dt)) goto fail;
