@@ -138,9 +138,12 @@ uint32_t hm_act_type(uint32_t weight_type);
 size_t hm_act_bytes(uint32_t weight_type, int64_t n);
 hm_status hm_act_convert(uint32_t weight_type, const float *x, void *out, int64_t n);
 
-/* Reference (plain C) activation quantizers. */
+/* Reference (plain C) activation quantizers (ref.c). */
 void hm_quantize_row_q8_K_ref(const float *x, void *y, int64_t n);
 void hm_quantize_row_q8_0_ref(const float *x, void *y, int64_t n);
+/* The plain activation type of a weight type (ref.c: the reference kernels' and the avx2
+ * variant's); hm_act_type_for gives it for a variant without act_type. */
+uint32_t hm_act_type_ref(uint32_t weight_type);
 
 /* Variant table entry for isa; NULL when that variant is not compiled into this binary. */
 const hm_cpu_ops *hm_cpu_ops_for(hm_isa isa);
