@@ -1,6 +1,6 @@
 /* Micro-benchmark (measurement only, not built with the product): where the one-token Q4_K
- * AVX-512 kernel's time goes in cache. The kernel's loop (kq_avx512.h, hm_q4_K_rows_avx512) with
- * parts left out, each timed on ROWS rows x COLS columns cycled 200 times (fastest pass):
+ * AVX-512 kernel's time goes in cache. The kernel's loop (kernels_avx512.h, hm_q4_K_rows_avx512)
+ * with parts left out, each timed on ROWS rows x COLS columns cycled 200 times (fastest pass):
  *   full      the kernel as it is
  *   nopf      without the weight prefetches
  *   pf1       one T0 + one T2 prefetch per 64-byte line instead of three each per block
@@ -21,7 +21,7 @@
 
 #include "core/timer.h"
 #include "cpu/ops.h"
-#include "cpu/x86/kq_avx512.h"
+#include "cpu/x86/kernels_avx512.h"
 #include "quant/synth.h"
 
 enum { FULL, NOPF, PF1, NOSCALE, NOMINS, NOPERM, LOADS, N_VAR };

@@ -7,7 +7,7 @@
 
 #include "cpu/ops.h"
 #include "quant/ref.h"
-#include "cpu/x86/kq_avx512.h"
+#include "cpu/x86/kernels_avx512.h"
 
 /* Palette-1 tile configuration (64 bytes, layout fixed by the ISA). */
 typedef struct {

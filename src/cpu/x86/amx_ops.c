@@ -1,7 +1,7 @@
 /* amx_ops.c - the AMX kernel variant's table: the AVX-512 dot kernels compiled with GFNI and VBMI
  * (every AMX CPU has them) and amx.c's tile kernels. */
 #include "cpu/ops.h"
-#include "cpu/x86/kq_avx512.h"
+#include "cpu/x86/kernels_avx512.h"
 
 const hm_cpu_ops hm_ops_amx = {
     .isa = HM_ISA_AMX,

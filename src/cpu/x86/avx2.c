@@ -2,7 +2,7 @@
 #include <immintrin.h>
 
 #include "cpu/ops.h"
-#include "cpu/x86/kq_avx2.h"
+#include "cpu/x86/kernels_avx2.h"
 
 static uint64_t sum_u64_avx2(const uint64_t *p, size_t n) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;

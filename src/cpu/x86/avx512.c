@@ -1,6 +1,6 @@
 /* avx512.c - AVX-512 F/BW/VL/DQ (+VNNI, BF16) kernel variant, compiled with those flags only. */
 #include "cpu/ops.h"
-#include "cpu/x86/kq_avx512.h"
+#include "cpu/x86/kernels_avx512.h"
 
 const hm_cpu_ops hm_ops_avx512 = {
     .isa = HM_ISA_AVX512,

@@ -1,7 +1,8 @@
-/* kq_avx2.h - AVX2 dot products shared by the avx2, avx512 and amx variants (include only from
- * files compiled with at least -mavx2 -mfma -mf16c). */
-#ifndef HM_CPU_X86_KQ_AVX2_H
-#define HM_CPU_X86_KQ_AVX2_H
+/* kernels_avx2.h - AVX2 kernels (dot products, float ops, attention blocks, activation quantizers)
+ * shared by the avx2, avx512 and amx variants (include only from files compiled with at least
+ * -mavx2 -mfma -mf16c). */
+#ifndef HM_CPU_X86_KERNELS_AVX2_H
+#define HM_CPU_X86_KERNELS_AVX2_H
 
 #include <float.h>
 #include <immintrin.h>

@@ -1,10 +1,10 @@
-/* kq_avx512.h - AVX-512 (BW/VL/VNNI) dot products shared by the avx512 and amx variants; include
+/* kernels_avx512.h - AVX-512 (BW/VL/VNNI) kernels shared by the avx512 and amx variants; include
  * only from files compiled with AVX-512 flags. */
-#ifndef HM_CPU_X86_KQ_AVX512_H
-#define HM_CPU_X86_KQ_AVX512_H
+#ifndef HM_CPU_X86_KERNELS_AVX512_H
+#define HM_CPU_X86_KERNELS_AVX512_H
 
 #include "cpu/x86/avx512_sum.h"
-#include "cpu/x86/kq_avx2.h"
+#include "cpu/x86/kernels_avx2.h"
 
 /* A block's int32 sums of nt tokens into their float sums: acc[t] += x[t].d * wd * sumi[t] (wd:
  * the weight block's scale) */
@@ -598,7 +598,7 @@ static inline __m128 hm_e8m0x4_f32_half_avx512(__m128i e) {
     return _mm_scalef_ps(_mm_set1_ps(1.0f), _mm_cvtepi32_ps(_mm_sub_epi32(e, _mm_set1_epi32(128))));
 }
 
-/* The 32-block formats (HM_B32_*, kq_avx2.h) on AVX-512 */
+/* The 32-block formats (HM_B32_*, kernels_avx2.h) on AVX-512 */
 
 /* the signed weights of blocks i and i + 1 (lanes 0-31 block i) */
 static inline __attribute__((always_inline)) __m512i hm_b32_pair_avx512(int kind, const void *vw,
@@ -623,7 +623,7 @@ static inline __attribute__((always_inline)) __m512i hm_b32_pair_avx512(int kind
     }
 }
 
-/* Q8_0 among the kinds of the Q8_0X4 kernel below (not a kind of kq_avx2.h's) */
+/* Q8_0 among the kinds of the Q8_0X4 kernel below (not a kind of kernels_avx2.h's) */
 enum { HM_X4_Q8_0 = 16 };
 
 static inline size_t hm_x4_bytes(int kind) {
@@ -667,7 +667,7 @@ static inline __attribute__((always_inline)) __m512i hm_x4_lone_avx512(int kind,
     return _mm512_inserti64x4(a, _mm256_setzero_si256(), 1);
 }
 
-/* A kind's row (Q8_0 or a 32-block format of kq_avx2.h) times nt (1-4) Q8_0X4 activation rows,
+/* A kind's row (Q8_0 or a 32-block format of kernels_avx2.h) times nt (1-4) Q8_0X4 activation rows,
  * each weight block read once for all of them (the same per-token operations whatever nt, as
  * hm_q4_K_rows_avx512). Per group of four blocks, once: the two pairs' signed codes interleaved
  * as the activations' (Q8_0 with VBMI, every AMX CPU: three loads and three byte permutations
