@@ -1,12 +1,13 @@
-/* amx.c - AMX (TILE/INT8/BF16) tile kernels, and the AVX-512 VNNI matmul, activation packers and
- * weight repacking that the avx512 variant shares (so compiled without GFNI / VBMI); the amx
- * variant's table is in amx_ops.c. */
+/* amx.c - AMX (TILE/INT8/BF16) tile kernels, and the activation packers, weight conversion and
+ * repacking that the avx512 variant's VNNI matmul (vnni.c) shares (so compiled without GFNI /
+ * VBMI); the amx variant's table is in amx_ops.c. */
 #include <math.h>
 #include <immintrin.h>
 #include <string.h>
 
 #include "cpu/ops.h"
 #include "quant/ref.h"
+#include "cpu/x86/i8_units.h"
 #include "cpu/x86/kernels_avx512.h"
 
 /* Palette-1 tile configuration (64 bytes, layout fixed by the ISA). */
@@ -74,31 +75,6 @@ hm_status hm_amx_selftest_tiles(void) {
  * Weights are converted per 32-row group into the thread's scratch (row-major int8, as tile A
  * loads them) and reused for every token pair; activations are packed once per call (VNNI).
  * Layouts: src/quant/README.md. */
-
-#define AMX_G HM_AMX_GROUP /* scale group (values) */
-
-typedef struct {
-    int64_t kp;   /* cols rounded up to 64 (zero padded) */
-    int64_t ngrp; /* scale groups per row */
-    int tp;       /* 32-token pairs of tile groups */
-    int8_t *q;    /* [tp * 2][kp / 4][16][4] */
-    float *dx;    /* [tp * 2][ngrp][16] */
-} amx_act;
-
-static uintptr_t align64(uintptr_t p) {
-    return (p + 63) & ~(uintptr_t)63;
-}
-
-static amx_act act_layout(int64_t cols, int n_tok, const void *packed) {
-    amx_act a;
-    a.kp = (cols + 63) / 64 * 64;
-    a.ngrp = (cols + AMX_G - 1) / AMX_G;
-    a.tp = (n_tok + 31) / 32;
-    uintptr_t p = align64((uintptr_t)packed);
-    a.q = (int8_t *)p;
-    a.dx = (float *)(p + (size_t)a.tp * 32 * (size_t)a.kp);
-    return a;
-}
 
 size_t hm_amx_act_bytes(uint32_t type, int64_t cols, int n_tok) {
     (void)type;
@@ -332,43 +308,6 @@ void hm_amx_pack_act_q(const void *qrows, size_t qrow_bytes, const int32_t *idx,
 void hm_amx_pack_act_q_rt(const void *qrows, size_t qrow_bytes, const int32_t *idx, int n_tok,
                           int64_t cols, void *packed, int g0, int g1) {
     pack_act_q(qrows, qrow_bytes, idx, n_tok, cols, packed, g0, g1, true);
-}
-
-/* One 32-row weight unit, the layout hm_amx_wpack stores and the per-call path converts into:
- * A [2][kp / 64][16][64] int8 (each A tile one contiguous KiB: strided tile loads were 3x slower
- * on the device) then sw [ngrp][32] float scales. */
-static size_t unit_bytes(int64_t cols) {
-    const int64_t kp = (cols + 63) / 64 * 64, ngrp = (cols + AMX_G - 1) / AMX_G;
-    return (size_t)(32 * kp) + (size_t)ngrp * 32 * sizeof(float);
-}
-
-/* Token pairs folded together per pass over a weight unit's 256-value chunk: the chunk (8 KiB)
- * then stays in L1 while AMX_TB pairs use it. */
-#define AMX_TB 4
-
-/* scratch: one unit (the per-call conversion), acc and acc2 [AMX_TB][32 rows][32 tokens] (acc2:
- * the up projection of the fused GLU), cbuf [4][16][16], wrow [cols] */
-typedef struct {
-    int8_t *A;
-    float *sw, *acc, *acc2, *wrow;
-    int32_t *cbuf;
-} amx_scratch;
-
-static amx_scratch scratch_layout(int64_t cols, void *base) {
-    const int64_t kp = (cols + 63) / 64 * 64;
-    amx_scratch s;
-    uintptr_t p = align64((uintptr_t)base);
-    s.A = (int8_t *)p;
-    s.sw = (float *)(p + 32 * (size_t)kp);
-    p = align64(p + unit_bytes(cols));
-    s.acc = (float *)p;
-    p += AMX_TB * 32 * 32 * sizeof(float);
-    s.acc2 = (float *)p;
-    p += AMX_TB * 32 * 32 * sizeof(float);
-    s.cbuf = (int32_t *)p;
-    p += 4 * 256 * sizeof(int32_t);
-    s.wrow = (float *)p;
-    return s;
 }
 
 size_t hm_amx_scratch_bytes(uint32_t type, int64_t cols) {
@@ -668,7 +607,7 @@ static void convert_row_q4_K(const hm_block_q4_K *b, int64_t nblk, int8_t *A, fl
 
 /* rows rg..rg+nr-1 (nr <= 32) -> one unit: int8 tile rows A[32][kp] + scales sw[g][32]; missing
  * rows 0; wrow: cols floats of scratch */
-static void convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t cols, int nr,
+void hm_amx_convert_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t cols, int nr,
                          int8_t *unit, float *wrow) {
     const int64_t kp = (cols + 63) / 64 * 64, ngrp = (cols + AMX_G - 1) / AMX_G;
     float *sw = (float *)(unit + 32 * kp);
@@ -917,8 +856,8 @@ void hm_amx_wpack(uint32_t type, const void *w, size_t row_bytes, int64_t rows, 
     const size_t ub = unit_bytes(cols);
     for (int64_t u = u0; u < u1 && 32 * u < rows; u++) {
         const int nr = (int)(rows - 32 * u < 32 ? rows - 32 * u : 32);
-        convert_rows(type, (const uint8_t *)w + (size_t)(32 * u) * row_bytes, row_bytes, cols, nr,
-                     (int8_t *)dst + (size_t)u * ub, s.wrow);
+        hm_amx_convert_rows(type, (const uint8_t *)w + (size_t)(32 * u) * row_bytes, row_bytes,
+                            cols, nr, (int8_t *)dst + (size_t)u * ub, s.wrow);
     }
 }
 
@@ -1036,135 +975,25 @@ void hm_amx_down_acc(const void *wp, int64_t rows, int64_t cols, int64_t r0, int
               RT_ACC);
 }
 
-/* ---------------------------------------------------------------- AVX-512 VNNI int8 matmul
- * The same packed activations and weight units as the tile path, for AVX-512 CPUs without AMX
- * (VPDPBUSD: u8 x s8, 4 products per int32 lane). Lanes are 16 tokens of one 4-value quad; each
- * weight row's quad is broadcast. VPDPBUSD wants one unsigned operand, so the activations are
- * flipped to x + 128 on load and 128 * (the row's sum over the group) is taken off again before
- * the fold: exact in int32, so the products equal the tile path's bit for bit per group and the
- * folds are the same float operations in the same order. Blocking: 4 rows x 32 tokens, 8 int32
- * and 8 float accumulators in registers; one fold per 256-value group. */
-
-static void vnni_unit(const amx_act *a, const int8_t *A, const float *sw, int n_tok, int nr,
-                      float *y, size_t y_stride, int32_t *wsum) {
-    const int64_t kp = a->kp, ng = a->ngrp;
-    const __m512i ones = _mm512_set1_epi8(1), flip = _mm512_set1_epi8((char)0x80);
-    for (int r = 0; r < 32; r++) {
-        const int8_t *row = A + (size_t)(r / 16) * 16 * (size_t)kp + (size_t)(r % 16) * 64;
-        for (int64_t g = 0; g < ng; g++) {
-            __m512i acc = _mm512_setzero_si512();
-            for (int64_t k = g * AMX_G; k < kp && k < (g + 1) * AMX_G; k += 64)
-                acc = _mm512_dpbusd_epi32(acc, ones, _mm512_load_si512(row + (k / 64) * 1024));
-            wsum[r * ng + g] = 128 * _mm512_reduce_add_epi32(acc);
-        }
-    }
-    _Alignas(64) float tmp[16];
-    for (int tg = 0; tg < a->tp * 2 && tg * 16 < n_tok; tg += 2) {
-        const bool two = (tg + 1) * 16 < n_tok;
-        const int8_t *X0 = a->q + (size_t)tg * 16 * (size_t)kp, *X1 = X0 + 16 * (size_t)kp;
-        const float *dx0 = a->dx + (size_t)tg * ng * 16, *dx1 = dx0 + ng * 16;
-        for (int rb = 0; rb < nr; rb += 4) {
-            const int8_t *W = A + (size_t)(rb / 16) * 16 * (size_t)kp + (size_t)(rb % 16) * 64;
-            __m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00,
-                   f30 = f00, f31 = f00;
-            for (int64_t g = 0; g < ng; g++) {
-                __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
-                        c21 = c00, c30 = c00, c31 = c00;
-                const int64_t k1 = (g + 1) * AMX_G < kp ? (g + 1) * AMX_G : kp;
-                for (int64_t k = g * AMX_G; k < k1; k += 4) {
-                    const __m512i x0 = _mm512_xor_si512(_mm512_load_si512(X0 + k * 16), flip);
-                    const __m512i x1 =
-                        two ? _mm512_xor_si512(_mm512_load_si512(X1 + k * 16), flip) : flip;
-                    const int8_t *wk = W + (k / 64) * 1024 + (k % 64);
-                    int32_t w0, w1, w2, w3;
-                    memcpy(&w0, wk, 4), memcpy(&w1, wk + 64, 4), memcpy(&w2, wk + 128, 4),
-                        memcpy(&w3, wk + 192, 4);
-                    const __m512i b0 = _mm512_set1_epi32(w0), b1 = _mm512_set1_epi32(w1),
-                                  b2 = _mm512_set1_epi32(w2), b3 = _mm512_set1_epi32(w3);
-                    c00 = _mm512_dpbusd_epi32(c00, x0, b0), c01 = _mm512_dpbusd_epi32(c01, x1, b0);
-                    c10 = _mm512_dpbusd_epi32(c10, x0, b1), c11 = _mm512_dpbusd_epi32(c11, x1, b1);
-                    c20 = _mm512_dpbusd_epi32(c20, x0, b2), c21 = _mm512_dpbusd_epi32(c21, x1, b2);
-                    c30 = _mm512_dpbusd_epi32(c30, x0, b3), c31 = _mm512_dpbusd_epi32(c31, x1, b3);
-                }
-                const __m512 d0 = _mm512_loadu_ps(dx0 + g * 16), d1 = _mm512_loadu_ps(dx1 + g * 16);
-                const float *swg = sw + g * 32 + rb;
-#define VNNI_FOLD(c, f, i, d)                                                                      \
-    f = _mm512_fmadd_ps(                                                                           \
-        _mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(wsum[(rb + i) * ng + g]))),       \
-        _mm512_mul_ps(d, _mm512_set1_ps(swg[i])), f)
-                VNNI_FOLD(c00, f00, 0, d0);
-                VNNI_FOLD(c01, f01, 0, d1);
-                VNNI_FOLD(c10, f10, 1, d0);
-                VNNI_FOLD(c11, f11, 1, d1);
-                VNNI_FOLD(c20, f20, 2, d0);
-                VNNI_FOLD(c21, f21, 2, d1);
-                VNNI_FOLD(c30, f30, 3, d0);
-                VNNI_FOLD(c31, f31, 3, d1);
-#undef VNNI_FOLD
-            }
-            const __m512 fr[4][2] = {{f00, f01}, {f10, f11}, {f20, f21}, {f30, f31}};
-            for (int i = 0; i < 4 && rb + i < nr; i++)
-                for (int j = 0; j < (two ? 2 : 1); j++) {
-                    _mm512_store_ps(tmp, fr[i][j]);
-                    const int t0 = (tg + j) * 16;
-                    for (int t = 0; t < 16 && t0 + t < n_tok; t++)
-                        y[(size_t)(t0 + t) * y_stride + (size_t)(rb + i)] = tmp[t];
-                }
-        }
-    }
-}
-
-/* The int8 matmul of rows [r0, r1) (clamped to rows) in 32-row units, on tiles or with VNNI:
- * each unit converted per call from the weights (w, row_bytes) into scratch, or read from the
- * repacked units wp. */
-static void i8_matmul(bool tiles, uint32_t type, const void *w, size_t row_bytes, const void *wp,
-                      int64_t rows, int64_t cols, int64_t r0, int64_t r1, const void *packed,
-                      int n_tok, float *y, size_t y_stride, void *scratch) {
-    const amx_act a = act_layout(cols, n_tok, packed);
-    const amx_scratch s = scratch_layout(cols, scratch);
-    const size_t ub = unit_bytes(cols);
-    if (r1 > rows) r1 = rows;
-    if (tiles) amx_config();
-    for (int64_t rg = r0; rg < r1; rg += 32) {
-        const int nr = (int)(r1 - rg < 32 ? r1 - rg : 32);
-        const int8_t *unit = s.A;
-        if (wp)
-            unit = (const int8_t *)wp + (size_t)(rg / 32) * ub;
-        else
-            convert_rows(type, (const uint8_t *)w + (size_t)rg * row_bytes, row_bytes, cols, nr,
-                         s.A, s.wrow);
-        const float *sw = (const float *)(unit + 32 * a.kp);
-        if (tiles)
-            amx_unit(&a, unit, sw, n_tok, nr, y + (rg - r0), y_stride, &s);
-        else
-            vnni_unit(&a, unit, sw, n_tok, nr, y + (rg - r0), y_stride, (int32_t *)s.wrow);
-    }
-    if (tiles) _tile_release();
+/* The int8 matmul of rows [r0, r1) on tiles (i8_matmul_units) */
+static void i8_matmul(uint32_t type, const void *w, size_t row_bytes, const void *wp, int64_t rows,
+                      int64_t cols, int64_t r0, int64_t r1, const void *packed, int n_tok, float *y,
+                      size_t y_stride, void *scratch) {
+    amx_config();
+    i8_matmul_units(amx_unit, type, w, row_bytes, wp, rows, cols, r0, r1, packed, n_tok, y,
+                    y_stride, scratch);
+    _tile_release();
 }
 
 void hm_amx_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
                    int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
                    void *scratch) {
-    i8_matmul(true, type, w, row_bytes, NULL, r1, cols, r0, r1, packed, n_tok, y, y_stride,
-              scratch);
+    i8_matmul(type, w, row_bytes, NULL, r1, cols, r0, r1, packed, n_tok, y, y_stride, scratch);
 }
 
 void hm_amx_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
                           const void *packed, int n_tok, float *y, size_t y_stride, void *scratch) {
-    i8_matmul(true, 0, NULL, 0, wp, rows, cols, r0, r1, packed, n_tok, y, y_stride, scratch);
-}
-
-void hm_vnni_matmul(uint32_t type, const void *w, size_t row_bytes, int64_t cols, int64_t r0,
-                    int64_t r1, const void *packed, int n_tok, float *y, size_t y_stride,
-                    void *scratch) {
-    i8_matmul(false, type, w, row_bytes, NULL, r1, cols, r0, r1, packed, n_tok, y, y_stride,
-              scratch);
-}
-
-void hm_vnni_matmul_packed(const void *wp, int64_t rows, int64_t cols, int64_t r0, int64_t r1,
-                           const void *packed, int n_tok, float *y, size_t y_stride,
-                           void *scratch) {
-    i8_matmul(false, 0, NULL, 0, wp, rows, cols, r0, r1, packed, n_tok, y, y_stride, scratch);
+    i8_matmul(0, NULL, 0, wp, rows, cols, r0, r1, packed, n_tok, y, y_stride, scratch);
 }
 
 /* ---------------------------------------------------------------- AMX BF16 matmul
