@@ -5,13 +5,7 @@
 #include <stdio.h>
 #include "core/status.h"
 
-typedef enum hm_log_level {
-    HM_LOG_DEBUG = 0,
-    HM_LOG_INFO = 1,
-    HM_LOG_WARN = 2,
-    HM_LOG_ERROR = 3,
-    HM_LOG_OFF = 4,
-} hm_log_level;
+/* hm_log_level, hm_log_set_level, hm_log_get_level and hm_log are public (hmoe.h). */
 
 /* Parses "debug", "info", "warn"/"warning", "error", "off"/"none" (case-insensitive). */
 hm_status hm_log_parse_level(const char *s, hm_log_level *out);
@@ -20,12 +14,9 @@ const char *hm_log_level_name(hm_log_level level);
 /* Reads HMOE_LOG again (done automatically on first use). An invalid value keeps the default
  * (warn) and logs one warning naming the accepted values. */
 void hm_log_init_from_env(void);
-void hm_log_set_level(hm_log_level level);
-hm_log_level hm_log_get_level(void);
 /* Destination of log lines (default stderr). Tests point it at a temporary file. */
 void hm_log_set_stream(FILE *f);
 
-void hm_log(hm_log_level level, const char *fmt, ...) HM_PRINTF(2, 3);
 
 #define HM_DEBUG(...) hm_log(HM_LOG_DEBUG, __VA_ARGS__)
 #define HM_INFO(...)  hm_log(HM_LOG_INFO, __VA_ARGS__)

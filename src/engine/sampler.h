@@ -56,24 +56,7 @@
 
 #include "core/status.h"
 
-/* Temperatures below this sample greedily. */
-#define HM_SAMPLER_GREEDY_TEMP 1e-6f
-
-typedef struct hm_sampler_params {
-    float temperature;        /* >= 0; below HM_SAMPLER_GREEDY_TEMP: greedy */
-    int top_k;                /* >= 0; 0 = off */
-    float top_p;              /* (0, 1]; 1 = off */
-    float min_p;              /* [0, 1]; 0 = off */
-    float repetition_penalty; /* > 0; 1 = off. HF / llama.cpp: positive logits divided, negative
-                                 ones multiplied */
-    float presence_penalty;   /* finite; 0 = off. OpenAI: subtracted once if the token occurred */
-    float frequency_penalty;  /* finite; 0 = off. OpenAI: subtracted once per occurrence */
-    int penalty_last_n;       /* >= -1: how many of the latest accepted tokens the penalties see;
-                                 -1 = all since create/reset, 0 = none */
-    uint64_t seed;            /* of the draw's random stream */
-} hm_sampler_params;
-
-typedef struct hm_sampler hm_sampler;
+/* hm_sampler_params, HM_SAMPLER_GREEDY_TEMP and the sampler's functions are public (hmoe.h). */
 
 /* temperature 1, top_k 0, top_p 1, min_p 0, no penalties (window 64), seed 0: plain sampling
  * from the softmax. */

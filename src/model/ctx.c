@@ -24,6 +24,9 @@ int hm_ctx_n_batch(const hm_ctx *c) {
 int hm_ctx_n_threads(const hm_ctx *c) {
     return c->nth;
 }
+int32_t hm_ctx_n_vocab(const hm_ctx *c) {
+    return (int32_t)c->m->hp.vocab_size;
+}
 
 static const char *const prof_names[HM_PROF_COUNT] = {
     "embedding", "norms+residual", "attn projections", "attention",

@@ -386,6 +386,19 @@ bool hm_model_copied(const hm_model *m) {
     return m->copy.ptr != NULL;
 }
 
+int32_t hm_model_n_vocab(const hm_model *m) {
+    return (int32_t)m->hp.vocab_size;
+}
+int hm_model_n_layers(const hm_model *m) {
+    return (int)m->hp.n_layers;
+}
+int hm_model_n_ctx_train(const hm_model *m) {
+    return (int)m->hp.max_ctx;
+}
+const char *hm_model_arch(const hm_model *m) {
+    return m->hp.model_type;
+}
+
 /* ---------------------------------------------------------------- copy into huge pages */
 
 /* A mapped byte range the weights live in (the GGUF's tensor data, or one safetensors shard). */

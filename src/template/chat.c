@@ -229,3 +229,40 @@ hm_status hm_chat_template_load(const char *path, hm_chat_template_source *out) 
     if (st != HM_OK) hm_chat_template_source_free(out);
     return st;
 }
+
+hm_status hm_chat_render(const char *model_path, const char *messages_json, const char *tools_json,
+                         const char *kwargs_json, bool add_generation_prompt, char **out,
+                         size_t *out_len) {
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    if (!model_path || !messages_json)
+        return hm_errorf(HM_ERR_INVALID_ARG, "chat: a model path and messages are required");
+    static const char *const what[3] = {"messages", "tools", "kwargs"};
+    const char *src[3] = {messages_json, tools_json, kwargs_json};
+    json_t *j[3] = {NULL, NULL, NULL};
+    hm_status st = HM_OK;
+    for (int i = 0; i < 3 && !st; i++) {
+        if (!src[i]) continue;
+        json_error_t je;
+        j[i] = json_loads(src[i], JSON_REJECT_DUPLICATES, &je);
+        if (!j[i])
+            st = hm_errorf(HM_ERR_FORMAT, "chat: %s: line %d column %d: %s", what[i], je.line,
+                           je.column, je.text);
+        else if (i < 2 ? !json_is_array(j[i]) : !json_is_object(j[i]))
+            st = hm_errorf(HM_ERR_FORMAT, "chat: %s must be a JSON %s", what[i],
+                           i < 2 ? "array" : "object");
+    }
+    hm_chat_template_source cs = {0};
+    hm_jinja *tpl = NULL;
+    if (!st) st = hm_chat_template_load(model_path, &cs);
+    if (!st)
+        st = hm_jinja_parse(cs.template_text, cs.template_len,
+                            cs.origin ? cs.origin : "chat_template", &tpl);
+    if (!st)
+        st = hm_chat_template_apply(tpl, j[0], j[1], add_generation_prompt, j[2], cs.bos_token,
+                                    cs.eos_token, NULL, out, out_len);
+    hm_jinja_free(tpl);
+    hm_chat_template_source_free(&cs);
+    for (int i = 0; i < 3; i++) json_decref(j[i]);
+    return st;
+}

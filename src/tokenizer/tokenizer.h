@@ -34,7 +34,6 @@
 #include "core/status.h"
 #include "format/gguf.h"
 
-typedef struct hm_tokenizer hm_tokenizer;
 
 typedef enum hm_tok_kind {
     HM_TOK_BPE = 0, /* byte-level BPE (GPT-2 byte alphabet in GGUF/HF, raw bytes in tiktoken) */
@@ -52,21 +51,8 @@ typedef enum hm_tok_type {
     HM_TOKT_BYTE = 6,
 } hm_tok_type;
 
-#define HM_TOKEN_NONE (-1)
 
-/* Encoding flags. */
-enum {
-    HM_TOK_ADD_SPECIAL = 1u << 0,   /* add BOS / EOS where the model says so (add_bos_token...) */
-    HM_TOK_PARSE_SPECIAL = 1u << 1, /* text of control tokens ("<|im_end|>") becomes that token;
-                                       user-defined tokens are always matched, as llama.cpp does */
-};
-
-/* Decoding flags. */
-enum {
-    HM_DETOK_SPECIAL = 1u << 0,         /* render control/unknown tokens as their text ("<s>") */
-    HM_DETOK_STRIP_SPACE = 1u << 1,     /* SPM: drop the dummy-prefix space of the first piece */
-    HM_DETOK_REPLACE_INVALID = 1u << 2, /* incremental decoder: invalid UTF-8 -> U+FFFD */
-};
+/* hm_tokenizer, HM_TOKEN_NONE and the encoding/decoding flags are public (hmoe.h). */
 
 /* ---- loading ---------------------------------------------------------------------------------
  * hm_tokenizer_load detects the kind of PATH:
@@ -122,7 +108,6 @@ hm_status hm_tokenizer_decode(const hm_tokenizer *tok, const int32_t *ids, size_
  * invalid byte with HM_DETOK_REPLACE_INVALID), so the concatenation of every chunk plus the flush
  * equals hm_tokenizer_decode of the same ids (in raw mode). Returned pointers stay valid until
  * the next call on d. */
-typedef struct hm_detok hm_detok;
 hm_status hm_detok_new(const hm_tokenizer *tok, unsigned flags, hm_detok **out);
 hm_status hm_detok_push(hm_detok *d, int32_t id, const char **text, size_t *len);
 /* Releases whatever is held (end of stream) and resets d for a new stream. */

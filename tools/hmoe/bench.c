@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "model/model.h"
 #include "core/cpu.h"
 #include "core/pool.h"
 #include "core/timer.h"

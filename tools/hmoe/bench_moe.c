@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "model/model.h"
 #include "core/alloc.h"
 #include "core/pool.h"
 #include "core/timer.h"

@@ -68,7 +68,7 @@ bool cli_parse_load(const char *s, int *out);
 /* The model/context options of run, logits and bench e2e: --threads N, --batch N, --ctx N,
  * --no-amx, --load auto|mmap|copy, --kv f32|f16. Returns 1 when argv[*i] is one of them (*i
  * advanced past its value), 0 when it is not, 2 after a usage error was printed. */
-#include "model/model.h"
+#include "hmoe.h"
 int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_params *mp);
 /* Prints "hmoe: writing the standard output: <strerror(errno)>" and returns 1. main() checks the
  * final flush of every command's output; commands that stream (run) call it at the first failed

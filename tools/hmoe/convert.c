@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "model/model.h"
 #include "core/mmap.h"
 #include "core/timer.h"
 #include "model/convert.h"

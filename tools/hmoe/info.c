@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "model/model.h"
 #include "core/mmap.h"
 #include "format/gguf.h"
 #include "format/hparams.h"

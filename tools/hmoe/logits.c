@@ -7,9 +7,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "core/mmap.h"
-#include "core/log.h"
-#include "model/model.h"
+#include "core/mmap.h" /* hm_outfile: the output file written as every command writes its files */
+#include "hmoe.h"
 
 bool cli_parse_ids(const char *s, int32_t **ids, int *n) {
     *ids = NULL;
@@ -99,7 +98,7 @@ int cmd_logits(int argc, char **argv) {
     if (hm_outfile_open(out, &of) || hm_model_load_ex(model, &mlp, &m)) goto fail;
     if (!cp.n_ctx) cp.n_ctx = n_ids;
     if (hm_ctx_create(m, &cp, &c)) goto fail;
-    const int V = (int)m->hp.vocab_size, B = hm_ctx_n_batch(c);
+    const int V = (int)hm_model_n_vocab(m), B = hm_ctx_n_batch(c);
     logits = malloc((size_t)B * (size_t)V * sizeof(float));
     if (!logits) {
         fprintf(stderr, "hmoe: out of memory for %d x %d logits\n", B, V);

@@ -7,12 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "core/log.h"
-#include "core/timer.h"
-#include "engine/sampler.h"
-#include "model/model.h"
-#include "template/jinja.h"
-#include "tokenizer/tokenizer.h"
+#include "hmoe.h"
 
 static int usage(FILE *f) {
     fprintf(f,
@@ -46,27 +41,53 @@ static int usage(FILE *f) {
     return f == stderr ? 2 : 0;
 }
 
+/* s as a JSON string literal (quotes, backslashes and control characters escaped) into a
+ * malloc'd buffer */
+static char *json_string(const char *s) {
+    size_t n = strlen(s), o = 0;
+    char *b = malloc(6 * n + 3);
+    if (!b) return NULL;
+    b[o++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            b[o++] = '\\', b[o++] = (char)*p;
+        else if (*p < 0x20)
+            o += (size_t)sprintf(b + o, "\\u%04x", *p);
+        else
+            b[o++] = (char)*p;
+    }
+    b[o++] = '"';
+    b[o] = '\0';
+    return b;
+}
+
 /* One user turn (after an optional system turn) through the model's chat template, with the
- * generation prompt; no_think passes enable_thinking=false (Qwen3). *out is malloc'd. */
-static hm_status render_chat(const char *model, const char *user, const char *system, bool no_think,
+ * generation prompt; no_think passes enable_thinking=false (Qwen3). *out is malloc'd. On failure
+ * the error is printed and 1 returned. */
+static int render_chat(const char *model, const char *user, const char *system, bool no_think,
                              char **out) {
-    hm_chat_template_source src = {0};
-    hm_jinja *tpl = NULL;
-    hm_status st = hm_chat_template_load(model, &src);
-    if (st) return st;
-    json_t *msgs = json_array(), *kw = no_think ? json_pack("{s:b}", "enable_thinking", 0) : NULL;
-    if (system)
-        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
-    json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", user));
-    if (!(st = hm_jinja_parse(src.template_text, src.template_len,
-                              src.origin ? src.origin : "chat_template", &tpl)))
-        st = hm_chat_template_apply(tpl, msgs, NULL, true, kw, src.bos_token, src.eos_token, NULL,
-                                    out, NULL);
-    hm_jinja_free(tpl);
-    json_decref(msgs);
-    json_decref(kw);
-    hm_chat_template_source_free(&src);
-    return st;
+    char *u = json_string(user), *sy = system ? json_string(system) : NULL, *msgs = NULL;
+    hm_status st = HM_ERR_NO_MEMORY;
+    *out = NULL;
+    if (u && (!system || sy)) {
+        size_t n = strlen(u) + (sy ? strlen(sy) : 0) + 96;
+        if ((msgs = malloc(n))) {
+            if (sy)
+                snprintf(msgs, n,
+                         "[{\"role\":\"system\",\"content\":%s},{\"role\":\"user\",\"content\":%s}]",
+                         sy, u);
+            else
+                snprintf(msgs, n, "[{\"role\":\"user\",\"content\":%s}]", u);
+            st = hm_chat_render(model, msgs, NULL, no_think ? "{\"enable_thinking\":false}" : NULL,
+                                true, out, NULL);
+        }
+    }
+    if (!msgs)
+        fprintf(stderr, "hmoe: out of memory for the chat messages\n");
+    else if (st)
+        fprintf(stderr, "hmoe: %s\n", hm_last_error());
+    free(u), free(sy), free(msgs);
+    return st != HM_OK;
 }
 
 /* a finite float (the sampler checks each option's range) */
@@ -74,6 +95,23 @@ static bool parse_float(const char *s, float *out) {
     double v;
     if (!cli_parse_double(s, -FLT_MAX, FLT_MAX, &v)) return false;
     *out = (float)v;
+    return true;
+}
+
+/* hm_generate's callback: the text as it comes (stdout), and the ids kept for --print-ids */
+typedef struct run_out {
+    int32_t *ids;
+    int n;
+    bool write_failed;
+} run_out;
+
+static bool print_token(int32_t id, const char *text, size_t len, void *user) {
+    run_out *o = user;
+    if (id != HM_TOKEN_NONE) o->ids[o->n++] = id;
+    if (text && len && (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0)) {
+        o->write_failed = true;
+        return false;
+    }
     return true;
 }
 
@@ -157,10 +195,8 @@ int cmd_run(int argc, char **argv) {
     hm_model *m = NULL;
     hm_ctx *c = NULL;
     hm_tokenizer *tok = NULL;
-    hm_detok *dt = NULL;
     hm_sampler *smp = NULL;
     int32_t *ids = NULL, *gen = NULL;
-    float *logits = NULL;
     int n_ids = 0;
 
     if (hm_model_load_ex(model, &mlp, &m)) goto fail;
@@ -171,7 +207,7 @@ int cmd_run(int argc, char **argv) {
         print_ids = true;
     }
     if (prompt && chat) { /* the model's chat template around one user turn */
-        if (render_chat(model, prompt, system, no_think, &rendered)) goto fail;
+        if (render_chat(model, prompt, system, no_think, &rendered)) goto done;
         prompt = rendered;
         hm_log(HM_LOG_DEBUG, "run: chat prompt:\n%s", rendered);
     }
@@ -190,9 +226,10 @@ int cmd_run(int argc, char **argv) {
         rc = cli_usage_error("--ids: expected non-negative integers separated by spaces or commas");
         goto done;
     }
+    const int train_ctx = hm_model_n_ctx_train(m);
     if (!cp.n_ctx) {
         long want = (long)n_ids + n_gen;
-        cp.n_ctx = m->hp.max_ctx && want > (long)m->hp.max_ctx ? (int)m->hp.max_ctx : (int)want;
+        cp.n_ctx = train_ctx && want > (long)train_ctx ? train_ctx : (int)want;
     }
     if ((long)n_ids + n_gen > cp.n_ctx) {
         fprintf(stderr,
@@ -204,65 +241,27 @@ int cmd_run(int argc, char **argv) {
     /* the window holds at most the context's tokens: a larger --penalty-last-n means the same */
     if (sp.penalty_last_n > cp.n_ctx) sp.penalty_last_n = cp.n_ctx;
     if (hm_ctx_create(m, &cp, &c)) goto fail;
-    if (hm_sampler_create(&sp, (int32_t)m->hp.vocab_size, &smp)) goto fail;
-    if (tok && hm_detok_new(tok, HM_DETOK_REPLACE_INVALID, &dt)) goto fail;
-    const int V = (int)m->hp.vocab_size, B = hm_ctx_n_batch(c);
-    logits = malloc((size_t)V * sizeof(float));
-    gen = malloc(((size_t)n_gen + 1) * sizeof(int32_t));
-    uint8_t *want = calloc((size_t)B, 1);
-    if (!logits || !gen || !want) {
-        free(want);
+    if (hm_sampler_create(&sp, hm_model_n_vocab(m), &smp)) goto fail;
+    if (!(gen = malloc(((size_t)n_gen + 1) * sizeof(int32_t)))) {
         fprintf(stderr, "hmoe: out of memory\n");
         goto done;
     }
-    for (int i = 0; i < n_ids; i++) hm_sampler_accept(smp, ids[i]);
-
     hm_log(HM_LOG_INFO, "run: %d prompt tokens, %ld to generate, %d threads", n_ids, n_gen,
            hm_ctx_n_threads(c));
-    double t0 = hm_time_s();
-    for (int i0 = 0; i0 < n_ids; i0 += B) {
-        int nb = n_ids - i0 < B ? n_ids - i0 : B;
-        memset(want, 0, (size_t)B);
-        want[nb - 1] = i0 + nb == n_ids;
-        if (hm_ctx_decode(c, ids + i0, NULL, nb, want, logits)) {
-            free(want);
-            goto fail;
-        }
+    run_out ro = {gen, 0, false};
+    hm_generate_params gp = hm_generate_default_params();
+    gp.n_predict = (int)n_gen;
+    gp.ignore_eos = ignore_eos;
+    hm_generate_stats gs;
+    if (hm_generate(c, smp, tok, ids, n_ids, &gp, print_token, &ro, &gs)) goto fail;
+    if (ro.write_failed) {
+        rc = cli_stdout_error(); /* no point generating what cannot be written */
+        goto done;
     }
-    free(want);
-    double t1 = hm_time_s();
-    long n_done = 0;
-    for (; n_done < n_gen; n_done++) {
-        int32_t t;
-        if (hm_sampler_sample(smp, logits, &t)) goto fail;
-        gen[n_done] = t;
-        hm_sampler_accept(smp, t);
-        if (dt) {
-            const char *s;
-            size_t len;
-            if (hm_detok_push(dt, t, &s, &len)) goto fail;
-            if (fwrite(s, 1, len, stdout) != len || fflush(stdout) != 0) {
-                rc = cli_stdout_error(); /* no point generating what cannot be written */
-                goto done;
-            }
-        }
-        if (!ignore_eos && tok && hm_tokenizer_is_eog(tok, t)) {
-            n_done++;
-            break;
-        }
-        if (n_done + 1 < n_gen && hm_ctx_decode(c, &t, NULL, 1, NULL, logits)) goto fail;
-    }
-    double t2 = hm_time_s();
-    if (dt) {
-        const char *s;
-        size_t len;
-        hm_detok_flush(dt, &s, &len);
-        fwrite(s, 1, len, stdout);
-        fputc('\n', stdout);
-    }
+    if (tok) fputc('\n', stdout);
     if (print_ids) {
         printf("ids:");
-        for (long i = 0; i < n_done; i++) printf(" %d", gen[i]);
+        for (int i = 0; i < ro.n; i++) printf(" %d", gen[i]);
         printf("\n");
     }
     errno = 0;
@@ -272,12 +271,13 @@ int cmd_run(int argc, char **argv) {
     }
     /* generation speed counts the decode steps: the first token comes from the prompt's logits */
     char gen_rate[64] = "-";
-    if (n_done > 1)
+    if (gs.n_generated > 1)
         snprintf(gen_rate, sizeof gen_rate, "%.2f tok/s",
-                 (double)(n_done - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+                 (double)(gs.n_generated - 1) / (gs.gen_s > 0 ? gs.gen_s : 1e-9));
     fprintf(stderr,
-            "hmoe: prompt %d tokens in %.3f s (%.2f tok/s); generated %ld tokens in %.3f s (%s)\n",
-            n_ids, t1 - t0, n_ids / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_done, t2 - t1, gen_rate);
+            "hmoe: prompt %d tokens in %.3f s (%.2f tok/s); generated %d tokens in %.3f s (%s)\n",
+            n_ids, gs.prompt_s, n_ids / (gs.prompt_s > 0 ? gs.prompt_s : 1e-9), gs.n_generated,
+            gs.gen_s, gen_rate);
     rc = 0;
     goto done;
 fail:
@@ -286,8 +286,6 @@ done:
     free(rendered);
     free(ids);
     free(gen);
-    free(logits);
-    hm_detok_free(dt);
     hm_sampler_free(smp);
     hm_tokenizer_free(tok);
     hm_ctx_free(c);

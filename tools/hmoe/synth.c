@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "model/model.h"
 #include "core/alloc.h"
 #include "core/mmap.h"
 #include "core/pool.h"
