@@ -13,7 +13,7 @@ CMAKE_OPTS = -DCMAKE_BUILD_TYPE=Release -DHMOE_CUDA=$(HMOE_CUDA) "-DHMOE_CUDA_AR
              -DHMOE_WERROR=$(HMOE_WERROR) \
              "-DHMOE_DEPS_PREFIX=$(HMOE_DEPS_PREFIX)" $(CMAKE_ARGS)
 
-.PHONY: all deps build run test bench test-sanitize fuzz fuzz-run clean
+.PHONY: all deps build run test bench install test-sanitize fuzz fuzz-run clean
 
 all: build
 
@@ -40,6 +40,12 @@ run: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# libhmoe.a, include/hmoe.h + hmoe_moe.h, the hmoe tool and lib/pkgconfig/hmoe.pc under PREFIX;
+# a program then builds with `cc prog.c $(pkg-config --cflags --libs hmoe)` (examples/simple.c)
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: build
 	$(BUILD)/hmoe bench pool

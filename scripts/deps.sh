@@ -16,6 +16,7 @@ have_cmd cmake || need+=(cmake)
 [ -e /usr/include/zlib.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(zlib1g-dev)
 have_cmd python3 || optional+=(python3)  # tests use Python's json module as an oracle
 have_cmd lscpu || optional+=(util-linux) # topology oracle in tests
+have_cmd pkg-config || optional+=(pkgconf) # the install test builds examples/ through hmoe.pc
 
 if [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ]; then
     exit 0
