@@ -26,16 +26,20 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: generate text with a built-in default model. It is a synthetic Qwen3-MoE
-# (qwen3-tiny preset) written on first use with RANDOM weights, so its text is gibberish; point
-# `hmoe run -m` at a real GGUF file or Hugging Face directory for real output.
-SYNTH_MODEL ?= $(BUILD)/synth/qwen3-tiny.gguf
+# (qwen3-tiny preset) written on first use with RANDOM weights and data/demo-vocab.gguf's 4096
+# tokens, so it prints random pieces of English words; point `hmoe run -m` at a real GGUF file or
+# Hugging Face directory for real output.
+SYNTH_MODEL ?= $(BUILD)/synth/qwen3-tiny-demo.gguf
 RUN_PROMPT  ?= The capital of France is
+# make bench's end-to-end model: the preset's own 151936-token vocabulary (the real output layer)
+BENCH_MODEL ?= $(BUILD)/synth/qwen3-tiny.gguf
 run: build
 	@$(BUILD)/hmoe doctor --no-bandwidth
 	@mkdir -p $(dir $(SYNTH_MODEL))
-	@test -f $(SYNTH_MODEL) || $(BUILD)/hmoe synth --preset qwen3-tiny --vocab none -o $(SYNTH_MODEL)
+	@test -f $(SYNTH_MODEL) || $(BUILD)/hmoe synth --preset qwen3-tiny --vocab data/demo-vocab.gguf \
+	    --vocab-size 4096 -o $(SYNTH_MODEL)
 	@echo "== hmoe run on $(SYNTH_MODEL): RANDOM weights, expect gibberish =="
-	$(BUILD)/hmoe run -m $(SYNTH_MODEL) -p "$(RUN_PROMPT)" -n 32 --temp 0.8 --top-k 40 --seed 1 --print-ids
+	$(BUILD)/hmoe run -m $(SYNTH_MODEL) -p "$(RUN_PROMPT)" -n 32 --temp 0.8 --top-k 40 --seed 1
 	@echo "== for real output: $(BUILD)/hmoe run -m MODEL.gguf|HF_DIR -p \"...\" -n 128 =="
 
 test: build
@@ -51,9 +55,9 @@ bench: build
 	$(BUILD)/hmoe bench pool
 	$(BUILD)/hmoe bench membw
 	for t in q4_k q8_0 bf16; do $(BUILD)/hmoe bench kernels --type $$t --rows 768 --cols 2048 --tokens 1,4,64 || exit 1; done
-	@mkdir -p $(dir $(SYNTH_MODEL))
-	@test -f $(SYNTH_MODEL) || $(BUILD)/hmoe synth --preset qwen3-tiny --vocab none -o $(SYNTH_MODEL)
-	$(BUILD)/hmoe bench e2e -m $(SYNTH_MODEL) -p 128 -n 32
+	@mkdir -p $(dir $(BENCH_MODEL))
+	@test -f $(BENCH_MODEL) || $(BUILD)/hmoe synth --preset qwen3-tiny --vocab none -o $(BENCH_MODEL)
+	$(BUILD)/hmoe bench e2e -m $(BENCH_MODEL) -p 128 -n 32
 
 test-sanitize: deps
 	@cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DHMOE_CUDA=OFF -DHMOE_SANITIZE=ON \

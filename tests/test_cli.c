@@ -50,6 +50,23 @@ static void test_files(const char *bin, const char *fx) {
     CHECK_MSG(run(cmd) == 0, "%s", out);
     CHECK_CONTAINS(out, "/t.gguf in ");
 
+    /* make run's model: data/demo-vocab.gguf at its own size (--vocab-size), so run prints text */
+    snprintf(cmd, sizeof cmd,
+             T "%s synth --preset qwen3-tiny --layers 1 --vocab %s/data/demo-vocab.gguf "
+               "--vocab-size 4096 -o %s/demo.gguf && " T "%s info %s/demo.gguf && " T
+               "%s run -m %s/demo.gguf -p 'The capital of France is' -n 8 --seed 1 --temp 0.8",
+             bin, HMOE_SOURCE_DIR, d, bin, d, bin, d);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "vocab 4096");
+    CHECK_CONTAINS(out, "generated 8 tokens");
+    CHECK(strstr(out, "printing ids only") == NULL && strstr(out, "[PAD") == NULL);
+    snprintf(cmd, sizeof cmd,
+             T "%s synth --preset qwen3-tiny --vocab %s/data/demo-vocab.gguf --vocab-size 1000 "
+               "-o %s/small.gguf",
+             bin, HMOE_SOURCE_DIR, d);
+    CHECK_MSG(run(cmd) != 0, "%s", out);
+    CHECK_CONTAINS(out, "has 4096 tokens but the model's vocabulary is 1000");
+
     /* FIFOs */
     snprintf(cmd, sizeof cmd, "mkfifo %s/fifo && mkdir %s/hf %s/sh && cp %s/config.json %s/hf/ && "
              "mkfifo %s/hf/model.safetensors && cp %s/config.json %s/sh/ && mkfifo %s/sh/s1 && "

@@ -237,7 +237,7 @@ static float init_std(const hm_tensor_spec *t) {
 static int usage_err(const char *msg) {
     return cli_usage_error(
         "synth: %s\nusage: hmoe synth --preset NAME -o FILE [--layers N] [--experts N] "
-        "[--experts-type T] [--dense-type T] [--seed S] [--vocab FILE|none] "
+        "[--experts-type T] [--dense-type T] [--seed S] [--vocab FILE|none] [--vocab-size N] "
         "[--threads N] [--plan]\npresets: see `hmoe synth --list`",
         msg);
 }
@@ -276,7 +276,7 @@ static void print_plan(const hm_preset *pr, const hm_hparams *hp, const hm_tenso
 
 int cmd_synth(int argc, char **argv) {
     const char *preset = NULL, *out = NULL, *vocab = NULL;
-    long layers = -1, experts = -1, threads = 0;
+    long layers = -1, experts = -1, threads = 0, vocab_size = -1;
     int et = -1, dtype = HM_TYPE_Q8_0;
     unsigned long long seed = 42;
     bool plan_only = false;
@@ -299,6 +299,9 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--layers")) {
             if (!cli_parse_int(argv[++i], 1, HM_MAX_LAYERS, &layers))
                 return usage_err("--layers needs 1..512");
+        } else if (!strcmp(a, "--vocab-size")) {
+            if (!cli_parse_int(argv[++i], 259, 1 << 24, &vocab_size))
+                return usage_err("--vocab-size needs 259..16777216");
         } else if (!strcmp(a, "--experts")) {
             if (!cli_parse_int(argv[++i], 1, 4096, &experts))
                 return usage_err("--experts needs 1..4096");
@@ -333,6 +336,7 @@ int cmd_synth(int argc, char **argv) {
     if (!out && !plan_only) return usage_err("-o FILE is required");
     hm_hparams hp = pr->hp;
     if (layers > 0) hp.n_layers = (uint32_t)layers;
+    if (vocab_size > 0) hp.vocab_size = (uint32_t)vocab_size; /* e.g. the --vocab file's size */
     if (experts > 0) {
         hp.n_experts = (uint32_t)experts;
         if (hp.n_experts_used > hp.n_experts) hp.n_experts_used = hp.n_experts;
