@@ -31,6 +31,9 @@ import transformers
 from safetensors.torch import save_file
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3moe_fixtures import hub_state_dict  # noqa: E402  (the hub's per-expert layout)
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 DATA = os.path.join(ROOT, "tests", "data", "rope")
 TRANSFORMERS_VERSION = "5.24.0"
@@ -80,25 +83,6 @@ def build():
             if n.endswith("norm.weight"):
                 p.copy_(torch.rand(p.shape, generator=g) + 0.5)
     return model.eval()
-
-
-def hub_state_dict(model):
-    """Weights under the hub's names: the fused experts split one tensor per expert."""
-    I = model.config.moe_intermediate_size
-    out = {}
-    for name, p in model.state_dict().items():
-        if name.endswith("mlp.experts.gate_up_proj"):
-            pfx = name[: -len("gate_up_proj")]
-            for e in range(p.shape[0]):
-                out[f"{pfx}{e}.gate_proj.weight"] = p[e, :I, :]
-                out[f"{pfx}{e}.up_proj.weight"] = p[e, I:, :]
-        elif name.endswith("mlp.experts.down_proj"):
-            pfx = name[: -len("down_proj")]
-            for e in range(p.shape[0]):
-                out[f"{pfx}{e}.down_proj.weight"] = p[e]
-        else:
-            out[name] = p
-    return {k: v.detach().contiguous().clone() for k, v in out.items()}
 
 
 @torch.no_grad()
