@@ -10,40 +10,6 @@
 #include "core/mmap.h" /* hm_outfile: the output file written as every command writes its files */
 #include "hmoe.h"
 
-bool cli_parse_ids(const char *s, int32_t **ids, int *n) {
-    *ids = NULL;
-    *n = 0;
-    size_t cap = 0;
-    const char *p = s;
-    for (;;) {
-        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
-        if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX ||
-            (*end && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
-            free(*ids);
-            *ids = NULL;
-            *n = 0;
-            return false;
-        }
-        if ((size_t)*n == cap) {
-            cap = cap ? 2 * cap : 64;
-            int32_t *q = realloc(*ids, cap * sizeof *q);
-            if (!q) {
-                free(*ids);
-                *ids = NULL;
-                return false;
-            }
-            *ids = q;
-        }
-        (*ids)[(*n)++] = (int32_t)v;
-        p = end;
-    }
-    return *n > 0;
-}
-
 static int usage(void) {
     fprintf(
         stderr,
