@@ -199,6 +199,58 @@ void hm_ctx_seq_reset(hm_ctx *c, int seq);
 hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
                         const uint8_t *want, float *logits);
 
+/* ---- model information and performance counters --------------------------------------------- */
+
+typedef struct hm_model_info {
+    const char *arch; /* as the source spells it ("qwen3_moe") */
+    int n_layers, hidden, n_experts, n_experts_used, moe_inter;
+    int32_t n_vocab;
+    const char *expert_type; /* the last layer's routed experts' weight type ("Q4_K") */
+    /* the weights one decode token reads: everything but the routed experts (attention, router,
+     * dense MLPs, output layer), and the top-k routed experts of every MoE layer */
+    uint64_t decode_dense_bytes, decode_expert_bytes;
+} hm_model_info;
+
+void hm_model_get_info(const hm_model *m, hm_model_info *out);
+
+/* The parts of the forward pass the context times. */
+enum {
+    HM_PROF_EMBED = 0,
+    HM_PROF_NORM,      /* RMSNorms and residual adds */
+    HM_PROF_ATTN_PROJ, /* q, k, v, o projections */
+    HM_PROF_ATTN,      /* q/k norm, rope, cache write, attention */
+    HM_PROF_ROUTER,
+    HM_PROF_MOE,    /* routed experts (expert engine) */
+    HM_PROF_DENSE,  /* dense MLP layers */
+    HM_PROF_OUTPUT, /* final norm + lm_head */
+    HM_PROF_COUNT
+};
+#define HM_PERF_MOE_PHASES 16
+
+/* What a context measured since it was made or since hm_ctx_perf_reset. */
+typedef struct hm_ctx_perf {
+    double part_s[HM_PROF_COUNT];  /* time per part */
+    double alone_s[HM_PROF_COUNT]; /* of it, the calling thread outside the pool's jobs */
+    double wait_s[HM_PROF_COUNT];  /* of it, job dispatch and waiting for the slowest thread */
+    uint64_t pool_jobs;            /* the thread pool's jobs, */
+    double pool_run_s, pool_own_s; /* their time, and the calling thread's own share of it */
+    /* prompt batches (more than 4 tokens): the expert engines' phases summed over layers, and
+     * per (layer, batch): tokens, distinct experts used, tokens of the busiest expert */
+    int n_moe_phases;
+    double moe_phase_s[HM_PERF_MOE_PHASES];
+    const char *moe_phase_name[HM_PERF_MOE_PHASES];
+    uint64_t moe_batches;
+    double moe_tokens, moe_active, moe_busiest;
+} hm_ctx_perf;
+
+const char *hm_prof_name(int part); /* "embedding", "norms+residual", ... */
+void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out);
+void hm_ctx_perf_reset(hm_ctx *c);
+
+/* The machine's streaming read bandwidth as the benchmarks' rooflines take it: passes reads of
+ * max(1 GiB, 16 x L3) by every physical core; median and best pass in 1e9 bytes/s. */
+hm_status hm_measure_read_bandwidth(int passes, double *median_gbs, double *best_gbs);
+
 /* ---- tokenizer ----------------------------------------------------------------------------- */
 
 typedef struct hm_tokenizer hm_tokenizer;

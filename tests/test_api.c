@@ -51,6 +51,17 @@ static void test_generate(const char *name) {
         hm_ctx_params cp = hm_ctx_default_params();
         cp.n_threads = 2, cp.n_ctx = 64, cp.n_seq = np, cp.n_batch = 8; /* prompts in batches */
         CHECK_OK(hm_ctx_create(m, &cp, &c));
+        hm_model_info mi;
+        hm_model_get_info(m, &mi);
+        CHECK(mi.n_layers == hm_model_n_layers(m) && mi.n_vocab == hm_model_n_vocab(m));
+        if (!strcmp(name, "a")) { /* float32, 2 MoE layers, top-2 of 32 x 64 experts */
+            CHECK(mi.hidden == 64 && mi.moe_inter == 32 && mi.n_experts == 8 &&
+                  mi.n_experts_used == 2 && !strcmp(mi.expert_type, "F32"));
+            CHECK(mi.decode_expert_bytes == 2ull * 2 * 3 * 64 * 32 * 4);
+            /* q, k, v, o + router per layer, and the output layer */
+            CHECK(mi.decode_dense_bytes ==
+                  (2ull * ((64 + 32 + 32 + 64) * 64 + 8 * 64) + 512ull * 64) * 4);
+        }
     }
     hm_sampler_params sp = hm_sampler_default_params();
     sp.temperature = 0;
@@ -73,6 +84,13 @@ static void test_generate(const char *name) {
                   name, i, col.n, same);
         CHECK(st.n_prompt == n && st.n_generated == 32 && !st.stopped && !st.eog);
         CHECK(hm_ctx_seq_len(c, i) == n + 31); /* the last token is sampled, not run */
+        hm_ctx_perf perf;
+        hm_ctx_perf_get(c, &perf);
+        CHECK(perf.part_s[HM_PROF_MOE] > 0 && perf.part_s[HM_PROF_ATTN] > 0 && perf.pool_jobs > 0);
+        CHECK(perf.n_moe_phases > 0 && perf.moe_phase_name[0] && strcmp(hm_prof_name(0), "?"));
+        hm_ctx_perf_reset(c);
+        hm_ctx_perf_get(c, &perf);
+        CHECK(perf.part_s[HM_PROF_MOE] == 0 && perf.pool_jobs == 0);
         /* the callback stops it; the context's positions left are checked first */
         hm_ctx_seq_reset(c, i);
         hm_sampler_reset(smp);

@@ -7,6 +7,16 @@
 #include "core/alloc.h"
 #include "core/timer.h"
 
+hm_status hm_measure_read_bandwidth(int passes, double *median_gbs, double *best_gbs) {
+    hm_membw_params p = hm_membw_default_params();
+    p.passes = passes;
+    hm_membw_result r;
+    hm_status st = hm_membw_read(&p, &r);
+    if (median_gbs) *median_gbs = st ? 0 : r.median_gbs;
+    if (best_gbs) *best_gbs = st ? 0 : r.best_gbs;
+    return st;
+}
+
 hm_membw_params hm_membw_default_params(void) {
     hm_membw_params p;
     memset(&p, 0, sizeof p);

@@ -54,6 +54,36 @@ void hm_ctx_prof_reset(hm_ctx *c) {
     c->route_active = c->route_busiest = c->route_tokens = 0;
 }
 
+const char *hm_prof_name(int part) {
+    return hm_ctx_prof_name(part);
+}
+
+void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out) {
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < HM_PROF_COUNT; k++) {
+        out->part_s[k] = hm_ctx_prof_seconds(c, k);
+        out->alone_s[k] = hm_ctx_prof_alone_seconds(c, k);
+        out->wait_s[k] = hm_ctx_prof_wait_seconds(c, k);
+    }
+    hm_pool_stats ps;
+    hm_pool_stats_get(c->pool, &ps);
+    out->pool_jobs = ps.jobs;
+    out->pool_run_s = (double)ps.run_ns * 1e-9, out->pool_own_s = (double)ps.own_ns * 1e-9;
+    hm_ctx_moe_stats ms;
+    hm_ctx_moe_stats_get(c, &ms);
+    _Static_assert(HM_MOE_PROF_N <= HM_PERF_MOE_PHASES, "hm_ctx_perf holds every phase");
+    out->n_moe_phases = HM_MOE_PROF_N;
+    for (int k = 0; k < HM_MOE_PROF_N; k++)
+        out->moe_phase_s[k] = ms.phase_s[k], out->moe_phase_name[k] = hm_moe_profile_name(k);
+    out->moe_batches = ms.batches;
+    out->moe_tokens = ms.tokens, out->moe_active = ms.active, out->moe_busiest = ms.busiest;
+}
+
+void hm_ctx_perf_reset(hm_ctx *c) {
+    hm_ctx_prof_reset(c);
+    hm_pool_stats_reset(c->pool);
+}
+
 void hm_ctx_pool_stats(hm_ctx *c, hm_pool_stats *out, bool reset) {
     if (out) hm_pool_stats_get(c->pool, out);
     if (reset) hm_pool_stats_reset(c->pool);

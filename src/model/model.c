@@ -399,6 +399,42 @@ const char *hm_model_arch(const hm_model *m) {
     return m->hp.model_type;
 }
 
+static uint64_t mat_bytes(const hm_matrix *w) {
+    return (uint64_t)w->rows * w->row_bytes;
+}
+
+/* one routed expert of layer L: gate, up and down */
+static uint64_t expert_bytes(const hm_hparams *hp, const hm_layer *L) {
+    uint64_t b = 0, r;
+    if (hm_type_row_bytes(L->expert_type[0], hp->hidden, &r)) b += r * hp->moe_inter;
+    if (hm_type_row_bytes(L->expert_type[1], hp->hidden, &r)) b += r * hp->moe_inter;
+    if (hm_type_row_bytes(L->expert_type[2], hp->moe_inter, &r)) b += r * hp->hidden;
+    return b;
+}
+
+void hm_model_get_info(const hm_model *m, hm_model_info *out) {
+    const hm_hparams *hp = &m->hp;
+    memset(out, 0, sizeof *out);
+    out->arch = hp->model_type;
+    out->n_layers = (int)hp->n_layers, out->hidden = (int)hp->hidden;
+    out->n_experts = (int)hp->n_experts, out->n_experts_used = (int)hp->n_experts_used;
+    out->moe_inter = (int)hp->moe_inter, out->n_vocab = (int32_t)hp->vocab_size;
+    out->expert_type = hp->n_layers ? hm_type_name(m->layers[hp->n_layers - 1].expert_type[0]) : "?";
+    out->decode_dense_bytes = mat_bytes(&m->output);
+    for (uint32_t il = 0; il < hp->n_layers; il++) {
+        const hm_layer *L = &m->layers[il];
+        out->decode_dense_bytes +=
+            mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo);
+        if (L->moe) {
+            out->decode_dense_bytes += mat_bytes(&L->router);
+            out->decode_expert_bytes += expert_bytes(hp, L) * hp->n_experts_used;
+        } else {
+            out->decode_dense_bytes +=
+                mat_bytes(&L->ffn_gate) + mat_bytes(&L->ffn_up) + mat_bytes(&L->ffn_down);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- copy into huge pages */
 
 /* A mapped byte range the weights live in (the GGUF's tensor data, or one safetensors shard). */

@@ -57,18 +57,7 @@ typedef struct hm_model {
 
 /* hm_repack_mode, hm_ctx_params and the context's functions are public (hmoe.h). */
 
-/* Time spent per part of the forward pass since the context was made (or reset). */
-enum {
-    HM_PROF_EMBED = 0,
-    HM_PROF_NORM,      /* RMSNorms and residual adds */
-    HM_PROF_ATTN_PROJ, /* q, k, v, o projections */
-    HM_PROF_ATTN,      /* q/k norm, rope, cache write, attention */
-    HM_PROF_ROUTER,
-    HM_PROF_MOE,    /* routed experts (expert engine) */
-    HM_PROF_DENSE,  /* dense MLP layers */
-    HM_PROF_OUTPUT, /* final norm + lm_head */
-    HM_PROF_COUNT
-};
+/* Time spent per part of the forward pass (HM_PROF_*, hmoe.h) since the context was made. */
 const char *hm_ctx_prof_name(int part);
 double hm_ctx_prof_seconds(const hm_ctx *c, int part);
 /* Of a part's time, the calling thread's time outside the thread pool's jobs (work no other

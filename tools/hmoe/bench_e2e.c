@@ -6,44 +6,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
-#include "core/cpu.h"
-#include "core/timer.h"
-#include "cpu/membw.h"
-#include "engine/sampler.h"
-#include "model/model.h"
-#include "quant/synth.h"
-#include "quant/types.h"
+#include "hmoe.h"
 
-static uint64_t mat_bytes(const hm_matrix *m) {
-    return (uint64_t)m->rows * m->row_bytes;
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static uint64_t expert_bytes(const hm_model *m, const hm_layer *L) {
-    const hm_hparams *hp = &m->hp;
-    uint64_t b = 0, r;
-    if (hm_type_row_bytes(L->expert_type[0], hp->hidden, &r)) b += r * hp->moe_inter;
-    if (hm_type_row_bytes(L->expert_type[1], hp->hidden, &r)) b += r * hp->moe_inter;
-    if (hm_type_row_bytes(L->expert_type[2], hp->moe_inter, &r)) b += r * hp->hidden;
-    return b;
-}
-
-/* Weight bytes one decode token reads (experts: top-k distinct ones per MoE layer). */
-static void decode_bytes(const hm_model *m, uint64_t *dense, uint64_t *experts) {
-    const hm_hparams *hp = &m->hp;
-    *dense = mat_bytes(&m->output);
-    *experts = 0;
-    for (uint32_t il = 0; il < hp->n_layers; il++) {
-        const hm_layer *L = &m->layers[il];
-        *dense += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo);
-        if (L->moe) {
-            *dense += mat_bytes(&L->router);
-            *experts += expert_bytes(m, L) * hp->n_experts_used;
-        } else {
-            *dense += mat_bytes(&L->ffn_gate) + mat_bytes(&L->ffn_up) + mat_bytes(&L->ffn_down);
-        }
-    }
+/* the prompt's token ids: splitmix64 from seed 1, as every earlier run of this bench */
+static uint64_t next_id(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
 }
 
 int bench_e2e(int argc, char **argv) {
@@ -84,21 +63,20 @@ int bench_e2e(int argc, char **argv) {
     float *logits = NULL;
     hm_sampler *smp = NULL;
     int rc = 1;
-    double t_load = hm_time_s();
+    double t_load = now_s();
     if (hm_model_load_ex(model, &mlp, &m)) goto fail;
-    t_load = hm_time_s() - t_load;
+    t_load = now_s() - t_load;
     cp.n_ctx = (int)(n_prompt + n_gen + 1);
     if (!cp.n_batch) cp.n_batch = n_prompt > 0 && n_prompt < 512 ? (int)n_prompt : 512;
-    double t_ctx = hm_time_s();
+    double t_ctx = now_s();
     if (hm_ctx_create(m, &cp, &c)) goto fail;
-    t_ctx = hm_time_s() - t_ctx;
-    const hm_hparams *hp = &m->hp;
-    uint64_t dense_b, exp_b;
-    decode_bytes(m, &dense_b, &exp_b);
-    printf("bench e2e: %s (%s), %u layers, hidden %u, %u experts top-%u of %ux%u (%s), vocab %u\n",
-           model, hp->model_type, hp->n_layers, hp->hidden, hp->n_experts, hp->n_experts_used,
-           hp->hidden, hp->moe_inter, hm_type_name(m->layers[hp->n_layers - 1].expert_type[0]),
-           hp->vocab_size);
+    t_ctx = now_s() - t_ctx;
+    hm_model_info mi;
+    hm_model_get_info(m, &mi);
+    const uint64_t dense_b = mi.decode_dense_bytes, exp_b = mi.decode_expert_bytes;
+    printf("bench e2e: %s (%s), %d layers, hidden %d, %d experts top-%d of %dx%d (%s), vocab %d\n",
+           model, mi.arch, mi.n_layers, mi.hidden, mi.n_experts, mi.n_experts_used, mi.hidden,
+           mi.moe_inter, mi.expert_type, (int)mi.n_vocab);
     printf("config: prompt %ld tokens (batch %d), generate %ld, %d threads, amx %s, weights %s, "
            "KV cache %s, decode idle prefetch %s, load %.2f s, context %.2f s (weights repacked "
            "for int8 prefill: %.1f MB)\n",
@@ -113,16 +91,14 @@ int bench_e2e(int argc, char **argv) {
     printf("decode reads per token: %.3f GB (dense+output %.3f GB, experts %.3f GB)\n",
            (double)(dense_b + exp_b) * 1e-9, (double)dense_b * 1e-9, (double)exp_b * 1e-9);
 
-    hm_membw_params bp = hm_membw_default_params();
-    bp.passes = 9;
-    hm_membw_result bw;
-    if (hm_membw_read(&bp, &bw)) goto fail;
-    const double roof = bw.median_gbs * 1e9 / (double)(dense_b + exp_b);
+    double bw_med, bw_best;
+    if (hm_measure_read_bandwidth(9, &bw_med, &bw_best)) goto fail;
+    const double roof = bw_med * 1e9 / (double)(dense_b + exp_b);
     printf("roofline: same-run streaming read %.1f GB/s (median of 9; best %.1f) -> decode <= %.1f "
            "tok/s\n",
-           bw.median_gbs, bw.best_gbs, roof);
+           bw_med, bw_best, roof);
 
-    const int V = (int)hp->vocab_size;
+    const int V = (int)mi.n_vocab;
     hm_sampler_params sp = hm_sampler_default_params();
     sp.temperature = 0; /* greedy: the sampler's argmax, as `hmoe run --temp 0` takes it */
     if (hm_sampler_create(&sp, V, &smp)) goto fail;
@@ -133,32 +109,28 @@ int bench_e2e(int argc, char **argv) {
         goto done;
     }
     uint64_t s = 1;
-    for (long i = 0; i < n_prompt; i++) ids[i] = (int32_t)(hm_rng_next(&s) % hp->vocab_size);
+    for (long i = 0; i < n_prompt; i++) ids[i] = (int32_t)(next_id(&s) % (uint64_t)mi.n_vocab);
     double best_pp = 0, best_tg = 0;
     for (long r = 0; r < reps; r++) {
         hm_ctx_seq_reset(c, 0);
         const int B = hm_ctx_n_batch(c);
-        hm_ctx_prof_reset(c);
-        double t0 = hm_time_s();
+        hm_ctx_perf_reset(c);
+        double t0 = now_s();
         for (long i0 = 0; i0 < n_prompt; i0 += B) {
             int nb = (int)(n_prompt - i0 < B ? n_prompt - i0 : B);
             if (hm_ctx_decode(c, ids + i0, NULL, nb, NULL, NULL)) goto fail;
         }
-        double t1 = hm_time_s();
-        double pp_prof[HM_PROF_COUNT];
-        for (int k = 0; k < HM_PROF_COUNT; k++) pp_prof[k] = hm_ctx_prof_seconds(c, k);
-        hm_ctx_moe_stats ms;
-        hm_ctx_moe_stats_get(c, &ms);
-        hm_ctx_prof_reset(c);
-        hm_ctx_pool_stats(c, NULL, true);
+        double t1 = now_s();
+        hm_ctx_perf pp_perf, tg_perf;
+        hm_ctx_perf_get(c, &pp_perf);
+        hm_ctx_perf_reset(c);
         int32_t t = n_prompt ? ids[n_prompt - 1] : 1;
         for (long g = 0; g < n_gen; g++) {
             if (hm_ctx_decode(c, &t, NULL, 1, NULL, logits) || hm_sampler_sample(smp, logits, &t))
                 goto fail;
         }
-        double t2 = hm_time_s();
-        hm_pool_stats ps;
-        hm_ctx_pool_stats(c, &ps, false);
+        double t2 = now_s();
+        hm_ctx_perf_get(c, &tg_perf);
         double pp = n_prompt ? (double)n_prompt / (t1 - t0) : 0,
                tg = n_gen ? (double)n_gen / (t2 - t1) : 0;
         printf("rep %ld: pp%ld %.1f tok/s (%.3f s), tg%ld %.2f tok/s (%.1f ms/token)\n", r,
@@ -167,37 +139,39 @@ int bench_e2e(int argc, char **argv) {
                "of it waiting");
         const double pt = n_gen ? 1e3 / (double)n_gen : 0;
         for (int k = 0; k < HM_PROF_COUNT; k++)
-            printf("  %-18s %12.1f %12.3f %14.3f %14.3f\n", hm_ctx_prof_name(k), pp_prof[k] * 1e3,
-                   hm_ctx_prof_seconds(c, k) * pt, hm_ctx_prof_alone_seconds(c, k) * pt,
-                   hm_ctx_prof_wait_seconds(c, k) * pt);
+            printf("  %-18s %12.1f %12.3f %14.3f %14.3f\n", hm_prof_name(k),
+                   pp_perf.part_s[k] * 1e3, tg_perf.part_s[k] * pt, tg_perf.alone_s[k] * pt,
+                   tg_perf.wait_s[k] * pt);
         if (n_gen) { /* where a decode step's time goes, as the calling thread sees it */
-            const double per = 1e-6 / (double)n_gen;
+            const double per = 1e3 / (double)n_gen;
             printf("  decode pool: %.1f jobs/token; ms/token: %.3f in jobs (own share %.3f, "
                    "dispatch + waiting for the slowest %.3f), %.3f on the calling thread alone\n",
-                   (double)ps.jobs / (double)n_gen, (double)ps.run_ns * per,
-                   (double)ps.own_ns * per, (double)(ps.run_ns - ps.own_ns) * per,
-                   (t2 - t1) * 1e3 / (double)n_gen - (double)ps.run_ns * per);
+                   (double)tg_perf.pool_jobs / (double)n_gen, tg_perf.pool_run_s * per,
+                   tg_perf.pool_own_s * per, (tg_perf.pool_run_s - tg_perf.pool_own_s) * per,
+                   (t2 - t1) * 1e3 / (double)n_gen - tg_perf.pool_run_s * per);
         }
-        if (ms.batches) {
+        if (pp_perf.moe_batches) {
             printf("  prompt experts (ms):");
-            for (int k = 0; k < HM_MOE_PROF_N; k++)
-                printf(" %s %.1f", hm_moe_profile_name(k), ms.phase_s[k] * 1e3);
-            printf("\n  prompt routing per layer and batch: %.1f tokens, %.1f of %u experts "
+            for (int k = 0; k < pp_perf.n_moe_phases; k++)
+                printf(" %s %.1f", pp_perf.moe_phase_name[k], pp_perf.moe_phase_s[k] * 1e3);
+            printf("\n  prompt routing per layer and batch: %.1f tokens, %.1f of %d experts "
                    "used, busiest %.1f tokens (mean %.1f)\n",
-                   ms.tokens, ms.active, hp->n_experts, ms.busiest,
-                   ms.active > 0 ? ms.tokens * hp->n_experts_used / ms.active : 0);
+                   pp_perf.moe_tokens, pp_perf.moe_active, mi.n_experts, pp_perf.moe_busiest,
+                   pp_perf.moe_active > 0
+                       ? pp_perf.moe_tokens * mi.n_experts_used / pp_perf.moe_active
+                       : 0);
         }
         if (pp > best_pp) best_pp = pp;
         if (tg > best_tg) best_tg = tg;
     }
     /* the bandwidth again after the runs: on a shared machine it drifts, and the decode's share
      * is taken against the mean of the two measurements that bracket it */
-    hm_membw_result bw2;
-    if (hm_membw_read(&bp, &bw2)) goto fail;
-    const double bw_mean = 0.5 * (bw.median_gbs + bw2.median_gbs);
+    double bw2_med, bw2_best;
+    if (hm_measure_read_bandwidth(9, &bw2_med, &bw2_best)) goto fail;
+    const double bw_mean = 0.5 * (bw_med + bw2_med);
     printf("roofline after the runs: same-run streaming read %.1f GB/s (median of 9; best %.1f); "
            "mean of before and after %.1f GB/s -> decode <= %.1f tok/s\n",
-           bw2.median_gbs, bw2.best_gbs, bw_mean, bw_mean * 1e9 / (double)(dense_b + exp_b));
+           bw2_med, bw2_best, bw_mean, bw_mean * 1e9 / (double)(dense_b + exp_b));
     double gbs = best_tg * (double)(dense_b + exp_b) * 1e-9;
     printf("result: pp%ld %.1f tok/s; tg%ld %.2f tok/s = %.1f GB/s = %.1f%% of the same-run read "
            "bandwidth (%.1f GB/s, mean of before and after)\n",
