@@ -23,6 +23,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -895,6 +896,17 @@ hm_status hm_st_fp8_scales(const hm_safetensors *st, const hm_st_tensor *t,
                          name, hm_st_dtype_name(s->dtype), (long long)s->shape[0],
                          s->n_dims > 1 ? (long long)s->shape[1] : 0LL, (long long)tr, (long long)tc,
                          t->name);
+    /* a NaN or inf scale makes its whole block NaN: said here, naming the block, rather than as
+     * NaN logits later (a few floats per 16384 weights to read) */
+    for (int64_t i = 0; i < tr * tc; i++) {
+        const float f = hm_st_scale_at(s, (size_t)i);
+        if (!isfinite(f))
+            return hm_errorf(HM_ERR_FORMAT,
+                             "'%s': the scale of block (%lld, %lld) is %s (a NaN or inf scale makes "
+                             "that block of '%s' NaN)",
+                             name, (long long)(i / tc), (long long)(i % tc), isnan(f) ? "NaN" : "inf",
+                             t->name);
+    }
     *out = s;
     return HM_OK;
 }
