@@ -13,6 +13,7 @@
 #include "model/arch.h"
 #include "model/arch/arch_builders.h"
 #include "model/arch/registry.h"
+#include "model/names.h"
 #include "model/ctx_int.h"
 #include "model/convert.h"
 #include "format/gguf.h"
@@ -953,6 +954,14 @@ static void check_graph(void) {
     }
     CHECK(hm_arch_desc_get(HM_ARCH_UNKNOWN) == NULL && hm_arch_desc_get(HM_ARCH_COUNT) == NULL);
     CHECK(strcmp(hm_arch_runnable(), "qwen3_moe") == 0);
+    /* tensor names: the descriptors' tables */
+    CHECK(strcmp(hm_arch_names_supported(), "qwen3_moe, qwen2_moe, mixtral") == 0);
+    CHECK(hm_arch_names_find(HM_ARCH_QWEN2MOE) == hm_arch_names_find(HM_ARCH_QWEN3MOE));
+    uint32_t layer;
+    const hm_arch_names *mx = hm_arch_names_find(HM_ARCH_MIXTRAL);
+    const hm_name_map *nm = mx ? hm_name_map_find(mx, "blk.3.ffn_up_exps.weight", &layer) : NULL;
+    CHECK(nm && layer == 3 && strcmp(nm->hf, "block_sparse_moe.experts.%u.w3.weight") == 0);
+    CHECK(hm_arch_names_find(HM_ARCH_DEEPSEEK2) == NULL);
 }
 
 int main(void) {

@@ -34,9 +34,9 @@ typedef struct hm_arch_names {
 } hm_arch_names;
 
 /* The architectures with a table, for messages ("qwen3_moe, qwen2_moe, mixtral"). */
-extern const char hm_arch_names_supported[];
+const char *hm_arch_names_supported(void);
 
-/* The table of arch, NULL when there is none. */
+/* The table of arch (its descriptor's, src/model/arch/), NULL when there is none. */
 const hm_arch_names *hm_arch_names_find(hm_arch arch);
 /* The entry of a GGUF name; *layer is set for "blk.N." names (else UINT32_MAX). NULL if the name
  * is not in the table. */

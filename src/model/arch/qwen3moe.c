@@ -20,5 +20,39 @@ hm_status hm_qwen3moe_build(const hm_model *m, const hm_layer *layers, hm_graph 
     return HM_OK;
 }
 
-const hm_arch_desc hm_arch_qwen3moe = {HM_ARCH_QWEN3MOE,     "qwen3_moe", "qwen3moe", "qwen3_moe",
-                                       "Qwen3MoeForCausalLM", hm_qwen3moe_build};
+/* GGUF <-> HF layer tensor names of qwen3_moe and qwen2_moe (llama.cpp Qwen2MoeModel /
+ * Qwen3MoeModel: no q/k permutation); the tensor plan decides which of these a model has (biases,
+ * q/k norms, shared expert, dense). */
+static const hm_name_map qwen_moe_layer[] = {
+    {"attn_norm.weight", "input_layernorm.weight", 0, NULL, 0, 0},
+    {"ffn_norm.weight", "post_attention_layernorm.weight", 0, NULL, 0, 0},
+    {"attn_q.weight", "self_attn.q_proj.weight", 0, NULL, 0, 0},
+    {"attn_k.weight", "self_attn.k_proj.weight", 0, NULL, 0, 0},
+    {"attn_v.weight", "self_attn.v_proj.weight", 0, NULL, 0, 0},
+    {"attn_output.weight", "self_attn.o_proj.weight", 0, NULL, 0, 0},
+    {"attn_q.bias", "self_attn.q_proj.bias", 0, NULL, 0, 0},
+    {"attn_k.bias", "self_attn.k_proj.bias", 0, NULL, 0, 0},
+    {"attn_v.bias", "self_attn.v_proj.bias", 0, NULL, 0, 0},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight", 0, NULL, 0, 0},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight", 0, NULL, 0, 0},
+    {"ffn_gate_inp.weight", "mlp.gate.weight", 0, NULL, 0, 0},
+    {"ffn_gate_exps.weight", "mlp.experts.%u.gate_proj.weight", HM_MAP_EXPERTS,
+     "mlp.experts.gate_up_proj", 0, 2},
+    {"ffn_up_exps.weight", "mlp.experts.%u.up_proj.weight", HM_MAP_EXPERTS,
+     "mlp.experts.gate_up_proj", 1, 2},
+    {"ffn_down_exps.weight", "mlp.experts.%u.down_proj.weight", HM_MAP_EXPERTS,
+     "mlp.experts.down_proj", 0, 1},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", 0, NULL, 0, 0},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", 0, NULL, 0, 0},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", 0, NULL, 0, 0},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", 0, NULL, 0, 0},
+    {"ffn_gate.weight", "mlp.gate_proj.weight", 0, NULL, 0, 0},
+    {"ffn_up.weight", "mlp.up_proj.weight", 0, NULL, 0, 0},
+    {"ffn_down.weight", "mlp.down_proj.weight", 0, NULL, 0, 0},
+};
+const hm_arch_names hm_qwen_moe_names = {HM_ARCH_QWEN3MOE, qwen_moe_layer,
+                                         sizeof qwen_moe_layer / sizeof *qwen_moe_layer};
+
+const hm_arch_desc hm_arch_qwen3moe = {HM_ARCH_QWEN3MOE,     "qwen3_moe",       "qwen3moe",
+                                       "qwen3_moe",          "Qwen3MoeForCausalLM", hm_qwen3moe_build,
+                                       &hm_qwen_moe_names};

@@ -8,6 +8,7 @@
 
 #include "model/graph.h"
 #include "model/model.h"
+#include "model/names.h"
 
 typedef struct hm_arch_desc {
     hm_arch arch;
@@ -18,12 +19,18 @@ typedef struct hm_arch_desc {
     /* the forward graph over the layer views given; NULL: read, inspected and converted, not
      * run yet */
     hm_status (*build)(const hm_model *m, const hm_layer *layers, hm_graph *g);
+    /* GGUF <-> HF tensor names of its layers (names.h); NULL: its HF checkpoints are not bound
+     * or converted yet */
+    const hm_arch_names *names;
 } hm_arch_desc;
 
 /* The descriptor of arch; NULL for HM_ARCH_UNKNOWN or an out-of-range value. */
 const hm_arch_desc *hm_arch_desc_get(hm_arch arch);
 /* The architectures that run, for messages ("qwen3_moe") */
 const char *hm_arch_runnable(void);
+
+/* qwen3_moe's tensor names, which qwen2_moe shares */
+extern const hm_arch_names hm_qwen_moe_names;
 
 extern const hm_arch_desc hm_arch_qwen3moe, hm_arch_qwen2moe, hm_arch_mixtral, hm_arch_deepseek2,
     hm_arch_gptoss, hm_arch_glm4moe;
