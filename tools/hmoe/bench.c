@@ -517,42 +517,86 @@ void cli_bench_types(char *buf, size_t size) {
             n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", hm_type_name(t));
 }
 
-static int bench_kernels(int argc, char **argv) {
-    const char *type_name = "q4_k";
-    long rows = 768, cols = 2048, threads = 0, tokens[16] = {1, 4, 8, 64, 512};
-    int n_tokens = 5;
-    bool repack = false, unswapped = false, sweep_on = true;
-    size_t gib = (size_t)1 << 30, job_bytes = 0;
+/* the options of bench kernels */
+typedef struct {
+    const char *type_name;
+    long rows, cols, threads, tokens[16];
+    int n_tokens;
+    bool repack, unswapped, sweep_on;
+    size_t gib, job_bytes;
+} kopts;
+
+/* everything a run of bench kernels sets up, and frees at the end (kfree) */
+typedef struct {
+    kopts o;
+    int type;
+    const hm_cpu_ops *ops;
+    hm_pool *pool;
+    size_t mb; /* bytes per matrix */
+    int n_mats;
+    hm_membw_result bw;
+    hm_large wbuf, wpbuf;
+    hm_matrix *mats;
+    long max_tok;
+    size_t xb, xbr;
+    uint8_t *xq, *xqr;
+    float *x, *y, *yref;
+    hm_work_slot *work;
+    cli_read_sink *sinks;
+    hm_membw_sweep *sweep;
+    kjob job;
+    void **scratch; /* [nth] per-thread scratch of the tile paths, NULL when none */
+    bool float_w;
+    double peak;
+} kbench;
+
+/* one token count's passes: the kernel's best, and the pairs with their reads */
+typedef struct {
+    int passes;
+    bool paired;
+    double best, ratio[KPAIRED], rsec[KPAIRED];
+    size_t rbytes;
+} krow;
+
+/* the options into *o; -1 to go on, else the exit code */
+static int kparse(int argc, char **argv, kopts *o) {
+    *o = (kopts){.type_name = "q4_k",
+                 .rows = 768,
+                 .cols = 2048,
+                 .tokens = {1, 4, 8, 64, 512},
+                 .n_tokens = 5,
+                 .sweep_on = true,
+                 .gib = (size_t)1 << 30};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--type")) {
             if (!v) return cli_bad_value("bench kernels", a, v, "a weight type (q4_k, bf16, ...)");
-            type_name = argv[++i];
+            o->type_name = argv[++i];
         } else if (!strcmp(a, "--repack"))
-            repack = true;
+            o->repack = true;
         else if (!strcmp(a, "--unswapped")) /* A/B: the repacked kernel of the dense path */
-            unswapped = true;
+            o->unswapped = true;
         else if (!strcmp(a, "--no-sweep"))
-            sweep_on = false;
+            o->sweep_on = false;
         else if (!strcmp(a, "--rows") || !strcmp(a, "--cols")) {
-            if (!cli_parse_int(v, 1, 1 << 20, a[2] == 'r' ? &rows : &cols))
+            if (!cli_parse_int(v, 1, 1 << 20, a[2] == 'r' ? &o->rows : &o->cols))
                 return cli_bad_value("bench kernels", a, v, "a count 1..1048576");
             i++;
         } else if (!strcmp(a, "--threads")) {
-            if (!cli_parse_int(v, 1, 4096, &threads))
+            if (!cli_parse_int(v, 1, 4096, &o->threads))
                 return cli_bad_value("bench kernels", a, v, "a thread count 1..4096");
             i++;
         } else if (!strcmp(a, "--bytes")) {
-            if (!cli_parse_size(v, &gib) || gib < (1 << 20))
+            if (!cli_parse_size(v, &o->gib) || o->gib < (1 << 20))
                 return cli_bad_value("bench kernels", a, v, "a size of at least 1M (64M, 2G)");
             i++;
         } else if (!strcmp(a, "--tokens")) {
-            if ((n_tokens = cli_parse_list(v, tokens, 16)) < 1)
+            if ((o->n_tokens = cli_parse_list(v, o->tokens, 16)) < 1)
                 return cli_bad_value("bench kernels", a, v,
                                      "1 to 16 token counts 1..65536, comma-separated (1,8,64)");
             i++;
         } else if (!strcmp(a, "--job-bytes")) {
-            if (!cli_parse_size(v, &job_bytes) || job_bytes < 1)
+            if (!cli_parse_size(v, &o->job_bytes) || o->job_bytes < 1)
                 return cli_bad_value("bench kernels", a, v, "a size (21M: one decode layer)");
             i++;
         } else
@@ -561,324 +605,403 @@ static int bench_kernels(int argc, char **argv) {
                                    "--repack --unswapped --no-sweep)",
                                    a);
     }
-    int type = hm_type_from_name(type_name);
-    const hm_cpu_ops *ops;
-    if (hm_cpu_ops_get(&ops) != HM_OK) return cli_usage_error("bench kernels: %s", hm_last_error());
+    return -1;
+}
+
+/* the type and shape checked, the pool, the memory checked, the configuration's line and the
+ * bandwidth; -1 to go on, else the exit code (nothing left to free) */
+static int kstart(kbench *b) {
+    const kopts *o = &b->o;
+    const long rows = o->rows, cols = o->cols;
+    const int type = b->type = hm_type_from_name(o->type_name);
+    if (hm_cpu_ops_get(&b->ops) != HM_OK)
+        return cli_usage_error("bench kernels: %s", hm_last_error());
+    const hm_cpu_ops *ops = b->ops;
     if (type < 0 || !hm_synth_supported((uint32_t)type) || !hm_vec_dot_for(ops, (uint32_t)type)) {
         char names[512];
         cli_bench_types(names, sizeof names);
-        return cli_usage_error("bench kernels: no kernel for type '%s' (types: %s)", type_name,
+        return cli_usage_error("bench kernels: no kernel for type '%s' (types: %s)", o->type_name,
                                names);
     }
     hm_matrix probe;
     if (hm_matrix_init(&probe, (uint32_t)type, NULL, rows, cols) != HM_OK)
         return cli_usage_error("bench kernels: %s", hm_last_error());
     hm_pool_params pp = hm_pool_default_params();
-    pp.n_threads = (int)threads;
+    pp.n_threads = (int)o->threads;
     pp.pin_caller = true;
-    hm_pool *pool;
-    if (hm_pool_create(&pp, &pool) != HM_OK) {
+    if (hm_pool_create(&pp, &b->pool) != HM_OK) {
         fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
         return 1;
     }
-    const size_t mb = probe.row_bytes * (size_t)rows;
-    int n_mats = (int)((gib + mb - 1) / mb);
+    const size_t mb = b->mb = probe.row_bytes * (size_t)rows;
+    const int n_mats = b->n_mats = (int)((o->gib + mb - 1) / mb);
     uint64_t need = (uint64_t)mb * (uint64_t)n_mats; /* the weights, and with --repack their copy */
 #if defined(__x86_64__)
-    if (repack && hm_i8_matmul_ok(ops) && hm_dequantize_supported((uint32_t)type) &&
+    if (o->repack && hm_i8_matmul_ok(ops) && hm_dequantize_supported((uint32_t)type) &&
         type != HM_TYPE_F32 && type != HM_TYPE_F16 && type != HM_TYPE_BF16 &&
         type != HM_TYPE_FP8_B128) /* the int8 copy, as below */
         need += (uint64_t)hm_amx_wpack_bytes(rows, cols) * (uint64_t)n_mats;
 #endif
     if (cli_check_memory("bench kernels", "the matrices (--bytes)", need, NULL)) {
-        hm_pool_free(pool);
+        hm_pool_free(b->pool);
         return 1;
     }
     printf("bench kernels: %s %ld x %ld (%.2f MB per matrix), %d distinct matrices (%.2f GiB), "
            "kernel variant %s, %d threads\n",
            hm_type_name((uint32_t)type), rows, cols, (double)mb * 1e-6, n_mats,
-           (double)mb * n_mats / (1 << 30), ops->name, hm_pool_size(pool));
+           (double)mb * n_mats / (1 << 30), ops->name, hm_pool_size(b->pool));
     hm_membw_params bp = hm_membw_default_params();
-    bp.pool = pool;
+    bp.pool = b->pool;
     bp.passes = 9;
-    hm_membw_result bw;
-    if (hm_membw_read(&bp, &bw) != HM_OK) {
+    if (hm_membw_read(&bp, &b->bw) != HM_OK) {
         fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
-        hm_pool_free(pool);
+        hm_pool_free(b->pool);
         return 1;
     }
     printf(
         "roofline: same-run streaming read %.1f GB/s (median of 9 passes; best %.1f, %s kernel); "
         "matvec (<= 4 tokens) is bandwidth bound, larger token counts report GOP/s\n",
-        bw.median_gbs, bw.best_gbs, bw.kernel);
+        b->bw.median_gbs, b->bw.best_gbs, b->bw.kernel);
+    return -1;
+}
 
-    hm_large wbuf;
-    hm_matrix *mats = calloc((size_t)n_mats, sizeof *mats);
+/* the weights, activations, outputs, claims and sweep, and the job over them; -1 to go on, else
+ * the exit code */
+static int kalloc(kbench *b) {
+    const kopts *o = &b->o;
+    const long rows = o->rows, cols = o->cols;
+    const int type = b->type, n_mats = b->n_mats;
+    const hm_cpu_ops *ops = b->ops;
+    hm_pool *pool = b->pool;
+    b->mats = calloc((size_t)n_mats, sizeof *b->mats);
     long max_tok = 1;
-    for (int k = 0; k < n_tokens; k++) max_tok = tokens[k] > max_tok ? tokens[k] : max_tok;
+    for (int k = 0; k < o->n_tokens; k++) max_tok = o->tokens[k] > max_tok ? o->tokens[k] : max_tok;
+    b->max_tok = max_tok;
     /* the activations for the variant benchmarked, and for the reference (the layouts may
      * differ: hm_act_type_for) */
-    const size_t xb = hm_act_bytes_for(ops, (uint32_t)type, cols),
-                 xbr = hm_act_bytes_for(&hm_ops_ref, (uint32_t)type, cols);
-    uint8_t *xq = malloc(xb * (size_t)max_tok), *xqr = malloc(xbr * (size_t)max_tok);
-    float *x = malloc(sizeof(float) * (size_t)(cols * max_tok));
+    const size_t xb = b->xb = hm_act_bytes_for(ops, (uint32_t)type, cols),
+                 xbr = b->xbr = hm_act_bytes_for(&hm_ops_ref, (uint32_t)type, cols);
+    b->xq = malloc(xb * (size_t)max_tok), b->xqr = malloc(xbr * (size_t)max_tok);
+    b->x = malloc(sizeof(float) * (size_t)(cols * max_tok));
     /* outputs: each matrix of a pass into its own rows, as a layer's matrices would (with one
      * shared y, threads on different matrices would write the same rows at once); above 4
      * tokens at most ~4 x the bytes of distinct weights' rows (see kmats), up to 4 tokens 4
      * bytes per row and token next to the row's weights (1-3% of the bytes at expert shapes) */
     size_t y_floats = 0;
-    for (int k = 0; k < n_tokens; k++) {
-        const size_t f = (size_t)rows * (size_t)tokens[k] * (size_t)kmats(n_mats, tokens[k]);
+    for (int k = 0; k < o->n_tokens; k++) {
+        const size_t f = (size_t)rows * (size_t)o->tokens[k] * (size_t)kmats(n_mats, o->tokens[k]);
         y_floats = f > y_floats ? f : y_floats;
     }
-    float *y = hm_malloc_aligned(sizeof(float) * y_floats, 64, "outputs"); /* as a model's */
-    float *yref = malloc(sizeof(float) * (size_t)(rows * 4));
-    hm_work_slot *work =
-        hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(hm_work_slot), 64, "claims");
-    cli_read_sink *sinks =
+    b->y = hm_malloc_aligned(sizeof(float) * y_floats, 64, "outputs"); /* as a model's */
+    b->yref = malloc(sizeof(float) * (size_t)(rows * 4));
+    b->work = hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(hm_work_slot), 64, "claims");
+    b->sinks =
         hm_calloc_aligned((size_t)hm_pool_size(pool), sizeof(cli_read_sink), 64, "read sinks");
-    int rc = 0;
-    if (!mats || !xq || !xqr || !x || !y || !yref || !work || !sinks ||
-        hm_large_alloc(mb * (size_t)n_mats, true, "weights", &wbuf) != HM_OK) {
+    if (!b->mats || !b->xq || !b->xqr || !b->x || !b->y || !b->yref || !b->work || !b->sinks ||
+        hm_large_alloc(b->mb * (size_t)n_mats, true, "weights", &b->wbuf) != HM_OK) {
         fprintf(stderr, "hmoe bench kernels: out of memory\n");
         hm_pool_free(pool);
         return 1;
     }
-    hm_membw_sweep *sweep = NULL;
-    if (sweep_on && hm_membw_sweep_create(pool, ops, 0, &sweep) != HM_OK) {
+    if (o->sweep_on && hm_membw_sweep_create(pool, ops, 0, &b->sweep) != HM_OK) {
         fprintf(stderr, "hmoe bench kernels: %s (--no-sweep runs without)\n", hm_last_error());
         hm_pool_free(pool);
         return 1;
     }
     for (int m = 0; m < n_mats; m++)
-        hm_matrix_init(&mats[m], (uint32_t)type, (uint8_t *)wbuf.ptr + (size_t)m * mb, rows, cols);
+        hm_matrix_init(&b->mats[m], (uint32_t)type, (uint8_t *)b->wbuf.ptr + (size_t)m * b->mb,
+                       rows, cols);
     uint64_t seed = 7;
     for (long t = 0; t < max_tok; t++) {
-        float *xt = x + (size_t)t * (size_t)cols;
+        float *xt = b->x + (size_t)t * (size_t)cols;
         for (long i = 0; i < cols; i++)
             xt[i] = (float)((int64_t)(hm_rng_next(&seed) % 2001) - 1000) / 1000.0f;
-        hm_act_convert_for(ops, (uint32_t)type, xt, xq + (size_t)t * xb, cols);
-        hm_act_convert_for(&hm_ops_ref, (uint32_t)type, xt, xqr + (size_t)t * xbr, cols);
+        hm_act_convert_for(ops, (uint32_t)type, xt, b->xq + (size_t)t * xb, cols);
+        hm_act_convert_for(&hm_ops_ref, (uint32_t)type, xt, b->xqr + (size_t)t * xbr, cols);
     }
-    kjob job = {.pool = pool,
-                .dot = hm_vec_dot_for(ops, (uint32_t)type),
-                .dotn = hm_vec_dot_n_for(ops, (uint32_t)type),
-                .d46 = hm_vec_dot_46_for(ops, (uint32_t)type),
-                .mats = mats,
-                .n_mats = n_mats,
-                .n_tok = 1,
-                .xq = xq,
-                .xb = xb,
-                .y = y,
-                .seed = 11,
-                .x = x,
-                .ops = ops,
-                .work = work,
-                .sinks = sinks,
-                .job_mats = job_bytes ? (int)((job_bytes + mb - 1) / mb) : 0};
-    void **scratch = NULL;
-    hm_large wpbuf = {0};
-    const bool float_w = type == HM_TYPE_F32 || type == HM_TYPE_F16 || type == HM_TYPE_BF16 ||
-                         type == HM_TYPE_FP8_B128;
+    b->job = (kjob){.pool = pool,
+                    .dot = hm_vec_dot_for(ops, (uint32_t)type),
+                    .dotn = hm_vec_dot_n_for(ops, (uint32_t)type),
+                    .d46 = hm_vec_dot_46_for(ops, (uint32_t)type),
+                    .mats = b->mats,
+                    .n_mats = n_mats,
+                    .n_tok = 1,
+                    .xq = b->xq,
+                    .xb = xb,
+                    .y = b->y,
+                    .seed = 11,
+                    .x = b->x,
+                    .ops = ops,
+                    .work = b->work,
+                    .sinks = b->sinks,
+                    .job_mats = o->job_bytes ? (int)((o->job_bytes + b->mb - 1) / b->mb) : 0};
+    b->float_w = type == HM_TYPE_F32 || type == HM_TYPE_F16 || type == HM_TYPE_BF16 ||
+                 type == HM_TYPE_FP8_B128;
+    return -1;
+}
+
+/* the matmul path for more than 4 tokens chosen (its scratch and packed activations made), and
+ * its line */
+static void kmatmul_path(kbench *b) {
 #if defined(__x86_64__)
+    const int type = b->type;
+    const long cols = b->o.cols;
+    const hm_cpu_ops *ops = b->ops;
+    kjob *job = &b->job;
     /* AMX: tile matmul for more than 4 tokens: int8 for integer formats; BF16 tiles for
      * BF16/F16/FP8 (hm_nn_matmul's opt-in HM_NN_BF16_TILES path); other float weights run the
      * exact kernels, as they do in a model */
-    job.bf16 = ops->isa == HM_ISA_AMX &&
-               (type == HM_TYPE_BF16 || type == HM_TYPE_F16 || type == HM_TYPE_FP8_B128);
-    if (job.bf16) {
-        scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
-        for (int t = 0; scratch && t < hm_pool_size(pool); t++)
-            scratch[t] = malloc(hm_amx_bf16_scratch_bytes(cols));
-        job.packed = malloc(kpacked_bytes(&job, tokens, n_tokens));
+    job->bf16 = ops->isa == HM_ISA_AMX &&
+                (type == HM_TYPE_BF16 || type == HM_TYPE_F16 || type == HM_TYPE_FP8_B128);
+    if (job->bf16) {
+        b->scratch = calloc((size_t)hm_pool_size(b->pool), sizeof(void *));
+        for (int t = 0; b->scratch && t < hm_pool_size(b->pool); t++)
+            b->scratch[t] = malloc(hm_amx_bf16_scratch_bytes(cols));
+        job->packed = malloc(kpacked_bytes(job, b->o.tokens, b->o.n_tokens));
         printf("matmul (> 4 tokens): AMX BF16 tiles (TDPBF16PS, K = 32, 32 rows x 32 tokens per "
                "step, float32 sums; activations rounded to bf16 and packed once per token set, "
                "untimed; weights copied per 32-row unit; in a model only with --bf16-tiles)\n");
-        repack = false;
-    } else if (float_w) {
+        b->o.repack = false;
+    } else if (b->float_w) {
         /* as hm_nn_matmul and the expert engine run float weights by default */
         printf("matmul (> 4 tokens): the exact per-row kernels, 4 tokens per pass over the weights "
                "(float weights never take the int8 path)\n");
     } else if (hm_i8_matmul_ok(ops) && hm_dequantize_supported((uint32_t)type)) {
-        scratch = calloc((size_t)hm_pool_size(pool), sizeof(void *));
-        for (int t = 0; scratch && t < hm_pool_size(pool); t++)
-            scratch[t] = malloc(hm_amx_scratch_bytes((uint32_t)type, cols));
-        job.packed = malloc(kpacked_bytes(&job, tokens, n_tokens));
+        b->scratch = calloc((size_t)hm_pool_size(b->pool), sizeof(void *));
+        for (int t = 0; b->scratch && t < hm_pool_size(b->pool); t++)
+            b->scratch[t] = malloc(hm_amx_scratch_bytes((uint32_t)type, cols));
+        job->packed = malloc(kpacked_bytes(job, b->o.tokens, b->o.n_tokens));
         printf(
             "matmul (> 4 tokens): %s; weights and activations int8 per 256 values; activations "
             "packed once per token set, untimed); weights %s\n",
             ops->isa == HM_ISA_AMX ? "AMX INT8 tiles (TDPBSSD, K = 64, 32 rows x 32 tokens per step"
                                    : "AVX-512 VNNI (VPDPBUSD, 4 rows x 32 tokens per step",
-            !repack ? "converted to int8 on every call"
-            : ops->i8_matmul_packed_rt && !unswapped
+            !b->o.repack ? "converted to int8 on every call"
+            : ops->i8_matmul_packed_rt && !b->o.unswapped
                 ? "repacked once to int8 tile units in the VNNI layout, activations as row tiles "
                   "(the swapped operands of the expert engine; untimed; the GB/s column still "
                   "counts the original bytes)"
                 : "repacked once to int8 tile units (untimed; the GB/s column still counts the "
                   "original bytes)");
     }
+#else
+    (void)b;
 #endif
-    job.scratch = scratch;
+}
+
+/* the ISA peak, the weights filled and with --repack repacked; -1 to go on, else the exit code */
+static int kprepare(kbench *b) {
+    const hm_cpu_ops *ops = b->ops;
+    hm_pool *pool = b->pool;
+    kjob *job = &b->job;
+    job->scratch = b->scratch;
     /* the matmul rows' roofline: the peak of the instruction they run, measured now */
-    const hm_peak_kind pk = job.bf16 ? HM_PEAK_BF16 : float_w ? HM_PEAK_F32 : HM_PEAK_I8;
-    const double peak = max_tok > 4 ? kpeak(pool, ops, pk) : 0;
+    const hm_peak_kind pk = job->bf16 ? HM_PEAK_BF16 : b->float_w ? HM_PEAK_F32 : HM_PEAK_I8;
+    const double peak = b->peak = b->max_tok > 4 ? kpeak(pool, ops, pk) : 0;
     if (peak > 0)
         printf("roofline (> 4 tokens): same-run ISA peak %.2f TOPS (%s: the multiply-add on "
                "independent accumulators with no loads, all %d threads at once, best of 3); the "
                "%% of peak column compares GOP/s with it\n",
                peak, ops->peak_names[pk], hm_pool_size(pool));
-    else if (max_tok > 4)
+    else if (b->max_tok > 4)
         printf("roofline (> 4 tokens): no ISA peak for the %s variant\n", ops->name);
-    hm_pool_run(pool, kfill_task, &job); /* first touch by the threads that will read */
+    hm_pool_run(pool, kfill_task, job); /* first touch by the threads that will read */
 #if defined(__x86_64__)
-    if (repack && scratch) {
-        job.wpack_bytes = (hm_amx_wpack_bytes(rows, cols) + 63) & ~(size_t)63;
-        if (hm_large_alloc(job.wpack_bytes * (size_t)n_mats, true, "repacked weights", &wpbuf) !=
-            HM_OK) {
+    if (b->o.repack && b->scratch) {
+        job->wpack_bytes = (hm_amx_wpack_bytes(b->o.rows, b->o.cols) + 63) & ~(size_t)63;
+        if (hm_large_alloc(job->wpack_bytes * (size_t)b->n_mats, true, "repacked weights",
+                           &b->wpbuf) != HM_OK) {
             fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
             return 1;
         }
-        job.wpack = wpbuf.ptr;
-        job.rt = ops->i8_matmul_packed_rt != NULL && !unswapped;
+        job->wpack = b->wpbuf.ptr;
+        job->rt = ops->i8_matmul_packed_rt != NULL && !b->o.unswapped;
         uint64_t t0 = hm_time_ns();
-        hm_pool_run(pool, kwpack_task, &job);
-        printf("repacked %d matrices (%.2f GiB) in %.2f s\n", n_mats,
-               (double)job.wpack_bytes * n_mats / (1 << 30), (double)(hm_time_ns() - t0) * 1e-9);
+        hm_pool_run(pool, kwpack_task, job);
+        printf("repacked %d matrices (%.2f GiB) in %.2f s\n", b->n_mats,
+               (double)job->wpack_bytes * b->n_mats / (1 << 30),
+               (double)(hm_time_ns() - t0) * 1e-9);
     }
 #endif
-    if (repack && !job.wpack) printf("--repack: no AMX on this machine, nothing repacked\n");
+    if (b->o.repack && !job->wpack) printf("--repack: no AMX on this machine, nothing repacked\n");
     cli_print_huge_pages("");
+    return -1;
+}
 
-    /* validate against the reference on the first matrix */
-    int vt = max_tok < 4 ? (int)max_tok : 4;
-    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, NULL, &mats[0], xqr, xbr, vt,
-                   yref, (size_t)rows, 0, rows);
-    job.n_mats = 1;
-    job.n_tok = vt;
-    krun(pool, &job);
+/* the variant against the reference on the first matrix, up to 4 tokens; 0, or 1 when it fails */
+static int kvalidate(kbench *b) {
+    const long rows = b->o.rows;
+    const int vt = b->max_tok < 4 ? (int)b->max_tok : 4;
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)b->type), NULL, NULL, &b->mats[0], b->xqr,
+                   b->xbr, vt, b->yref, (size_t)rows, 0, rows);
+    b->job.n_mats = 1;
+    b->job.n_tok = vt;
+    krun(b->pool, &b->job);
     double ymax = 1e-9, err = 0;
-    for (long k = 0; k < rows * vt; k++) ymax = fmax(ymax, fabs(yref[k]));
-    for (long k = 0; k < rows * vt; k++) err = fmax(err, fabs((double)y[k] - yref[k]));
-    printf("validation: max |%s - ref| = %.3g (%.2g of max |y|) %s\n", ops->name, err, err / ymax,
-           err <= 2e-5 * ymax ? "ok" : "FAILED");
-    if (err > 2e-5 * ymax) rc = 1;
+    for (long k = 0; k < rows * vt; k++) ymax = fmax(ymax, fabs(b->yref[k]));
+    for (long k = 0; k < rows * vt; k++) err = fmax(err, fabs((double)b->y[k] - b->yref[k]));
+    printf("validation: max |%s - ref| = %.3g (%.2g of max |y|) %s\n", b->ops->name, err,
+           err / ymax, err <= 2e-5 * ymax ? "ok" : "FAILED");
+    return err > 2e-5 * ymax;
+}
 
-    const int nth = hm_pool_size(pool);
+/* the notes on the columns, and the table's header */
+static void kprint_header(const kbench *b) {
+    const int job_mats = b->job.job_mats, n_mats = b->n_mats;
     printf("%% of read (up to 4 tokens): each of %d passes paired with a read of the same weight "
            "bytes by the same threads and claims (the membw loads, right before or after it, in "
            "turn); the median of the %d pairs' ratios. It follows the machine's bandwidth from "
            "moment to moment, which the %% of bw (the membw passes before the runs) does not.\n",
            KPAIRED, KPAIRED);
-    if (sweep)
+    if (b->sweep)
         printf("cache sweep: before each timed pass up to 4 tokens (the kernel's and its read), a "
                "read of %.0f MiB of other memory, so neither finds the other's bytes in the "
                "caches (--no-sweep: none)\n",
-               (double)hm_membw_sweep_bytes(sweep) / (1 << 20));
-    if (job.job_mats && job.job_mats < n_mats)
+               (double)hm_membw_sweep_bytes(b->sweep) / (1 << 20));
+    if (job_mats && job_mats < n_mats)
         printf("jobs (up to 4 tokens): each pass, and its paired read, as %d jobs of %d matrices "
                "(%.1f MB; --job-bytes) one after another, as a model's layers are\n",
-               (n_mats + job.job_mats - 1) / job.job_mats, job.job_mats,
-               (double)mb * job.job_mats * 1e-6);
+               (n_mats + job_mats - 1) / job_mats, job_mats, (double)b->mb * job_mats * 1e-6);
     printf("%7s %8s %12s %10s %9s %10s %9s %10s %10s\n", "tokens", "matrices", "us/matrix", "GB/s",
            "% of bw", "GOP/s", "% of peak", "read GB/s", "% of read");
-    for (int k = 0; k < n_tokens; k++) {
-        job.n_tok = (int)tokens[k];
-        /* large token counts are compute bound: fewer matrices keep a pass short */
-        job.n_mats = kmats(n_mats, tokens[k]);
-        job.y_mat = (size_t)(rows * tokens[k]);
+}
+
+/* the passes of n_tok tokens into *r (up to 4 tokens each paired with a read); 0, or 1 when a
+ * sweep failed */
+static int kmeasure(kbench *b, long n_tok, krow *r) {
+    kjob *job = &b->job;
+    const int nth = hm_pool_size(b->pool);
+    int rc = 0;
+    job->n_tok = (int)n_tok;
+    /* large token counts are compute bound: fewer matrices keep a pass short */
+    job->n_mats = kmats(b->n_mats, n_tok);
+    job->y_mat = (size_t)(b->o.rows * n_tok);
 #if defined(__x86_64__)
-        /* once per activation set, as a layer would: not part of the per-matrix time */
-        if (job.packed && job.n_tok > 4) {
-            kblocks(&job, job.n_tok);
-            hm_pool_run(pool, kpack_task, &job);
-        }
+    /* once per activation set, as a layer would: not part of the per-matrix time */
+    if (job->packed && job->n_tok > 4) {
+        kblocks(job, job->n_tok);
+        hm_pool_run(b->pool, kpack_task, job);
+    }
 #endif
-        krun(pool, &job); /* warm-up pass */
-        const bool paired = job.n_tok <= 4;
-        const int passes = paired ? KPAIRED : 3;
-        double best = 1e30, ratio[KPAIRED], rsec[KPAIRED];
-        size_t rbytes = 0;
-        for (int pass = 0; pass < passes; pass++) {
-            for (int half = 0; half < 2; half++) {
-                /* the read first in odd passes: neither side always follows the other */
-                const bool read = paired && half == (pass % 2 == 0);
-                if (!paired && half) break;
-                job.read_only = read;
-                if (read) memset(job.sinks, 0, sizeof(cli_read_sink) * (size_t)nth);
-                if (paired && sweep && hm_membw_sweep_run(sweep) != HM_OK) {
-                    fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
-                    rc = 1;
-                }
-                uint64_t t0 = hm_time_ns();
-                krun(pool, &job);
-                double s = (double)(hm_time_ns() - t0) * 1e-9;
-                if (read) {
-                    rbytes = 0;
-                    for (int t = 0; t < nth; t++) rbytes += job.sinks[t].bytes;
-                    rsec[pass] = s;
-                } else {
-                    ratio[pass] = s; /* the kernel's time, made a ratio below */
-                    if (s < best) best = s;
-                }
+    krun(b->pool, job); /* warm-up pass */
+    *r = (krow){.paired = job->n_tok <= 4, .best = 1e30};
+    r->passes = r->paired ? KPAIRED : 3;
+    for (int pass = 0; pass < r->passes; pass++) {
+        for (int half = 0; half < 2; half++) {
+            /* the read first in odd passes: neither side always follows the other */
+            const bool read = r->paired && half == (pass % 2 == 0);
+            if (!r->paired && half) break;
+            job->read_only = read;
+            if (read) memset(job->sinks, 0, sizeof(cli_read_sink) * (size_t)nth);
+            if (r->paired && b->sweep && hm_membw_sweep_run(b->sweep) != HM_OK) {
+                fprintf(stderr, "hmoe bench kernels: %s\n", hm_last_error());
+                rc = 1;
             }
-            job.read_only = false;
-        }
-        double gbs = (double)mb * job.n_mats / best * 1e-9;
-        double gops =
-            2.0 * (double)rows * (double)cols * (double)tokens[k] * job.n_mats / best * 1e-9;
-        printf("%7ld %8d %12.2f %10.1f %8.1f%% %10.1f", tokens[k], job.n_mats,
-               best / job.n_mats * 1e6, gbs, 100.0 * gbs / bw.median_gbs, gops);
-        if (tokens[k] > 4 && peak > 0)
-            printf(" %8.1f%%", 100.0 * gops * 1e-3 / peak);
-        else
-            printf(" %9s", "-");
-        /* per pair: (kernel bytes / kernel time) / (read bytes / read time) */
-        for (int p = 0; paired && rbytes && p < passes; p++)
-            ratio[p] = (double)mb * job.n_mats / ratio[p] / ((double)rbytes / rsec[p]);
-        cli_print_read_columns(ratio, rsec, paired ? passes : 0, rbytes);
-    }
-    if (scratch) {
-        /* the AMX path against the reference, on the first matrix, for the largest token count */
-        job.n_mats = 1;
-        job.n_tok = (int)max_tok;
-        if (max_tok > 4) {
-            float *yr = malloc(sizeof(float) * (size_t)(rows * max_tok));
-            hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)type), NULL, NULL, &mats[0], xqr,
-                           xbr, (int)max_tok, yr, (size_t)rows, 0, rows);
-            kblocks(&job, job.n_tok);
-            hm_pool_run(pool, kpack_task, &job);
-            /* 3.4e38 in every float: a row the pass misses fails the check */
-            memset(y, 0x7f, sizeof(float) * (size_t)(rows * max_tok));
-            krun(pool, &job);
-            double emax = 0, ym = 1e-9;
-            for (long k = 0; k < rows * max_tok; k++) {
-                ym = fmax(ym, fabs(yr[k]));
-                emax = fmax(emax, fabs((double)y[k] - yr[k]));
+            uint64_t t0 = hm_time_ns();
+            krun(b->pool, job);
+            double s = (double)(hm_time_ns() - t0) * 1e-9;
+            if (read) {
+                r->rbytes = 0;
+                for (int t = 0; t < nth; t++) r->rbytes += job->sinks[t].bytes;
+                r->rsec[pass] = s;
+            } else {
+                r->ratio[pass] = s; /* the kernel's time, made a ratio in kprint_row */
+                if (s < r->best) r->best = s;
             }
-            /* int8 (per 256 values) or bf16 activations vs the ref's activation format: 1% */
-            printf("validation (%s matmul, %ld tokens): max |%s - ref| = %.3g (%.2g of max |y|, "
-                   "tolerance 1e-2) %s\n",
-                   job.bf16 ? "bf16 tile" : "int8", max_tok, ops->name, emax, emax / ym,
-                   emax <= 1e-2 * ym ? "ok" : "FAILED");
-            if (emax > 1e-2 * ym) rc = 1;
-            free(yr);
         }
-        for (int t = 0; t < hm_pool_size(pool); t++) free(scratch[t]);
-        free(scratch);
-        free(job.packed);
-        hm_large_free(&wpbuf);
+        job->read_only = false;
     }
-    hm_membw_sweep_free(sweep);
-    hm_large_free(&wbuf);
-    free(mats);
-    free(xq);
-    free(xqr);
-    free(x);
-    hm_free(y);
-    free(yref);
-    hm_free(work);
-    hm_free(job.sinks);
-    hm_pool_free(pool);
+    return rc;
+}
+
+/* a token count's row (after kmeasure, whose job.n_mats it reads) */
+static void kprint_row(const kbench *b, long n_tok, krow *r) {
+    const int n_mats = b->job.n_mats;
+    const double best = r->best;
+    double gbs = (double)b->mb * n_mats / best * 1e-9;
+    double gops =
+        2.0 * (double)b->o.rows * (double)b->o.cols * (double)n_tok * n_mats / best * 1e-9;
+    printf("%7ld %8d %12.2f %10.1f %8.1f%% %10.1f", n_tok, n_mats, best / n_mats * 1e6, gbs,
+           100.0 * gbs / b->bw.median_gbs, gops);
+    if (n_tok > 4 && b->peak > 0)
+        printf(" %8.1f%%", 100.0 * gops * 1e-3 / b->peak);
+    else
+        printf(" %9s", "-");
+    /* per pair: (kernel bytes / kernel time) / (read bytes / read time) */
+    for (int p = 0; r->paired && r->rbytes && p < r->passes; p++)
+        r->ratio[p] = (double)b->mb * n_mats / r->ratio[p] / ((double)r->rbytes / r->rsec[p]);
+    cli_print_read_columns(r->ratio, r->rsec, r->paired ? r->passes : 0, r->rbytes);
+}
+
+/* the tile path against the reference, on the first matrix, for the largest token count (more
+ * than 4); 0, or 1 when it fails */
+static int kvalidate_matmul(kbench *b) {
+    const long rows = b->o.rows, max_tok = b->max_tok;
+    kjob *job = &b->job;
+    job->n_mats = 1;
+    job->n_tok = (int)max_tok;
+    if (max_tok <= 4) return 0;
+    float *yr = malloc(sizeof(float) * (size_t)(rows * max_tok));
+    hm_matvec_rows(hm_vec_dot_for(&hm_ops_ref, (uint32_t)b->type), NULL, NULL, &b->mats[0], b->xqr,
+                   b->xbr, (int)max_tok, yr, (size_t)rows, 0, rows);
+    kblocks(job, job->n_tok);
+    hm_pool_run(b->pool, kpack_task, job);
+    /* 3.4e38 in every float: a row the pass misses fails the check */
+    memset(b->y, 0x7f, sizeof(float) * (size_t)(rows * max_tok));
+    krun(b->pool, job);
+    double emax = 0, ym = 1e-9;
+    for (long k = 0; k < rows * max_tok; k++) {
+        ym = fmax(ym, fabs(yr[k]));
+        emax = fmax(emax, fabs((double)b->y[k] - yr[k]));
+    }
+    /* int8 (per 256 values) or bf16 activations vs the ref's activation format: 1% */
+    printf("validation (%s matmul, %ld tokens): max |%s - ref| = %.3g (%.2g of max |y|, "
+           "tolerance 1e-2) %s\n",
+           job->bf16 ? "bf16 tile" : "int8", max_tok, b->ops->name, emax, emax / ym,
+           emax <= 1e-2 * ym ? "ok" : "FAILED");
+    free(yr);
+    return emax > 1e-2 * ym;
+}
+
+static void kfree(kbench *b) {
+    if (b->scratch) {
+        for (int t = 0; t < hm_pool_size(b->pool); t++) free(b->scratch[t]);
+        free(b->scratch);
+        free(b->job.packed);
+        hm_large_free(&b->wpbuf);
+    }
+    hm_membw_sweep_free(b->sweep);
+    hm_large_free(&b->wbuf);
+    free(b->mats);
+    free(b->xq);
+    free(b->xqr);
+    free(b->x);
+    hm_free(b->y);
+    free(b->yref);
+    hm_free(b->work);
+    hm_free(b->job.sinks);
+    hm_pool_free(b->pool);
+}
+
+static int bench_kernels(int argc, char **argv) {
+    kbench b = {0};
+    int rc = kparse(argc, argv, &b.o);
+    if (rc < 0) rc = kstart(&b);
+    if (rc < 0) rc = kalloc(&b);
+    if (rc < 0) {
+        kmatmul_path(&b);
+        rc = kprepare(&b);
+    }
+    if (rc >= 0) return rc;
+    rc = kvalidate(&b);
+    kprint_header(&b);
+    for (int k = 0; k < b.o.n_tokens; k++) {
+        krow r;
+        if (kmeasure(&b, b.o.tokens[k], &r)) rc = 1;
+        kprint_row(&b, b.o.tokens[k], &r);
+    }
+    if (b.scratch && kvalidate_matmul(&b)) rc = 1;
+    kfree(&b);
     return rc;
 }
 
