@@ -313,7 +313,7 @@ int main(void) {
     CHECK_CONTAINS(out, " GB available");
     CHECK_CONTAINS(out, "would fit");
     CHECK(!strstr(out, "roofline"));
-    /* the other benchmarks' options; 17 token counts are no longer cut to 16 silently */
+    /* the other benchmarks' options; 17 token counts are refused, not cut to 16 */
     CLI_EXPECT("bench kernels --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", 2,
                "bench kernels: bad value '1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17' for --tokens");
     CLI_EXPECT("bench kernels --rows 0", 2,

@@ -328,7 +328,7 @@ static void test_decode_stats(hm_pool *pool, const model *m) {
         /* the claims' kernels lie inside the job's time; the waits are not compared: two early
          * runs under heavy contention (all threads on one CPU) summed more barrier and h-wait
          * time than time in the job, which no later run (30+) repeated and nothing here explains
-         * (noted in bench/RESULTS.md, fifteenth session) */
+         * (noted in bench/RESULTS.md, 2026-12-01) */
         CHECK_MSG(a == phased ? st.dec_in_s == 0 && parts == 0 && st.dec_prep_s == 0
                               : st.dec_in_s > 0 && st.dec_gu_s > 0 && st.dec_down_s > 0 &&
                                     (a == sliced ? st.dec_prep_s == 0 : st.dec_prep_s > 0) &&

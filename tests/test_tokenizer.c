@@ -851,9 +851,9 @@ static void test_special_ids(void) {
     }
 }
 
-/* Token texts that are not valid UTF-8 (a 64 KiB one here) once made WordPiece look every word up
- * by every length up to that text's length: minutes for one long word. Such texts no longer
- * count in that bound, and words over 100 characters are [UNK] (Hugging Face WordPiece's
+/* Token texts that are not valid UTF-8 (a 64 KiB one here) do not count in WordPiece's longest
+ * token (which bounds the lengths each word is looked up by: counted, a long word would take
+ * minutes), and words over 100 characters are [UNK] (Hugging Face WordPiece's
  * max_input_chars_per_word), so the work per word is bounded. */
 static void test_invalid_vocab(void) {
     enum { N = 107, BIG = 65536 };

@@ -29,9 +29,9 @@ hm_status hm_kernel_check(uint32_t type, const char *tensor_name);
  * about to stream: the first HM_PREFETCH_BYTES into L1, the rest into L2. The dot kernels
  * prefetch those fixed distances ahead of the block they are on (cpu/ops.h), so without this the
  * start of every claimed unit of rows arrives one demand miss at a time; with the first 4 KiB
- * only into L1 (until 2026-12-01) the lines from 4 KiB on were requested 1 KiB ahead of use.
- * Device, `bench moe --layers 16`, 8 interleaved rounds: 1 token 2.91 against 3.00 ms (means),
- * 4 tokens 10.08 against 10.28 (bench/RESULTS.md, fourteenth session). */
+ * only into L1 the lines from 4 KiB on would be requested 1 KiB ahead of use. Device,
+ * `bench moe --layers 16`, 8 interleaved rounds: 1 token 2.91 against 3.00 ms (means), 4 tokens
+ * 10.08 against 10.28 (bench/RESULTS.md, 2026-12-01). */
 static inline void hm_prefetch_start(const void *p, size_t bytes) {
     const char *c = p;
     size_t o = 0;
@@ -68,7 +68,7 @@ int hm_tile_token_cap(int64_t cols, int n);
  * true); INT_MAX where ops has no int8 matmul or type is a float format. The per-call conversion
  * costs 1-4x a 4-token matvec of the same matrix, so its crossover runs from 5 tokens (Q4_1) to 16
  * (Q2_K, Q3_K) on AMX and 7-28 on VNNI; a packed matrix reads int8 units at about the matvec's
- * speed, so 5 (bench/RESULTS.md, twelfth session, has the measurements). Never below 5: 1-4
+ * speed, so 5 (bench/RESULTS.md, 2026-11-30, has the measurements). Never below 5: 1-4
  * tokens always
  * take the matvec kernels, whose results do not depend on the batch. The expert engine uses it
  * as is; hm_nn_matmul (dense matrices) from 16 tokens at the earliest. HMOE_TILE_MIN_TOKENS=N

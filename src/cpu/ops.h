@@ -274,7 +274,7 @@ double hm_amx_peak_ops(hm_peak_kind kind, int64_t iters);
 /* Software prefetch of weight streams, two levels: into L1 HM_PREFETCH_BYTES ahead and into L2
  * HM_PREFETCH_L2_BYTES ahead. The L2 requests keep more of a core's reads in flight than L1's
  * fill buffers alone allow. Device, 16 threads, against one T0 stream at 4 KiB (bench/RESULTS.md,
- * tenth session): BF16 matvec ~+11%, Q4_K ~+5%. L2 distance (fourteenth session, L1 at 1 KiB,
+ * 2026-11-30): BF16 matvec ~+11%, Q4_K ~+5%. L2 distance (2026-12-01, L1 at 1 KiB,
  * with the paired "% of read" of bench kernels): 16 KiB and 2-3 KiB lose 3-10 points on every
  * kernel; 6 KiB reads 1-3 points below 8 KiB in bench kernels, but the expert engine (bench moe,
  * 48 layers: 1 token 9.58 against 10.48 ms, means of 3 alternating rounds; 2 of 3 earlier

@@ -50,7 +50,7 @@ typedef struct {
  * is on the AMX path. Device (16 threads, bench moe --layers 8, 3 rounds), against the phased path
  * (HMOE_MOE_DECODE=0), Q4_K: 8 tokens 8.4-9.6 ms against 10.5-11.3, 32 tokens 24.4-26.1 against
  * 28.9-31.4, 64 tokens (512 assignments) 39.1-40.7 against 44.9-45.7; Q6_K 4-20% faster too
- * (bench/RESULTS.md, thirteenth session). */
+ * (bench/RESULTS.md, 2026-11-30). */
 #define DECODE_ROWS_MAX 512
 
 typedef struct {

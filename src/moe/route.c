@@ -97,8 +97,8 @@ static void route_counting(hm_moe *m, const int32_t *ids, const float *w, int n_
  * Qwen3-30B down claim is 13.8 KiB) decoded 14-17% slower on the development machine (2 threads,
  * means of 8 alternations; bench/RESULTS.md); the gate/up claims, larger, come first and the
  * small down claims last, so the threads still end together. Gate/up claims take up to 1 MiB
- * since the nineteenth session (256 KiB had cut them to 32 rows for models with long rows:
- * DeepSeek-V3, Qwen3-235B, Mixtral); down claims stay within 256 KiB, since larger ones at the
+ * (a 256 KiB cap cuts them to 32 rows for models with long rows: DeepSeek-V3, Qwen3-235B,
+ * Mixtral; 3-7% slower decode there); down claims stay within 256 KiB, since larger ones at the
  * end of the layer left the threads waiting longer at its barrier (device, bench/RESULTS.md).
  * Qwen3-30B's claims, set by min_claims, are the same. HMOE_MOE_DECODE_ROWS=N sets N. */
 #define DECODE_GU_BYTES   ((size_t)1 << 20)

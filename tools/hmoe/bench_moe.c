@@ -355,8 +355,8 @@ static int moe_start(moe_bench *b) {
     printf("batch scratch: %s\n", o->own_scratch ? "one per layer (--own-scratch)"
                                                  : "one shared by the layers, as a model's are");
     /* measured before the weights take their memory, as bench kernels does: after them (45 GB
-     * resident) the device read ~95 GB/s here against 146-172 in bench kernels and bench membw
-     * of the same session */
+     * resident) the device reads ~95 GB/s here against 146-172 in bench kernels and bench membw
+     * on the same machine */
     hm_membw_params bp = hm_membw_default_params();
     bp.pool = NULL; /* the membw pool is sync; measure with its own threads */
     bp.passes = 9;

@@ -326,7 +326,7 @@ size_t hm_amx_wpack_bytes(int64_t rows, int64_t cols) {
  * operations on 16 values at a time (the product (d * sc) * q, then a min subtracted or added:
  * the same bits, as -std=c11 contracts nothing), the codes unpacked by vector ops into a 256-value
  * buffer first. The reference ones cost ~10 cycles per value: a Q6_K matrix's per-call
- * conversion took ~35x a 4-token matvec of it (bench/RESULTS.md, twelfth session). */
+ * conversion took ~35x a 4-token matvec of it (bench/RESULTS.md, 2026-11-30). */
 
 /* w[16g .. 16g + 15] = (float)c[16g + i] * s[g] (- m[g] when m) for the n / 16 groups */
 static void deq_groups(const int8_t *c, int n, const float *s, const float *m, float *w) {
@@ -930,9 +930,9 @@ static void rt_matmul(const void *wp, const void *wu, int64_t rows, int64_t cols
                     if (mode == RT_ACC) {
                         /* the row of the token 8 on into L1 while this one is added: the
                          * tokens' rows lie anywhere in the output (32 MB at 4096 tokens of
-                         * 2048), and each add missed (the adds were ~28% of the down phase at
-                         * 4096 tokens; this took 5.5% off it, bench/RESULTS.md seventeenth
-                         * session) */
+                         * 2048), and each add misses without it (the adds are ~28% of the down
+                         * phase at 4096 tokens; this takes 5.5% off it, bench/RESULTS.md,
+                         * 2026-12-01) */
                         if (t + 8 < nt) {
                             const char *q =
                                 (const char *)(y + (size_t)tok[tt + 8] * y_stride + (size_t)rg);

@@ -56,7 +56,7 @@ static inline float hm_h2f(hm_half h) {
  * 8-15 the mins (6 bits each). For j < 4: scale scales[j] & 63, min scales[j + 4] & 63; for j >= 4:
  * the low 4 bits from scales[j + 4] (scale: low nibble, min: high) and the top 2 from bits 6-7 of
  * scales[j - 4] (scale) or scales[j] (min). Vector ops instead of ~12 scalar ones and the moves
- * into vectors (bench/RESULTS.md, ninth session). Reads 16 bytes from `scales`: the block's codes
+ * into vectors (bench/RESULTS.md, 2026-11-30). Reads 16 bytes from `scales`: the block's codes
  * follow them. */
 static inline __m128i hm_k4_scales_vec(const uint8_t *scales) {
     const __m128i q = _mm_loadu_si128((const __m128i *)scales);
