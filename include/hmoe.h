@@ -128,7 +128,7 @@ void hm_model_free(hm_model *m);
 bool hm_model_copied(const hm_model *m);
 int32_t hm_model_n_vocab(const hm_model *m);
 int hm_model_n_layers(const hm_model *m);
-int hm_model_n_ctx_train(const hm_model *m); /* max_position_embeddings / context_length */
+int hm_model_n_ctx_train(const hm_model *m);  /* max_position_embeddings / context_length */
 const char *hm_model_arch(const hm_model *m); /* as the source spells it ("qwen3_moe") */
 
 /* ---- context: KV cache + forward ----------------------------------------------------------- */
@@ -138,7 +138,7 @@ typedef struct hm_ctx hm_ctx;
 typedef enum hm_repack_mode {
     HM_REPACK_AUTO = 0, /* repack when the copy fits in the memory left (see hm_ctx_create) */
     HM_REPACK_OFF,      /* prefill converts the experts' weights to int8 tiles on every batch */
-    HM_REPACK_ON,       /* always repack (refused with the numbers when the memory cannot hold it) */
+    HM_REPACK_ON, /* always repack (refused with the numbers when the memory cannot hold it) */
 } hm_repack_mode;
 
 typedef struct hm_ctx_params {
@@ -183,7 +183,7 @@ int hm_ctx_n_batch(const hm_ctx *c);
 int hm_ctx_n_threads(const hm_ctx *c);
 int hm_ctx_n_ctx(const hm_ctx *c);
 int hm_ctx_n_seq(const hm_ctx *c);
-int32_t hm_ctx_n_vocab(const hm_ctx *c); /* the model's: a row of logits */
+int32_t hm_ctx_n_vocab(const hm_ctx *c);        /* the model's: a row of logits */
 size_t hm_ctx_repacked_bytes(const hm_ctx *c);  /* the int8 copies (experts, dense), 0: none */
 int hm_ctx_numa_slices(const hm_ctx *c);        /* the experts' slices (1: none) */
 size_t hm_ctx_numa_copy_bytes(const hm_ctx *c); /* the slices' weight copies, 0: none */

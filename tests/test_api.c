@@ -69,7 +69,8 @@ static void test_generate(const char *name) {
         json_t *pj = json_array_get(prompts, (size_t)i), *gj = json_array_get(greedy, (size_t)i);
         int32_t prompt[64];
         const int n = (int)json_array_size(pj);
-        for (int k = 0; k < n; k++) prompt[k] = (int32_t)json_integer_value(json_array_get(pj, (size_t)k));
+        for (int k = 0; k < n; k++)
+            prompt[k] = (int32_t)json_integer_value(json_array_get(pj, (size_t)k));
         hm_sampler *smp = NULL;
         CHECK_OK(hm_sampler_create(&sp, hm_model_n_vocab(m), &smp));
         hm_generate_params gp = hm_generate_default_params();
@@ -78,10 +79,11 @@ static void test_generate(const char *name) {
         hm_generate_stats st;
         CHECK_OK(hm_generate(c, smp, NULL, prompt, n, &gp, on_token, &col, &st));
         int same = 0;
-        while (same < col.n && col.ids[same] == json_integer_value(json_array_get(gj, (size_t)same)))
+        while (same < col.n &&
+               col.ids[same] == json_integer_value(json_array_get(gj, (size_t)same)))
             same++;
-        CHECK_MSG(col.n == 32 && same == 32, "%s prompt %d: %d tokens, the first %d as transformers'",
-                  name, i, col.n, same);
+        CHECK_MSG(col.n == 32 && same == 32,
+                  "%s prompt %d: %d tokens, the first %d as transformers'", name, i, col.n, same);
         CHECK(st.n_prompt == n && st.n_generated == 32 && !st.stopped && !st.eog);
         CHECK(hm_ctx_seq_len(c, i) == n + 31); /* the last token is sampled, not run */
         hm_ctx_perf perf;
@@ -96,7 +98,8 @@ static void test_generate(const char *name) {
         hm_sampler_reset(smp);
         collect stop = {.stop_after = 5};
         CHECK_OK(hm_generate(c, smp, NULL, prompt, n, &gp, on_token, &stop, &st));
-        CHECK(stop.n == 5 && st.stopped && st.n_generated == 5 && memcmp(stop.ids, col.ids, 20) == 0);
+        CHECK(stop.n == 5 && st.stopped && st.n_generated == 5 &&
+              memcmp(stop.ids, col.ids, 20) == 0);
         hm_sampler_free(smp);
     }
     if (c) { /* bad arguments: said, nothing run */
@@ -182,7 +185,8 @@ static void test_chat(void) {
                             "{\"role\":\"user\",\"content\":\"hi \\\"there\\\"\"}]",
                             "[{\"type\":\"function\"}]", "{\"think\": false}", true, &out, &len));
     const char *want = "<s><system>be brief</system><user>hi \"there\"</user>T<assistant>-";
-    CHECK_MSG(out && strcmp(out, want) == 0 && len == strlen(want), "rendered '%s'", out ? out : "");
+    CHECK_MSG(out && strcmp(out, want) == 0 && len == strlen(want), "rendered '%s'",
+              out ? out : "");
     free(out);
     CHECK_STATUS(hm_chat_render(dir, "[{\"role\": ", NULL, NULL, true, &out, NULL), HM_ERR_FORMAT);
     CHECK_CONTAINS(hm_last_error(), "messages");
@@ -193,9 +197,9 @@ static void test_chat(void) {
     CHECK_CONTAINS(hm_last_error(), "kwargs must be a JSON object");
     unlink(path);
     rmdir(dir);
-    CHECK_STATUS(hm_chat_render(HMOE_SOURCE_DIR "/data/demo-vocab.gguf", "[]", NULL, NULL, true,
-                                &out, NULL),
-                 HM_ERR_NOT_FOUND);
+    CHECK_STATUS(
+        hm_chat_render(HMOE_SOURCE_DIR "/data/demo-vocab.gguf", "[]", NULL, NULL, true, &out, NULL),
+        HM_ERR_NOT_FOUND);
     CHECK_CONTAINS(hm_last_error(), "no chat template");
 }
 

@@ -68,7 +68,8 @@ static void test_files(const char *bin, const char *fx) {
     CHECK_CONTAINS(out, "has 4096 tokens but the model's vocabulary is 1000");
 
     /* FIFOs */
-    snprintf(cmd, sizeof cmd, "mkfifo %s/fifo && mkdir %s/hf %s/sh && cp %s/config.json %s/hf/ && "
+    snprintf(cmd, sizeof cmd,
+             "mkfifo %s/fifo && mkdir %s/hf %s/sh && cp %s/config.json %s/hf/ && "
              "mkfifo %s/hf/model.safetensors && cp %s/config.json %s/sh/ && mkfifo %s/sh/s1 && "
              "echo '{\"weight_map\": {\"lm_head.weight\": \"s1\"}}' > "
              "%s/sh/model.safetensors.index.json",
@@ -147,8 +148,8 @@ static void test_files(const char *bin, const char *fx) {
     CHECK_CONTAINS(out, "/fifo: a FIFO with no reader");
     snprintf(cmd, sizeof cmd, "ln -s t.gguf %s/t-link.gguf", d);
     CHECK(run(cmd) == 0);
-    snprintf(cmd, sizeof cmd, T "%s synth --preset qwen3-tiny --vocab none --layers 1 -o %s/t-link.gguf",
-             bin, d);
+    snprintf(cmd, sizeof cmd,
+             T "%s synth --preset qwen3-tiny --vocab none --layers 1 -o %s/t-link.gguf", bin, d);
     CHECK_MSG(run(cmd) == 0, "%s", out);
     CHECK_CONTAINS(out, "/t.gguf (through the symlink ");
     snprintf(p, sizeof p, "%s/t-link.gguf", d);
@@ -157,7 +158,7 @@ static void test_files(const char *bin, const char *fx) {
     /* a penalty window of 2^30 tokens costs what the context holds */
     snprintf(cmd, sizeof cmd,
              T "%s run -m %s --ids \"14 408 419 163 17 83 24\" -n 8 --threads 2 "
-             "--repeat-penalty 1.0001 --penalty-last-n 1073741824",
+               "--repeat-penalty 1.0001 --penalty-last-n 1073741824",
              bin, fx);
     CHECK_MSG(run(cmd) == 0, "%s", out);
     CHECK_CONTAINS(out, "ids: ");

@@ -705,7 +705,8 @@ static void check_nan_weights(void) {
     float *lg = malloc(sizeof(float) * 6 * 512);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (!poke_fixture(cases[i].model, dir, cases[i].tensor, cases[i].bits)) {
-            CHECK_MSG(false, "could not write %s with a NaN in %s", cases[i].model, cases[i].tensor);
+            CHECK_MSG(false, "could not write %s with a NaN in %s", cases[i].model,
+                      cases[i].tensor);
             continue;
         }
         hm_model *m = NULL;
@@ -817,11 +818,13 @@ static void check_rope(const char *name) {
     CHECK_MSG(j != NULL, "%s: %s", path, err.text);
     if (!j) return;
     json_t *pj = json_object_get(j, "prompt");
-    const int n = (int)json_array_size(pj), V = (int)json_integer_value(json_object_get(j, "vocab"));
+    const int n = (int)json_array_size(pj),
+              V = (int)json_integer_value(json_object_get(j, "vocab"));
     const bool dynamic = json_object_get(j, "logits_inc") != NULL;
     int32_t ids[128];
     CHECK(n > 64 && n <= 128 && V > 0);
-    for (int i = 0; i < n && i < 128; i++) ids[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
+    for (int i = 0; i < n && i < 128; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(pj, (size_t)i));
     float *full = read_f32(dir, "logits_full.f32", (size_t)n * (size_t)V);
     float *inc = dynamic ? read_f32(dir, "logits_inc.f32", (size_t)n * (size_t)V) : NULL;
     float *lg = malloc(sizeof(float) * (size_t)n * (size_t)V);
@@ -843,7 +846,8 @@ static void check_rope(const char *name) {
     hm_convert_params p = hm_convert_default_params();
     p.n_threads = 2;
     hm_status st = hm_convert_hf(dir, gg, &p, NULL);
-    const char *kind = json_string_value(json_object_get(json_object_get(j, "rope_parameters"), "rope_type"));
+    const char *kind =
+        json_string_value(json_object_get(json_object_get(j, "rope_parameters"), "rope_type"));
     if (kind && (!strcmp(kind, "dynamic") || !strcmp(kind, "llama3"))) {
         CHECK_STATUS(st, HM_ERR_UNSUPPORTED);
         CHECK_CONTAINS(hm_last_error(), "no GGUF form");
@@ -875,7 +879,8 @@ static hm_status rope_gguf(const char *type, float attn_factor, hm_hparams *out)
     CHECK_OK(hm_hparams_write_gguf(w, &hm_preset_find("qwen3-tiny")->hp, "t"));
     CHECK_OK(hm_gguf_w_str(w, "qwen3moe.rope.scaling.type", type));
     CHECK_OK(hm_gguf_w_f32(w, "qwen3moe.rope.scaling.factor", 4.0f));
-    if (attn_factor > 0) CHECK_OK(hm_gguf_w_f32(w, "qwen3moe.rope.scaling.attn_factor", attn_factor));
+    if (attn_factor > 0)
+        CHECK_OK(hm_gguf_w_f32(w, "qwen3moe.rope.scaling.attn_factor", attn_factor));
     CHECK_OK(hm_gguf_writer_finish(w));
     hm_gguf *g;
     CHECK_OK(hm_gguf_open(path, &g));

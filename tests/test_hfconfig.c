@@ -613,9 +613,9 @@ static void test_unsupported_and_conflicts(void) {
                                    "low_freq_factor", 4.0, "high_freq_factor", 1.0),
                          &hp),
                HM_ERR_FORMAT, "high_freq_factor > low_freq_factor", "llama3 order");
-    expect_err(parse_mod("Qwen3-30B-A3B", "rope_scaling", json_pack("{s:s}", "type", "dynamic"),
-                         &hp),
-               HM_ERR_FORMAT, "missing key 'rope_scaling.factor'", "dynamic without factor");
+    expect_err(
+        parse_mod("Qwen3-30B-A3B", "rope_scaling", json_pack("{s:s}", "type", "dynamic"), &hp),
+        HM_ERR_FORMAT, "missing key 'rope_scaling.factor'", "dynamic without factor");
     CHECK_OK(parse_mod("Qwen3-30B-A3B", "rope_scaling",
                        json_pack("{s:s,s:f}", "rope_type", "dynamic", "factor", 2.0), &hp));
     CHECK(hp.rope_type == HM_ROPE_DYNAMIC && hp.rope_factor == 2.0f &&

@@ -778,9 +778,9 @@ static void test_max_scale(void) {
         for (int rep = 0; rep < 60; rep++) {
             const int n = rep < 40 ? rep : N - rep;
             for (int i = 0; i <= n; i++) x[i] = (float)((i * 53 + rep * 17) % 997 - 600) * 0.37f;
-            if (n > 0 && rep % 5 == 1) x[n - 1] = 5000.0f; /* the max in the tail */
+            if (n > 0 && rep % 5 == 1) x[n - 1] = 5000.0f;           /* the max in the tail */
             if (n > 3 && rep % 5 == 2) x[rep % 3 ? 2 : n - 1] = NAN; /* propagates */
-            if (n > 0 && rep % 5 == 3)                     /* all -inf: -FLT_MAX */
+            if (n > 0 && rep % 5 == 3)                               /* all -inf: -FLT_MAX */
                 for (int i = 0; i < n; i++) x[i] = -INFINITY;
             x[n] = 1e30f; /* past the end: must not be read as part of the row */
             float want = -FLT_MAX;

@@ -89,12 +89,15 @@ static void test_load_checks(void) {
                           NULL);
     /* a wrong shape */
     if (write_tiny(path, "blk.1.attn_v.weight", -1, 64))
-        expect_load_error(path, HM_ERR_FORMAT, "tensor 'blk.1.attn_v.weight' has ne [256, 64, 1, 1]",
+        expect_load_error(path, HM_ERR_FORMAT,
+                          "tensor 'blk.1.attn_v.weight' has ne [256, 64, 1, 1]",
                           "expected [256, 128, 1]");
     /* routed experts whose gate and up take different activations cannot share a pass */
     if (write_tiny(path, "blk.1.ffn_up_exps.weight", HM_TYPE_Q8_0, 0))
-        expect_load_error(path, HM_ERR_UNSUPPORTED, "layer 1: the experts' gate (Q4_K) and up "
-                          "(Q8_0) projections need different activation types", NULL);
+        expect_load_error(path, HM_ERR_UNSUPPORTED,
+                          "layer 1: the experts' gate (Q4_K) and up "
+                          "(Q8_0) projections need different activation types",
+                          NULL);
     unlink(path);
 }
 
@@ -108,7 +111,8 @@ static bool write_bf16_copy(const char *fixture, const char *dir, int shift) {
     for (size_t i = 0; i < hm_st_n_tensors(st); i++) {
         const hm_st_tensor *t = hm_st_tensor_at(st, i);
         json_t *shape = json_array();
-        for (uint32_t d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer(t->shape[d]));
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
         json_object_set_new(hdr, t->name,
                             json_pack("{s:s,s:o,s:[I,I]}", "dtype", "BF16", "shape", shape,
                                       "data_offsets", (json_int_t)off,

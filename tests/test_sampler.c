@@ -547,8 +547,10 @@ static void test_penalty_window(void) {
             CHECK_OK(hm_sampler_sample(s, logits, &t));
             if (t != argmax_ref(pen, V) && bad++ == 0) first_bad = i;
         }
-        CHECK_MSG(bad == 0, "penalty_last_n %d: %d picks differ from the oracle (first after %d "
-                  "tokens)", windows[w], bad, first_bad + 1);
+        CHECK_MSG(bad == 0,
+                  "penalty_last_n %d: %d picks differ from the oracle (first after %d "
+                  "tokens)",
+                  windows[w], bad, first_bad + 1);
         hm_sampler_free(s);
     }
     free(seq);

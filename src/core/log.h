@@ -17,7 +17,6 @@ void hm_log_init_from_env(void);
 /* Destination of log lines (default stderr). Tests point it at a temporary file. */
 void hm_log_set_stream(FILE *f);
 
-
 #define HM_DEBUG(...) hm_log(HM_LOG_DEBUG, __VA_ARGS__)
 #define HM_INFO(...)  hm_log(HM_LOG_INFO, __VA_ARGS__)
 #define HM_WARN(...)  hm_log(HM_LOG_WARN, __VA_ARGS__)

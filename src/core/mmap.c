@@ -190,8 +190,7 @@ static hm_status open_tmp(hm_outfile *o, const struct stat *old) {
     if (!(o->tmp = str_cat(o->target, ".part")))
         return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", o->target);
     /* O_NOFOLLOW + O_NONBLOCK: a symlink or FIFO left at TARGET.part is refused, not followed */
-    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
-                  0666);
+    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
     if (fd < 0) {
         int e = errno;
         if (e == ELOOP)

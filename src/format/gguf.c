@@ -759,8 +759,8 @@ struct hm_gguf_writer {
     char *path;
     hm_outfile out; /* where the bytes go (core/file.h: PATH.part renamed, or in place) */
     FILE *f;        /* out.f */
-    wbuf meta;  /* encoded key/values */
-    wbuf infos; /* encoded tensor infos */
+    wbuf meta;      /* encoded key/values */
+    wbuf infos;     /* encoded tensor infos */
     uint64_t n_kv;
     wtensor *tensors;
     uint64_t n_tensors, cap_tensors;
@@ -1029,8 +1029,8 @@ hm_status hm_gguf_w_tensor(hm_gguf_writer *w, const char *name, uint32_t type, u
 
 static hm_status wwrite(hm_gguf_writer *w, const void *p, size_t n) {
     if (n && fwrite(p, 1, n, w->f) != n)
-        return wfail(w, hm_errorf_errno(HM_ERR_IO, errno, "%s: write failed",
-                                        hm_outfile_name(&w->out)));
+        return wfail(
+            w, hm_errorf_errno(HM_ERR_IO, errno, "%s: write failed", hm_outfile_name(&w->out)));
     return HM_OK;
 }
 

@@ -24,10 +24,10 @@ typedef enum hm_arch {
 
 typedef enum hm_rope_type {
     HM_ROPE_NONE = 0, /* no scaling */
-    HM_ROPE_LINEAR,  /* positions divided by rope_factor */
-    HM_ROPE_DYNAMIC, /* dynamic NTK: the base grows with the sequence past rope_orig_ctx */
-    HM_ROPE_YARN,    /* YaRN, with DeepSeek's mscale terms */
-    HM_ROPE_LLAMA3,  /* Llama 3.1: low frequencies divided by rope_factor, a smooth ramp between */
+    HM_ROPE_LINEAR,   /* positions divided by rope_factor */
+    HM_ROPE_DYNAMIC,  /* dynamic NTK: the base grows with the sequence past rope_orig_ctx */
+    HM_ROPE_YARN,     /* YaRN, with DeepSeek's mscale terms */
+    HM_ROPE_LLAMA3,   /* Llama 3.1: low frequencies divided by rope_factor, a smooth ramp between */
 } hm_rope_type;
 
 typedef enum hm_gating {

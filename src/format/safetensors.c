@@ -901,11 +901,11 @@ hm_status hm_st_fp8_scales(const hm_safetensors *st, const hm_st_tensor *t,
     for (int64_t i = 0; i < tr * tc; i++) {
         const float f = hm_st_scale_at(s, (size_t)i);
         if (!isfinite(f))
-            return hm_errorf(HM_ERR_FORMAT,
-                             "'%s': the scale of block (%lld, %lld) is %s (a NaN or inf scale makes "
-                             "that block of '%s' NaN)",
-                             name, (long long)(i / tc), (long long)(i % tc), isnan(f) ? "NaN" : "inf",
-                             t->name);
+            return hm_errorf(
+                HM_ERR_FORMAT,
+                "'%s': the scale of block (%lld, %lld) is %s (a NaN or inf scale makes "
+                "that block of '%s' NaN)",
+                name, (long long)(i / tc), (long long)(i % tc), isnan(f) ? "NaN" : "inf", t->name);
     }
     *out = s;
     return HM_OK;

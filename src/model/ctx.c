@@ -346,8 +346,8 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->seq_len = calloc((size_t)p.n_seq, sizeof(int32_t));
     c->seq_next = calloc((size_t)p.n_seq, sizeof(int32_t));
     c->inv_freq = calloc(hp->rope_dim / 2 + 1, sizeof(float));
-    if (hp->rope_type == HM_ROPE_DYNAMIC && !(c->inv_tok = calloc(B * (hp->rope_dim / 2 + 1),
-                                                                  sizeof(float)))) {
+    if (hp->rope_type == HM_ROPE_DYNAMIC &&
+        !(c->inv_tok = calloc(B * (hp->rope_dim / 2 + 1), sizeof(float)))) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory (RoPE frequencies)");
         goto fail;
     }

@@ -17,18 +17,29 @@
 
 static float *slot(hm_ctx *c, hm_slot s) {
     switch (s) {
-    case HM_SLOT_X: return c->x;
-    case HM_SLOT_XN: return c->xn;
-    case HM_SLOT_Q: return c->q;
-    case HM_SLOT_K: return c->k;
-    case HM_SLOT_V: return c->v;
-    case HM_SLOT_ATT: return c->att;
-    case HM_SLOT_TMP: return c->tmp;
-    case HM_SLOT_RL: return c->rl;
-    case HM_SLOT_G: return c->g;
-    case HM_SLOT_U: return c->u;
+    case HM_SLOT_X:
+        return c->x;
+    case HM_SLOT_XN:
+        return c->xn;
+    case HM_SLOT_Q:
+        return c->q;
+    case HM_SLOT_K:
+        return c->k;
+    case HM_SLOT_V:
+        return c->v;
+    case HM_SLOT_ATT:
+        return c->att;
+    case HM_SLOT_TMP:
+        return c->tmp;
+    case HM_SLOT_RL:
+        return c->rl;
+    case HM_SLOT_G:
+        return c->g;
+    case HM_SLOT_U:
+        return c->u;
     case HM_SLOT_NONE:
-    case HM_SLOT_COUNT: break;
+    case HM_SLOT_COUNT:
+        break;
     }
     return NULL;
 }
@@ -38,13 +49,18 @@ static size_t slot_cols(const hm_ctx *c, hm_slot s) {
     const hm_hparams *hp = &c->m->hp;
     switch (s) {
     case HM_SLOT_Q:
-    case HM_SLOT_ATT: return c->q_dim;
+    case HM_SLOT_ATT:
+        return c->q_dim;
     case HM_SLOT_K:
-    case HM_SLOT_V: return c->kv_dim;
-    case HM_SLOT_RL: return hp->n_experts ? hp->n_experts : 1;
+    case HM_SLOT_V:
+        return c->kv_dim;
+    case HM_SLOT_RL:
+        return hp->n_experts ? hp->n_experts : 1;
     case HM_SLOT_G:
-    case HM_SLOT_U: return c->ffn_max;
-    default: return hp->hidden;
+    case HM_SLOT_U:
+        return c->ffn_max;
+    default:
+        return hp->hidden;
     }
 }
 

@@ -51,10 +51,10 @@ typedef enum hm_op {
 typedef struct hm_node {
     hm_op op;
     hm_slot dst, src0, src1;
-    const hm_matrix *w;      /* MATMUL */
-    const float *nw, *nw2;   /* NORM, ADD_NORM: w; QK_ROPE_KV: q and k norms (or NULL) */
-    int il;                  /* the layer the node belongs to */
-    int prof;                /* the part of the forward pass it is timed under (HM_PROF_*) */
+    const hm_matrix *w;    /* MATMUL */
+    const float *nw, *nw2; /* NORM, ADD_NORM: w; QK_ROPE_KV: q and k norms (or NULL) */
+    int il;                /* the layer the node belongs to */
+    int prof;              /* the part of the forward pass it is timed under (HM_PROF_*) */
 } hm_node;
 
 /* The forward pass over the layers (embedding and output head are the executor's). */

@@ -419,7 +419,8 @@ void hm_model_get_info(const hm_model *m, hm_model_info *out) {
     out->n_layers = (int)hp->n_layers, out->hidden = (int)hp->hidden;
     out->n_experts = (int)hp->n_experts, out->n_experts_used = (int)hp->n_experts_used;
     out->moe_inter = (int)hp->moe_inter, out->n_vocab = (int32_t)hp->vocab_size;
-    out->expert_type = hp->n_layers ? hm_type_name(m->layers[hp->n_layers - 1].expert_type[0]) : "?";
+    out->expert_type =
+        hp->n_layers ? hm_type_name(m->layers[hp->n_layers - 1].expert_type[0]) : "?";
     out->decode_dense_bytes = mat_bytes(&m->output);
     for (uint32_t il = 0; il < hp->n_layers; il++) {
         const hm_layer *L = &m->layers[il];

@@ -46,7 +46,7 @@ typedef struct hm_model {
                          file does not align to their element size) */
     size_t fp8_bytes; /* bytes of those FP8_B128 copies (the file's FP8 bytes are then unused) */
     size_t realigned_bytes; /* bytes of the aligned copies of misaligned weights */
-    hm_large copy;    /* the weights' copy (HM_LOAD_COPY), else empty */
+    hm_large copy;          /* the weights' copy (HM_LOAD_COPY), else empty */
     size_t n_owned, cap_owned;
     bool checking; /* load's first pass: every tensor's presence, type and shape, nothing read */
 } hm_model;

@@ -9,11 +9,16 @@
 
 const char *hm_rope_type_name(hm_rope_type t) {
     switch (t) {
-    case HM_ROPE_NONE: return "default";
-    case HM_ROPE_LINEAR: return "linear";
-    case HM_ROPE_DYNAMIC: return "dynamic";
-    case HM_ROPE_YARN: return "yarn";
-    case HM_ROPE_LLAMA3: return "llama3";
+    case HM_ROPE_NONE:
+        return "default";
+    case HM_ROPE_LINEAR:
+        return "linear";
+    case HM_ROPE_DYNAMIC:
+        return "dynamic";
+    case HM_ROPE_YARN:
+        return "yarn";
+    case HM_ROPE_LLAMA3:
+        return "llama3";
     }
     return "unknown";
 }

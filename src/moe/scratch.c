@@ -35,9 +35,9 @@ hm_status hm_moe_scratch_create(hm_moe_scratch **out) {
  * on it (a pool runs one job at a time, so they take turns anyway). A model's 48 layers with a
  * scratch each would hold 48 copies of the largest batch's buffers, and each layer's routing
  * would find its own cold (1 token on the device: 15-18 us per layer against 4-6 with one
- * scratch, bench moe --own-scratch, bench/RESULTS.md, 2026-12-01). The list is looked up and a scratch's
- * last reference dropped under one lock, so engines made and freed from different threads (on
- * different pools) stay safe. */
+ * scratch, bench moe --own-scratch, bench/RESULTS.md, 2026-12-01). The list is looked up and a
+ * scratch's last reference dropped under one lock, so engines made and freed from different threads
+ * (on different pools) stay safe. */
 static pthread_mutex_t pool_scratch_mu = PTHREAD_MUTEX_INITIALIZER;
 typedef struct pool_scratch {
     hm_moe_scratch *s;

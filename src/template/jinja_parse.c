@@ -267,7 +267,8 @@ static size_t lex_number(parser *p, size_t i, tok *k, const lexpos *lp) {
             j++;
         }
         buf[bl] = '\0';
-        if (too_long) perr(p, lp->line, lp->col, "numeric literal longer than %zu digits", sizeof buf - 1);
+        if (too_long)
+            perr(p, lp->line, lp->col, "numeric literal longer than %zu digits", sizeof buf - 1);
         errno = 0;
         long long v = strtoll(buf, NULL, base);
         if (!bl || errno) perr(p, lp->line, lp->col, "invalid integer literal");
@@ -296,8 +297,7 @@ static size_t lex_number(parser *p, size_t i, tok *k, const lexpos *lp) {
         if (e < p->n && isdigit((unsigned char)s[e])) {
             fl = true;
             put_digit(buf, sizeof buf, &bl, 'e', &too_long);
-            for (size_t q = j + 1; q < e; q++)
-                put_digit(buf, sizeof buf, &bl, s[q], &too_long);
+            for (size_t q = j + 1; q < e; q++) put_digit(buf, sizeof buf, &bl, s[q], &too_long);
             j = e;
             while (j < p->n && (isdigit((unsigned char)s[j]) || s[j] == '_')) {
                 if (s[j] != '_') put_digit(buf, sizeof buf, &bl, s[j], &too_long);
@@ -306,7 +306,8 @@ static size_t lex_number(parser *p, size_t i, tok *k, const lexpos *lp) {
         }
     }
     buf[bl] = '\0';
-    if (too_long) perr(p, lp->line, lp->col, "numeric literal longer than %zu digits", sizeof buf - 1);
+    if (too_long)
+        perr(p, lp->line, lp->col, "numeric literal longer than %zu digits", sizeof buf - 1);
     if (fl) {
         k->t = T_FLOAT;
         k->val = jv_float(strtod(buf, NULL));

@@ -34,7 +34,6 @@
 #include "core/status.h"
 #include "format/gguf.h"
 
-
 typedef enum hm_tok_kind {
     HM_TOK_BPE = 0, /* byte-level BPE (GPT-2 byte alphabet in GGUF/HF, raw bytes in tiktoken) */
     HM_TOK_SPM,     /* SentencePiece BPE: score merges, "▁" for space, <0xXX> byte fallback */
@@ -50,7 +49,6 @@ typedef enum hm_tok_type {
     HM_TOKT_UNUSED = 5,
     HM_TOKT_BYTE = 6,
 } hm_tok_type;
-
 
 /* hm_tokenizer, HM_TOKEN_NONE and the encoding/decoding flags are public (hmoe.h). */
 

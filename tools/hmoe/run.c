@@ -65,7 +65,7 @@ static char *json_string(const char *s) {
  * generation prompt; no_think passes enable_thinking=false (Qwen3). *out is malloc'd. On failure
  * the error is printed and 1 returned. */
 static int render_chat(const char *model, const char *user, const char *system, bool no_think,
-                             char **out) {
+                       char **out) {
     char *u = json_string(user), *sy = system ? json_string(system) : NULL, *msgs = NULL;
     hm_status st = HM_ERR_NO_MEMORY;
     *out = NULL;
@@ -73,9 +73,10 @@ static int render_chat(const char *model, const char *user, const char *system, 
         size_t n = strlen(u) + (sy ? strlen(sy) : 0) + 96;
         if ((msgs = malloc(n))) {
             if (sy)
-                snprintf(msgs, n,
-                         "[{\"role\":\"system\",\"content\":%s},{\"role\":\"user\",\"content\":%s}]",
-                         sy, u);
+                snprintf(
+                    msgs, n,
+                    "[{\"role\":\"system\",\"content\":%s},{\"role\":\"user\",\"content\":%s}]", sy,
+                    u);
             else
                 snprintf(msgs, n, "[{\"role\":\"user\",\"content\":%s}]", u);
             st = hm_chat_render(model, msgs, NULL, no_think ? "{\"enable_thinking\":false}" : NULL,

@@ -109,8 +109,8 @@ int cmd_template(int argc, char **argv) {
         fprintf(stderr, "hmoe: --kwargs: expected a JSON object\n");
         goto done;
     }
-    if (hm_jinja_parse(src.template_text, src.template_len,
-                       src.origin ? src.origin : "template", &tpl) != HM_OK) {
+    if (hm_jinja_parse(src.template_text, src.template_len, src.origin ? src.origin : "template",
+                       &tpl) != HM_OK) {
         fprintf(stderr, "hmoe: %s\n", hm_last_error());
         goto done;
     }

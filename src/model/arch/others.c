@@ -4,8 +4,9 @@
 #include "model/arch/registry.h"
 
 /* qwen2_moe shares qwen3_moe's tensor names (arch/qwen3moe.c) */
-const hm_arch_desc hm_arch_qwen2moe = {HM_ARCH_QWEN2MOE, "qwen2_moe", "qwen2moe", "qwen2_moe",
-                                       "Qwen2MoeForCausalLM", NULL, &hm_qwen_moe_names};
+const hm_arch_desc hm_arch_qwen2moe = {HM_ARCH_QWEN2MOE,  "qwen2_moe",           "qwen2moe",
+                                       "qwen2_moe",       "Qwen2MoeForCausalLM", NULL,
+                                       &hm_qwen_moe_names};
 
 /* mixtral (llama.cpp LlamaModel: q/k rows permuted back to the interleaved rotary layout) */
 static const hm_name_map mixtral_names[] = {
@@ -25,14 +26,10 @@ static const hm_arch_names mixtral = {HM_ARCH_MIXTRAL, mixtral_names,
                                       sizeof mixtral_names / sizeof *mixtral_names};
 const hm_arch_desc hm_arch_mixtral = {HM_ARCH_MIXTRAL,      "mixtral", "llama", "mixtral",
                                       "MixtralForCausalLM", NULL,      &mixtral};
-const hm_arch_desc hm_arch_deepseek2 = {HM_ARCH_DEEPSEEK2,
-                                        "deepseek_v2",
-                                        "deepseek2",
-                                        "deepseek_v2,deepseek_v3,kimi_k2",
-                                        "DeepseekV3ForCausalLM",
-                                        NULL,
-                                        NULL};
-const hm_arch_desc hm_arch_gptoss = {HM_ARCH_GPTOSS, "gpt_oss", "gpt-oss", "gpt_oss",
-                                     "GptOssForCausalLM", NULL, NULL};
-const hm_arch_desc hm_arch_glm4moe = {HM_ARCH_GLM4MOE, "glm4_moe", "glm4moe", "glm4_moe",
-                                      "Glm4MoeForCausalLM", NULL, NULL};
+const hm_arch_desc hm_arch_deepseek2 = {
+    HM_ARCH_DEEPSEEK2,       "deepseek_v2", "deepseek2", "deepseek_v2,deepseek_v3,kimi_k2",
+    "DeepseekV3ForCausalLM", NULL,          NULL};
+const hm_arch_desc hm_arch_gptoss = {HM_ARCH_GPTOSS,      "gpt_oss", "gpt-oss", "gpt_oss",
+                                     "GptOssForCausalLM", NULL,      NULL};
+const hm_arch_desc hm_arch_glm4moe = {HM_ARCH_GLM4MOE,      "glm4_moe", "glm4moe", "glm4_moe",
+                                      "Glm4MoeForCausalLM", NULL,       NULL};

@@ -1,6 +1,6 @@
 /* qwen3moe.c - the Qwen3-MoE layer, as transformers' Qwen3MoeDecoderLayer computes it:
- *   h = x + o_proj(attn(rope(q_norm(q_proj(rms(x)))), rope(k_norm(k_proj(rms(x)))), v_proj(rms(x))))
- *   x' = h + moe(rms(h))   (the dense MLP on mlp_only_layers and off-step layers)
+ *   h = x + o_proj(attn(rope(q_norm(q_proj(rms(x)))), rope(k_norm(k_proj(rms(x)))),
+ * v_proj(rms(x)))) x' = h + moe(rms(h))   (the dense MLP on mlp_only_layers and off-step layers)
  * RMSNorm multiplies by w (not 1 + w); q_norm/k_norm are RMSNorms over each head's head_dim
  * applied before the NeoX rotation; the attention scale is head_dim^-0.5; the router is a softmax
  * over all experts in float, the top-k taken, renormalised when norm_topk_prob. */
@@ -53,6 +53,6 @@ static const hm_name_map qwen_moe_layer[] = {
 const hm_arch_names hm_qwen_moe_names = {HM_ARCH_QWEN3MOE, qwen_moe_layer,
                                          sizeof qwen_moe_layer / sizeof *qwen_moe_layer};
 
-const hm_arch_desc hm_arch_qwen3moe = {HM_ARCH_QWEN3MOE,     "qwen3_moe",       "qwen3moe",
-                                       "qwen3_moe",          "Qwen3MoeForCausalLM", hm_qwen3moe_build,
+const hm_arch_desc hm_arch_qwen3moe = {HM_ARCH_QWEN3MOE,  "qwen3_moe",           "qwen3moe",
+                                       "qwen3_moe",       "Qwen3MoeForCausalLM", hm_qwen3moe_build,
                                        &hm_qwen_moe_names};

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const hm_arch_desc *const all[] = {&hm_arch_qwen3moe, &hm_arch_qwen2moe, &hm_arch_mixtral,
-                                          &hm_arch_deepseek2, &hm_arch_gptoss,  &hm_arch_glm4moe};
+static const hm_arch_desc *const all[] = {&hm_arch_qwen3moe,  &hm_arch_qwen2moe, &hm_arch_mixtral,
+                                          &hm_arch_deepseek2, &hm_arch_gptoss,   &hm_arch_glm4moe};
 
 const hm_arch_desc *hm_arch_desc_get(hm_arch arch) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
