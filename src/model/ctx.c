@@ -32,19 +32,41 @@ static const char *const prof_names[HM_PROF_COUNT] = {
     "embedding", "norms+residual", "attn projections", "attention",
     "router",    "routed experts", "dense mlp",        "output"};
 
-const char *hm_ctx_prof_name(int part) {
+const char *hm_prof_name(int part) {
     return part >= 0 && part < HM_PROF_COUNT ? prof_names[part] : "?";
 }
-double hm_ctx_prof_seconds(const hm_ctx *c, int part) {
-    return part >= 0 && part < HM_PROF_COUNT ? (double)c->prof_ns[part] * 1e-9 : 0;
+
+void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out) {
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < HM_PROF_COUNT; k++) {
+        out->part_s[k] = (double)c->prof_ns[k] * 1e-9;
+        out->alone_s[k] = (double)c->prof_alone_ns[k] * 1e-9;
+        out->wait_s[k] = (double)c->prof_wait_ns[k] * 1e-9;
+    }
+    hm_pool_stats ps;
+    hm_pool_stats_get(c->pool, &ps);
+    out->pool_jobs = ps.jobs;
+    out->pool_run_s = (double)ps.run_ns * 1e-9, out->pool_own_s = (double)ps.own_ns * 1e-9;
+    /* the expert engines' phases summed over layers, the routing averaged per (layer, batch) */
+    _Static_assert(HM_MOE_PROF_N <= HM_PERF_MOE_PHASES, "hm_ctx_perf holds every phase");
+    out->n_moe_phases = HM_MOE_PROF_N;
+    for (int k = 0; k < HM_MOE_PROF_N; k++) out->moe_phase_name[k] = hm_moe_profile_name(k);
+    for (uint32_t il = 0; il < c->m->hp.n_layers; il++) {
+        if (!c->moe || !c->moe[il]) continue;
+        double sec[HM_MOE_PROF_N];
+        hm_moe_profile(c->moe[il], sec, false);
+        for (int k = 0; k < HM_MOE_PROF_N; k++) out->moe_phase_s[k] += sec[k];
+    }
+    out->moe_batches = c->route_batches;
+    if (c->route_batches) {
+        const double nb = (double)c->route_batches;
+        out->moe_tokens = c->route_tokens / nb;
+        out->moe_active = c->route_active / nb;
+        out->moe_busiest = c->route_busiest / nb;
+    }
 }
-double hm_ctx_prof_alone_seconds(const hm_ctx *c, int part) {
-    return part >= 0 && part < HM_PROF_COUNT ? (double)c->prof_alone_ns[part] * 1e-9 : 0;
-}
-double hm_ctx_prof_wait_seconds(const hm_ctx *c, int part) {
-    return part >= 0 && part < HM_PROF_COUNT ? (double)c->prof_wait_ns[part] * 1e-9 : 0;
-}
-void hm_ctx_prof_reset(hm_ctx *c) {
+
+void hm_ctx_perf_reset(hm_ctx *c) {
     memset(c->prof_ns, 0, sizeof c->prof_ns);
     memset(c->prof_alone_ns, 0, sizeof c->prof_alone_ns);
     memset(c->prof_wait_ns, 0, sizeof c->prof_wait_ns);
@@ -52,41 +74,7 @@ void hm_ctx_prof_reset(hm_ctx *c) {
         if (c->moe && c->moe[il]) hm_moe_profile(c->moe[il], NULL, true);
     c->route_batches = 0;
     c->route_active = c->route_busiest = c->route_tokens = 0;
-}
-
-const char *hm_prof_name(int part) {
-    return hm_ctx_prof_name(part);
-}
-
-void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out) {
-    memset(out, 0, sizeof *out);
-    for (int k = 0; k < HM_PROF_COUNT; k++) {
-        out->part_s[k] = hm_ctx_prof_seconds(c, k);
-        out->alone_s[k] = hm_ctx_prof_alone_seconds(c, k);
-        out->wait_s[k] = hm_ctx_prof_wait_seconds(c, k);
-    }
-    hm_pool_stats ps;
-    hm_pool_stats_get(c->pool, &ps);
-    out->pool_jobs = ps.jobs;
-    out->pool_run_s = (double)ps.run_ns * 1e-9, out->pool_own_s = (double)ps.own_ns * 1e-9;
-    hm_ctx_moe_stats ms;
-    hm_ctx_moe_stats_get(c, &ms);
-    _Static_assert(HM_MOE_PROF_N <= HM_PERF_MOE_PHASES, "hm_ctx_perf holds every phase");
-    out->n_moe_phases = HM_MOE_PROF_N;
-    for (int k = 0; k < HM_MOE_PROF_N; k++)
-        out->moe_phase_s[k] = ms.phase_s[k], out->moe_phase_name[k] = hm_moe_profile_name(k);
-    out->moe_batches = ms.batches;
-    out->moe_tokens = ms.tokens, out->moe_active = ms.active, out->moe_busiest = ms.busiest;
-}
-
-void hm_ctx_perf_reset(hm_ctx *c) {
-    hm_ctx_prof_reset(c);
     hm_pool_stats_reset(c->pool);
-}
-
-void hm_ctx_pool_stats(hm_ctx *c, hm_pool_stats *out, bool reset) {
-    if (out) hm_pool_stats_get(c->pool, out);
-    if (reset) hm_pool_stats_reset(c->pool);
 }
 
 void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E) {
@@ -103,23 +91,6 @@ void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E) {
     c->route_active += active;
     c->route_busiest += busiest;
     c->route_tokens += n;
-}
-
-void hm_ctx_moe_stats_get(const hm_ctx *c, hm_ctx_moe_stats *out) {
-    memset(out, 0, sizeof *out);
-    for (uint32_t il = 0; il < c->m->hp.n_layers; il++) {
-        if (!c->moe || !c->moe[il]) continue;
-        double s[HM_MOE_PROF_N];
-        hm_moe_profile(c->moe[il], s, false);
-        for (int i = 0; i < HM_MOE_PROF_N; i++) out->phase_s[i] += s[i];
-    }
-    out->batches = c->route_batches;
-    if (c->route_batches) {
-        const double b = (double)c->route_batches;
-        out->active = c->route_active / b;
-        out->busiest = c->route_busiest / b;
-        out->tokens = c->route_tokens / b;
-    }
 }
 
 int hm_ctx_n_ctx(const hm_ctx *c) {

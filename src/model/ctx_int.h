@@ -49,7 +49,7 @@ struct hm_ctx {
     const hm_layer *layers;
     hm_layer *own_layers;
     hm_large dense_pack;
-    /* routing of prompt batches (hm_ctx_moe_stats): sums over (layer, batch) */
+    /* routing of prompt batches (hm_ctx_perf): sums over (layer, batch) */
     uint64_t route_batches;
     double route_active, route_busiest, route_tokens;
     uint32_t *route_count; /* [n_experts] scratch */

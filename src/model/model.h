@@ -57,29 +57,7 @@ typedef struct hm_model {
 
 /* hm_repack_mode, hm_ctx_params and the context's functions are public (hmoe.h). */
 
-/* Time spent per part of the forward pass (HM_PROF_*, hmoe.h) since the context was made. */
-const char *hm_ctx_prof_name(int part);
-double hm_ctx_prof_seconds(const hm_ctx *c, int part);
-/* Of a part's time, the calling thread's time outside the thread pool's jobs (work no other
- * thread shares: norms of one token, rope, routing, conversions before a job). */
-double hm_ctx_prof_alone_seconds(const hm_ctx *c, int part);
-/* Of a part's time, the pool jobs' dispatch and the calling thread's wait for the slowest
- * participant (a sync pool's job time minus the caller's own share). */
-double hm_ctx_prof_wait_seconds(const hm_ctx *c, int part);
-void hm_ctx_prof_reset(hm_ctx *c);
-
-/* The routed experts of prompt batches (more than 4 tokens) since the last hm_ctx_prof_reset:
- * the expert engines' phases summed over layers (hm_moe_profile), and the routing per (layer,
- * batch) averaged: distinct experts used, tokens of the busiest expert, tokens per batch. */
-typedef struct hm_ctx_moe_stats {
-    double phase_s[HM_MOE_PROF_N];
-    uint64_t batches; /* (layer, batch) pairs counted */
-    double active, busiest, tokens;
-} hm_ctx_moe_stats;
-void hm_ctx_moe_stats_get(const hm_ctx *c, hm_ctx_moe_stats *out);
-
-/* The context's thread-pool job counters (hm_pool_stats: jobs, time in jobs, the calling
- * thread's own share); with reset they are zeroed after being read (out may be NULL). */
-void hm_ctx_pool_stats(hm_ctx *c, hm_pool_stats *out, bool reset);
+/* Time per part of the forward pass, the pool's jobs and the experts' phases: hm_ctx_perf_get
+ * (hmoe.h). */
 
 #endif
