@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "cli.h"
 #include "hmoe.h"
 
@@ -41,53 +43,28 @@ static int usage(FILE *f) {
     return f == stderr ? 2 : 0;
 }
 
-/* s as a JSON string literal (quotes, backslashes and control characters escaped) into a
- * malloc'd buffer */
-static char *json_string(const char *s) {
-    size_t n = strlen(s), o = 0;
-    char *b = malloc(6 * n + 3);
-    if (!b) return NULL;
-    b[o++] = '"';
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            b[o++] = '\\', b[o++] = (char)*p;
-        else if (*p < 0x20)
-            o += (size_t)sprintf(b + o, "\\u%04x", *p);
-        else
-            b[o++] = (char)*p;
-    }
-    b[o++] = '"';
-    b[o] = '\0';
-    return b;
-}
-
 /* One user turn (after an optional system turn) through the model's chat template, with the
  * generation prompt; no_think passes enable_thinking=false (Qwen3). *out is malloc'd. On failure
  * the error is printed and 1 returned. */
 static int render_chat(const char *model, const char *user, const char *system, bool no_think,
                        char **out) {
-    char *u = json_string(user), *sy = system ? json_string(system) : NULL, *msgs = NULL;
-    hm_status st = HM_ERR_NO_MEMORY;
     *out = NULL;
-    if (u && (!system || sy)) {
-        size_t n = strlen(u) + (sy ? strlen(sy) : 0) + 96;
-        if ((msgs = malloc(n))) {
-            if (sy)
-                snprintf(
-                    msgs, n,
-                    "[{\"role\":\"system\",\"content\":%s},{\"role\":\"user\",\"content\":%s}]", sy,
-                    u);
-            else
-                snprintf(msgs, n, "[{\"role\":\"user\",\"content\":%s}]", u);
-            st = hm_chat_render(model, msgs, NULL, no_think ? "{\"enable_thinking\":false}" : NULL,
-                                true, out, NULL);
-        }
+    /* json_pack refuses text that is not UTF-8 (the template would too) */
+    json_t *sys = system ? json_pack("{s:s,s:s}", "role", "system", "content", system) : NULL;
+    json_t *usr = json_pack("{s:s,s:s}", "role", "user", "content", user);
+    json_t *msgs = (!system || sys) && usr ? json_array() : NULL;
+    if (msgs && sys) json_array_append(msgs, sys);
+    if (msgs) json_array_append(msgs, usr);
+    char *text = msgs ? json_dumps(msgs, JSON_COMPACT) : NULL;
+    json_decref(sys), json_decref(usr), json_decref(msgs);
+    if (!text) {
+        fprintf(stderr, "hmoe: --chat: the prompt or --system text is not valid UTF-8\n");
+        return 1;
     }
-    if (!msgs)
-        fprintf(stderr, "hmoe: out of memory for the chat messages\n");
-    else if (st)
-        fprintf(stderr, "hmoe: %s\n", hm_last_error());
-    free(u), free(sy), free(msgs);
+    hm_status st = hm_chat_render(model, text, NULL,
+                                  no_think ? "{\"enable_thinking\":false}" : NULL, true, out, NULL);
+    free(text);
+    if (st) fprintf(stderr, "hmoe: %s\n", hm_last_error());
     return st != HM_OK;
 }
 
