@@ -958,9 +958,9 @@ static void check_graph(void) {
         CHECK((d->build != NULL) == (a == HM_ARCH_QWEN3MOE));
     }
     CHECK(hm_arch_desc_get(HM_ARCH_UNKNOWN) == NULL && hm_arch_desc_get(HM_ARCH_COUNT) == NULL);
-    CHECK(strcmp(hm_arch_runnable(), "qwen3_moe") == 0);
+    CHECK(strcmp(hm_arch_list(HM_ARCH_RUNS), "qwen3_moe") == 0);
     /* tensor names: the descriptors' tables */
-    CHECK(strcmp(hm_arch_names_supported(), "qwen3_moe, qwen2_moe, mixtral") == 0);
+    CHECK(strcmp(hm_arch_list(HM_ARCH_NAMED), "qwen3_moe, qwen2_moe, mixtral") == 0);
     CHECK(hm_arch_names_find(HM_ARCH_QWEN2MOE) == hm_arch_names_find(HM_ARCH_QWEN3MOE));
     uint32_t layer;
     const hm_arch_names *mx = hm_arch_names_find(HM_ARCH_MIXTRAL);

@@ -12,6 +12,7 @@
 #include "core/pool.h"
 #include "core/timer.h"
 #include "format/gguf.h"
+#include "model/arch/registry.h"
 #include "format/safetensors.h"
 #include "quant/fp16.h"
 #include "model/names.h"
@@ -588,7 +589,7 @@ hm_status hm_convert_hf(const char *hf_path, const char *out_path, const hm_conv
     if ((st = hm_hparams_from_hf_config(hf_path, &c.hp)) != HM_OK) return st;
     if (!(c.names = hm_arch_names_find(c.hp.arch)))
         return hm_errorf(HM_ERR_UNSUPPORTED, "%s: convert does not handle %s yet (supported: %s)",
-                         hf_path, c.hp.model_type, hm_arch_names_supported());
+                         hf_path, c.hp.model_type, hm_arch_list(HM_ARCH_NAMED));
     if ((st = hm_st_open(hf_path, &c.st)) != HM_OK) return st;
 
     /* KEEP: plan with F32 as a placeholder; assign_types puts the source dtype in */

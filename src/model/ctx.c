@@ -479,7 +479,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     const hm_arch_desc *ad = hm_arch_desc_get(hp->arch);
     if (!ad || !ad->build) {
         st = hm_errorf(HM_ERR_UNSUPPORTED, "context: architecture '%s' does not run yet (runs: %s)",
-                       hp->model_type, hm_arch_runnable());
+                       hp->model_type, hm_arch_list(HM_ARCH_RUNS));
         goto fail;
     }
     if ((st = ad->build(m, c->layers, &c->graph))) goto fail;

@@ -21,19 +21,6 @@ const hm_arch_names *hm_arch_names_find(hm_arch arch) {
     return d ? d->names : NULL;
 }
 
-const char *hm_arch_names_supported(void) {
-    static char list[256];
-    if (!list[0]) {
-        size_t o = 0;
-        for (int a = HM_ARCH_UNKNOWN + 1; a < HM_ARCH_COUNT; a++) {
-            const hm_arch_desc *d = hm_arch_desc_get((hm_arch)a);
-            if (d && d->names && o < sizeof list)
-                o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", d->name);
-        }
-    }
-    return list;
-}
-
 /* The map entry of a GGUF name; *layer is set for "blk.N." names (else UINT32_MAX). */
 const hm_name_map *hm_name_map_find(const hm_arch_names *a, const char *gguf, uint32_t *layer) {
     *layer = UINT32_MAX;

@@ -33,8 +33,6 @@ typedef struct hm_arch_names {
     size_t n_layer;
 } hm_arch_names;
 
-/* The architectures with a table, for messages ("qwen3_moe, qwen2_moe, mixtral"). */
-const char *hm_arch_names_supported(void);
 
 /* The table of arch (its descriptor's, src/model/arch/), NULL when there is none. */
 const hm_arch_names *hm_arch_names_find(hm_arch arch);

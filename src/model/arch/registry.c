@@ -13,14 +13,14 @@ const hm_arch_desc *hm_arch_desc_get(hm_arch arch) {
     return NULL;
 }
 
-const char *hm_arch_runnable(void) {
-    static char list[256];
-    if (!list[0]) {
-        size_t o = 0;
-        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-            if (all[i]->build && o < sizeof list)
-                o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
-                                      all[i]->name);
+const char *hm_arch_list(hm_arch_filter f) {
+    static _Thread_local char list[256]; /* per thread: messages are built on any thread */
+    size_t o = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        const bool in = f == HM_ARCH_RUNS ? all[i]->build != NULL : all[i]->names != NULL;
+        if (in && o < sizeof list)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", all[i]->name);
     }
     return list;
 }

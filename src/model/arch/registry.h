@@ -26,8 +26,11 @@ typedef struct hm_arch_desc {
 
 /* The descriptor of arch; NULL for HM_ARCH_UNKNOWN or an out-of-range value. */
 const hm_arch_desc *hm_arch_desc_get(hm_arch arch);
-/* The architectures that run, for messages ("qwen3_moe") */
-const char *hm_arch_runnable(void);
+/* The architectures that run (HM_ARCH_RUNS: "qwen3_moe") or whose HF tensors are bound and
+ * converted (HM_ARCH_NAMED), for messages; the string is the calling thread's until its next call
+ */
+typedef enum hm_arch_filter { HM_ARCH_RUNS, HM_ARCH_NAMED } hm_arch_filter;
+const char *hm_arch_list(hm_arch_filter f);
 
 /* qwen3_moe's tensor names, which qwen2_moe shares */
 extern const hm_arch_names hm_qwen_moe_names;
