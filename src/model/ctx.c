@@ -205,7 +205,7 @@ void hm_ctx_free(hm_ctx *c) {
     hm_large_free(&c->dense_pack);
     hm_pool_free(c->pool);
     hm_large_free(&c->kv_k), hm_large_free(&c->kv_v), free(c->seq_len), free(c->seq_next),
-        free(c->inv_freq), free(c->inv_tok);
+        free(c->inv_freq), free(c->inv_seq), free(c->inv_seq_len);
     hm_free(c->rope_cs);
     hm_free(c->x), hm_free(c->xn), hm_free(c->q), hm_free(c->k), hm_free(c->v);
     hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u);
@@ -318,7 +318,8 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->seq_next = calloc((size_t)p.n_seq, sizeof(int32_t));
     c->inv_freq = calloc(hp->rope_dim / 2 + 1, sizeof(float));
     if (hp->rope_type == HM_ROPE_DYNAMIC &&
-        !(c->inv_tok = calloc(B * (hp->rope_dim / 2 + 1), sizeof(float)))) {
+        (!(c->inv_seq = calloc((size_t)p.n_seq * (hp->rope_dim / 2 + 1), sizeof(float))) ||
+         !(c->inv_seq_len = calloc((size_t)p.n_seq, sizeof(int64_t))))) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory (RoPE frequencies)");
         goto fail;
     }
@@ -495,6 +496,22 @@ typedef struct fin_arg {
     const float *norm;
 } fin_arg;
 
+/* Dynamic NTK: the frequencies of each sequence of the batch for its length at the end of the
+ * batch, as transformers computes them per forward call from its largest position; once per
+ * sequence and length, before the tokens' rotations read them. */
+static void dynamic_freqs(hm_ctx *c, int n) {
+    const hm_hparams *hp = &c->m->hp;
+    if (hp->rope_type != HM_ROPE_DYNAMIC) return;
+    for (int i = 0; i < n; i++) {
+        const int s = c->seq[i];
+        const int64_t len = c->seq_next[s];
+        if (!hm_rope_dynamic(hp, len) || c->inv_seq_len[s] == len) continue;
+        float af;
+        hm_rope_freqs(hp, len, c->inv_seq + (size_t)s * (hp->rope_dim / 2), &af);
+        c->inv_seq_len[s] = len;
+    }
+}
+
 /* token i's embedding row, and the cos/sin of its rotary angles for every layer */
 static void embed_tok(hm_ctx *c, int i, void *arg) {
     const int32_t *tokens = arg;
@@ -504,15 +521,10 @@ static void embed_tok(hm_ctx *c, int i, void *arg) {
     const hm_hparams *hp = &c->m->hp;
     const int rd = (int)hp->rope_dim;
     float *cs = c->rope_cs + (size_t)i * (size_t)rd;
-    const float *inv = c->inv_freq;
-    /* dynamic NTK: the frequencies of the sequence's length at the end of this batch, as
-     * transformers computes them per forward call from its largest position */
-    const int64_t len = c->seq_next[c->seq[i]];
-    if (hm_rope_dynamic(hp, len)) {
-        float *t = c->inv_tok + (size_t)i * (size_t)(rd / 2), af;
-        hm_rope_freqs(hp, len, t, &af);
-        inv = t;
-    }
+    const int s = c->seq[i];
+    const float *inv = hm_rope_dynamic(hp, c->seq_next[s])
+                           ? c->inv_seq + (size_t)s * (size_t)(rd / 2) /* dynamic_freqs */
+                           : c->inv_freq;
     hm_rope_cos_sin(c->pos[i], inv, rd, cs);
     if (c->rope_attn != 1.0f)
         for (int j = 0; j < rd; j++) cs[j] *= c->rope_attn;
@@ -578,6 +590,7 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
                              "%d (%d positions already cached)",
                              s, c->pos[i] + 1, c->p.n_ctx, c->seq_len[s]);
     }
+    dynamic_freqs(c, n);
     uint64_t t0 = hm_time_ns();
     hm_ctx_for_tokens(c, n, embed_tok, (void *)tokens);
     hm_ctx_prof(c, HM_PROF_EMBED, &t0);

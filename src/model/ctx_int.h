@@ -20,16 +20,17 @@ struct hm_ctx {
      * pages (attention walks every position of every head) */
     hm_large kv_k, kv_v;
     size_t kv_dim;
-    size_t kv_elem;    /* 4 (f32) or 2 (f16) */
-    size_t kv_ctx;     /* positions per cache head: n_ctx rounded up to HM_NN_KBLK */
-    int32_t *seq_len;  /* [n_seq] positions cached */
-    int32_t *seq_next; /* [n_seq] scratch: next position while a batch is placed */
-    float *inv_freq;   /* [rope_dim / 2], of the original context (model/rope.h) */
-    float rope_attn;   /* factor on cos and sin (YaRN's attention factor, else 1) */
-    float *inv_tok;    /* [n_batch][rope_dim / 2]: dynamic NTK only, each token's frequencies
-                          for its sequence's length */
-    float *rope_cs;    /* [n_batch][rope_dim]: each token's cos/sin (times rope_attn), once per
-                          batch (not per layer and per q and k) */
+    size_t kv_elem;       /* 4 (f32) or 2 (f16) */
+    size_t kv_ctx;        /* positions per cache head: n_ctx rounded up to HM_NN_KBLK */
+    int32_t *seq_len;     /* [n_seq] positions cached */
+    int32_t *seq_next;    /* [n_seq] scratch: next position while a batch is placed */
+    float *inv_freq;      /* [rope_dim / 2], of the original context (model/rope.h) */
+    float rope_attn;      /* factor on cos and sin (YaRN's attention factor, else 1) */
+    float *inv_seq;       /* [n_seq][rope_dim / 2]: dynamic NTK only, each sequence's
+                             frequencies for the length inv_seq_len[s] */
+    int64_t *inv_seq_len; /* [n_seq] the length they were made for (0: none) */
+    float *rope_cs;       /* [n_batch][rope_dim]: each token's cos/sin (times rope_attn), once per
+                             batch (not per layer and per q and k) */
     /* scratch for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w;
     int32_t *ids, *pos, *seq;
