@@ -17,7 +17,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* the prompt's token ids: splitmix64 from seed 1, as every earlier run of this bench */
+/* the prompt's token ids: splitmix64 from seed 1, the ids quant/synth.h's hm_rng_next gives
+ * (this program uses the public header only), so figures compare across versions */
 static uint64_t next_id(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
