@@ -33,7 +33,6 @@ typedef struct hm_arch_names {
     size_t n_layer;
 } hm_arch_names;
 
-
 /* The table of arch (its descriptor's, src/model/arch/), NULL when there is none. */
 const hm_arch_names *hm_arch_names_find(hm_arch arch);
 /* The entry of a GGUF name; *layer is set for "blk.N." names (else UINT32_MAX). NULL if the name
