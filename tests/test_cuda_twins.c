@@ -1,0 +1,294 @@
+/* test_cuda_twins.c - the CUDA backend's dequantization twins (src/cuda/dq.h) run on the CPU
+ * against the reference hm_dequantize_row, bit for bit, for every type they handle: rows from the
+ * quantizers, from hm_synth_fill, from random bytes (with and without finite scales), and every
+ * encoding of the scalar formats (all F16 / BF16 / FP8 codes, all MXFP4 scales). */
+#include <math.h>
+#include <stddef.h>
+
+#include "cuda/dq.h"
+#include "quant/ref.h"
+#include "quant/synth.h"
+#include "quant/types.h"
+#include "test.h"
+
+/* the types dq.h handles: exactly this list */
+static const uint32_t g_types[] = {
+    HM_TYPE_F32,  HM_TYPE_F16,    HM_TYPE_BF16,   HM_TYPE_Q4_0,  HM_TYPE_Q4_1,    HM_TYPE_Q5_0,
+    HM_TYPE_Q5_1, HM_TYPE_Q8_0,   HM_TYPE_Q2_K,   HM_TYPE_Q3_K,  HM_TYPE_Q4_K,    HM_TYPE_Q5_K,
+    HM_TYPE_Q6_K, HM_TYPE_IQ4_NL, HM_TYPE_IQ4_XS, HM_TYPE_MXFP4, HM_TYPE_FP8_B128};
+#define N_TYPES (sizeof g_types / sizeof g_types[0])
+
+/* Both-NaN mismatches seen (see compare_row); printed at the end. */
+static long g_nan_payload_diffs;
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) abort();
+    return p;
+}
+
+static float gauss(uint64_t *s) { /* Box-Muller, deterministic */
+    const double u1 = ((double)(hm_rng_next(s) >> 11) + 1.0) / 9007199254740993.0;
+    const double u2 = (double)(hm_rng_next(s) >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static void rand_bytes(uint8_t *p, size_t n, uint64_t *s) {
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(hm_rng_next(s) >> 56);
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static bool same_bits(float a, float b) {
+    return f32_bits(a) == f32_bits(b);
+}
+
+/* Dequantizes the row (n values of `type`) chunk by chunk with hm_dq32 and compares each chunk
+ * with the reference's bits. A NaN against a NaN of another payload is counted, not failed: when
+ * both operands of one multiply or add are NaN (random bytes: a NaN scale and a NaN min, or an
+ * FP8 NaN code and a NaN scale), x86 keeps the payload of the first operand, and which one is
+ * first is the compiler's choice for a commutative operation, made separately in ref.c and here.
+ * Every other mismatch, a NaN against a number included, fails. */
+static void compare_row(uint32_t type, const void *row, int64_t n, const char *what) {
+    float *ref = xmalloc((size_t)n * sizeof(float));
+    CHECK_OK(hm_dequantize_row(type, row, ref, n));
+    int reported = 0;
+    for (int64_t c = 0; c < n / 32; c++) {
+        float out[32];
+        CHECK(hm_dq32(type, row, c, out));
+        if (!memcmp(out, ref + 32 * c, sizeof out)) {
+            t_checks++;
+            continue;
+        }
+        for (int l = 0; l < 32; l++) {
+            const float want = ref[32 * c + l];
+            if (same_bits(out[l], want)) continue;
+            if (isnan(out[l]) && isnan(want)) {
+                g_nan_payload_diffs++;
+                continue;
+            }
+            if (reported++ < 4)
+                CHECK_MSG(0, "%s %s: chunk %lld value %d: %.9g (0x%08x), want %.9g (0x%08x)",
+                          hm_type_name(type), what, (long long)c, l, (double)out[l],
+                          f32_bits(out[l]), (double)want, f32_bits(want));
+            else
+                t_failures++;
+        }
+    }
+    free(ref);
+}
+
+static size_t row_bytes(uint32_t type, int64_t n) {
+    uint64_t b = 0;
+    CHECK(hm_type_row_bytes(type, (uint64_t)n, &b));
+    return (size_t)b;
+}
+
+/* Offsets of a block's float16 scales (-1: none), or of FP8_B128's float scale. */
+typedef struct {
+    uint32_t type;
+    int half[2];
+    int f32;
+} scale_fields;
+
+static const scale_fields g_scales[] = {
+    {HM_TYPE_Q4_0, {offsetof(hm_block_q4_0, d), -1}, -1},
+    {HM_TYPE_Q4_1, {offsetof(hm_block_q4_1, d), offsetof(hm_block_q4_1, m)}, -1},
+    {HM_TYPE_Q5_0, {offsetof(hm_block_q5_0, d), -1}, -1},
+    {HM_TYPE_Q5_1, {offsetof(hm_block_q5_1, d), offsetof(hm_block_q5_1, m)}, -1},
+    {HM_TYPE_Q8_0, {offsetof(hm_block_q8_0, d), -1}, -1},
+    {HM_TYPE_Q2_K, {offsetof(hm_block_q2_K, d), offsetof(hm_block_q2_K, dmin)}, -1},
+    {HM_TYPE_Q3_K, {offsetof(hm_block_q3_K, d), -1}, -1},
+    {HM_TYPE_Q4_K, {offsetof(hm_block_q4_K, d), offsetof(hm_block_q4_K, dmin)}, -1},
+    {HM_TYPE_Q5_K, {offsetof(hm_block_q5_K, d), offsetof(hm_block_q5_K, dmin)}, -1},
+    {HM_TYPE_Q6_K, {offsetof(hm_block_q6_K, d), -1}, -1},
+    {HM_TYPE_IQ4_NL, {offsetof(hm_block_iq4_nl, d), -1}, -1},
+    {HM_TYPE_IQ4_XS, {offsetof(hm_block_iq4_xs, d), -1}, -1},
+    {HM_TYPE_FP8_B128, {-1, -1}, offsetof(hm_block_fp8_b128, d)},
+};
+
+/* Random bytes with every scale made finite: a half's exponent 31 becomes 15, a float scale is
+ * N(0, 1). MXFP4's E8M0 scale is finite whatever its byte; plain float types are left alone. */
+static void finite_scales(uint32_t type, uint8_t *row, int64_t n, uint64_t *s) {
+    const hm_type_info *ti = hm_type_get(type);
+    for (size_t k = 0; k < sizeof g_scales / sizeof g_scales[0]; k++) {
+        if (g_scales[k].type != type) continue;
+        for (int64_t b = 0; b < n / ti->block; b++) {
+            uint8_t *blk = row + (size_t)b * ti->bytes;
+            for (int j = 0; j < 2; j++) {
+                if (g_scales[k].half[j] < 0) continue;
+                uint16_t h;
+                memcpy(&h, blk + g_scales[k].half[j], 2);
+                if ((h & 0x7c00) == 0x7c00) h ^= 0x4000;
+                memcpy(blk + g_scales[k].half[j], &h, 2);
+            }
+            if (g_scales[k].f32 >= 0) {
+                const float d = gauss(s);
+                memcpy(blk + g_scales[k].f32, &d, 4);
+            }
+        }
+    }
+}
+
+/* Row lengths in blocks: one, odd counts, several. */
+static const int g_nblocks[] = {1, 3, 5, 8};
+
+static void test_type(uint32_t type, uint64_t *s) {
+    const hm_type_info *ti = hm_type_get(type);
+    for (size_t r = 0; r < sizeof g_nblocks / sizeof g_nblocks[0]; r++) {
+        const int64_t n = (int64_t)g_nblocks[r] * ti->block;
+        const size_t bytes = row_bytes(type, n);
+        uint8_t *row = xmalloc(bytes); /* exact size: an over-read is an ASan error */
+        float *x = xmalloc((size_t)n * sizeof(float));
+        char what[64];
+
+        /* quantized N(0, std) values; the tiny std gives subnormal float16 scales, and a zero
+         * block and a constant block test the degenerate scales */
+        static const float stds[] = {1.0f, 3e-3f, 1e-6f, 2e3f};
+        if (hm_quantize_supported(type))
+            for (size_t k = 0; k < sizeof stds / sizeof stds[0]; k++) {
+                for (int64_t i = 0; i < n; i++) x[i] = stds[k] * gauss(s);
+                if (n >= 3 * (int64_t)ti->block) {
+                    memset(x, 0, ti->block * sizeof(float));
+                    for (uint32_t i = 0; i < ti->block; i++) x[ti->block + i] = stds[k];
+                }
+                CHECK_OK(hm_quantize_row(type, x, row, n));
+                snprintf(what, sizeof what, "quantized std %g, %d blocks", (double)stds[k],
+                         g_nblocks[r]);
+                compare_row(type, row, n, what);
+            }
+
+        /* valid random blocks */
+        CHECK_OK(hm_synth_fill(type, row, (uint64_t)n, 0.5f, 0.02f, hm_rng_next(s)));
+        snprintf(what, sizeof what, "synth, %d blocks", g_nblocks[r]);
+        compare_row(type, row, n, what);
+
+        /* random bytes: as they are (NaN / inf scales and values included), then with finite
+         * scales */
+        for (int rep = 0; rep < 3; rep++) {
+            rand_bytes(row, bytes, s);
+            snprintf(what, sizeof what, "random bytes, %d blocks", g_nblocks[r]);
+            compare_row(type, row, n, what);
+            finite_scales(type, row, n, s);
+            snprintf(what, sizeof what, "random bytes, finite scales, %d blocks", g_nblocks[r]);
+            compare_row(type, row, n, what);
+        }
+        free(row);
+        free(x);
+    }
+}
+
+/* F16 and BF16: all 65536 codes in one row, also from an odd address (the host twins, like the
+ * reference, read 2-byte values at any offset). */
+static void test_all_16bit_codes(void) {
+    const int64_t n = 65536;
+    uint8_t *buf = xmalloc(2 * (size_t)n + 1);
+    for (int odd = 0; odd < 2; odd++) {
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t h = (uint16_t)i;
+            memcpy(buf + odd + 2 * i, &h, 2);
+        }
+        compare_row(HM_TYPE_F16, buf + odd, n, odd ? "all codes, odd address" : "all codes");
+        compare_row(HM_TYPE_BF16, buf + odd, n, odd ? "all codes, odd address" : "all codes");
+    }
+    free(buf);
+
+    /* F32 from an odd address, NaN payloads and signalling NaNs included: copied, not converted */
+    const int64_t nf = 96;
+    uint8_t *fb = xmalloc(4 * (size_t)nf + 1);
+    uint64_t s = 7;
+    rand_bytes(fb, 4 * (size_t)nf + 1, &s);
+    const uint32_t special[] = {0x7f800001u, 0xffbfffffu, 0x7fc00000u, 0x00000001u, 0x80000000u};
+    for (size_t k = 0; k < sizeof special / sizeof special[0]; k++)
+        memcpy(fb + 1 + 4 * k, &special[k], 4);
+    compare_row(HM_TYPE_F32, fb + 1, nf, "random bits, odd address");
+    free(fb);
+}
+
+/* FP8_B128: all 256 codes (two blocks) under each of the scales: ordinary, negative, zero,
+ * subnormal, huge, infinite and NaN. */
+static void test_fp8_b128_codes(void) {
+    static const uint32_t scale_bits[] = {0x3f800000u, 0xbe4ccccdu, 0x00000000u, 0x80000000u,
+                                          0x00000003u, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+                                          0x7fc00000u, 0xffc12345u, 0x3a83126fu};
+    const int nb = (int)(sizeof scale_bits / sizeof scale_bits[0]) * 2;
+    const int64_t n = (int64_t)nb * HM_FP8_TILE;
+    hm_block_fp8_b128 *row = xmalloc(row_bytes(HM_TYPE_FP8_B128, n));
+    for (int b = 0; b < nb; b++) {
+        memcpy(&row[b].d, &scale_bits[b / 2], 4);
+        for (int j = 0; j < HM_FP8_TILE; j++) row[b].qs[j] = (uint8_t)(128 * (b % 2) + j);
+    }
+    compare_row(HM_TYPE_FP8_B128, row, n, "all codes, special scales");
+    free(row);
+}
+
+/* MXFP4: every E8M0 scale (0 and 1 give subnormal floats, 255 the largest) with all 16 codes. */
+static void test_mxfp4_scales(void) {
+    const int64_t n = 256 * HM_QK_MXFP4;
+    hm_block_mxfp4 *row = xmalloc(row_bytes(HM_TYPE_MXFP4, n));
+    for (int b = 0; b < 256; b++) {
+        row[b].e = (uint8_t)b;
+        for (int j = 0; j < 16; j++) row[b].qs[j] = (uint8_t)(j | (15 - (j + b) % 16) << 4);
+    }
+    compare_row(HM_TYPE_MXFP4, row, n, "every scale");
+    free(row);
+}
+
+/* The scalar helpers against theirs in quant/, every input. */
+static void test_scalars(void) {
+    int bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        bad += !same_bits(hm_hd_f16_to_f32((uint16_t)i), hm_f16_to_f32((uint16_t)i));
+        bad += !same_bits(hm_hd_bf16_to_f32((uint16_t)i), hm_bf16_to_f32((uint16_t)i));
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        bad += !same_bits(hm_hd_fp8_e4m3_to_f32((uint8_t)i), hm_fp8_e4m3_to_f32((uint8_t)i));
+        bad += !same_bits(hm_hd_e8m0_to_f32_half((uint8_t)i), hm_e8m0_to_f32_half((uint8_t)i));
+    }
+    for (int i = 0; i < 16; i++) {
+        bad += hm_hd_iq4nl_value(i) != hm_kvalues_iq4nl[i];
+        bad += hm_hd_mxfp4_value(i) != hm_kvalues_mxfp4[i];
+    }
+    CHECK_MSG(bad == 0, "%d scalar conversions differ from quant/", bad);
+    CHECK(isnan(hm_hd_fp8_e4m3_to_f32(0x7f)) && isnan(hm_hd_fp8_e4m3_to_f32(0xff)));
+}
+
+/* hm_dq32_supported is exactly g_types, each of them dequantizable by the reference; others
+ * (Q8_K, IQ2_XXS, ids past the table) give false and leave out alone. */
+static void test_supported(void) {
+    for (uint32_t t = 0; t < HM_TYPE_COUNT + 8; t++) {
+        bool listed = false;
+        for (size_t k = 0; k < N_TYPES; k++) listed |= g_types[k] == t;
+        CHECK_MSG(hm_dq32_supported(t) == listed, "type %u (%s)", t, hm_type_name(t));
+        if (listed) CHECK_MSG(hm_dequantize_supported(t), "type %s", hm_type_name(t));
+    }
+    static const uint32_t others[] = {HM_TYPE_Q8_K, HM_TYPE_IQ2_XXS, HM_TYPE_Q8_1, HM_TYPE_COUNT,
+                                      1000,         UINT32_MAX};
+    uint8_t row[512] = {0};
+    for (size_t k = 0; k < sizeof others / sizeof others[0]; k++) {
+        float out[32];
+        for (int l = 0; l < 32; l++) out[l] = -1.0f;
+        CHECK_MSG(!hm_dq32_supported(others[k]), "type %u", others[k]);
+        CHECK_MSG(!hm_dq32(others[k], row, 0, out), "type %u", others[k]);
+        bool untouched = true;
+        for (int l = 0; l < 32; l++) untouched &= out[l] == -1.0f;
+        CHECK_MSG(untouched, "type %u: out written", others[k]);
+    }
+}
+
+int main(void) {
+    test_supported();
+    test_scalars();
+    uint64_t s = 20250611;
+    for (size_t k = 0; k < N_TYPES; k++) test_type(g_types[k], &s);
+    test_all_16bit_codes();
+    test_fp8_b128_codes();
+    test_mxfp4_scales();
+    printf("  %ld NaN values with a payload other than the reference's (NaN both)\n",
+           g_nan_payload_diffs);
+    return test_done("cuda_twins");
+}
