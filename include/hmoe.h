@@ -141,7 +141,16 @@ typedef enum hm_repack_mode {
     HM_REPACK_ON, /* always repack (refused with the numbers when the memory cannot hold it) */
 } hm_repack_mode;
 
+/* Where a context runs the model. */
+typedef enum hm_device {
+    HM_DEVICE_AUTO = 0, /* the CPU (the hybrid placement will choose a GPU when one helps) */
+    HM_DEVICE_CPU,      /* the CPU: the expert engine and this machine's kernels */
+    HM_DEVICE_CUDA,     /* the whole model on one GPU (hm_ctx_params.gpu) */
+} hm_device;
+
 typedef struct hm_ctx_params {
+    hm_device device;
+    int gpu;         /* HM_DEVICE_CUDA: the GPU's index */
     int n_threads;   /* 0 = one per physical core */
     int n_ctx;       /* positions per sequence; 0 = min(max_position_embeddings, 4096) */
     int n_seq;       /* sequences (KV cache slots); 0 = 1 */
@@ -250,6 +259,9 @@ void hm_ctx_perf_reset(hm_ctx *c);
 /* The machine's streaming read bandwidth as the benchmarks' rooflines take it: passes reads of
  * max(1 GiB, 16 x L3) by every physical core; median and best pass in 1e9 bytes/s. */
 hm_status hm_measure_read_bandwidth(int passes, double *median_gbs, double *best_gbs);
+/* The memory bandwidth of GPU `gpu` in 1e9 bytes/s (a device-to-device copy, read plus written,
+ * best of 5): the decode bound of --device cuda. HM_ERR_UNSUPPORTED in a build without CUDA. */
+hm_status hm_measure_gpu_bandwidth(int gpu, double *gbs);
 
 /* ---- tokenizer ----------------------------------------------------------------------------- */
 

@@ -7,6 +7,10 @@
 #include <stddef.h>
 
 #include "core/status.h"
+#include "model/backend.h"
+#include "model/graph.h"
+
+typedef struct hm_model hm_model;
 
 typedef struct hm_gpu_info {
     int index;
@@ -26,7 +30,40 @@ hm_status hm_cuda_versions(int *driver, int *runtime);
 hm_status hm_cuda_device_info(int dev, hm_gpu_info *out);
 /* Pinned host -> device copy bandwidth in 1e9 bytes/s (best of reps copies of `bytes`). */
 hm_status hm_cuda_h2d_bandwidth(int dev, size_t bytes, int reps, double *gbs);
+/* Device memory bandwidth in 1e9 bytes/s: a device-to-device copy of `bytes`, read plus
+ * written (best of reps). */
+hm_status hm_cuda_mem_bandwidth(int dev, size_t bytes, int reps, double *gbs);
 /* Runs a small kernel on dev and checks its result against the CPU. */
 hm_status hm_cuda_selftest(int dev);
+
+/* ---- the CUDA backend (backend.c): a whole model on one GPU ---------------------------------- */
+
+typedef struct hm_cuda_ctx hm_cuda_ctx;
+
+typedef struct hm_cuda_ctx_params {
+    int device;  /* GPU index */
+    int n_batch; /* most tokens per batch */
+    int n_ctx;   /* positions per sequence */
+    int n_seq;   /* sequences */
+    bool kv_f16; /* KV cache in IEEE half, else float */
+} hm_cuda_ctx_params;
+
+/* Copies the weights g reads (and the embedding, final norm, output head) to GPU p->device and
+ * makes a KV cache and scratch there. Refused, with what it needs and what is free, when the
+ * GPU cannot hold it; HM_ERR_UNSUPPORTED naming the tensor for a weight type without a kernel.
+ * m and g must outlive the context. */
+hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
+                             hm_cuda_ctx **out);
+void hm_cuda_ctx_free(hm_cuda_ctx *c);
+/* One batch of n tokens (host arrays): token ids, sequences, positions, and each token's rotary
+ * cos/sin ([n][rope_dim], model/rope.h); the final-norm + output-head logits of the nw batch
+ * rows listed in rows go to logits ([nw][vocab], host) unless logits is NULL. */
+hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
+                             const int32_t *pos, const float *cs, const int32_t *rows, int nw,
+                             float *logits);
+/* The backend seam (model/backend.h): the graph walk over the batch already in the slots. */
+hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c);
+/* bytes of GPU memory the context holds */
+size_t hm_cuda_ctx_bytes(const hm_cuda_ctx *c);
 
 #endif

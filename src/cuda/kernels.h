@@ -1,6 +1,12 @@
-/* kernels.h - launchers of the *.cu kernels, callable from C (cuda.c). */
+/* kernels.h - launchers of the *.cu kernels, callable from C (cuda.c, backend.c, the tests).
+ * Every pointer is device memory unless said otherwise; every launcher enqueues on `stream` and
+ * returns the launch's error (cudaGetLastError). Rows are tokens; strides count floats. */
 #ifndef HM_CUDA_KERNELS_H
 #define HM_CUDA_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime.h>
 
@@ -8,9 +14,139 @@
 extern "C" {
 #endif
 
-/* y[i] = a * x[i] + b for i < n, on stream. */
+/* A weight matrix on the GPU: rows of cols values of a ggml type (quant/types.h), rows
+ * row_bytes apart. With `estride` set it is the first of several experts' matrices, estride
+ * bytes apart. */
+typedef struct hm_cu_w {
+    uint32_t type;
+    const void *data;
+    int64_t rows, cols;
+    size_t row_bytes;
+    size_t estride;
+} hm_cu_w;
+
+/* y[i] = a * x[i] + b for i < n. */
 cudaError_t hm_cuda_launch_axpb(const float *x, float *y, float a, float b, int n,
                                 cudaStream_t stream);
+
+/* true when the matvec, dequantize and embedding kernels take weights of this type */
+bool hm_cu_type_ok(uint32_t type);
+
+/* The most tokens hm_cu_matvec takes in one launch. */
+#define HM_CU_MATVEC_MAX 8
+
+/* y[t][r] = W[r] . x[t] for n <= HM_CU_MATVEC_MAX tokens: the weights are read once per launch
+ * and dequantized in registers (dq.h), the dot products in float. */
+cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
+                         cudaStream_t stream);
+
+/* Experts: for each of n_pairs (token, expert) pairs p, y[p][r] = W_{ids[p]}[r] . x[p / x_div]
+ * (x_div = k for the gate and up projections of a token's k experts, 1 for down). */
+cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs, const float *x,
+                                 int64_t xs, int x_div, float *y, int64_t ys, cudaStream_t stream);
+
+/* rows [row0, row0 + nrows) of W as floats, [nrows][cols] at dst */
+cudaError_t hm_cu_dequant_f32(const hm_cu_w *w, int64_t row0, int64_t nrows, float *dst,
+                              cudaStream_t stream);
+
+/* x[i] = the embedding row of token tok[i] (tok in device memory), as floats */
+cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x, cudaStream_t stream);
+
+/* For i < n: with add, x[i] += add[i] first; then, with w, y[i] = rmsnorm(x[r]) * w where r = i, or
+ * rows[i] when rows is given (the output head's wanted rows). Rows are h floats. */
+cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w, float *y, const int32_t *rows,
+                          int n, int64_t h, float eps, cudaStream_t stream);
+
+/* g[i] = silu(g[i]) * u[i] over n tokens of f values (row strides gs, us) */
+cudaError_t hm_cu_silu_mul(float *g, int64_t gs, const float *u, int64_t us, int n, int64_t f,
+                           cudaStream_t stream);
+
+/* The attention block's per-token work after the projections, for n tokens: per-head RMSNorm
+ * of q and k (by qn / kn, when given), NeoX rotation of the first rope_dim values of every head
+ * by the token's cos/sin (cs: [n][rope_dim], cosines then sines), and k, v into the cache of the
+ * token's sequence at its position. */
+typedef struct hm_cu_kv {
+    void *k, *v;    /* [n_layers][n_seq][n_kv_heads][kv_ctx][head_dim] */
+    bool f16;       /* IEEE half elements, else float */
+    int64_t kv_ctx; /* positions per (layer, sequence, head) */
+    int n_seq;      /* sequences per layer */
+    int n_kv_heads;
+    int head_dim;
+} hm_cu_kv;
+
+typedef struct hm_cu_qkv {
+    float *q, *k;
+    const float *v;
+    int64_t q_stride, kv_stride;
+    const float *qn, *kn; /* [head_dim] or NULL */
+    const float *cs;
+    int rope_dim;
+    int n_heads;
+    float eps;
+    const int32_t *pos, *seq; /* [n] */
+    int il;                   /* the layer */
+} hm_cu_qkv;
+
+cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, int n, cudaStream_t stream);
+
+/* out[i] = softmax(q_i K^T * scale) V over positions 0..pos[i] of sequence seq[i]'s cache of
+ * layer il (GQA: n_heads / n_kv_heads query heads per kv head). */
+typedef struct hm_cu_attn {
+    const float *q;
+    int64_t q_stride;
+    float *out;
+    int64_t out_stride;
+    int n_heads;
+    float scale;
+    const int32_t *pos, *seq;
+    int il;
+} hm_cu_attn;
+
+cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, cudaStream_t stream);
+
+/* Softmax top-k of each token's e router logits: ids [n][k], w [n][k] (hm_router_softmax_topk) */
+cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, bool renorm,
+                              int32_t *ids, float *w, cudaStream_t stream);
+
+/* out[t][d] = sum over j < k of w[t][j] * y[place(t * k + j)][d], over n tokens of h values;
+ * place(p) = pos_of[p], or p when pos_of is NULL */
+cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32_t *pos_of, const float *w,
+                              int n, int k, int64_t h, float *out, int64_t os, cudaStream_t stream);
+
+/* Batches against quantized weights on the tensor cores (mmq.cu): y[i] = W_e . x[xrow[i]] for
+ * items i in tiles of up to 64. Dense (tile_e NULL): items 0..n_items, expert 0. Experts: the
+ * tiles of hm_cu_moe_sort, expert tile_e[t] for items tile_i0[t] .. + tile_n[t]. Weights and
+ * activations are rounded to IEEE half, products summed in float. */
+typedef struct hm_cu_mmq {
+    const float *x;
+    int64_t xs;
+    const int32_t *xrow; /* [items] the x row of each item, or NULL: the item itself */
+    float *y;
+    int64_t ys;
+    const int32_t *tile_e, *tile_i0, *tile_n, *n_tiles;
+    int n_items;
+} hm_cu_mmq_args;
+
+bool hm_cu_mmq_type_ok(uint32_t type);
+/* max_tiles: the grid's tiles in expert mode (hm_cu_moe_max_tiles); the device count says how
+ * many are real */
+cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
+                      cudaStream_t stream);
+
+/* The experts' order of n_pairs (token, expert) pairs (ids: [n_tokens][k]): pos_of[p] = the
+ * pair's place in expert order, xrow[place] = its token, and the tiles (at most
+ * hm_cu_moe_max_tiles) of up to 64 places of one expert. n_exp <= 4096. */
+typedef struct hm_cu_moe_order {
+    int32_t *pos_of, *xrow;
+    int32_t *tile_e, *tile_i0, *tile_n, *n_tiles;
+} hm_cu_moe_order;
+
+cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k,
+                           const hm_cu_moe_order *o, cudaStream_t stream);
+int hm_cu_moe_max_tiles(int n_pairs, int n_exp);
+
+/* dst[i] = src[i] rounded to bfloat16 (round to nearest even) */
+cudaError_t hm_cu_f32_to_bf16(const float *src, uint16_t *dst, int64_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -27,7 +27,52 @@ hm_status hm_cuda_h2d_bandwidth(int dev, size_t bytes, int reps, double *gbs) {
     *gbs = 0;
     return no_cuda();
 }
+hm_status hm_cuda_mem_bandwidth(int dev, size_t bytes, int reps, double *gbs) {
+    (void)dev, (void)bytes, (void)reps;
+    *gbs = 0;
+    return no_cuda();
+}
 hm_status hm_cuda_selftest(int dev) {
     (void)dev;
+    return no_cuda();
+}
+
+hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
+                             hm_cuda_ctx **out) {
+    (void)m, (void)g, (void)p;
+    *out = NULL;
+    return hm_errorf(HM_ERR_UNSUPPORTED, "--device cuda: this hmoe was built without CUDA "
+                                         "(HMOE_CUDA=OFF or no nvcc at build time)");
+}
+void hm_cuda_ctx_free(hm_cuda_ctx *c) {
+    (void)c;
+}
+hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
+                             const int32_t *pos, const float *cs, const int32_t *rows, int nw,
+                             float *logits) {
+    (void)c, (void)n, (void)tokens, (void)seq, (void)pos, (void)cs, (void)rows, (void)nw,
+        (void)logits;
+    return no_cuda();
+}
+static bool none_supports(void *self, const hm_node *nd) {
+    (void)self, (void)nd;
+    return false;
+}
+static hm_status none_compute(void *self, const hm_graph *g, int n) {
+    (void)self, (void)g, (void)n;
+    return no_cuda();
+}
+static const hm_backend_i none_i = {"cuda (not built)", none_supports, none_compute};
+hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c) {
+    return (hm_backend){&none_i, c};
+}
+size_t hm_cuda_ctx_bytes(const hm_cuda_ctx *c) {
+    (void)c;
+    return 0;
+}
+
+hm_status hm_measure_gpu_bandwidth(int gpu, double *gbs) {
+    (void)gpu;
+    *gbs = 0;
     return no_cuda();
 }

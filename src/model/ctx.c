@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/cpu.h"
 #include "core/log.h"
+#include "cuda/cuda.h"
 #include "format/gguf.h"
 #include "model/arch/registry.h"
 #include "model/ctx_int.h"
@@ -195,6 +196,7 @@ static size_t mm_need(const hm_ctx *c, const hm_matrix *w, size_t cur) {
 
 void hm_ctx_free(hm_ctx *c) {
     if (!c) return;
+    hm_cuda_ctx_free(c->cu);
     if (c->moe) {
         for (uint32_t il = 0; il < c->m->hp.n_layers; il++) hm_moe_free(c->moe[il]);
         free(c->moe);
@@ -275,6 +277,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         HM_WARN("context: %d positions is more than the model was trained for (%u)", p.n_ctx,
                 hp->max_ctx);
     if (!p.n_seq) p.n_seq = 1;
+    if (p.device < HM_DEVICE_AUTO || p.device > HM_DEVICE_CUDA)
+        return hm_errorf(HM_ERR_INVALID_ARG, "context: unknown device %d", (int)p.device);
+    /* the whole model on a GPU: no expert engines, repacked copies or CPU KV cache */
+    const bool on_gpu = p.device == HM_DEVICE_CUDA;
     if (hp->n_kv_heads == 0 || hp->n_heads % hp->n_kv_heads || hp->n_heads / hp->n_kv_heads > 64)
         return hm_errorf(HM_ERR_UNSUPPORTED,
                          "%s: %u query heads per kv head (%u / %u); attention runs up to 64",
@@ -292,7 +298,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     pp.n_threads = p.n_threads;
     pp.async = false;
     pp.pin_caller = p.pin_caller;
-    c->n_slices = hp->n_experts ? numa_slices(&p) : 1;
+    c->n_slices = hp->n_experts && !on_gpu ? numa_slices(&p) : 1;
     int *cpus = c->n_slices > 1
                     ? node_cpus(c->n_slices, p.n_threads ? p.n_threads : hm_topology_get()->n_cores)
                     : NULL;
@@ -307,7 +313,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
     c->ffn_max = hp->ffn_inter;
     c->kv_ctx = ((size_t)p.n_ctx + HM_NN_KBLK - 1) / HM_NN_KBLK * HM_NN_KBLK;
-    size_t kv_floats = (size_t)hp->n_layers * (size_t)p.n_seq * c->kv_ctx * c->kv_dim;
+    size_t kv_floats = on_gpu ? 0 : (size_t)hp->n_layers * (size_t)p.n_seq * c->kv_ctx * c->kv_dim;
     c->kv_elem = p.kv_f16 ? 2 : 4;
     if ((st = hm_large_alloc((kv_floats ? kv_floats : 1) * c->kv_elem, true, "KV cache (K)",
                              &c->kv_k)) ||
@@ -393,7 +399,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                    have ? (double)mi.available * 1e-9 : 0.0);
         if (slice_copy) c->slice_copied = copy_need;
     }
-    if (p.repack != HM_REPACK_OFF) {
+    if (p.repack != HM_REPACK_OFF && !on_gpu) {
         size_t need = 0;
         for (uint32_t il = 0; il < hp->n_layers; il++) {
             if (!p.no_amx && !dense_repack_off()) dense_need += dense_bytes(&m->layers[il]);
@@ -446,6 +452,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
             continue;
         }
         mmb = mm_need(c, &L->router, mmb);
+        if (on_gpu) continue;
         hm_moe_params mp = hm_moe_default_params();
         mp.n_experts = (int)hp->n_experts;
         mp.hidden = hp->hidden;
@@ -484,6 +491,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         goto fail;
     }
     if ((st = ad->build(m, c->layers, &c->graph))) goto fail;
+    if (on_gpu) {
+        const hm_cuda_ctx_params gp = {p.gpu, p.n_batch, (int)c->kv_ctx, p.n_seq, p.kv_f16};
+        if ((st = hm_cuda_ctx_create(m, &c->graph, &gp, &c->cu))) goto fail;
+    }
     *out = c;
     return HM_OK;
 fail:
@@ -512,12 +523,9 @@ static void dynamic_freqs(hm_ctx *c, int n) {
     }
 }
 
-/* token i's embedding row, and the cos/sin of its rotary angles for every layer */
-static void embed_tok(hm_ctx *c, int i, void *arg) {
-    const int32_t *tokens = arg;
-    const hm_matrix *e = &c->m->tok_embd;
-    hm_dequantize_row(e->type, (const uint8_t *)e->data + (size_t)tokens[i] * e->row_bytes,
-                      c->x + (size_t)i * c->m->hp.hidden, e->cols);
+/* the cos/sin of token i's rotary angles for every layer */
+static void rope_tok(hm_ctx *c, int i, void *arg) {
+    (void)arg;
     const hm_hparams *hp = &c->m->hp;
     const int rd = (int)hp->rope_dim;
     float *cs = c->rope_cs + (size_t)i * (size_t)rd;
@@ -528,6 +536,15 @@ static void embed_tok(hm_ctx *c, int i, void *arg) {
     hm_rope_cos_sin(c->pos[i], inv, rd, cs);
     if (c->rope_attn != 1.0f)
         for (int j = 0; j < rd; j++) cs[j] *= c->rope_attn;
+}
+
+/* token i's embedding row, and its rotary cos/sin */
+static void embed_tok(hm_ctx *c, int i, void *arg) {
+    const int32_t *tokens = arg;
+    const hm_matrix *e = &c->m->tok_embd;
+    hm_dequantize_row(e->type, (const uint8_t *)e->data + (size_t)tokens[i] * e->row_bytes,
+                      c->x + (size_t)i * c->m->hp.hidden, e->cols);
+    rope_tok(c, i, NULL);
 }
 
 static void final_norm(hm_ctx *c, int i, void *arg) {
@@ -556,6 +573,28 @@ static hm_status not_finite(const hm_ctx *c, const char *what, int i) {
                      "inf: the model's weights (or scales) hold NaN or inf, or an activation "
                      "overflowed",
                      what, i, c->seq[i], c->pos[i]);
+}
+
+/* The batch on the GPU (HM_DEVICE_CUDA): the host computes the rotary cos/sin (every scaling
+ * variant of model/rope.h, as the CPU path) and the GPU everything else. */
+static hm_status decode_gpu(hm_ctx *c, const int32_t *tokens, int n, const uint8_t *want,
+                            float *logits) {
+    const hm_hparams *hp = &c->m->hp;
+    uint64_t t0 = hm_time_ns();
+    hm_ctx_for_tokens(c, n, rope_tok, NULL);
+    int32_t *rows = c->ids; /* holds >= n entries */
+    int nw = 0;
+    for (int i = 0; logits && i < n; i++)
+        if (!want || want[i]) rows[nw++] = i;
+    hm_status st =
+        hm_cuda_ctx_decode(c->cu, n, tokens, c->seq, c->pos, c->rope_cs, rows, nw, logits);
+    if (st) return st;
+    memcpy(c->seq_len, c->seq_next, sizeof(int32_t) * (size_t)c->p.n_seq);
+    for (int r = 0; r < nw; r++)
+        if (!all_finite(logits + (size_t)r * hp->vocab_size, hp->vocab_size))
+            return not_finite(c, "logits", rows[r]);
+    hm_ctx_prof(c, HM_PROF_OUTPUT, &t0); /* the whole step: the GPU runs it as one */
+    return HM_OK;
 }
 
 hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
@@ -591,6 +630,7 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
                              s, c->pos[i] + 1, c->p.n_ctx, c->seq_len[s]);
     }
     dynamic_freqs(c, n);
+    if (c->cu) return decode_gpu(c, tokens, n, want, logits);
     uint64_t t0 = hm_time_ns();
     hm_ctx_for_tokens(c, n, embed_tok, (void *)tokens);
     hm_ctx_prof(c, HM_PROF_EMBED, &t0);

@@ -58,7 +58,8 @@ struct hm_ctx {
      * one it was set for (a worker may still be prefetching when that one starts) */
     hm_nn_prefetch pf[4];
     int pf_next;
-    hm_graph graph; /* the forward pass over c->layers, built once */
+    hm_graph graph;         /* the forward pass over c->layers, built once */
+    struct hm_cuda_ctx *cu; /* HM_DEVICE_CUDA: the GPU that runs the graph, else NULL */
 };
 
 /* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half), laid out

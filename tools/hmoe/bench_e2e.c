@@ -51,7 +51,8 @@ int bench_e2e(int argc, char **argv) {
         } else {
             fprintf(stderr, "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
                             "[--threads N] [--batch N] [--no-amx]\n"
-                            "       [--load auto|mmap|copy] [--kv f32|f16] [--repack auto|on|off] "
+                            "       [--device auto|cpu|cuda] [--gpu N] [--load auto|mmap|copy] "
+                            "[--kv f32|f16] [--repack auto|on|off] "
                             "[--bf16-tiles] [--no-idle-prefetch]\n"
                             "       [--numa auto|off|N] [--numa-copy auto|on|off]\n");
             return cli_usage_error("unknown or incomplete option '%s'", a);
@@ -78,10 +79,12 @@ int bench_e2e(int argc, char **argv) {
     printf("bench e2e: %s (%s), %d layers, hidden %d, %d experts top-%d of %dx%d (%s), vocab %d\n",
            model, mi.arch, mi.n_layers, mi.hidden, mi.n_experts, mi.n_experts_used, mi.hidden,
            mi.moe_inter, mi.expert_type, (int)mi.n_vocab);
-    printf("config: prompt %ld tokens (batch %d), generate %ld, %d threads, amx %s, weights %s, "
+    printf("config: device %s, prompt %ld tokens (batch %d), generate %ld, %d threads, amx %s, "
+           "weights %s, "
            "KV cache %s, decode idle prefetch %s, load %.2f s, context %.2f s (weights repacked "
            "for int8 prefill: %.1f MB)\n",
-           n_prompt, hm_ctx_n_batch(c), n_gen, hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
+           cp.device == HM_DEVICE_CUDA ? "cuda (the whole model on the GPU)" : "cpu", n_prompt,
+           hm_ctx_n_batch(c), n_gen, hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
            hm_model_copied(m) ? "copied to huge pages" : "mmapped", cp.kv_f16 ? "f16" : "f32",
            cp.no_idle_prefetch ? "off" : "on", t_load, t_ctx,
            (double)hm_ctx_repacked_bytes(c) * 1e-6);
@@ -92,12 +95,18 @@ int bench_e2e(int argc, char **argv) {
     printf("decode reads per token: %.3f GB (dense+output %.3f GB, experts %.3f GB)\n",
            (double)(dense_b + exp_b) * 1e-9, (double)dense_b * 1e-9, (double)exp_b * 1e-9);
 
+    /* the bound: the memory the weights are read from (host DRAM, or the GPU's) */
+    const bool on_gpu = cp.device == HM_DEVICE_CUDA;
+    const char *bw_what =
+        on_gpu ? "GPU memory copy (read + write, best of 5)" : "streaming read (median of 9)";
     double bw_med, bw_best;
-    if (hm_measure_read_bandwidth(9, &bw_med, &bw_best)) goto fail;
+    if (on_gpu ? hm_measure_gpu_bandwidth(cp.gpu, &bw_med)
+               : hm_measure_read_bandwidth(9, &bw_med, &bw_best))
+        goto fail;
+    if (on_gpu) bw_best = bw_med;
     const double roof = bw_med * 1e9 / (double)(dense_b + exp_b);
-    printf("roofline: same-run streaming read %.1f GB/s (median of 9; best %.1f) -> decode <= %.1f "
-           "tok/s\n",
-           bw_med, bw_best, roof);
+    printf("roofline: same-run %s %.1f GB/s (best %.1f) -> decode <= %.1f tok/s\n", bw_what, bw_med,
+           bw_best, roof);
 
     const int V = (int)mi.n_vocab;
     hm_sampler_params sp = hm_sampler_default_params();
@@ -168,11 +177,14 @@ int bench_e2e(int argc, char **argv) {
     /* the bandwidth again after the runs: on a shared machine it drifts, and the decode's share
      * is taken against the mean of the two measurements that bracket it */
     double bw2_med, bw2_best;
-    if (hm_measure_read_bandwidth(9, &bw2_med, &bw2_best)) goto fail;
+    if (on_gpu ? hm_measure_gpu_bandwidth(cp.gpu, &bw2_med)
+               : hm_measure_read_bandwidth(9, &bw2_med, &bw2_best))
+        goto fail;
+    if (on_gpu) bw2_best = bw2_med;
     const double bw_mean = 0.5 * (bw_med + bw2_med);
-    printf("roofline after the runs: same-run streaming read %.1f GB/s (median of 9; best %.1f); "
-           "mean of before and after %.1f GB/s -> decode <= %.1f tok/s\n",
-           bw2_med, bw2_best, bw_mean, bw_mean * 1e9 / (double)(dense_b + exp_b));
+    printf("roofline after the runs: same-run %s %.1f GB/s (best %.1f); mean of before and after "
+           "%.1f GB/s -> decode <= %.1f tok/s\n",
+           bw_what, bw2_med, bw2_best, bw_mean, bw_mean * 1e9 / (double)(dense_b + exp_b));
     double gbs = best_tg * (double)(dense_b + exp_b) * 1e-9;
     printf("result: pp%ld %.1f tok/s; tg%ld %.2f tok/s = %.1f GB/s = %.1f%% of the same-run read "
            "bandwidth (%.1f GB/s, mean of before and after)\n",

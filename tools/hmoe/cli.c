@@ -205,6 +205,18 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
     } else if (!strcmp(a, "--ctx")) {
         if (!cli_parse_int(v, 1, 1 << 24, &n)) return cli_usage_error("bad --ctx '%s'", v);
         cp->n_ctx = (int)n;
+    } else if (!strcmp(a, "--device")) {
+        if (!strcmp(v, "auto"))
+            cp->device = HM_DEVICE_AUTO;
+        else if (!strcmp(v, "cpu"))
+            cp->device = HM_DEVICE_CPU;
+        else if (!strcmp(v, "cuda"))
+            cp->device = HM_DEVICE_CUDA;
+        else
+            return cli_usage_error("bad --device '%s' (auto|cpu|cuda)", v);
+    } else if (!strcmp(a, "--gpu")) {
+        if (!cli_parse_int(v, 0, 255, &n)) return cli_usage_error("bad --gpu '%s'", v);
+        cp->gpu = (int)n;
     } else if (!strcmp(a, "--kv")) {
         if (strcmp(v, "f32") && strcmp(v, "f16"))
             return cli_usage_error("bad --kv '%s' (f32|f16)", v);

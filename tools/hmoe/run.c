@@ -22,6 +22,8 @@ static int usage(FILE *f) {
             "  --penalty-last-n N    tokens the penalties look back over (-1 = all; default 64)\n"
             "  --seed S              random seed of the sampler (default 0)\n"
             "  --threads N  --ctx N  --batch N  --no-amx\n"
+            "  --device auto|cpu|cuda where the model runs (cuda: all of it on GPU --gpu N;\n"
+            "                        auto: the CPU)\n"
             "  --load auto|mmap|copy  compute from the mapped file or from a huge-page copy\n"
             "  --kv f32|f16          KV cache element type (default f32)\n"
             "  --repack auto|on|off  keep an int8 copy of the experts for AMX prefill (auto: when\n"

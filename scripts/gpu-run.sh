@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# gpu-run.sh - on a machine with an NVIDIA GPU and no apt (the device): builds hmoe for one GPU
+# architecture against the sysroot of scripts/device-sysroot.sh (carried as .device), runs the
+# GPU tests, then the end-to-end benchmarks on synthetic Qwen3-MoE models. Logs go to $OUT (or
+# build-gpu/logs).
+#   scripts/gpu-run.sh [test] [bench] [bench30]     (default: test bench)
+# test: test_cuda and test_cuda_twins; bench: qwen3-tiny on cpu and cuda; bench30:
+# qwen3-30b-a3b synth (Q4_K experts, Q8_0 attention) all on the GPU, pp512 and decode.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH
+ARCH=${HMOE_CUDA_ARCH:-90}
+B=${BUILD:-build-gpu}
+LOG=${OUT:-$B/logs}
+mkdir -p "$LOG"
+steps=${*:-test bench}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+t0=$(date +%s)
+prefix=
+[ -d .device/sysroot/usr ] && prefix=$PWD/.device/sysroot/usr
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DHMOE_CUDA=ON "-DHMOE_CUDA_ARCH=$ARCH" \
+    -DHMOE_WERROR=ON "-DHMOE_DEPS_PREFIX=$prefix" >"$LOG/cmake.log" 2>&1 || { tail -20 "$LOG/cmake.log"; exit 1; }
+cmake --build "$B" -j "$(nproc)" >"$LOG/build.log" 2>&1 || { grep -E "error" "$LOG/build.log" | head -30; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+rc=0
+for s in $steps; do
+    case $s in
+    test)
+        (cd "$B" && ./test_cuda_twins | tail -1)
+        (cd "$B" && timeout 400 ./test_cuda >"$LOG/test_cuda.log" 2>&1); r=$?
+        grep -vE "^  cuda|^GPU" "$LOG/test_cuda.log" | tail -40
+        grep -E "^  cuda.*(KL|rel error)" "$LOG/test_cuda.log" | sort -t: -k2 | tail -6
+        echo "test_cuda: rc $r"; [ $r -eq 0 ] || rc=1 ;;
+    bench)
+        m=/tmp/hmoe-tiny.gguf
+        [ -f $m ] || "$B/hmoe" synth --preset qwen3-tiny --vocab none -o $m >/dev/null
+        for d in cpu cuda; do
+            timeout 120 "$B/hmoe" bench e2e -m $m -p 512 -n 64 --device $d 2>&1 | tee "$LOG/e2e-tiny-$d.log" |
+                grep -E "^config|^roofline:|^result|^rep 0|hmoe"
+        done ;;
+    bench30)
+        m=/tmp/hmoe-q30.gguf
+        [ -f $m ] || "$B/hmoe" synth --preset qwen3-30b-a3b --vocab none -o $m >/dev/null
+        timeout 300 "$B/hmoe" bench e2e -m $m -p 512 -n 128 --reps 2 --device cuda 2>&1 |
+            tee "$LOG/e2e-q30-cuda.log" | grep -vE "^  (embed|norm|attn|router|moe|dense|output)" ;;
+    esac
+done
+echo "total: $(( $(date +%s) - t0 )) s"
+exit $rc

@@ -1,0 +1,629 @@
+/* backend.c - the CUDA backend: the model's weights, a KV cache and the batch's activation slots
+ * in GPU memory, and the forward graph (model/graph.h) walked node by node with the kernels of
+ * kernels.h on one stream. Batches of up to HM_CU_MATVEC_MAX tokens run every matmul as a
+ * dequantizing matvec; larger ones dequantize each weight to floats in row chunks and multiply
+ * with cuBLAS (FP32, so the float and BF16 checkpoints keep the CPU's bounds). The routed
+ * experts run per (token, expert) pair. The embedding gather, the final norm and the output head
+ * run on the GPU as well; only the wanted rows of logits are copied back.
+ *
+ * Everything lives in one device allocation, sized by a first pass over the same layout code,
+ * so a model that does not fit is refused with the numbers before anything is copied. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "cuda/cuda.h"
+#include "cuda/kernels.h"
+#include "model/backend.h"
+#include "model/graph.h"
+#include "model/model.h"
+#include "quant/types.h"
+
+enum { LOGIT_ROWS = 64 }; /* rows of logits computed and copied back per pass */
+
+struct hm_cuda_ctx {
+    const hm_model *m;
+    const hm_graph *g;
+    int dev;
+    cudaStream_t s;
+    cublasHandle_t blas;
+    uint8_t *arena;
+    size_t used; /* bytes of the arena laid out so far */
+    size_t weight_bytes, kv_bytes;
+    hm_cu_w *nw;              /* [g->n]: node i's matrix (MATMUL) */
+    const float **nn1, **nn2; /* [g->n]: node i's norm weights */
+    hm_cu_w *ex;              /* [n_layers][3]: gate, up, down of the layer's experts */
+    hm_cu_w tok_embd, output;
+    const float *out_norm;
+    float *slot[HM_SLOT_COUNT];
+    int64_t cols[HM_SLOT_COUNT];
+    int32_t *d_in; /* tokens, positions, sequences, wanted rows: [4][n_batch] */
+    float *d_cs;   /* [n_batch][rope_dim] */
+    void *h_in;    /* pinned staging of d_in and d_cs */
+    int32_t *ids;  /* [n_batch][k] */
+    float *w;      /* [n_batch][k] */
+    float *moe_g, *moe_u, *moe_y;
+    hm_cu_moe_order ord; /* batches: the pairs in expert order, and their tiles */
+    int max_tiles;
+    bool no_mmq; /* HMOE_CUDA_MMQ=0: quantized batches dequantize to floats for cuBLAS (A/B) */
+    float *deq;  /* the GEMM path's dequantized rows */
+    int64_t deq_elems;
+    float *logits; /* [LOGIT_ROWS][vocab] */
+    hm_cu_kv kv;
+    int n_batch, n_ctx, k;
+    /* decode steps (n <= HM_CU_MATVEC_MAX tokens, nw wanted rows) captured once as CUDA graphs
+     * and replayed: every kernel reads the step's tokens and positions from d_in, so one graph
+     * serves every step of its shape. HMOE_CUDA_GRAPHS=0 runs them eagerly (A/B). */
+    cudaGraphExec_t step[HM_CU_MATVEC_MAX + 1][HM_CU_MATVEC_MAX + 1];
+    bool no_graphs;
+};
+
+#define CK(call, what)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return hm_errorf(HM_ERR_DEVICE, "cuda: %s: %s (%s)", what, cudaGetErrorString(e_),     \
+                             cudaGetErrorName(e_));                                                \
+    } while (0)
+
+/* device memory for `bytes` from the arena (in the sizing pass: counted, NULL) */
+static void *take(hm_cuda_ctx *c, size_t bytes) {
+    const size_t off = (c->used + 255) & ~(size_t)255;
+    c->used = off + bytes;
+    return c->arena ? c->arena + off : NULL;
+}
+
+static size_t packed_row(uint32_t type, int64_t cols) {
+    uint64_t b = 0;
+    return hm_type_row_bytes(type, (uint64_t)cols, &b) ? (size_t)b : 0;
+}
+
+static bool cu_w_ok(uint32_t type, int64_t cols) {
+    const hm_type_info *ti = hm_type_get(type);
+    return hm_cu_type_ok(type) && ti && (ti->block == 1 || cols % 32 == 0);
+}
+
+/* a copy of rows x cols of `type` (host rows src_stride bytes apart) on the device */
+static hm_status put_matrix(hm_cuda_ctx *c, uint32_t type, const void *data, int64_t rows,
+                            int64_t cols, size_t src_stride, size_t n_mats, size_t mat_stride,
+                            const char *what, hm_cu_w *out) {
+    if (!cu_w_ok(type, cols))
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "cuda: %s: weights of type %s with %lld columns have no GPU kernel", what,
+                         hm_type_name(type), (long long)cols);
+    const size_t rb = packed_row(type, cols);
+    if (!rb) return hm_errorf(HM_ERR_FORMAT, "cuda: %s: bad row size", what);
+    const size_t one = rb * (size_t)rows;
+    uint8_t *d = take(c, one * n_mats);
+    *out = (hm_cu_w){type, d, rows, cols, rb, n_mats > 1 ? one : 0};
+    c->weight_bytes += one * n_mats;
+    if (!d) return HM_OK;
+    for (size_t e = 0; e < n_mats; e++)
+        CK(cudaMemcpy2D(d + e * one, rb, (const uint8_t *)data + e * mat_stride,
+                        src_stride ? src_stride : rb, rb, (size_t)rows, cudaMemcpyHostToDevice),
+           what);
+    return HM_OK;
+}
+
+static hm_status put_hm_matrix(hm_cuda_ctx *c, const hm_matrix *m, const char *what, hm_cu_w *out) {
+    return put_matrix(c, m->type, m->data, m->rows, m->cols, m->row_bytes, 1, 0, what, out);
+}
+
+static hm_status put_floats(hm_cuda_ctx *c, const float *h, size_t n, const float **out) {
+    float *d = take(c, n * sizeof(float));
+    *out = d;
+    c->weight_bytes += n * sizeof(float);
+    if (d && h) CK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice), "norm weights");
+    return HM_OK;
+}
+
+/* The experts of layer il, one device matrix per projection: [E][rows][row] (the model's experts
+ * are views that may lie anywhere, so each is copied on its own). */
+static hm_status put_experts(hm_cuda_ctx *c, int il) {
+    const hm_hparams *hp = &c->m->hp;
+    const hm_layer *L = &c->m->layers[il];
+    const int E = (int)hp->n_experts;
+    const int64_t inter = hp->moe_inter, H = hp->hidden;
+    for (int p = 0; p < 3; p++) {
+        const int64_t rows = p < 2 ? inter : H, cols = p < 2 ? H : inter;
+        const hm_moe_matrix *m0 = p == 0   ? &L->experts[0].gate
+                                  : p == 1 ? &L->experts[0].up
+                                           : &L->experts[0].down;
+        char what[64];
+        snprintf(what, sizeof what, "layer %d experts' %s", il,
+                 p == 0   ? "gate"
+                 : p == 1 ? "up"
+                          : "down");
+        if (!cu_w_ok(m0->type, cols))
+            return hm_errorf(HM_ERR_UNSUPPORTED,
+                             "cuda: %s: type %s with %lld columns has no GPU kernel", what,
+                             hm_type_name(m0->type), (long long)cols);
+        const size_t rb = packed_row(m0->type, cols), one = rb * (size_t)rows;
+        uint8_t *d = take(c, one * (size_t)E);
+        c->ex[il * 3 + p] = (hm_cu_w){m0->type, d, rows, cols, rb, one};
+        c->weight_bytes += one * (size_t)E;
+        for (int e = 0; e < E; e++) {
+            const hm_moe_expert *x = &L->experts[e];
+            const hm_moe_matrix *m = p == 0 ? &x->gate : p == 1 ? &x->up : &x->down;
+            if (m->type != m0->type)
+                return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: %s: expert %d is %s, expert 0 %s", what,
+                                 e, hm_type_name(m->type), hm_type_name(m0->type));
+            if (x->gate_bias || x->up_bias || x->down_bias)
+                return hm_errorf(HM_ERR_UNSUPPORTED,
+                                 "cuda: layer %d: experts with biases have no GPU kernel yet", il);
+            if (d)
+                CK(cudaMemcpy2D(d + (size_t)e * one, rb, m->data, m->row_bytes ? m->row_bytes : rb,
+                                rb, (size_t)rows, cudaMemcpyHostToDevice),
+                   what);
+        }
+    }
+    return HM_OK;
+}
+
+/* Lays out (sizing pass: arena NULL) or fills the device memory: weights, KV cache, scratch. */
+static hm_status layout(hm_cuda_ctx *c) {
+    const hm_model *m = c->m;
+    const hm_hparams *hp = &m->hp;
+    const hm_graph *g = c->g;
+    hm_status st;
+    c->used = 0, c->weight_bytes = 0;
+    if ((st = put_hm_matrix(c, &m->tok_embd, "token embedding", &c->tok_embd))) return st;
+    if (m->output.data == m->tok_embd.data && m->output.type == m->tok_embd.type)
+        c->output = c->tok_embd; /* tied */
+    else if ((st = put_hm_matrix(c, &m->output, "output", &c->output)))
+        return st;
+    if ((st = put_floats(c, m->output_norm, hp->hidden, &c->out_norm))) return st;
+    for (int i = 0; i < g->n; i++) {
+        const hm_node *nd = &g->nodes[i];
+        char what[64];
+        snprintf(what, sizeof what, "layer %d %s", nd->il, hm_op_name(nd->op));
+        if (nd->op == HM_OP_MATMUL && (st = put_hm_matrix(c, nd->w, what, &c->nw[i]))) return st;
+        const size_t nn = nd->op == HM_OP_QK_ROPE_KV ? hp->head_dim : hp->hidden;
+        if (nd->nw && (st = put_floats(c, nd->nw, nn, &c->nn1[i]))) return st;
+        if (nd->nw2 && (st = put_floats(c, nd->nw2, nn, &c->nn2[i]))) return st;
+        if (nd->op == HM_OP_MOE && (st = put_experts(c, nd->il))) return st;
+    }
+    /* KV cache */
+    const size_t el = c->kv.f16 ? 2 : 4;
+    const size_t kvn = (size_t)hp->n_layers * (size_t)c->kv.n_seq * (size_t)c->kv.n_kv_heads *
+                       (size_t)c->kv.kv_ctx * (size_t)c->kv.head_dim;
+    const size_t before = c->used;
+    c->kv.k = take(c, kvn * el);
+    c->kv.v = take(c, kvn * el);
+    c->kv_bytes = c->used - before;
+    /* slots and scratch */
+    const int64_t B = c->n_batch, H = hp->hidden;
+    const int64_t qd = (int64_t)hp->n_heads * hp->head_dim,
+                  kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
+    const int64_t E = hp->n_experts ? hp->n_experts : 1, F = hp->ffn_inter ? hp->ffn_inter : 1;
+    const int64_t cols[HM_SLOT_COUNT] = {
+        [HM_SLOT_X] = H,   [HM_SLOT_XN] = H,   [HM_SLOT_Q] = qd,  [HM_SLOT_K] = kvd,
+        [HM_SLOT_V] = kvd, [HM_SLOT_ATT] = qd, [HM_SLOT_TMP] = H, [HM_SLOT_RL] = E,
+        [HM_SLOT_G] = F,   [HM_SLOT_U] = F};
+    for (int s = HM_SLOT_X; s < HM_SLOT_COUNT; s++) {
+        c->cols[s] = cols[s];
+        c->slot[s] = take(c, sizeof(float) * (size_t)(B * cols[s]));
+    }
+    c->d_in = take(c, sizeof(int32_t) * 4 * (size_t)B);
+    c->d_cs = take(c, sizeof(float) * (size_t)B * (hp->rope_dim ? hp->rope_dim : 1));
+    const int64_t K = c->k, I = hp->moe_inter ? hp->moe_inter : 1;
+    c->ids = take(c, sizeof(int32_t) * (size_t)(B * K));
+    c->w = take(c, sizeof(float) * (size_t)(B * K));
+    c->moe_g = take(c, sizeof(float) * (size_t)(B * K * I));
+    c->moe_u = take(c, sizeof(float) * (size_t)(B * K * I));
+    c->moe_y = take(c, sizeof(float) * (size_t)(B * K * H));
+    c->max_tiles = hm_cu_moe_max_tiles((int)(B * K), (int)E);
+    c->ord.pos_of = take(c, sizeof(int32_t) * (size_t)(B * K));
+    c->ord.xrow = take(c, sizeof(int32_t) * (size_t)(B * K));
+    c->ord.tile_e = take(c, sizeof(int32_t) * (size_t)c->max_tiles);
+    c->ord.tile_i0 = take(c, sizeof(int32_t) * (size_t)c->max_tiles);
+    c->ord.tile_n = take(c, sizeof(int32_t) * (size_t)c->max_tiles);
+    c->ord.n_tiles = take(c, sizeof(int32_t));
+    /* the GEMM path's dequantized rows: the largest matrix, at most 32M floats at a time */
+    int64_t big = m->output.rows * m->output.cols;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].op == HM_OP_MATMUL && g->nodes[i].w->rows * g->nodes[i].w->cols > big)
+            big = g->nodes[i].w->rows * g->nodes[i].w->cols;
+    c->deq_elems = big < ((int64_t)1 << 25) ? big : ((int64_t)1 << 25);
+    if (c->deq_elems < H) c->deq_elems = H;
+    c->deq = B > HM_CU_MATVEC_MAX ? take(c, sizeof(float) * (size_t)c->deq_elems) : NULL;
+    if (B <= HM_CU_MATVEC_MAX) c->deq_elems = 0;
+    c->logits = take(c, sizeof(float) * (size_t)LOGIT_ROWS * hp->vocab_size);
+    return HM_OK;
+}
+
+/* y = W x over n tokens (x rows xs floats apart, y rows ys) */
+static hm_status mm(hm_cuda_ctx *c, const hm_cu_w *w, const float *x, int64_t xs, int n, float *y,
+                    int64_t ys) {
+    if (n <= HM_CU_MATVEC_MAX) {
+        CK(hm_cu_matvec(w, x, xs, n, y, ys, c->s), "matvec");
+        return HM_OK;
+    }
+    if (!c->no_mmq && hm_cu_mmq_type_ok(w->type)) {
+        const hm_cu_mmq_args a = {x, xs, NULL, y, ys, NULL, NULL, NULL, NULL, n};
+        CK(hm_cu_mmq(w, &a, 0, c->s), "quantized matmul");
+        return HM_OK;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    if (w->type == HM_TYPE_F32 && w->row_bytes == (size_t)w->cols * sizeof(float)) {
+        cublasStatus_t bs =
+            cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one,
+                        w->data, (int)w->cols, x, (int)xs, &zero, y, (int)ys);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return hm_errorf(HM_ERR_DEVICE, "cublas: sgemm %lldx%lld by %d tokens: status %d",
+                             (long long)w->rows, (long long)w->cols, n, (int)bs);
+        return HM_OK;
+    }
+    const int64_t chunk = c->deq_elems / w->cols;
+    if (chunk < 1)
+        return hm_errorf(HM_ERR_INTERNAL, "cuda: no dequantization scratch for %lld columns",
+                         (long long)w->cols);
+    for (int64_t r0 = 0; r0 < w->rows; r0 += chunk) {
+        const int64_t nr = w->rows - r0 < chunk ? w->rows - r0 : chunk;
+        CK(hm_cu_dequant_f32(w, r0, nr, c->deq, c->s), "dequantize");
+        cublasStatus_t bs =
+            cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)w->cols, &one, c->deq,
+                        (int)w->cols, x, (int)xs, &zero, y + r0, (int)ys);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return hm_errorf(HM_ERR_DEVICE, "cublas: sgemm %lldx%lld by %d tokens: status %d",
+                             (long long)nr, (long long)w->cols, n, (int)bs);
+    }
+    return HM_OK;
+}
+
+static const int32_t *d_tok(const hm_cuda_ctx *c) {
+    return c->d_in;
+}
+static const int32_t *d_pos(const hm_cuda_ctx *c) {
+    return c->d_in + c->n_batch;
+}
+static const int32_t *d_seq(const hm_cuda_ctx *c) {
+    return c->d_in + 2 * c->n_batch;
+}
+static const int32_t *d_rows(const hm_cuda_ctx *c) {
+    return c->d_in + 3 * c->n_batch;
+}
+
+/* The routed experts of layer nd->il for n tokens (ids and weights in c->ids, c->w). Decode
+ * batches: a matvec per (token, expert) pair. Larger ones with quantized experts: the pairs in
+ * expert order and the tile kernel, so each expert's weights are read once per 64 of its
+ * tokens. */
+static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *x, int64_t xs,
+                         float *out, int64_t os) {
+    const hm_hparams *hp = &c->m->hp;
+    const hm_cu_w *ex = &c->ex[nd->il * 3];
+    const int np = n * c->k;
+    const int64_t I = hp->moe_inter, H = hp->hidden;
+    const bool tiles = n > HM_CU_MATVEC_MAX && !c->no_mmq && hm_cu_mmq_type_ok(ex[0].type) &&
+                       hm_cu_mmq_type_ok(ex[1].type) && hm_cu_mmq_type_ok(ex[2].type);
+    if (tiles) {
+        CK(hm_cu_moe_sort(c->ids, np, (int)hp->n_experts, c->k, &c->ord, c->s), "experts' order");
+        const hm_cu_moe_order *o = &c->ord;
+        hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
+                            o->tile_e, o->tile_i0, o->tile_n, o->n_tiles, np};
+        CK(hm_cu_mmq(&ex[0], &a, c->max_tiles, c->s), "experts' gate");
+        a.y = c->moe_u;
+        CK(hm_cu_mmq(&ex[1], &a, c->max_tiles, c->s), "experts' up");
+        CK(hm_cu_silu_mul(c->moe_g, I, c->moe_u, I, np, I, c->s), "experts' glu");
+        a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
+        CK(hm_cu_mmq(&ex[2], &a, c->max_tiles, c->s), "experts' down");
+        CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, out, os, c->s),
+           "experts' sum");
+        return HM_OK;
+    }
+    CK(hm_cu_matvec_experts(&ex[0], c->ids, np, x, xs, c->k, c->moe_g, I, c->s), "experts' gate");
+    CK(hm_cu_matvec_experts(&ex[1], c->ids, np, x, xs, c->k, c->moe_u, I, c->s), "experts' up");
+    CK(hm_cu_silu_mul(c->moe_g, I, c->moe_u, I, np, I, c->s), "experts' glu");
+    CK(hm_cu_matvec_experts(&ex[2], c->ids, np, c->moe_g, I, 1, c->moe_y, H, c->s),
+       "experts' down");
+    CK(hm_cu_moe_combine(c->moe_y, H, NULL, c->w, n, c->k, H, out, os, c->s), "experts' sum");
+    return HM_OK;
+}
+
+static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
+    const hm_hparams *hp = &c->m->hp;
+    const int64_t H = hp->hidden;
+    const float eps = hp->norm_eps;
+    for (int i = 0; i < g->n; i++) {
+        const hm_node *nd = &g->nodes[i];
+        float *dst = c->slot[nd->dst], *s0 = c->slot[nd->src0], *s1 = c->slot[nd->src1];
+        switch (nd->op) {
+        case HM_OP_NORM:
+            CK(hm_cu_rmsnorm(s0, NULL, c->nn1[i], dst, NULL, n, H, eps, c->s), "rmsnorm");
+            break;
+        case HM_OP_ADD_NORM:
+            CK(hm_cu_rmsnorm(s0, s1, c->nn1[i], dst, NULL, n, H, eps, c->s), "add + rmsnorm");
+            break;
+        case HM_OP_ADD: {
+            /* with the norm of the same stream that follows */
+            const hm_node *nx = i + 1 < g->n ? &g->nodes[i + 1] : NULL;
+            const bool fuse = nx && nx->op == HM_OP_NORM && nx->src0 == nd->dst;
+            CK(hm_cu_rmsnorm(dst, s0, fuse ? c->nn1[i + 1] : NULL, fuse ? c->slot[nx->dst] : NULL,
+                             NULL, n, H, eps, c->s),
+               "residual add");
+            i += fuse;
+            break;
+        }
+        case HM_OP_MATMUL: {
+            hm_status st = mm(c, &c->nw[i], s0, c->cols[nd->src0], n, dst, c->cols[nd->dst]);
+            if (st) return st;
+            break;
+        }
+        case HM_OP_QK_ROPE_KV: {
+            const hm_cu_qkv a = {s0,
+                                 s1,
+                                 dst,
+                                 c->cols[HM_SLOT_Q],
+                                 c->cols[HM_SLOT_K],
+                                 c->nn1[i],
+                                 c->nn2[i],
+                                 c->d_cs,
+                                 (int)hp->rope_dim,
+                                 (int)hp->n_heads,
+                                 eps,
+                                 d_pos(c),
+                                 d_seq(c),
+                                 nd->il};
+            CK(hm_cu_qk_rope_kv(&a, &c->kv, n, c->s), "q/k norm, rope, cache store");
+            break;
+        }
+        case HM_OP_ATTN: {
+            const hm_cu_attn a = {s0,
+                                  c->cols[HM_SLOT_Q],
+                                  dst,
+                                  c->cols[nd->dst],
+                                  (int)hp->n_heads,
+                                  1.0f / sqrtf((float)hp->head_dim),
+                                  d_pos(c),
+                                  d_seq(c),
+                                  nd->il};
+            CK(hm_cu_attention(&a, &c->kv, n, c->s), "attention");
+            break;
+        }
+        case HM_OP_ROUTER_TOPK:
+            CK(hm_cu_router_topk(s0, c->cols[nd->src0], n, (int)hp->n_experts, c->k,
+                                 hp->norm_topk_prob, c->ids, c->w, c->s),
+               "router top-k");
+            break;
+        case HM_OP_GLU:
+            CK(hm_cu_silu_mul(dst, c->cols[nd->dst], s0, c->cols[nd->src0], n, hp->ffn_inter, c->s),
+               "glu");
+            break;
+        case HM_OP_MOE: {
+            hm_status st = run_moe(c, nd, n, s0, c->cols[nd->src0], dst, c->cols[nd->dst]);
+            if (st) return st;
+            break;
+        }
+        case HM_OP_COUNT:
+            return hm_errorf(HM_ERR_INTERNAL, "cuda: graph node %d: bad op", i);
+        }
+    }
+    return HM_OK;
+}
+
+static bool cu_supports(void *self, const hm_node *nd) {
+    (void)self;
+    if (nd->op < 0 || nd->op >= HM_OP_COUNT) return false;
+    return nd->op != HM_OP_MATMUL || (nd->w && cu_w_ok(nd->w->type, nd->w->cols));
+}
+
+static hm_status cu_compute(void *self, const hm_graph *g, int n) {
+    hm_cuda_ctx *c = self;
+    if (g != c->g)
+        return hm_errorf(HM_ERR_INVALID_ARG, "cuda: the backend runs the graph it was made for");
+    return run_graph(c, g, n);
+}
+
+static const hm_backend_i cuda_backend_i = {"cuda", cu_supports, cu_compute};
+
+hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c) {
+    return (hm_backend){&cuda_backend_i, c};
+}
+
+void hm_cuda_ctx_free(hm_cuda_ctx *c) {
+    if (!c) return;
+    if (c->s) cudaStreamSynchronize(c->s);
+    for (int i = 0; i <= HM_CU_MATVEC_MAX; i++)
+        for (int j = 0; j <= HM_CU_MATVEC_MAX; j++)
+            if (c->step[i][j]) cudaGraphExecDestroy(c->step[i][j]);
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->s) cudaStreamDestroy(c->s);
+    if (c->arena) cudaFree(c->arena);
+    if (c->h_in) cudaFreeHost(c->h_in);
+    free(c->nw);
+    free(c->nn1);
+    free(c->nn2);
+    free(c->ex);
+    free(c);
+}
+
+static double gib(size_t b) {
+    return (double)b / (double)(1u << 30);
+}
+
+hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
+                             hm_cuda_ctx **out) {
+    *out = NULL;
+    const hm_hparams *hp = &m->hp;
+    int ndev = 0;
+    hm_status st = hm_cuda_device_count(&ndev);
+    if (st) return st;
+    if (ndev == 0)
+        return hm_errorf(HM_ERR_UNSUPPORTED, "--device cuda: no usable GPU on this machine%s",
+                         hm_cuda_compiled() ? "" : " (built without CUDA)");
+    if (p->device < 0 || p->device >= ndev)
+        return hm_errorf(HM_ERR_NOT_FOUND, "cuda: GPU %d does not exist (%d present)", p->device,
+                         ndev);
+    if (hp->head_dim > 512 || hp->n_kv_heads < 1 || hp->n_heads % hp->n_kv_heads)
+        return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: attention takes head_dim <= 512 (model: %u)",
+                         hp->head_dim);
+    for (int i = 0; i < g->n; i++)
+        if (!cu_supports(NULL, &g->nodes[i]))
+            return hm_errorf(HM_ERR_UNSUPPORTED,
+                             "cuda: layer %d %s: weights of type %s (%lld columns) have no GPU "
+                             "kernel (run --device cpu)",
+                             g->nodes[i].il, hm_op_name(g->nodes[i].op),
+                             g->nodes[i].w ? hm_type_name(g->nodes[i].w->type) : "?",
+                             g->nodes[i].w ? (long long)g->nodes[i].w->cols : 0LL);
+    hm_cuda_ctx *c = calloc(1, sizeof *c);
+    if (!c) return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
+    c->m = m, c->g = g, c->dev = p->device;
+    c->n_batch = p->n_batch, c->n_ctx = p->n_ctx;
+    c->k = hp->n_experts_used ? (int)hp->n_experts_used : 1;
+    const char *eg = getenv("HMOE_CUDA_GRAPHS");
+    c->no_graphs = eg && !strcmp(eg, "0");
+    const char *em = getenv("HMOE_CUDA_MMQ");
+    c->no_mmq = em && !strcmp(em, "0");
+    c->kv = (hm_cu_kv){
+        NULL, NULL, p->kv_f16, p->n_ctx, p->n_seq, (int)hp->n_kv_heads, (int)hp->head_dim};
+    c->nw = calloc((size_t)g->n + 1, sizeof *c->nw);
+    c->nn1 = calloc((size_t)g->n + 1, sizeof *c->nn1);
+    c->nn2 = calloc((size_t)g->n + 1, sizeof *c->nn2);
+    c->ex = calloc((size_t)hp->n_layers * 3 + 1, sizeof *c->ex);
+    if (!c->nw || !c->nn1 || !c->nn2 || !c->ex) {
+        hm_cuda_ctx_free(c);
+        return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
+    }
+#define FAIL(call, what)                                                                           \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            st = hm_errorf(HM_ERR_DEVICE, "cuda: %s: %s (%s)", what, cudaGetErrorString(e_),       \
+                           cudaGetErrorName(e_));                                                  \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+    FAIL(cudaSetDevice(c->dev), "cudaSetDevice");
+    if ((st = layout(c))) goto fail; /* sizing pass */
+    size_t free_b = 0, total_b = 0;
+    FAIL(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    const size_t need = c->used, margin = (size_t)512 << 20; /* cuBLAS workspace, the context */
+    if (need + margin > free_b) {
+        st = hm_errorf(HM_ERR_NO_MEMORY,
+                       "--device cuda: the model needs %.2f GiB on GPU %d (weights %.2f GiB, KV "
+                       "cache %.2f GiB for %d x %d positions, scratch %.2f GiB) and %.2f GiB of "
+                       "its %.2f GiB are free: run --device cpu, or lower --ctx / --batch (the "
+                       "hybrid placement, routed experts on the CPU, is the way to run models "
+                       "larger than the GPU)",
+                       gib(need + margin), c->dev, gib(c->weight_bytes), gib(c->kv_bytes), p->n_seq,
+                       p->n_ctx, gib(need - c->weight_bytes - c->kv_bytes + margin), gib(free_b),
+                       gib(total_b));
+        goto fail;
+    }
+    FAIL(cudaMalloc((void **)&c->arena, need), "cudaMalloc (weights, KV cache, scratch)");
+    FAIL(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(c->blas, c->s) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+        st = hm_errorf(HM_ERR_DEVICE, "cublas: cannot create a handle on GPU %d", c->dev);
+        goto fail;
+    }
+    const size_t in_bytes = sizeof(int32_t) * 4 * (size_t)c->n_batch +
+                            sizeof(float) * (size_t)c->n_batch * (hp->rope_dim ? hp->rope_dim : 1);
+    FAIL(cudaMallocHost(&c->h_in, in_bytes), "cudaMallocHost (batch staging)");
+    if ((st = layout(c))) goto fail; /* the copies */
+    FAIL(cudaMemsetAsync(c->kv.k, 0, c->kv_bytes / 2, c->s), "KV cache clear");
+    FAIL(cudaMemsetAsync(c->kv.v, 0, c->kv_bytes / 2, c->s), "KV cache clear");
+    FAIL(cudaStreamSynchronize(c->s), "upload");
+    hm_log(HM_LOG_INFO, "cuda: GPU %d holds %.2f GiB (weights %.2f GiB, KV cache %.2f GiB)", c->dev,
+           gib(need), gib(c->weight_bytes), gib(c->kv_bytes));
+    *out = c;
+    return HM_OK;
+fail:
+    hm_cuda_ctx_free(c);
+    return st;
+#undef FAIL
+}
+
+/* The step on the stream: embedding, the graph, and for the nw wanted rows the final norm and
+ * the output head; with `logits` (host) each chunk of rows is copied there, without it the first
+ * chunk stays in c->logits (nw <= LOGIT_ROWS). */
+static hm_status forward(hm_cuda_ctx *c, int n, int nw, float *logits) {
+    const hm_hparams *hp = &c->m->hp;
+    CK(hm_cu_embed(&c->tok_embd, d_tok(c), n, c->slot[HM_SLOT_X], c->s), "embedding");
+    hm_status st = run_graph(c, c->g, n);
+    if (st) return st;
+    const int64_t V = hp->vocab_size, H = hp->hidden;
+    for (int r0 = 0; r0 < nw; r0 += LOGIT_ROWS) {
+        const int cnt = nw - r0 < LOGIT_ROWS ? nw - r0 : LOGIT_ROWS;
+        CK(hm_cu_rmsnorm(c->slot[HM_SLOT_X], NULL, c->out_norm, c->slot[HM_SLOT_XN], d_rows(c) + r0,
+                         cnt, H, hp->norm_eps, c->s),
+           "final norm");
+        if ((st = mm(c, &c->output, c->slot[HM_SLOT_XN], H, cnt, c->logits, V))) return st;
+        if (logits)
+            CK(cudaMemcpyAsync(logits + (size_t)r0 * (size_t)V, c->logits,
+                               sizeof(float) * (size_t)cnt * (size_t)V, cudaMemcpyDeviceToHost,
+                               c->s),
+               "logits download");
+    }
+    return HM_OK;
+}
+
+/* A decode step of n tokens and nw wanted rows from its CUDA graph, captured on first use. */
+static hm_status replay(hm_cuda_ctx *c, int n, int nw) {
+    cudaGraphExec_t *ex = &c->step[n][nw];
+    if (!*ex) {
+        CK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal), "graph capture");
+        hm_status st = forward(c, n, nw, NULL);
+        cudaGraph_t g = NULL;
+        const cudaError_t e = cudaStreamEndCapture(c->s, &g);
+        if (!st && e != cudaSuccess)
+            st = hm_errorf(HM_ERR_DEVICE, "cuda: graph capture of a %d-token step: %s", n,
+                           cudaGetErrorString(e));
+        if (!st && cudaGraphInstantiate(ex, g, 0) != cudaSuccess) {
+            *ex = NULL;
+            st = hm_errorf(HM_ERR_DEVICE, "cuda: graph instantiation of a %d-token step: %s", n,
+                           cudaGetErrorString(cudaGetLastError()));
+        }
+        if (g) cudaGraphDestroy(g);
+        if (st) return st;
+    }
+    CK(cudaGraphLaunch(*ex, c->s), "graph launch");
+    return HM_OK;
+}
+
+hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
+                             const int32_t *pos, const float *cs, const int32_t *rows, int nw,
+                             float *logits) {
+    const hm_hparams *hp = &c->m->hp;
+    if (n <= 0) return HM_OK;
+    if (n > c->n_batch || nw > n)
+        return hm_errorf(HM_ERR_INVALID_ARG, "cuda: %d tokens (%d wanted), batch holds %d", n, nw,
+                         c->n_batch);
+    const int B = c->n_batch, rd = (int)hp->rope_dim;
+    int32_t *hi = c->h_in;
+    memcpy(hi, tokens, sizeof(int32_t) * (size_t)n);
+    memcpy(hi + B, pos, sizeof(int32_t) * (size_t)n);
+    memcpy(hi + 2 * B, seq, sizeof(int32_t) * (size_t)n);
+    if (nw) memcpy(hi + 3 * B, rows, sizeof(int32_t) * (size_t)nw);
+    float *hcs = (float *)(hi + 4 * B);
+    if (rd) memcpy(hcs, cs, sizeof(float) * (size_t)n * (size_t)rd);
+    CK(cudaSetDevice(c->dev), "cudaSetDevice");
+    /* d_cs follows d_in in the arena, 256-aligned: two copies */
+    CK(cudaMemcpyAsync(c->d_in, hi, sizeof(int32_t) * 4 * (size_t)B, cudaMemcpyHostToDevice, c->s),
+       "batch upload");
+    if (rd)
+        CK(cudaMemcpyAsync(c->d_cs, hcs, sizeof(float) * (size_t)n * (size_t)rd,
+                           cudaMemcpyHostToDevice, c->s),
+           "rope upload");
+    if (n <= HM_CU_MATVEC_MAX && !c->no_graphs) {
+        hm_status st = replay(c, n, logits ? nw : 0);
+        if (st) return st;
+        if (logits && nw)
+            CK(cudaMemcpyAsync(logits, c->logits, sizeof(float) * (size_t)nw * hp->vocab_size,
+                               cudaMemcpyDeviceToHost, c->s),
+               "logits download");
+    } else {
+        hm_status st = forward(c, n, nw, logits);
+        if (st) return st;
+    }
+    CK(cudaStreamSynchronize(c->s), "forward pass");
+    return HM_OK;
+}
+
+size_t hm_cuda_ctx_bytes(const hm_cuda_ctx *c) {
+    return c ? c->used : 0;
+}

@@ -1,0 +1,223 @@
+// matvec.cu - weights of every supported type against float activations: the decode matvec
+// (one warp per row, up to 8 tokens per read of the weights), the experts' per-pair matvec, and
+// dequantization to floats (the GEMM path of larger batches, the embedding gather). A block's
+// arithmetic is dq.h's, which the CPU tests check against the reference dequantizers.
+#include "cuda/common.cuh"
+#include "cuda/dq.h"
+#include "cuda/kernels.h"
+#include "quant/types.h"
+
+// the float formats are read one element per lane (coalesced, any length); the block formats
+// one 32-value chunk per lane
+#define HM_CU_FLOAT(T) ((T) == HM_TYPE_F32 || (T) == HM_TYPE_F16 || (T) == HM_TYPE_BF16)
+
+// every type the kernels are built for
+#define HM_CU_TYPES(X)                                                                             \
+    X(HM_TYPE_F32)                                                                                 \
+    X(HM_TYPE_F16)                                                                                 \
+    X(HM_TYPE_BF16)                                                                                \
+    X(HM_TYPE_Q4_0)                                                                                \
+    X(HM_TYPE_Q4_1)                                                                                \
+    X(HM_TYPE_Q5_0)                                                                                \
+    X(HM_TYPE_Q5_1)                                                                                \
+    X(HM_TYPE_Q8_0)                                                                                \
+    X(HM_TYPE_Q2_K)                                                                                \
+    X(HM_TYPE_Q3_K)                                                                                \
+    X(HM_TYPE_Q4_K)                                                                                \
+    X(HM_TYPE_Q5_K)                                                                                \
+    X(HM_TYPE_Q6_K)                                                                                \
+    X(HM_TYPE_IQ4_NL)                                                                              \
+    X(HM_TYPE_IQ4_XS)                                                                              \
+    X(HM_TYPE_MXFP4)                                                                               \
+    X(HM_TYPE_FP8_B128)
+
+template <int T> __device__ __forceinline__ float elem(const uint8_t *row, int64_t j) {
+    if (T == HM_TYPE_F32) return ((const float *)row)[j];
+    if (T == HM_TYPE_F16) return hm_hd_f16_to_f32(((const uint16_t *)row)[j]);
+    return hm_hd_bf16_to_f32(((const uint16_t *)row)[j]);
+}
+
+// acc[t] = row . x[t] for t < n (n <= NT), by one warp; the sums are in every lane
+template <int T, int NT>
+__device__ __forceinline__ void row_dot(const uint8_t *__restrict__ row, int64_t cols,
+                                        const float *__restrict__ x, int64_t xs, int n,
+                                        float acc[NT]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    if (HM_CU_FLOAT(T)) {
+        for (int64_t j = lane; j < cols; j += 32) {
+            const float v = elem<T>(row, j);
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < n) acc[t] = fmaf(v, x[t * xs + j], acc[t]);
+        }
+    } else {
+        const int64_t nch = cols / 32;
+        for (int64_t c = lane; c < nch; c += 32) {
+            float v[32];
+            hm_dq32(T, row, c, v);
+            const float *xc = x + c * 32;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 32; e++) s = fmaf(v[e], xc[t * xs + e], s);
+                acc[t] += s;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = hm_warp_sum(acc[t]);
+}
+
+template <int T, int NT>
+__global__ void __launch_bounds__(128) matvec_k(hm_cu_w w, const float *__restrict__ x, int64_t xs,
+                                                int n, float *__restrict__ y, int64_t ys) {
+    const int64_t r = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (r >= w.rows) return;
+    float acc[NT];
+    row_dot<T, NT>((const uint8_t *)w.data + r * (int64_t)w.row_bytes, w.cols, x, xs, n, acc);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < n) y[t * ys + r] = acc[t];
+}
+
+template <int T>
+__global__ void __launch_bounds__(128)
+    matvec_exp_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                 int64_t xs, int x_div, float *__restrict__ y, int64_t ys) {
+    const int64_t r = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    const int p = blockIdx.y;
+    if (r >= w.rows) return;
+    const uint8_t *row =
+        (const uint8_t *)w.data + (size_t)ids[p] * w.estride + r * (int64_t)w.row_bytes;
+    float acc[1];
+    row_dot<T, 1>(row, w.cols, x + (int64_t)(p / x_div) * xs, xs, 1, acc);
+    if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = acc[0];
+}
+
+// dst row i = W row (rows ? rows[i] : row0 + i), as floats
+template <int T>
+__global__ void __launch_bounds__(128)
+    dequant_k(hm_cu_w w, const int32_t *__restrict__ rows, int64_t row0, float *__restrict__ dst) {
+    const int64_t i = blockIdx.x;
+    const int64_t r = rows ? (int64_t)rows[i] : row0 + i;
+    const uint8_t *row = (const uint8_t *)w.data + r * (int64_t)w.row_bytes;
+    float *d = dst + i * w.cols;
+    if (HM_CU_FLOAT(T)) {
+        for (int64_t j = threadIdx.x; j < w.cols; j += blockDim.x) d[j] = elem<T>(row, j);
+    } else {
+        for (int64_t c = threadIdx.x; c < w.cols / 32; c += blockDim.x) {
+            float v[32];
+            hm_dq32(T, row, c, v);
+#pragma unroll
+            for (int e = 0; e < 32; e++) d[c * 32 + e] = v[e];
+        }
+    }
+}
+
+extern "C" bool hm_cu_type_ok(uint32_t type) {
+    switch (type) {
+#define X(t) case t:
+        HM_CU_TYPES(X)
+#undef X
+        return hm_dq32_supported(type);
+    default:
+        return false;
+    }
+}
+
+template <int T>
+static void matvec_launch(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
+                          cudaStream_t s) {
+    const dim3 grid((unsigned)((w->rows + 3) / 4));
+    if (n <= 1)
+        matvec_k<T, 1><<<grid, 128, 0, s>>>(*w, x, xs, n, y, ys);
+    else if (n <= 2)
+        matvec_k<T, 2><<<grid, 128, 0, s>>>(*w, x, xs, n, y, ys);
+    else if (n <= 4)
+        matvec_k<T, 4><<<grid, 128, 0, s>>>(*w, x, xs, n, y, ys);
+    else
+        matvec_k<T, 8><<<grid, 128, 0, s>>>(*w, x, xs, n, y, ys);
+}
+
+extern "C" cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y,
+                                    int64_t ys, cudaStream_t stream) {
+    if (n <= 0 || w->rows <= 0) return cudaSuccess;
+    if (n > HM_CU_MATVEC_MAX || (!HM_CU_FLOAT(w->type) && w->cols % 32))
+        return cudaErrorInvalidValue;
+    switch (w->type) {
+#define X(t)                                                                                       \
+    case t:                                                                                        \
+        matvec_launch<t>(w, x, xs, n, y, ys, stream);                                              \
+        break;
+        HM_CU_TYPES(X)
+#undef X
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs,
+                                            const float *x, int64_t xs, int x_div, float *y,
+                                            int64_t ys, cudaStream_t stream) {
+    if (n_pairs <= 0 || w->rows <= 0) return cudaSuccess;
+    if (x_div < 1 || (!HM_CU_FLOAT(w->type) && w->cols % 32)) return cudaErrorInvalidValue;
+    const unsigned gx = (unsigned)((w->rows + 3) / 4);
+    // at most 65535 pairs per launch (grid y); x_div divides the chunk so tokens stay aligned
+    const int step = 65535 / x_div * x_div;
+    for (int p0 = 0; p0 < n_pairs; p0 += step) {
+        const int np = n_pairs - p0 < step ? n_pairs - p0 : step;
+        const dim3 grid(gx, (unsigned)np);
+        const int32_t *id = ids + p0;
+        const float *xp = x + (int64_t)(p0 / x_div) * xs;
+        float *yp = y + (int64_t)p0 * ys;
+        switch (w->type) {
+#define X(t)                                                                                       \
+    case t:                                                                                        \
+        matvec_exp_k<t><<<grid, 128, 0, stream>>>(*w, id, xp, xs, x_div, yp, ys);                  \
+        break;
+            HM_CU_TYPES(X)
+#undef X
+        default:
+            return cudaErrorInvalidValue;
+        }
+    }
+    return cudaGetLastError();
+}
+
+static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t row0,
+                                  int64_t nrows, float *dst, cudaStream_t stream) {
+    if (nrows <= 0) return cudaSuccess;
+    if (!HM_CU_FLOAT(w->type) && w->cols % 32) return cudaErrorInvalidValue;
+    for (int64_t r = 0; r < nrows; r += 1 << 30) { // grid x holds 2^31 - 1 blocks
+        const int64_t nr = nrows - r < (1 << 30) ? nrows - r : (1 << 30);
+        const int32_t *rr = rows ? rows + r : NULL;
+        float *d = dst + r * w->cols;
+        switch (w->type) {
+#define X(t)                                                                                       \
+    case t:                                                                                        \
+        dequant_k<t><<<(unsigned)nr, 128, 0, stream>>>(*w, rr, row0 + r, d);                       \
+        break;
+            HM_CU_TYPES(X)
+#undef X
+        default:
+            return cudaErrorInvalidValue;
+        }
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_dequant_f32(const hm_cu_w *w, int64_t row0, int64_t nrows, float *dst,
+                                         cudaStream_t stream) {
+    return dequant_launch(w, NULL, row0, nrows, dst, stream);
+}
+
+extern "C" cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x,
+                                   cudaStream_t stream) {
+    return dequant_launch(e, tok, 0, n, x, stream);
+}

@@ -1,0 +1,206 @@
+// mmq.cu - batches above HM_CU_MATVEC_MAX tokens against quantized weights on the tensor cores:
+// a 64-row x 64-token output tile per block, the weights dequantized (dq.h) and both they and
+// the activations rounded to IEEE half into shared memory 64 columns at a time, multiplied with
+// half WMMA fragments into float accumulators. Half, not bfloat16: its 11-bit significand keeps
+// a dequantized Q8_0 weight to 2^-12 where bfloat16 would round it to 2^-9; activations past
+// 65504 would become inf, which the logits' check reports. The same kernel runs a dense matrix over
+// a batch and the routed experts over their tokens grouped by expert (hm_cu_moe_sort's tiles), so
+// an expert's weights are read once per 64 of its tokens instead of once per token.
+#include <cuda_fp16.h>
+#include <mma.h>
+#include <stdint.h>
+
+#include "cuda/common.cuh"
+#include "cuda/dq.h"
+#include "cuda/kernels.h"
+#include "quant/types.h"
+
+using namespace nvcuda;
+
+enum { TM = 64, TN = 64, TK = 64, LDS = TK + 8, LDC = TN + 4, MAX_E = 4096 };
+
+// the quantized types the tile kernel takes (the float ones stay on the exact FP32 path)
+#define HM_MMQ_TYPES(X)                                                                            \
+    X(HM_TYPE_Q4_0)                                                                                \
+    X(HM_TYPE_Q4_1)                                                                                \
+    X(HM_TYPE_Q5_0)                                                                                \
+    X(HM_TYPE_Q5_1)                                                                                \
+    X(HM_TYPE_Q8_0)                                                                                \
+    X(HM_TYPE_Q2_K)                                                                                \
+    X(HM_TYPE_Q3_K)                                                                                \
+    X(HM_TYPE_Q4_K)                                                                                \
+    X(HM_TYPE_Q5_K)                                                                                \
+    X(HM_TYPE_Q6_K)                                                                                \
+    X(HM_TYPE_IQ4_NL)                                                                              \
+    X(HM_TYPE_IQ4_XS)                                                                              \
+    X(HM_TYPE_MXFP4)                                                                               \
+    X(HM_TYPE_FP8_B128)
+
+struct smem_t {
+    union {
+        struct {
+            __half w[TM][LDS];
+            __half x[TN][LDS];
+        } in;
+        float c[TN][LDC]; // the tile transposed: [token][row]
+    };
+    int32_t xrow[TN];
+};
+
+template <int T> __global__ void __launch_bounds__(128) mmq_k(hm_cu_w w, hm_cu_mmq_args a) {
+    __shared__ __align__(32) smem_t sm;
+    const int tid = threadIdx.x, warp = tid >> 5;
+    int e = 0, i0, ni;
+    if (a.tile_e) {
+        const int t = blockIdx.y;
+        if (t >= *a.n_tiles) return;
+        e = a.tile_e[t], i0 = a.tile_i0[t], ni = a.tile_n[t];
+    } else {
+        i0 = blockIdx.y * TN;
+        ni = a.n_items - i0 < TN ? a.n_items - i0 : TN;
+    }
+    const int64_t r0 = (int64_t)blockIdx.x * TM;
+    const uint8_t *wb = (const uint8_t *)w.data + (size_t)e * w.estride;
+    if (tid < TN) sm.xrow[tid] = tid < ni ? (a.xrow ? a.xrow[i0 + tid] : i0 + tid) : -1;
+    __syncthreads();
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32; // this warp's 32 x 32 of the tile
+    const int64_t nch = w.cols / 32;
+    for (int64_t k0 = 0; k0 < w.cols; k0 += TK) {
+        { // weights: row tid / 2, chunk k0 / 32 + tid % 2
+            const int r = tid >> 1, h = tid & 1;
+            const int64_t c = k0 / 32 + h;
+            float v[32];
+            if (r0 + r < w.rows && c < nch) {
+                hm_dq32(T, wb + (r0 + r) * (int64_t)w.row_bytes, c, v);
+            } else {
+#pragma unroll
+                for (int q = 0; q < 32; q++) v[q] = 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < 32; q++) sm.in.w[r][h * 32 + q] = __float2half_rn(v[q]);
+        }
+        { // activations: token tid / 2, 32 values
+            const int t = tid >> 1, h = tid & 1;
+            const int xr = sm.xrow[t];
+            const int64_t kk = k0 + h * 32;
+            const float *xp = a.x + (int64_t)(xr < 0 ? 0 : xr) * a.xs + kk;
+#pragma unroll
+            for (int q = 0; q < 32; q++)
+                sm.in.x[t][h * 32 + q] = __float2half_rn(xr >= 0 && kk + q < w.cols ? xp[q] : 0.0f);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < TK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                wmma::load_matrix_sync(fa[i], &sm.in.w[wm + 16 * i][kk], LDS);
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                wmma::load_matrix_sync(fb[j], &sm.in.x[wn + 16 * j][kk], LDS);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    // C[row][token] as [token][row] (col-major store of the row-major tile), then out by token
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            wmma::store_matrix_sync(&sm.c[wn + 16 * j][wm + 16 * i], acc[i][j], LDC,
+                                    wmma::mem_col_major);
+    __syncthreads();
+    for (int q = tid; q < TN * TM; q += 128) {
+        const int t = q / TM, r = q % TM;
+        if (t < ni && r0 + r < w.rows) a.y[(int64_t)(i0 + t) * a.ys + r0 + r] = sm.c[t][r];
+    }
+}
+
+extern "C" bool hm_cu_mmq_type_ok(uint32_t type) {
+    switch (type) {
+#define X(t) case t:
+        HM_MMQ_TYPES(X)
+#undef X
+        return true;
+    default:
+        return false;
+    }
+}
+
+extern "C" cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
+                                 cudaStream_t stream) {
+    if (w->rows <= 0) return cudaSuccess;
+    if (w->cols % 32) return cudaErrorInvalidValue;
+    const int tiles = a->tile_e ? max_tiles : (a->n_items + TN - 1) / TN;
+    if (tiles <= 0) return cudaSuccess;
+    const dim3 grid((unsigned)((w->rows + TM - 1) / TM), (unsigned)tiles);
+    switch (w->type) {
+#define X(t)                                                                                       \
+    case t:                                                                                        \
+        mmq_k<t><<<grid, 128, 0, stream>>>(*w, *a);                                                \
+        break;
+        HM_MMQ_TYPES(X)
+#undef X
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+// One block: counts per expert, their offsets, every pair's place in expert order, and the
+// tiles of up to TN pairs of one expert.
+__global__ void __launch_bounds__(1024)
+    moe_sort_k(const int32_t *__restrict__ ids, int n_pairs, int n_exp, int k, hm_cu_moe_order o) {
+    extern __shared__ int sh[]; // counts [n_exp], then offsets [n_exp]
+    int *cnt = sh, *off = sh + n_exp;
+    for (int e = threadIdx.x; e < n_exp; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) atomicAdd(&cnt[ids[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int s = 0, nt = 0;
+        for (int e = 0; e < n_exp; e++) {
+            off[e] = s;
+            for (int i = 0; i < cnt[e]; i += TN) {
+                o.tile_e[nt] = e;
+                o.tile_i0[nt] = s + i;
+                o.tile_n[nt] = cnt[e] - i < TN ? cnt[e] - i : TN;
+                nt++;
+            }
+            s += cnt[e];
+        }
+        *o.n_tiles = nt;
+    }
+    __syncthreads();
+    // places: the order within an expert depends on the atomics, the values do not (every
+    // output of the tile kernel is its own dot product, whatever the tile's other columns)
+    for (int e = threadIdx.x; e < n_exp; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const int e = ids[p];
+        const int at = off[e] + atomicAdd(&cnt[e], 1);
+        o.pos_of[p] = at;
+        o.xrow[at] = p / k;
+    }
+}
+
+extern "C" cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k,
+                                      const hm_cu_moe_order *o, cudaStream_t stream) {
+    if (n_pairs <= 0) return cudaSuccess;
+    if (n_exp < 1 || n_exp > MAX_E || k < 1) return cudaErrorInvalidValue;
+    moe_sort_k<<<1, 1024, sizeof(int) * 2 * (size_t)n_exp, stream>>>(ids, n_pairs, n_exp, k, *o);
+    return cudaGetLastError();
+}
+
+extern "C" int hm_cu_moe_max_tiles(int n_pairs, int n_exp) {
+    return (n_pairs + TN - 1) / TN + n_exp;
+}

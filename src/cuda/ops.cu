@@ -1,0 +1,241 @@
+// ops.cu - the per-token kernels of a layer: RMSNorm (with the residual add), SiLU-GLU, q/k
+// norms + rotation + KV store, attention over the cache, softmax top-k routing, the experts'
+// weighted sum. The arithmetic they share with the CPU is twins.h's.
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/twins.h"
+
+__global__ void __launch_bounds__(256)
+    rmsnorm_k(float *__restrict__ x, const float *__restrict__ add, const float *__restrict__ w,
+              float *__restrict__ y, const int32_t *__restrict__ rows, int64_t h, float eps) {
+    __shared__ double sh[32];
+    const int64_t i = blockIdx.x;
+    const int64_t r = rows ? (int64_t)rows[i] : i;
+    float *xr = x + r * h;
+    if (add) {
+        const float *ar = add + r * h;
+        for (int64_t d = threadIdx.x; d < h; d += blockDim.x) xr[d] += ar[d];
+    }
+    if (!w) return;
+    double ss = 0;
+    for (int64_t d = threadIdx.x; d < h; d += blockDim.x) ss += (double)xr[d] * xr[d];
+    ss = hm_block_sum_d(ss, sh);
+    const float sc = hm_hd_rms_scale(ss, h, eps);
+    float *yr = y + i * h;
+    for (int64_t d = threadIdx.x; d < h; d += blockDim.x) yr[d] = xr[d] * sc * w[d];
+}
+
+extern "C" cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w, float *y,
+                                     const int32_t *rows, int n, int64_t h, float eps,
+                                     cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    rmsnorm_k<<<(unsigned)n, 256, 0, stream>>>(x, add, w, y, rows, h, eps);
+    return cudaGetLastError();
+}
+
+__global__ void silu_mul_k(float *__restrict__ g, int64_t gs, const float *__restrict__ u,
+                           int64_t us, int64_t total, int64_t f) {
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = idx / f, j = idx % f;
+        g[t * gs + j] = hm_hd_silu_mul(g[t * gs + j], u[t * us + j]);
+    }
+}
+
+extern "C" cudaError_t hm_cu_silu_mul(float *g, int64_t gs, const float *u, int64_t us, int n,
+                                      int64_t f, cudaStream_t stream) {
+    const int64_t total = (int64_t)n * f;
+    if (total <= 0) return cudaSuccess;
+    int64_t blocks = (total + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    silu_mul_k<<<(unsigned)blocks, 256, 0, stream>>>(g, gs, u, us, total, f);
+    return cudaGetLastError();
+}
+
+// element e of a cache head starting at element `off`
+template <bool F16> __device__ __forceinline__ float kv_get(const void *c, size_t off) {
+    if (F16) return __half2float(((const __half *)c)[off]);
+    return ((const float *)c)[off];
+}
+template <bool F16> __device__ __forceinline__ void kv_put(void *c, size_t off, float v) {
+    if (F16)
+        ((__half *)c)[off] = __float2half_rn(v);
+    else
+        ((float *)c)[off] = v;
+}
+
+// offset (elements) of position 0 of (layer il, sequence s, kv head h)
+__device__ __forceinline__ size_t kv_head(const hm_cu_kv &kv, int il, int s, int h) {
+    return (((size_t)il * (size_t)kv.n_seq + (size_t)s) * (size_t)kv.n_kv_heads + (size_t)h) *
+           (size_t)kv.kv_ctx * (size_t)kv.head_dim;
+}
+
+// one warp per (token, head) of q and k
+template <bool F16> __global__ void qk_rope_kv_k(hm_cu_qkv a, hm_cu_kv kv) {
+    const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const int hd = kv.head_dim;
+    const bool isq = h < a.n_heads;
+    const int hh = isq ? h : h - a.n_heads;
+    float *x = isq ? a.q + (int64_t)i * a.q_stride + (int64_t)hh * hd
+                   : a.k + (int64_t)i * a.kv_stride + (int64_t)hh * hd;
+    const float *nw = isq ? a.qn : a.kn;
+    if (nw) {
+        double ss = 0;
+        for (int d = lane; d < hd; d += 32) ss += (double)x[d] * x[d];
+        ss = hm_warp_sum_d(ss);
+        const float sc = hm_hd_rms_scale(ss, hd, a.eps);
+        for (int d = lane; d < hd; d += 32) x[d] = x[d] * sc * nw[d];
+        __syncwarp();
+    }
+    const int half = a.rope_dim / 2;
+    const float *cs = a.cs + (int64_t)i * a.rope_dim;
+    for (int j = lane; j < half; j += 32) hm_hd_rope_pair(&x[j], &x[j + half], cs[j], cs[half + j]);
+    __syncwarp();
+    if (isq) return;
+    const size_t off = kv_head(kv, a.il, a.seq[i], hh) + (size_t)a.pos[i] * (size_t)hd;
+    const float *v = a.v + (int64_t)i * a.kv_stride + (int64_t)hh * hd;
+    for (int d = lane; d < hd; d += 32) {
+        kv_put<F16>(kv.k, off + d, x[d]);
+        kv_put<F16>(kv.v, off + d, v[d]);
+    }
+}
+
+extern "C" cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, int n,
+                                        cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    const dim3 grid((unsigned)n, (unsigned)(a->n_heads + kv->n_kv_heads));
+    if (kv->f16)
+        qk_rope_kv_k<true><<<grid, 32, 0, stream>>>(*a, *kv);
+    else
+        qk_rope_kv_k<false><<<grid, 32, 0, stream>>>(*a, *kv);
+    return cudaGetLastError();
+}
+
+// One block per (token, query head): the positions in chunks of ATT_T, one per thread for the
+// scores, an online softmax across chunks (twins.h), each thread accumulating head dims
+// tid, tid + ATT_T, ... of the output.
+enum { ATT_T = 128, ATT_MAX_HD = 4 * ATT_T };
+
+template <bool F16> __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv) {
+    extern __shared__ float smem[]; // q [hd], then the chunk's exp(score - m) [ATT_T]
+    __shared__ float red[32];
+    const int i = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int hd = kv.head_dim;
+    const int kvh = h / (a.n_heads / kv.n_kv_heads);
+    float *qs = smem, *pe = smem + hd;
+    const float *q = a.q + (int64_t)i * a.q_stride + (int64_t)h * hd;
+    for (int d = tid; d < hd; d += ATT_T) qs[d] = q[d];
+    __syncthreads();
+    const int P = a.pos[i] + 1;
+    const size_t base = kv_head(kv, a.il, a.seq[i], kvh);
+    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f};
+    hm_osm st = {-INFINITY, 0.0f};
+    for (int p0 = 0; p0 < P; p0 += ATT_T) {
+        const int p = p0 + tid;
+        float sc = -INFINITY;
+        if (p < P) {
+            const size_t kr = base + (size_t)p * hd;
+            float dot = 0.0f;
+            for (int d = 0; d < hd; d++) dot = fmaf(qs[d], kv_get<F16>(kv.k, kr + d), dot);
+            sc = dot * a.scale;
+        }
+        const float cm = hm_block_max(sc, red);
+        const float f = hm_osm_rescale(&st, cm);
+        const float e = p < P ? expf(sc - st.m) : 0.0f;
+        st.l += hm_block_sum(e, red);
+        pe[tid] = e;
+        __syncthreads();
+        const int np = P - p0 < ATT_T ? P - p0 : ATT_T;
+#pragma unroll
+        for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
+            const int d = tid + j * ATT_T;
+            if (d >= hd) break;
+            float v = acc[j] * f;
+            size_t vr = base + (size_t)p0 * hd + d;
+            for (int m = 0; m < np; m++, vr += hd) v = fmaf(pe[m], kv_get<F16>(kv.v, vr), v);
+            acc[j] = v;
+        }
+        __syncthreads(); // pe is rewritten by the next chunk
+    }
+    float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * hd;
+#pragma unroll
+    for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
+        const int d = tid + j * ATT_T;
+        if (d < hd) o[d] = acc[j] / st.l;
+    }
+}
+
+extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n,
+                                       cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (kv->head_dim > ATT_MAX_HD || kv->n_kv_heads < 1 || a->n_heads % kv->n_kv_heads)
+        return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)n, (unsigned)a->n_heads);
+    const size_t sm = sizeof(float) * (size_t)(kv->head_dim + ATT_T);
+    if (kv->f16)
+        attn_k<true><<<grid, ATT_T, sm, stream>>>(*a, *kv);
+    else
+        attn_k<false><<<grid, ATT_T, sm, stream>>>(*a, *kv);
+    return cudaGetLastError();
+}
+
+__global__ void router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
+                         int32_t *__restrict__ ids, float *__restrict__ w) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (!hm_hd_softmax_topk(rl + (int64_t)i * rs, e, k, renorm, ids + (int64_t)i * k,
+                            w + (int64_t)i * k))
+        for (int j = 0; j < k; j++) ids[(int64_t)i * k + j] = 0, w[(int64_t)i * k + j] = NAN;
+}
+
+extern "C" cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k,
+                                         bool renorm, int32_t *ids, float *w, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (k < 1 || k > e) return cudaErrorInvalidValue;
+    router_k<<<(unsigned)((n + 63) / 64), 64, 0, stream>>>(rl, rs, n, e, k, renorm, ids, w);
+    return cudaGetLastError();
+}
+
+__global__ void __launch_bounds__(256)
+    combine_k(const float *__restrict__ y, int64_t ys, const int32_t *__restrict__ pos_of,
+              const float *__restrict__ w, int k, int64_t h, float *__restrict__ out, int64_t os) {
+    const int64_t t = blockIdx.x;
+    for (int64_t d = threadIdx.x; d < h; d += blockDim.x) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int64_t p = t * k + j, at = pos_of ? (int64_t)pos_of[p] : p;
+            s = fmaf(w[p], y[at * ys + d], s);
+        }
+        out[t * os + d] = s;
+    }
+}
+
+extern "C" cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32_t *pos_of,
+                                         const float *w, int n, int k, int64_t h, float *out,
+                                         int64_t os, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    combine_k<<<(unsigned)n, 256, 0, stream>>>(y, ys, pos_of, w, k, h, out, os);
+    return cudaGetLastError();
+}
+
+__global__ void to_bf16_k(const float *__restrict__ src, uint16_t *__restrict__ dst, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const uint32_t x = __float_as_uint(src[i]);
+        dst[i] = (x & 0x7fffffffu) > 0x7f800000u
+                     ? (uint16_t)((x >> 16) | 0x40)
+                     : (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+    }
+}
+
+extern "C" cudaError_t hm_cu_f32_to_bf16(const float *src, uint16_t *dst, int64_t n,
+                                         cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    int64_t blocks = (n + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    to_bf16_k<<<(unsigned)blocks, 256, 0, stream>>>(src, dst, n);
+    return cudaGetLastError();
+}

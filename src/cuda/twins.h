@@ -1,0 +1,89 @@
+/* twins.h - the arithmetic the CUDA kernels share with their CPU twins, as __host__ __device__
+ * functions: the kernels call them on the GPU and the tests call them on the CPU, so what can be
+ * checked without a GPU (a rotation, the online softmax's rescaling, top-k selection) is checked
+ * in every build. A block's dequantization is in dq.h. Plain C11 when not compiled by nvcc. */
+#ifndef HM_CUDA_TWINS_H
+#define HM_CUDA_TWINS_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifndef HM_HD
+#ifdef __CUDACC__
+#define HM_HD __host__ __device__ __forceinline__
+#else
+#define HM_HD static inline
+#endif
+#endif
+
+/* silu(g) * u, as the CPU's reference (hm_silu_mul's scalar loop) */
+HM_HD float hm_hd_silu_mul(float g, float u) {
+    return g / (1.0f + expf(-g)) * u;
+}
+
+/* One NeoX rotation pair (a = x[i], b = x[i + rope_dim / 2]) by the angle with cosine c and sine
+ * s, as hm_rope_neox. */
+HM_HD void hm_hd_rope_pair(float *a, float *b, float c, float s) {
+    const float x = *a, y = *b;
+    *a = x * c - y * s;
+    *b = y * c + x * s;
+}
+
+/* RMSNorm's factor from the sum of squares (in double) of n values, as hm_rmsnorm */
+HM_HD float hm_hd_rms_scale(double ss, int64_t n, float eps) {
+    return (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+}
+
+/* The running state of an online softmax: the largest score so far and the sum of exp(score - m)
+ * over the scores seen. */
+typedef struct hm_osm {
+    float m, l;
+} hm_osm;
+
+/* A chunk whose largest score is cm arrives: the running maximum moves to max(m, cm) and the sum
+ * so far is rescaled to it. Returns the factor by which everything accumulated so far (the
+ * weighted values) must be multiplied; the chunk's terms are then exp(score - s->m). A NaN score
+ * never becomes the maximum but its exp is NaN, so it reaches the sum and the output. */
+HM_HD float hm_osm_rescale(hm_osm *s, float cm) {
+    const float nm = cm > s->m ? cm : s->m;
+    const float f = s->m == -INFINITY ? 0.0f : expf(s->m - nm);
+    s->l *= f;
+    s->m = nm;
+    return f;
+}
+
+/* Indices of the k largest v[0..n) in descending order, ties to the lower index (as the CPU
+ * router's top-k). */
+HM_HD void hm_hd_topk(const float *v, int n, int k, int32_t *ids) {
+    for (int j = 0; j < k; j++) ids[j] = -1;
+    for (int i = 0; i < n; i++) {
+        int j = k;
+        while (j > 0 && (ids[j - 1] < 0 || v[i] > v[ids[j - 1]])) j--;
+        if (j >= k) continue;
+        for (int m = k - 1; m > j; m--) ids[m] = ids[m - 1];
+        ids[j] = i;
+    }
+}
+
+/* Softmax top-k routing of one token, as hm_router_softmax_topk (the same double sums): false
+ * for k outside [1, n]. */
+HM_HD bool hm_hd_softmax_topk(const float *logits, int n, int k, bool renorm, int32_t *ids,
+                              float *w) {
+    if (n < 1 || k < 1 || k > n) return false;
+    float mx = logits[0];
+    for (int i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
+    hm_hd_topk(logits, n, k, ids);
+    double sel = 0;
+    for (int j = 0; j < k; j++) {
+        w[j] = (float)(exp((double)logits[ids[j]] - mx) / sum);
+        sel += w[j];
+    }
+    if (renorm)
+        for (int j = 0; j < k; j++) w[j] = (float)(w[j] / sel);
+    return true;
+}
+
+#endif

@@ -1,0 +1,99 @@
+/* fixture.h - the Qwen3-MoE fixtures of tests/data/qwen3moe/<name>/ (made by
+ * tests/gen/qwen3moe_fixtures.py): prompts, transformers' logits for every position and 32-token
+ * greedy continuations; with the comparisons the forward tests share. Needs jansson and test.h. */
+#ifndef HMOE_TEST_FIXTURE_H
+#define HMOE_TEST_FIXTURE_H
+
+#include <jansson.h>
+#include <math.h>
+
+#include "test.h"
+
+#define DATA HMOE_SOURCE_DIR "/tests/data/qwen3moe"
+
+typedef struct fixture {
+    char dir[512];
+    int n_prompts;
+    int32_t *prompt[8];
+    int len[8];
+    int32_t greedy[8][32];
+    float *logits[8];      /* [len][vocab] float32 compute */
+    float *logits_bf16[8]; /* bfloat16 compute, or NULL */
+    int vocab;
+} fixture;
+
+static inline float *read_f32(const char *dir, const char *name, size_t want) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    size_t len;
+    char *b = test_read_file(path, &len);
+    if (!b || len != want * sizeof(float)) {
+        fprintf(stderr, "%s: %zu bytes, expected %zu\n", path, b ? len : 0, want * sizeof(float));
+        free(b);
+        return NULL;
+    }
+    return (float *)b;
+}
+
+static inline bool load_fixture(const char *name, fixture *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "%s/%s", DATA, name);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/expected.json", f->dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j) {
+        fprintf(stderr, "%s: %s\n", path, err.text);
+        return false;
+    }
+    json_t *prompts = json_object_get(j, "prompts"), *greedy = json_object_get(j, "greedy");
+    json_t *lg = json_object_get(j, "logits"), *lb = json_object_get(j, "logits_bf16");
+    f->vocab = (int)json_integer_value(json_object_get(j, "vocab"));
+    f->n_prompts = (int)json_array_size(prompts);
+    bool ok = f->n_prompts > 0 && f->n_prompts <= 8 && f->vocab > 0;
+    for (int i = 0; ok && i < f->n_prompts; i++) {
+        json_t *p = json_array_get(prompts, (size_t)i), *g = json_array_get(greedy, (size_t)i);
+        f->len[i] = (int)json_array_size(p);
+        f->prompt[i] = calloc((size_t)f->len[i] + 1, sizeof(int32_t));
+        for (int k = 0; k < f->len[i]; k++)
+            f->prompt[i][k] = (int32_t)json_integer_value(json_array_get(p, (size_t)k));
+        ok = json_array_size(g) == 32;
+        for (int k = 0; ok && k < 32; k++)
+            f->greedy[i][k] = (int32_t)json_integer_value(json_array_get(g, (size_t)k));
+        size_t n = (size_t)f->len[i] * (size_t)f->vocab;
+        f->logits[i] = read_f32(f->dir, json_string_value(json_array_get(lg, (size_t)i)), n);
+        ok = ok && f->logits[i];
+        if (lb) {
+            f->logits_bf16[i] =
+                read_f32(f->dir, json_string_value(json_array_get(lb, (size_t)i)), n);
+            ok = ok && f->logits_bf16[i];
+        }
+    }
+    json_decref(j);
+    return ok;
+}
+
+static inline void free_fixture(fixture *f) {
+    for (int i = 0; i < f->n_prompts; i++)
+        free(f->prompt[i]), free(f->logits[i]), free(f->logits_bf16[i]);
+}
+
+/* max |a - b| / max |b| over n values */
+static inline double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= d)) d = e; /* NaN propagates */
+        if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
+    }
+    return m > 0 ? d / m : d;
+}
+
+static inline int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+#endif
