@@ -1,11 +1,16 @@
-/* test_cuda_twins.c - the CUDA backend's dequantization twins (src/cuda/dq.h) run on the CPU
- * against the reference hm_dequantize_row, bit for bit, for every type they handle: rows from the
- * quantizers, from hm_synth_fill, from random bytes (with and without finite scales), and every
- * encoding of the scalar formats (all F16 / BF16 / FP8 codes, all MXFP4 scales). */
+/* test_cuda_twins.c - the CUDA backend's twins run on the CPU. The dequantization twins
+ * (src/cuda/dq.h) against the reference hm_dequantize_row, bit for bit, for every type they
+ * handle: rows from the quantizers, from hm_synth_fill, from random bytes (with and without
+ * finite scales), and every encoding of the scalar formats (all F16 / BF16 / FP8 codes, all
+ * MXFP4 scales). The other kernels' arithmetic (src/cuda/twins.h) against the CPU backend's ops:
+ * top-k routing, the NeoX rotation, RMSNorm's factor, the online softmax. */
 #include <math.h>
 #include <stddef.h>
 
+#include "cpu/nn.h"
 #include "cuda/dq.h"
+#include "cuda/twins.h"
+#include "hmoe_moe.h"
 #include "quant/ref.h"
 #include "quant/synth.h"
 #include "quant/types.h"
@@ -280,6 +285,75 @@ static void test_supported(void) {
     }
 }
 
+/* twins.h against the CPU backend's own ops */
+static void test_op_twins(void) {
+    uint64_t s = 7;
+    /* softmax top-k: hm_router_softmax_topk's ids and weights exactly (ties included) */
+    for (int it = 0; it < 200; it++) {
+        const int n = 1 + (int)(it * 37 % 300), k = 1 + it % (n < 9 ? n : 9);
+        float lg[300], w1[9], w2[9];
+        int32_t i1[9], i2[9];
+        for (int i = 0; i < n; i++) lg[i] = gauss(&s) * (it % 3 ? 1.0f : 20.0f);
+        if (n > 4) lg[3] = lg[1], lg[4] = lg[1]; /* ties: lower index first */
+        const bool renorm = it & 1;
+        CHECK(hm_router_softmax_topk(lg, n, k, renorm, i1, w1) == HM_OK);
+        CHECK(hm_hd_softmax_topk(lg, n, k, renorm, i2, w2));
+        CHECK(memcmp(i1, i2, sizeof(int32_t) * (size_t)k) == 0);
+        CHECK(memcmp(w1, w2, sizeof(float) * (size_t)k) == 0);
+    }
+    float w[4];
+    int32_t ids[4];
+    CHECK(!hm_hd_softmax_topk(w, 3, 4, false, ids, w) &&
+          !hm_hd_softmax_topk(w, 3, 0, false, ids, w));
+    /* the rotation: hm_rope_neox bit for bit */
+    enum { HD = 24, RD = 16 };
+    float x[HD], y[HD], cs[RD];
+    for (int i = 0; i < HD; i++) x[i] = y[i] = gauss(&s);
+    for (int i = 0; i < RD; i++) cs[i] = gauss(&s);
+    hm_rope_neox(x, 1, HD, RD, cs);
+    for (int j = 0; j < RD / 2; j++) hm_hd_rope_pair(&y[j], &y[j + RD / 2], cs[j], cs[RD / 2 + j]);
+    CHECK(memcmp(x, y, sizeof x) == 0);
+    /* RMSNorm's factor from a double sum of squares: hm_rmsnorm's output */
+    float v[100], nw[100], o1[100];
+    double ss = 0;
+    for (int i = 0; i < 100; i++)
+        v[i] = gauss(&s), nw[i] = 1 + gauss(&s) * 0.1f, ss += (double)v[i] * v[i];
+    hm_rmsnorm(v, nw, o1, 100, 1e-6f);
+    const float r = hm_hd_rms_scale(ss, 100, 1e-6f);
+    int close = 0;
+    for (int i = 0; i < 100; i++) close += fabsf(o1[i] - v[i] * r * nw[i]) <= 1e-6f * fabsf(o1[i]);
+    CHECK(close == 100);
+    /* the online softmax over chunks: the direct softmax-weighted sum */
+    for (int it = 0; it < 20; it++) {
+        const int n = 1 + it * 53, chunk = 1 + it % 7 * 16;
+        double sc[1100], val[1100], mx = -INFINITY, den = 0, num = 0;
+        for (int i = 0; i < n; i++) sc[i] = gauss(&s) * 8, val[i] = gauss(&s), mx = fmax(mx, sc[i]);
+        for (int i = 0; i < n; i++) den += exp(sc[i] - mx), num += exp(sc[i] - mx) * val[i];
+        hm_osm st = {-INFINITY, 0.0f};
+        float acc = 0;
+        for (int c0 = 0; c0 < n; c0 += chunk) {
+            float cm = -INFINITY;
+            for (int i = c0; i < n && i < c0 + chunk; i++)
+                cm = (float)sc[i] > cm ? (float)sc[i] : cm;
+            acc *= hm_osm_rescale(&st, cm);
+            for (int i = c0; i < n && i < c0 + chunk; i++) {
+                const float e = expf((float)sc[i] - st.m);
+                st.l += e, acc += e * (float)val[i];
+            }
+        }
+        CHECK_MSG(fabs(acc / st.l - num / den) <= 1e-5 * (1 + fabs(num / den)), "osm %d: %g vs %g",
+                  n, (double)(acc / st.l), num / den);
+    }
+    /* a NaN score reaches the result */
+    hm_osm st = {-INFINITY, 0.0f};
+    (void)hm_osm_rescale(&st, 1.0f);
+    (void)hm_osm_rescale(&st, NAN);
+    st.l += expf(NAN - st.m);
+    CHECK(isnan(st.l));
+    CHECK(hm_hd_silu_mul(0.0f, 5.0f) == 0.0f &&
+          fabsf(hm_hd_silu_mul(2.0f, 3.0f) - 2.0f / (1.0f + expf(-2.0f)) * 3.0f) == 0.0f);
+}
+
 int main(void) {
     test_supported();
     test_scalars();
@@ -290,5 +364,6 @@ int main(void) {
     test_mxfp4_scales();
     printf("  %ld NaN values with a payload other than the reference's (NaN both)\n",
            g_nan_payload_diffs);
+    test_op_twins();
     return test_done("cuda_twins");
 }
