@@ -1,0 +1,77 @@
+/* place.h - where each routed expert of a hybrid context lives: per layer, the experts kept on
+ * the GPU (the rest run on the CPU's expert engine). CPU-only and all-GPU are the two ends of
+ * the same plan: no expert on the GPU, or all of them.
+ *
+ * The count per layer comes from --gpu-experts N, or from a byte budget for the experts
+ * (--gpu-mem less what the rest of the model, the KV cache and scratch take); a strategy says
+ * which experts and, under a budget, how the count is spread over the layers:
+ *   uniform    the same count in every layer (the remainder one more in the first layers),
+ *              spread evenly over the expert indices;
+ *   front      whole layers from the first (front-loading), the last one partly;
+ *   random     the same counts as uniform, experts drawn with the seed;
+ *   frequency  the most activated experts (counts from `hmoe profile`): per layer with
+ *              --gpu-experts, else ranked over all layers, so busy layers get more.
+ * Rules ("REGEX=cuda" / "REGEX=cpu", as llama.cpp's -ot and KT's rule files) then move whole
+ * layers: a rule whose regular expression is found in one of a layer's expert tensor names
+ * (blk.L.ffn_{gate,up,down}_exps.weight) puts all of that layer's experts there; later rules
+ * win. */
+#ifndef HM_MODEL_PLACE_H
+#define HM_MODEL_PLACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef struct hm_model hm_model;
+
+typedef enum hm_place_strategy {
+    HM_PLACE_UNIFORM = 0,
+    HM_PLACE_FRONT,
+    HM_PLACE_RANDOM,
+    HM_PLACE_FREQUENCY,
+    HM_PLACE_COUNT
+} hm_place_strategy;
+
+const char *hm_place_strategy_name(hm_place_strategy s);
+/* -1 when unknown */
+int hm_place_strategy_from_name(const char *name);
+
+typedef struct hm_place_params {
+    int gpu_experts;     /* routed experts per layer on the GPU; < 0: from gpu_budget */
+    uint64_t gpu_budget; /* bytes the experts may take on the GPU (gpu_experts < 0) */
+    hm_place_strategy strategy;
+    uint64_t seed;            /* HM_PLACE_RANDOM */
+    const uint64_t *counts;   /* HM_PLACE_FREQUENCY: [n_layers][n_experts] activations */
+    const char *const *rules; /* "REGEX=cuda" or "REGEX=cpu" */
+    int n_rules;
+} hm_place_params;
+
+typedef struct hm_place_plan {
+    int n_layers, n_experts;
+    uint8_t *gpu;       /* [n_layers][n_experts]: 1 = on the GPU (dense layers: all 0) */
+    int *n_gpu_layer;   /* [n_layers] experts on the GPU per layer */
+    uint8_t *moe;       /* [n_layers] 1 = the layer has routed experts */
+    int n_gpu;          /* experts on the GPU in all */
+    uint64_t gpu_bytes; /* their weights */
+    uint64_t all_bytes; /* every routed expert's weights */
+} hm_place_plan;
+
+/* Bytes of one routed expert of layer il (gate + up + down); 0 for a dense layer. */
+uint64_t hm_place_expert_bytes(const hm_model *m, int il);
+
+/* The plan for m. HM_ERR_INVALID_ARG for a bad rule (its text and why), a frequency strategy
+ * without counts, or a rule that matches no expert tensor. */
+hm_status hm_place_make(const hm_model *m, const hm_place_params *p, hm_place_plan *out);
+void hm_place_free(hm_place_plan *plan);
+/* One line: "24 of 48 experts per layer on the GPU (...)" or a per-layer list when they differ. */
+void hm_place_describe(const hm_place_plan *plan, char *buf, size_t cap);
+
+/* Activation counts: a text file "hmoe-expert-counts 1 LAYERS EXPERTS" then one line per layer
+ * of EXPERTS counts. Reading checks the shape against the model's. */
+hm_status hm_place_counts_write(const char *path, int n_layers, int n_experts,
+                                const uint64_t *counts);
+hm_status hm_place_counts_read(const char *path, int n_layers, int n_experts, uint64_t **out);
+
+#endif

@@ -1,0 +1,157 @@
+/* test_place.c - the hybrid placement of routed experts (model/place.h) on fixture b (3 layers,
+ * layer 1 dense, 8 experts): counts per layer from --gpu-experts and from byte budgets under every
+ * strategy, which experts each strategy picks, rules by tensor-name regex, the activation-count
+ * file, and bad input. */
+#include <unistd.h>
+
+#include "model/model.h"
+#include "model/place.h"
+#include "test.h"
+
+static int layer_count(const hm_place_plan *pl, int il) {
+    int c = 0;
+    for (int e = 0; e < pl->n_experts; e++) c += pl->gpu[il * pl->n_experts + e];
+    return c;
+}
+
+int main(void) {
+    hm_model *m = NULL;
+    CHECK_OK(hm_model_load(HMOE_SOURCE_DIR "/tests/data/qwen3moe/b", &m));
+    if (!m) return test_done("place");
+    const uint64_t eb = hm_place_expert_bytes(m, 0);
+    CHECK(eb == 3ull * 48 * 64 * 4);
+    CHECK(hm_place_expert_bytes(m, 1) == 0 && hm_place_expert_bytes(m, 2) == eb);
+    hm_place_plan pl;
+    hm_place_params p = {.gpu_experts = 3, .strategy = HM_PLACE_UNIFORM};
+    char line[256];
+
+    /* --gpu-experts: the same count in every MoE layer, none in the dense one */
+    CHECK_OK(hm_place_make(m, &p, &pl));
+    CHECK(pl.n_layers == 3 && pl.n_experts == 8 && pl.n_gpu == 6 && pl.gpu_bytes == 6 * eb);
+    CHECK(pl.all_bytes == 16 * eb);
+    CHECK(pl.gpu[0] && pl.gpu[2] && pl.gpu[5] && layer_count(&pl, 0) == 3); /* 0, 8/3, 16/3 */
+    CHECK(layer_count(&pl, 1) == 0 && pl.n_gpu_layer[1] == 0 && pl.n_gpu_layer[2] == 3);
+    hm_place_describe(&pl, line, sizeof line);
+    CHECK_CONTAINS(line, "3 of 8 routed experts per layer");
+    hm_place_free(&pl);
+    p.gpu_experts = 0; /* CPU-only and all-GPU: the two ends */
+    CHECK_OK(hm_place_make(m, &p, &pl));
+    CHECK(pl.n_gpu == 0 && pl.gpu_bytes == 0);
+    hm_place_free(&pl);
+    p.gpu_experts = 99;
+    CHECK_OK(hm_place_make(m, &p, &pl));
+    CHECK(pl.n_gpu == 16 && pl.gpu_bytes == pl.all_bytes);
+    hm_place_free(&pl);
+
+    /* budgets: 5 experts' bytes (a little less than 6) */
+    p.gpu_experts = -1;
+    p.gpu_budget = 5 * eb + eb / 2;
+    CHECK_OK(hm_place_make(m, &p, &pl)); /* uniform: 2 each, the remainder to the first layer */
+    CHECK(pl.n_gpu_layer[0] == 3 && pl.n_gpu_layer[2] == 2 && pl.gpu_bytes <= p.gpu_budget);
+    hm_place_describe(&pl, line, sizeof line);
+    CHECK_CONTAINS(line, "per layer: 3 0 2");
+    hm_place_free(&pl);
+    p.strategy = HM_PLACE_FRONT, p.gpu_budget = 10 * eb;
+    CHECK_OK(hm_place_make(m, &p, &pl)); /* front: layer 0 whole, then 2 of layer 2 */
+    CHECK(pl.n_gpu_layer[0] == 8 && pl.n_gpu_layer[2] == 2 && pl.gpu[2 * 8 + 0] &&
+          pl.gpu[2 * 8 + 1]);
+    hm_place_free(&pl);
+    p.gpu_budget = 0;
+    CHECK_OK(hm_place_make(m, &p, &pl));
+    CHECK(pl.n_gpu == 0);
+    hm_place_free(&pl);
+
+    /* random: uniform's counts, seeded choices */
+    p.strategy = HM_PLACE_RANDOM, p.gpu_experts = 4, p.seed = 1;
+    hm_place_plan a, b;
+    CHECK_OK(hm_place_make(m, &p, &a));
+    CHECK_OK(hm_place_make(m, &p, &b));
+    CHECK(a.n_gpu_layer[0] == 4 && a.n_gpu_layer[2] == 4 && !memcmp(a.gpu, b.gpu, 24));
+    int differ = 0;
+    for (uint64_t seed = 2; seed < 6; seed++) {
+        hm_place_free(&b);
+        p.seed = seed;
+        CHECK_OK(hm_place_make(m, &p, &b));
+        differ += memcmp(a.gpu, b.gpu, 24) != 0;
+        CHECK(b.n_gpu == 8);
+    }
+    CHECK(differ >= 3);
+    CHECK(memcmp(a.gpu, a.gpu + 16, 8) != 0 || memcmp(b.gpu, b.gpu + 16, 8) != 0); /* per layer */
+    hm_place_free(&a), hm_place_free(&b);
+
+    /* frequency: per layer with --gpu-experts, ranked over layers under a budget */
+    uint64_t counts[24] = {0};
+    for (int e = 0; e < 8; e++)
+        counts[e] = (uint64_t)(10 + e), counts[16 + e] = (uint64_t)(100 - e);
+    counts[16 + 5] = 1000;
+    p.strategy = HM_PLACE_FREQUENCY, p.counts = NULL;
+    CHECK_STATUS(hm_place_make(m, &p, &pl), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "hmoe profile");
+    p.counts = counts, p.gpu_experts = 2;
+    CHECK_OK(hm_place_make(m, &p, &pl));
+    CHECK(pl.gpu[7] && pl.gpu[6] && layer_count(&pl, 0) == 2);
+    CHECK(pl.gpu[16 + 5] && pl.gpu[16 + 0] && layer_count(&pl, 2) == 2);
+    hm_place_free(&pl);
+    p.gpu_experts = -1, p.gpu_budget = 3 * eb;
+    CHECK_OK(hm_place_make(m, &p, &pl)); /* the three busiest of all: layer 2's 5, 0, 1 */
+    CHECK(pl.n_gpu == 3 && pl.n_gpu_layer[0] == 0 && pl.gpu[16 + 5] && pl.gpu[16] && pl.gpu[17]);
+    hm_place_free(&pl);
+
+    /* rules move whole layers; later rules win */
+    p.strategy = HM_PLACE_UNIFORM, p.gpu_experts = 2;
+    const char *r1[] = {"blk\\.0\\.=cpu", "blk\\.2\\.ffn_up_exps=cuda"};
+    p.rules = r1, p.n_rules = 2;
+    CHECK_OK(hm_place_make(m, &p, &pl));
+    CHECK(pl.n_gpu_layer[0] == 0 && pl.n_gpu_layer[2] == 8 && pl.n_gpu == 8);
+    hm_place_free(&pl);
+    const char *r2[] = {"blk\\.[02]\\.ffn_.*_exps=cuda", "blk\\.2\\.=cpu"};
+    p.rules = r2;
+    CHECK_OK(hm_place_make(m, &p, &pl));
+    CHECK(pl.n_gpu_layer[0] == 8 && pl.n_gpu_layer[2] == 0);
+    hm_place_free(&pl);
+    static const struct {
+        const char *rule, *msg;
+    } bad[] = {{"blk[=cuda", "offset"},
+               {"blk\\.1\\.=cuda", "matches no routed-expert tensor"},
+               {"blk.0", "expected REGEX=cuda"},
+               {"=cuda", "expected REGEX=cuda"},
+               {"blk\\.0\\.=tpu", "unknown device 'tpu'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *r[] = {bad[i].rule};
+        p.rules = r, p.n_rules = 1;
+        CHECK_STATUS(hm_place_make(m, &p, &pl), HM_ERR_INVALID_ARG);
+        CHECK_CONTAINS(hm_last_error(), bad[i].msg);
+        CHECK(pl.gpu == NULL);
+    }
+    p.rules = NULL, p.n_rules = 0;
+    p.strategy = (hm_place_strategy)9;
+    CHECK_STATUS(hm_place_make(m, &p, &pl), HM_ERR_INVALID_ARG);
+
+    /* names */
+    CHECK(hm_place_strategy_from_name("front-loading") == HM_PLACE_FRONT);
+    CHECK(hm_place_strategy_from_name("frequency") == HM_PLACE_FREQUENCY);
+    CHECK(hm_place_strategy_from_name("hot") == -1);
+    CHECK(strcmp(hm_place_strategy_name(HM_PLACE_RANDOM), "random") == 0);
+
+    /* the count file: round trip, shape and content checked */
+    char dir[] = "/tmp/hmoe-place-XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/counts.txt", dir);
+    CHECK_OK(hm_place_counts_write(path, 3, 8, counts));
+    uint64_t *back = NULL;
+    CHECK_OK(hm_place_counts_read(path, 3, 8, &back));
+    CHECK(back && !memcmp(back, counts, sizeof counts));
+    free(back);
+    CHECK_STATUS(hm_place_counts_read(path, 48, 128, &back), HM_ERR_FORMAT);
+    CHECK_CONTAINS(hm_last_error(), "3 layers x 8 experts, the model has 48 x 128");
+    write_text(path, "hmoe-expert-counts 1 3 8\n1 2 3\n");
+    CHECK_STATUS(hm_place_counts_read(path, 3, 8, &back), HM_ERR_FORMAT);
+    CHECK_CONTAINS(hm_last_error(), "count 4 of 24");
+    write_text(path, "not counts\n");
+    CHECK_STATUS(hm_place_counts_read(path, 3, 8, &back), HM_ERR_FORMAT);
+    remove(path);
+    CHECK_STATUS(hm_place_counts_read(path, 3, 8, &back), HM_ERR_IO);
+    rmdir(dir);
+    hm_model_free(m);
+    return test_done("place");
+}
