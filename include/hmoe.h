@@ -145,12 +145,40 @@ typedef enum hm_repack_mode {
 typedef enum hm_device {
     HM_DEVICE_AUTO = 0, /* the CPU (the hybrid placement will choose a GPU when one helps) */
     HM_DEVICE_CPU,      /* the CPU: the expert engine and this machine's kernels */
-    HM_DEVICE_CUDA,     /* the whole model on one GPU (hm_ctx_params.gpu) */
+    HM_DEVICE_CUDA,     /* GPU hm_ctx_params.gpu, with as many routed experts as it holds (the
+                           others on the CPU's expert engine: the hybrid placement) */
 } hm_device;
+
+/* Which routed experts a hybrid context keeps on the GPU (hm_ctx_params.placement). */
+typedef enum hm_place_strategy {
+    HM_PLACE_UNIFORM = 0, /* the same count in every layer, spread over the expert indices */
+    HM_PLACE_FRONT,       /* whole layers from the first (front-loading) */
+    HM_PLACE_RANDOM,      /* uniform's counts, experts drawn with place_seed */
+    HM_PLACE_FREQUENCY,   /* the most activated (expert_counts, from `hmoe profile`) */
+    HM_PLACE_COUNT
+} hm_place_strategy;
+
+#define HM_GPU_EXPERTS_FIT (-1)
 
 typedef struct hm_ctx_params {
     hm_device device;
-    int gpu;         /* HM_DEVICE_CUDA: the GPU's index */
+    int gpu; /* HM_DEVICE_CUDA: the GPU's index */
+    /* HM_DEVICE_CUDA is hybrid: attention, router, dense layers, embedding and output on the GPU,
+     * and of the routed experts gpu_experts per layer; the others run on the CPU's expert engine,
+     * overlapped with the GPU's. HM_GPU_EXPERTS_FIT (the default) keeps as many as gpu_mem holds
+     * once the rest of the model, the KV cache and scratch are placed (all of them when they
+     * fit); 0 keeps none; N keeps N per layer (refused, with the numbers, when they do not fit).
+     * hm_ctx_placement says what was chosen. */
+    int gpu_experts;
+    uint64_t gpu_mem;            /* bytes the context may take on the GPU; 0 = what is free */
+    hm_place_strategy placement; /* which experts, and under a budget how many per layer */
+    uint64_t place_seed;         /* HM_PLACE_RANDOM */
+    const char *expert_counts;   /* HM_PLACE_FREQUENCY: the file `hmoe profile` writes */
+    /* "REGEX=cuda" or "REGEX=cpu": a layer any of whose expert tensor names
+     * (blk.L.ffn_{gate,up,down}_exps.weight) the expression is found in has all its experts
+     * there; later rules win (llama.cpp's -ot, KT's rule files) */
+    const char *const *place_rules;
+    int n_place_rules;
     int n_threads;   /* 0 = one per physical core */
     int n_ctx;       /* positions per sequence; 0 = min(max_position_embeddings, 4096) */
     int n_seq;       /* sequences (KV cache slots); 0 = 1 */
@@ -197,6 +225,14 @@ size_t hm_ctx_repacked_bytes(const hm_ctx *c);  /* the int8 copies (experts, den
 int hm_ctx_numa_slices(const hm_ctx *c);        /* the experts' slices (1: none) */
 size_t hm_ctx_numa_copy_bytes(const hm_ctx *c); /* the slices' weight copies, 0: none */
 int hm_ctx_seq_len(const hm_ctx *c, int seq);   /* positions already in the cache */
+/* The hybrid placement as a line ("24 of 128 routed experts per layer on the GPU (...)"); for a
+ * CPU context "cpu". */
+void hm_ctx_placement(const hm_ctx *c, char *buf, size_t cap);
+/* Routed-expert activations counted by the CPU backend since the context was made: out
+ * [n_layers][n_experts] (n = their product). HM_ERR_INVALID_ARG when n differs. */
+hm_status hm_ctx_expert_counts(const hm_ctx *c, uint64_t *out, size_t n);
+/* Writes them as the expert-count file hm_ctx_params.expert_counts reads. */
+hm_status hm_ctx_write_expert_counts(const hm_ctx *c, const char *path);
 /* Forgets a sequence's cache (its next token is position 0). */
 void hm_ctx_seq_reset(hm_ctx *c, int seq);
 

@@ -34,9 +34,10 @@ for s in $steps; do
     bench)
         m=/tmp/hmoe-tiny.gguf
         [ -f $m ] || "$B/hmoe" synth --preset qwen3-tiny --vocab none -o $m >/dev/null
-        for d in cpu cuda; do
-            timeout 120 "$B/hmoe" bench e2e -m $m -p 512 -n 64 --device $d 2>&1 | tee "$LOG/e2e-tiny-$d.log" |
-                grep -E "^config|^roofline:|^result|^rep 0|hmoe"
+        for d in "cpu" "cuda" "cuda --gpu-experts 0" "cuda --gpu-experts 64"; do
+            echo "== tiny: --device $d"
+            timeout 120 "$B/hmoe" bench e2e -m $m -p 512 -n 64 --device $d 2>&1 | tee -a "$LOG/e2e-tiny.log" |
+                grep -E "^placement|^roofline:|^result|^rep 0|hmoe"
         done ;;
     bench30)
         m=/tmp/hmoe-q30.gguf

@@ -54,7 +54,8 @@ static void check_ctx_refused(void) {
 }
 
 /* the Qwen3-MoE fixtures on the GPU: the CPU's bounds against transformers */
-static void check_model_gpu(const char *name, bool kv_f16) {
+static void check_model_gpu(const char *name, bool kv_f16, int gpu_experts,
+                            hm_place_strategy strategy) {
     fixture f;
     CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
     if (!f.n_prompts) return;
@@ -68,9 +69,15 @@ static void check_model_gpu(const char *name, bool kv_f16) {
     cp.n_seq = f.n_prompts;
     cp.n_batch = 64;
     cp.kv_f16 = kv_f16;
+    cp.gpu_experts = gpu_experts;
+    cp.placement = strategy;
+    cp.place_seed = 3;
     const double tol = kv_f16 ? 1e-2 : 1e-3;
     hm_ctx *c = NULL;
     CHECK_OK(hm_ctx_create(m, &cp, &c));
+    char place[256] = "";
+    if (c) hm_ctx_placement(c, place, sizeof place);
+    printf("  cuda %s: %s\n", name, place);
     if (!c) {
         hm_model_free(m);
         return free_fixture(&f);
@@ -84,8 +91,8 @@ static void check_model_gpu(const char *name, bool kv_f16) {
         hm_ctx_seq_reset(c, 0);
         CHECK_OK(hm_ctx_decode(c, f.prompt[i], NULL, n, NULL, lg));
         const double e = rel_err(lg, f.logits[i], (size_t)n * (size_t)V);
-        printf("  cuda %s prompt %d (%d tokens)%s: rel error %.2e\n", name, i, n,
-               kv_f16 ? " f16 KV" : "", e);
+        printf("  cuda %s prompt %d (%d tokens)%s, %d experts/layer on the GPU: rel error %.2e\n",
+               name, i, n, kv_f16 ? " f16 KV" : "", gpu_experts, e);
         CHECK_MSG(e <= tol, "cuda %s prompt %d: logits rel error %.3g > %.0e", name, i, e, tol);
         /* greedy continuation, one token at a time (the matvec path) */
         int32_t t = argmax(lg + (size_t)(n - 1) * (size_t)V, V);
@@ -155,11 +162,12 @@ static void kl_rows(const float *a, const float *b, int n, int V, double *mean, 
 /* logits of every position of prompt i of a model file, whole prompt in one batch (or one token
  * at a time) on device dev */
 static bool gguf_logits(const char *path, const fixture *f, int i, hm_device dev, bool one,
-                        float *out) {
+                        int gpu_experts, float *out) {
     hm_model *m = NULL;
     hm_ctx *c = NULL;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.device = dev, cp.n_ctx = 64, cp.n_batch = 64, cp.n_threads = 2;
+    cp.gpu_experts = gpu_experts;
     bool ok = hm_model_load(path, &m) == HM_OK && hm_ctx_create(m, &cp, &c) == HM_OK;
     for (int k = 0; ok && one && k < f->len[i]; k++)
         ok = hm_ctx_decode(c, f->prompt[i] + k, NULL, 1, NULL, out + (size_t)k * f->vocab) == HM_OK;
@@ -186,16 +194,17 @@ static void check_quantized_gpu(int type, int experts_type) {
     float *lc = malloc(sizeof(float) * 64 * (size_t)V),
           *lg = malloc(sizeof(float) * 64 * (size_t)V);
     for (int i = 0; i < f.n_prompts; i++) {
-        if (!gguf_logits(path, &f, i, HM_DEVICE_CPU, false, lc)) break;
-        for (int one = 0; one < 2; one++) {
-            CHECK(gguf_logits(path, &f, i, HM_DEVICE_CUDA, one, lg));
+        if (!gguf_logits(path, &f, i, HM_DEVICE_CPU, false, HM_GPU_EXPERTS_FIT, lc)) break;
+        for (int one = 0; one < 4; one++) { /* 2, 3: hybrid, one of the 4 experts on the GPU */
+            CHECK(gguf_logits(path, &f, i, HM_DEVICE_CUDA, one & 1,
+                              one < 2 ? HM_GPU_EXPERTS_FIT : 1, lg));
             double km, kx;
             kl_rows(lc, lg, f.len[i], V, &km, &kx);
-            printf("  cuda %s/%s %s vs the CPU, prompt %d: KL mean %.2e max %.2e\n",
+            printf("  cuda %s/%s %s%s vs the CPU, prompt %d: KL mean %.2e max %.2e\n",
                    hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
-                   one ? "matvec" : "tensor cores", i, km, kx);
+                   one & 1 ? "matvec" : "tensor cores", one < 2 ? "" : " hybrid", i, km, kx);
             CHECK_MSG(km <= 1e-2 && kx <= 1e-1, "cuda %s %s: KL mean %.3g max %.3g vs the CPU",
-                      hm_type_name((uint32_t)experts_type), one ? "matvec" : "tiles", km, kx);
+                      hm_type_name((uint32_t)experts_type), one & 1 ? "matvec" : "tiles", km, kx);
         }
     }
     free(lc), free(lg);
@@ -671,8 +680,16 @@ int main(void) {
     check_kernels();
 #endif
     static const char *const models[] = {"a", "b", "c", "q", "q_fp8"};
-    for (size_t i = 0; i < sizeof models / sizeof *models; i++) check_model_gpu(models[i], false);
-    check_model_gpu("q", true);
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
+        check_model_gpu(models[i], false, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);
+    check_model_gpu("q", true, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);
+    /* hybrid: every routed expert on the CPU, and some on each side under every strategy */
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
+        check_model_gpu(models[i], false, 0, HM_PLACE_UNIFORM);
+    for (int s = HM_PLACE_UNIFORM; s <= HM_PLACE_RANDOM; s++) {
+        check_model_gpu("a", false, 3, (hm_place_strategy)s);
+        check_model_gpu("c", false, 5, (hm_place_strategy)s);
+    }
     check_quantized_gpu(HM_TYPE_Q8_0, HM_TYPE_Q8_0);
     check_quantized_gpu(HM_TYPE_Q8_0, HM_TYPE_Q4_K);
     check_quantized_gpu(HM_TYPE_Q6_K, HM_TYPE_Q5_K);

@@ -21,8 +21,18 @@
 #include "model/graph.h"
 #include "model/model.h"
 #include "quant/types.h"
+#include "hmoe_moe.h"
 
 enum { LOGIT_ROWS = 64 }; /* rows of logits computed and copied back per pass */
+/* GPU memory kept free beyond the arena: the CUDA context, cuBLAS's workspace, graphs */
+#define HM_CUDA_MARGIN ((size_t)512 << 20)
+
+/* a layer's host functions on the stream: the CPU engine's submit and wait */
+typedef struct hyb_cb {
+    struct hm_cuda_ctx *c;
+    int il;
+    bool pending;
+} hyb_cb;
 
 struct hm_cuda_ctx {
     const hm_model *m;
@@ -32,7 +42,22 @@ struct hm_cuda_ctx {
     cublasHandle_t blas;
     uint8_t *arena;
     size_t used; /* bytes of the arena laid out so far */
-    size_t weight_bytes, kv_bytes;
+    size_t weight_bytes, kv_bytes, expert_bytes;
+    /* hybrid */
+    const uint8_t *gpu_mask; /* [n_layers][n_experts] or NULL (all on the GPU) */
+    hm_moe *const *cpu_moe;  /* [n_layers] or NULL */
+    int32_t *slot_of;        /* [n_layers][n_experts] device: an expert's place among the
+                                layer's GPU experts, -1 on the CPU */
+    bool *remap;             /* [n_layers]: some of the layer's experts are on the CPU */
+    int32_t *gid;            /* [n_batch][k] device: the pairs' GPU slots */
+    float *cpu_out;          /* [n_batch][hidden] device: the CPU experts' sum */
+    void *h_hyb;             /* pinned: x [B][H], out [B][H], ids [B][k], w [B][k] */
+    float *h_x, *h_out, *h_w;
+    int32_t *h_ids;
+    hyb_cb *cb;       /* [n_layers] */
+    int cur_n;        /* tokens of the step in flight (read by the host functions) */
+    hm_status hyb_st; /* the first failure inside a host function */
+    char hyb_msg[512];
     hm_cu_w *nw;              /* [g->n]: node i's matrix (MATMUL) */
     const float **nn1, **nn2; /* [g->n]: node i's norm weights */
     hm_cu_w *ex;              /* [n_layers][3]: gate, up, down of the layer's experts */
@@ -127,6 +152,16 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
     const hm_layer *L = &c->m->layers[il];
     const int E = (int)hp->n_experts;
     const int64_t inter = hp->moe_inter, H = hp->hidden;
+    const uint8_t *mask = c->gpu_mask ? c->gpu_mask + (size_t)il * (size_t)E : NULL;
+    int32_t slot[4096];
+    int ng = 0;
+    if (E > 4096) return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: %d experts (at most 4096)", E);
+    for (int e = 0; e < E; e++) slot[e] = !mask || mask[e] ? ng++ : -1;
+    c->remap[il] = ng < E;
+    if (c->slot_of && c->arena)
+        CK(cudaMemcpy(c->slot_of + (size_t)il * (size_t)E, slot, sizeof(int32_t) * (size_t)E,
+                      cudaMemcpyHostToDevice),
+           "expert slots");
     for (int p = 0; p < 3; p++) {
         const int64_t rows = p < 2 ? inter : H, cols = p < 2 ? H : inter;
         const hm_moe_matrix *m0 = p == 0   ? &L->experts[0].gate
@@ -142,9 +177,10 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
                              "cuda: %s: type %s with %lld columns has no GPU kernel", what,
                              hm_type_name(m0->type), (long long)cols);
         const size_t rb = packed_row(m0->type, cols), one = rb * (size_t)rows;
-        uint8_t *d = take(c, one * (size_t)E);
-        c->ex[il * 3 + p] = (hm_cu_w){m0->type, d, rows, cols, rb, one};
-        c->weight_bytes += one * (size_t)E;
+        uint8_t *d = ng ? take(c, one * (size_t)ng) : NULL;
+        c->ex[il * 3 + p] = (hm_cu_w){m0->type, ng ? (void *)d : NULL, rows, cols, rb, one};
+        c->weight_bytes += one * (size_t)ng;
+        c->expert_bytes += one * (size_t)ng;
         for (int e = 0; e < E; e++) {
             const hm_moe_expert *x = &L->experts[e];
             const hm_moe_matrix *m = p == 0 ? &x->gate : p == 1 ? &x->up : &x->down;
@@ -154,9 +190,10 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
             if (x->gate_bias || x->up_bias || x->down_bias)
                 return hm_errorf(HM_ERR_UNSUPPORTED,
                                  "cuda: layer %d: experts with biases have no GPU kernel yet", il);
-            if (d)
-                CK(cudaMemcpy2D(d + (size_t)e * one, rb, m->data, m->row_bytes ? m->row_bytes : rb,
-                                rb, (size_t)rows, cudaMemcpyHostToDevice),
+            if (d && slot[e] >= 0)
+                CK(cudaMemcpy2D(d + (size_t)slot[e] * one, rb, m->data,
+                                m->row_bytes ? m->row_bytes : rb, rb, (size_t)rows,
+                                cudaMemcpyHostToDevice),
                    what);
         }
     }
@@ -169,7 +206,9 @@ static hm_status layout(hm_cuda_ctx *c) {
     const hm_hparams *hp = &m->hp;
     const hm_graph *g = c->g;
     hm_status st;
-    c->used = 0, c->weight_bytes = 0;
+    c->used = 0, c->weight_bytes = 0, c->expert_bytes = 0;
+    const int64_t E0 = hp->n_experts ? hp->n_experts : 1;
+    c->slot_of = take(c, sizeof(int32_t) * (size_t)hp->n_layers * (size_t)E0);
     if ((st = put_hm_matrix(c, &m->tok_embd, "token embedding", &c->tok_embd))) return st;
     if (m->output.data == m->tok_embd.data && m->output.type == m->tok_embd.type)
         c->output = c->tok_embd; /* tied */
@@ -222,6 +261,8 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->ord.tile_i0 = take(c, sizeof(int32_t) * (size_t)c->max_tiles);
     c->ord.tile_n = take(c, sizeof(int32_t) * (size_t)c->max_tiles);
     c->ord.n_tiles = take(c, sizeof(int32_t));
+    c->gid = take(c, sizeof(int32_t) * (size_t)(B * K));
+    c->cpu_out = c->cpu_moe ? take(c, sizeof(float) * (size_t)(B * H)) : NULL;
     /* the GEMM path's dequantized rows: the largest matrix, at most 32M floats at a time */
     int64_t big = m->output.rows * m->output.cols;
     for (int i = 0; i < g->n; i++)
@@ -287,39 +328,103 @@ static const int32_t *d_rows(const hm_cuda_ctx *c) {
     return c->d_in + 3 * c->n_batch;
 }
 
+/* Host functions of the hybrid step (they run on a CUDA thread, in stream order, and must not
+ * call CUDA): the layer's CPU experts submitted to its engine's async pool, and waited for. */
+static void CUDART_CB submit_cb(void *arg) {
+    hyb_cb *h = arg;
+    hm_cuda_ctx *c = h->c;
+    if (c->hyb_st) return;
+    const hm_status st = hm_moe_submit(c->cpu_moe[h->il], c->h_x, HM_MOE_F32, c->h_ids, c->h_w,
+                                       c->cur_n, c->k, c->h_out, HM_MOE_F32, false);
+    if (st) {
+        snprintf(c->hyb_msg, sizeof c->hyb_msg, "layer %d CPU experts: %s", h->il, hm_last_error());
+        c->hyb_st = st;
+        memset(c->h_out, 0, sizeof(float) * (size_t)c->cur_n * c->m->hp.hidden);
+        return;
+    }
+    h->pending = true;
+}
+
+static void CUDART_CB wait_cb(void *arg) {
+    hyb_cb *h = arg;
+    if (!h->pending) return;
+    hm_moe_wait(h->c->cpu_moe[h->il]);
+    h->pending = false;
+}
+
 /* The routed experts of layer nd->il for n tokens (ids and weights in c->ids, c->w). Decode
  * batches: a matvec per (token, expert) pair. Larger ones with quantized experts: the pairs in
  * expert order and the tile kernel, so each expert's weights are read once per 64 of its
- * tokens. */
+ * tokens. Hybrid: the inputs go to pinned memory and the CPU engine (a host function submits),
+ * the GPU computes its own experts meanwhile (the CPU's pairs map to slot -1 and add nothing),
+ * a second host function waits, and the CPU's sum is copied back and added. */
 static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *x, int64_t xs,
                          float *out, int64_t os) {
     const hm_hparams *hp = &c->m->hp;
-    const hm_cu_w *ex = &c->ex[nd->il * 3];
+    const int il = nd->il;
+    const hm_cu_w *ex = &c->ex[il * 3];
     const int np = n * c->k;
     const int64_t I = hp->moe_inter, H = hp->hidden;
-    const bool tiles = n > HM_CU_MATVEC_MAX && !c->no_mmq && hm_cu_mmq_type_ok(ex[0].type) &&
-                       hm_cu_mmq_type_ok(ex[1].type) && hm_cu_mmq_type_ok(ex[2].type);
-    if (tiles) {
-        CK(hm_cu_moe_sort(c->ids, np, (int)hp->n_experts, c->k, &c->ord, c->s), "experts' order");
-        const hm_cu_moe_order *o = &c->ord;
-        hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
-                            o->tile_e, o->tile_i0, o->tile_n, o->n_tiles, np};
-        CK(hm_cu_mmq(&ex[0], &a, c->max_tiles, c->s), "experts' gate");
-        a.y = c->moe_u;
-        CK(hm_cu_mmq(&ex[1], &a, c->max_tiles, c->s), "experts' up");
-        CK(hm_cu_silu_mul(c->moe_g, I, c->moe_u, I, np, I, c->s), "experts' glu");
-        a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
-        CK(hm_cu_mmq(&ex[2], &a, c->max_tiles, c->s), "experts' down");
-        CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, out, os, c->s),
-           "experts' sum");
-        return HM_OK;
+    const bool on_cpu = c->cpu_moe && c->cpu_moe[il], on_gpu = ex[0].data != NULL;
+    if (on_cpu) {
+        CK(cudaMemcpy2DAsync(c->h_x, sizeof(float) * (size_t)H, x, sizeof(float) * (size_t)xs,
+                             sizeof(float) * (size_t)H, (size_t)n, cudaMemcpyDeviceToHost, c->s),
+           "experts' input to the host");
+        CK(cudaMemcpyAsync(c->h_ids, c->ids, sizeof(int32_t) * (size_t)np, cudaMemcpyDeviceToHost,
+                           c->s),
+           "expert ids to the host");
+        CK(cudaMemcpyAsync(c->h_w, c->w, sizeof(float) * (size_t)np, cudaMemcpyDeviceToHost, c->s),
+           "expert weights to the host");
+        CK(cudaLaunchHostFunc(c->s, submit_cb, &c->cb[il]), "host function (submit)");
     }
-    CK(hm_cu_matvec_experts(&ex[0], c->ids, np, x, xs, c->k, c->moe_g, I, c->s), "experts' gate");
-    CK(hm_cu_matvec_experts(&ex[1], c->ids, np, x, xs, c->k, c->moe_u, I, c->s), "experts' up");
-    CK(hm_cu_silu_mul(c->moe_g, I, c->moe_u, I, np, I, c->s), "experts' glu");
-    CK(hm_cu_matvec_experts(&ex[2], c->ids, np, c->moe_g, I, 1, c->moe_y, H, c->s),
-       "experts' down");
-    CK(hm_cu_moe_combine(c->moe_y, H, NULL, c->w, n, c->k, H, out, os, c->s), "experts' sum");
+    if (!on_gpu) {
+        CK(cudaMemset2DAsync(out, sizeof(float) * (size_t)os, 0, sizeof(float) * (size_t)H,
+                             (size_t)n, c->s),
+           "experts' sum");
+    } else {
+        const int32_t *ids = c->ids;
+        if (c->remap[il]) {
+            CK(hm_cu_moe_gid(c->ids, np, c->slot_of + (size_t)il * hp->n_experts, c->gid, c->s),
+               "expert slots");
+            ids = c->gid;
+        }
+        const bool tiles = n > HM_CU_MATVEC_MAX && !c->no_mmq && hm_cu_mmq_type_ok(ex[0].type) &&
+                           hm_cu_mmq_type_ok(ex[1].type) && hm_cu_mmq_type_ok(ex[2].type);
+        if (tiles) {
+            CK(hm_cu_moe_sort(ids, np, (int)hp->n_experts, c->k, &c->ord, c->s), "experts' order");
+            const hm_cu_moe_order *o = &c->ord;
+            hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
+                                o->tile_e, o->tile_i0, o->tile_n, o->n_tiles, np};
+            CK(hm_cu_mmq(&ex[0], &a, c->max_tiles, c->s), "experts' gate");
+            a.y = c->moe_u;
+            CK(hm_cu_mmq(&ex[1], &a, c->max_tiles, c->s), "experts' up");
+            CK(hm_cu_silu_mul(c->moe_g, I, c->moe_u, I, np, I, c->s), "experts' glu");
+            a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
+            CK(hm_cu_mmq(&ex[2], &a, c->max_tiles, c->s), "experts' down");
+            CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, out, os, c->s),
+               "experts' sum");
+        } else {
+            CK(hm_cu_matvec_experts(&ex[0], ids, np, x, xs, c->k, c->moe_g, I, c->s),
+               "experts' gate");
+            CK(hm_cu_matvec_experts(&ex[1], ids, np, x, xs, c->k, c->moe_u, I, c->s),
+               "experts' up");
+            CK(hm_cu_silu_mul(c->moe_g, I, c->moe_u, I, np, I, c->s), "experts' glu");
+            CK(hm_cu_matvec_experts(&ex[2], ids, np, c->moe_g, I, 1, c->moe_y, H, c->s),
+               "experts' down");
+            CK(hm_cu_moe_combine(c->moe_y, H, NULL, c->w, n, c->k, H, out, os, c->s),
+               "experts' sum");
+        }
+    }
+    if (on_cpu) {
+        CK(cudaLaunchHostFunc(c->s, wait_cb, &c->cb[il]), "host function (wait)");
+        CK(cudaMemcpyAsync(c->cpu_out, c->h_out, sizeof(float) * (size_t)n * (size_t)H,
+                           cudaMemcpyHostToDevice, c->s),
+           "CPU experts' sum to the GPU");
+        if (os != H)
+            return hm_errorf(HM_ERR_INTERNAL, "cuda: experts' output stride %lld", (long long)os);
+        CK(hm_cu_rmsnorm(out, c->cpu_out, NULL, NULL, NULL, n, H, 0.0f, c->s),
+           "add the CPU experts");
+    }
     return HM_OK;
 }
 
@@ -433,6 +538,9 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (c->s) cudaStreamDestroy(c->s);
     if (c->arena) cudaFree(c->arena);
     if (c->h_in) cudaFreeHost(c->h_in);
+    if (c->h_hyb) cudaFreeHost(c->h_hyb);
+    free(c->remap);
+    free(c->cb);
     free(c->nw);
     free(c->nn1);
     free(c->nn2);
@@ -473,6 +581,8 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->m = m, c->g = g, c->dev = p->device;
     c->n_batch = p->n_batch, c->n_ctx = p->n_ctx;
     c->k = hp->n_experts_used ? (int)hp->n_experts_used : 1;
+    c->gpu_mask = p->gpu_experts;
+    c->cpu_moe = p->cpu_moe;
     const char *eg = getenv("HMOE_CUDA_GRAPHS");
     c->no_graphs = eg && !strcmp(eg, "0");
     const char *em = getenv("HMOE_CUDA_MMQ");
@@ -483,7 +593,9 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->nn1 = calloc((size_t)g->n + 1, sizeof *c->nn1);
     c->nn2 = calloc((size_t)g->n + 1, sizeof *c->nn2);
     c->ex = calloc((size_t)hp->n_layers * 3 + 1, sizeof *c->ex);
-    if (!c->nw || !c->nn1 || !c->nn2 || !c->ex) {
+    c->remap = calloc((size_t)hp->n_layers + 1, sizeof *c->remap);
+    c->cb = calloc((size_t)hp->n_layers + 1, sizeof *c->cb);
+    if (!c->nw || !c->nn1 || !c->nn2 || !c->ex || !c->remap || !c->cb) {
         hm_cuda_ctx_free(c);
         return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
     }
@@ -500,7 +612,7 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     if ((st = layout(c))) goto fail; /* sizing pass */
     size_t free_b = 0, total_b = 0;
     FAIL(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-    const size_t need = c->used, margin = (size_t)512 << 20; /* cuBLAS workspace, the context */
+    const size_t need = c->used, margin = HM_CUDA_MARGIN;
     if (need + margin > free_b) {
         st = hm_errorf(HM_ERR_NO_MEMORY,
                        "--device cuda: the model needs %.2f GiB on GPU %d (weights %.2f GiB, KV "
@@ -524,6 +636,16 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     const size_t in_bytes = sizeof(int32_t) * 4 * (size_t)c->n_batch +
                             sizeof(float) * (size_t)c->n_batch * (hp->rope_dim ? hp->rope_dim : 1);
     FAIL(cudaMallocHost(&c->h_in, in_bytes), "cudaMallocHost (batch staging)");
+    if (c->cpu_moe) {
+        const size_t B = (size_t)c->n_batch, H = hp->hidden, K = (size_t)c->k;
+        FAIL(cudaMallocHost(&c->h_hyb, sizeof(float) * (2 * B * H + 2 * B * K) + 256),
+             "cudaMallocHost (the CPU experts' buffers)");
+        c->h_x = c->h_hyb;
+        c->h_out = c->h_x + B * H;
+        c->h_w = c->h_out + B * H;
+        c->h_ids = (int32_t *)(c->h_w + B * K);
+        for (uint32_t il = 0; il < hp->n_layers; il++) c->cb[il] = (hyb_cb){c, (int)il, false};
+    }
     if ((st = layout(c))) goto fail; /* the copies */
     FAIL(cudaMemsetAsync(c->kv.k, 0, c->kv_bytes / 2, c->s), "KV cache clear");
     FAIL(cudaMemsetAsync(c->kv.v, 0, c->kv_bytes / 2, c->s), "KV cache clear");
@@ -602,6 +724,8 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
     float *hcs = (float *)(hi + 4 * B);
     if (rd) memcpy(hcs, cs, sizeof(float) * (size_t)n * (size_t)rd);
     CK(cudaSetDevice(c->dev), "cudaSetDevice");
+    c->cur_n = n;
+    c->hyb_st = HM_OK;
     /* d_cs follows d_in in the arena, 256-aligned: two copies */
     CK(cudaMemcpyAsync(c->d_in, hi, sizeof(int32_t) * 4 * (size_t)B, cudaMemcpyHostToDevice, c->s),
        "batch upload");
@@ -621,6 +745,43 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
         if (st) return st;
     }
     CK(cudaStreamSynchronize(c->s), "forward pass");
+    if (c->hyb_st) return hm_errorf(c->hyb_st, "%s", c->hyb_msg);
+    return HM_OK;
+}
+
+hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
+                              size_t *total, size_t *experts, size_t *free_bytes) {
+    *total = *experts = *free_bytes = 0;
+    int ndev = 0;
+    hm_status st = hm_cuda_device_count(&ndev);
+    if (st) return st;
+    if (ndev == 0)
+        return hm_errorf(HM_ERR_UNSUPPORTED, "--device cuda: no usable GPU on this machine");
+    if (p->device < 0 || p->device >= ndev)
+        return hm_errorf(HM_ERR_NOT_FOUND, "cuda: GPU %d does not exist (%d present)", p->device,
+                         ndev);
+    hm_cuda_ctx c = {0};
+    c.m = m, c.g = g, c.n_batch = p->n_batch, c.n_ctx = p->n_ctx;
+    c.k = m->hp.n_experts_used ? (int)m->hp.n_experts_used : 1;
+    c.cpu_moe = p->cpu_moe;
+    c.kv = (hm_cu_kv){
+        NULL, NULL, p->kv_f16, p->n_ctx, p->n_seq, (int)m->hp.n_kv_heads, (int)m->hp.head_dim};
+    c.nw = calloc((size_t)g->n + 1, sizeof *c.nw);
+    c.nn1 = calloc((size_t)g->n + 1, sizeof *c.nn1);
+    c.nn2 = calloc((size_t)g->n + 1, sizeof *c.nn2);
+    c.ex = calloc((size_t)m->hp.n_layers * 3 + 1, sizeof *c.ex);
+    c.remap = calloc((size_t)m->hp.n_layers + 1, sizeof *c.remap);
+    if (!c.nw || !c.nn1 || !c.nn2 || !c.ex || !c.remap)
+        st = hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
+    else
+        st = layout(&c);
+    free(c.nw), free(c.nn1), free(c.nn2), free(c.ex), free(c.remap);
+    if (st) return st;
+    size_t tot = 0;
+    if (cudaSetDevice(p->device) != cudaSuccess || cudaMemGetInfo(free_bytes, &tot) != cudaSuccess)
+        return hm_errorf(HM_ERR_DEVICE, "cuda: cannot read GPU %d's free memory", p->device);
+    *total = c.used + HM_CUDA_MARGIN;
+    *experts = c.expert_bytes;
     return HM_OK;
 }
 

@@ -11,6 +11,7 @@
 #include "model/graph.h"
 
 typedef struct hm_model hm_model;
+typedef struct hm_moe hm_moe;
 
 typedef struct hm_gpu_info {
     int index;
@@ -46,7 +47,18 @@ typedef struct hm_cuda_ctx_params {
     int n_ctx;   /* positions per sequence */
     int n_seq;   /* sequences */
     bool kv_f16; /* KV cache in IEEE half, else float */
+    /* hybrid: [n_layers][n_experts], nonzero = the routed expert's weights on the GPU (NULL:
+     * every expert); the others run on cpu_moe[layer], the layer's CPU expert engine (on an
+     * async pool, masked to skip the GPU's experts), submitted and waited for from host functions
+     * on the GPU stream while the GPU computes its own experts. Both outlive the context. */
+    const uint8_t *gpu_experts;
+    hm_moe *const *cpu_moe;
 } hm_cuda_ctx_params;
+
+/* The GPU bytes a context would take with every routed expert on the GPU (total) and of it the
+ * routed experts' (experts), and the GPU's free bytes: what a placement budget is made from. */
+hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
+                              size_t *total, size_t *experts, size_t *free_bytes);
 
 /* Copies the weights g reads (and the embedding, final norm, output head) to GPU p->device and
  * makes a KV cache and scratch there. Refused, with what it needs and what is free, when the

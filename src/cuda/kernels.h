@@ -41,7 +41,8 @@ cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, fl
                          cudaStream_t stream);
 
 /* Experts: for each of n_pairs (token, expert) pairs p, y[p][r] = W_{ids[p]}[r] . x[p / x_div]
- * (x_div = k for the gate and up projections of a token's k experts, 1 for down). */
+ * (x_div = k for the gate and up projections of a token's k experts, 1 for down); 0 where
+ * ids[p] < 0. */
 cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs, const float *x,
                                  int64_t xs, int x_div, float *y, int64_t ys, cudaStream_t stream);
 
@@ -144,6 +145,12 @@ typedef struct hm_cu_moe_order {
 cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k,
                            const hm_cu_moe_order *o, cudaStream_t stream);
 int hm_cu_moe_max_tiles(int n_pairs, int n_exp);
+
+/* gid[p] = slot_of[ids[p]]: the pairs' experts as places among a layer's GPU experts (-1: on
+ * the CPU; the expert kernels skip such pairs: their rows are zero, they take no place in the
+ * experts' order) */
+cudaError_t hm_cu_moe_gid(const int32_t *ids, int n_pairs, const int32_t *slot_of, int32_t *gid,
+                          cudaStream_t stream);
 
 /* dst[i] = src[i] rounded to bfloat16 (round to nearest even) */
 cudaError_t hm_cu_f32_to_bf16(const float *src, uint16_t *dst, int64_t n, cudaStream_t stream);

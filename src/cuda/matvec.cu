@@ -92,8 +92,13 @@ __global__ void __launch_bounds__(128)
     const int64_t r = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     const int p = blockIdx.y;
     if (r >= w.rows) return;
+    const int id = ids[p];
+    if (id < 0) { /* an expert on the CPU */
+        if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = 0.0f;
+        return;
+    }
     const uint8_t *row =
-        (const uint8_t *)w.data + (size_t)ids[p] * w.estride + r * (int64_t)w.row_bytes;
+        (const uint8_t *)w.data + (size_t)id * w.estride + r * (int64_t)w.row_bytes;
     float acc[1];
     row_dot<T, 1>(row, w.cols, x + (int64_t)(p / x_div) * xs, xs, 1, acc);
     if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = acc[0];

@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(1024)
     int *cnt = sh, *off = sh + n_exp;
     for (int e = threadIdx.x; e < n_exp; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
-    for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) atomicAdd(&cnt[ids[p]], 1);
+    for (int p = threadIdx.x; p < n_pairs; p += blockDim.x)
+        if (ids[p] >= 0) atomicAdd(&cnt[ids[p]], 1);
     __syncthreads();
     if (threadIdx.x == 0) {
         int s = 0, nt = 0;
@@ -187,6 +188,10 @@ __global__ void __launch_bounds__(1024)
     __syncthreads();
     for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
         const int e = ids[p];
+        if (e < 0) { /* on the CPU */
+            o.pos_of[p] = -1;
+            continue;
+        }
         const int at = off[e] + atomicAdd(&cnt[e], 1);
         o.pos_of[p] = at;
         o.xrow[at] = p / k;
@@ -203,4 +208,17 @@ extern "C" cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp
 
 extern "C" int hm_cu_moe_max_tiles(int n_pairs, int n_exp) {
     return (n_pairs + TN - 1) / TN + n_exp;
+}
+
+__global__ void moe_gid_k(const int32_t *__restrict__ ids, int n, const int32_t *__restrict__ slot,
+                          int32_t *__restrict__ gid) {
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < n) gid[p] = slot[ids[p]];
+}
+
+extern "C" cudaError_t hm_cu_moe_gid(const int32_t *ids, int n_pairs, const int32_t *slot_of,
+                                     int32_t *gid, cudaStream_t stream) {
+    if (n_pairs <= 0) return cudaSuccess;
+    moe_gid_k<<<(unsigned)((n_pairs + 255) / 256), 256, 0, stream>>>(ids, n_pairs, slot_of, gid);
+    return cudaGetLastError();
 }

@@ -44,6 +44,13 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     return hm_errorf(HM_ERR_UNSUPPORTED, "--device cuda: this hmoe was built without CUDA "
                                          "(HMOE_CUDA=OFF or no nvcc at build time)");
 }
+hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
+                              size_t *total, size_t *experts, size_t *free_bytes) {
+    (void)m, (void)g, (void)p;
+    *total = *experts = *free_bytes = 0;
+    return hm_errorf(HM_ERR_UNSUPPORTED, "--device cuda: this hmoe was built without CUDA "
+                                         "(HMOE_CUDA=OFF or no nvcc at build time)");
+}
 void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     (void)c;
 }

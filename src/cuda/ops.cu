@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(256)
         float s = 0.0f;
         for (int j = 0; j < k; j++) {
             const int64_t p = t * k + j, at = pos_of ? (int64_t)pos_of[p] : p;
-            s = fmaf(w[p], y[at * ys + d], s);
+            if (at >= 0) s = fmaf(w[p], y[at * ys + d], s); /* -1: on the CPU */
         }
         out[t * os + d] = s;
     }

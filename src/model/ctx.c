@@ -11,11 +11,13 @@
 #include "format/gguf.h"
 #include "model/arch/registry.h"
 #include "model/ctx_int.h"
+#include "model/place.h"
 #include "model/rope.h"
 #include "quant/ref.h"
 
 hm_ctx_params hm_ctx_default_params(void) {
     hm_ctx_params p = {0};
+    p.gpu_experts = HM_GPU_EXPERTS_FIT;
     return p;
 }
 
@@ -92,6 +94,29 @@ void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E) {
     c->route_active += active;
     c->route_busiest += busiest;
     c->route_tokens += n;
+}
+
+void hm_ctx_placement(const hm_ctx *c, char *buf, size_t cap) {
+    if (!cap) return;
+    if (!c->cu) {
+        snprintf(buf, cap, "cpu");
+        return;
+    }
+    hm_place_describe(&c->plan, buf, cap);
+}
+
+hm_status hm_ctx_expert_counts(const hm_ctx *c, uint64_t *out, size_t n) {
+    const size_t want = (size_t)c->m->hp.n_layers * c->m->hp.n_experts;
+    if (n != want)
+        return hm_errorf(HM_ERR_INVALID_ARG, "expert counts: %zu values asked, the model has %zu",
+                         n, want);
+    if (want) memcpy(out, c->expert_counts, sizeof *out * want);
+    return HM_OK;
+}
+
+hm_status hm_ctx_write_expert_counts(const hm_ctx *c, const char *path) {
+    return hm_place_counts_write(path, (int)c->m->hp.n_layers, (int)c->m->hp.n_experts,
+                                 c->expert_counts);
 }
 
 int hm_ctx_n_ctx(const hm_ctx *c) {
@@ -196,12 +221,14 @@ static size_t mm_need(const hm_ctx *c, const hm_matrix *w, size_t cur) {
 
 void hm_ctx_free(hm_ctx *c) {
     if (!c) return;
-    hm_cuda_ctx_free(c->cu);
+    hm_cuda_ctx_free(c->cu); /* before the engines its host functions drive */
     if (c->moe) {
         for (uint32_t il = 0; il < c->m->hp.n_layers; il++) hm_moe_free(c->moe[il]);
         free(c->moe);
     }
     free(c->route_count);
+    free(c->expert_counts);
+    hm_place_free(&c->plan);
     free(c->own_layers);
     hm_graph_free(&c->graph);
     hm_large_free(&c->dense_pack);
@@ -265,6 +292,78 @@ static float *fbuf(size_t n, const char *what) {
     return hm_malloc_aligned((n ? n : 1) * sizeof(float), 64, what);
 }
 
+/* HM_DEVICE_CUDA: the experts of layer il the CPU computes (none: every one on the GPU) */
+static bool cpu_experts(const hm_ctx *c, uint32_t il) {
+    if (c->p.device != HM_DEVICE_CUDA) return true;
+    return c->plan.n_gpu_layer && c->plan.n_gpu_layer[il] < c->plan.n_experts;
+}
+
+/* the CPU engine's mask of layer il: the experts on the GPU */
+static const uint8_t *gpu_mask(const hm_ctx *c, uint32_t il) {
+    if (c->p.device != HM_DEVICE_CUDA || !c->plan.gpu) return NULL;
+    return c->plan.gpu + (size_t)il * (size_t)c->plan.n_experts;
+}
+
+static double gib(uint64_t b) {
+    return (double)b / (double)(1u << 30);
+}
+
+/* The hybrid placement: the GPU's bytes without the routed experts (attention, router, dense
+ * layers, embedding, output, KV cache, scratch) come first; the experts get what is left of
+ * gpu_mem (or of the free memory), as many per layer as the strategy and gpu_experts say. */
+static hm_status place_experts(hm_ctx *c, const hm_ctx_params *p) {
+    const hm_model *m = c->m;
+    const hm_hparams *hp = &m->hp;
+    const hm_cuda_ctx_params gp = {p->gpu,
+                                   p->n_batch,
+                                   (int)c->kv_ctx,
+                                   p->n_seq,
+                                   p->kv_f16,
+                                   NULL,
+                                   hp->n_experts ? c->moe : NULL};
+    size_t total = 0, experts = 0, free_b = 0;
+    hm_status st = hm_cuda_ctx_measure(m, &c->graph, &gp, &total, &experts, &free_b);
+    if (st) return st;
+    const uint64_t rest = total - experts;
+    const uint64_t avail = p->gpu_mem && p->gpu_mem < free_b ? p->gpu_mem : free_b;
+    if (rest > avail)
+        return hm_errorf(HM_ERR_NO_MEMORY,
+                         "--device cuda: attention, router, dense layers, embedding, output, KV "
+                         "cache and scratch need %.2f GiB on GPU %d and %.2f GiB %s: lower --ctx, "
+                         "--batch or the sequences, or run --device cpu",
+                         gib(rest), p->gpu, gib(avail),
+                         p->gpu_mem ? "are allowed (--gpu-mem)" : "are free");
+    uint64_t *counts = NULL;
+    if (p->expert_counts && (st = hm_place_counts_read(p->expert_counts, (int)hp->n_layers,
+                                                       (int)hp->n_experts, &counts)))
+        return st;
+    const hm_place_params pp = {p->gpu_experts < 0 ? -1 : p->gpu_experts,
+                                avail - rest,
+                                p->placement,
+                                p->place_seed,
+                                counts,
+                                p->place_rules,
+                                p->n_place_rules};
+    st = hm_place_make(m, &pp, &c->plan);
+    free(counts);
+    if (st) return st;
+    if (c->plan.gpu_bytes > avail - rest) {
+        const uint64_t one = c->plan.n_gpu ? c->plan.gpu_bytes / (uint64_t)c->plan.n_gpu : 1;
+        st = hm_errorf(HM_ERR_NO_MEMORY,
+                       "--device cuda: %d routed experts on the GPU take %.2f GiB; %.2f GiB are "
+                       "left for experts after the rest of the model (%.2f GiB) on GPU %d: about "
+                       "%llu experts fit (--gpu-experts, --gpu-mem, --place rules)",
+                       c->plan.n_gpu, gib(c->plan.gpu_bytes), gib(avail - rest), gib(rest), p->gpu,
+                       (unsigned long long)((avail - rest) / one));
+        hm_place_free(&c->plan);
+        return st;
+    }
+    char line[256];
+    hm_place_describe(&c->plan, line, sizeof line);
+    hm_log(HM_LOG_INFO, "placement (%s): %s", hm_place_strategy_name(p->placement), line);
+    return HM_OK;
+}
+
 hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx **out) {
     *out = NULL;
     const hm_hparams *hp = &m->hp;
@@ -296,7 +395,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     hm_status st;
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = p.n_threads;
-    pp.async = false;
+    pp.async = on_gpu; /* the GPU stream's host functions submit the CPU experts */
     pp.pin_caller = p.pin_caller;
     c->n_slices = hp->n_experts && !on_gpu ? numa_slices(&p) : 1;
     int *cpus = c->n_slices > 1
@@ -362,13 +461,25 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     size_t mmb = mm_need(c, &m->output, 0);
     c->moe = calloc(hp->n_layers, sizeof *c->moe);
     c->route_count = calloc(hp->n_experts ? hp->n_experts : 1, sizeof *c->route_count);
-    if (!c->moe || !c->route_count) {
+    c->expert_counts = calloc((size_t)hp->n_layers * (hp->n_experts ? hp->n_experts : 1),
+                              sizeof *c->expert_counts);
+    if (!c->moe || !c->route_count || !c->expert_counts) {
         st = hm_errorf(HM_ERR_NO_MEMORY, "context: out of memory");
         goto fail;
     }
     bool repack = false, slice_copy = false;
     size_t dense_need = 0, copy_need = 0;
     c->layers = m->layers;
+    if (on_gpu) { /* the graph first: the GPU's share of the model is measured from it */
+        const hm_arch_desc *ad = hm_arch_desc_get(hp->arch);
+        if (!ad || !ad->build) {
+            st = hm_errorf(HM_ERR_UNSUPPORTED,
+                           "context: architecture '%s' does not run yet (runs: %s)", hp->model_type,
+                           hm_arch_list(HM_ARCH_RUNS));
+            goto fail;
+        }
+        if ((st = ad->build(m, c->layers, &c->graph)) || (st = place_experts(c, &p))) goto fail;
+    }
     hm_mem_info mi;
     const bool have = hm_mem_info_get(&mi) == HM_OK;
     const uint64_t keep = m->copy.ptr ? 0 : mapped_bytes(m);
@@ -399,14 +510,16 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                    have ? (double)mi.available * 1e-9 : 0.0);
         if (slice_copy) c->slice_copied = copy_need;
     }
-    if (p.repack != HM_REPACK_OFF && !on_gpu) {
+    if (p.repack != HM_REPACK_OFF) {
         size_t need = 0;
         for (uint32_t il = 0; il < hp->n_layers; il++) {
-            if (!p.no_amx && !dense_repack_off()) dense_need += dense_bytes(&m->layers[il]);
-            if (!m->layers[il].moe) continue;
+            if (!on_gpu && !p.no_amx && !dense_repack_off())
+                dense_need += dense_bytes(&m->layers[il]);
+            if (!m->layers[il].moe || !cpu_experts(c, il)) continue;
             hm_moe_params mp = hm_moe_default_params();
             mp.n_experts = (int)hp->n_experts, mp.hidden = hp->hidden, mp.inter = hp->moe_inter;
             mp.experts = m->layers[il].experts, mp.no_amx = p.no_amx;
+            mp.mask = gpu_mask(c, il);
             need += hm_moe_repack_bytes(&mp);
         }
         need += dense_need;
@@ -452,12 +565,13 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
             continue;
         }
         mmb = mm_need(c, &L->router, mmb);
-        if (on_gpu) continue;
+        if (!cpu_experts(c, il)) continue;
         hm_moe_params mp = hm_moe_default_params();
         mp.n_experts = (int)hp->n_experts;
         mp.hidden = hp->hidden;
         mp.inter = hp->moe_inter;
         mp.experts = L->experts;
+        mp.mask = gpu_mask(c, il);
         mp.act = HM_MOE_SILU;
         mp.pool = c->pool;
         mp.max_tokens = p.n_batch;
@@ -490,9 +604,12 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                        hp->model_type, hm_arch_list(HM_ARCH_RUNS));
         goto fail;
     }
-    if ((st = ad->build(m, c->layers, &c->graph))) goto fail;
+    if (!on_gpu && (st = ad->build(m, c->layers, &c->graph))) goto fail;
     if (on_gpu) {
-        const hm_cuda_ctx_params gp = {p.gpu, p.n_batch, (int)c->kv_ctx, p.n_seq, p.kv_f16};
+        bool any_cpu = false;
+        for (uint32_t il = 0; il < hp->n_layers; il++) any_cpu |= c->moe[il] != NULL;
+        const hm_cuda_ctx_params gp = {p.gpu,    p.n_batch,   (int)c->kv_ctx,         p.n_seq,
+                                       p.kv_f16, c->plan.gpu, any_cpu ? c->moe : NULL};
         if ((st = hm_cuda_ctx_create(m, &c->graph, &gp, &c->cu))) goto fail;
     }
     *out = c;

@@ -8,6 +8,7 @@
 #include "model/backend.h"
 #include "model/graph.h"
 #include "model/model.h"
+#include "model/place.h"
 
 struct hm_ctx {
     const hm_model *m;
@@ -58,8 +59,10 @@ struct hm_ctx {
      * one it was set for (a worker may still be prefetching when that one starts) */
     hm_nn_prefetch pf[4];
     int pf_next;
-    hm_graph graph;         /* the forward pass over c->layers, built once */
-    struct hm_cuda_ctx *cu; /* HM_DEVICE_CUDA: the GPU that runs the graph, else NULL */
+    hm_graph graph;          /* the forward pass over c->layers, built once */
+    struct hm_cuda_ctx *cu;  /* HM_DEVICE_CUDA: the GPU that runs the graph, else NULL */
+    hm_place_plan plan;      /* HM_DEVICE_CUDA: the routed experts on the GPU */
+    uint64_t *expert_counts; /* [n_layers][n_experts] activations routed by the CPU backend */
 };
 
 /* The cache of layer il, sequence s (elements of c->kv_elem bytes: float or IEEE half), laid out

@@ -246,6 +246,8 @@ static hm_status run_route(hm_ctx *c, const hm_node *nd, int n) {
         return hm_errorf((hm_status)atomic_load(&ra.failed), "layer %d router: top-%d of %d",
                          nd->il, k, E);
     hm_ctx_route_stats(c, n, k, E);
+    uint64_t *cnt = c->expert_counts + (size_t)nd->il * (size_t)E;
+    for (int i = 0; i < n * k; i++) cnt[c->ids[i]]++;
     return HM_OK;
 }
 

@@ -26,14 +26,7 @@
 
 typedef struct hm_model hm_model;
 
-typedef enum hm_place_strategy {
-    HM_PLACE_UNIFORM = 0,
-    HM_PLACE_FRONT,
-    HM_PLACE_RANDOM,
-    HM_PLACE_FREQUENCY,
-    HM_PLACE_COUNT
-} hm_place_strategy;
-
+/* hm_place_strategy is public (hmoe.h) */
 const char *hm_place_strategy_name(hm_place_strategy s);
 /* -1 when unknown */
 int hm_place_strategy_from_name(const char *name);

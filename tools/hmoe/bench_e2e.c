@@ -49,12 +49,16 @@ int bench_e2e(int argc, char **argv) {
             if (!cli_parse_int(v, 1, 1000, &reps)) return cli_usage_error("bad --reps '%s'", v);
             i++;
         } else {
-            fprintf(stderr, "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
-                            "[--threads N] [--batch N] [--no-amx]\n"
-                            "       [--device auto|cpu|cuda] [--gpu N] [--load auto|mmap|copy] "
-                            "[--kv f32|f16] [--repack auto|on|off] "
-                            "[--bf16-tiles] [--no-idle-prefetch]\n"
-                            "       [--numa auto|off|N] [--numa-copy auto|on|off]\n");
+            fprintf(
+                stderr,
+                "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
+                "[--threads N] [--batch N] [--no-amx]\n"
+                "       [--device auto|cpu|cuda] [--gpu N] [--gpu-experts N|fit] [--gpu-mem SIZE]\n"
+                "       [--placement S] [--place-seed N] [--expert-counts F] [--place R] [--load "
+                "auto|mmap|copy] "
+                "[--kv f32|f16] [--repack auto|on|off] "
+                "[--bf16-tiles] [--no-idle-prefetch]\n"
+                "       [--numa auto|off|N] [--numa-copy auto|on|off]\n");
             return cli_usage_error("unknown or incomplete option '%s'", a);
         }
     }
@@ -83,11 +87,16 @@ int bench_e2e(int argc, char **argv) {
            "weights %s, "
            "KV cache %s, decode idle prefetch %s, load %.2f s, context %.2f s (weights repacked "
            "for int8 prefill: %.1f MB)\n",
-           cp.device == HM_DEVICE_CUDA ? "cuda (the whole model on the GPU)" : "cpu", n_prompt,
-           hm_ctx_n_batch(c), n_gen, hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
+           cp.device == HM_DEVICE_CUDA ? "cuda" : "cpu", n_prompt, hm_ctx_n_batch(c), n_gen,
+           hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
            hm_model_copied(m) ? "copied to huge pages" : "mmapped", cp.kv_f16 ? "f16" : "f32",
            cp.no_idle_prefetch ? "off" : "on", t_load, t_ctx,
            (double)hm_ctx_repacked_bytes(c) * 1e-6);
+    if (cp.device == HM_DEVICE_CUDA) {
+        char place[512];
+        hm_ctx_placement(c, place, sizeof place);
+        printf("placement: %s\n", place);
+    }
     if (hm_ctx_numa_slices(c) > 1)
         printf("numa: routed experts in %d slices, weights copied to their nodes: %.1f MB\n",
                hm_ctx_numa_slices(c), (double)hm_ctx_numa_copy_bytes(c) * 1e-6);

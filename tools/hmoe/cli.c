@@ -214,6 +214,39 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
             cp->device = HM_DEVICE_CUDA;
         else
             return cli_usage_error("bad --device '%s' (auto|cpu|cuda)", v);
+    } else if (!strcmp(a, "--gpu-experts")) {
+        if (!strcmp(v, "fit"))
+            cp->gpu_experts = HM_GPU_EXPERTS_FIT;
+        else if (cli_parse_int(v, 0, 1 << 20, &n))
+            cp->gpu_experts = (int)n;
+        else
+            return cli_usage_error("bad --gpu-experts '%s' (N per layer, or fit)", v);
+    } else if (!strcmp(a, "--gpu-mem")) {
+        size_t b;
+        if (!cli_parse_size(v, &b) || !b)
+            return cli_usage_error("bad --gpu-mem '%s' (bytes, or with K/M/G)", v);
+        cp->gpu_mem = b;
+    } else if (!strcmp(a, "--placement")) {
+        static const char *const names[] = {"uniform", "front", "random", "frequency"};
+        int k = -1;
+        for (int j = 0; j < 4; j++)
+            if (!strcmp(v, names[j])) k = j;
+        if (k < 0)
+            return cli_usage_error("bad --placement '%s' (uniform|front|random|frequency)", v);
+        cp->placement = (hm_place_strategy)k;
+    } else if (!strcmp(a, "--place-seed")) {
+        if (!cli_parse_int(v, 0, 0x7fffffffL, &n))
+            return cli_usage_error("bad --place-seed '%s'", v);
+        cp->place_seed = (uint64_t)n;
+    } else if (!strcmp(a, "--expert-counts")) {
+        cp->expert_counts = v;
+    } else if (!strcmp(a, "--place")) {
+        /* the rules live as long as argv; the array for the whole run */
+        static const char *rules[64];
+        if (cp->n_place_rules >= 64) return cli_usage_error("more than 64 --place rules");
+        if (!strchr(v, '=')) return cli_usage_error("bad --place '%s' (REGEX=cuda|cpu)", v);
+        rules[cp->n_place_rules++] = v;
+        cp->place_rules = rules;
     } else if (!strcmp(a, "--gpu")) {
         if (!cli_parse_int(v, 0, 255, &n)) return cli_usage_error("bad --gpu '%s'", v);
         cp->gpu = (int)n;

@@ -22,8 +22,14 @@ static int usage(FILE *f) {
             "  --penalty-last-n N    tokens the penalties look back over (-1 = all; default 64)\n"
             "  --seed S              random seed of the sampler (default 0)\n"
             "  --threads N  --ctx N  --batch N  --no-amx\n"
-            "  --device auto|cpu|cuda where the model runs (cuda: all of it on GPU --gpu N;\n"
-            "                        auto: the CPU)\n"
+            "  --device auto|cpu|cuda where the model runs (cuda: GPU --gpu N, with as many\n"
+            "                        routed experts as fit, the others on the CPU; auto: the CPU)\n"
+            "  --gpu-experts N|fit   routed experts per layer on the GPU (default fit)\n"
+            "  --gpu-mem SIZE        GPU memory the model may take (default: what is free)\n"
+            "  --placement uniform|front|random|frequency\n"
+            "                        which experts go to the GPU (default uniform)\n"
+            "  --place-seed N  --expert-counts FILE (hmoe profile's, for frequency)\n"
+            "  --place 'REGEX=cuda|cpu' move whole layers' experts by tensor name (repeatable)\n"
             "  --load auto|mmap|copy  compute from the mapped file or from a huge-page copy\n"
             "  --kv f32|f16          KV cache element type (default f32)\n"
             "  --repack auto|on|off  keep an int8 copy of the experts for AMX prefill (auto: when\n"
@@ -221,6 +227,11 @@ int cmd_run(int argc, char **argv) {
     /* the window holds at most the context's tokens: a larger --penalty-last-n means the same */
     if (sp.penalty_last_n > cp.n_ctx) sp.penalty_last_n = cp.n_ctx;
     if (hm_ctx_create(m, &cp, &c)) goto fail;
+    if (cp.device == HM_DEVICE_CUDA) { /* what the hybrid placement chose */
+        char place[512];
+        hm_ctx_placement(c, place, sizeof place);
+        fprintf(stderr, "hmoe: GPU %d: %s\n", cp.gpu, place);
+    }
     if (hm_sampler_create(&sp, hm_model_n_vocab(m), &smp)) goto fail;
     if (!(gen = malloc(((size_t)n_gen + 1) * sizeof(int32_t)))) {
         fprintf(stderr, "hmoe: out of memory\n");
