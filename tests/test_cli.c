@@ -60,6 +60,35 @@ static void test_files(const char *bin, const char *fx) {
     CHECK_CONTAINS(out, "vocab 4096");
     CHECK_CONTAINS(out, "generated 8 tokens");
     CHECK(strstr(out, "printing ids only") == NULL && strstr(out, "[PAD") == NULL);
+    /* hmoe profile: every routing decision of the prompts counted (tokens x top-2 of 8 experts),
+     * in the file the frequency placement reads */
+    snprintf(cmd, sizeof cmd,
+             "printf 'The capital of France is\\n\\nHello world\\n' > %s/p.txt && " T
+             "%s profile -m %s/demo.gguf --prompts %s/p.txt -n 3 -o %s/counts.txt && cat "
+             "%s/counts.txt",
+             d, bin, d, d, d, d);
+    CHECK_MSG(run(cmd) == 0, "%s", out);
+    CHECK_CONTAINS(out, "profile: 2 prompts");
+    CHECK_CONTAINS(out, "hmoe-expert-counts 1 1 8");
+    {
+        const char *nl = strstr(out, "hmoe-expert-counts 1 1 8\n"), *tk = strstr(out, "prompts, ");
+        long sum = 0, v, tokens = 0;
+        if (tk) tokens = strtol(tk + 9, NULL, 10);
+        int used, k = 0;
+        for (const char *q = nl ? nl + 25 : ""; sscanf(q, "%ld%n", &v, &used) == 1; q += used, k++)
+            sum += v;
+        CHECK_MSG(k == 8 && tokens > 6 && sum == 2 * tokens, "%d counts summing to %ld, %ld tokens",
+                  k, sum, tokens);
+    }
+    snprintf(cmd, sizeof cmd, T "%s profile -m %s/demo.gguf --prompts %s/none.txt", bin, d, d);
+    CHECK(run(cmd) == 1);
+    CHECK_CONTAINS(out, "none.txt");
+    snprintf(cmd, sizeof cmd, T "%s run -m %s/demo.gguf -p hi -n 1 --placement hot", bin, d);
+    CHECK(run(cmd) == 2);
+    CHECK_CONTAINS(out, "bad --placement 'hot'");
+    snprintf(cmd, sizeof cmd, T "%s run -m %s/demo.gguf -p hi -n 1 --place 'blk0'", bin, d);
+    CHECK(run(cmd) == 2);
+    CHECK_CONTAINS(out, "REGEX=cuda|cpu");
     snprintf(cmd, sizeof cmd,
              T "%s synth --preset qwen3-tiny --vocab %s/data/demo-vocab.gguf --vocab-size 1000 "
                "-o %s/small.gguf",

@@ -40,9 +40,12 @@ static void usage(FILE *f) {
         "        render a chat template exactly as transformers' apply_chat_template\n"
         "  run -m MODEL (-p TEXT | --ids \"1 2 3\") [-n N] [--temp T] [--top-k K] [--top-p P]\n"
         "        [--min-p P] [--repeat-penalty R] [--seed S] [--threads N] [--print-ids]\n"
-        "        generate text on the CPU and print prompt and generation speed (run --help)\n"
+        "        generate text (--device cuda: on the GPU, with the routed experts that do not\n"
+        "        fit on the CPU) and print prompt and generation speed (run --help)\n"
         "  logits -m MODEL --ids \"1 2 3\" --out FILE [--threads N] [--batch N] [--no-amx]\n"
         "        logits of every position as little-endian float32 [n_ids x vocab]\n"
+        "  profile -m MODEL --prompts FILE [-o COUNTS] [-n N]\n"
+        "        how often each routed expert is chosen: the counts --placement frequency reads\n"
         "  version\n"
         "\n"
         "environment: HMOE_LOG=debug|info|warn|error  HMOE_ISA=ref|avx2|avx512|amx\n"
@@ -76,6 +79,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("hmoe %s\n", hm_version());
