@@ -228,6 +228,9 @@ int hm_ctx_seq_len(const hm_ctx *c, int seq);   /* positions already in the cach
 /* The hybrid placement as a line ("24 of 128 routed experts per layer on the GPU (...)"); for a
  * CPU context "cpu". */
 void hm_ctx_placement(const hm_ctx *c, char *buf, size_t cap);
+/* The share of the routed experts' weight bytes a context keeps on the GPU: 1 when all of them
+ * (or the model has none) are there, 0 for a CPU context or all on the CPU. */
+double hm_ctx_gpu_expert_share(const hm_ctx *c);
 /* Routed-expert activations counted by the CPU backend since the context was made: out
  * [n_layers][n_experts] (n = their product). HM_ERR_INVALID_ARG when n differs. */
 hm_status hm_ctx_expert_counts(const hm_ctx *c, uint64_t *out, size_t n);

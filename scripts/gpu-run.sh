@@ -37,13 +37,16 @@ for s in $steps; do
         for d in "cpu" "cuda" "cuda --gpu-experts 0" "cuda --gpu-experts 64"; do
             echo "== tiny: --device $d"
             timeout 120 "$B/hmoe" bench e2e -m $m -p 512 -n 64 --device $d 2>&1 | tee -a "$LOG/e2e-tiny.log" |
-                grep -E "^placement|^roofline:|^result|^rep 0|hmoe"
+                grep -E "^placement|^roofline:|^hybrid|^result|^rep 0|hmoe"
         done ;;
     bench30)
         m=/tmp/hmoe-q30.gguf
         [ -f $m ] || "$B/hmoe" synth --preset qwen3-30b-a3b --vocab none -o $m >/dev/null
-        timeout 300 "$B/hmoe" bench e2e -m $m -p 512 -n 128 --reps 2 --device cuda 2>&1 |
-            tee "$LOG/e2e-q30-cuda.log" | grep -vE "^  (embed|norm|attn|router|moe|dense|output)" ;;
+        for d in "cuda" "cuda --gpu-experts 0" "cuda --gpu-experts 64"; do
+            echo "== qwen3-30b-a3b synth: --device $d"
+            timeout 240 "$B/hmoe" bench e2e -m $m -p 512 -n 64 --reps 2 --threads 16 --device $d 2>&1 |
+                tee -a "$LOG/e2e-q30.log" | grep -E "^config|^placement|^roofline|^hybrid|^result|^rep|hmoe"
+        done ;;
     esac
 done
 echo "total: $(( $(date +%s) - t0 )) s"

@@ -105,6 +105,11 @@ void hm_ctx_placement(const hm_ctx *c, char *buf, size_t cap) {
     hm_place_describe(&c->plan, buf, cap);
 }
 
+double hm_ctx_gpu_expert_share(const hm_ctx *c) {
+    if (!c->cu) return 0.0;
+    return c->plan.all_bytes ? (double)c->plan.gpu_bytes / (double)c->plan.all_bytes : 1.0;
+}
+
 hm_status hm_ctx_expert_counts(const hm_ctx *c, uint64_t *out, size_t n) {
     const size_t want = (size_t)c->m->hp.n_layers * c->m->hp.n_experts;
     if (n != want)
