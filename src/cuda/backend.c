@@ -647,8 +647,10 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
         for (uint32_t il = 0; il < hp->n_layers; il++) c->cb[il] = (hyb_cb){c, (int)il, false};
     }
     if ((st = layout(c))) goto fail; /* the copies */
-    FAIL(cudaMemsetAsync(c->kv.k, 0, c->kv_bytes / 2, c->s), "KV cache clear");
-    FAIL(cudaMemsetAsync(c->kv.v, 0, c->kv_bytes / 2, c->s), "KV cache clear");
+    const size_t kv_one = (size_t)hp->n_layers * (size_t)c->kv.n_seq * (size_t)c->kv.n_kv_heads *
+                          (size_t)c->kv.kv_ctx * (size_t)c->kv.head_dim * (c->kv.f16 ? 2 : 4);
+    FAIL(cudaMemsetAsync(c->kv.k, 0, kv_one, c->s), "KV cache clear");
+    FAIL(cudaMemsetAsync(c->kv.v, 0, kv_one, c->s), "KV cache clear");
     FAIL(cudaStreamSynchronize(c->s), "upload");
     hm_log(HM_LOG_INFO, "cuda: GPU %d holds %.2f GiB (weights %.2f GiB, KV cache %.2f GiB)", c->dev,
            gib(need), gib(c->weight_bytes), gib(c->kv_bytes));
