@@ -3,9 +3,10 @@
 # architecture against the sysroot of scripts/device-sysroot.sh (carried as .device), runs the
 # GPU tests, then the end-to-end benchmarks on synthetic Qwen3-MoE models. Logs go to $OUT (or
 # build-gpu/logs).
-#   scripts/gpu-run.sh [test] [bench] [bench30]     (default: test bench)
-# test: test_cuda and test_cuda_twins; bench: qwen3-tiny on cpu and cuda; bench30:
-# qwen3-30b-a3b synth (Q4_K experts, Q8_0 attention) all on the GPU, pp512 and decode.
+#   scripts/gpu-run.sh [test] [bench] [bench30] [prof30]     (default: test bench)
+# test: test_cuda and test_cuda_twins; bench: qwen3-tiny on the CPU, the GPU and hybrid; bench30:
+# qwen3-30b-a3b synth (Q4_K experts, Q8_0 attention) on the GPU, hybrid with all and with half of
+# the routed experts on the CPU, pp512 and decode; prof30: the same with every GPU node timed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
@@ -46,6 +47,14 @@ for s in $steps; do
             echo "== qwen3-30b-a3b synth: --device $d"
             timeout 240 "$B/hmoe" bench e2e -m $m -p 512 -n 64 --reps 2 --threads 16 --device $d 2>&1 |
                 tee -a "$LOG/e2e-q30.log" | grep -E "^config|^placement|^roofline|^hybrid|^result|^rep|hmoe"
+        done ;;
+    prof30)
+        m=/tmp/hmoe-q30.gguf
+        [ -f $m ] || "$B/hmoe" synth --preset qwen3-30b-a3b --vocab none -o $m >/dev/null
+        for d in "cuda" "cuda --gpu-experts 0"; do
+            echo "== qwen3-30b-a3b synth, per-part GPU time (HMOE_CUDA_PROFILE=1): --device $d"
+            HMOE_CUDA_PROFILE=1 timeout 240 "$B/hmoe" bench e2e -m $m -p 512 -n 16 --threads 16 \
+                --device $d 2>&1 | tee -a "$LOG/prof-q30.log" | grep -E "^rep|^  [a-z]|^result"
         done ;;
     esac
 done

@@ -7,6 +7,8 @@
 #include <jansson.h>
 #include <math.h>
 
+#include "format/gguf.h"
+#include "quant/ref.h"
 #include "test.h"
 
 #define DATA HMOE_SOURCE_DIR "/tests/data/qwen3moe"
@@ -94,6 +96,39 @@ static inline int argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[b]) b = i;
     return b;
+}
+
+/* src (a GGUF) with every tensor dequantized to F32: the same weights for exact kernels */
+static inline bool write_dequantized(const char *src, const char *dst) {
+    hm_gguf *g = NULL;
+    hm_gguf_writer *w = NULL;
+    if (hm_gguf_open(src, &g) || hm_gguf_writer_open(dst, &w)) goto fail;
+    for (uint64_t i = 0; i < hm_gguf_n_kv(g); i++)
+        if (hm_gguf_w_copy_kv(w, NULL, hm_gguf_kv_at(g, i))) goto fail;
+    for (uint64_t i = 0; i < hm_gguf_n_tensors(g); i++) {
+        const hm_gguf_tensor *t = hm_gguf_tensor_at(g, i);
+        if (hm_gguf_w_tensor(w, t->name, HM_TYPE_F32, t->n_dims, t->ne)) goto fail;
+    }
+    for (uint64_t i = 0; i < hm_gguf_n_tensors(g); i++) {
+        const hm_gguf_tensor *t = hm_gguf_tensor_at(g, i);
+        float *row = malloc(sizeof(float) * t->ne[0]);
+        uint64_t rows = t->n_elements / t->ne[0], rb = t->bytes / rows;
+        for (uint64_t r = 0; r < rows; r++) {
+            if (hm_dequantize_row(t->type, t->data + r * rb, row, (int64_t)t->ne[0]) ||
+                hm_gguf_w_data(w, row, sizeof(float) * t->ne[0])) {
+                free(row);
+                goto fail;
+            }
+        }
+        free(row);
+    }
+    hm_gguf_close(g);
+    return hm_gguf_writer_finish(w) == HM_OK;
+fail:
+    fprintf(stderr, "write_dequantized: %s\n", hm_last_error());
+    hm_gguf_writer_abort(w);
+    hm_gguf_close(g);
+    return false;
 }
 
 #endif

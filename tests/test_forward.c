@@ -218,38 +218,6 @@ static bool logits_of(const char *path, const fixture *f, int prompt, float *lg,
 }
 
 /* Writes src's tensors dequantized to F32 (metadata copied): the same weights for exact kernels. */
-static bool write_dequantized(const char *src, const char *dst) {
-    hm_gguf *g = NULL;
-    hm_gguf_writer *w = NULL;
-    if (hm_gguf_open(src, &g) || hm_gguf_writer_open(dst, &w)) goto fail;
-    for (uint64_t i = 0; i < hm_gguf_n_kv(g); i++)
-        if (hm_gguf_w_copy_kv(w, NULL, hm_gguf_kv_at(g, i))) goto fail;
-    for (uint64_t i = 0; i < hm_gguf_n_tensors(g); i++) {
-        const hm_gguf_tensor *t = hm_gguf_tensor_at(g, i);
-        if (hm_gguf_w_tensor(w, t->name, HM_TYPE_F32, t->n_dims, t->ne)) goto fail;
-    }
-    for (uint64_t i = 0; i < hm_gguf_n_tensors(g); i++) {
-        const hm_gguf_tensor *t = hm_gguf_tensor_at(g, i);
-        float *row = malloc(sizeof(float) * t->ne[0]);
-        uint64_t rows = t->n_elements / t->ne[0], rb = t->bytes / rows;
-        for (uint64_t r = 0; r < rows; r++) {
-            if (hm_dequantize_row(t->type, t->data + r * rb, row, (int64_t)t->ne[0]) ||
-                hm_gguf_w_data(w, row, sizeof(float) * t->ne[0])) {
-                free(row);
-                goto fail;
-            }
-        }
-        free(row);
-    }
-    hm_gguf_close(g);
-    return hm_gguf_writer_finish(w) == HM_OK;
-fail:
-    fprintf(stderr, "write_dequantized: %s\n", hm_last_error());
-    hm_gguf_writer_abort(w);
-    hm_gguf_close(g);
-    return false;
-}
-
 /* The fixture written to GGUF by hm_convert_hf: same logits when kept in its dtype; quantized
  * versions within the KL bounds documented in docs/models.md. */
 static void check_converted(const char *name, int type, int experts_type, double tol,

@@ -84,6 +84,11 @@ struct hm_cuda_ctx {
      * serves every step of its shape. HMOE_CUDA_GRAPHS=0 runs them eagerly (A/B). */
     cudaGraphExec_t step[HM_CU_MATVEC_MAX + 1][HM_CU_MATVEC_MAX + 1];
     bool no_graphs;
+    /* HMOE_CUDA_PROFILE=1: every node timed with events (the stream waits for each), summed per
+     * part of the forward pass; steps run eagerly then */
+    bool prof;
+    cudaEvent_t pev[2];
+    double prof_ms[HM_PROF_COUNT];
 };
 
 #define CK(call, what)                                                                             \
@@ -315,6 +320,19 @@ static hm_status mm(hm_cuda_ctx *c, const hm_cu_w *w, const float *x, int64_t xs
     return HM_OK;
 }
 
+static void prof_start(hm_cuda_ctx *c) {
+    if (c->prof) cudaEventRecord(c->pev[0], c->s);
+}
+
+static void prof_stop(hm_cuda_ctx *c, int part) {
+    if (!c->prof) return;
+    float ms = 0;
+    cudaEventRecord(c->pev[1], c->s);
+    if (cudaEventSynchronize(c->pev[1]) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, c->pev[0], c->pev[1]) == cudaSuccess)
+        c->prof_ms[part] += ms;
+}
+
 static const int32_t *d_tok(const hm_cuda_ctx *c) {
     return c->d_in;
 }
@@ -435,6 +453,7 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
     for (int i = 0; i < g->n; i++) {
         const hm_node *nd = &g->nodes[i];
         float *dst = c->slot[nd->dst], *s0 = c->slot[nd->src0], *s1 = c->slot[nd->src1];
+        prof_start(c);
         switch (nd->op) {
         case HM_OP_NORM:
             CK(hm_cu_rmsnorm(s0, NULL, c->nn1[i], dst, NULL, n, H, eps, c->s), "rmsnorm");
@@ -505,6 +524,7 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
         case HM_OP_COUNT:
             return hm_errorf(HM_ERR_INTERNAL, "cuda: graph node %d: bad op", i);
         }
+        prof_stop(c, nd->prof);
     }
     return HM_OK;
 }
@@ -535,6 +555,8 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
         for (int j = 0; j <= HM_CU_MATVEC_MAX; j++)
             if (c->step[i][j]) cudaGraphExecDestroy(c->step[i][j]);
     if (c->blas) cublasDestroy(c->blas);
+    if (c->pev[0]) cudaEventDestroy(c->pev[0]);
+    if (c->pev[1]) cudaEventDestroy(c->pev[1]);
     if (c->s) cudaStreamDestroy(c->s);
     if (c->arena) cudaFree(c->arena);
     if (c->h_in) cudaFreeHost(c->h_in);
@@ -585,6 +607,8 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->cpu_moe = p->cpu_moe;
     const char *eg = getenv("HMOE_CUDA_GRAPHS");
     c->no_graphs = eg && !strcmp(eg, "0");
+    const char *ep = getenv("HMOE_CUDA_PROFILE");
+    c->prof = ep && !strcmp(ep, "1");
     const char *em = getenv("HMOE_CUDA_MMQ");
     c->no_mmq = em && !strcmp(em, "0");
     c->kv = (hm_cu_kv){
@@ -627,6 +651,10 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     }
     FAIL(cudaMalloc((void **)&c->arena, need), "cudaMalloc (weights, KV cache, scratch)");
     FAIL(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (c->prof) {
+        FAIL(cudaEventCreate(&c->pev[0]), "cudaEventCreate");
+        FAIL(cudaEventCreate(&c->pev[1]), "cudaEventCreate");
+    }
     if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(c->blas, c->s) != CUBLAS_STATUS_SUCCESS ||
         cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
@@ -667,16 +695,20 @@ fail:
  * chunk stays in c->logits (nw <= LOGIT_ROWS). */
 static hm_status forward(hm_cuda_ctx *c, int n, int nw, float *logits) {
     const hm_hparams *hp = &c->m->hp;
+    prof_start(c);
     CK(hm_cu_embed(&c->tok_embd, d_tok(c), n, c->slot[HM_SLOT_X], c->s), "embedding");
+    prof_stop(c, HM_PROF_EMBED);
     hm_status st = run_graph(c, c->g, n);
     if (st) return st;
     const int64_t V = hp->vocab_size, H = hp->hidden;
     for (int r0 = 0; r0 < nw; r0 += LOGIT_ROWS) {
         const int cnt = nw - r0 < LOGIT_ROWS ? nw - r0 : LOGIT_ROWS;
+        prof_start(c);
         CK(hm_cu_rmsnorm(c->slot[HM_SLOT_X], NULL, c->out_norm, c->slot[HM_SLOT_XN], d_rows(c) + r0,
                          cnt, H, hp->norm_eps, c->s),
            "final norm");
         if ((st = mm(c, &c->output, c->slot[HM_SLOT_XN], H, cnt, c->logits, V))) return st;
+        prof_stop(c, HM_PROF_OUTPUT);
         if (logits)
             CK(cudaMemcpyAsync(logits + (size_t)r0 * (size_t)V, c->logits,
                                sizeof(float) * (size_t)cnt * (size_t)V, cudaMemcpyDeviceToHost,
@@ -735,7 +767,7 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
         CK(cudaMemcpyAsync(c->d_cs, hcs, sizeof(float) * (size_t)n * (size_t)rd,
                            cudaMemcpyHostToDevice, c->s),
            "rope upload");
-    if (n <= HM_CU_MATVEC_MAX && !c->no_graphs) {
+    if (n <= HM_CU_MATVEC_MAX && !c->no_graphs && !c->prof) {
         hm_status st = replay(c, n, logits ? nw : 0);
         if (st) return st;
         if (logits && nw)
@@ -785,6 +817,12 @@ hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cud
     *total = c.used + HM_CUDA_MARGIN;
     *experts = c.expert_bytes;
     return HM_OK;
+}
+
+bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]) {
+    if (!c || !c->prof) return false;
+    for (int p = 0; p < HM_PROF_COUNT; p++) ms[p] = c->prof_ms[p], c->prof_ms[p] = 0;
+    return true;
 }
 
 size_t hm_cuda_ctx_bytes(const hm_cuda_ctx *c) {

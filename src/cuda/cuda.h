@@ -75,6 +75,9 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
                              float *logits);
 /* The backend seam (model/backend.h): the graph walk over the batch already in the slots. */
 hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c);
+/* With HMOE_CUDA_PROFILE=1 set when the context was made: the GPU milliseconds per part of the
+ * forward pass (HM_PROF_*) since the last call, and true; else false. */
+bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]);
 /* bytes of GPU memory the context holds */
 size_t hm_cuda_ctx_bytes(const hm_cuda_ctx *c);
 

@@ -19,7 +19,8 @@ using namespace nvcuda;
 
 enum { TM = 64, TN = 64, TK = 64, LDS = TK + 8, LDC = TN + 4, MAX_E = 4096 };
 
-// the quantized types the tile kernel takes (the float ones stay on the exact FP32 path)
+// the quantized types the tile kernel takes (the float ones, FP8_B128 among them as on the CPU,
+// stay on the exact FP32 path: half would round an FP8 value times its block scale)
 #define HM_MMQ_TYPES(X)                                                                            \
     X(HM_TYPE_Q4_0)                                                                                \
     X(HM_TYPE_Q4_1)                                                                                \
@@ -33,8 +34,7 @@ enum { TM = 64, TN = 64, TK = 64, LDS = TK + 8, LDC = TN + 4, MAX_E = 4096 };
     X(HM_TYPE_Q6_K)                                                                                \
     X(HM_TYPE_IQ4_NL)                                                                              \
     X(HM_TYPE_IQ4_XS)                                                                              \
-    X(HM_TYPE_MXFP4)                                                                               \
-    X(HM_TYPE_FP8_B128)
+    X(HM_TYPE_MXFP4)
 
 struct smem_t {
     union {

@@ -73,6 +73,10 @@ static const hm_backend_i none_i = {"cuda (not built)", none_supports, none_comp
 hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c) {
     return (hm_backend){&none_i, c};
 }
+bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]) {
+    (void)c, (void)ms;
+    return false;
+}
 size_t hm_cuda_ctx_bytes(const hm_cuda_ctx *c) {
     (void)c;
     return 0;

@@ -715,6 +715,21 @@ static hm_status decode_gpu(hm_ctx *c, const int32_t *tokens, int n, const uint8
     for (int r = 0; r < nw; r++)
         if (!all_finite(logits + (size_t)r * hp->vocab_size, hp->vocab_size))
             return not_finite(c, "logits", rows[r]);
+    /* the GPU's parts when it times them (HMOE_CUDA_PROFILE=1); the rest of the step (rope,
+     * transfers, the host's waiting) under output */
+    double ms[HM_PROF_COUNT];
+    if (hm_cuda_ctx_prof(c->cu, ms)) {
+        uint64_t sum = 0;
+        for (int p = 0; p < HM_PROF_COUNT; p++) {
+            const uint64_t ns = (uint64_t)(ms[p] * 1e6);
+            c->prof_ns[p] += ns;
+            sum += ns;
+        }
+        const uint64_t t = hm_time_ns(), wall = t - t0;
+        c->prof_ns[HM_PROF_OUTPUT] += wall > sum ? wall - sum : 0;
+        t0 = t;
+        return HM_OK;
+    }
     hm_ctx_prof(c, HM_PROF_OUTPUT, &t0); /* the whole step: the GPU runs it as one */
     return HM_OK;
 }
