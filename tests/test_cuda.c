@@ -555,6 +555,8 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
     float *dqn = dev_copy(qn, sizeof(float) * hd), *dkn = dev_copy(kn, sizeof(float) * hd);
     float *dout = dev_copy(NULL, sizeof(float) * (size_t)P * qd);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)P), *seq = malloc(sizeof(int32_t) * (size_t)P);
+    float *dpart = dev_copy(NULL, sizeof(float) * 8 * (size_t)nh *
+                                      (size_t)hm_cu_attention_splits(ctx) * (hd + 2));
     for (int p = 0; p < P; p++) pos[p] = p, seq[p] = sq;
     int32_t *dpos = dev_copy(pos, sizeof(int32_t) * (size_t)P),
             *dseq = dev_copy(seq, sizeof(int32_t) * (size_t)P);
@@ -584,7 +586,9 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
                                dpos + p0,
                                dseq + p0,
                                il};
-        CU(hm_cu_attention(&at, &kv, n, 0));
+        /* decode-sized batches through the split kernel too (splits of 256 positions) */
+        const int sp = hm_cu_attention_splits(ctx);
+        CU(hm_cu_attention(&at, &kv, n, n <= 8 ? dpart : NULL, sp, 0));
     }
     float *out = malloc(sizeof(float) * (size_t)P * qd),
           *qg = malloc(sizeof(float) * (size_t)P * qd);

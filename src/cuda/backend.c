@@ -74,7 +74,9 @@ struct hm_cuda_ctx {
     hm_cu_moe_order ord; /* batches: the pairs in expert order, and their tiles */
     int max_tiles;
     bool no_mmq; /* HMOE_CUDA_MMQ=0: quantized batches dequantize to floats for cuBLAS (A/B) */
-    float *deq;  /* the GEMM path's dequantized rows */
+    float *att_part; /* decode attention's partial results */
+    int att_splits;
+    float *deq; /* the GEMM path's dequantized rows */
     int64_t deq_elems;
     float *logits; /* [LOGIT_ROWS][vocab] */
     hm_cu_kv kv;
@@ -267,6 +269,9 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->ord.tile_n = take(c, sizeof(int32_t) * (size_t)c->max_tiles);
     c->ord.n_tiles = take(c, sizeof(int32_t));
     c->gid = take(c, sizeof(int32_t) * (size_t)(B * K));
+    c->att_splits = hm_cu_attention_splits(c->kv.kv_ctx);
+    c->att_part = take(c, sizeof(float) * (size_t)HM_CU_MATVEC_MAX * hp->n_heads *
+                              (size_t)c->att_splits * (hp->head_dim + 2));
     c->cpu_out = c->cpu_moe ? take(c, sizeof(float) * (size_t)(B * H)) : NULL;
     /* the GEMM path's dequantized rows: the largest matrix, at most 32M floats at a time */
     int64_t big = m->output.rows * m->output.cols;
@@ -504,7 +509,10 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                                   d_pos(c),
                                   d_seq(c),
                                   nd->il};
-            CK(hm_cu_attention(&a, &c->kv, n, c->s), "attention");
+            /* decode batches: the positions split over blocks, merged after */
+            const bool split = n <= HM_CU_MATVEC_MAX && c->att_splits > 1;
+            CK(hm_cu_attention(&a, &c->kv, n, split ? c->att_part : NULL, c->att_splits, c->s),
+               "attention");
             break;
         }
         case HM_OP_ROUTER_TOPK:

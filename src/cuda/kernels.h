@@ -103,7 +103,13 @@ typedef struct hm_cu_attn {
     int il;
 } hm_cu_attn;
 
-cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, cudaStream_t stream);
+/* part (or NULL): scratch of n * n_heads * splits * (head_dim + 2) floats; with splits > 1 the
+ * positions are cut into splits of 256, each its own block (a long context's decode then fills
+ * the GPU), and merged after (flash-decoding). splits must cover the longest sequence
+ * (hm_cu_attention_splits of the cache's positions). */
+cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, float *part, int splits,
+                            cudaStream_t stream);
+int hm_cu_attention_splits(int64_t kv_ctx);
 
 /* Softmax top-k of each token's e router logits: ids [n][k], w [n][k] (hm_router_softmax_topk) */
 cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, bool renorm,

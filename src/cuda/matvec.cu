@@ -37,8 +37,18 @@ template <int T> __device__ __forceinline__ float elem(const uint8_t *row, int64
     return hm_hd_bf16_to_f32(((const uint16_t *)row)[j]);
 }
 
+// Activations are staged in shared memory when they fit (MV_SMEM): 33 floats per 32-value
+// chunk, so that the lanes of a warp, each on its own chunk, read 32 different banks (unpadded,
+// every lane would hit the same bank; from global memory every lane its own cache line).
+enum { MV_WARPS = 8, MV_RPW = 4, MV_ROWS = MV_WARPS * MV_RPW, MV_SMEM = 48 * 1024 };
+
+// element j of an activation row: padded in shared memory, plain in global
+template <bool SH> __device__ __forceinline__ int64_t xi(int64_t j) {
+    return SH ? (j >> 5) * 33 + (j & 31) : j;
+}
+
 // acc[t] = row . x[t] for t < n (n <= NT), by one warp; the sums are in every lane
-template <int T, int NT>
+template <int T, int NT, bool SH>
 __device__ __forceinline__ void row_dot(const uint8_t *__restrict__ row, int64_t cols,
                                         const float *__restrict__ x, int64_t xs, int n,
                                         float acc[NT]) {
@@ -50,14 +60,14 @@ __device__ __forceinline__ void row_dot(const uint8_t *__restrict__ row, int64_t
             const float v = elem<T>(row, j);
 #pragma unroll
             for (int t = 0; t < NT; t++)
-                if (t < n) acc[t] = fmaf(v, x[t * xs + j], acc[t]);
+                if (t < n) acc[t] = fmaf(v, x[t * xs + xi<SH>(j)], acc[t]);
         }
     } else {
         const int64_t nch = cols / 32;
         for (int64_t c = lane; c < nch; c += 32) {
             float v[32];
             hm_dq32(T, row, c, v);
-            const float *xc = x + c * 32;
+            const float *xc = x + c * (SH ? 33 : 32);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (t >= n) break;
@@ -72,36 +82,64 @@ __device__ __forceinline__ void row_dot(const uint8_t *__restrict__ row, int64_t
     for (int t = 0; t < NT; t++) acc[t] = hm_warp_sum(acc[t]);
 }
 
-template <int T, int NT>
-__global__ void __launch_bounds__(128) matvec_k(hm_cu_w w, const float *__restrict__ x, int64_t xs,
-                                                int n, float *__restrict__ y, int64_t ys) {
-    const int64_t r = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (r >= w.rows) return;
-    float acc[NT];
-    row_dot<T, NT>((const uint8_t *)w.data + r * (int64_t)w.row_bytes, w.cols, x, xs, n, acc);
-    if ((threadIdx.x & 31) == 0)
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < n) y[t * ys + r] = acc[t];
+// n rows of x (stride xs) into the block's shared memory, padded (xi<true>), rows xst apart
+__device__ __forceinline__ void stage_x(float *xsh, int64_t xst, const float *__restrict__ x,
+                                        int64_t xs, int n, int64_t cols) {
+    const int64_t padded = (cols + 31) / 32 * 32;
+    for (int t = 0; t < n; t++)
+        for (int64_t j = threadIdx.x; j < padded; j += blockDim.x)
+            xsh[t * xst + xi<true>(j)] = j < cols ? x[t * xs + j] : 0.0f;
+    __syncthreads();
 }
 
-template <int T>
-__global__ void __launch_bounds__(128)
+// MV_ROWS rows per block, MV_RPW per warp (consecutive warps on consecutive rows)
+template <int T, int NT, bool SH>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_k(hm_cu_w w, const float *__restrict__ x, int64_t xs, int n, float *__restrict__ y,
+             int64_t ys) {
+    extern __shared__ float xsh[];
+    const int64_t xst = (w.cols + 31) / 32 * 33;
+    if (SH) stage_x(xsh, xst, x, xs, n, w.cols);
+    const int warp = threadIdx.x >> 5;
+    for (int q = 0; q < MV_RPW; q++) {
+        const int64_t r = (int64_t)blockIdx.x * MV_ROWS + q * MV_WARPS + warp;
+        if (r >= w.rows) break;
+        float acc[NT];
+        row_dot<T, NT, SH>((const uint8_t *)w.data + r * (int64_t)w.row_bytes, w.cols, SH ? xsh : x,
+                           SH ? xst : xs, n, acc);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < n) y[t * ys + r] = acc[t];
+    }
+}
+
+template <int T, bool SH>
+__global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_exp_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
                  int64_t xs, int x_div, float *__restrict__ y, int64_t ys) {
-    const int64_t r = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    extern __shared__ float xsh[];
     const int p = blockIdx.y;
-    if (r >= w.rows) return;
     const int id = ids[p];
+    const int warp = threadIdx.x >> 5;
     if (id < 0) { /* an expert on the CPU */
-        if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = 0.0f;
+        for (int q = 0; q < MV_RPW; q++) {
+            const int64_t r = (int64_t)blockIdx.x * MV_ROWS + q * MV_WARPS + warp;
+            if (r < w.rows && (threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = 0.0f;
+        }
         return;
     }
-    const uint8_t *row =
-        (const uint8_t *)w.data + (size_t)id * w.estride + r * (int64_t)w.row_bytes;
-    float acc[1];
-    row_dot<T, 1>(row, w.cols, x + (int64_t)(p / x_div) * xs, xs, 1, acc);
-    if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = acc[0];
+    const float *xp = x + (int64_t)(p / x_div) * xs;
+    if (SH) stage_x(xsh, 0, xp, 0, 1, w.cols);
+    for (int q = 0; q < MV_RPW; q++) {
+        const int64_t r = (int64_t)blockIdx.x * MV_ROWS + q * MV_WARPS + warp;
+        if (r >= w.rows) break;
+        const uint8_t *row =
+            (const uint8_t *)w.data + (size_t)id * w.estride + r * (int64_t)w.row_bytes;
+        float acc[1];
+        row_dot<T, 1, SH>(row, w.cols, SH ? xsh : xp, 0, 1, acc);
+        if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = acc[0];
+    }
 }
 
 // dst row i = W row (rows ? rows[i] : row0 + i), as floats
@@ -135,18 +173,33 @@ extern "C" bool hm_cu_type_ok(uint32_t type) {
     }
 }
 
+// shared bytes of n staged activation rows of cols values
+static size_t mv_smem(int64_t cols, int n) {
+    return sizeof(float) * (size_t)((cols + 31) / 32 * 33) * (size_t)n;
+}
+
+template <int T, int NT>
+static void matvec_nt(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
+                      cudaStream_t s) {
+    const dim3 grid((unsigned)((w->rows + MV_ROWS - 1) / MV_ROWS));
+    const size_t sm = mv_smem(w->cols, n);
+    if (sm <= MV_SMEM)
+        matvec_k<T, NT, true><<<grid, MV_WARPS * 32, sm, s>>>(*w, x, xs, n, y, ys);
+    else
+        matvec_k<T, NT, false><<<grid, MV_WARPS * 32, 0, s>>>(*w, x, xs, n, y, ys);
+}
+
 template <int T>
 static void matvec_launch(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
                           cudaStream_t s) {
-    const dim3 grid((unsigned)((w->rows + 3) / 4));
     if (n <= 1)
-        matvec_k<T, 1><<<grid, 128, 0, s>>>(*w, x, xs, n, y, ys);
+        matvec_nt<T, 1>(w, x, xs, n, y, ys, s);
     else if (n <= 2)
-        matvec_k<T, 2><<<grid, 128, 0, s>>>(*w, x, xs, n, y, ys);
+        matvec_nt<T, 2>(w, x, xs, n, y, ys, s);
     else if (n <= 4)
-        matvec_k<T, 4><<<grid, 128, 0, s>>>(*w, x, xs, n, y, ys);
+        matvec_nt<T, 4>(w, x, xs, n, y, ys, s);
     else
-        matvec_k<T, 8><<<grid, 128, 0, s>>>(*w, x, xs, n, y, ys);
+        matvec_nt<T, 8>(w, x, xs, n, y, ys, s);
 }
 
 extern "C" cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y,
@@ -172,7 +225,9 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
                                             int64_t ys, cudaStream_t stream) {
     if (n_pairs <= 0 || w->rows <= 0) return cudaSuccess;
     if (x_div < 1 || (!HM_CU_FLOAT(w->type) && w->cols % 32)) return cudaErrorInvalidValue;
-    const unsigned gx = (unsigned)((w->rows + 3) / 4);
+    const unsigned gx = (unsigned)((w->rows + MV_ROWS - 1) / MV_ROWS);
+    const size_t sm = mv_smem(w->cols, 1);
+    const bool sh = sm <= MV_SMEM;
     // at most 65535 pairs per launch (grid y); x_div divides the chunk so tokens stay aligned
     const int step = 65535 / x_div * x_div;
     for (int p0 = 0; p0 < n_pairs; p0 += step) {
@@ -184,7 +239,12 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
         switch (w->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
-        matvec_exp_k<t><<<grid, 128, 0, stream>>>(*w, id, xp, xs, x_div, yp, ys);                  \
+        if (sh)                                                                                    \
+            matvec_exp_k<t, true>                                                                  \
+                <<<grid, MV_WARPS * 32, sm, stream>>>(*w, id, xp, xs, x_div, yp, ys);              \
+        else                                                                                       \
+            matvec_exp_k<t, false>                                                                 \
+                <<<grid, MV_WARPS * 32, 0, stream>>>(*w, id, xp, xs, x_div, yp, ys);               \
         break;
             HM_CU_TYPES(X)
 #undef X

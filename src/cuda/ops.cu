@@ -114,51 +114,77 @@ extern "C" cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, 
     return cudaGetLastError();
 }
 
-// One block per (token, query head): the positions in chunks of ATT_T, one per thread for the
-// scores, an online softmax across chunks (twins.h), each thread accumulating head dims
-// tid, tid + ATT_T, ... of the output.
-enum { ATT_T = 128, ATT_MAX_HD = 4 * ATT_T };
+// One block per (token, query head) and range of positions: the positions in chunks of ATT_T,
+// one per thread for the scores, an online softmax across chunks (twins.h), each thread
+// accumulating head dims tid, tid + ATT_T, ... of the output.
+enum { ATT_T = 128, ATT_MAX_HD = 4 * ATT_T, ATT_SPLIT = 256 };
 
-template <bool F16> __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv) {
-    extern __shared__ float smem[]; // q [hd], then the chunk's exp(score - m) [ATT_T]
-    __shared__ float red[32];
-    const int i = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-    const int hd = kv.head_dim;
-    const int kvh = h / (a.n_heads / kv.n_kv_heads);
-    float *qs = smem, *pe = smem + hd;
-    const float *q = a.q + (int64_t)i * a.q_stride + (int64_t)h * hd;
-    for (int d = tid; d < hd; d += ATT_T) qs[d] = q[d];
-    __syncthreads();
-    const int P = a.pos[i] + 1;
-    const size_t base = kv_head(kv, a.il, a.seq[i], kvh);
-    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f};
-    hm_osm st = {-INFINITY, 0.0f};
-    for (int p0 = 0; p0 < P; p0 += ATT_T) {
-        const int p = p0 + tid;
+// q (in shared memory) against positions [p0, p1) of one cache head: the running state and the
+// unnormalized accumulators of this thread's dims
+template <bool F16>
+__device__ __forceinline__ void attn_range(const float *qs, float *pe, float *red,
+                                           const hm_cu_kv &kv, size_t base, int p0, int p1,
+                                           float scale, hm_osm *st, float acc[ATT_MAX_HD / ATT_T]) {
+    const int tid = threadIdx.x, hd = kv.head_dim;
+    for (int c0 = p0; c0 < p1; c0 += ATT_T) {
+        const int p = c0 + tid;
         float sc = -INFINITY;
-        if (p < P) {
+        if (p < p1) {
             const size_t kr = base + (size_t)p * hd;
             float dot = 0.0f;
             for (int d = 0; d < hd; d++) dot = fmaf(qs[d], kv_get<F16>(kv.k, kr + d), dot);
-            sc = dot * a.scale;
+            sc = dot * scale;
         }
         const float cm = hm_block_max(sc, red);
-        const float f = hm_osm_rescale(&st, cm);
-        const float e = p < P ? expf(sc - st.m) : 0.0f;
-        st.l += hm_block_sum(e, red);
+        const float f = hm_osm_rescale(st, cm);
+        const float e = p < p1 ? expf(sc - st->m) : 0.0f;
+        st->l += hm_block_sum(e, red);
         pe[tid] = e;
         __syncthreads();
-        const int np = P - p0 < ATT_T ? P - p0 : ATT_T;
+        const int np = p1 - c0 < ATT_T ? p1 - c0 : ATT_T;
 #pragma unroll
         for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
             const int d = tid + j * ATT_T;
             if (d >= hd) break;
             float v = acc[j] * f;
-            size_t vr = base + (size_t)p0 * hd + d;
+            size_t vr = base + (size_t)c0 * hd + d;
             for (int m = 0; m < np; m++, vr += hd) v = fmaf(pe[m], kv_get<F16>(kv.v, vr), v);
             acc[j] = v;
         }
         __syncthreads(); // pe is rewritten by the next chunk
+    }
+}
+
+// blockIdx.z = split s of ATT_SPLIT positions (gridDim.z 1: every position); with splits the
+// partial state (m, l, acc) goes to part, merged by attn_merge_k
+template <bool F16>
+__global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float *part) {
+    extern __shared__ float smem[]; // q [hd], then the chunk's exp(score - m) [ATT_T]
+    __shared__ float red[32];
+    const int i = blockIdx.x, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+    const int hd = kv.head_dim;
+    const int P = a.pos[i] + 1;
+    const int p0 = gridDim.z > 1 ? s * ATT_SPLIT : 0;
+    const int p1 = gridDim.z > 1 ? (p0 + ATT_SPLIT < P ? p0 + ATT_SPLIT : P) : P;
+    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f};
+    hm_osm st = {-INFINITY, 0.0f};
+    if (p0 < p1) {
+        float *qs = smem, *pe = smem + hd;
+        const float *q = a.q + (int64_t)i * a.q_stride + (int64_t)h * hd;
+        for (int d = tid; d < hd; d += ATT_T) qs[d] = q[d];
+        __syncthreads();
+        const size_t base = kv_head(kv, a.il, a.seq[i], h / (a.n_heads / kv.n_kv_heads));
+        attn_range<F16>(qs, pe, red, kv, base, p0, p1, a.scale, &st, acc);
+    }
+    if (gridDim.z > 1) {
+        float *o = part + (((int64_t)i * a.n_heads + h) * gridDim.z + s) * (hd + 2);
+        if (tid == 0) o[0] = st.m, o[1] = st.l;
+#pragma unroll
+        for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
+            const int d = tid + j * ATT_T;
+            if (d < hd) o[2 + d] = acc[j];
+        }
+        return;
     }
     float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * hd;
 #pragma unroll
@@ -168,34 +194,103 @@ template <bool F16> __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a
     }
 }
 
-extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n,
-                                       cudaStream_t stream) {
+// the splits of one (token, head) merged with the online softmax's rescaling
+__global__ void __launch_bounds__(ATT_T)
+    attn_merge_k(hm_cu_attn a, int hd, int splits, const float *__restrict__ part) {
+    const int i = blockIdx.x, h = blockIdx.y;
+    const float *pp = part + ((int64_t)i * a.n_heads + h) * splits * (hd + 2);
+    const int ns = (a.pos[i] + ATT_SPLIT) / ATT_SPLIT; // splits that saw positions
+    hm_osm st = {-INFINITY, 0.0f};
+    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < ns; s++) {
+        const float *q = pp + (int64_t)s * (hd + 2);
+        const float f = hm_osm_rescale(&st, q[0]), g = expf(q[0] - st.m);
+        st.l += q[1] * g;
+#pragma unroll
+        for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
+            const int d = threadIdx.x + j * ATT_T;
+            if (d < hd) acc[j] = fmaf(q[2 + d], g, acc[j] * f);
+        }
+    }
+    float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * hd;
+#pragma unroll
+    for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
+        const int d = threadIdx.x + j * ATT_T;
+        if (d < hd) o[d] = acc[j] / st.l;
+    }
+}
+
+extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, float *part,
+                                       int splits, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
     if (kv->head_dim > ATT_MAX_HD || kv->n_kv_heads < 1 || a->n_heads % kv->n_kv_heads)
         return cudaErrorInvalidValue;
-    const dim3 grid((unsigned)n, (unsigned)a->n_heads);
+    const int z = part && splits > 1 ? splits : 1;
+    const dim3 grid((unsigned)n, (unsigned)a->n_heads, (unsigned)z);
     const size_t sm = sizeof(float) * (size_t)(kv->head_dim + ATT_T);
     if (kv->f16)
-        attn_k<true><<<grid, ATT_T, sm, stream>>>(*a, *kv);
+        attn_k<true><<<grid, ATT_T, sm, stream>>>(*a, *kv, part);
     else
-        attn_k<false><<<grid, ATT_T, sm, stream>>>(*a, *kv);
+        attn_k<false><<<grid, ATT_T, sm, stream>>>(*a, *kv, part);
+    if (z > 1)
+        attn_merge_k<<<dim3((unsigned)n, (unsigned)a->n_heads), ATT_T, 0, stream>>>(
+            *a, kv->head_dim, z, part);
     return cudaGetLastError();
 }
 
-__global__ void router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
-                         int32_t *__restrict__ ids, float *__restrict__ w) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+extern "C" int hm_cu_attention_splits(int64_t kv_ctx) {
+    return (int)((kv_ctx + ATT_SPLIT - 1) / ATT_SPLIT);
+}
+
+// One warp per token: the maximum and the double sum of exp over the lanes' logits, then k
+// rounds of a warp-wide arg-max over the entries after the last pick in the router's order
+// (larger first, ties to the lower index, as hm_hd_topk), so no mask is kept. The weights are
+// hm_hd_softmax_topk's (its double sum taken in another order).
+__global__ void __launch_bounds__(128)
+    router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
+             int32_t *__restrict__ ids, float *__restrict__ w) {
+    const int i = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (i >= n) return;
-    if (!hm_hd_softmax_topk(rl + (int64_t)i * rs, e, k, renorm, ids + (int64_t)i * k,
-                            w + (int64_t)i * k))
-        for (int j = 0; j < k; j++) ids[(int64_t)i * k + j] = 0, w[(int64_t)i * k + j] = NAN;
+    const float *v = rl + (int64_t)i * rs;
+    float mx = -INFINITY;
+    for (int j = lane; j < e; j += 32) mx = v[j] > mx ? v[j] : mx;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float t = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = t > mx ? t : mx;
+    }
+    double sum = 0;
+    for (int j = lane; j < e; j += 32) sum += exp((double)v[j] - mx);
+    sum = hm_warp_sum_d(sum);
+    float pv = INFINITY; // the last pick: nothing picked yet comes before (inf, -1)
+    int pi = -1;
+    double sel = 0;
+    float wk = 0.0f; // this lane's weight, lane j holding pick j (k <= 32)
+    for (int r = 0; r < k; r++) {
+        float bv = -INFINITY;
+        int bi = -1;
+        for (int j = lane; j < e; j += 32)
+            if (hm_hd_rank_before(pv, pi, v[j], j) &&
+                (bi < 0 || hm_hd_rank_before(v[j], j, bv, bi)))
+                bv = v[j], bi = j;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi >= 0 && (bi < 0 || hm_hd_rank_before(ov, oi, bv, bi))) bv = ov, bi = oi;
+        }
+        pv = bv, pi = bi;
+        const float wr = (float)(exp((double)bv - mx) / sum);
+        sel += wr;
+        if (lane == r) wk = wr;
+        if (lane == 0) ids[(int64_t)i * k + r] = bi;
+    }
+    if (lane < k) w[(int64_t)i * k + lane] = renorm ? (float)(wk / sel) : wk;
 }
 
 extern "C" cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k,
                                          bool renorm, int32_t *ids, float *w, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    if (k < 1 || k > e) return cudaErrorInvalidValue;
-    router_k<<<(unsigned)((n + 63) / 64), 64, 0, stream>>>(rl, rs, n, e, k, renorm, ids, w);
+    if (k < 1 || k > e || k > 32) return cudaErrorInvalidValue;
+    router_k<<<(unsigned)((n + 3) / 4), 128, 0, stream>>>(rl, rs, n, e, k, renorm, ids, w);
     return cudaGetLastError();
 }
 

@@ -53,13 +53,20 @@ HM_HD float hm_osm_rescale(hm_osm *s, float cm) {
     return f;
 }
 
+/* The router's order: (value a, index ai) comes before (b, bi) when it is larger, or equal with
+ * a lower index. */
+HM_HD bool hm_hd_rank_before(float a, int ai, float b, int bi) {
+    return a > b || (a == b && ai < bi);
+}
+
 /* Indices of the k largest v[0..n) in descending order, ties to the lower index (as the CPU
  * router's top-k). */
 HM_HD void hm_hd_topk(const float *v, int n, int k, int32_t *ids) {
     for (int j = 0; j < k; j++) ids[j] = -1;
     for (int i = 0; i < n; i++) {
         int j = k;
-        while (j > 0 && (ids[j - 1] < 0 || v[i] > v[ids[j - 1]])) j--;
+        while (j > 0 && (ids[j - 1] < 0 || hm_hd_rank_before(v[i], i, v[ids[j - 1]], ids[j - 1])))
+            j--;
         if (j >= k) continue;
         for (int m = k - 1; m > j; m--) ids[m] = ids[m - 1];
         ids[j] = i;
