@@ -125,16 +125,24 @@ template <bool F16>
 __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *red,
                                            const hm_cu_kv &kv, size_t base, int p0, int p1,
                                            float scale, hm_osm *st, float acc[ATT_MAX_HD / ATT_T]) {
-    const int tid = threadIdx.x, hd = kv.head_dim;
+    const int tid = threadIdx.x, hd = kv.head_dim, warp = tid >> 5, lane = tid & 31;
     for (int c0 = p0; c0 < p1; c0 += ATT_T) {
-        const int p = c0 + tid;
-        float sc = -INFINITY;
-        if (p < p1) {
-            const size_t kr = base + (size_t)p * hd;
+        // the chunk's scores: a warp per position, its lanes over the head dims (coalesced
+        // reads of a key row), into pe
+        for (int pp = warp; pp < ATT_T; pp += ATT_T / 32) {
+            const int p = c0 + pp;
             float dot = 0.0f;
-            for (int d = 0; d < hd; d++) dot = fmaf(qs[d], kv_get<F16>(kv.k, kr + d), dot);
-            sc = dot * scale;
+            if (p < p1) {
+                const size_t kr = base + (size_t)p * hd;
+                for (int d = lane; d < hd; d += 32)
+                    dot = fmaf(qs[d], kv_get<F16>(kv.k, kr + d), dot);
+            }
+            dot = hm_warp_sum(dot);
+            if (lane == 0) pe[pp] = p < p1 ? dot * scale : -INFINITY;
         }
+        __syncthreads();
+        const int p = c0 + tid;
+        const float sc = pe[tid];
         const float cm = hm_block_max(sc, red);
         const float f = hm_osm_rescale(st, cm);
         const float e = p < p1 ? expf(sc - st->m) : 0.0f;
