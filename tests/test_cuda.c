@@ -25,15 +25,6 @@
 #include "cuda/kernels.h"
 #endif
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd32(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-static float rndf(void) { /* [-1, 1) */
-    return (float)((double)rnd32() / 2147483648.0 - 1.0);
-}
-
 /* the device selection of a context without a GPU: a clear refusal, no crash */
 static void check_ctx_refused(void) {
     hm_model *m = NULL;
@@ -229,6 +220,15 @@ static void check_quantized_gpu(int type, int experts_type) {
 }
 
 #ifdef HMOE_HAVE_CUDA
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd32(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float rndf(void) { /* [-1, 1) */
+    return (float)((double)rnd32() / 2147483648.0 - 1.0);
+}
 
 #define CU(call)                                                                                   \
     CHECK_MSG((call) == cudaSuccess, "%s: %s", #call, cudaGetErrorString(cudaGetLastError()))
