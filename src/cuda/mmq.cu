@@ -1,5 +1,5 @@
 // mmq.cu - batches above HM_CU_MATVEC_MAX tokens against quantized weights on the tensor cores:
-// a 64-row x 64-token output tile per block, the weights dequantized (dq.h) and both they and
+// a 128-row x 64-token output tile per block, the weights dequantized (dq.h) and both they and
 // the activations rounded to IEEE half into shared memory 64 columns at a time, multiplied with
 // half WMMA fragments into float accumulators. Half, not bfloat16: its 11-bit significand keeps
 // a dequantized Q8_0 weight to 2^-12 where bfloat16 would round it to 2^-9; activations past
@@ -17,7 +17,7 @@
 
 using namespace nvcuda;
 
-enum { TM = 64, TN = 64, TK = 64, LDS = TK + 8, LDC = TN + 4, MAX_E = 4096 };
+enum { TM = 128, TN = 64, TK = 64, LDS = TK + 8, LDC = TM + 4, MAX_E = 4096, MMQ_T = 256 };
 
 // the quantized types the tile kernel takes (the float ones, FP8_B128 among them as on the CPU,
 // stay on the exact FP32 path: half would round an FP8 value times its block scale)
@@ -47,7 +47,9 @@ struct smem_t {
     int32_t xrow[TN];
 };
 
-template <int T> __global__ void __launch_bounds__(128) mmq_k(hm_cu_w w, hm_cu_mmq_args a) {
+// 8 warps as 4 (rows) x 2 (tokens), each 32 x 32 of the 128 x 64 tile in 2 x 2 fragments; per 64
+// columns every thread dequantizes one 32-value chunk of the weights and converts 16 activations
+template <int T> __global__ void __launch_bounds__(MMQ_T) mmq_k(hm_cu_w w, hm_cu_mmq_args a) {
     __shared__ __align__(32) smem_t sm;
     const int tid = threadIdx.x, warp = tid >> 5;
     int e = 0, i0, ni;
@@ -81,17 +83,27 @@ template <int T> __global__ void __launch_bounds__(128) mmq_k(hm_cu_w w, hm_cu_m
 #pragma unroll
                 for (int q = 0; q < 32; q++) v[q] = 0.0f;
             }
+            __half2 *dst = (__half2 *)&sm.in.w[r][h * 32];
 #pragma unroll
-            for (int q = 0; q < 32; q++) sm.in.w[r][h * 32 + q] = __float2half_rn(v[q]);
+            for (int q = 0; q < 16; q++) dst[q] = __floats2half2_rn(v[2 * q], v[2 * q + 1]);
         }
-        { // activations: token tid / 2, 32 values
-            const int t = tid >> 1, h = tid & 1;
+        { // activations: token tid / 4, 16 values (float4 loads: rows 16-byte aligned)
+            const int t = tid >> 2, qq = tid & 3;
             const int xr = sm.xrow[t];
-            const int64_t kk = k0 + h * 32;
-            const float *xp = a.x + (int64_t)(xr < 0 ? 0 : xr) * a.xs + kk;
+            const int64_t kk = k0 + qq * 16;
+            __half2 *dst = (__half2 *)&sm.in.x[t][qq * 16];
+            if (xr >= 0 && kk < w.cols) {
+                const float4 *xp = (const float4 *)(a.x + (int64_t)xr * a.xs + kk);
 #pragma unroll
-            for (int q = 0; q < 32; q++)
-                sm.in.x[t][h * 32 + q] = __float2half_rn(xr >= 0 && kk + q < w.cols ? xp[q] : 0.0f);
+                for (int q = 0; q < 4; q++) {
+                    const float4 f = xp[q];
+                    dst[2 * q] = __floats2half2_rn(f.x, f.y);
+                    dst[2 * q + 1] = __floats2half2_rn(f.z, f.w);
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < 8; q++) dst[q] = __floats2half2_rn(0.0f, 0.0f);
+            }
         }
         __syncthreads();
 #pragma unroll
@@ -119,7 +131,7 @@ template <int T> __global__ void __launch_bounds__(128) mmq_k(hm_cu_w w, hm_cu_m
             wmma::store_matrix_sync(&sm.c[wn + 16 * j][wm + 16 * i], acc[i][j], LDC,
                                     wmma::mem_col_major);
     __syncthreads();
-    for (int q = tid; q < TN * TM; q += 128) {
+    for (int q = tid; q < TN * TM; q += MMQ_T) {
         const int t = q / TM, r = q % TM;
         if (t < ni && r0 + r < w.rows) a.y[(int64_t)(i0 + t) * a.ys + r0 + r] = sm.c[t][r];
     }
@@ -139,14 +151,15 @@ extern "C" bool hm_cu_mmq_type_ok(uint32_t type) {
 extern "C" cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
                                  cudaStream_t stream) {
     if (w->rows <= 0) return cudaSuccess;
-    if (w->cols % 32) return cudaErrorInvalidValue;
+    /* the activation rows are read as float4 */
+    if (w->cols % 32 || a->xs % 4 || ((uintptr_t)a->x & 15)) return cudaErrorInvalidValue;
     const int tiles = a->tile_e ? max_tiles : (a->n_items + TN - 1) / TN;
     if (tiles <= 0) return cudaSuccess;
     const dim3 grid((unsigned)((w->rows + TM - 1) / TM), (unsigned)tiles);
     switch (w->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
-        mmq_k<t><<<grid, 128, 0, stream>>>(*w, *a);                                                \
+        mmq_k<t><<<grid, MMQ_T, 0, stream>>>(*w, *a);                                              \
         break;
         HM_MMQ_TYPES(X)
 #undef X
