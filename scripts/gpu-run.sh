@@ -6,7 +6,8 @@
 #   scripts/gpu-run.sh [test] [bench] [bench30] [prof30]     (default: test bench)
 # test: test_cuda and test_cuda_twins; bench: qwen3-tiny on the CPU, the GPU and hybrid; bench30:
 # qwen3-30b-a3b synth (Q4_K experts, Q8_0 attention) on the GPU, hybrid with all and with half of
-# the routed experts on the CPU, pp512 and decode; prof30: the same with every GPU node timed.
+# the routed experts on the CPU (pp512, decode), pp4096 with the experts on the CPU, decode of 32
+# sequences at once; prof30: GPU and all-CPU experts with every GPU node timed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
@@ -43,10 +44,13 @@ for s in $steps; do
     bench30)
         m=/tmp/hmoe-q30.gguf
         [ -f $m ] || "$B/hmoe" synth --preset qwen3-30b-a3b --vocab none -o $m >/dev/null
-        for d in "cuda" "cuda --gpu-experts 0" "cuda --gpu-experts 64"; do
-            echo "== qwen3-30b-a3b synth: --device $d"
-            timeout 240 "$B/hmoe" bench e2e -m $m -p 512 -n 64 --reps 2 --threads 16 --device $d 2>&1 |
-                tee -a "$LOG/e2e-q30.log" | grep -E "^config|^placement|^roofline|^hybrid|^result|^rep|hmoe"
+        for d in "-p 512 -n 64 --device cuda" "-p 512 -n 64 --device cuda --gpu-experts 0" \
+                 "-p 512 -n 64 --device cuda --gpu-experts 64" \
+                 "-p 4096 -n 0 --batch 4096 --device cuda --gpu-experts 0" \
+                 "-p 64 -n 32 --seqs 32 --device cuda"; do
+            echo "== qwen3-30b-a3b synth: $d"
+            timeout 240 "$B/hmoe" bench e2e -m $m --reps 2 --threads 16 $d 2>&1 |
+                tee -a "$LOG/e2e-q30.log" | grep -E "^placement|^roofline:|^hybrid|^batch|^result|^rep|hmoe"
         done ;;
     prof30)
         m=/tmp/hmoe-q30.gguf

@@ -28,7 +28,7 @@ static uint64_t next_id(uint64_t *s) {
 
 int bench_e2e(int argc, char **argv) {
     const char *model = NULL;
-    long n_prompt = 512, n_gen = 128, reps = 1;
+    long n_prompt = 512, n_gen = 128, reps = 1, seqs = 1;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.pin_caller = true;
     hm_model_params mlp = hm_model_default_params();
@@ -45,13 +45,16 @@ int bench_e2e(int argc, char **argv) {
         } else if (!strcmp(a, "-n") && v) {
             if (!cli_parse_int(v, 0, 1 << 20, &n_gen)) return cli_usage_error("bad -n '%s'", v);
             i++;
+        } else if (!strcmp(a, "--seqs") && v) {
+            if (!cli_parse_int(v, 1, 256, &seqs)) return cli_usage_error("bad --seqs '%s'", v);
+            i++;
         } else if (!strcmp(a, "--reps") && v) {
             if (!cli_parse_int(v, 1, 1000, &reps)) return cli_usage_error("bad --reps '%s'", v);
             i++;
         } else {
             fprintf(
                 stderr,
-                "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--reps N] "
+                "usage: hmoe bench e2e -m MODEL [-p 512] [-n 128] [--seqs B] [--reps N] "
                 "[--threads N] [--batch N] [--no-amx]\n"
                 "       [--device auto|cpu|cuda] [--gpu N] [--gpu-experts N|fit] [--gpu-mem SIZE]\n"
                 "       [--placement S] [--place-seed N] [--expert-counts F] [--place R] [--load "
@@ -73,6 +76,7 @@ int bench_e2e(int argc, char **argv) {
     if (hm_model_load_ex(model, &mlp, &m)) goto fail;
     t_load = now_s() - t_load;
     cp.n_ctx = (int)(n_prompt + n_gen + 1);
+    cp.n_seq = (int)seqs;
     if (!cp.n_batch) cp.n_batch = n_prompt > 0 && n_prompt < 512 ? (int)n_prompt : 512;
     double t_ctx = now_s();
     if (hm_ctx_create(m, &cp, &c)) goto fail;
@@ -127,7 +131,8 @@ int bench_e2e(int argc, char **argv) {
     sp.temperature = 0; /* greedy: the sampler's argmax, as `hmoe run --temp 0` takes it */
     if (hm_sampler_create(&sp, V, &smp)) goto fail;
     ids = malloc(((size_t)n_prompt + 1) * sizeof *ids);
-    logits = malloc((size_t)V * sizeof(float));
+    logits = malloc((size_t)seqs * (size_t)V * sizeof(float));
+    int32_t tok[256], seq_of[256];
     if (!ids || !logits) {
         fprintf(stderr, "hmoe bench e2e: out of memory\n");
         goto done;
@@ -136,7 +141,7 @@ int bench_e2e(int argc, char **argv) {
     for (long i = 0; i < n_prompt; i++) ids[i] = (int32_t)(next_id(&s) % (uint64_t)mi.n_vocab);
     double best_pp = 0, best_tg = 0;
     for (long r = 0; r < reps; r++) {
-        hm_ctx_seq_reset(c, 0);
+        for (int q = 0; q < (int)seqs; q++) hm_ctx_seq_reset(c, q);
         const int B = hm_ctx_n_batch(c);
         hm_ctx_perf_reset(c);
         double t0 = now_s();
@@ -147,18 +152,36 @@ int bench_e2e(int argc, char **argv) {
         double t1 = now_s();
         hm_ctx_perf pp_perf, tg_perf;
         hm_ctx_perf_get(c, &pp_perf);
+        /* --seqs B: the other sequences get the same prompt, untimed; decode steps then take one
+         * token of every sequence */
+        for (int q = 1; q < (int)seqs; q++) {
+            for (long i0 = 0; i0 < n_prompt; i0 += B) {
+                const int nb = (int)(n_prompt - i0 < B ? n_prompt - i0 : B);
+                int32_t *sq = malloc(sizeof(int32_t) * (size_t)nb);
+                if (!sq) goto fail;
+                for (int j = 0; j < nb; j++) sq[j] = q;
+                const hm_status st = hm_ctx_decode(c, ids + i0, sq, nb, NULL, NULL);
+                free(sq);
+                if (st) goto fail;
+            }
+        }
         hm_ctx_perf_reset(c);
-        int32_t t = n_prompt ? ids[n_prompt - 1] : 1;
+        for (int q = 0; q < (int)seqs; q++)
+            tok[q] = n_prompt ? ids[n_prompt - 1] : 1, seq_of[q] = q;
+        const double t1d = now_s();
         for (long g = 0; g < n_gen; g++) {
-            if (hm_ctx_decode(c, &t, NULL, 1, NULL, logits) || hm_sampler_sample(smp, logits, &t))
-                goto fail;
+            if (hm_ctx_decode(c, tok, seq_of, (int)seqs, NULL, logits)) goto fail;
+            for (int q = 0; q < (int)seqs; q++)
+                if (hm_sampler_sample(smp, logits + (size_t)q * (size_t)V, &tok[q])) goto fail;
         }
         double t2 = now_s();
         hm_ctx_perf_get(c, &tg_perf);
         double pp = n_prompt ? (double)n_prompt / (t1 - t0) : 0,
-               tg = n_gen ? (double)n_gen / (t2 - t1) : 0;
-        printf("rep %ld: pp%ld %.1f tok/s (%.3f s), tg%ld %.2f tok/s (%.1f ms/token)\n", r,
-               n_prompt, pp, t1 - t0, n_gen, tg, n_gen ? (t2 - t1) * 1e3 / (double)n_gen : 0);
+               tg = n_gen ? (double)(n_gen * seqs) / (t2 - t1d) : 0;
+        printf("rep %ld: pp%ld %.1f tok/s (%.3f s), tg%ld %.2f tok/s (%.1f ms/step of %ld "
+               "token%s)\n",
+               r, n_prompt, pp, t1 - t0, n_gen, tg, n_gen ? (t2 - t1d) * 1e3 / (double)n_gen : 0,
+               seqs, seqs > 1 ? "s" : "");
         printf("  %-18s %12s %12s %14s %14s\n", "part", "prompt ms", "ms/token", "of it alone",
                "of it waiting");
         const double pt = n_gen ? 1e3 / (double)n_gen : 0;
@@ -172,7 +195,7 @@ int bench_e2e(int argc, char **argv) {
                    "dispatch + waiting for the slowest %.3f), %.3f on the calling thread alone\n",
                    (double)tg_perf.pool_jobs / (double)n_gen, tg_perf.pool_run_s * per,
                    tg_perf.pool_own_s * per, (tg_perf.pool_run_s - tg_perf.pool_own_s) * per,
-                   (t2 - t1) * 1e3 / (double)n_gen - tg_perf.pool_run_s * per);
+                   (t2 - t1d) * 1e3 / (double)n_gen - tg_perf.pool_run_s * per);
         }
         if (pp_perf.moe_batches) {
             printf("  prompt experts (ms):");
@@ -199,6 +222,17 @@ int bench_e2e(int argc, char **argv) {
     printf("roofline after the runs: same-run %s %.1f GB/s (best %.1f); mean of before and after "
            "%.1f GB/s -> decode <= %.1f tok/s\n",
            bw_what, bw2_med, bw2_best, bw_mean, bw_mean * 1e9 / (double)(dense_b + exp_b));
+    if (seqs > 1 && mi.n_experts_used > 0) {
+        /* a step of B tokens reads the dense weights once and, with routing spread evenly, each
+         * layer's distinct experts among B x k picks: E (1 - (1 - k/E)^B) of them */
+        const double E = mi.n_experts, k = mi.n_experts_used;
+        const double uni = E * (1.0 - pow(1.0 - k / E, (double)seqs)) / k;
+        const double step = (double)dense_b + (double)exp_b * uni;
+        printf("batch of %ld sequences: a step reads about %.3f GB (experts x %.1f, even "
+               "routing) -> <= %.1f tok/s at %.1f GB/s; the figures below compare one token's "
+               "bytes\n",
+               seqs, step * 1e-9, uni, (double)seqs * bw_mean * 1e9 / step, bw_mean);
+    }
     double gbs = best_tg * (double)(dense_b + exp_b) * 1e-9;
     if (hybrid) {
         double cbw2 = 0;
