@@ -234,8 +234,19 @@ HM_HD void hm_dq32_q5_1(const void *row, int64_t c, float out[32]) {
 HM_HD void hm_dq32_q8_0(const void *row, int64_t c, float out[32]) {
     const hm_block_q8_0 *b = (const hm_block_q8_0 *)row + c;
     const float d = hm_hd_f16_to_f32(b->d);
+#ifdef __CUDA_ARCH__
+    /* the codes as 16 two-byte loads (a block is 2-byte aligned): half the load instructions */
+    const uint16_t *q2 = (const uint16_t *)b->qs;
+    HM_HD_UNROLL
+    for (int l = 0; l < 16; l++) {
+        const uint16_t v = q2[l];
+        out[2 * l] = hm_hd_fmul((float)(int8_t)(v & 0xFF), d);
+        out[2 * l + 1] = hm_hd_fmul((float)(int8_t)(v >> 8), d);
+    }
+#else
     HM_HD_UNROLL
     for (int l = 0; l < 32; l++) out[l] = hm_hd_fmul((float)b->qs[l], d);
+#endif
 }
 
 /* Q2_K, Q3_K, Q6_K: chunk p of a super-block is 2-bit plane p % 4 of the 32 bytes of half p / 4;
@@ -282,6 +293,20 @@ HM_HD void hm_dq32_q4_K(const void *row, int64_t c, float out[32]) {
     int sc, m;
     hm_hd_k4_scale_min(b->scales, p, &sc, &m);
     const float d1 = hm_hd_fmul(d, (float)sc), m1 = hm_hd_fmul(dmin, (float)m);
+#ifdef __CUDA_ARCH__
+    /* the 32 code bytes as two 16-byte loads where the row is 16-byte aligned (a super-block is
+     * 144 bytes, its codes at 16 + 32 k) */
+    if (((uintptr_t)q & 15) == 0) {
+        const uint4 w0 = ((const uint4 *)q)[0], w1 = ((const uint4 *)q)[1];
+        const uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        HM_HD_UNROLL
+        for (int l = 0; l < 32; l++)
+            out[l] = hm_hd_fsub(
+                hm_hd_fmul(d1, (float)((((w[l >> 2] >> (8 * (l & 3))) & 0xFF) >> shift) & 0xF)),
+                m1);
+        return;
+    }
+#endif
     HM_HD_UNROLL
     for (int l = 0; l < 32; l++)
         out[l] = hm_hd_fsub(hm_hd_fmul(d1, (float)((q[l] >> shift) & 0xF)), m1);
