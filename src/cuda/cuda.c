@@ -82,27 +82,35 @@ done:
     return st;
 }
 
-hm_status hm_cuda_h2d_bandwidth(int dev, size_t bytes, int reps, double *gbs) {
+/* best of reps copies of `bytes` from a pinned host buffer (d2d false) or a device buffer to a
+ * device buffer, in 1e9 bytes/s of the bytes copied */
+static hm_status copy_bandwidth(int dev, size_t bytes, int reps, bool d2d, double *gbs) {
     *gbs = 0;
     hm_status st = check_dev(dev);
     if (st != HM_OK) return st;
     if (bytes == 0 || reps <= 0)
         return hm_errorf(HM_ERR_INVALID_ARG, "cuda: bandwidth test needs bytes > 0 and reps > 0");
-    void *host = NULL, *devp = NULL;
+    void *src = NULL, *dst = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     cudaStream_t s = NULL;
+    const enum cudaMemcpyKind kind = d2d ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
     CK(cudaSetDevice(dev), "cudaSetDevice");
-    CK(cudaMallocHost(&host, bytes), "cudaMallocHost (pinned host buffer)");
-    memset(host, 1, bytes);
-    CK(cudaMalloc(&devp, bytes), "cudaMalloc");
+    if (d2d) {
+        CK(cudaMalloc(&src, bytes), "cudaMalloc");
+        CK(cudaMemset(src, 1, bytes), "cudaMemset");
+    } else {
+        CK(cudaMallocHost(&src, bytes), "cudaMallocHost (pinned host buffer)");
+        memset(src, 1, bytes);
+    }
+    CK(cudaMalloc(&dst, bytes), "cudaMalloc");
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaEventCreate(&e0), "cudaEventCreate");
     CK(cudaEventCreate(&e1), "cudaEventCreate");
-    CK(cudaMemcpyAsync(devp, host, bytes, cudaMemcpyHostToDevice, s), "warm-up copy");
+    CK(cudaMemcpyAsync(dst, src, bytes, kind, s), "warm-up copy");
     float best_ms = 0;
     for (int r = 0; r < reps; r++) {
         CK(cudaEventRecord(e0, s), "cudaEventRecord");
-        CK(cudaMemcpyAsync(devp, host, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync H2D");
+        CK(cudaMemcpyAsync(dst, src, bytes, kind, s), "cudaMemcpyAsync");
         CK(cudaEventRecord(e1, s), "cudaEventRecord");
         CK(cudaEventSynchronize(e1), "cudaEventSynchronize");
         float ms = 0;
@@ -115,46 +123,18 @@ done:
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     if (s) cudaStreamDestroy(s);
-    if (devp) cudaFree(devp);
-    if (host) cudaFreeHost(host);
+    if (dst) cudaFree(dst);
+    if (src) d2d ? cudaFree(src) : cudaFreeHost(src);
     return st;
 }
 
+hm_status hm_cuda_h2d_bandwidth(int dev, size_t bytes, int reps, double *gbs) {
+    return copy_bandwidth(dev, bytes, reps, false, gbs);
+}
+
 hm_status hm_cuda_mem_bandwidth(int dev, size_t bytes, int reps, double *gbs) {
-    *gbs = 0;
-    hm_status st = check_dev(dev);
-    if (st != HM_OK) return st;
-    if (bytes == 0 || reps <= 0)
-        return hm_errorf(HM_ERR_INVALID_ARG, "cuda: bandwidth test needs bytes > 0 and reps > 0");
-    void *a = NULL, *b = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    cudaStream_t s = NULL;
-    CK(cudaSetDevice(dev), "cudaSetDevice");
-    CK(cudaMalloc(&a, bytes), "cudaMalloc");
-    CK(cudaMalloc(&b, bytes), "cudaMalloc");
-    CK(cudaMemset(a, 1, bytes), "cudaMemset");
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    CK(cudaEventCreate(&e0), "cudaEventCreate");
-    CK(cudaEventCreate(&e1), "cudaEventCreate");
-    CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "warm-up copy");
-    float best_ms = 0;
-    for (int r = 0; r < reps; r++) {
-        CK(cudaEventRecord(e0, s), "cudaEventRecord");
-        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync D2D");
-        CK(cudaEventRecord(e1, s), "cudaEventRecord");
-        CK(cudaEventSynchronize(e1), "cudaEventSynchronize");
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
-        if (r == 0 || ms < best_ms) best_ms = ms;
-    }
-    *gbs = 2.0 * (double)bytes / ((double)best_ms * 1e-3) * 1e-9; /* read + write */
-    st = HM_OK;
-done:
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
-    if (s) cudaStreamDestroy(s);
-    if (a) cudaFree(a);
-    if (b) cudaFree(b);
+    const hm_status st = copy_bandwidth(dev, bytes, reps, true, gbs);
+    *gbs *= 2.0; /* each byte copied is read once and written once */
     return st;
 }
 
