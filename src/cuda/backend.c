@@ -1,10 +1,13 @@
-/* backend.c - the CUDA backend: the model's weights, a KV cache and the batch's activation slots
- * in GPU memory, and the forward graph (model/graph.h) walked node by node with the kernels of
- * kernels.h on one stream. Batches of up to HM_CU_MATVEC_MAX tokens run every matmul as a
- * dequantizing matvec; larger ones dequantize each weight to floats in row chunks and multiply
- * with cuBLAS (FP32, so the float and BF16 checkpoints keep the CPU's bounds). The routed
- * experts run per (token, expert) pair. The embedding gather, the final norm and the output head
- * run on the GPU as well; only the wanted rows of logits are copied back.
+/* backend.c - the CUDA backend: the model's weights (the routed experts the placement keeps on
+ * the GPU), a KV cache and the batch's activation slots in GPU memory, and the forward graph
+ * (model/graph.h) walked node by node with the kernels of kernels.h on one stream. Batches of up
+ * to HM_CU_MATVEC_MAX tokens run every matmul as a dequantizing matvec; larger ones run
+ * quantized weights on the tensor-core tiles (mmq.cu) and float ones (F32/F16/BF16/FP8)
+ * dequantized to floats through FP32 cuBLAS, so float and BF16 checkpoints keep the CPU's
+ * bounds. Routed experts run per (token, expert) pair for decode and grouped by expert in tiles
+ * for batches; the ones on the CPU go to the layer's expert engine from host functions on the
+ * stream (run_moe). The embedding gather, the final norm and the output head run on the GPU
+ * as well; only the wanted rows of logits are copied back. Decode steps replay CUDA graphs.
  *
  * Everything lives in one device allocation, sized by a first pass over the same layout code,
  * so a model that does not fit is refused with the numbers before anything is copied. */

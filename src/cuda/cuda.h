@@ -37,7 +37,7 @@ hm_status hm_cuda_mem_bandwidth(int dev, size_t bytes, int reps, double *gbs);
 /* Runs a small kernel on dev and checks its result against the CPU. */
 hm_status hm_cuda_selftest(int dev);
 
-/* ---- the CUDA backend (backend.c): a whole model on one GPU ---------------------------------- */
+/* ---- the CUDA backend (backend.c): a model on one GPU, routed experts optionally on the CPU - */
 
 typedef struct hm_cuda_ctx hm_cuda_ctx;
 

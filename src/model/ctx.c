@@ -383,7 +383,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     if (!p.n_seq) p.n_seq = 1;
     if (p.device < HM_DEVICE_AUTO || p.device > HM_DEVICE_CUDA)
         return hm_errorf(HM_ERR_INVALID_ARG, "context: unknown device %d", (int)p.device);
-    /* the whole model on a GPU: no expert engines, repacked copies or CPU KV cache */
+    /* on a GPU: no CPU KV cache; expert engines only for the routed experts placed on the CPU */
     const bool on_gpu = p.device == HM_DEVICE_CUDA;
     if (hp->n_kv_heads == 0 || hp->n_heads % hp->n_kv_heads || hp->n_heads / hp->n_kv_heads > 64)
         return hm_errorf(HM_ERR_UNSUPPORTED,
