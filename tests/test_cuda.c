@@ -710,7 +710,7 @@ int main(void) {
 #ifdef HMOE_HAVE_CUDA
     check_kernels();
 #endif
-    static const char *const models[] = {"a", "b", "c", "q", "q_fp8"};
+    static const char *const models[] = {"a", "b", "c", "q", "q_fp8", "mixtral/a", "mixtral/b"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model_gpu(models[i], false, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);
     check_model_gpu("q", true, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);

@@ -837,10 +837,10 @@ static void check_graph(void) {
         if (!d) continue;
         CHECK_MSG(strcmp(d->gguf_name, hm_arch_gguf_name((hm_arch)a)) == 0, "%s: gguf name %s",
                   d->name, d->gguf_name);
-        CHECK((d->build != NULL) == (a == HM_ARCH_QWEN3MOE));
+        CHECK((d->build != NULL) == (a == HM_ARCH_QWEN3MOE || a == HM_ARCH_MIXTRAL));
     }
     CHECK(hm_arch_desc_get(HM_ARCH_UNKNOWN) == NULL && hm_arch_desc_get(HM_ARCH_COUNT) == NULL);
-    CHECK(strcmp(hm_arch_list(HM_ARCH_RUNS), "qwen3_moe") == 0);
+    CHECK(strcmp(hm_arch_list(HM_ARCH_RUNS), "qwen3_moe, mixtral") == 0);
     /* tensor names: the descriptors' tables */
     CHECK(strcmp(hm_arch_list(HM_ARCH_NAMED), "qwen3_moe, qwen2_moe, mixtral") == 0);
     CHECK(hm_arch_names_find(HM_ARCH_QWEN2MOE) == hm_arch_names_find(HM_ARCH_QWEN3MOE));
@@ -851,8 +851,26 @@ static void check_graph(void) {
     CHECK(hm_arch_names_find(HM_ARCH_DEEPSEEK2) == NULL);
 }
 
+/* a Mixtral GGUF (llama.cpp's layout: q/k rows permuted for the interleaved rotation) is refused
+ * with the reason, not run with the wrong rotation */
+static void check_mixtral_gguf(void) {
+    char dir[] = "/tmp/hmoe-mixtral-XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    hm_convert_params p = hm_convert_default_params();
+    p.n_threads = 2;
+    CHECK_OK(hm_convert_hf(HMOE_SOURCE_DIR "/tests/data/mixtral/a", path, &p, NULL));
+    hm_model *m = NULL;
+    CHECK_STATUS(hm_model_load(path, &m), HM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(hm_last_error(), "interleaved rotation");
+    CHECK(m == NULL);
+    remove(path);
+    rmdir(dir);
+}
+
 int main(void) {
     TILES_OR_SKIP();
+    check_mixtral_gguf();
     check_graph();
     check_rope_gguf();
     check_nan_weights();
@@ -866,6 +884,10 @@ int main(void) {
         check_model(models[i], 1, true, HM_LOAD_MMAP, false);
         check_model(models[i], 2, false, HM_LOAD_AUTO, true);
     }
+    /* Mixtral (tests/gen/mixtral_fixtures.py): the same graph without q/k norms */
+    check_model("mixtral/a", 2, false, HM_LOAD_AUTO, false);
+    check_model("mixtral/a", 1, true, HM_LOAD_MMAP, false);
+    check_model("mixtral/b", 2, false, HM_LOAD_AUTO, false);
     /* an FP8 checkpoint (128 x 128 block scales), bound as FP8_B128: transformers in float32 on
      * the dequantized weights, to the same 1e-3 */
     check_model("q_fp8", 2, false, HM_LOAD_AUTO, false);

@@ -1,5 +1,6 @@
 /* model.c - binds a model's weights from a GGUF file or a Hugging Face directory (model.h). */
 #include "model/model.h"
+#include "model/arch/registry.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -556,6 +557,12 @@ hm_status hm_model_load(const char *path, hm_model **out) {
     return hm_model_load_ex(path, NULL, out);
 }
 
+/* the architecture has a layer builder (model/arch/registry.h) */
+static bool arch_runs(const hm_hparams *hp) {
+    const hm_arch_desc *d = hm_arch_desc_get(hp->arch);
+    return d && d->build;
+}
+
 hm_status hm_model_load_ex(const char *path, const hm_model_params *params, hm_model **out) {
     *out = NULL;
     hm_model_params mp = params ? *params : hm_model_default_params();
@@ -590,19 +597,28 @@ hm_status hm_model_load_ex(const char *path, const hm_model_params *params, hm_m
                 snprintf(dir, sizeof dir, ".");
         }
         if ((st = hm_hparams_from_hf_config(dir, &m->hp))) goto fail;
-        if (m->hp.arch != HM_ARCH_QWEN3MOE) { /* say so before looking for weights */
+        if (!arch_runs(&m->hp)) { /* say so before looking for weights */
             st = hm_errorf(HM_ERR_UNSUPPORTED,
                            "%s: architecture '%s' can be inspected (hmoe info) but not run yet "
-                           "(runs: qwen3_moe)",
-                           path, m->hp.model_type);
+                           "(runs: %s)",
+                           path, m->hp.model_type, hm_arch_list(HM_ARCH_RUNS));
             goto fail;
         }
         if ((st = hm_st_open(dir, &m->st))) goto fail;
     }
-    if (m->hp.arch != HM_ARCH_QWEN3MOE) {
+    if (!arch_runs(&m->hp)) {
         st = hm_errorf(HM_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' can be inspected but not run yet (runs: qwen3moe)",
-                       path, m->hp.model_type);
+                       "%s: architecture '%s' can be inspected but not run yet (runs: %s)", path,
+                       m->hp.model_type, hm_arch_list(HM_ARCH_RUNS));
+        goto fail;
+    }
+    if (m->gguf && m->hp.arch == HM_ARCH_MIXTRAL) {
+        /* llama.cpp's converter permutes q and k rows for the interleaved rotation */
+        st = hm_errorf(HM_ERR_UNSUPPORTED,
+                       "%s: a GGUF Mixtral stores q and k permuted for the interleaved rotation "
+                       "(llama.cpp's LlamaModel), which hmoe does not run yet: load the Hugging "
+                       "Face directory",
+                       path);
         goto fail;
     }
     /* two passes: the first checks every tensor's presence, type and shape without reading a

@@ -6,6 +6,7 @@
 #include "model/graph.h"
 #include "model/model.h"
 
+hm_status hm_mixtral_build(const hm_model *m, const hm_layer *layers, hm_graph *g);
 hm_status hm_qwen3moe_build(const hm_model *m, const hm_layer *layers, hm_graph *g);
 
 #endif

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""mixtral_fixtures.py - tiny random Mixtral checkpoints and transformers' logits for them.
+
+transformers' MixtralForCausalLM is the oracle for hmoe's Mixtral forward pass (the Qwen3-MoE
+layer graph without q/k norms: GQA attention with the NeoX rotation on the Hugging Face weights,
+softmax top-k routing renormalised over the k). Each model is saved as a Hugging Face directory
+(config.json + model.safetensors) under tests/data/mixtral/<name>/ with expected.json in the
+format of tests/data/qwen3moe/ (tests/fixture.h reads both): three prompts, the float32 logits of
+every prompt position (logits_<i>.f32), 32-token greedy continuations and their smallest top-1
+margin.
+
+    pip install torch transformers==5.24.0 safetensors numpy
+    python3 tests/gen/mixtral_fixtures.py        # rewrites tests/data/mixtral/
+
+The committed files were produced with python 3.11.7, torch 2.15.0 (CPU), transformers 5.24.0,
+safetensors 0.8.0, numpy 2.4.6. Fixed seeds, one thread, deterministic algorithms. RMSNorm
+weights are drawn from [0.5, 1.5) (transformers initialises them to ones) so a norm applied as
+(1 + w) or not at all would show. Logits come from the directory read back from disk with the
+eager attention implementation.
+"""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+import transformers
+from transformers import MixtralConfig, MixtralForCausalLM
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "mixtral")
+N_GREEDY = 32
+
+MODELS = {
+    # GQA 4:2, 4 experts top-2, tied nothing
+    "a": dict(seed=21, vocab_size=384, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+              num_experts_per_tok=2, rope_theta=10000.0),
+    # MQA, head_dim 32 given explicitly, 6 experts top-3, three layers, rope_theta 1e6
+    "b": dict(seed=22, vocab_size=256, hidden_size=96, intermediate_size=64, num_hidden_layers=3,
+              num_attention_heads=4, num_key_value_heads=1, head_dim=32, num_local_experts=6,
+              num_experts_per_tok=3, rope_theta=1e6),
+}
+PROMPTS = [[1], [5, 77, 19, 201, 3, 140, 64], [2, 9, 17, 33, 65, 129, 250, 7, 11, 13, 99, 101, 55,
+                                                 66, 77, 88, 120, 121, 122, 30, 31, 32, 240]]
+
+
+def greedy(model, ids):
+    x = torch.tensor([ids], dtype=torch.long)
+    out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
+                         max_new_tokens=N_GREEDY, eos_token_id=None, pad_token_id=0,
+                         use_cache=True, output_logits=True, return_dict_in_generate=True)
+    new = out.sequences[0, len(ids):].tolist()
+    assert len(new) == N_GREEDY
+    margin = float("inf")
+    for step, lg in enumerate(out.logits):
+        top = torch.topk(lg[0].float(), 2).values
+        margin = min(margin, float(top[0] - top[1]))
+        assert int(lg[0].argmax()) == new[step]
+    return new, margin
+
+
+def make(name, spec):
+    spec = dict(spec)
+    seed = spec.pop("seed")
+    torch.manual_seed(seed)
+    cfg = MixtralConfig(max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                        sliding_window=None, **spec)
+    model = MixtralForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):
+                p.copy_(torch.rand_like(p) + 0.5)
+    out = os.path.join(ROOT, name)
+    shutil.rmtree(out, ignore_errors=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for extra in ("generation_config.json",):
+        p = os.path.join(out, extra)
+        if os.path.exists(p):
+            os.remove(p)
+    back = MixtralForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                              attn_implementation="eager").eval()
+    logits_files, greedy_ids, margins = [], [], []
+    for i, ids in enumerate(PROMPTS):
+        ids = [t % cfg.vocab_size for t in ids]
+        with torch.no_grad():
+            lg = back(torch.tensor([ids])).logits[0].float().numpy().astype("<f4")
+        fn = "logits_%d.f32" % i
+        lg.tofile(os.path.join(out, fn))
+        logits_files.append(fn)
+        g, mgn = greedy(back, ids)
+        greedy_ids.append(g)
+        margins.append(round(mgn, 6))
+    exp = {"prompts": [[t % cfg.vocab_size for t in p] for p in PROMPTS], "greedy": greedy_ids,
+           "logits": logits_files, "vocab": cfg.vocab_size, "dtype": "float32",
+           "transformers": transformers.__version__, "torch": torch.__version__, "seed": seed,
+           "attn_implementation": "eager", "greedy_min_margin": margins}
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(exp, f, indent=1)
+        f.write("\n")
+    print(name, "margins", margins)
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(ROOT, exist_ok=True)
+    for name, spec in MODELS.items():
+        make(name, spec)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
