@@ -521,6 +521,7 @@ static void check_norm_glu_router(void) {
  * softmax: a prompt of P tokens in batches of `chunk` on sequence 1 of 2 */
 static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, bool f16) {
     const int qd = nh * hd, kd = nkv * hd, L = 2, S = 2, il = 1, sq = 1;
+    const bool inter = hd == 72; /* that case with the interleaved rotation (GGUF Mixtral) */
     const int64_t ctx = P + 3;
     float *q = malloc(sizeof(float) * (size_t)P * qd), *k = malloc(sizeof(float) * (size_t)P * kd),
           *v = malloc(sizeof(float) * (size_t)P * kd), *cs = malloc(sizeof(float) * (size_t)P * rd);
@@ -540,8 +541,8 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
             hm_rmsnorm(qr + (size_t)p * qd + h * hd, qn, qr + (size_t)p * qd + h * hd, hd, 1e-6f);
         for (int h = 0; h < nkv; h++)
             hm_rmsnorm(kr + (size_t)p * kd + h * hd, kn, kr + (size_t)p * kd + h * hd, hd, 1e-6f);
-        hm_rope_neox(qr + (size_t)p * qd, nh, hd, rd, cs + (size_t)p * rd);
-        hm_rope_neox(kr + (size_t)p * kd, nkv, hd, rd, cs + (size_t)p * rd);
+        hm_rope(inter, qr + (size_t)p * qd, nh, hd, rd, cs + (size_t)p * rd);
+        hm_rope(inter, kr + (size_t)p * kd, nkv, hd, rd, cs + (size_t)p * rd);
     }
     /* GPU */
     const size_t el = f16 ? 2 : 4, kvn = (size_t)L * S * nkv * (size_t)ctx * hd;
@@ -571,6 +572,7 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
                              dkn,
                              dcs + (size_t)p0 * rd,
                              rd,
+                             inter,
                              nh,
                              1e-6f,
                              dpos + p0,
@@ -720,6 +722,29 @@ int main(void) {
     for (int s = HM_PLACE_UNIFORM; s <= HM_PLACE_RANDOM; s++) {
         check_model_gpu("a", false, 3, (hm_place_strategy)s);
         check_model_gpu("c", false, 5, (hm_place_strategy)s);
+    }
+    /* Mixtral as llama.cpp writes it (q/k permuted: the interleaved rotation) on the GPU */
+    {
+        fixture f;
+        CHECK(load_fixture("mixtral/a", &f));
+        char dir[] = "/tmp/hmoe-cuda-mix-XXXXXX", path[256];
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof path, "%s/m.gguf", dir);
+        hm_convert_params p = hm_convert_default_params();
+        p.n_threads = 2;
+        CHECK_OK(hm_convert_hf(f.dir, path, &p, NULL));
+        float *lg = malloc(sizeof(float) * 64 * (size_t)f.vocab);
+        for (int i = 0; i < f.n_prompts; i++)
+            for (int one = 0; one < 2; one++) {
+                CHECK(gguf_logits(path, &f, i, HM_DEVICE_CUDA, one, HM_GPU_EXPERTS_FIT, lg));
+                const double e = rel_err(lg, f.logits[i], (size_t)f.len[i] * (size_t)f.vocab);
+                CHECK_MSG(e <= 1e-3, "cuda mixtral GGUF prompt %d (%s): rel error %.3g", i,
+                          one ? "token by token" : "batch", e);
+            }
+        free(lg);
+        remove(path);
+        rmdir(dir);
+        free_fixture(&f);
     }
     check_quantized_gpu(HM_TYPE_Q8_0, HM_TYPE_Q8_0);
     check_quantized_gpu(HM_TYPE_Q8_0, HM_TYPE_Q4_K);

@@ -43,6 +43,19 @@ void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, const float
     }
 }
 
+void hm_rope_interleaved(float *x, int n_heads, int head_dim, int rope_dim, const float *cs) {
+    const int half = rope_dim / 2;
+    const float *c = cs, *s = cs + half;
+    for (int h = 0; h < n_heads; h++) {
+        float *p = x + (size_t)h * (size_t)head_dim;
+        for (int i = 0; i < half; i++) {
+            const float a = p[2 * i], b = p[2 * i + 1];
+            p[2 * i] = a * c[i] - b * s[i];
+            p[2 * i + 1] = b * c[i] + a * s[i];
+        }
+    }
+}
+
 void hm_silu_mul(float *g, const float *u, int64_t n) {
     const hm_cpu_ops *ops;
     if (hm_cpu_ops_get(&ops) == HM_OK && ops->silu_mul_f32) {

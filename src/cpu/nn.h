@@ -26,6 +26,14 @@ void hm_rope_cos_sin(int32_t pos, const float *inv_freq, int rope_dim, float *cs
 /* NeoX-style rotation (transformers' rotate_half) of the first rope_dim values of each of n_heads
  * heads of head_dim values, pairs (i, i + rope_dim/2), by the angles of hm_rope_cos_sin. */
 void hm_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, const float *cs);
+/* The same angles on adjacent pairs (x[2i], x[2i + 1]) (llama.cpp's "normal" rotation of GGUFs
+ * whose q/k rows were permuted for it). */
+void hm_rope_interleaved(float *x, int n_heads, int head_dim, int rope_dim, const float *cs);
+/* one of the two, as the model says */
+static inline void hm_rope(bool interleaved, float *x, int n_heads, int head_dim, int rope_dim,
+                           const float *cs) {
+    (interleaved ? hm_rope_interleaved : hm_rope_neox)(x, n_heads, head_dim, rope_dim, cs);
+}
 
 /* ---- matrix multiply: y[t][r] = W[r] . x[t] for t < n, r < W.rows ---------------------------- */
 

@@ -76,7 +76,7 @@ struct hm_cuda_ctx {
     float *moe_g, *moe_u, *moe_y;
     hm_cu_moe_order ord; /* batches: the pairs in expert order, and their tiles */
     int max_tiles;
-    bool no_mmq; /* HMOE_CUDA_MMQ=0: quantized batches dequantize to floats for cuBLAS (A/B) */
+    bool no_mmq;     /* HMOE_CUDA_MMQ=0: quantized batches dequantize to floats for cuBLAS (A/B) */
     float *att_part; /* decode attention's partial results */
     int att_splits;
     float *deq; /* the GEMM path's dequantized rows */
@@ -494,6 +494,7 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                                  c->nn2[i],
                                  c->d_cs,
                                  (int)hp->rope_dim,
+                                 hp->rope_interleaved,
                                  (int)hp->n_heads,
                                  eps,
                                  d_pos(c),

@@ -82,6 +82,7 @@ typedef struct hm_cu_qkv {
     const float *qn, *kn; /* [head_dim] or NULL */
     const float *cs;
     int rope_dim;
+    bool interleaved; /* pairs (2i, 2i + 1), else NeoX halves (i, i + rope_dim / 2) */
     int n_heads;
     float eps;
     const int32_t *pos, *seq; /* [n] */

@@ -92,7 +92,12 @@ template <bool F16> __global__ void qk_rope_kv_k(hm_cu_qkv a, hm_cu_kv kv) {
     }
     const int half = a.rope_dim / 2;
     const float *cs = a.cs + (int64_t)i * a.rope_dim;
-    for (int j = lane; j < half; j += 32) hm_hd_rope_pair(&x[j], &x[j + half], cs[j], cs[half + j]);
+    for (int j = lane; j < half; j += 32) {
+        if (a.interleaved)
+            hm_hd_rope_pair(&x[2 * j], &x[2 * j + 1], cs[j], cs[half + j]);
+        else
+            hm_hd_rope_pair(&x[j], &x[j + half], cs[j], cs[half + j]);
+    }
     __syncwarp();
     if (isq) return;
     const size_t off = kv_head(kv, a.il, a.seq[i], hh) + (size_t)a.pos[i] * (size_t)hd;

@@ -76,6 +76,8 @@ typedef struct hm_hparams {
     float partial_rotary; /* fraction of head_dim rotated (1.0 = all; glm4moe 0.5) */
     uint32_t rope_dim; /* rotated dims per head (head_dim * partial_rotary, or qk_rope_head_dim) */
     hm_rope_type rope_type;
+    bool rope_interleaved;  /* rotate pairs (2i, 2i + 1), as llama.cpp's permuted q/k of LlamaModel
+                               GGUFs need; else NeoX halves (i, i + rope_dim / 2) */
     float rope_factor;      /* scaling factor (linear, dynamic, yarn, llama3) */
     uint32_t rope_orig_ctx; /* original_max_position_embeddings (yarn, llama3);
                                max_position_embeddings (dynamic) */

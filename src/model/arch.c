@@ -429,6 +429,8 @@ hm_status hm_hparams_from_gguf(const hm_gguf *g, hm_hparams *hp) {
     opt_u32(&r, "expert_used_count", &hp->n_experts_used);
     opt_u32(&r, "expert_feed_forward_length", &hp->moe_inter);
     if (hp->arch == HM_ARCH_MIXTRAL && !hp->moe_inter) hp->moe_inter = hp->ffn_inter;
+    /* llama.cpp's LlamaModel converter permutes q and k rows for the interleaved rotation */
+    hp->rope_interleaved = hp->arch == HM_ARCH_MIXTRAL;
     opt_u32(&r, "expert_shared_count", &hp->n_shared_experts);
     opt_u32(&r, "leading_dense_block_count", &hp->first_k_dense);
     opt_u32(&r, "nextn_predict_layers", &hp->n_nextn_layers);

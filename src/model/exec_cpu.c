@@ -95,8 +95,8 @@ static void qk_rope_store(hm_ctx *c, int i, void *arg) {
             hm_rmsnorm(k + (size_t)h * hd, nd->nw2, k + (size_t)h * hd, hd, hp->norm_eps);
     }
     const float *cs = c->rope_cs + (size_t)i * hp->rope_dim;
-    hm_rope_neox(q, nh, hd, (int)hp->rope_dim, cs);
-    hm_rope_neox(k, nkv, hd, (int)hp->rope_dim, cs);
+    hm_rope(hp->rope_interleaved, q, nh, hd, (int)hp->rope_dim, cs);
+    hm_rope(hp->rope_interleaved, k, nkv, hd, (int)hp->rope_dim, cs);
     hm_nn_kv_store(hm_ctx_kv_k(c, nd->il, c->seq[i]), hm_ctx_kv_v(c, nd->il, c->seq[i]),
                    c->kv_elem == 2, c->kv_ctx * (size_t)hd, nkv, hd, c->pos[i], k, v);
 }
@@ -121,7 +121,8 @@ static void qkv_head_done(void *arg, int m, int h) {
                           : c->k + (size_t)i * c->kv_dim + (size_t)h * hd;
         const float *nw = m == 0 ? e->nd->nw : e->nd->nw2;
         if (nw) hm_rmsnorm(x, nw, x, hd, hp->norm_eps);
-        hm_rope_neox(x, 1, hd, (int)hp->rope_dim, c->rope_cs + (size_t)i * hp->rope_dim);
+        hm_rope(hp->rope_interleaved, x, 1, hd, (int)hp->rope_dim,
+                c->rope_cs + (size_t)i * hp->rope_dim);
     }
     if (m == 0 || atomic_fetch_add_explicit(&e->kv_arrived[h], 1, memory_order_acq_rel) != 1)
         return;

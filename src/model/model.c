@@ -612,15 +612,6 @@ hm_status hm_model_load_ex(const char *path, const hm_model_params *params, hm_m
                        m->hp.model_type, hm_arch_list(HM_ARCH_RUNS));
         goto fail;
     }
-    if (m->gguf && m->hp.arch == HM_ARCH_MIXTRAL) {
-        /* llama.cpp's converter permutes q and k rows for the interleaved rotation */
-        st = hm_errorf(HM_ERR_UNSUPPORTED,
-                       "%s: a GGUF Mixtral stores q and k permuted for the interleaved rotation "
-                       "(llama.cpp's LlamaModel), which hmoe does not run yet: load the Hugging "
-                       "Face directory",
-                       path);
-        goto fail;
-    }
     /* two passes: the first checks every tensor's presence, type and shape without reading a
      * byte of weights, so a bad tensor anywhere fails before the FP8 conversions and copies */
     m->checking = true;

@@ -4,8 +4,8 @@
  * the Qwen3-MoE layer without q/k norms: GQA attention with the NeoX rotation of the Hugging Face
  * weights, a router softmax over all experts with the top-k renormalised over the k (hfconfig.c
  * sets norm_topk_prob), SwiGLU experts (w1 gate, w3 up, w2 down), no shared expert, no dense
- * layers. llama.cpp's GGUF permutes q and k for the interleaved rotation; those files are refused
- * at load (model.c) until that rotation runs. Fixtures: tests/gen/mixtral_fixtures.py. */
+ * layers. llama.cpp's GGUF permutes q and k rows for the interleaved rotation, which such files
+ * get (hparams rope_interleaved, set from GGUF). Fixtures: tests/gen/mixtral_fixtures.py. */
 #include "model/arch/arch_builders.h"
 #include "model/arch/registry.h"
 #include "model/blocks.h"
