@@ -11,26 +11,6 @@
 // one 32-value chunk per lane
 #define HM_CU_FLOAT(T) ((T) == HM_TYPE_F32 || (T) == HM_TYPE_F16 || (T) == HM_TYPE_BF16)
 
-// every type the kernels are built for
-#define HM_CU_TYPES(X)                                                                             \
-    X(HM_TYPE_F32)                                                                                 \
-    X(HM_TYPE_F16)                                                                                 \
-    X(HM_TYPE_BF16)                                                                                \
-    X(HM_TYPE_Q4_0)                                                                                \
-    X(HM_TYPE_Q4_1)                                                                                \
-    X(HM_TYPE_Q5_0)                                                                                \
-    X(HM_TYPE_Q5_1)                                                                                \
-    X(HM_TYPE_Q8_0)                                                                                \
-    X(HM_TYPE_Q2_K)                                                                                \
-    X(HM_TYPE_Q3_K)                                                                                \
-    X(HM_TYPE_Q4_K)                                                                                \
-    X(HM_TYPE_Q5_K)                                                                                \
-    X(HM_TYPE_Q6_K)                                                                                \
-    X(HM_TYPE_IQ4_NL)                                                                              \
-    X(HM_TYPE_IQ4_XS)                                                                              \
-    X(HM_TYPE_MXFP4)                                                                               \
-    X(HM_TYPE_FP8_B128)
-
 template <int T> __device__ __forceinline__ float elem(const uint8_t *row, int64_t j) {
     if (T == HM_TYPE_F32) return ((const float *)row)[j];
     if (T == HM_TYPE_F16) return hm_hd_f16_to_f32(((const uint16_t *)row)[j]);

@@ -19,23 +19,6 @@ using namespace nvcuda;
 
 enum { TM = 128, TN = 64, TK = 64, LDS = TK + 8, LDC = TM + 4, MAX_E = 4096, MMQ_T = 256 };
 
-// the quantized types the tile kernel takes (the float ones, FP8_B128 among them as on the CPU,
-// stay on the exact FP32 path: half would round an FP8 value times its block scale)
-#define HM_MMQ_TYPES(X)                                                                            \
-    X(HM_TYPE_Q4_0)                                                                                \
-    X(HM_TYPE_Q4_1)                                                                                \
-    X(HM_TYPE_Q5_0)                                                                                \
-    X(HM_TYPE_Q5_1)                                                                                \
-    X(HM_TYPE_Q8_0)                                                                                \
-    X(HM_TYPE_Q2_K)                                                                                \
-    X(HM_TYPE_Q3_K)                                                                                \
-    X(HM_TYPE_Q4_K)                                                                                \
-    X(HM_TYPE_Q5_K)                                                                                \
-    X(HM_TYPE_Q6_K)                                                                                \
-    X(HM_TYPE_IQ4_NL)                                                                              \
-    X(HM_TYPE_IQ4_XS)                                                                              \
-    X(HM_TYPE_MXFP4)
-
 struct smem_t {
     union {
         struct {
