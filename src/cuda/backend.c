@@ -710,7 +710,8 @@ static hm_status forward(hm_cuda_ctx *c, int n, int nw, float *logits) {
     prof_start(c);
     CK(hm_cu_embed(&c->tok_embd, d_tok(c), n, c->slot[HM_SLOT_X], c->s), "embedding");
     prof_stop(c, HM_PROF_EMBED);
-    hm_status st = run_graph(c, c->g, n);
+    const hm_backend be = hm_cuda_ctx_backend(c);
+    hm_status st = be.i->compute(be.self, c->g, n);
     if (st) return st;
     const int64_t V = hp->vocab_size, H = hp->hidden;
     for (int r0 = 0; r0 < nw; r0 += LOGIT_ROWS) {
@@ -835,8 +836,4 @@ bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]) {
     if (!c || !c->prof) return false;
     for (int p = 0; p < HM_PROF_COUNT; p++) ms[p] = c->prof_ms[p], c->prof_ms[p] = 0;
     return true;
-}
-
-size_t hm_cuda_ctx_bytes(const hm_cuda_ctx *c) {
-    return c ? c->used : 0;
 }

@@ -78,7 +78,5 @@ hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c);
 /* With HMOE_CUDA_PROFILE=1 set when the context was made: the GPU milliseconds per part of the
  * forward pass (HM_PROF_*) since the last call, and true; else false. */
 bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]);
-/* bytes of GPU memory the context holds */
-size_t hm_cuda_ctx_bytes(const hm_cuda_ctx *c);
 
 #endif

@@ -159,9 +159,6 @@ int hm_cu_moe_max_tiles(int n_pairs, int n_exp);
 cudaError_t hm_cu_moe_gid(const int32_t *ids, int n_pairs, const int32_t *slot_of, int32_t *gid,
                           cudaStream_t stream);
 
-/* dst[i] = src[i] rounded to bfloat16 (round to nearest even) */
-cudaError_t hm_cu_f32_to_bf16(const float *src, uint16_t *dst, int64_t n, cudaStream_t stream);
-
 #ifdef __cplusplus
 }
 #endif

@@ -147,7 +147,7 @@ extern "C" bool hm_cu_type_ok(uint32_t type) {
 #define X(t) case t:
         HM_CU_TYPES(X)
 #undef X
-        return hm_dq32_supported(type);
+        return true;
     default:
         return false;
     }

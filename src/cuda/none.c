@@ -77,10 +77,6 @@ bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]) {
     (void)c, (void)ms;
     return false;
 }
-size_t hm_cuda_ctx_bytes(const hm_cuda_ctx *c) {
-    (void)c;
-    return 0;
-}
 
 hm_status hm_measure_gpu_bandwidth(int gpu, double *gbs) {
     (void)gpu;

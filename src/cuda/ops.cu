@@ -328,22 +328,3 @@ extern "C" cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32
     combine_k<<<(unsigned)n, 256, 0, stream>>>(y, ys, pos_of, w, k, h, out, os);
     return cudaGetLastError();
 }
-
-__global__ void to_bf16_k(const float *__restrict__ src, uint16_t *__restrict__ dst, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const uint32_t x = __float_as_uint(src[i]);
-        dst[i] = (x & 0x7fffffffu) > 0x7f800000u
-                     ? (uint16_t)((x >> 16) | 0x40)
-                     : (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-    }
-}
-
-extern "C" cudaError_t hm_cu_f32_to_bf16(const float *src, uint16_t *dst, int64_t n,
-                                         cudaStream_t stream) {
-    if (n <= 0) return cudaSuccess;
-    int64_t blocks = (n + 255) / 256;
-    if (blocks > 65536) blocks = 65536;
-    to_bf16_k<<<(unsigned)blocks, 256, 0, stream>>>(src, dst, n);
-    return cudaGetLastError();
-}
