@@ -257,8 +257,8 @@ extern "C" int hm_cu_attention_splits(int64_t kv_ctx) {
 
 // One warp per token: the maximum and the double sum of exp over the lanes' logits, then k
 // rounds of a warp-wide arg-max over the entries after the last pick in the router's order
-// (larger first, ties to the lower index, as hm_hd_topk), so no mask is kept. The weights are
-// hm_hd_softmax_topk's (its double sum taken in another order).
+// (twins.h: each lane's hm_hd_pick_after, merged by hm_hd_rank_before), so no mask is kept. The
+// weights are hm_hd_router_weight's (the double sum taken in another order than the CPU's).
 __global__ void __launch_bounds__(128)
     router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
              int32_t *__restrict__ ids, float *__restrict__ w) {
@@ -279,19 +279,16 @@ __global__ void __launch_bounds__(128)
     double sel = 0;
     float wk = 0.0f; // this lane's weight, lane j holding pick j (k <= 32)
     for (int r = 0; r < k; r++) {
-        float bv = -INFINITY;
-        int bi = -1;
-        for (int j = lane; j < e; j += 32)
-            if (hm_hd_rank_before(pv, pi, v[j], j) &&
-                (bi < 0 || hm_hd_rank_before(v[j], j, bv, bi)))
-                bv = v[j], bi = j;
+        float bv;
+        int bi;
+        hm_hd_pick_after(v, lane, e, 32, pv, pi, &bv, &bi);
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
             const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (oi >= 0 && (bi < 0 || hm_hd_rank_before(ov, oi, bv, bi))) bv = ov, bi = oi;
         }
         pv = bv, pi = bi;
-        const float wr = (float)(exp((double)bv - mx) / sum);
+        const float wr = hm_hd_router_weight(bv, mx, sum);
         sel += wr;
         if (lane == r) wk = wr;
         if (lane == 0) ids[(int64_t)i * k + r] = bi;

@@ -59,38 +59,23 @@ HM_HD bool hm_hd_rank_before(float a, int ai, float b, int bi) {
     return a > b || (a == b && ai < bi);
 }
 
-/* Indices of the k largest v[0..n) in descending order, ties to the lower index (as the CPU
- * router's top-k). */
-HM_HD void hm_hd_topk(const float *v, int n, int k, int32_t *ids) {
-    for (int j = 0; j < k; j++) ids[j] = -1;
-    for (int i = 0; i < n; i++) {
-        int j = k;
-        while (j > 0 && (ids[j - 1] < 0 || hm_hd_rank_before(v[i], i, v[ids[j - 1]], ids[j - 1])))
-            j--;
-        if (j >= k) continue;
-        for (int m = k - 1; m > j; m--) ids[m] = ids[m - 1];
-        ids[j] = i;
-    }
+/* Of v[begin], v[begin + stride], ... below end, the first in the router's order that comes
+ * after (pv, pi): into *bv, *bi (*bi -1: none). Called k times from (inf, -1), each time after
+ * the last pick, it gives the top-k in descending order, ties to the lower index, as the CPU
+ * router's top-k; the GPU's router runs it per lane (stride 32) and merges the lanes' picks with
+ * hm_hd_rank_before. */
+HM_HD void hm_hd_pick_after(const float *v, int begin, int end, int stride, float pv, int pi,
+                            float *bv, int *bi) {
+    *bv = -INFINITY, *bi = -1;
+    for (int j = begin; j < end; j += stride)
+        if (hm_hd_rank_before(pv, pi, v[j], j) && (*bi < 0 || hm_hd_rank_before(v[j], j, *bv, *bi)))
+            *bv = v[j], *bi = j;
 }
 
-/* Softmax top-k routing of one token, as hm_router_softmax_topk (the same double sums): false
- * for k outside [1, n]. */
-HM_HD bool hm_hd_softmax_topk(const float *logits, int n, int k, bool renorm, int32_t *ids,
-                              float *w) {
-    if (n < 1 || k < 1 || k > n) return false;
-    float mx = logits[0];
-    for (int i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
-    hm_hd_topk(logits, n, k, ids);
-    double sel = 0;
-    for (int j = 0; j < k; j++) {
-        w[j] = (float)(exp((double)logits[ids[j]] - mx) / sum);
-        sel += w[j];
-    }
-    if (renorm)
-        for (int j = 0; j < k; j++) w[j] = (float)(w[j] / sel);
-    return true;
+/* A picked expert's softmax weight from the logits' maximum and their double sum of exp(v - mx),
+ * as hm_router_softmax_topk computes it. */
+HM_HD float hm_hd_router_weight(float v, float mx, double sum) {
+    return (float)(exp((double)v - mx) / sum);
 }
 
 #endif
