@@ -586,8 +586,10 @@ static double gib(size_t b) {
     return (double)b / (double)(1u << 30);
 }
 
-hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
-                             hm_cuda_ctx **out) {
+/* A context with the checks every use makes (the GPU exists, the graph's nodes have kernels)
+ * and its host-side arrays, nothing on the GPU yet: create fills it, measure sizes it. */
+static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
+                         hm_cuda_ctx **out) {
     *out = NULL;
     const hm_hparams *hp = &m->hp;
     int ndev = 0;
@@ -617,12 +619,6 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->k = hp->n_experts_used ? (int)hp->n_experts_used : 1;
     c->gpu_mask = p->gpu_experts;
     c->cpu_moe = p->cpu_moe;
-    const char *eg = getenv("HMOE_CUDA_GRAPHS");
-    c->no_graphs = eg && !strcmp(eg, "0");
-    const char *ep = getenv("HMOE_CUDA_PROFILE");
-    c->prof = ep && !strcmp(ep, "1");
-    const char *em = getenv("HMOE_CUDA_MMQ");
-    c->no_mmq = em && !strcmp(em, "0");
     c->kv = (hm_cu_kv){
         NULL, NULL, p->kv_f16, p->n_ctx, p->n_seq, (int)hp->n_kv_heads, (int)hp->head_dim};
     c->nw = calloc((size_t)g->n + 1, sizeof *c->nw);
@@ -635,6 +631,23 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
         hm_cuda_ctx_free(c);
         return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
     }
+    *out = c;
+    return HM_OK;
+}
+
+hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
+                             hm_cuda_ctx **out) {
+    *out = NULL;
+    const hm_hparams *hp = &m->hp;
+    hm_cuda_ctx *c = NULL;
+    hm_status st = ctx_new(m, g, p, &c);
+    if (st) return st;
+    const char *eg = getenv("HMOE_CUDA_GRAPHS");
+    c->no_graphs = eg && !strcmp(eg, "0");
+    const char *ep = getenv("HMOE_CUDA_PROFILE");
+    c->prof = ep && !strcmp(ep, "1");
+    const char *em = getenv("HMOE_CUDA_MMQ");
+    c->no_mmq = em && !strcmp(em, "0");
 #define FAIL(call, what)                                                                           \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -799,37 +812,18 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
 hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
                               size_t *total, size_t *experts, size_t *free_bytes) {
     *total = *experts = *free_bytes = 0;
-    int ndev = 0;
-    hm_status st = hm_cuda_device_count(&ndev);
+    hm_cuda_ctx *c = NULL;
+    hm_status st = ctx_new(m, g, p, &c);
     if (st) return st;
-    if (ndev == 0)
-        return hm_errorf(HM_ERR_UNSUPPORTED, "--device cuda: no usable GPU on this machine");
-    if (p->device < 0 || p->device >= ndev)
-        return hm_errorf(HM_ERR_NOT_FOUND, "cuda: GPU %d does not exist (%d present)", p->device,
-                         ndev);
-    hm_cuda_ctx c = {0};
-    c.m = m, c.g = g, c.n_batch = p->n_batch, c.n_ctx = p->n_ctx;
-    c.k = m->hp.n_experts_used ? (int)m->hp.n_experts_used : 1;
-    c.cpu_moe = p->cpu_moe;
-    c.kv = (hm_cu_kv){
-        NULL, NULL, p->kv_f16, p->n_ctx, p->n_seq, (int)m->hp.n_kv_heads, (int)m->hp.head_dim};
-    c.nw = calloc((size_t)g->n + 1, sizeof *c.nw);
-    c.nn1 = calloc((size_t)g->n + 1, sizeof *c.nn1);
-    c.nn2 = calloc((size_t)g->n + 1, sizeof *c.nn2);
-    c.ex = calloc((size_t)m->hp.n_layers * 3 + 1, sizeof *c.ex);
-    c.remap = calloc((size_t)m->hp.n_layers + 1, sizeof *c.remap);
-    if (!c.nw || !c.nn1 || !c.nn2 || !c.ex || !c.remap)
-        st = hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
-    else
-        st = layout(&c);
-    free(c.nw), free(c.nn1), free(c.nn2), free(c.ex), free(c.remap);
-    if (st) return st;
+    c->gpu_mask = NULL; /* every routed expert counted */
+    st = layout(c);     /* the sizing pass: nothing allocated */
     size_t tot = 0;
-    if (cudaSetDevice(p->device) != cudaSuccess || cudaMemGetInfo(free_bytes, &tot) != cudaSuccess)
-        return hm_errorf(HM_ERR_DEVICE, "cuda: cannot read GPU %d's free memory", p->device);
-    *total = c.used + HM_CUDA_MARGIN;
-    *experts = c.expert_bytes;
-    return HM_OK;
+    if (!st && (cudaSetDevice(p->device) != cudaSuccess ||
+                cudaMemGetInfo(free_bytes, &tot) != cudaSuccess))
+        st = hm_errorf(HM_ERR_DEVICE, "cuda: cannot read GPU %d's free memory", p->device);
+    if (!st) *total = c->used + HM_CUDA_MARGIN, *experts = c->expert_bytes;
+    hm_cuda_ctx_free(c);
+    return st;
 }
 
 bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]) {
