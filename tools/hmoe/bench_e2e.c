@@ -68,7 +68,7 @@ int bench_e2e(int argc, char **argv) {
     if (!model) return cli_usage_error("bench e2e: -m MODEL is required");
     hm_model *m = NULL;
     hm_ctx *c = NULL;
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, *seq_buf = NULL;
     float *logits = NULL;
     hm_sampler *smp = NULL;
     int rc = 1;
@@ -132,8 +132,9 @@ int bench_e2e(int argc, char **argv) {
     if (hm_sampler_create(&sp, V, &smp)) goto fail;
     ids = malloc(((size_t)n_prompt + 1) * sizeof *ids);
     logits = malloc((size_t)seqs * (size_t)V * sizeof(float));
+    seq_buf = malloc((size_t)hm_ctx_n_batch(c) * sizeof *seq_buf); /* a prompt chunk's sequence */
     int32_t tok[256], seq_of[256];
-    if (!ids || !logits) {
+    if (!ids || !logits || !seq_buf) {
         fprintf(stderr, "hmoe bench e2e: out of memory\n");
         goto done;
     }
@@ -157,12 +158,8 @@ int bench_e2e(int argc, char **argv) {
         for (int q = 1; q < (int)seqs; q++) {
             for (long i0 = 0; i0 < n_prompt; i0 += B) {
                 const int nb = (int)(n_prompt - i0 < B ? n_prompt - i0 : B);
-                int32_t *sq = malloc(sizeof(int32_t) * (size_t)nb);
-                if (!sq) goto fail;
-                for (int j = 0; j < nb; j++) sq[j] = q;
-                const hm_status st = hm_ctx_decode(c, ids + i0, sq, nb, NULL, NULL);
-                free(sq);
-                if (st) goto fail;
+                for (int j = 0; j < nb; j++) seq_buf[j] = q;
+                if (hm_ctx_decode(c, ids + i0, seq_buf, nb, NULL, NULL)) goto fail;
             }
         }
         hm_ctx_perf_reset(c);
@@ -261,6 +258,7 @@ fail:
     fprintf(stderr, "hmoe bench e2e: %s\n", hm_last_error());
 done:
     free(ids);
+    free(seq_buf);
     free(logits);
     hm_sampler_free(smp);
     hm_ctx_free(c);
