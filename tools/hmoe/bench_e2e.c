@@ -219,27 +219,29 @@ int bench_e2e(int argc, char **argv) {
     printf("roofline after the runs: same-run %s %.1f GB/s (best %.1f); mean of before and after "
            "%.1f GB/s -> decode <= %.1f tok/s\n",
            bw_what, bw2_med, bw2_best, bw_mean, bw_mean * 1e9 / (double)(dense_b + exp_b));
+    /* a step of B tokens (--seqs) reads the dense weights once and, with routing spread evenly,
+     * each layer's distinct experts among B x k picks: E (1 - (1 - k/E)^B) of them; the bounds
+     * below are per step, in tokens per second */
+    double uni = 1.0;
     if (seqs > 1 && mi.n_experts_used > 0) {
-        /* a step of B tokens reads the dense weights once and, with routing spread evenly, each
-         * layer's distinct experts among B x k picks: E (1 - (1 - k/E)^B) of them */
         const double E = mi.n_experts, k = mi.n_experts_used;
-        const double uni = E * (1.0 - pow(1.0 - k / E, (double)seqs)) / k;
-        const double step = (double)dense_b + (double)exp_b * uni;
-        printf("batch of %ld sequences: a step reads about %.3f GB (experts x %.1f, even "
-               "routing) -> <= %.1f tok/s at %.1f GB/s; the figures below compare one token's "
-               "bytes\n",
-               seqs, step * 1e-9, uni, (double)seqs * bw_mean * 1e9 / step, bw_mean);
+        uni = E * (1.0 - pow(1.0 - k / E, (double)seqs)) / k;
+        printf("batch of %ld sequences: a step reads about %.3f GB (experts x %.1f of one "
+               "token's, even routing)\n",
+               seqs, ((double)dense_b + (double)exp_b * uni) * 1e-9, uni);
     }
-    double gbs = best_tg * (double)(dense_b + exp_b) * 1e-9;
+    const double step_b = (double)dense_b + (double)exp_b * uni;
+    const double gbs = best_tg / (double)seqs * step_b * 1e-9;
     if (hybrid) {
         double cbw2 = 0;
         if (hm_measure_read_bandwidth(9, &cbw2, &cbw_best)) goto fail;
-        const double cm = 0.5 * (cbw + cbw2), ge = (double)exp_b * share,
-                     ce = (double)exp_b * (1.0 - share);
+        const double cm = 0.5 * (cbw + cbw2), ge = (double)exp_b * uni * share,
+                     ce = (double)exp_b * uni * (1.0 - share);
         /* the dense part on the GPU, then the experts of both sides overlapped */
-        const double t = (double)dense_b / (bw_mean * 1e9) +
-                         fmax(ge / (bw_mean * 1e9), cm > 0 ? ce / (cm * 1e9) : 0);
-        printf("hybrid: %.1f%% of the routed experts' bytes on the GPU; per decode token %.3f GB "
+        const double t = ((double)dense_b / (bw_mean * 1e9) +
+                          fmax(ge / (bw_mean * 1e9), cm > 0 ? ce / (cm * 1e9) : 0)) /
+                         (double)seqs;
+        printf("hybrid: %.1f%% of the routed experts' bytes on the GPU; per decode step %.3f GB "
                "from host memory (same-run read %.1f GB/s, mean of before and after) -> decode "
                "<= %.1f tok/s\n",
                100 * share, ce * 1e-9, cm, t > 0 ? 1 / t : 0);
