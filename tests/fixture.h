@@ -102,6 +102,35 @@ static inline int argmax(const float *x, int n) {
     return b;
 }
 
+/* Prompt i's greedy continuation after the prompt ran on sequence 0 (lg: its last row of
+ * logits, then scratch of a row), one token at a time: how many of the fixture's 32 tokens
+ * match before the first difference. */
+static inline int fixture_greedy(hm_ctx *c, const fixture *f, int i, float *lg) {
+    int32_t t = argmax(lg, f->vocab);
+    int same = 0;
+    for (int k = 0; k < 32; k++) {
+        same += t == f->greedy[i][k];
+        if (t != f->greedy[i][k]) break;
+        CHECK_OK(hm_ctx_decode(c, &t, NULL, 1, NULL, lg));
+        t = argmax(lg, f->vocab);
+    }
+    return same;
+}
+
+/* Prompt i run one token at a time from an empty sequence 0: the largest relative error of a
+ * position's logits (lg: a row of scratch). */
+static inline double fixture_token_by_token(hm_ctx *c, const fixture *f, int i, float *lg) {
+    hm_ctx_seq_reset(c, 0);
+    double ei = 0;
+    for (int k = 0; k < f->len[i]; k++) {
+        CHECK_OK(hm_ctx_decode(c, f->prompt[i] + k, NULL, 1, NULL, lg));
+        const double ek =
+            rel_err(lg, f->logits[i] + (size_t)k * (size_t)f->vocab, (size_t)f->vocab);
+        if (ek > ei) ei = ek;
+    }
+    return ei;
+}
+
 /* src (a GGUF) with every tensor dequantized to F32: the same weights for exact kernels */
 static inline bool write_dequantized(const char *src, const char *dst) {
     hm_gguf *g = NULL;

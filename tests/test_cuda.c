@@ -86,24 +86,12 @@ static void check_model_gpu(const char *name, bool kv_f16, int gpu_experts,
                name, i, n, kv_f16 ? " f16 KV" : "", gpu_experts, e);
         CHECK_MSG(e <= tol, "cuda %s prompt %d: logits rel error %.3g > %.0e", name, i, e, tol);
         /* greedy continuation, one token at a time (the matvec path) */
-        int32_t t = argmax(lg + (size_t)(n - 1) * (size_t)V, V);
-        int same = 0;
-        for (int k = 0; k < 32; k++) {
-            same += t == f.greedy[i][k];
-            if (t != f.greedy[i][k]) break;
-            CHECK_OK(hm_ctx_decode(c, &t, NULL, 1, NULL, lg));
-            t = argmax(lg, V);
-        }
+        memmove(lg, lg + (size_t)(n - 1) * (size_t)V, sizeof(float) * (size_t)V);
+        const int same = fixture_greedy(c, &f, i, lg);
         CHECK_MSG(same == 32 || kv_f16, "cuda %s prompt %d: greedy continuation differs at %d",
                   name, i, same);
         /* token by token */
-        hm_ctx_seq_reset(c, 0);
-        double ei = 0;
-        for (int k = 0; k < n; k++) {
-            CHECK_OK(hm_ctx_decode(c, f.prompt[i] + k, NULL, 1, NULL, lg));
-            const double ek = rel_err(lg, f.logits[i] + (size_t)k * (size_t)V, (size_t)V);
-            if (ek > ei) ei = ek;
-        }
+        const double ei = fixture_token_by_token(c, &f, i, lg);
         CHECK_MSG(ei <= tol, "cuda %s prompt %d: token-by-token rel error %.3g", name, i, ei);
     }
     /* every prompt at once, as separate sequences of one batch; only each last row wanted */

@@ -92,24 +92,12 @@ static void check_model(const char *name, int n_threads, bool no_amx, hm_load_mo
                       name, i, eb, btol);
         }
         /* greedy continuation (from the batch's last logits, then one token at a time) */
-        int32_t t = argmax(lg + (size_t)(n - 1) * (size_t)V, V);
-        int same = 0;
-        for (int k = 0; k < 32; k++) {
-            same += t == f.greedy[i][k];
-            if (t != f.greedy[i][k]) break;
-            CHECK_OK(hm_ctx_decode(c, &t, NULL, 1, NULL, lg));
-            t = argmax(lg, V);
-        }
+        memmove(lg, lg + (size_t)(n - 1) * (size_t)V, sizeof(float) * (size_t)V);
+        const int same = fixture_greedy(c, &f, i, lg);
         CHECK_MSG(same == 32 || kv_f16, "%s prompt %d: greedy continuation differs at token %d",
                   name, i, same);
         /* one token at a time gives the same logits */
-        hm_ctx_seq_reset(c, 0);
-        double ei = 0;
-        for (int k = 0; k < n; k++) {
-            CHECK_OK(hm_ctx_decode(c, f.prompt[i] + k, NULL, 1, NULL, lg));
-            double ek = rel_err(lg, f.logits[i] + (size_t)k * (size_t)V, (size_t)V);
-            if (ek > ei) ei = ek;
-        }
+        const double ei = fixture_token_by_token(c, &f, i, lg);
         CHECK_MSG(ei <= tol || kv_f16, "%s prompt %d: token-by-token rel error %.3g", name, i, ei);
     }
 
@@ -876,12 +864,7 @@ static void check_mixtral_gguf(void) {
         const double e = rel_err(lg, f.logits[i], (size_t)f.len[i] * (size_t)f.vocab);
         CHECK_MSG(e <= 1e-3, "mixtral GGUF prompt %d: rel error %.3g", i, e);
         /* one token at a time: the decode path's per-head rotation */
-        hm_ctx_seq_reset(c, 0);
-        double ei = 0;
-        for (int k = 0; k < f.len[i]; k++) {
-            CHECK_OK(hm_ctx_decode(c, f.prompt[i] + k, NULL, 1, NULL, lg));
-            ei = fmax(ei, rel_err(lg, f.logits[i] + (size_t)k * (size_t)f.vocab, (size_t)f.vocab));
-        }
+        const double ei = fixture_token_by_token(c, &f, i, lg);
         CHECK_MSG(ei <= 1e-3, "mixtral GGUF prompt %d token by token: rel error %.3g", i, ei);
     }
     free(lg);
