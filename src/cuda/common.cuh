@@ -32,56 +32,50 @@
     X(HM_TYPE_FP8_B128)                                                                            \
     HM_MMQ_TYPES(X)
 
-__device__ __forceinline__ float hm_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ double hm_warp_sum_d(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 // max that keeps a NaN (fmaxf would drop it): a NaN score must reach the output
 __device__ __forceinline__ float hm_max_nan(float a, float b) {
     return (a != a || b != b) ? NAN : (a > b ? a : b);
 }
 
-__device__ __forceinline__ float hm_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = hm_max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+struct hm_op_sum {
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct hm_op_max {
+    __device__ __forceinline__ float operator()(float a, float b) const { return hm_max_nan(a, b); }
+};
+
+// op over the 32 lanes of a warp; every lane gets the result
+template <typename T, typename Op> __device__ __forceinline__ T hm_warp_reduce(T v, Op op) {
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
-// Block-wide sum / max for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
-// `sh` holds 32 values; the block must reach the call together.
+// op over a block (blockDim.x a multiple of 32, <= 1024; id the op's identity); every thread
+// gets the result. `sh` holds 32 values; the block must reach the call together.
+template <typename T, typename Op>
+__device__ __forceinline__ T hm_block_reduce(T v, T id, Op op, T *sh) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = hm_warp_reduce(v, op);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    return hm_warp_reduce(lane < nw ? sh[lane] : id, op);
+}
+
+__device__ __forceinline__ float hm_warp_sum(float v) {
+    return hm_warp_reduce(v, hm_op_sum());
+}
+__device__ __forceinline__ double hm_warp_sum_d(double v) {
+    return hm_warp_reduce(v, hm_op_sum());
+}
 __device__ __forceinline__ double hm_block_sum_d(double v, double *sh) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = hm_warp_sum_d(v);
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : 0.0;
-    return hm_warp_sum_d(v);
+    return hm_block_reduce(v, 0.0, hm_op_sum(), sh);
 }
-
 __device__ __forceinline__ float hm_block_sum(float v, float *sh) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = hm_warp_sum(v);
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : 0.0f;
-    return hm_warp_sum(v);
+    return hm_block_reduce(v, 0.0f, hm_op_sum(), sh);
 }
-
 __device__ __forceinline__ float hm_block_max(float v, float *sh) {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = hm_warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : -INFINITY;
-    return hm_warp_max(v);
+    return hm_block_reduce(v, -INFINITY, hm_op_max(), sh);
 }
 
 #endif
