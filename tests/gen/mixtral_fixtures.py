@@ -28,8 +28,10 @@ import torch
 import transformers
 from transformers import MixtralConfig, MixtralForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3moe_fixtures import N_GREEDY, greedy  # noqa: E402  the same generate() settings
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "mixtral")
-N_GREEDY = 32
 
 MODELS = {
     # GQA 4:2, 4 experts top-2, tied nothing
@@ -43,21 +45,6 @@ MODELS = {
 }
 PROMPTS = [[1], [5, 77, 19, 201, 3, 140, 64], [2, 9, 17, 33, 65, 129, 250, 7, 11, 13, 99, 101, 55,
                                                  66, 77, 88, 120, 121, 122, 30, 31, 32, 240]]
-
-
-def greedy(model, ids):
-    x = torch.tensor([ids], dtype=torch.long)
-    out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
-                         max_new_tokens=N_GREEDY, eos_token_id=None, pad_token_id=0,
-                         use_cache=True, output_logits=True, return_dict_in_generate=True)
-    new = out.sequences[0, len(ids):].tolist()
-    assert len(new) == N_GREEDY
-    margin = float("inf")
-    for step, lg in enumerate(out.logits):
-        top = torch.topk(lg[0].float(), 2).values
-        margin = min(margin, float(top[0] - top[1]))
-        assert int(lg[0].argmax()) == new[step]
-    return new, margin
 
 
 def make(name, spec):
