@@ -23,23 +23,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cuda/hd.h"
 #include "quant/blocks.h"
 #include "quant/types.h"
-
-/* also defined, identically, by twins.h */
-#ifndef HM_HD
-#ifdef __CUDACC__
-#define HM_HD __host__ __device__ __forceinline__
-#else
-#define HM_HD static inline
-#endif
-#endif
-/* the host compiler (gcc) would warn about #pragma unroll: device passes only */
-#ifdef __CUDA_ARCH__
-#define HM_HD_UNROLL _Pragma("unroll")
-#else
-#define HM_HD_UNROLL
-#endif
 
 /* ---- scalar helpers ------------------------------------------------------------------------ */
 

@@ -9,13 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#ifndef HM_HD
-#ifdef __CUDACC__
-#define HM_HD __host__ __device__ __forceinline__
-#else
-#define HM_HD static inline
-#endif
-#endif
+#include "cuda/hd.h"
 
 /* silu(g) * u, as the CPU's reference (hm_silu_mul's scalar loop) */
 HM_HD float hm_hd_silu_mul(float g, float u) {
