@@ -238,6 +238,9 @@ hm_status hm_ctx_expert_counts(const hm_ctx *c, uint64_t *out, size_t n);
 hm_status hm_ctx_write_expert_counts(const hm_ctx *c, const char *path);
 /* Forgets a sequence's cache (its next token is position 0). */
 void hm_ctx_seq_reset(hm_ctx *c, int seq);
+/* Keeps the first n positions of a sequence's cache (n <= hm_ctx_seq_len): its next token is
+ * position n. A prompt that shares a prefix with what a sequence holds reuses that prefix. */
+hm_status hm_ctx_seq_truncate(hm_ctx *c, int seq, int n);
 
 /* Runs n tokens (n <= n_batch); token i belongs to sequence seq[i] (NULL: all sequence 0) and
  * takes the next position of that sequence, so tokens of one sequence go in order. logits, when

@@ -14,6 +14,10 @@ have_cmd cmake || need+=(cmake)
 [ -e /usr/include/jansson.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libjansson-dev)
 [ -e /usr/include/pcre2.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libpcre2-dev)
 [ -e /usr/include/zlib.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(zlib1g-dev)
+# hmoe serve (HTTP) and hmoe chat (line editing): built when present
+[ -e /usr/include/microhttpd.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libmicrohttpd-dev)
+[ -e /usr/include/editline/readline.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libedit-dev)
+have_cmd curl || optional+=(curl) # the server's route tests
 have_cmd python3 || optional+=(python3)  # tests use Python's json module as an oracle
 have_cmd lscpu || optional+=(util-linux) # topology oracle in tests
 have_cmd pkg-config || optional+=(pkgconf) # the install test builds examples/ through hmoe.pc

@@ -8,6 +8,8 @@ missing=()
 "$py" -c 'import numpy' 2>/dev/null || missing+=(numpy)
 "$py" -c 'import gguf' 2>/dev/null || missing+=(gguf==0.19.0)
 "$py" -c 'import ml_dtypes' 2>/dev/null || missing+=(ml_dtypes)   # FP8 oracle in quant_python
+# the official client the server tests talk through (tests/server_python.py)
+"$py" -c 'import openai' 2>/dev/null || missing+=(openai)
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "pydeps.sh: pip install ${missing[*]}" >&2
 "$py" -m pip install -q --disable-pip-version-check "${missing[@]}" ||

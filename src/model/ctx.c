@@ -192,6 +192,19 @@ int hm_ctx_seq_len(const hm_ctx *c, int seq) {
 void hm_ctx_seq_reset(hm_ctx *c, int seq) {
     if (seq >= 0 && seq < c->p.n_seq) c->seq_len[seq] = 0;
 }
+hm_status hm_ctx_seq_truncate(hm_ctx *c, int seq, int n) {
+    if (!c || seq < 0 || seq >= c->p.n_seq)
+        return hm_errorf(HM_ERR_INVALID_ARG, "seq_truncate: sequence %d is outside [0, %d)", seq,
+                         c ? c->p.n_seq : 0);
+    if (n < 0 || n > c->seq_len[seq])
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "seq_truncate: %d positions asked to be kept, sequence %d holds %d", n,
+                         seq, c->seq_len[seq]);
+    /* positions past n are never read again: attention reads [0, seq_len) and the next token of
+     * the sequence overwrites position n */
+    c->seq_len[seq] = n;
+    return HM_OK;
+}
 
 typedef struct tok_job {
     hm_ctx *c;

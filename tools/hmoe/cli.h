@@ -15,6 +15,8 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int bench_tokenizer(int argc, char **argv);
 int bench_moe(int argc, char **argv);

@@ -42,6 +42,11 @@ static void usage(FILE *f) {
         "        [--min-p P] [--repeat-penalty R] [--seed S] [--threads N] [--print-ids]\n"
         "        generate text (--device cuda: on the GPU, with the routed experts that do not\n"
         "        fit on the CPU) and print prompt and generation speed (run --help)\n"
+        "  serve -m MODEL [--host A] [--port N] [--api-key K] [--parallel N] [--ctx N]\n"
+        "        an OpenAI-compatible HTTP server: chat and text completions, streaming, tools,\n"
+        "        /v1/models, /health, /metrics (serve --help)\n"
+        "  chat -m MODEL [--system TEXT] [--temp T] [-n N]\n"
+        "        multi-turn chat in the terminal through the model's chat template\n"
         "  logits -m MODEL --ids \"1 2 3\" --out FILE [--threads N] [--batch N] [--no-amx]\n"
         "        logits of every position as little-endian float32 [n_ids x vocab]\n"
         "  profile -m MODEL --prompts FILE [-o COUNTS] [-n N]\n"
@@ -81,6 +86,8 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("hmoe %s\n", hm_version());
         return 0;
