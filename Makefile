@@ -72,7 +72,8 @@ FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZERS      = $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_LIB_SRC = $(wildcard src/core/*.c) src/quant/types.c $(wildcard src/format/*.c) \
-               $(wildcard src/tokenizer/*.c) $(wildcard src/template/*.c) src/model/place.c
+               $(wildcard src/tokenizer/*.c) $(wildcard src/template/*.c) src/model/place.c \
+               src/server/oai.c src/server/outparse.c src/engine/jsonp.c src/engine/sampler.c
 fuzz: deps
 	@mkdir -p $(FUZZ_BUILD)
 	@for f in $(FUZZERS); do \

@@ -64,6 +64,12 @@ class Server:
         return self.p.returncode, out
 
 
+def stopped(srv, what):
+    """SIGTERM, and the server must exit 0 (a sanitizer's report makes it fail)"""
+    rc, out = srv.stop()
+    check(rc == 0, f"{what}: the server exited {rc} on SIGTERM" + ("" if rc == 0 else ":\n" + out[-3000:]))
+
+
 def curl(url, *args, data=None, headers=()):
     """(status, body) through curl"""
     cmd = ["curl", "-s", "-m", "60", "-o", "-", "-w", "\n%{http_code}", url, *args]
@@ -147,7 +153,7 @@ def api_key(hmoe, model):
         r = cl.completions.create(model="tiny", prompt="Hi", max_tokens=3, temperature=0)
         check(r.usage.completion_tokens == 3, "openai client with the key")
     finally:
-        srv.stop()
+        stopped(srv, "api key")
 
 
 def client(srv):
@@ -260,7 +266,7 @@ def disconnect(hmoe, model):
         running = [ln for ln in m.splitlines() if ln.startswith("hmoe_requests_running")]
         check(running == ["hmoe_requests_running 0"], f"slot freed ({running}, next request {dt:.1f} s)")
     finally:
-        srv.stop()
+        stopped(srv, "disconnect")
 
 
 def prefix_cache(srv):
@@ -286,7 +292,7 @@ def busy(hmoe, model):
         r = subprocess.run(["curl", "-s", "-i", "-m", "60", srv.url + "/health"], capture_output=True)
         check(r.returncode == 0, "the server still answers after 429s")
     finally:
-        srv.stop()
+        stopped(srv, "busy")
 
 
 def sigterm(hmoe, model):
@@ -318,6 +324,19 @@ def sigterm(hmoe, model):
     check(rc == 0, f"SIGTERM: the server exited 0 ({rc})")
 
 
+def chat(hmoe, model):
+    """hmoe chat with its input piped: turns, /reset, /exit; greedy turns repeat after /reset"""
+    lines = "Hello there\nAnd again\n/reset\nHello there\n/exit\nnever read\n"
+    r = subprocess.run([hmoe, "chat", "-m", model, "--chat-template", TEMPLATE, "--threads", "2",
+                        "--temp", "0", "-n", "8"], input=lines, capture_output=True, text=True,
+                       timeout=300)
+    out = r.stdout.splitlines()
+    answers = [ln for ln in out if ln and not ln.startswith("(")]
+    check(r.returncode == 0 and "(conversation forgotten)" in out and len(answers) == 3,
+          f"hmoe chat: 3 answers and a reset ({r.returncode}, {out!r:.200})")
+    check(len(answers) == 3 and answers[0] == answers[2], "hmoe chat: the same first turn after /reset")
+
+
 def main():
     hmoe = sys.argv[1]
     if subprocess.run([hmoe, "serve", "--help"], capture_output=True).returncode != 0:
@@ -343,8 +362,8 @@ def main():
         concurrency(srv)
         prefix_cache(srv)
     finally:
-        rc, out = srv.stop()
-        check(rc == 0, f"server exited {rc} on SIGTERM")
+        stopped(srv, "main server")
+    chat(hmoe, model)
     api_key(hmoe, model)
     disconnect(hmoe, model)
     busy(hmoe, model)

@@ -169,7 +169,7 @@ bool hm_req_poll(hm_req *r, hm_req_update *u, int timeout_ms) {
     size_t pcap = r->ptext_cap;
     if (grow((void **)&r->ptext, &pcap, nt + 1, 1)) {
         r->ptext_cap = pcap;
-        memcpy(r->ptext, r->text + r->text_read, nt);
+        if (nt) memcpy(r->ptext, r->text + r->text_read, nt);
         r->ptext[nt] = '\0';
         r->text_read = r->text_len;
         u->text = r->ptext, u->len = nt;

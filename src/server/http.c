@@ -121,7 +121,8 @@ static hm_mhd_result send_json(hm_server *srv, struct MHD_Connection *c, int rou
 
 static json_t *error_json(const char *msg, const char *type, const char *param, const char *code) {
     json_t *e = json_object();
-    json_object_set_new(e, "message", json_string(msg) ? json_string(msg) : json_string("?"));
+    json_t *m = json_string(msg); /* NULL when msg is not UTF-8 (a template's error text) */
+    json_object_set_new(e, "message", m ? m : json_string("(the message was not UTF-8)"));
     json_object_set_new(e, "type", json_string(type));
     json_object_set_new(e, "param", param && *param ? json_string(param) : json_null());
     json_object_set_new(e, "code", code ? json_string(code) : json_null());
