@@ -18,6 +18,10 @@ have_cmd cmake || need+=(cmake)
 [ -e /usr/include/microhttpd.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libmicrohttpd-dev)
 [ -e /usr/include/editline/readline.h ] || [ -n "${HMOE_DEPS_PREFIX:-}" ] || need+=(libedit-dev)
 have_cmd curl || optional+=(curl) # the server's route tests
+# the Python package's extension (python/; tests/python_moe.py): Python's headers
+if have_cmd python3 && ! python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+    optional+=(python3-dev)
+fi
 have_cmd python3 || optional+=(python3)  # tests use Python's json module as an oracle
 have_cmd lscpu || optional+=(util-linux) # topology oracle in tests
 have_cmd pkg-config || optional+=(pkgconf) # the install test builds examples/ through hmoe.pc
