@@ -120,6 +120,47 @@ def test_f32(np, hmoe):
            "float16 weights refused")
 
 
+def test_stream(np, hmoe):
+    """submit_on_stream / wait_on_stream through a stand-in cudaLaunchHostFunc (tests/fake_cudart.c):
+    the inputs are read, the int64 ids converted and the mask applied when the stream gets there"""
+    fake = os.environ.get("HMOE_FAKE_CUDART")
+    if not fake:
+        print("skip: HMOE_FAKE_CUDART not set (the stream path)")
+        return
+    import ctypes
+    os.environ["HMOE_CUDART"] = fake
+    lib = ctypes.CDLL(fake)
+    rng = np.random.default_rng(4)
+    E, H, I, k, n = 8, 32, 24, 2, 6
+    gate, up = (rng.standard_normal((E, I, H), dtype=np.float32) * 0.1 for _ in range(2))
+    down = rng.standard_normal((E, H, I), dtype=np.float32) * 0.1
+    m = hmoe.MoE.from_tensors(gate, up, down, threads=2)
+    x = np.zeros((n, H), dtype=np.float32)
+    ids = np.zeros((n, k), dtype=np.int64)
+    w = np.zeros((n, k), dtype=np.float32)
+    out = np.zeros((n, H), dtype=np.float32)
+    mask = np.zeros(E, dtype=np.uint8)
+    mask[3] = 1
+    lib.fake_stream_hold(1)  # the stream is busy: the buffers are filled "by earlier work"
+    m.submit_on_stream(7, x, ids, w, out, mask=mask)
+    raises(lambda: m.submit_on_stream(7, x, ids, w, out), RuntimeError, "wait_on_stream",
+           "a second submit before the wait is refused")
+    m.wait_on_stream(7)
+    x[:] = rng.standard_normal((n, H), dtype=np.float32)
+    r_ids, r_w = routing(np, rng, n, E, k)
+    ids[:] = r_ids
+    w[:] = r_w
+    lib.fake_stream_hold(0)
+    lib.fake_stream_sync()
+    e = rel(np, out, ref_moe(np, x, ids, w, gate, up, down, mask.astype(bool)))
+    check(e < 1e-4, f"stream path: inputs read in stream order, int64 ids, mask applied ({e:.2e})")
+    m.submit_on_stream(7, x, ids, w, out)  # the mask given before stays
+    m.wait_on_stream(7)
+    lib.fake_stream_sync()
+    check(rel(np, out, ref_moe(np, x, ids, w, gate, up, down, mask.astype(bool))) < 1e-4,
+          "stream path: a second batch after the wait")
+
+
 def test_bf16_torch(np, hmoe):
     try:
         import torch
@@ -243,6 +284,7 @@ def main():
     import hmoe
     test_import_alone()
     test_f32(np, hmoe)
+    test_stream(np, hmoe)
     test_bf16_torch(np, hmoe)
     test_gguf(np, hmoe)
     test_kt_kernel()
