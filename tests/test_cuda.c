@@ -418,6 +418,44 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
     free(w), free(ref), free(x), free(y);
 }
 
+/* a matmul's bias and the shared expert's gated add (qwen2moe) against the CPU's arithmetic
+ * (exec_cpu.c: bias rows added; dst += sigmoid(xn . w) * src with the twin's sigmoid) */
+static void check_bias_gated_add(void) {
+    enum { N = 6, H = 200, S = 232 }; /* rows S floats apart: strides as the slots have them */
+    float dst[N * S], src[N * S], xn[N * S], b[H], w[H], out[N * S];
+    for (int i = 0; i < N * S; i++) dst[i] = rndf(), src[i] = rndf() * 2, xn[i] = rndf();
+    for (int i = 0; i < H; i++) b[i] = rndf(), w[i] = rndf() * 0.2f;
+    float *dd = dev_copy(dst, sizeof dst), *ds = dev_copy(src, sizeof src);
+    float *dx = dev_copy(xn, sizeof xn), *db = dev_copy(b, sizeof b), *dw = dev_copy(w, sizeof w);
+    CU(hm_cu_add_bias(dd, S, db, N, H - 3, 0));
+    host_copy(out, dd, sizeof out);
+    double worst = 0;
+    for (int t = 0; t < N; t++)
+        for (int d = 0; d < S; d++) {
+            const float r = dst[t * S + d] + (d < H - 3 ? b[d] : 0.0f);
+            worst = fmax(worst, fabs(out[t * S + d] - r));
+        }
+    CHECK_MSG(worst == 0, "bias: error %.3g", worst);
+    for (int gated = 0; gated < 2; gated++) {
+        float *dd2 = dev_copy(dst, sizeof dst);
+        CU(hm_cu_gated_add(dd2, S, ds, S, dx, S, gated ? dw : NULL, N, H, 0));
+        host_copy(out, dd2, sizeof out);
+        worst = 0;
+        for (int t = 0; t < N; t++) {
+            double dot = 0;
+            for (int d = 0; d < H; d++) dot += (double)xn[t * S + d] * w[d];
+            const float g = gated ? hm_hd_sigmoid((float)dot) : 1.0f;
+            for (int d = 0; d < S; d++) {
+                const float r = dst[t * S + d] + (d < H ? g * src[t * S + d] : 0.0f);
+                worst = fmax(worst, fabs(out[t * S + d] - r) / (fabs(r) + 1e-3));
+            }
+        }
+        CHECK_MSG(worst <= 1e-5, "gated add (%s): error %.3g", gated ? "gate" : "no gate", worst);
+        cudaFree(dd2);
+    }
+    cudaFree(dd), cudaFree(ds), cudaFree(dx), cudaFree(db), cudaFree(dw);
+}
+
 static void check_norm_glu_router(void) {
     enum { N = 5, H = 300 };
     float x[N * H], add[N * H], w[H], y[N * H], ref[N * H];
@@ -637,6 +675,7 @@ static void check_kernels(void) {
         check_matvec(t, 5, blk == 1 ? 1000 : (blk < 128 ? 1024 : 1280));
     }
     CHECK(!hm_cu_type_ok(HM_TYPE_Q8_K) && !hm_cu_type_ok(HM_TYPE_IQ2_XXS) && !hm_cu_type_ok(9999));
+    check_bias_gated_add();
     check_norm_glu_router();
     for (int f16 = 0; f16 < 2; f16++) {
         check_attention(4, 2, 64, 64, 40, 40, f16);      /* a prompt in one batch */
@@ -700,7 +739,8 @@ int main(void) {
 #ifdef HMOE_HAVE_CUDA
     check_kernels();
 #endif
-    static const char *const models[] = {"a", "b", "c", "q", "q_fp8", "mixtral/a", "mixtral/b"};
+    static const char *const models[] = {
+        "a", "b", "c", "q", "q_fp8", "mixtral/a", "mixtral/b", "qwen2moe/a", "qwen2moe/b"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model_gpu(models[i], false, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);
     check_model_gpu("q", true, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);

@@ -371,6 +371,11 @@ static void test_op_twins(void) {
     (void)hm_osm_rescale(&st, NAN);
     st.l += expf(NAN - st.m);
     CHECK(isnan(st.l));
+    /* the shared expert's gate: the CPU's expression, and sigmoid's values */
+    for (float sv = -30.0f; sv <= 30.0f; sv += 0.37f) {
+        CHECK(hm_hd_sigmoid(sv) == 1.0f / (1.0f + expf(-sv)));
+        CHECK(fabs(hm_hd_sigmoid(sv) - 1.0 / (1.0 + exp(-(double)sv))) <= 1e-6);
+    }
     CHECK(hm_hd_silu_mul(0.0f, 5.0f) == 0.0f &&
           fabsf(hm_hd_silu_mul(2.0f, 3.0f) - 2.0f / (1.0f + expf(-2.0f)) * 3.0f) == 0.0f);
 }

@@ -63,6 +63,7 @@ struct hm_cuda_ctx {
     char hyb_msg[512];
     hm_cu_w *nw;              /* [g->n]: node i's matrix (MATMUL) */
     const float **nn1, **nn2; /* [g->n]: node i's norm weights */
+    const float **nb;         /* [g->n]: a matmul node's bias (or NULL) */
     hm_cu_w *ex;              /* [n_layers][3]: gate, up, down of the layer's experts */
     hm_cu_w tok_embd, output;
     const float *out_norm;
@@ -230,6 +231,9 @@ static hm_status layout(hm_cuda_ctx *c) {
         char what[64];
         snprintf(what, sizeof what, "layer %d %s", nd->il, hm_op_name(nd->op));
         if (nd->op == HM_OP_MATMUL && (st = put_hm_matrix(c, nd->w, what, &c->nw[i]))) return st;
+        if (nd->op == HM_OP_MATMUL && nd->bias &&
+            (st = put_floats(c, nd->bias, (size_t)nd->w->rows, &c->nb[i])))
+            return st;
         const size_t nn = nd->op == HM_OP_QK_ROPE_KV ? hp->head_dim : hp->hidden;
         if (nd->nw && (st = put_floats(c, nd->nw, nn, &c->nn1[i]))) return st;
         if (nd->nw2 && (st = put_floats(c, nd->nw2, nn, &c->nn2[i]))) return st;
@@ -247,11 +251,15 @@ static hm_status layout(hm_cuda_ctx *c) {
     const int64_t B = c->n_batch, H = hp->hidden;
     const int64_t qd = (int64_t)hp->n_heads * hp->head_dim,
                   kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
-    const int64_t E = hp->n_experts ? hp->n_experts : 1, F = hp->ffn_inter ? hp->ffn_inter : 1;
+    /* gate/up rows: the dense MLP's or the shared expert's, whichever is wider */
+    int64_t F = hp->ffn_inter;
+    if (hp->n_shared_experts && (int64_t)hp->shared_inter > F) F = hp->shared_inter;
+    if (F < 1) F = 1;
+    const int64_t E = hp->n_experts ? hp->n_experts : 1;
     const int64_t cols[HM_SLOT_COUNT] = {
         [HM_SLOT_X] = H,   [HM_SLOT_XN] = H,   [HM_SLOT_Q] = qd,  [HM_SLOT_K] = kvd,
         [HM_SLOT_V] = kvd, [HM_SLOT_ATT] = qd, [HM_SLOT_TMP] = H, [HM_SLOT_RL] = E,
-        [HM_SLOT_G] = F,   [HM_SLOT_U] = F};
+        [HM_SLOT_G] = F,   [HM_SLOT_U] = F,    [HM_SLOT_SH] = H};
     for (int s = HM_SLOT_X; s < HM_SLOT_COUNT; s++) {
         c->cols[s] = cols[s];
         c->slot[s] = take(c, sizeof(float) * (size_t)(B * cols[s]));
@@ -482,6 +490,7 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
         case HM_OP_MATMUL: {
             hm_status st = mm(c, &c->nw[i], s0, c->cols[nd->src0], n, dst, c->cols[nd->dst]);
             if (st) return st;
+            CK(hm_cu_add_bias(dst, c->cols[nd->dst], c->nb[i], n, nd->w->rows, c->s), "bias");
             break;
         }
         case HM_OP_QK_ROPE_KV: {
@@ -525,7 +534,10 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                "router top-k");
             break;
         case HM_OP_GLU:
-            CK(hm_cu_silu_mul(dst, c->cols[nd->dst], s0, c->cols[nd->src0], n, hp->ffn_inter, c->s),
+            /* the whole row: the dense MLP's or the shared expert's width (the next matmul reads
+             * its own columns) */
+            CK(hm_cu_silu_mul(dst, c->cols[nd->dst], s0, c->cols[nd->src0], n, c->cols[nd->dst],
+                              c->s),
                "glu");
             break;
         case HM_OP_MOE: {
@@ -533,6 +545,11 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
             if (st) return st;
             break;
         }
+        case HM_OP_GATED_ADD:
+            CK(hm_cu_gated_add(dst, c->cols[nd->dst], s0, c->cols[nd->src0], s1, c->cols[nd->src1],
+                               c->nn1[i], n, H, c->s),
+               "shared expert's gate");
+            break;
         case HM_OP_COUNT:
             return hm_errorf(HM_ERR_INTERNAL, "cuda: graph node %d: bad op", i);
         }
@@ -578,6 +595,7 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     free(c->nw);
     free(c->nn1);
     free(c->nn2);
+    free(c->nb);
     free(c->ex);
     free(c);
 }
@@ -624,10 +642,11 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     c->nw = calloc((size_t)g->n + 1, sizeof *c->nw);
     c->nn1 = calloc((size_t)g->n + 1, sizeof *c->nn1);
     c->nn2 = calloc((size_t)g->n + 1, sizeof *c->nn2);
+    c->nb = calloc((size_t)g->n + 1, sizeof *c->nb);
     c->ex = calloc((size_t)hp->n_layers * 3 + 1, sizeof *c->ex);
     c->remap = calloc((size_t)hp->n_layers + 1, sizeof *c->remap);
     c->cb = calloc((size_t)hp->n_layers + 1, sizeof *c->cb);
-    if (!c->nw || !c->nn1 || !c->nn2 || !c->ex || !c->remap || !c->cb) {
+    if (!c->nw || !c->nn1 || !c->nn2 || !c->nb || !c->ex || !c->remap || !c->cb) {
         hm_cuda_ctx_free(c);
         return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
     }

@@ -58,6 +58,15 @@ cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x, c
 cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w, float *y, const int32_t *rows,
                           int n, int64_t h, float eps, cudaStream_t stream);
 
+/* y[t][0..cols) += b over n tokens (row stride ys): a matmul's bias */
+cudaError_t hm_cu_add_bias(float *y, int64_t ys, const float *b, int n, int64_t cols,
+                           cudaStream_t stream);
+
+/* dst[t] += sigmoid(xn[t] . w) * src[t] over n tokens of h values (w NULL: dst[t] += src[t]);
+ * one block per token. The shared expert's gated output (qwen2moe). */
+cudaError_t hm_cu_gated_add(float *dst, int64_t ds, const float *src, int64_t ss, const float *xn,
+                            int64_t xs, const float *w, int n, int64_t h, cudaStream_t stream);
+
 /* g[i] = silu(g[i]) * u[i] over n tokens of f values (row strides gs, us) */
 cudaError_t hm_cu_silu_mul(float *g, int64_t gs, const float *u, int64_t us, int n, int64_t f,
                            cudaStream_t stream);

@@ -55,6 +55,47 @@ extern "C" cudaError_t hm_cu_silu_mul(float *g, int64_t gs, const float *u, int6
     return cudaGetLastError();
 }
 
+__global__ void add_bias_k(float *__restrict__ y, int64_t ys, const float *__restrict__ b,
+                           int64_t total, int64_t cols) {
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = idx / cols, j = idx % cols;
+        y[t * ys + j] += b[j];
+    }
+}
+
+extern "C" cudaError_t hm_cu_add_bias(float *y, int64_t ys, const float *b, int n, int64_t cols,
+                                      cudaStream_t stream) {
+    const int64_t total = (int64_t)n * cols;
+    if (total <= 0 || !b) return cudaSuccess;
+    int64_t blocks = (total + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    add_bias_k<<<(unsigned)blocks, 256, 0, stream>>>(y, ys, b, total, cols);
+    return cudaGetLastError();
+}
+
+__global__ void gated_add_k(float *__restrict__ dst, int64_t ds, const float *__restrict__ src,
+                            int64_t ss, const float *__restrict__ xn, int64_t xs,
+                            const float *__restrict__ w, int64_t h) {
+    __shared__ float sh[32];
+    const int64_t t = blockIdx.x;
+    float g = 1.0f;
+    if (w) {
+        float dot = 0.0f;
+        for (int64_t d = threadIdx.x; d < h; d += blockDim.x) dot += xn[t * xs + d] * w[d];
+        g = hm_hd_sigmoid(hm_block_sum(dot, sh));
+    }
+    for (int64_t d = threadIdx.x; d < h; d += blockDim.x) dst[t * ds + d] += g * src[t * ss + d];
+}
+
+extern "C" cudaError_t hm_cu_gated_add(float *dst, int64_t ds, const float *src, int64_t ss,
+                                       const float *xn, int64_t xs, const float *w, int n,
+                                       int64_t h, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    gated_add_k<<<(unsigned)n, 256, 0, stream>>>(dst, ds, src, ss, xn, xs, w, h);
+    return cudaGetLastError();
+}
+
 // element e of a cache head starting at element `off`
 template <bool F16> __device__ __forceinline__ float kv_get(const void *c, size_t off) {
     if (F16) return __half2float(((const __half *)c)[off]);

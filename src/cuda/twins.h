@@ -16,6 +16,12 @@ HM_HD float hm_hd_silu_mul(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
 }
 
+/* The shared expert's gate (qwen2moe): sigmoid of the gate row's dot product with the token, as
+ * exec_cpu.c's gated add computes it. */
+HM_HD float hm_hd_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
 /* One NeoX rotation pair (a = x[i], b = x[i + rope_dim / 2]) by the angle with cosine c and sine
  * s, as hm_rope_neox. */
 HM_HD void hm_hd_rope_pair(float *a, float *b, float c, float s) {

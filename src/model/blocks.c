@@ -21,7 +21,8 @@ void hm_graph_free(hm_graph *g) {
 
 const char *hm_op_name(hm_op op) {
     static const char *const names[HM_OP_COUNT] = {
-        "norm", "add_norm", "add", "matmul", "qk_rope_kv", "attn", "router_topk", "glu", "moe"};
+        "norm", "add_norm",    "add", "matmul", "qk_rope_kv",
+        "attn", "router_topk", "glu", "moe",    "gated_add"};
     return op >= 0 && op < HM_OP_COUNT ? names[op] : "?";
 }
 
@@ -34,12 +35,12 @@ const char *hm_op_name(hm_op op) {
 hm_status hm_build_attn_gqa(hm_graph *g, const hm_layer *L, int il) {
     ADD(.op = HM_OP_NORM, .dst = HM_SLOT_XN, .src0 = HM_SLOT_X, .nw = L->attn_norm, .il = il,
         .prof = HM_PROF_NORM);
-    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_Q, .src0 = HM_SLOT_XN, .w = &L->wq, .il = il,
-        .prof = HM_PROF_ATTN_PROJ);
-    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_K, .src0 = HM_SLOT_XN, .w = &L->wk, .il = il,
-        .prof = HM_PROF_ATTN_PROJ);
-    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_V, .src0 = HM_SLOT_XN, .w = &L->wv, .il = il,
-        .prof = HM_PROF_ATTN_PROJ);
+    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_Q, .src0 = HM_SLOT_XN, .w = &L->wq, .bias = L->bq,
+        .il = il, .prof = HM_PROF_ATTN_PROJ);
+    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_K, .src0 = HM_SLOT_XN, .w = &L->wk, .bias = L->bk,
+        .il = il, .prof = HM_PROF_ATTN_PROJ);
+    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_V, .src0 = HM_SLOT_XN, .w = &L->wv, .bias = L->bv,
+        .il = il, .prof = HM_PROF_ATTN_PROJ);
     ADD(.op = HM_OP_QK_ROPE_KV, .dst = HM_SLOT_V, .src0 = HM_SLOT_Q, .src1 = HM_SLOT_K,
         .nw = L->q_norm, .nw2 = L->k_norm, .il = il, .prof = HM_PROF_ATTN);
     ADD(.op = HM_OP_ATTN, .dst = HM_SLOT_ATT, .src0 = HM_SLOT_Q, .il = il, .prof = HM_PROF_ATTN);
@@ -70,6 +71,19 @@ hm_status hm_build_dense_mlp(hm_graph *g, const hm_layer *L, int il) {
     ADD(.op = HM_OP_GLU, .dst = HM_SLOT_G, .src0 = HM_SLOT_U, .il = il, .prof = HM_PROF_DENSE);
     ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_G, .w = &L->ffn_down, .il = il,
         .prof = HM_PROF_DENSE);
+    return HM_OK;
+}
+
+hm_status hm_build_shared_expert(hm_graph *g, const hm_layer *L, int il) {
+    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_G, .src0 = HM_SLOT_XN, .w = &L->sh_gate, .il = il,
+        .prof = HM_PROF_DENSE);
+    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_U, .src0 = HM_SLOT_XN, .w = &L->sh_up, .il = il,
+        .prof = HM_PROF_DENSE);
+    ADD(.op = HM_OP_GLU, .dst = HM_SLOT_G, .src0 = HM_SLOT_U, .il = il, .prof = HM_PROF_DENSE);
+    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_SH, .src0 = HM_SLOT_G, .w = &L->sh_down, .il = il,
+        .prof = HM_PROF_DENSE);
+    ADD(.op = HM_OP_GATED_ADD, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_SH, .src1 = HM_SLOT_XN,
+        .nw = L->sh_inp, .il = il, .prof = HM_PROF_DENSE);
     return HM_OK;
 }
 

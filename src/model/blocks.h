@@ -6,8 +6,8 @@
 #include "model/graph.h"
 #include "model/model.h"
 
-/* xn = rmsnorm(x) * attn_norm; grouped-query attention with optional per-head q/k norms and
- * RoPE; tmp = o_proj(attention) */
+/* xn = rmsnorm(x) * attn_norm; grouped-query attention with optional q/k/v biases, per-head q/k
+ * norms and RoPE; tmp = o_proj(attention) */
 hm_status hm_build_attn_gqa(hm_graph *g, const hm_layer *L, int il);
 
 /* x += tmp; xn = rmsnorm(x) * ffn_norm: the residual add of the attention and the FFN's norm */
@@ -18,6 +18,10 @@ hm_status hm_build_moe_ffn(hm_graph *g, const hm_layer *L, int il);
 
 /* tmp = down(act(gate(xn)) * up(xn)) */
 hm_status hm_build_dense_mlp(hm_graph *g, const hm_layer *L, int il);
+
+/* tmp += sigmoid(xn . sh_inp) * shared(xn), shared = down(act(gate(xn)) * up(xn)) of the layer's
+ * shared expert (sh_inp NULL: no gate); after the routed experts' sum is in tmp */
+hm_status hm_build_shared_expert(hm_graph *g, const hm_layer *L, int il);
 
 /* x += tmp: the FFN's residual add, closing layer il */
 hm_status hm_build_residual(hm_graph *g, int il);

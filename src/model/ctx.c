@@ -255,7 +255,7 @@ void hm_ctx_free(hm_ctx *c) {
         free(c->inv_freq), free(c->inv_seq), free(c->inv_seq_len);
     hm_free(c->rope_cs);
     hm_free(c->x), hm_free(c->xn), hm_free(c->q), hm_free(c->k), hm_free(c->v);
-    hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u);
+    hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u), hm_free(c->sh);
     free(c->w), free(c->ids), free(c->pos), free(c->seq), free(c->kvv);
     hm_free(c->attn_scratch), hm_free(c->mm_scratch);
     free(c);
@@ -275,6 +275,9 @@ static size_t dense_bytes(const hm_layer *L) {
     if (!L->moe)
         b += hm_nn_repack_bytes(&L->ffn_gate) + hm_nn_repack_bytes(&L->ffn_up) +
              hm_nn_repack_bytes(&L->ffn_down);
+    else if (L->sh_gate.rows)
+        b += hm_nn_repack_bytes(&L->sh_gate) + hm_nn_repack_bytes(&L->sh_up) +
+             hm_nn_repack_bytes(&L->sh_down);
     return b;
 }
 
@@ -291,9 +294,15 @@ static hm_status repack_dense(hm_ctx *c, size_t need) {
     uint8_t *dst = c->dense_pack.ptr;
     for (uint32_t il = 0; il < nl; il++) {
         hm_layer *L = &c->own_layers[il];
-        hm_matrix *mats[7] = {&L->wq,       &L->wk,     &L->wv,      &L->wo,
-                              &L->ffn_gate, &L->ffn_up, &L->ffn_down};
-        for (int k = 0; k < (L->moe ? 4 : 7); k++) {
+        /* a MoE layer's shared expert (if any) in the dense MLP's place */
+        hm_matrix *mats[7] = {&L->wq,
+                              &L->wk,
+                              &L->wv,
+                              &L->wo,
+                              L->moe ? &L->sh_gate : &L->ffn_gate,
+                              L->moe ? &L->sh_up : &L->ffn_up,
+                              L->moe ? &L->sh_down : &L->ffn_down};
+        for (int k = 0; k < (L->moe && !L->sh_gate.rows ? 4 : 7); k++) {
             const size_t b = hm_nn_repack_bytes(mats[k]);
             if (!b) continue;
             if ((st = hm_nn_repack(c->pool, mats[k], dst))) return st;
@@ -428,7 +437,9 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     const size_t H = hp->hidden, B = (size_t)p.n_batch;
     c->q_dim = (size_t)hp->n_heads * hp->head_dim;
     c->kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
-    c->ffn_max = hp->ffn_inter;
+    c->ffn_max = hp->ffn_inter; /* the dense MLP's and the shared expert's gate/up rows */
+    if (hp->n_shared_experts && hp->shared_inter > c->ffn_max) c->ffn_max = hp->shared_inter;
+    if (!c->ffn_max) c->ffn_max = 1;
     c->kv_ctx = ((size_t)p.n_ctx + HM_NN_KBLK - 1) / HM_NN_KBLK * HM_NN_KBLK;
     size_t kv_floats = on_gpu ? 0 : (size_t)hp->n_layers * (size_t)p.n_seq * c->kv_ctx * c->kv_dim;
     c->kv_elem = p.kv_f16 ? 2 : 4;
@@ -457,6 +468,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->rl = fbuf(B * (hp->n_experts ? hp->n_experts : 1), "ctx router");
     c->g = fbuf(B * c->ffn_max, "ctx gate");
     c->u = fbuf(B * c->ffn_max, "ctx up");
+    c->sh = fbuf(B * H, "ctx shared expert");
     size_t K = hp->n_experts_used ? hp->n_experts_used : 1;
     c->w = calloc(B * K, sizeof(float));
     c->ids = calloc(B * K, sizeof(int32_t));
@@ -467,8 +479,8 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                                                      (int)hp->head_dim, c->nth),
                            "ctx attention");
     if (!c->seq_len || !c->seq_next || !c->inv_freq || !c->rope_cs || !c->x || !c->xn || !c->tmp ||
-        !c->q || !c->att || !c->k || !c->v || !c->rl || !c->g || !c->u || !c->w || !c->ids ||
-        !c->pos || !c->seq || !c->kvv || !c->attn_scratch) {
+        !c->q || !c->att || !c->k || !c->v || !c->rl || !c->g || !c->u || !c->sh || !c->w ||
+        !c->ids || !c->pos || !c->seq || !c->kvv || !c->attn_scratch) {
         st = hm_errorf(HM_ERR_NO_MEMORY,
                        "context: out of memory (KV cache %zu MiB for %d positions x %d sequences)",
                        kv_floats * 2 * c->kv_elem >> 20, p.n_ctx, p.n_seq);
@@ -583,6 +595,11 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
             continue;
         }
         mmb = mm_need(c, &L->router, mmb);
+        if (L->sh_gate.rows) {
+            mmb = mm_need(c, &L->sh_gate, mmb);
+            mmb = mm_need(c, &L->sh_up, mmb);
+            mmb = mm_need(c, &L->sh_down, mmb);
+        }
         if (!cpu_experts(c, il)) continue;
         hm_moe_params mp = hm_moe_default_params();
         mp.n_experts = (int)hp->n_experts;

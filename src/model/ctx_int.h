@@ -33,7 +33,7 @@ struct hm_ctx {
     float *rope_cs;       /* [n_batch][rope_dim]: each token's cos/sin (times rope_attn), once per
                              batch (not per layer and per q and k) */
     /* scratch for n_batch tokens */
-    float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w;
+    float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w, *sh;
     int32_t *ids, *pos, *seq;
     hm_nn_kv *kvv;
     float *attn_scratch;

@@ -37,6 +37,8 @@ static float *slot(hm_ctx *c, hm_slot s) {
         return c->g;
     case HM_SLOT_U:
         return c->u;
+    case HM_SLOT_SH:
+        return c->sh;
     case HM_SLOT_NONE:
     case HM_SLOT_COUNT:
         break;
@@ -107,6 +109,7 @@ static void qk_rope_store(hm_ctx *c, int i, void *arg) {
 typedef struct qkv_ep {
     hm_ctx *c;
     const hm_node *nd;
+    const float *bias[3]; /* q, k, v biases (or NULL) */
     int n;
     atomic_int kv_arrived[256]; /* per kv head: its k and v rows done (0, 1, 2) */
 } qkv_ep;
@@ -116,9 +119,14 @@ static void qkv_head_done(void *arg, int m, int h) {
     hm_ctx *c = e->c;
     const hm_hparams *hp = &c->m->hp;
     const int hd = (int)hp->head_dim, il = e->nd->il;
+    const float *b = e->bias[m] ? e->bias[m] + (size_t)h * hd : NULL;
+    for (int i = 0; i < e->n && b && m == 2; i++) /* v head h: its bias before the store */
+        for (int d = 0; d < hd; d++) c->v[(size_t)i * c->kv_dim + (size_t)h * hd + d] += b[d];
     for (int i = 0; i < e->n && m < 2; i++) { /* q (m 0) or k (m 1) head h of every token */
         float *x = m == 0 ? c->q + (size_t)i * c->q_dim + (size_t)h * hd
                           : c->k + (size_t)i * c->kv_dim + (size_t)h * hd;
+        if (b)
+            for (int d = 0; d < hd; d++) x[d] += b[d];
         const float *nw = m == 0 ? e->nd->nw : e->nd->nw2;
         if (nw) hm_rmsnorm(x, nw, x, hd, hp->norm_eps);
         hm_rope(hp->rope_interleaved, x, 1, hd, (int)hp->rope_dim,
@@ -133,6 +141,47 @@ static void qkv_head_done(void *arg, int m, int h) {
                        c->kv_ctx * (size_t)hd, 1, hd, c->pos[i],
                        c->k + (size_t)i * c->kv_dim + (size_t)h * hd,
                        c->v + (size_t)i * c->kv_dim + (size_t)h * hd);
+}
+
+/* y[i][0..cols) += b for the batch's rows (a matmul's bias) */
+typedef struct bias_arg {
+    float *y;
+    size_t stride;
+    const float *b;
+    int64_t cols;
+} bias_arg;
+
+static void bias_tok(hm_ctx *c, int i, void *arg) {
+    (void)c;
+    const bias_arg *a = arg;
+    float *y = a->y + (size_t)i * a->stride;
+    for (int64_t d = 0; d < a->cols; d++) y[d] += a->b[d];
+}
+
+static void add_bias(hm_ctx *c, int n, float *y, size_t stride, const float *b, int64_t cols) {
+    if (!b) return;
+    bias_arg a = {y, stride, b, cols};
+    hm_ctx_for_tokens(c, n, bias_tok, &a);
+}
+
+/* dst += sigmoid(xn . w) * src (w NULL: dst += src) */
+typedef struct gated_arg {
+    float *dst;
+    const float *src, *xn, *w;
+} gated_arg;
+
+static void gated_tok(hm_ctx *c, int i, void *arg) {
+    const gated_arg *a = arg;
+    const size_t H = c->m->hp.hidden;
+    const float *s = a->src + (size_t)i * H;
+    float *d = a->dst + (size_t)i * H, g = 1.0f;
+    if (a->w) {
+        const float *x = a->xn + (size_t)i * H;
+        float dot = 0.0f;
+        for (size_t j = 0; j < H; j++) dot += x[j] * a->w[j];
+        g = 1.0f / (1.0f + expf(-dot)); /* twins.h hm_hd_sigmoid */
+    }
+    for (size_t j = 0; j < H; j++) d[j] += g * s[j];
 }
 
 typedef struct glu_arg {
@@ -198,7 +247,7 @@ static void run_qkv(hm_ctx *c, const hm_graph *g, int i, int n, uint64_t *t0) {
     hint_next(c, g, i + 3, n); /* o_proj's rows, while q/k/v finish */
     if (n <= 4 && hp->n_kv_heads <= 256) {
         /* decode: norms, rope and the cache store per head inside the job */
-        qkv_ep e = {.c = c, .nd = &nd[3], .n = n};
+        qkv_ep e = {.c = c, .nd = &nd[3], .bias = {nd[0].bias, nd[1].bias, nd[2].bias}, .n = n};
         for (uint32_t h = 0; h < hp->n_kv_heads; h++) atomic_init(&e.kv_arrived[h], 0);
         const hm_nn_epilogue ep = {(int)hp->head_dim, qkv_head_done, &e};
         hm_nn_matmul_multi_ep(c->pool, w, 3, x, hp->hidden, n, y, ys, c->mm_scratch,
@@ -207,6 +256,7 @@ static void run_qkv(hm_ctx *c, const hm_graph *g, int i, int n, uint64_t *t0) {
     } else {
         hm_nn_matmul_multi(c->pool, w, 3, x, hp->hidden, n, y, ys, c->mm_scratch,
                            hm_ctx_mm_flags(c));
+        for (int m = 0; m < 3; m++) add_bias(c, n, y[m], ys[m], nd[m].bias, w[m]->rows);
         hm_ctx_prof(c, nd[0].prof, t0);
         hm_ctx_for_tokens(c, n, qk_rope_store, (void *)&nd[3]);
     }
@@ -288,6 +338,7 @@ hm_status hm_ctx_run_graph(hm_ctx *c, const hm_graph *g, int n) {
             /* the attention output's projection: the FFN's first matmul on after it */
             if (nd->src0 == HM_SLOT_ATT) hint_next(c, g, i + 1, n);
             hm_ctx_matmul(c, nd->w, slot(c, nd->src0), n, slot(c, nd->dst));
+            add_bias(c, n, slot(c, nd->dst), slot_cols(c, nd->dst), nd->bias, nd->w->rows);
             break;
         case HM_OP_QK_ROPE_KV:
             hm_ctx_for_tokens(c, n, qk_rope_store, (void *)nd);
@@ -309,6 +360,11 @@ hm_status hm_ctx_run_graph(hm_ctx *c, const hm_graph *g, int n) {
             st = hm_moe_submit(c->moe[nd->il], slot(c, nd->src0), HM_MOE_F32, c->ids, c->w, n, k,
                                slot(c, nd->dst), HM_MOE_F32, false);
             if (!st) hm_moe_wait(c->moe[nd->il]);
+            break;
+        }
+        case HM_OP_GATED_ADD: {
+            gated_arg a = {slot(c, nd->dst), slot(c, nd->src0), slot(c, nd->src1), nd->nw};
+            hm_ctx_for_tokens(c, n, gated_tok, &a);
             break;
         }
         case HM_OP_COUNT:

@@ -30,6 +30,7 @@ typedef enum hm_slot {
     HM_SLOT_RL,  /* [n][n_experts] router logits */
     HM_SLOT_G,   /* [n][ffn] gate (then act(gate) * up) */
     HM_SLOT_U,   /* [n][ffn] up */
+    HM_SLOT_SH,  /* [n][hidden] the shared expert's output, before its gate */
     HM_SLOT_COUNT
 } hm_slot;
 
@@ -45,6 +46,8 @@ typedef enum hm_op {
     HM_OP_ROUTER_TOPK, /* the router's top-k experts and weights of src0 (router logits) */
     HM_OP_GLU,         /* dst = act(dst) * src0 */
     HM_OP_MOE,         /* dst = sum over the top-k of w_e * expert_e(src0) (layer il's experts) */
+    HM_OP_GATED_ADD,   /* dst += sigmoid(src1 . w) * src0 per token (w NULL: dst += src0): the
+                          shared expert's output with its gate (qwen2moe) */
     HM_OP_COUNT
 } hm_op;
 
@@ -52,7 +55,9 @@ typedef struct hm_node {
     hm_op op;
     hm_slot dst, src0, src1;
     const hm_matrix *w;    /* MATMUL */
-    const float *nw, *nw2; /* NORM, ADD_NORM: w; QK_ROPE_KV: q and k norms (or NULL) */
+    const float *bias;     /* MATMUL: [w->rows] added to every row of dst, or NULL */
+    const float *nw, *nw2; /* NORM, ADD_NORM: w; QK_ROPE_KV: q and k norms (or NULL); GATED_ADD:
+                              the gate's [hidden] weights (or NULL) */
     int il;                /* the layer the node belongs to */
     int prof;              /* the part of the forward pass it is timed under (HM_PROF_*) */
 } hm_node;

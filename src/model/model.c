@@ -345,6 +345,10 @@ static hm_status bind_qwen3moe(hm_model *m) {
         if (hp->qk_norm && ((st = bind_vec(m, &L->q_norm, hd, "blk.%u.attn_q_norm.weight", il)) ||
                             (st = bind_vec(m, &L->k_norm, hd, "blk.%u.attn_k_norm.weight", il))))
             return st;
+        if (hp->attn_bias && ((st = bind_vec(m, &L->bq, nq, "blk.%u.attn_q.bias", il)) ||
+                              (st = bind_vec(m, &L->bk, nkv, "blk.%u.attn_k.bias", il)) ||
+                              (st = bind_vec(m, &L->bv, nkv, "blk.%u.attn_v.bias", il))))
+            return st;
         L->moe = hm_hparams_layer_is_moe(hp, il);
         if (!L->moe) {
             const uint64_t F = hp->ffn_inter;
@@ -356,6 +360,15 @@ static hm_status bind_qwen3moe(hm_model *m) {
         }
         const uint64_t E = hp->n_experts, FE = hp->moe_inter;
         if ((st = bind_mat(m, &L->router, E, H, "blk.%u.ffn_gate_inp.weight", il))) return st;
+        if (hp->n_shared_experts && hp->shared_inter) {
+            const uint64_t SF = hp->shared_inter;
+            if ((st = bind_mat(m, &L->sh_gate, SF, H, "blk.%u.ffn_gate_shexp.weight", il)) ||
+                (st = bind_mat(m, &L->sh_up, SF, H, "blk.%u.ffn_up_shexp.weight", il)) ||
+                (st = bind_mat(m, &L->sh_down, H, SF, "blk.%u.ffn_down_shexp.weight", il)) ||
+                (hp->shared_gate &&
+                 (st = bind_vec(m, &L->sh_inp, H, "blk.%u.ffn_gate_inp_shexp.weight", il))))
+                return st;
+        }
         if (!L->experts) L->experts = calloc(E, sizeof *L->experts);
         if (!L->experts) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
         for (unsigned e = 0; e < E; e++) {
@@ -428,7 +441,8 @@ void hm_model_get_info(const hm_model *m, hm_model_info *out) {
         out->decode_dense_bytes +=
             mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo);
         if (L->moe) {
-            out->decode_dense_bytes += mat_bytes(&L->router);
+            out->decode_dense_bytes += mat_bytes(&L->router) + mat_bytes(&L->sh_gate) +
+                                       mat_bytes(&L->sh_up) + mat_bytes(&L->sh_down);
             out->decode_expert_bytes += expert_bytes(hp, L) * hp->n_experts_used;
         } else {
             out->decode_dense_bytes +=
@@ -543,6 +557,7 @@ static hm_status copy_weights(hm_model *m, const hm_model_params *p) {
         hm_layer *L = &m->layers[il];
         RB(L->wq), RB(L->wk), RB(L->wv), RB(L->wo), RB(L->router);
         RB(L->ffn_gate), RB(L->ffn_up), RB(L->ffn_down);
+        RB(L->sh_gate), RB(L->sh_up), RB(L->sh_down);
         if (L->experts)
             for (uint32_t e = 0; e < m->hp.n_experts; e++)
                 RB(L->experts[e].gate), RB(L->experts[e].up), RB(L->experts[e].down);

@@ -26,11 +26,14 @@ typedef struct hm_layer {
     const float *attn_norm, *ffn_norm; /* [hidden] */
     const float *q_norm, *k_norm;      /* [head_dim] or NULL */
     hm_matrix wq, wk, wv, wo;
+    const float *bq, *bk, *bv; /* q/k/v biases (qwen2moe) or NULL */
     bool moe;
     hm_matrix router;                     /* [n_experts][hidden] */
     hm_moe_expert *experts;               /* [n_experts] views */
     uint32_t expert_type[3];              /* gate, up, down */
     hm_matrix ffn_gate, ffn_up, ffn_down; /* dense layers */
+    hm_matrix sh_gate, sh_up, sh_down;    /* the shared expert of a MoE layer (rows 0: none) */
+    const float *sh_inp;                  /* [hidden] its sigmoid gate (qwen2moe), or NULL */
 } hm_layer;
 
 typedef struct hm_model {

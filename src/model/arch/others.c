@@ -3,11 +3,6 @@
  * layer builder. */
 #include "model/arch/registry.h"
 
-/* qwen2_moe shares qwen3_moe's tensor names (arch/qwen3moe.c) */
-const hm_arch_desc hm_arch_qwen2moe = {HM_ARCH_QWEN2MOE,  "qwen2_moe",           "qwen2moe",
-                                       "qwen2_moe",       "Qwen2MoeForCausalLM", NULL,
-                                       &hm_qwen_moe_names};
-
 const hm_arch_desc hm_arch_deepseek2 = {
     HM_ARCH_DEEPSEEK2,       "deepseek_v2", "deepseek2", "deepseek_v2,deepseek_v3,kimi_k2",
     "DeepseekV3ForCausalLM", NULL,          NULL};
