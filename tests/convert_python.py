@@ -5,7 +5,8 @@
    exactly (kept dtypes, F16 casts) or byte for byte against gguf.quants.quantize (Q8_0);
 2. the metadata keys llama.cpp reads, against config.json;
 3. gguf.GGUFReader reads every file: tiny models written here (qwen3_moe with a dense layer,
-   qwen2_moe, mixtral) and every transformers checkpoint under tests/data/qwen3moe/.
+   qwen2_moe, mixtral) and every transformers checkpoint under tests/data/ (qwen3moe, qwen2moe,
+   glm4moe, mixtral).
 Usage: convert_python.py HMOE_BINARY"""
 import glob
 import json
@@ -196,7 +197,7 @@ def tiny_model(d, model_type, dtype, rng):
 # ---- what llama.cpp's convert_hf_to_gguf.py would write ----------------------------------------
 
 ARCHS = {"qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
-         "mixtral": gguf.MODEL_ARCH.LLAMA}
+         "mixtral": gguf.MODEL_ARCH.LLAMA, "glm4_moe": gguf.MODEL_ARCH.GLM4_MOE}
 EXPERT = re.compile(r"^(model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts)\.(\d+)\.(\w+)\.weight$")
 
 
@@ -219,6 +220,8 @@ def expected_tensors(cfg, hf):
         if m:  # stacked per layer and projection, in expert order
             experts.setdefault(f"{m.group(1)}.{m.group(3)}.weight", {})[int(m.group(2))] = a
             continue
+        if name.endswith("e_score_correction_bias"):  # convert_hf_to_gguf.py renames it so
+            name = name.replace("e_score_correction_bias", "e_score_correction.bias")
         if cfg["model_type"] == "mixtral":
             if name.endswith("q_proj.weight"):
                 a = permute(a, cfg["num_attention_heads"], cfg["num_attention_heads"])
@@ -298,6 +301,18 @@ def check_file(label, gguf_path, hf_dir, qtype=None):
             keys["expert_weights_norm"] = False
     if cfg["model_type"] == "qwen2_moe":
         keys["expert_shared_feed_forward_length"] = cfg["shared_expert_intermediate_size"]
+    if cfg["model_type"] == "glm4_moe":  # convert_hf_to_gguf.py Glm4MoeModel
+        keys.pop("expert_count")
+        keys["expert_count"] = cfg["n_routed_experts"]
+        keys["leading_dense_block_count"] = cfg["first_k_dense_replace"]
+        keys["expert_shared_count"] = cfg["n_shared_experts"]
+        keys["expert_weights_scale"] = np.float32(cfg["routed_scaling_factor"])
+        keys["expert_weights_norm"] = cfg["norm_topk_prob"]
+        keys["expert_gating_func"] = 2  # sigmoid
+        keys["attention.key_length"] = cfg["head_dim"]
+        keys["attention.value_length"] = cfg["head_dim"]
+        prf = cfg.get("partial_rotary_factor", (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", 0.5))
+        keys["rope.dimension_count"] = int(cfg["head_dim"] * prf)
     for k, v in keys.items():
         f = r.fields.get(f"{arch}.{k}")
         check(f is not None and f.contents() == v,
@@ -321,10 +336,13 @@ def main(binary):
             d = os.path.join(tmp, f"{mt}-{dt}")
             tiny_model(d, mt, dt, rng)
             models.append((f"{mt} {dt}", d))
-        for d in sorted(glob.glob(os.path.join(ROOT, "tests", "data", "qwen3moe", "*"))):
+        for d in sorted(glob.glob(os.path.join(ROOT, "tests", "data", "qwen3moe", "*")) +
+                        glob.glob(os.path.join(ROOT, "tests", "data", "qwen2moe", "*")) +
+                        glob.glob(os.path.join(ROOT, "tests", "data", "glm4moe", "*")) +
+                        glob.glob(os.path.join(ROOT, "tests", "data", "mixtral", "*"))):
             if not os.path.exists(os.path.join(d, "config.json")):
                 continue
-            models.append(("checkpoint " + os.path.basename(d), d))
+            models.append(("checkpoint " + os.path.relpath(d, os.path.join(ROOT, "tests", "data")), d))
         for label, d in models:
             out = os.path.join(tmp, "out.gguf")
             if convert(binary, d, out):

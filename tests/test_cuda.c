@@ -418,6 +418,37 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
     free(w), free(ref), free(x), free(y);
 }
 
+/* the sigmoid router (DeepSeek-V3, GLM-4.5) against the CPU's: the same ids, weights to float
+ * rounding */
+static void check_router_sigmoid(void) {
+    enum { N = 9, E = 256, K = 8, RS = 260 };
+    static float rl[N * RS], bias[E];
+    float w[N * K], wr[K];
+    int32_t id[N * K], ir[K];
+    for (int i = 0; i < N * RS; i++) rl[i] = rndf() * 3;
+    for (int i = 0; i < E; i++) bias[i] = rndf() * 0.1f;
+    float *drl = dev_copy(rl, sizeof rl), *db = dev_copy(bias, sizeof bias);
+    float *dw = dev_copy(NULL, sizeof w);
+    int32_t *did = dev_copy(NULL, sizeof id);
+    static const int groups[][2] = {{1, 1}, {8, 4}, {16, 3}};
+    for (int g = 0; g < 3; g++)
+        for (int renorm = 0; renorm < 2; renorm++) {
+            CU(hm_cu_router_sigmoid(drl, RS, N, E, db, groups[g][0], groups[g][1], K, renorm, 2.5f,
+                                    did, dw, 0));
+            host_copy(id, did, sizeof id);
+            host_copy(w, dw, sizeof w);
+            for (int t = 0; t < N; t++) {
+                CHECK_OK(hm_router_sigmoid_group_topk(rl + t * RS, bias, E, groups[g][0],
+                                                      groups[g][1], K, renorm, 2.5f, ir, wr));
+                CHECK_MSG(memcmp(ir, id + t * K, sizeof ir) == 0, "sigmoid router: token %d ids",
+                          t);
+                for (int j = 0; j < K; j++) /* the device's expf is within 2 ulp of the host's */
+                    CHECK(fabsf(wr[j] - w[t * K + j]) <= 1e-6f * fabsf(wr[j]));
+            }
+        }
+    cudaFree(drl), cudaFree(db), cudaFree(dw), cudaFree(did);
+}
+
 /* a matmul's bias and the shared expert's gated add (qwen2moe) against the CPU's arithmetic
  * (exec_cpu.c: bias rows added; dst += sigmoid(xn . w) * src with the twin's sigmoid) */
 static void check_bias_gated_add(void) {
@@ -676,6 +707,7 @@ static void check_kernels(void) {
     }
     CHECK(!hm_cu_type_ok(HM_TYPE_Q8_K) && !hm_cu_type_ok(HM_TYPE_IQ2_XXS) && !hm_cu_type_ok(9999));
     check_bias_gated_add();
+    check_router_sigmoid();
     check_norm_glu_router();
     for (int f16 = 0; f16 < 2; f16++) {
         check_attention(4, 2, 64, 64, 40, 40, f16);      /* a prompt in one batch */
@@ -739,8 +771,9 @@ int main(void) {
 #ifdef HMOE_HAVE_CUDA
     check_kernels();
 #endif
-    static const char *const models[] = {
-        "a", "b", "c", "q", "q_fp8", "mixtral/a", "mixtral/b", "qwen2moe/a", "qwen2moe/b"};
+    static const char *const models[] = {"a",          "b",         "c",         "q",
+                                         "q_fp8",      "mixtral/a", "mixtral/b", "qwen2moe/a",
+                                         "qwen2moe/b", "glm4moe/a", "glm4moe/b"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model_gpu(models[i], false, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);
     check_model_gpu("q", true, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);

@@ -326,6 +326,32 @@ static void test_op_twins(void) {
     float w[4];
     int32_t ids[4];
     CHECK(!twin_topk(w, 3, 4, false, ids, w) && !twin_topk(w, 3, 0, false, ids, w));
+    /* the sigmoid router (DeepSeek-V3, GLM-4.5): hm_router_sigmoid_group_topk's ids and weights
+     * exactly, with and without groups, bias, renormalisation and scale; ties included */
+    static const int shapes[][4] = {/* n, n_group, topk_group, k */
+                                    {8, 1, 1, 2},   {16, 4, 2, 4},  {64, 8, 3, 6},  {256, 8, 4, 8},
+                                    {160, 1, 1, 8}, {384, 1, 1, 8}, {12, 6, 6, 12}, {10, 10, 3, 3}};
+    for (int it = 0; it < 400; it++) {
+        const int *sh = shapes[it % 8];
+        const int n = sh[0], ng = sh[1], tg = sh[2], k = sh[3];
+        float lg[384], bias[384], w1[12], w2[12];
+        int32_t i1[12], i2[12];
+        for (int i = 0; i < n; i++) {
+            lg[i] = gauss(&s) * (it % 3 ? 1.0f : 8.0f);
+            bias[i] = gauss(&s) * 0.1f;
+        }
+        if (it % 5 == 0) /* ties of whole groups' and experts' choices */
+            for (int i = 0; i < n; i++) lg[i] = (float)(i % 3), bias[i] = 0;
+        const bool renorm = it & 1, with_bias = it & 2;
+        const float scale = it & 4 ? 2.5f : 1.0f;
+        CHECK(hm_router_sigmoid_group_topk(lg, with_bias ? bias : NULL, n, ng, tg, k, renorm, scale,
+                                           i1, w1) == HM_OK);
+        hm_hd_router_sigmoid(lg, with_bias ? bias : NULL, n, ng, tg, k, renorm, scale, i2, w2);
+        CHECK_MSG(memcmp(i1, i2, sizeof(int32_t) * (size_t)k) == 0,
+                  "sigmoid router %d (n %d, %d groups, top %d, k %d): ids differ", it, n, ng, tg,
+                  k);
+        CHECK(memcmp(w1, w2, sizeof(float) * (size_t)k) == 0);
+    }
     /* the rotation: hm_rope_neox bit for bit */
     enum { HD = 24, RD = 16 };
     float x[HD], y[HD], cs[RD];

@@ -825,13 +825,13 @@ static void check_graph(void) {
         if (!d) continue;
         CHECK_MSG(strcmp(d->gguf_name, hm_arch_gguf_name((hm_arch)a)) == 0, "%s: gguf name %s",
                   d->name, d->gguf_name);
-        CHECK((d->build != NULL) ==
-              (a == HM_ARCH_QWEN3MOE || a == HM_ARCH_MIXTRAL || a == HM_ARCH_QWEN2MOE));
+        CHECK((d->build != NULL) == (a == HM_ARCH_QWEN3MOE || a == HM_ARCH_MIXTRAL ||
+                                     a == HM_ARCH_QWEN2MOE || a == HM_ARCH_GLM4MOE));
     }
     CHECK(hm_arch_desc_get(HM_ARCH_UNKNOWN) == NULL && hm_arch_desc_get(HM_ARCH_COUNT) == NULL);
-    CHECK(strcmp(hm_arch_list(HM_ARCH_RUNS), "qwen3_moe, qwen2_moe, mixtral") == 0);
+    CHECK(strcmp(hm_arch_list(HM_ARCH_RUNS), "qwen3_moe, qwen2_moe, mixtral, glm4_moe") == 0);
     /* tensor names: the descriptors' tables */
-    CHECK(strcmp(hm_arch_list(HM_ARCH_NAMED), "qwen3_moe, qwen2_moe, mixtral") == 0);
+    CHECK(strcmp(hm_arch_list(HM_ARCH_NAMED), "qwen3_moe, qwen2_moe, mixtral, glm4_moe") == 0);
     CHECK(hm_arch_names_find(HM_ARCH_QWEN2MOE) == hm_arch_names_find(HM_ARCH_QWEN3MOE));
     uint32_t layer;
     const hm_arch_names *mx = hm_arch_names_find(HM_ARCH_MIXTRAL);
@@ -902,6 +902,12 @@ int main(void) {
     check_model("qwen2moe/a", 1, true, HM_LOAD_MMAP, false);
     check_model("qwen2moe/b", 2, false, HM_LOAD_COPY, false);
     check_model("qwen2moe/b", 2, false, HM_LOAD_AUTO, true);
+    /* GLM-4.5 (tests/gen/glm4moe_fixtures.py): half-rotary heads, biases, the sigmoid router with
+     * its correction bias, groups and scale, ungated shared experts, a dense first layer */
+    check_model("glm4moe/a", 2, false, HM_LOAD_AUTO, false);
+    check_model("glm4moe/a", 1, true, HM_LOAD_MMAP, false);
+    check_model("glm4moe/b", 2, false, HM_LOAD_AUTO, false);
+    check_model("glm4moe/b", 2, false, HM_LOAD_COPY, true);
     /* an FP8 checkpoint (128 x 128 block scales), bound as FP8_B128: transformers in float32 on
      * the dequantized weights, to the same 1e-3 */
     check_model("q_fp8", 2, false, HM_LOAD_AUTO, false);
@@ -913,6 +919,8 @@ int main(void) {
     /* Qwen2-MoE as a GGUF (llama.cpp's names; the shared expert's gate a [hidden] vector) */
     check_converted("qwen2moe/a", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
     check_converted("qwen2moe/b", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
+    check_converted("glm4moe/a", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
+    check_converted("glm4moe/b", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
     /* quantized (model q has 256-wide rows): KL bounds of docs/models.md */
     check_converted("q", HM_TYPE_F16, HM_CONVERT_SAME, 0, 1e-9, 1e-9);
     check_converted("q", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);

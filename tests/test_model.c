@@ -188,7 +188,8 @@ int main(void) {
     } pairs[] = {{"qwen3-30b-a3b", "Qwen3-30B-A3B"},       {"qwen3-235b-a22b", "Qwen3-235B-A22B"},
                  {"deepseek-v2-lite", "DeepSeek-V2-Lite"}, {"deepseek-v3", "DeepSeek-V3"},
                  {"mixtral-8x7b", "Mixtral-8x7B-v0.1"},    {"gpt-oss-20b", "gpt-oss-20b"},
-                 {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B-Chat-GPTQ-Int4"}};
+                 {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B-Chat-GPTQ-Int4"},
+                 {"glm-4.5-air", "GLM-4.5-Air"}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const hm_preset *pr = hm_preset_find(pairs[i].preset);
         CHECK(pr != NULL);
@@ -202,7 +203,7 @@ int main(void) {
         /* the presets leave mscale bookkeeping to the parser */
         check_same_hparams(pairs[i].preset, &pre, &hf, true);
     }
-    CHECK(hm_preset_find("nope") == NULL && hm_preset_count() == 8);
+    CHECK(hm_preset_find("nope") == NULL && hm_preset_count() == 9);
 
     /* every preset: metadata written to GGUF reads back the same (no tensors: layer structure
      * from leading_dense_block_count) */

@@ -234,7 +234,9 @@ static hm_status layout(hm_cuda_ctx *c) {
         if (nd->op == HM_OP_MATMUL && nd->bias &&
             (st = put_floats(c, nd->bias, (size_t)nd->w->rows, &c->nb[i])))
             return st;
-        const size_t nn = nd->op == HM_OP_QK_ROPE_KV ? hp->head_dim : hp->hidden;
+        const size_t nn = nd->op == HM_OP_QK_ROPE_KV    ? hp->head_dim
+                          : nd->op == HM_OP_ROUTER_TOPK ? hp->n_experts
+                                                        : hp->hidden;
         if (nd->nw && (st = put_floats(c, nd->nw, nn, &c->nn1[i]))) return st;
         if (nd->nw2 && (st = put_floats(c, nd->nw2, nn, &c->nn2[i]))) return st;
         if (nd->op == HM_OP_MOE && (st = put_experts(c, nd->il))) return st;
@@ -529,9 +531,16 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
             break;
         }
         case HM_OP_ROUTER_TOPK:
-            CK(hm_cu_router_topk(s0, c->cols[nd->src0], n, (int)hp->n_experts, c->k,
-                                 hp->norm_topk_prob, c->ids, c->w, c->s),
-               "router top-k");
+            if (hp->gating == HM_GATING_SIGMOID)
+                CK(hm_cu_router_sigmoid(s0, c->cols[nd->src0], n, (int)hp->n_experts, c->nn1[i],
+                                        hp->n_group ? (int)hp->n_group : 1,
+                                        hp->topk_group ? (int)hp->topk_group : 1, c->k,
+                                        hp->norm_topk_prob, hp->routed_scaling, c->ids, c->w, c->s),
+                   "router (sigmoid)");
+            else
+                CK(hm_cu_router_topk(s0, c->cols[nd->src0], n, (int)hp->n_experts, c->k,
+                                     hp->norm_topk_prob, c->ids, c->w, c->s),
+                   "router top-k");
             break;
         case HM_OP_GLU:
             /* the whole row: the dense MLP's or the shared expert's width (the next matmul reads

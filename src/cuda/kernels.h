@@ -125,6 +125,12 @@ int hm_cu_attention_splits(int64_t kv_ctx);
 cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, bool renorm,
                               int32_t *ids, float *w, cudaStream_t stream);
 
+/* The sigmoid router (DeepSeek-V3, GLM-4.5) of n tokens: hm_hd_router_sigmoid per token (one
+ * thread each); bias [e] or NULL. */
+cudaError_t hm_cu_router_sigmoid(const float *rl, int64_t rs, int n, int e, const float *bias,
+                                 int n_group, int topk_group, int k, bool renorm, float scale,
+                                 int32_t *ids, float *w, cudaStream_t stream);
+
 /* out[t][d] = sum over j < k of w[t][j] * y[place(t * k + j)][d], over n tokens of h values;
  * place(p) = pos_of[p], or p when pos_of is NULL */
 cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32_t *pos_of, const float *w,

@@ -96,6 +96,28 @@ extern "C" cudaError_t hm_cu_gated_add(float *dst, int64_t ds, const float *src,
     return cudaGetLastError();
 }
 
+__global__ void router_sigmoid_k(const float *__restrict__ rl, int64_t rs, int n, int e,
+                                 const float *__restrict__ bias, int n_group, int topk_group, int k,
+                                 bool renorm, float scale, int32_t *__restrict__ ids,
+                                 float *__restrict__ w) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    hm_hd_router_sigmoid(rl + (int64_t)t * rs, bias, e, n_group, topk_group, k, renorm, scale,
+                         ids + (int64_t)t * k, w + (int64_t)t * k);
+}
+
+extern "C" cudaError_t hm_cu_router_sigmoid(const float *rl, int64_t rs, int n, int e,
+                                            const float *bias, int n_group, int topk_group, int k,
+                                            bool renorm, float scale, int32_t *ids, float *w,
+                                            cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (e > HM_HD_ROUTER_MAX || n_group < 1 || n_group > 64 || e % n_group)
+        return cudaErrorInvalidValue;
+    router_sigmoid_k<<<(unsigned)((n + 63) / 64), 64, 0, stream>>>(
+        rl, rs, n, e, bias, n_group, topk_group, k, renorm, scale, ids, w);
+    return cudaGetLastError();
+}
+
 // element e of a cache head starting at element `off`
 template <bool F16> __device__ __forceinline__ float kv_get(const void *c, size_t off) {
     if (F16) return __half2float(((const __half *)c)[off]);

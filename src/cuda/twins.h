@@ -78,4 +78,61 @@ HM_HD float hm_hd_router_weight(float v, float mx, double sum) {
     return (float)(exp((double)v - mx) / sum);
 }
 
+/* The sigmoid router of DeepSeek-V3 and GLM-4.5 for one token, as hm_router_sigmoid_group_topk
+ * (router.c): s = sigmoid(l); choice = s + bias; groups of n / n_group experts scored by their two
+ * best choices; the topk_group best groups kept; the k best choices among their experts (every
+ * selection descending, ties to the lower index); weights s[id], renormalised when renorm (sum in
+ * double, + 1e-20), times scale. n <= HM_HD_ROUTER_MAX, n_group <= 64. The CUDA kernel runs it
+ * per token. */
+#define HM_HD_ROUTER_MAX 512
+
+/* index of the largest v[i] over i in [0, n) with !taken[i] (ties: the lower i) */
+HM_HD int hm_hd_argmax_free(const float *v, const bool *taken, int n) {
+    int b = -1;
+    for (int i = 0; i < n; i++)
+        if (!taken[i] && (b < 0 || v[i] > v[b])) b = i;
+    return b;
+}
+
+HM_HD void hm_hd_router_sigmoid(const float *l, const float *bias, int n, int n_group,
+                                int topk_group, int k, bool renorm, float scale, int32_t *ids,
+                                float *w) {
+    float s[HM_HD_ROUTER_MAX], c[HM_HD_ROUTER_MAX], gs[64];
+    bool taken[HM_HD_ROUTER_MAX], keep[64];
+    const int per = n / n_group;
+    for (int i = 0; i < n; i++) {
+        s[i] = 1.0f / (1.0f + expf(-l[i]));
+        c[i] = s[i] + (bias ? bias[i] : 0.0f);
+        taken[i] = false;
+    }
+    for (int g = 0; g < n_group; g++) {
+        const int b1 = hm_hd_argmax_free(c + g * per, taken + g * per, per);
+        float v = c[g * per + b1];
+        if (per >= 2) {
+            taken[g * per + b1] = true;
+            v += c[g * per + hm_hd_argmax_free(c + g * per, taken + g * per, per)];
+            taken[g * per + b1] = false;
+        }
+        gs[g] = v;
+        keep[g] = false;
+    }
+    bool gtaken[64];
+    for (int g = 0; g < n_group; g++) gtaken[g] = false;
+    for (int j = 0; j < topk_group; j++) {
+        const int g = hm_hd_argmax_free(gs, gtaken, n_group);
+        gtaken[g] = keep[g] = true;
+    }
+    for (int i = 0; i < n; i++)
+        if (!keep[i / per]) c[i] = -INFINITY;
+    double sum = 0;
+    for (int j = 0; j < k; j++) {
+        const int b = hm_hd_argmax_free(c, taken, n);
+        taken[b] = true;
+        ids[j] = b;
+        sum += s[b];
+    }
+    for (int j = 0; j < k; j++)
+        w[j] = (float)((renorm ? s[ids[j]] / (sum + 1e-20) : (double)s[ids[j]]) * scale);
+}
+
 #endif

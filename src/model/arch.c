@@ -170,7 +170,7 @@ hm_status hm_arch_tensor_plan(const hm_hparams *hp, const hm_plan_types *types,
             }
             if (hp->attn_sinks) S(HM_CAT_ATTN, 1, nh, 1, "blk.%u.attn_sinks.weight", il);
         }
-        if (hp->arch == HM_ARCH_GPTOSS)
+        if (hp->arch == HM_ARCH_GPTOSS || hp->arch == HM_ARCH_GLM4MOE) /* llama.cpp's names */
             N(HM_CAT_NORM, H, "blk.%u.post_attention_norm.weight", il);
         else
             N(HM_CAT_NORM, H, "blk.%u.ffn_norm.weight", il);
@@ -306,6 +306,12 @@ hm_status hm_hparams_write_gguf(hm_gguf_writer *w, const hm_hparams *hp, const c
         T(wkey_f32(w, a, "expert_weights_scale", hp->routed_scaling));
         T(hm_gguf_w_bool(w, "glm4moe.expert_weights_norm", hp->norm_topk_prob));
         T(wkey_u32(w, a, "expert_gating_func", 2));
+        if (hp->n_group > 1) { /* group-limited routing (GLM-4.5 itself has one group) */
+            T(wkey_u32(w, a, "expert_group_count", hp->n_group));
+            T(wkey_u32(w, a, "expert_group_used_count", hp->topk_group));
+        }
+        T(wkey_u32(w, a, "attention.key_length", hp->head_dim));
+        T(wkey_u32(w, a, "attention.value_length", hp->v_head_dim));
         T(wkey_u32(w, a, "rope.dimension_count", hp->rope_dim));
         T(wkey_u32(w, a, "nextn_predict_layers", hp->n_nextn_layers));
         break;
@@ -557,7 +563,9 @@ hm_status hm_hparams_from_gguf(const hm_gguf *g, hm_hparams *hp) {
         hp->attn_bias = true;
         hp->qk_norm = tensor_exists(g, "blk.%u.attn_q_norm.weight", 0);
         hp->shared_inter = hp->n_shared_experts * hp->moe_inter;
-        hp->score_correction_bias = tensor_exists(g, "blk.%u.exp_probs_b.bias", hp->first_k_dense);
+        /* metadata alone (no tensors): GLM-4.5's routers all have the bias */
+        hp->score_correction_bias =
+            !hm_gguf_n_tensors(g) || tensor_exists(g, "blk.%u.exp_probs_b.bias", hp->first_k_dense);
         hp->gating = HM_GATING_SIGMOID;
         break;
     default:

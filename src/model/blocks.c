@@ -58,7 +58,8 @@ hm_status hm_build_ffn_norm(hm_graph *g, const hm_layer *L, int il) {
 hm_status hm_build_moe_ffn(hm_graph *g, const hm_layer *L, int il) {
     ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_RL, .src0 = HM_SLOT_XN, .w = &L->router, .il = il,
         .prof = HM_PROF_ROUTER);
-    ADD(.op = HM_OP_ROUTER_TOPK, .src0 = HM_SLOT_RL, .il = il, .prof = HM_PROF_ROUTER);
+    ADD(.op = HM_OP_ROUTER_TOPK, .src0 = HM_SLOT_RL, .nw = L->exp_bias, .il = il,
+        .prof = HM_PROF_ROUTER);
     ADD(.op = HM_OP_MOE, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_XN, .il = il, .prof = HM_PROF_MOE);
     return HM_OK;
 }

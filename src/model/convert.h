@@ -10,10 +10,12 @@
  *     if (hm_convert_hf("/models/Qwen3-30B-A3B", "qwen3-30b.gguf", &p, &stats) != HM_OK)
  *         fprintf(stderr, "%s\n", hm_last_error());
  *
- * Architectures: qwen3_moe, qwen2_moe and mixtral (HF model_type). Each has a table mapping
- * llama.cpp's GGUF names to the Hugging Face ones (convert.c); adding one means adding a table.
- * Routed experts may be one tensor per expert (mlp.experts.E.gate_proj.weight, ...) or, for the
- * Qwen models, transformers 5's fused mlp.experts.gate_up_proj / down_proj; either way they are
+ * Architectures: qwen3_moe, qwen2_moe, mixtral and glm4_moe (HF model_type). Each has a table
+ * mapping llama.cpp's GGUF names to the Hugging Face ones (its src/model/arch/ file); adding one
+ * means adding a table. Routed experts may be one tensor per expert
+ * (mlp.experts.E.gate_proj.weight,
+ * ...) or, for the Qwen and GLM models, transformers 5's fused mlp.experts.gate_up_proj /
+ * down_proj; either way they are
  * stacked into llama.cpp's 3-D ffn_*_exps (ne = [cols, rows, n_expert], expert E the E-th slab).
  * Mixtral's q/k rows are permuted as llama.cpp's convert_hf_to_gguf.py does (Qwen's are not).
  *

@@ -200,6 +200,7 @@ static void glu_tok(hm_ctx *c, int i, void *arg) {
  * calling thread alone); a failure is kept for the caller */
 typedef struct route_arg {
     const float *rl;
+    const float *bias; /* sigmoid routers' e_score_correction_bias, or NULL */
     int E, k;
     bool renorm;
     _Atomic int failed; /* hm_status of the first failure, 0 when none */
@@ -207,8 +208,17 @@ typedef struct route_arg {
 
 static void route_tok(hm_ctx *c, int i, void *arg) {
     route_arg *r = arg;
-    hm_status st = hm_router_softmax_topk(r->rl + (size_t)i * (size_t)r->E, r->E, r->k, r->renorm,
-                                          c->ids + (size_t)i * r->k, c->w + (size_t)i * r->k);
+    const hm_hparams *hp = &c->m->hp;
+    const float *l = r->rl + (size_t)i * (size_t)r->E;
+    int32_t *ids = c->ids + (size_t)i * r->k;
+    float *w = c->w + (size_t)i * r->k;
+    hm_status st;
+    if (hp->gating == HM_GATING_SIGMOID)
+        st = hm_router_sigmoid_group_topk(l, r->bias, r->E, hp->n_group ? (int)hp->n_group : 1,
+                                          hp->topk_group ? (int)hp->topk_group : 1, r->k, r->renorm,
+                                          hp->routed_scaling, ids, w);
+    else
+        st = hm_router_softmax_topk(l, r->E, r->k, r->renorm, ids, w);
     int none = 0;
     if (st) atomic_compare_exchange_strong(&r->failed, &none, (int)st);
 }
@@ -291,7 +301,7 @@ static void run_attn(hm_ctx *c, const hm_graph *g, int i, int n) {
 static hm_status run_route(hm_ctx *c, const hm_node *nd, int n) {
     const hm_hparams *hp = &c->m->hp;
     const int E = (int)hp->n_experts, k = (int)hp->n_experts_used;
-    route_arg ra = {slot(c, nd->src0), E, k, hp->norm_topk_prob, 0};
+    route_arg ra = {slot(c, nd->src0), nd->nw, E, k, hp->norm_topk_prob, 0};
     hm_ctx_for_tokens(c, n, route_tok, &ra);
     if (atomic_load(&ra.failed))
         return hm_errorf((hm_status)atomic_load(&ra.failed), "layer %d router: top-%d of %d",

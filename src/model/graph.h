@@ -43,7 +43,9 @@ typedef enum hm_op {
                           of both at the tokens' positions, then k and v (dst) into layer il's
                           cache */
     HM_OP_ATTN,        /* dst = softmax(q k^T * scale) v over layer il's cache, causal */
-    HM_OP_ROUTER_TOPK, /* the router's top-k experts and weights of src0 (router logits) */
+    HM_OP_ROUTER_TOPK, /* the router's top-k experts and weights of src0 (router logits): the
+                          model's gating (softmax, or sigmoid with the correction bias w and
+                          group-limited choice, times routed_scaling) */
     HM_OP_GLU,         /* dst = act(dst) * src0 */
     HM_OP_MOE,         /* dst = sum over the top-k of w_e * expert_e(src0) (layer il's experts) */
     HM_OP_GATED_ADD,   /* dst += sigmoid(src1 . w) * src0 per token (w NULL: dst += src0): the

@@ -336,7 +336,10 @@ static hm_status bind_qwen3moe(hm_model *m) {
     for (unsigned il = 0; il < hp->n_layers; il++) {
         hm_layer *L = &m->layers[il];
         if ((st = bind_vec(m, &L->attn_norm, H, "blk.%u.attn_norm.weight", il)) ||
-            (st = bind_vec(m, &L->ffn_norm, H, "blk.%u.ffn_norm.weight", il)) ||
+            (st = bind_vec(m, &L->ffn_norm, H,
+                           hp->arch == HM_ARCH_GLM4MOE ? "blk.%u.post_attention_norm.weight"
+                                                       : "blk.%u.ffn_norm.weight",
+                           il)) ||
             (st = bind_mat(m, &L->wq, nq, H, "blk.%u.attn_q.weight", il)) ||
             (st = bind_mat(m, &L->wk, nkv, H, "blk.%u.attn_k.weight", il)) ||
             (st = bind_mat(m, &L->wv, nkv, H, "blk.%u.attn_v.weight", il)) ||
@@ -360,6 +363,9 @@ static hm_status bind_qwen3moe(hm_model *m) {
         }
         const uint64_t E = hp->n_experts, FE = hp->moe_inter;
         if ((st = bind_mat(m, &L->router, E, H, "blk.%u.ffn_gate_inp.weight", il))) return st;
+        if (hp->score_correction_bias &&
+            (st = bind_vec(m, &L->exp_bias, E, "blk.%u.exp_probs_b.bias", il)))
+            return st;
         if (hp->n_shared_experts && hp->shared_inter) {
             const uint64_t SF = hp->shared_inter;
             if ((st = bind_mat(m, &L->sh_gate, SF, H, "blk.%u.ffn_gate_shexp.weight", il)) ||

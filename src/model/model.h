@@ -28,9 +28,10 @@ typedef struct hm_layer {
     hm_matrix wq, wk, wv, wo;
     const float *bq, *bk, *bv; /* q/k/v biases (qwen2moe) or NULL */
     bool moe;
-    hm_matrix router;                     /* [n_experts][hidden] */
-    hm_moe_expert *experts;               /* [n_experts] views */
-    uint32_t expert_type[3];              /* gate, up, down */
+    hm_matrix router;        /* [n_experts][hidden] */
+    const float *exp_bias;   /* [n_experts] e_score_correction_bias (sigmoid routers), or NULL */
+    hm_moe_expert *experts;  /* [n_experts] views */
+    uint32_t expert_type[3]; /* gate, up, down */
     hm_matrix ffn_gate, ffn_up, ffn_down; /* dense layers */
     hm_matrix sh_gate, sh_up, sh_down;    /* the shared expert of a MoE layer (rows 0: none) */
     const float *sh_inp;                  /* [hidden] its sigmoid gate (qwen2moe), or NULL */

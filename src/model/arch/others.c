@@ -8,5 +8,3 @@ const hm_arch_desc hm_arch_deepseek2 = {
     "DeepseekV3ForCausalLM", NULL,          NULL};
 const hm_arch_desc hm_arch_gptoss = {HM_ARCH_GPTOSS,      "gpt_oss", "gpt-oss", "gpt_oss",
                                      "GptOssForCausalLM", NULL,      NULL};
-const hm_arch_desc hm_arch_glm4moe = {HM_ARCH_GLM4MOE,      "glm4_moe", "glm4moe", "glm4_moe",
-                                      "Glm4MoeForCausalLM", NULL,       NULL};

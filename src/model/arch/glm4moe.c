@@ -1,0 +1,64 @@
+/* glm4moe.c - GLM-4.5 / GLM-4.6 (glm4_moe), as transformers' Glm4MoeDecoderLayer computes it:
+ *   h = x + o_proj(attn(rope(qn(q_proj(rms(x)) + bq)), rope(kn(k_proj(rms(x)) + bk)), ...))
+ *   x' = h + moe(rms(h)) + shared(rms(h))       (dense MLP on the first first_k_dense_replace)
+ * q/k/v biases (attention_bias), optional per-head q/k RMSNorms (use_qk_norm), NeoX rotation of
+ * the first partial_rotary_factor (0.5) of each head; a sigmoid router choosing by score +
+ * e_score_correction_bias within the best topk_group of n_group groups, weights the scores
+ * renormalised (norm_topk_prob) times routed_scaling_factor; shared experts (one SwiGLU of
+ * n_shared_experts x moe_intermediate_size, no gate) added to the routed sum. The
+ * next-token-prediction layers stored after the last one (num_nextn_predict_layers) are not run.
+ * llama.cpp names the post-attention norm post_attention_norm. Fixtures:
+ * tests/gen/glm4moe_fixtures.py. */
+#include "model/arch/arch_builders.h"
+#include "model/arch/registry.h"
+#include "model/blocks.h"
+
+hm_status hm_glm4moe_build(const hm_model *m, const hm_layer *layers, hm_graph *g) {
+    hm_status st;
+    for (uint32_t il = 0; il < m->hp.n_layers; il++) {
+        const hm_layer *L = &layers[il];
+        if ((st = hm_build_attn_gqa(g, L, (int)il)) || (st = hm_build_ffn_norm(g, L, (int)il)))
+            return st;
+        if (!L->moe)
+            st = hm_build_dense_mlp(g, L, (int)il);
+        else if (!(st = hm_build_moe_ffn(g, L, (int)il)) && L->sh_gate.rows)
+            st = hm_build_shared_expert(g, L, (int)il);
+        if (st || (st = hm_build_residual(g, (int)il))) return st;
+    }
+    return HM_OK;
+}
+
+/* llama.cpp's GLM4_MOE names <-> transformers' (4.x: one tensor per expert; 5.x: fused) */
+static const hm_name_map glm4moe_layer[] = {
+    {"attn_norm.weight", "input_layernorm.weight", 0, NULL, 0, 0},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight", 0, NULL, 0, 0},
+    {"attn_q.weight", "self_attn.q_proj.weight", 0, NULL, 0, 0},
+    {"attn_k.weight", "self_attn.k_proj.weight", 0, NULL, 0, 0},
+    {"attn_v.weight", "self_attn.v_proj.weight", 0, NULL, 0, 0},
+    {"attn_output.weight", "self_attn.o_proj.weight", 0, NULL, 0, 0},
+    {"attn_q.bias", "self_attn.q_proj.bias", 0, NULL, 0, 0},
+    {"attn_k.bias", "self_attn.k_proj.bias", 0, NULL, 0, 0},
+    {"attn_v.bias", "self_attn.v_proj.bias", 0, NULL, 0, 0},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight", 0, NULL, 0, 0},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight", 0, NULL, 0, 0},
+    {"ffn_gate_inp.weight", "mlp.gate.weight", 0, NULL, 0, 0},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias", 0, NULL, 0, 0},
+    {"ffn_gate_exps.weight", "mlp.experts.%u.gate_proj.weight", HM_MAP_EXPERTS,
+     "mlp.experts.gate_up_proj", 0, 2},
+    {"ffn_up_exps.weight", "mlp.experts.%u.up_proj.weight", HM_MAP_EXPERTS,
+     "mlp.experts.gate_up_proj", 1, 2},
+    {"ffn_down_exps.weight", "mlp.experts.%u.down_proj.weight", HM_MAP_EXPERTS,
+     "mlp.experts.down_proj", 0, 1},
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", 0, NULL, 0, 0},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", 0, NULL, 0, 0},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", 0, NULL, 0, 0},
+    {"ffn_gate.weight", "mlp.gate_proj.weight", 0, NULL, 0, 0},
+    {"ffn_up.weight", "mlp.up_proj.weight", 0, NULL, 0, 0},
+    {"ffn_down.weight", "mlp.down_proj.weight", 0, NULL, 0, 0},
+};
+
+static const hm_arch_names glm4moe_names = {HM_ARCH_GLM4MOE, glm4moe_layer,
+                                            sizeof glm4moe_layer / sizeof *glm4moe_layer};
+const hm_arch_desc hm_arch_glm4moe = {HM_ARCH_GLM4MOE, "glm4_moe",           "glm4moe",
+                                      "glm4_moe",      "Glm4MoeForCausalLM", hm_glm4moe_build,
+                                      &glm4moe_names};
