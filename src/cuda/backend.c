@@ -559,8 +559,9 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                                c->nn1[i], n, H, c->s),
                "shared expert's gate");
             break;
+        case HM_OP_MLA: /* cu_supports refuses it: no context is made with one */
         case HM_OP_COUNT:
-            return hm_errorf(HM_ERR_INTERNAL, "cuda: graph node %d: bad op", i);
+            return hm_errorf(HM_ERR_INTERNAL, "cuda: graph node %d: op %s", i, hm_op_name(nd->op));
         }
         prof_stop(c, nd->prof);
     }
@@ -569,7 +570,7 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
 
 static bool cu_supports(void *self, const hm_node *nd) {
     (void)self;
-    if (nd->op < 0 || nd->op >= HM_OP_COUNT) return false;
+    if (nd->op < 0 || nd->op >= HM_OP_COUNT || nd->op == HM_OP_MLA) return false;
     return nd->op != HM_OP_MATMUL || (nd->w && cu_w_ok(nd->w->type, nd->w->cols));
 }
 
@@ -632,7 +633,12 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
         return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: attention takes head_dim <= 512 (model: %u)",
                          hp->head_dim);
     for (int i = 0; i < g->n; i++)
-        if (!cu_supports(NULL, &g->nodes[i]))
+        if (g->nodes[i].op == HM_OP_MLA)
+            return hm_errorf(HM_ERR_UNSUPPORTED,
+                             "cuda: multi-head latent attention (%s) has no GPU kernel yet: run "
+                             "--device cpu",
+                             hp->model_type);
+        else if (!cu_supports(NULL, &g->nodes[i]))
             return hm_errorf(HM_ERR_UNSUPPORTED,
                              "cuda: layer %d %s: weights of type %s (%lld columns) have no GPU "
                              "kernel (run --device cpu)",

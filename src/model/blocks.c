@@ -21,8 +21,8 @@ void hm_graph_free(hm_graph *g) {
 
 const char *hm_op_name(hm_op op) {
     static const char *const names[HM_OP_COUNT] = {
-        "norm", "add_norm",    "add", "matmul", "qk_rope_kv",
-        "attn", "router_topk", "glu", "moe",    "gated_add"};
+        "norm",        "add_norm", "add", "matmul",    "qk_rope_kv", "attn",
+        "router_topk", "glu",      "moe", "gated_add", "mla"};
     return op >= 0 && op < HM_OP_COUNT ? names[op] : "?";
 }
 
@@ -44,6 +44,15 @@ hm_status hm_build_attn_gqa(hm_graph *g, const hm_layer *L, int il) {
     ADD(.op = HM_OP_QK_ROPE_KV, .dst = HM_SLOT_V, .src0 = HM_SLOT_Q, .src1 = HM_SLOT_K,
         .nw = L->q_norm, .nw2 = L->k_norm, .il = il, .prof = HM_PROF_ATTN);
     ADD(.op = HM_OP_ATTN, .dst = HM_SLOT_ATT, .src0 = HM_SLOT_Q, .il = il, .prof = HM_PROF_ATTN);
+    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_ATT, .w = &L->wo, .il = il,
+        .prof = HM_PROF_ATTN_PROJ);
+    return HM_OK;
+}
+
+hm_status hm_build_attn_mla(hm_graph *g, const hm_layer *L, int il) {
+    ADD(.op = HM_OP_NORM, .dst = HM_SLOT_XN, .src0 = HM_SLOT_X, .nw = L->attn_norm, .il = il,
+        .prof = HM_PROF_NORM);
+    ADD(.op = HM_OP_MLA, .dst = HM_SLOT_ATT, .src0 = HM_SLOT_XN, .il = il, .prof = HM_PROF_ATTN);
     ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_ATT, .w = &L->wo, .il = il,
         .prof = HM_PROF_ATTN_PROJ);
     return HM_OK;

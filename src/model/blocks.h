@@ -10,6 +10,10 @@
  * norms and RoPE; tmp = o_proj(attention) */
 hm_status hm_build_attn_gqa(hm_graph *g, const hm_layer *L, int il);
 
+/* xn = rmsnorm(x) * attn_norm; multi-head latent attention (deepseek2) over the compressed
+ * cache; tmp = o_proj(attention) */
+hm_status hm_build_attn_mla(hm_graph *g, const hm_layer *L, int il);
+
 /* x += tmp; xn = rmsnorm(x) * ffn_norm: the residual add of the attention and the FFN's norm */
 hm_status hm_build_ffn_norm(hm_graph *g, const hm_layer *L, int il);
 

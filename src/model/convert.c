@@ -587,9 +587,13 @@ hm_status hm_convert_hf(const char *hf_path, const char *out_path, const hm_conv
     memset(&c, 0, sizeof c);
     c.path = hf_path;
     if ((st = hm_hparams_from_hf_config(hf_path, &c.hp)) != HM_OK) return st;
-    if (!(c.names = hm_arch_names_find(c.hp.arch)))
-        return hm_errorf(HM_ERR_UNSUPPORTED, "%s: convert does not handle %s yet (supported: %s)",
-                         hf_path, c.hp.model_type, hm_arch_list(HM_ARCH_NAMED));
+    /* MLA: llama.cpp's layout splits kv_b_proj into the transposed attn_k_b and attn_v_b, which
+     * the converter does not derive yet (hmoe runs the HF directory itself) */
+    if (!(c.names = hm_arch_names_find(c.hp.arch)) || c.hp.kv_lora_rank)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "%s: convert does not handle %s yet (supported: qwen3_moe, qwen2_moe, "
+                         "mixtral, glm4_moe; hmoe runs a %s Hugging Face directory as it is)",
+                         hf_path, c.hp.model_type, c.hp.model_type);
     if ((st = hm_st_open(hf_path, &c.st)) != HM_OK) return st;
 
     /* KEEP: plan with F32 as a placeholder; assign_types puts the source dtype in */

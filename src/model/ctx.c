@@ -255,7 +255,8 @@ void hm_ctx_free(hm_ctx *c) {
         free(c->inv_freq), free(c->inv_seq), free(c->inv_seq_len);
     hm_free(c->rope_cs);
     hm_free(c->x), hm_free(c->xn), hm_free(c->q), hm_free(c->k), hm_free(c->v);
-    hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u), hm_free(c->sh);
+    hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u), hm_free(c->sh),
+        hm_free(c->qa), hm_free(c->mla_scratch);
     free(c->w), free(c->ids), free(c->pos), free(c->seq), free(c->kvv);
     hm_free(c->attn_scratch), hm_free(c->mm_scratch);
     free(c);
@@ -437,6 +438,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     const size_t H = hp->hidden, B = (size_t)p.n_batch;
     c->q_dim = (size_t)hp->n_heads * hp->head_dim;
     c->kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
+    /* MLA caches one latent and one rotated key per token, shared by the heads: the K slot and
+     * the K cache hold [kv_lora + rope] per token, and there is no V cache */
+    const bool mla = hp->kv_lora_rank > 0;
+    if (mla) c->kv_dim = (size_t)hp->kv_lora_rank + hp->qk_rope_head_dim;
     c->ffn_max = hp->ffn_inter; /* the dense MLP's and the shared expert's gate/up rows */
     if (hp->n_shared_experts && hp->shared_inter > c->ffn_max) c->ffn_max = hp->shared_inter;
     if (!c->ffn_max) c->ffn_max = 1;
@@ -445,7 +450,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->kv_elem = p.kv_f16 ? 2 : 4;
     if ((st = hm_large_alloc((kv_floats ? kv_floats : 1) * c->kv_elem, true, "KV cache (K)",
                              &c->kv_k)) ||
-        (st = hm_large_alloc((kv_floats ? kv_floats : 1) * c->kv_elem, true, "KV cache (V)",
+        (st = hm_large_alloc((kv_floats && !mla ? kv_floats : 1) * c->kv_elem, true, "KV cache (V)",
                              &c->kv_v)))
         goto fail;
     c->seq_len = calloc((size_t)p.n_seq, sizeof(int32_t));
@@ -469,6 +474,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->g = fbuf(B * c->ffn_max, "ctx gate");
     c->u = fbuf(B * c->ffn_max, "ctx up");
     c->sh = fbuf(B * H, "ctx shared expert");
+    c->qa = fbuf(B * (hp->q_lora_rank ? hp->q_lora_rank : 1), "ctx q latent");
+    /* MLA, per participant: scores over the positions, the absorbed q and the latent output */
+    c->mla_scratch = fbuf(mla ? (size_t)c->nth * ((size_t)p.n_ctx + 2 * hp->kv_lora_rank + 64) : 1,
+                          "ctx latent attention");
     size_t K = hp->n_experts_used ? hp->n_experts_used : 1;
     c->w = calloc(B * K, sizeof(float));
     c->ids = calloc(B * K, sizeof(int32_t));
@@ -479,8 +488,8 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                                                      (int)hp->head_dim, c->nth),
                            "ctx attention");
     if (!c->seq_len || !c->seq_next || !c->inv_freq || !c->rope_cs || !c->x || !c->xn || !c->tmp ||
-        !c->q || !c->att || !c->k || !c->v || !c->rl || !c->g || !c->u || !c->sh || !c->w ||
-        !c->ids || !c->pos || !c->seq || !c->kvv || !c->attn_scratch) {
+        !c->q || !c->att || !c->k || !c->v || !c->rl || !c->g || !c->u || !c->sh || !c->qa ||
+        !c->mla_scratch || !c->w || !c->ids || !c->pos || !c->seq || !c->kvv || !c->attn_scratch) {
         st = hm_errorf(HM_ERR_NO_MEMORY,
                        "context: out of memory (KV cache %zu MiB for %d positions x %d sequences)",
                        kv_floats * 2 * c->kv_elem >> 20, p.n_ctx, p.n_seq);
@@ -585,6 +594,9 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     for (uint32_t il = 0; il < hp->n_layers; il++) {
         const hm_layer *L = &m->layers[il];
         mmb = mm_need(c, &L->wq, mmb);
+        mmb = mm_need(c, &L->wq_a, mmb);
+        mmb = mm_need(c, &L->wq_b, mmb);
+        mmb = mm_need(c, &L->wkv_a, mmb);
         mmb = mm_need(c, &L->wk, mmb);
         mmb = mm_need(c, &L->wv, mmb);
         mmb = mm_need(c, &L->wo, mmb);

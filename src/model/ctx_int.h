@@ -34,6 +34,7 @@ struct hm_ctx {
                              batch (not per layer and per q and k) */
     /* scratch for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w, *sh;
+    float *qa, *mla_scratch; /* MLA: the q latent [n_batch][q_lora]; per-thread scratch */
     int32_t *ids, *pos, *seq;
     hm_nn_kv *kvv;
     float *attn_scratch;
@@ -118,6 +119,9 @@ static inline unsigned hm_ctx_mm_flags(const hm_ctx *c) {
 
 /* y = W x over n tokens of the context's scratch layout (row strides = cols / rows). */
 void hm_ctx_matmul(hm_ctx *c, const hm_matrix *w, const float *x, int n, float *y);
+
+/* The MLA node (mla.c) on the CPU. */
+hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n);
 
 /* Runs the forward graph over the batch of n tokens in c's scratch (x holds the residual stream;
  * the tokens' positions, sequences and rotary cos/sin are set): the CPU backend (exec_cpu.c). */

@@ -206,6 +206,50 @@ typedef struct route_arg {
     _Atomic int failed; /* hm_status of the first failure, 0 when none */
 } route_arg;
 
+/* DeepSeek-V2's group_limited_greedy: softmax scores; groups scored by their best expert; the
+ * topk_group best groups kept; the k best scores among their experts (descending, ties to the
+ * lower index); weights the scores (renormalised when renorm) times scale */
+static hm_status softmax_group_topk(const float *l, int n, int n_group, int topk_group, int k,
+                                    bool renorm, float scale, int32_t *ids, float *w) {
+    float s[4096], gs[256];
+    if (n > 4096 || n_group > 256 || n % n_group || topk_group < 1 || topk_group > n_group ||
+        k > n / n_group * topk_group)
+        return hm_errorf(HM_ERR_INVALID_ARG, "router: top-%d of %d experts in %d groups (top %d)",
+                         k, n, n_group, topk_group);
+    float mx = l[0];
+    for (int i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)l[i] - mx);
+    for (int i = 0; i < n; i++) s[i] = (float)(exp((double)l[i] - mx) / sum);
+    const int per = n / n_group;
+    bool keep[256] = {false};
+    for (int g = 0; g < n_group; g++) {
+        gs[g] = s[g * per];
+        for (int i = 1; i < per; i++) gs[g] = s[g * per + i] > gs[g] ? s[g * per + i] : gs[g];
+    }
+    for (int j = 0; j < topk_group; j++) {
+        int b = -1;
+        for (int g = 0; g < n_group; g++)
+            if (!keep[g] && (b < 0 || gs[g] > gs[b])) b = g;
+        keep[b] = true;
+    }
+    for (int i = 0; i < n; i++)
+        if (!keep[i / per]) s[i] = 0.0f; /* masked as transformers does: to 0, not -inf */
+    bool taken[4096] = {false};
+    double sel = 0;
+    for (int j = 0; j < k; j++) {
+        int b = -1;
+        for (int i = 0; i < n; i++)
+            if (!taken[i] && (b < 0 || s[i] > s[b])) b = i;
+        taken[b] = true;
+        ids[j] = b;
+        sel += s[b];
+    }
+    for (int j = 0; j < k; j++)
+        w[j] = (float)((renorm ? s[ids[j]] / (sel + 1e-20) : s[ids[j]]) * scale);
+    return HM_OK;
+}
+
 static void route_tok(hm_ctx *c, int i, void *arg) {
     route_arg *r = arg;
     const hm_hparams *hp = &c->m->hp;
@@ -217,8 +261,13 @@ static void route_tok(hm_ctx *c, int i, void *arg) {
         st = hm_router_sigmoid_group_topk(l, r->bias, r->E, hp->n_group ? (int)hp->n_group : 1,
                                           hp->topk_group ? (int)hp->topk_group : 1, r->k, r->renorm,
                                           hp->routed_scaling, ids, w);
+    else if (hp->n_group > 1)
+        st = softmax_group_topk(l, r->E, (int)hp->n_group, (int)hp->topk_group, r->k, r->renorm,
+                                hp->routed_scaling, ids, w);
     else
         st = hm_router_softmax_topk(l, r->E, r->k, r->renorm, ids, w);
+    if (!st && hp->gating != HM_GATING_SIGMOID && hp->n_group <= 1 && hp->routed_scaling != 1.0f)
+        for (int j = 0; j < r->k; j++) w[j] *= hp->routed_scaling; /* DeepSeek-V2 */
     int none = 0;
     if (st) atomic_compare_exchange_strong(&r->failed, &none, (int)st);
 }
@@ -372,6 +421,9 @@ hm_status hm_ctx_run_graph(hm_ctx *c, const hm_graph *g, int n) {
             if (!st) hm_moe_wait(c->moe[nd->il]);
             break;
         }
+        case HM_OP_MLA:
+            st = hm_ctx_run_mla(c, nd, n);
+            break;
         case HM_OP_GATED_ADD: {
             gated_arg a = {slot(c, nd->dst), slot(c, nd->src0), slot(c, nd->src1), nd->nw};
             hm_ctx_for_tokens(c, n, gated_tok, &a);

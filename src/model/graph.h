@@ -50,6 +50,10 @@ typedef enum hm_op {
     HM_OP_MOE,         /* dst = sum over the top-k of w_e * expert_e(src0) (layer il's experts) */
     HM_OP_GATED_ADD,   /* dst += sigmoid(src1 . w) * src0 per token (w NULL: dst += src0): the
                           shared expert's output with its gate (qwen2moe) */
+    HM_OP_MLA,         /* dst [n][n_heads * v_head] = multi-head latent attention of src0 (xn)
+                          over layer il's compressed cache (deepseek2): q (and its low rank
+                          path), the latent c and k_pe into the cache, scores of the absorbed
+                          q . c + q_pe . k_pe, the heads' values up-projected from the latent */
     HM_OP_COUNT
 } hm_op;
 

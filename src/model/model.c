@@ -315,6 +315,85 @@ static hm_status bind_expert(hm_model *m, hm_moe_matrix *mm, uint32_t *type, uin
     return HM_OK;
 }
 
+/* rows [row0, row0 + nr) of a tensor of `cols` columns, dequantized into out[nr][cols] */
+static hm_status rows_f32(hm_model *m, const tview *v, uint64_t cols, uint64_t row0, uint64_t nr,
+                          float *out) {
+    uint64_t rb;
+    if (!hm_type_row_bytes(v->type, cols, &rb) || !hm_dequantize_supported(v->type))
+        return hm_errorf(HM_ERR_UNSUPPORTED, "%s: tensor '%s': %s rows of %llu cannot be read",
+                         m->path, v->name, hm_type_name(v->type), (unsigned long long)cols);
+    const uint8_t *base = aligned_data(m, v, (const uint8_t *)v->data + row0 * rb, nr * rb);
+    if (!base) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+    for (uint64_t r = 0; r < nr; r++) {
+        hm_status st = hm_dequantize_row(v->type, base + r * rb, out + r * cols, (int64_t)cols);
+        if (st) return st;
+    }
+    return HM_OK;
+}
+
+/* MLA's attention tensors (model.h): q (or its low-rank pair), the latent's projection and norm,
+ * and per head the key's up-projection transposed and the value's, as float copies: from
+ * llama.cpp's split attn_k_b / attn_v_b, or from one kv_b ([heads * (nope + v)][kv_lora]: HF's
+ * kv_b_proj, older GGUFs' attn_kv_b). */
+static hm_status bind_mla(hm_model *m, hm_layer *L, unsigned il) {
+    const hm_hparams *hp = &m->hp;
+    const uint64_t H = hp->hidden, nh = hp->n_heads, hd = hp->head_dim, kvl = hp->kv_lora_rank;
+    const uint64_t rope = hp->qk_rope_head_dim, nope = hp->qk_nope_head_dim, vd = hp->v_head_dim;
+    hm_status st;
+    if (hp->attn_bias)
+        return hm_errorf(HM_ERR_UNSUPPORTED, "%s: MLA with attention biases is not supported",
+                         m->path);
+    if (hp->q_lora_rank) {
+        const uint64_t ql = hp->q_lora_rank;
+        if ((st = bind_mat(m, &L->wq_a, ql, H, "blk.%u.attn_q_a.weight", il)) ||
+            (st = bind_vec(m, &L->q_a_norm, ql, "blk.%u.attn_q_a_norm.weight", il)) ||
+            (st = bind_mat(m, &L->wq_b, nh * hd, ql, "blk.%u.attn_q_b.weight", il)))
+            return st;
+    } else if ((st = bind_mat(m, &L->wq, nh * hd, H, "blk.%u.attn_q.weight", il))) {
+        return st;
+    }
+    if ((st = bind_mat(m, &L->wkv_a, kvl + rope, H, "blk.%u.attn_kv_a_mqa.weight", il)) ||
+        (st = bind_vec(m, &L->kv_a_norm, kvl, "blk.%u.attn_kv_a_norm.weight", il)) ||
+        (st = bind_mat(m, &L->wo, H, nh * vd, "blk.%u.attn_output.weight", il)))
+        return st;
+    tview kb, vb, kv;
+    const bool split = is_gguf(m) && find(m, false, &kb, "blk.%u.attn_k_b.weight", il, 0) == HM_OK;
+    if (split) {
+        if ((st = check_shape(m, &kb, nope, kvl, nh)) ||
+            (st = find(m, true, &vb, "blk.%u.attn_v_b.weight", il, 0)) ||
+            (st = check_shape(m, &vb, kvl, vd, nh)))
+            return st;
+    } else {
+        hm_error_clear();
+        if ((st = find(m, true, &kv, "blk.%u.attn_kv_b.weight", il, 0)) ||
+            (st = check_shape(m, &kv, kvl, nh * (nope + vd), 1)))
+            return st;
+    }
+    if (m->checking) return HM_OK;
+    float *k_b = own_floats(m, nh * kvl * nope), *v_b = own_floats(m, nh * vd * kvl);
+    if (!k_b || !v_b) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+    if (split) {
+        if ((st = rows_f32(m, &kb, nope, 0, nh * kvl, k_b)) ||
+            (st = rows_f32(m, &vb, kvl, 0, nh * vd, v_b)))
+            return st;
+    } else {
+        float *rows = malloc(sizeof(float) * (size_t)(nope * kvl));
+        if (!rows) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+        for (uint64_t h = 0; h < nh && !st; h++) {
+            const uint64_t r0 = h * (nope + vd);
+            if ((st = rows_f32(m, &kv, kvl, r0, nope, rows))) break;
+            for (uint64_t r = 0; r < nope; r++) /* transposed: [kv_lora][nope] */
+                for (uint64_t j = 0; j < kvl; j++)
+                    k_b[(h * kvl + j) * nope + r] = rows[r * kvl + j];
+            st = rows_f32(m, &kv, kvl, r0 + nope, vd, v_b + h * vd * kvl);
+        }
+        free(rows);
+        if (st) return st;
+    }
+    L->k_b = k_b, L->v_b = v_b;
+    return HM_OK;
+}
+
 static hm_status bind_qwen3moe(hm_model *m) {
     const hm_hparams *hp = &m->hp;
     const uint64_t H = hp->hidden, V = hp->vocab_size, hd = hp->head_dim;
@@ -339,11 +418,14 @@ static hm_status bind_qwen3moe(hm_model *m) {
             (st = bind_vec(m, &L->ffn_norm, H,
                            hp->arch == HM_ARCH_GLM4MOE ? "blk.%u.post_attention_norm.weight"
                                                        : "blk.%u.ffn_norm.weight",
-                           il)) ||
-            (st = bind_mat(m, &L->wq, nq, H, "blk.%u.attn_q.weight", il)) ||
-            (st = bind_mat(m, &L->wk, nkv, H, "blk.%u.attn_k.weight", il)) ||
-            (st = bind_mat(m, &L->wv, nkv, H, "blk.%u.attn_v.weight", il)) ||
-            (st = bind_mat(m, &L->wo, H, nq, "blk.%u.attn_output.weight", il)))
+                           il)))
+            return st;
+        if (hp->kv_lora_rank) {
+            if ((st = bind_mla(m, L, il))) return st;
+        } else if ((st = bind_mat(m, &L->wq, nq, H, "blk.%u.attn_q.weight", il)) ||
+                   (st = bind_mat(m, &L->wk, nkv, H, "blk.%u.attn_k.weight", il)) ||
+                   (st = bind_mat(m, &L->wv, nkv, H, "blk.%u.attn_v.weight", il)) ||
+                   (st = bind_mat(m, &L->wo, H, nq, "blk.%u.attn_output.weight", il)))
             return st;
         if (hp->qk_norm && ((st = bind_vec(m, &L->q_norm, hd, "blk.%u.attn_q_norm.weight", il)) ||
                             (st = bind_vec(m, &L->k_norm, hd, "blk.%u.attn_k_norm.weight", il))))
@@ -564,6 +646,7 @@ static hm_status copy_weights(hm_model *m, const hm_model_params *p) {
         RB(L->wq), RB(L->wk), RB(L->wv), RB(L->wo), RB(L->router);
         RB(L->ffn_gate), RB(L->ffn_up), RB(L->ffn_down);
         RB(L->sh_gate), RB(L->sh_up), RB(L->sh_down);
+        RB(L->wq_a), RB(L->wq_b), RB(L->wkv_a);
         if (L->experts)
             for (uint32_t e = 0; e < m->hp.n_experts; e++)
                 RB(L->experts[e].gate), RB(L->experts[e].up), RB(L->experts[e].down);

@@ -27,6 +27,12 @@ typedef struct hm_layer {
     const float *q_norm, *k_norm;      /* [head_dim] or NULL */
     hm_matrix wq, wk, wv, wo;
     const float *bq, *bk, *bv; /* q/k/v biases (qwen2moe) or NULL */
+    /* MLA (deepseek2: kv_lora_rank > 0): q = wq xn, or wq_b rms(wq_a xn) * q_a_norm with q_lora;
+     * [c, k_pe] = wkv_a xn, c = rms(c) * kv_a_norm; per head h k_b[h] [kv_lora][nope] (the key's
+     * up-projection transposed, for absorption into q) and v_b[h] [v_head][kv_lora], as floats */
+    hm_matrix wq_a, wq_b, wkv_a;
+    const float *q_a_norm, *kv_a_norm;
+    const float *k_b, *v_b;
     bool moe;
     hm_matrix router;        /* [n_experts][hidden] */
     const float *exp_bias;   /* [n_experts] e_score_correction_bias (sigmoid routers), or NULL */

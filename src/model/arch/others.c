@@ -3,8 +3,5 @@
  * layer builder. */
 #include "model/arch/registry.h"
 
-const hm_arch_desc hm_arch_deepseek2 = {
-    HM_ARCH_DEEPSEEK2,       "deepseek_v2", "deepseek2", "deepseek_v2,deepseek_v3,kimi_k2",
-    "DeepseekV3ForCausalLM", NULL,          NULL};
 const hm_arch_desc hm_arch_gptoss = {HM_ARCH_GPTOSS,      "gpt_oss", "gpt-oss", "gpt_oss",
                                      "GptOssForCausalLM", NULL,      NULL};

@@ -1,0 +1,63 @@
+/* deepseek2.c - DeepSeek-V2, V2-Lite, V3/R1 and Kimi-K2 (deepseek_v2, deepseek_v3, kimi_k2), as
+ * transformers' DeepseekV2/V3DecoderLayer compute them:
+ *   h = x + o_proj(mla(rms(x)))      (multi-head latent attention: mla.c)
+ *   x' = h + moe(rms(h)) + shared(rms(h))     (dense MLP on the first first_k_dense_replace)
+ * V2 routes by softmax (greedy, or group_limited_greedy by the groups' best scores), never
+ * renormalised, times routed_scaling_factor; V3 and Kimi-K2 by sigmoid with the correction bias
+ * and group-limited choice (the router node follows hparams' gating). The shared experts are one
+ * ungated SwiGLU of n_shared_experts x moe_intermediate_size. The next-token-prediction layer of
+ * V3 (num_nextn_predict_layers) is not run. MLA runs on the CPU only (the CUDA backend refuses the
+ * node). Fixtures: tests/gen/deepseek_fixtures.py. */
+#include "model/arch/arch_builders.h"
+#include "model/arch/registry.h"
+#include "model/blocks.h"
+
+hm_status hm_deepseek2_build(const hm_model *m, const hm_layer *layers, hm_graph *g) {
+    hm_status st;
+    for (uint32_t il = 0; il < m->hp.n_layers; il++) {
+        const hm_layer *L = &layers[il];
+        if ((st = hm_build_attn_mla(g, L, (int)il)) || (st = hm_build_ffn_norm(g, L, (int)il)))
+            return st;
+        if (!L->moe)
+            st = hm_build_dense_mlp(g, L, (int)il);
+        else if (!(st = hm_build_moe_ffn(g, L, (int)il)) && L->sh_gate.rows)
+            st = hm_build_shared_expert(g, L, (int)il);
+        if (st || (st = hm_build_residual(g, (int)il))) return st;
+    }
+    return HM_OK;
+}
+
+/* llama.cpp's deepseek2 names <-> transformers'. attn_kv_b is the older GGUFs' (and HF's)
+ * kv_b_proj; current llama.cpp GGUFs split it into attn_k_b / attn_v_b (model.c reads either). */
+static const hm_name_map deepseek2_layer[] = {
+    {"attn_norm.weight", "input_layernorm.weight", 0, NULL, 0, 0},
+    {"ffn_norm.weight", "post_attention_layernorm.weight", 0, NULL, 0, 0},
+    {"attn_q.weight", "self_attn.q_proj.weight", 0, NULL, 0, 0},
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight", 0, NULL, 0, 0},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", 0, NULL, 0, 0},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight", 0, NULL, 0, 0},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", 0, NULL, 0, 0},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", 0, NULL, 0, 0},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight", 0, NULL, 0, 0},
+    {"attn_output.weight", "self_attn.o_proj.weight", 0, NULL, 0, 0},
+    {"ffn_gate_inp.weight", "mlp.gate.weight", 0, NULL, 0, 0},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias", 0, NULL, 0, 0},
+    {"ffn_gate_exps.weight", "mlp.experts.%u.gate_proj.weight", HM_MAP_EXPERTS,
+     "mlp.experts.gate_up_proj", 0, 2},
+    {"ffn_up_exps.weight", "mlp.experts.%u.up_proj.weight", HM_MAP_EXPERTS,
+     "mlp.experts.gate_up_proj", 1, 2},
+    {"ffn_down_exps.weight", "mlp.experts.%u.down_proj.weight", HM_MAP_EXPERTS,
+     "mlp.experts.down_proj", 0, 1},
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", 0, NULL, 0, 0},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", 0, NULL, 0, 0},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", 0, NULL, 0, 0},
+    {"ffn_gate.weight", "mlp.gate_proj.weight", 0, NULL, 0, 0},
+    {"ffn_up.weight", "mlp.up_proj.weight", 0, NULL, 0, 0},
+    {"ffn_down.weight", "mlp.down_proj.weight", 0, NULL, 0, 0},
+};
+
+static const hm_arch_names deepseek2_names = {HM_ARCH_DEEPSEEK2, deepseek2_layer,
+                                              sizeof deepseek2_layer / sizeof *deepseek2_layer};
+const hm_arch_desc hm_arch_deepseek2 = {
+    HM_ARCH_DEEPSEEK2,       "deepseek_v2",      "deepseek2",     "deepseek_v2,deepseek_v3,kimi_k2",
+    "DeepseekV3ForCausalLM", hm_deepseek2_build, &deepseek2_names};

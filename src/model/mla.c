@@ -1,0 +1,132 @@
+/* mla.c - the CPU backend's multi-head latent attention (HM_OP_MLA: DeepSeek-V2/V3, Kimi-K2)
+ * over the compressed cache.
+ *
+ * Per token the cache holds c = rms(kv_a[0, kv_lora)) * kv_a_norm and k_pe = rope(kv_a[kv_lora,
+ * + rope)), kv_lora + rope floats shared by every head (576 for DeepSeek-V3 instead of 128 heads
+ * x 2 x 128). The keys and values are never expanded: head h's score of position p is
+ *     (q_nope . K_h c_p + q_pe . k_pe_p) * scale = ((K_h^T q_nope) . c_p + q_pe . k_pe_p) * scale
+ * so q_nope is absorbed into the latent once per token and head (k_b[h] is K_h^T), the weighted
+ * sum of the latents o_c = sum_p a_p c_p is formed, and the head's output is V_h o_c (v_b[h]).
+ * transformers expands K and V instead (DeepseekV3Attention.expand_kv); the two agree to float
+ * rounding. scale = qk_head_dim^-0.5, times mscale^2 under YaRN with mscale_all_dim. The rotary
+ * dimensions are interleaved pairs (transformers' rope_interleave, llama.cpp's deepseek2). */
+#include <math.h>
+#include <string.h>
+
+#include "model/ctx_int.h"
+#include "model/graph.h"
+#include "quant/fp16.h"
+
+typedef struct mla_job {
+    hm_ctx *c;
+    const hm_layer *L;
+    int il, n;
+    float scale;
+    size_t scratch; /* floats per participant */
+} mla_job;
+
+/* token i: the latent normed, both rotary parts rotated, [c, k_pe] into the cache */
+static void mla_store(hm_ctx *c, int i, void *arg) {
+    const mla_job *j = arg;
+    const hm_hparams *hp = &c->m->hp;
+    const int kvl = (int)hp->kv_lora_rank, rope = (int)hp->qk_rope_head_dim;
+    const int nh = (int)hp->n_heads, hd = (int)hp->head_dim, nope = (int)hp->qk_nope_head_dim;
+    float *kv = c->k + (size_t)i * c->kv_dim;
+    const float *cs = c->rope_cs + (size_t)i * hp->rope_dim;
+    hm_rmsnorm(kv, j->L->kv_a_norm, kv, kvl, hp->norm_eps);
+    hm_rope(true, kv + kvl, 1, rope, rope, cs);
+    float *q = c->q + (size_t)i * c->q_dim;
+    for (int h = 0; h < nh; h++) hm_rope(true, q + (size_t)h * hd + nope, 1, rope, rope, cs);
+    uint8_t *dst =
+        (uint8_t *)hm_ctx_kv_k(c, j->il, c->seq[i]) + (size_t)c->pos[i] * c->kv_dim * c->kv_elem;
+    if (c->kv_elem == 4) {
+        memcpy(dst, kv, sizeof(float) * c->kv_dim);
+    } else {
+        uint16_t *h16 = (uint16_t *)dst;
+        for (size_t d = 0; d < c->kv_dim; d++) h16[d] = hm_f32_to_f16(kv[d]);
+    }
+}
+
+static float cache_at(const hm_ctx *c, const uint8_t *row, size_t d) {
+    return c->kv_elem == 4 ? ((const float *)row)[d] : hm_f16_to_f32(((const uint16_t *)row)[d]);
+}
+
+/* participant ith of nth: (token, head) items ith, ith + nth, ... */
+static void mla_attend(int ith, int nth, void *arg) {
+    const mla_job *j = arg;
+    hm_ctx *c = j->c;
+    const hm_hparams *hp = &c->m->hp;
+    const int kvl = (int)hp->kv_lora_rank, rope = (int)hp->qk_rope_head_dim;
+    const int nh = (int)hp->n_heads, hd = (int)hp->head_dim, nope = (int)hp->qk_nope_head_dim;
+    const int vd = (int)hp->v_head_dim;
+    float *sc = c->mla_scratch + (size_t)ith * j->scratch;
+    float *qc = sc + c->p.n_ctx, *oc = qc + kvl;
+    const size_t row_bytes = c->kv_dim * c->kv_elem;
+    for (int item = ith; item < j->n * nh; item += nth) {
+        const int t = item / nh, h = item % nh;
+        const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd, *qpe = q + nope;
+        const float *kb = j->L->k_b + (size_t)h * kvl * nope;
+        for (int a = 0; a < kvl; a++) { /* the absorbed query: k_b[h] q_nope */
+            float s = 0.0f;
+            for (int r = 0; r < nope; r++) s += kb[(size_t)a * nope + r] * q[r];
+            qc[a] = s;
+        }
+        const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
+        const int np = c->pos[t] + 1;
+        float mx = -INFINITY;
+        for (int p = 0; p < np; p++) {
+            const uint8_t *row = base + (size_t)p * row_bytes;
+            float s = 0.0f;
+            for (int a = 0; a < kvl; a++) s += qc[a] * cache_at(c, row, (size_t)a);
+            for (int r = 0; r < rope; r++) s += qpe[r] * cache_at(c, row, (size_t)(kvl + r));
+            sc[p] = s * j->scale;
+            if (sc[p] > mx) mx = sc[p];
+        }
+        double sum = 0.0;
+        for (int p = 0; p < np; p++) sum += (sc[p] = expf(sc[p] - mx));
+        const float inv = (float)(1.0 / sum);
+        for (int a = 0; a < kvl; a++) oc[a] = 0.0f;
+        for (int p = 0; p < np; p++) {
+            const uint8_t *row = base + (size_t)p * row_bytes;
+            const float wp = sc[p] * inv;
+            for (int a = 0; a < kvl; a++) oc[a] += wp * cache_at(c, row, (size_t)a);
+        }
+        const float *vb = j->L->v_b + (size_t)h * vd * kvl;
+        float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
+        for (int d = 0; d < vd; d++) {
+            float s = 0.0f;
+            for (int a = 0; a < kvl; a++) s += vb[(size_t)d * kvl + a] * oc[a];
+            out[d] = s;
+        }
+    }
+}
+
+static void qa_norm(hm_ctx *c, int i, void *arg) {
+    const hm_layer *L = arg;
+    const int64_t ql = c->m->hp.q_lora_rank;
+    float *x = c->qa + (size_t)i * (size_t)ql;
+    hm_rmsnorm(x, L->q_a_norm, x, ql, c->m->hp.norm_eps);
+}
+
+hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
+    const hm_hparams *hp = &c->m->hp;
+    const hm_layer *L = &c->layers[nd->il];
+    const float *xn = c->xn;
+    if (hp->q_lora_rank) {
+        hm_ctx_matmul(c, &L->wq_a, xn, n, c->qa);
+        hm_ctx_for_tokens(c, n, qa_norm, (void *)L);
+        hm_ctx_matmul(c, &L->wq_b, c->qa, n, c->q);
+    } else {
+        hm_ctx_matmul(c, &L->wq, xn, n, c->q);
+    }
+    hm_ctx_matmul(c, &L->wkv_a, xn, n, c->k);
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (hp->rope_type == HM_ROPE_YARN && hp->yarn_mscale_all_dim > 0 && hp->rope_factor > 1) {
+        const float ms = 0.1f * hp->yarn_mscale_all_dim * logf(hp->rope_factor) + 1.0f;
+        scale *= ms * ms;
+    }
+    mla_job j = {c, L, nd->il, n, scale, (size_t)c->p.n_ctx + 2 * hp->kv_lora_rank + 64};
+    hm_ctx_for_tokens(c, n, mla_store, &j); /* every token's cache row before any attends */
+    hm_pool_run(c->pool, mla_attend, &j);
+    return HM_OK;
+}

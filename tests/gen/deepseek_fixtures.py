@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""deepseek_fixtures.py - tiny random DeepSeek-V3 and DeepSeek-V2 checkpoints and transformers'
+logits for them.
+
+transformers' DeepseekV3ForCausalLM and DeepseekV2ForCausalLM are the oracles for hmoe's
+multi-head latent attention (q with and without its low-rank path, the latent and the rotated
+key shared by the heads, YaRN with mscale and mscale_all_dim), the sigmoid router with its
+correction bias, groups and scale (V3) and the softmax router with its scale (V2), the shared
+experts and dense first layers. Each model is saved as a Hugging Face directory (config.json +
+model.safetensors) under tests/data/deepseek/<name>/ with expected.json in the format of
+tests/data/qwen3moe/ (tests/fixture.h reads both).
+
+    pip install torch transformers==5.24.0 safetensors numpy
+    python3 tests/gen/deepseek_fixtures.py        # rewrites tests/data/deepseek/
+
+The committed files were produced with python 3.11.7, torch 2.15.0 (CPU), transformers 5.24.0,
+safetensors 0.8.0, numpy 2.4.6. Fixed seeds, one thread, deterministic algorithms. RMSNorm
+weights are drawn from [0.5, 1.5), the correction bias from N(0, 0.1) and the router rows scaled
+up, so that every term shows. v3b's YaRN has an original context of 16 positions: its longer
+prompt and the greedy continuations run past it.
+"""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+import transformers
+from transformers import DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3moe_fixtures import N_GREEDY, greedy  # noqa: E402  the same generate() settings
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "deepseek")
+
+COMMON = dict(max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False)
+MODELS = {
+    # V3's layer: q through its low rank, sigmoid router in 4 groups (best 2), scale 2.5, 2 shared
+    "v3a": (DeepseekV3Config, DeepseekV3ForCausalLM, dict(
+        seed=51, vocab_size=384, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48,
+        kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=24, v_head_dim=20,
+        n_routed_experts=16, num_experts_per_tok=4, n_shared_experts=2, first_k_dense_replace=1,
+        n_group=4, topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # no q compression, YaRN (factor 4 past 16 positions, mscale terms), one group, scale 1
+    "v3b": (DeepseekV3Config, DeepseekV3ForCausalLM, dict(
+        seed=52, vocab_size=256, hidden_size=96, intermediate_size=64, moe_intermediate_size=24,
+        num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=6, q_lora_rank=None,
+        kv_lora_rank=48, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+        n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+        n_group=1, topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 16, "mscale": 0.707,
+                         "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0})),
+    # V2-Lite's layer: no q compression, softmax greedy routing not renormalised, scale 2
+    "v2a": (DeepseekV2Config, DeepseekV2ForCausalLM, dict(
+        seed=53, vocab_size=384, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
+        kv_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16,
+        n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=2, first_k_dense_replace=1,
+        topk_method="greedy", routed_scaling_factor=2.0, norm_topk_prob=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+}
+
+PROMPTS = [[1], [5, 77, 19, 201, 3, 140, 64], [2, 9, 17, 33, 65, 129, 250, 7, 11, 13, 99, 101, 55,
+                                                 66, 77, 88, 120, 121, 122, 30, 31, 32, 240]]
+
+
+def make(name, entry):
+    Config, Model, spec = entry
+    spec = dict(spec)
+    seed = spec.pop("seed")
+    torch.manual_seed(seed)
+    cfg = Config(**COMMON, **spec)
+    model = Model(cfg).float().eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):
+                p.copy_(torch.rand_like(p) + 0.5)
+            elif n.endswith("_proj.bias"):
+                p.copy_(torch.randn_like(p) * 0.5)
+            elif n.endswith("mlp.gate.weight"):
+                p.copy_(torch.randn_like(p) * 0.5)
+        for n, b in model.named_buffers():
+            if n.endswith("e_score_correction_bias"):
+                b.copy_(torch.randn_like(b) * 0.1)
+    out = os.path.join(ROOT, name)
+    shutil.rmtree(out, ignore_errors=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for extra in ("generation_config.json",):
+        p = os.path.join(out, extra)
+        if os.path.exists(p):
+            os.remove(p)
+    back = Model.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    logits_files, greedy_ids, margins = [], [], []
+    for i, ids in enumerate(PROMPTS):
+        ids = [t % cfg.vocab_size for t in ids]
+        with torch.no_grad():
+            lg = back(torch.tensor([ids])).logits[0].float().numpy().astype("<f4")
+        fn = "logits_%d.f32" % i
+        lg.tofile(os.path.join(out, fn))
+        logits_files.append(fn)
+        g, mgn = greedy(back, ids)
+        greedy_ids.append(g)
+        margins.append(round(mgn, 6))
+    exp = {"prompts": [[t % cfg.vocab_size for t in p] for p in PROMPTS], "greedy": greedy_ids,
+           "logits": logits_files, "vocab": cfg.vocab_size, "dtype": "float32",
+           "transformers": transformers.__version__, "torch": torch.__version__, "seed": seed,
+           "attn_implementation": "eager", "greedy_min_margin": margins}
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(exp, f, indent=1)
+        f.write("\n")
+    print(name, "margins", margins)
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(ROOT, exist_ok=True)
+    for name, entry in MODELS.items():
+        make(name, entry)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
