@@ -15,6 +15,7 @@
 
 typedef struct fixture {
     char dir[512];
+    char model[600]; /* what to load: dir, or the file expected.json's "model" names in it */
     int n_prompts;
     int32_t *prompt[8];
     int len[8];
@@ -53,6 +54,11 @@ static inline bool load_fixture(const char *name, fixture *f) {
         return false;
     }
     json_t *prompts = json_object_get(j, "prompts"), *greedy = json_object_get(j, "greedy");
+    json_t *model = json_object_get(j, "model");
+    if (json_is_string(model))
+        snprintf(f->model, sizeof f->model, "%s/%s", f->dir, json_string_value(model));
+    else
+        snprintf(f->model, sizeof f->model, "%s", f->dir);
     json_t *lg = json_object_get(j, "logits"), *lb = json_object_get(j, "logits_bf16");
     f->vocab = (int)json_integer_value(json_object_get(j, "vocab"));
     f->n_prompts = (int)json_array_size(prompts);

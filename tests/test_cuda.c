@@ -51,7 +51,7 @@ static void check_model_gpu(const char *name, bool kv_f16, int gpu_experts,
     CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
     if (!f.n_prompts) return;
     hm_model *m = NULL;
-    CHECK_OK(hm_model_load(f.dir, &m));
+    CHECK_OK(hm_model_load(f.model, &m));
     if (!m) return free_fixture(&f);
     const int V = f.vocab;
     hm_ctx_params cp = hm_ctx_default_params();

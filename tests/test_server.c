@@ -40,7 +40,7 @@ static void test_sched(void) {
     hm_model *m = NULL;
     hm_ctx *c = NULL;
     hm_sched *s = NULL;
-    CHECK_OK(hm_model_load(f.dir, &m));
+    CHECK_OK(hm_model_load(f.model, &m));
     hm_ctx_params cp = hm_ctx_default_params();
     cp.n_seq = 3, cp.n_threads = 2, cp.n_ctx = 128, cp.no_amx = true;
     CHECK_OK(hm_ctx_create(m, &cp, &c));

@@ -632,6 +632,14 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     if (hp->head_dim > 512 || hp->n_kv_heads < 1 || hp->n_heads % hp->n_kv_heads)
         return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: attention takes head_dim <= 512 (model: %u)",
                          hp->head_dim);
+    bool windowed = false;
+    for (uint32_t il = 0; il < hp->n_layers && il < HM_MAX_LAYERS; il++)
+        windowed |= hp->sliding_window && hp->layer_sliding[il];
+    if (hp->attn_sinks || windowed || hp->act != HM_ACT_SILU || hp->expert_bias)
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "cuda: %s's attention sinks, sliding window and clamped SwiGLU experts "
+                         "with biases have no GPU kernels yet: run --device cpu",
+                         hp->model_type);
     for (int i = 0; i < g->n; i++)
         if (g->nodes[i].op == HM_OP_MLA)
             return hm_errorf(HM_ERR_UNSUPPORTED,

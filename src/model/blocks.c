@@ -43,9 +43,10 @@ hm_status hm_build_attn_gqa(hm_graph *g, const hm_layer *L, int il) {
         .il = il, .prof = HM_PROF_ATTN_PROJ);
     ADD(.op = HM_OP_QK_ROPE_KV, .dst = HM_SLOT_V, .src0 = HM_SLOT_Q, .src1 = HM_SLOT_K,
         .nw = L->q_norm, .nw2 = L->k_norm, .il = il, .prof = HM_PROF_ATTN);
-    ADD(.op = HM_OP_ATTN, .dst = HM_SLOT_ATT, .src0 = HM_SLOT_Q, .il = il, .prof = HM_PROF_ATTN);
-    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_ATT, .w = &L->wo, .il = il,
-        .prof = HM_PROF_ATTN_PROJ);
+    ADD(.op = HM_OP_ATTN, .dst = HM_SLOT_ATT, .src0 = HM_SLOT_Q, .nw = L->sinks, .il = il,
+        .prof = HM_PROF_ATTN);
+    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_ATT, .w = &L->wo, .bias = L->bo,
+        .il = il, .prof = HM_PROF_ATTN_PROJ);
     return HM_OK;
 }
 
@@ -65,8 +66,8 @@ hm_status hm_build_ffn_norm(hm_graph *g, const hm_layer *L, int il) {
 }
 
 hm_status hm_build_moe_ffn(hm_graph *g, const hm_layer *L, int il) {
-    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_RL, .src0 = HM_SLOT_XN, .w = &L->router, .il = il,
-        .prof = HM_PROF_ROUTER);
+    ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_RL, .src0 = HM_SLOT_XN, .w = &L->router,
+        .bias = L->router_b, .il = il, .prof = HM_PROF_ROUTER);
     ADD(.op = HM_OP_ROUTER_TOPK, .src0 = HM_SLOT_RL, .nw = L->exp_bias, .il = il,
         .prof = HM_PROF_ROUTER);
     ADD(.op = HM_OP_MOE, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_XN, .il = il, .prof = HM_PROF_MOE);

@@ -484,9 +484,13 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->pos = calloc(B, sizeof(int32_t));
     c->seq = calloc(B, sizeof(int32_t));
     c->kvv = calloc(B, sizeof(hm_nn_kv));
-    c->attn_scratch = fbuf(hm_nn_attn_scratch_floats(p.n_ctx, (int)hp->n_heads, (int)hp->n_kv_heads,
-                                                     (int)hp->head_dim, c->nth),
-                           "ctx attention");
+    size_t attn_floats = hm_nn_attn_scratch_floats(p.n_ctx, (int)hp->n_heads, (int)hp->n_kv_heads,
+                                                   (int)hp->head_dim, c->nth);
+    /* sinks or a sliding window (exec_cpu.c's sink_attend): scores and an accumulator per thread */
+    const size_t sink_floats = (size_t)c->nth * ((size_t)p.n_ctx + hp->head_dim + 16);
+    if ((hp->attn_sinks || hp->sliding_window) && sink_floats > attn_floats)
+        attn_floats = sink_floats;
+    c->attn_scratch = fbuf(attn_floats, "ctx attention");
     if (!c->seq_len || !c->seq_next || !c->inv_freq || !c->rope_cs || !c->x || !c->xn || !c->tmp ||
         !c->q || !c->att || !c->k || !c->v || !c->rl || !c->g || !c->u || !c->sh || !c->qa ||
         !c->mla_scratch || !c->w || !c->ids || !c->pos || !c->seq || !c->kvv || !c->attn_scratch) {
@@ -619,7 +623,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         mp.inter = hp->moe_inter;
         mp.experts = L->experts;
         mp.mask = gpu_mask(c, il);
-        mp.act = HM_MOE_SILU;
+        mp.act = hp->act == HM_ACT_SWIGLU_OAI ? HM_MOE_SWIGLU_OAI
+                 : hp->act == HM_ACT_GELU     ? HM_MOE_GELU
+                                              : HM_MOE_SILU;
+        mp.swiglu_alpha = hp->swiglu_alpha, mp.swiglu_limit = hp->swiglu_limit;
         mp.pool = c->pool;
         mp.max_tokens = p.n_batch;
         mp.no_amx = p.no_amx;

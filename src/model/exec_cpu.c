@@ -14,6 +14,7 @@
 #include "model/backend.h"
 #include "model/ctx_int.h"
 #include "model/graph.h"
+#include "quant/fp16.h"
 
 static float *slot(hm_ctx *c, hm_slot s) {
     switch (s) {
@@ -321,9 +322,72 @@ static void run_qkv(hm_ctx *c, const hm_graph *g, int i, int n, uint64_t *t0) {
     }
 }
 
+/* Attention with per-head sink logits and/or a sliding window (gpt-oss), one (token, head) per
+ * item: scores over positions (pos - window, pos] (all of them without a window), the sink's
+ * exp(sink - max) joining the softmax's denominator only, as transformers'
+ * eager_attention_forward computes it. */
+typedef struct sink_job {
+    hm_ctx *c;
+    const hm_node *nd;
+    int n, window;
+    float scale;
+    size_t scratch;
+} sink_job;
+
+static float kv_elem_at(const hm_ctx *c, const uint8_t *head, size_t i) {
+    return c->kv_elem == 4 ? ((const float *)head)[i] : hm_f16_to_f32(((const uint16_t *)head)[i]);
+}
+
+static void sink_attend(int ith, int nth, void *arg) {
+    const sink_job *j = arg;
+    hm_ctx *c = j->c;
+    const hm_hparams *hp = &c->m->hp;
+    const int nh = (int)hp->n_heads, nkv = (int)hp->n_kv_heads, hd = (int)hp->head_dim;
+    float *sc = c->attn_scratch + (size_t)ith * j->scratch, *acc = sc + c->p.n_ctx;
+    const size_t head_elems = c->kv_ctx * (size_t)hd, esz = c->kv_elem;
+    for (int item = ith; item < j->n * nh; item += nth) {
+        const int t = item / nh, h = item % nh, kh = h / (nh / nkv);
+        const float *q = slot(c, j->nd->src0) + (size_t)t * c->q_dim + (size_t)h * hd;
+        const uint8_t *kb =
+            (const uint8_t *)hm_ctx_kv_k(c, j->nd->il, c->seq[t]) + (size_t)kh * head_elems * esz;
+        const uint8_t *vb =
+            (const uint8_t *)hm_ctx_kv_v(c, j->nd->il, c->seq[t]) + (size_t)kh * head_elems * esz;
+        const int p1 = c->pos[t] + 1, p0 = j->window && p1 > j->window ? p1 - j->window : 0;
+        float mx = j->nd->nw ? j->nd->nw[h] : -INFINITY;
+        for (int p = p0; p < p1; p++) {
+            float s = 0.0f;
+            for (int d = 0; d < hd; d++) /* K in blocks of HM_NN_KBLK positions (nn.h) */
+                s += q[d] * kv_elem_at(c, kb, hm_nn_k_index((size_t)p, (size_t)d, (size_t)hd));
+            sc[p - p0] = s * j->scale;
+            if (sc[p - p0] > mx) mx = sc[p - p0];
+        }
+        double sum = j->nd->nw ? exp((double)j->nd->nw[h] - mx) : 0.0;
+        for (int p = p0; p < p1; p++) sum += (sc[p - p0] = expf(sc[p - p0] - mx));
+        for (int d = 0; d < hd; d++) acc[d] = 0.0f;
+        for (int p = p0; p < p1; p++)
+            for (int d = 0; d < hd; d++)
+                acc[d] += sc[p - p0] * kv_elem_at(c, vb, (size_t)p * hd + d);
+        float *out = slot(c, j->nd->dst) + (size_t)t * c->q_dim + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) out[d] = (float)(acc[d] / sum);
+    }
+}
+
 static void run_attn(hm_ctx *c, const hm_graph *g, int i, int n) {
     const hm_hparams *hp = &c->m->hp;
     const hm_node *nd = &g->nodes[i];
+    const int window = hp->sliding_window && nd->il < HM_MAX_LAYERS && hp->layer_sliding[nd->il]
+                           ? (int)hp->sliding_window
+                           : 0;
+    if (nd->nw || window) {
+        sink_job j = {c,
+                      nd,
+                      n,
+                      window,
+                      1.0f / sqrtf((float)hp->head_dim),
+                      (size_t)c->p.n_ctx + hp->head_dim + 16};
+        hm_pool_run(c->pool, sink_attend, &j);
+        return;
+    }
     for (int t = 0; t < n; t++) {
         c->kvv[t].k = hm_ctx_kv_k(c, nd->il, c->seq[t]);
         c->kvv[t].v = hm_ctx_kv_v(c, nd->il, c->seq[t]);

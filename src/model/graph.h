@@ -42,7 +42,9 @@ typedef enum hm_op {
     HM_OP_QK_ROPE_KV,  /* per-head rmsnorm of src0 (q) and src1 (k) by w and w2 when given, RoPE
                           of both at the tokens' positions, then k and v (dst) into layer il's
                           cache */
-    HM_OP_ATTN,        /* dst = softmax(q k^T * scale) v over layer il's cache, causal */
+    HM_OP_ATTN,        /* dst = softmax(q k^T * scale) v over layer il's cache, causal; over the
+                          last sliding_window positions on the model's sliding layers; w: the
+                          heads' sink logits, joining each softmax's denominator (or NULL) */
     HM_OP_ROUTER_TOPK, /* the router's top-k experts and weights of src0 (router logits): the
                           model's gating (softmax, or sigmoid with the correction bias w and
                           group-limited choice, times routed_scaling) */

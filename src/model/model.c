@@ -331,6 +331,19 @@ static hm_status rows_f32(hm_model *m, const tview *v, uint64_t cols, uint64_t r
     return HM_OK;
 }
 
+/* Routed expert e's bias (gpt-oss): row e of a GGUF [n_experts][n] tensor, as floats. */
+static hm_status bind_expert_bias(hm_model *m, const float **out, uint64_t n, const char *fmt,
+                                  unsigned il, unsigned e) {
+    tview v;
+    hm_status st = find(m, true, &v, fmt, il, 0);
+    if (st || (st = check_shape(m, &v, n, m->hp.n_experts, 1)) || m->checking) return st;
+    float *f = own_floats(m, n);
+    if (!f) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+    if ((st = rows_f32(m, &v, n, e, 1, f))) return st;
+    *out = f;
+    return HM_OK;
+}
+
 /* MLA's attention tensors (model.h): q (or its low-rank pair), the latent's projection and norm,
  * and per head the key's up-projection transposed and the value's, as float copies: from
  * llama.cpp's split attn_k_b / attn_v_b, or from one kv_b ([heads * (nope + v)][kv_lora]: HF's
@@ -416,8 +429,9 @@ static hm_status bind_qwen3moe(hm_model *m) {
         hm_layer *L = &m->layers[il];
         if ((st = bind_vec(m, &L->attn_norm, H, "blk.%u.attn_norm.weight", il)) ||
             (st = bind_vec(m, &L->ffn_norm, H,
-                           hp->arch == HM_ARCH_GLM4MOE ? "blk.%u.post_attention_norm.weight"
-                                                       : "blk.%u.ffn_norm.weight",
+                           hp->arch == HM_ARCH_GLM4MOE || hp->arch == HM_ARCH_GPTOSS
+                               ? "blk.%u.post_attention_norm.weight"
+                               : "blk.%u.ffn_norm.weight",
                            il)))
             return st;
         if (hp->kv_lora_rank) {
@@ -434,6 +448,11 @@ static hm_status bind_qwen3moe(hm_model *m) {
                               (st = bind_vec(m, &L->bk, nkv, "blk.%u.attn_k.bias", il)) ||
                               (st = bind_vec(m, &L->bv, nkv, "blk.%u.attn_v.bias", il))))
             return st;
+        if ((hp->attn_out_bias && !hp->kv_lora_rank &&
+             (st = bind_vec(m, &L->bo, H, "blk.%u.attn_output.bias", il))) ||
+            (hp->attn_sinks &&
+             (st = bind_vec(m, &L->sinks, hp->n_heads, "blk.%u.attn_sinks.weight", il))))
+            return st;
         L->moe = hm_hparams_layer_is_moe(hp, il);
         if (!L->moe) {
             const uint64_t F = hp->ffn_inter;
@@ -447,6 +466,8 @@ static hm_status bind_qwen3moe(hm_model *m) {
         if ((st = bind_mat(m, &L->router, E, H, "blk.%u.ffn_gate_inp.weight", il))) return st;
         if (hp->score_correction_bias &&
             (st = bind_vec(m, &L->exp_bias, E, "blk.%u.exp_probs_b.bias", il)))
+            return st;
+        if (hp->router_bias && (st = bind_vec(m, &L->router_b, E, "blk.%u.ffn_gate_inp.bias", il)))
             return st;
         if (hp->n_shared_experts && hp->shared_inter) {
             const uint64_t SF = hp->shared_inter;
@@ -467,6 +488,12 @@ static hm_status bind_qwen3moe(hm_model *m) {
                                   il, e)) ||
                 (st = bind_expert(m, &x->down, &L->expert_type[2], H, FE,
                                   "blk.%u.ffn_down_exps.weight", il, e)))
+                return st;
+            if (hp->expert_bias &&
+                ((st =
+                      bind_expert_bias(m, &x->gate_bias, FE, "blk.%u.ffn_gate_exps.bias", il, e)) ||
+                 (st = bind_expert_bias(m, &x->up_bias, FE, "blk.%u.ffn_up_exps.bias", il, e)) ||
+                 (st = bind_expert_bias(m, &x->down_bias, H, "blk.%u.ffn_down_exps.bias", il, e))))
                 return st;
         }
         if (hm_act_type(L->expert_type[0]) != hm_act_type(L->expert_type[1]))
@@ -701,6 +728,14 @@ hm_status hm_model_load_ex(const char *path, const hm_model_params *params, hm_m
                 snprintf(dir, sizeof dir, ".");
         }
         if ((st = hm_hparams_from_hf_config(dir, &m->hp))) goto fail;
+        if (m->hp.arch == HM_ARCH_GPTOSS) {
+            st = hm_errorf(HM_ERR_UNSUPPORTED,
+                           "%s: gpt-oss runs from llama.cpp GGUF files; its Hugging Face "
+                           "checkpoints (experts fused, transposed and in MXFP4 blocks) are not "
+                           "read yet",
+                           path);
+            goto fail;
+        }
         if (!arch_runs(&m->hp)) { /* say so before looking for weights */
             st = hm_errorf(HM_ERR_UNSUPPORTED,
                            "%s: architecture '%s' can be inspected (hmoe info) but not run yet "

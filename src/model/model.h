@@ -27,6 +27,9 @@ typedef struct hm_layer {
     const float *q_norm, *k_norm;      /* [head_dim] or NULL */
     hm_matrix wq, wk, wv, wo;
     const float *bq, *bk, *bv; /* q/k/v biases (qwen2moe) or NULL */
+    const float *bo;           /* o_proj bias (gpt-oss) or NULL */
+    const float *sinks;        /* [n_heads] attention sink logits (gpt-oss) or NULL */
+    const float *router_b;     /* [n_experts] router bias (gpt-oss) or NULL */
     /* MLA (deepseek2: kv_lora_rank > 0): q = wq xn, or wq_b rms(wq_a xn) * q_a_norm with q_lora;
      * [c, k_pe] = wkv_a xn, c = rms(c) * kv_a_norm; per head h k_b[h] [kv_lora][nope] (the key's
      * up-projection transposed, for absorption into q) and v_b[h] [v_head][kv_lora], as floats */

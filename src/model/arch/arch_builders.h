@@ -11,5 +11,6 @@ hm_status hm_qwen3moe_build(const hm_model *m, const hm_layer *layers, hm_graph 
 hm_status hm_qwen2moe_build(const hm_model *m, const hm_layer *layers, hm_graph *g);
 hm_status hm_glm4moe_build(const hm_model *m, const hm_layer *layers, hm_graph *g);
 hm_status hm_deepseek2_build(const hm_model *m, const hm_layer *layers, hm_graph *g);
+hm_status hm_gptoss_build(const hm_model *m, const hm_layer *layers, hm_graph *g);
 
 #endif

@@ -1,0 +1,27 @@
+/* gptoss.c - gpt-oss (20b, 120b), as transformers' GptOssDecoderLayer computes it:
+ *   h = x + o_proj(attn(rope(q_proj(rms(x)) + bq), rope(k_proj(...) + bk), v_proj(...) + bv)) + bo
+ *   x' = h + moe(rms(h))
+ * GQA attention with a learned sink logit per head joining each softmax's denominator, over the
+ * last sliding_window positions on the sliding layers (every other one, from layer 0); the NeoX
+ * rotation with YaRN (not truncated); a router with a bias whose top-k logits are softmaxed (the
+ * renormalised softmax top-k); experts of the clamped SwiGLU (alpha 1.702, limit 7) with biases,
+ * MXFP4 in the released GGUFs. Runs from llama.cpp GGUF files (model.c refuses the Hugging Face
+ * checkpoints' fused, transposed MXFP4 layout); CPU only so far. Fixtures:
+ * tests/gen/gptoss_fixtures.py (transformers' logits, the weights written as a llama.cpp GGUF). */
+#include "model/arch/arch_builders.h"
+#include "model/arch/registry.h"
+#include "model/blocks.h"
+
+hm_status hm_gptoss_build(const hm_model *m, const hm_layer *layers, hm_graph *g) {
+    hm_status st;
+    for (uint32_t il = 0; il < m->hp.n_layers; il++) {
+        const hm_layer *L = &layers[il];
+        if ((st = hm_build_attn_gqa(g, L, (int)il)) || (st = hm_build_ffn_norm(g, L, (int)il)) ||
+            (st = hm_build_moe_ffn(g, L, (int)il)) || (st = hm_build_residual(g, (int)il)))
+            return st;
+    }
+    return HM_OK;
+}
+
+const hm_arch_desc hm_arch_gptoss = {HM_ARCH_GPTOSS,      "gpt_oss",       "gpt-oss", "gpt_oss",
+                                     "GptOssForCausalLM", hm_gptoss_build, NULL};

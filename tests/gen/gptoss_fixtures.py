@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""gptoss_fixtures.py - tiny random gpt-oss checkpoints: transformers' logits, and the weights
+written as the GGUF llama.cpp's convert_hf_to_gguf.py would make (hmoe runs gpt-oss from GGUF).
+
+transformers' GptOssForCausalLM is the oracle for hmoe's gpt-oss forward pass: q/k/v/o biases,
+a sink logit per head joining each softmax, a 8-position sliding window on every other layer
+(from layer 0), YaRN, the router's bias and its softmax over the top-k logits, the clamped SwiGLU
+experts with biases. The experts' fused gate_up_proj [E][H][2I] (gate and up interleaved) and
+down_proj [E][I][H] become llama.cpp's ffn_{gate,up}_exps [E][I][H] and ffn_down_exps [E][H][I]
+with their biases. Each model goes to tests/data/gptoss/<name>/ as model.gguf (float32) with
+expected.json in the format of tests/data/qwen3moe/ (tests/fixture.h reads both).
+
+    pip install torch transformers==5.24.0 gguf==0.19.0 numpy
+    python3 tests/gen/gptoss_fixtures.py        # rewrites tests/data/gptoss/
+
+The committed files were produced with python 3.11.7, torch 2.15.0 (CPU), transformers 5.24.0,
+gguf 0.19.0, numpy 2.4.6. Fixed seeds, one thread, deterministic algorithms; norms drawn from
+[0.5, 1.5), biases and sinks from N(0, 0.5) so that every term shows. The prompts of 23 tokens and
+the greedy continuations run past the window and YaRN's original context (16).
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import gguf
+import numpy as np
+import torch
+import transformers
+from transformers import GptOssConfig, GptOssForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3moe_fixtures import greedy  # noqa: E402  the same generate() settings
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "gptoss")
+
+MODELS = {
+    "a": dict(seed=61, vocab_size=384, hidden_size=64, intermediate_size=48, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=8,
+              num_experts_per_tok=2, sliding_window=8),
+    "b": dict(seed=62, vocab_size=256, hidden_size=96, intermediate_size=32, num_hidden_layers=3,
+              num_attention_heads=6, num_key_value_heads=2, head_dim=24, num_local_experts=6,
+              num_experts_per_tok=3, sliding_window=8),
+}
+PROMPTS = [[1], [5, 77, 19, 201, 3, 140, 64], [2, 9, 17, 33, 65, 129, 250, 7, 11, 13, 99, 101, 55,
+                                                 66, 77, 88, 120, 121, 122, 30, 31, 32, 240]]
+ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+        "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 16}
+
+
+def write_gguf(path, cfg, sd):
+    f = lambda t: t.detach().float().numpy().astype(np.float32)  # noqa: E731
+    w = gguf.GGUFWriter(path, "gpt-oss")
+    w.add_name("hmoe gpt-oss fixture")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(ROPE["rope_theta"])
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(ROPE["factor"])
+    w.add_rope_scaling_orig_ctx_len(ROPE["original_max_position_embeddings"])
+    w.add_expert_count(cfg.num_local_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_expert_feed_forward_length(cfg.intermediate_size)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_tensor("token_embd.weight", f(sd["model.embed_tokens.weight"]))
+    w.add_tensor("output_norm.weight", f(sd["model.norm.weight"]))
+    w.add_tensor("output.weight", f(sd["lm_head.weight"]))
+    for i in range(cfg.num_hidden_layers):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        w.add_tensor(b + "attn_norm.weight", f(sd[p + "input_layernorm.weight"]))
+        w.add_tensor(b + "post_attention_norm.weight", f(sd[p + "post_attention_layernorm.weight"]))
+        for hf, gg in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"),
+                       ("o_proj", "attn_output")):
+            w.add_tensor(b + gg + ".weight", f(sd[p + f"self_attn.{hf}.weight"]))
+            w.add_tensor(b + gg + ".bias", f(sd[p + f"self_attn.{hf}.bias"]))
+        w.add_tensor(b + "attn_sinks.weight", f(sd[p + "self_attn.sinks"]))
+        w.add_tensor(b + "ffn_gate_inp.weight", f(sd[p + "mlp.router.weight"]))
+        w.add_tensor(b + "ffn_gate_inp.bias", f(sd[p + "mlp.router.bias"]))
+        gu, gub = f(sd[p + "mlp.experts.gate_up_proj"]), f(sd[p + "mlp.experts.gate_up_proj_bias"])
+        w.add_tensor(b + "ffn_gate_exps.weight", np.ascontiguousarray(gu[:, :, 0::2].transpose(0, 2, 1)))
+        w.add_tensor(b + "ffn_up_exps.weight", np.ascontiguousarray(gu[:, :, 1::2].transpose(0, 2, 1)))
+        w.add_tensor(b + "ffn_gate_exps.bias", np.ascontiguousarray(gub[:, 0::2]))
+        w.add_tensor(b + "ffn_up_exps.bias", np.ascontiguousarray(gub[:, 1::2]))
+        w.add_tensor(b + "ffn_down_exps.weight",
+                     np.ascontiguousarray(f(sd[p + "mlp.experts.down_proj"]).transpose(0, 2, 1)))
+        w.add_tensor(b + "ffn_down_exps.bias", f(sd[p + "mlp.experts.down_proj_bias"]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make(name, spec):
+    spec = dict(spec)
+    seed = spec.pop("seed")
+    torch.manual_seed(seed)
+    cfg = GptOssConfig(max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                       rope_parameters=dict(ROPE), **spec)
+    model = GptOssForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):
+                p.copy_(torch.rand_like(p) + 0.5)
+            elif n.endswith("bias") or n.endswith("sinks"):
+                p.copy_(torch.randn_like(p) * 0.5)
+            else:
+                p.copy_(torch.randn_like(p) * 0.1)
+    out = os.path.join(ROOT, name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    with tempfile.TemporaryDirectory() as tmp:  # transformers reads its own save back, as usual
+        model.save_pretrained(tmp, safe_serialization=True)
+        back = GptOssForCausalLM.from_pretrained(tmp, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    write_gguf(os.path.join(out, "model.gguf"), back.config, back.state_dict())
+    logits_files, greedy_ids, margins = [], [], []
+    for i, ids in enumerate(PROMPTS):
+        ids = [t % cfg.vocab_size for t in ids]
+        with torch.no_grad():
+            lg = back(torch.tensor([ids])).logits[0].float().numpy().astype("<f4")
+        fn = "logits_%d.f32" % i
+        lg.tofile(os.path.join(out, fn))
+        logits_files.append(fn)
+        g, mgn = greedy(back, ids)
+        greedy_ids.append(g)
+        margins.append(round(mgn, 6))
+    exp = {"prompts": [[t % cfg.vocab_size for t in p] for p in PROMPTS], "greedy": greedy_ids,
+           "logits": logits_files, "vocab": cfg.vocab_size, "dtype": "float32", "model": "model.gguf",
+           "transformers": transformers.__version__, "torch": torch.__version__, "seed": seed,
+           "attn_implementation": "eager", "greedy_min_margin": margins}
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(exp, f, indent=1)
+        f.write("\n")
+    print(name, "margins", margins)
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(ROOT, exist_ok=True)
+    for name, spec in MODELS.items():
+        make(name, spec)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
