@@ -341,7 +341,9 @@ int main(void) {
     CLI_EXPECT("bench moe --preset deepseek-v3 --layers 512 --repack", 1,
                "bench moe: 512 layers of q4_k experts with their repacked copy need ");
     CHECK_CONTAINS(out, " GB available");
-    CHECK_CONTAINS(out, "would fit");
+    /* one layer with its copy takes ~18 GB: machines with less free say that instead */
+    CHECK_MSG(strstr(out, "would fit") || strstr(out, "not even one layer fits"),
+              "no layer count in: %s", out);
     CHECK(!strstr(out, "roofline"));
     /* the other benchmarks' options; 17 token counts are refused, not cut to 16 */
     CLI_EXPECT("bench kernels --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", 2,
