@@ -98,6 +98,26 @@ hm_status hm_build_shared_expert(hm_graph *g, const hm_layer *L, int il) {
     return HM_OK;
 }
 
+hm_status hm_build_ffn(hm_graph *g, const hm_layer *L, int il) {
+    if (!L->moe) return hm_build_dense_mlp(g, L, il);
+    hm_status st = hm_build_moe_ffn(g, L, il);
+    if (!st && L->sh_gate.rows) st = hm_build_shared_expert(g, L, il);
+    return st;
+}
+
+hm_status hm_build_layers(const hm_model *m, const hm_layer *layers, bool mla, hm_graph *g) {
+    hm_status st;
+    for (uint32_t il = 0; il < m->hp.n_layers; il++) {
+        const hm_layer *L = &layers[il];
+        const int i = (int)il;
+        if ((st = mla ? hm_build_attn_mla(g, L, i) : hm_build_attn_gqa(g, L, i)) ||
+            (st = hm_build_ffn_norm(g, L, i)) || (st = hm_build_ffn(g, L, i)) ||
+            (st = hm_build_residual(g, i)))
+            return st;
+    }
+    return HM_OK;
+}
+
 hm_status hm_build_residual(hm_graph *g, int il) {
     ADD(.op = HM_OP_ADD, .dst = HM_SLOT_X, .src0 = HM_SLOT_TMP, .il = il, .prof = HM_PROF_NORM);
     return HM_OK;

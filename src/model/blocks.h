@@ -27,6 +27,14 @@ hm_status hm_build_dense_mlp(hm_graph *g, const hm_layer *L, int il);
  * shared expert (sh_inp NULL: no gate); after the routed experts' sum is in tmp */
 hm_status hm_build_shared_expert(hm_graph *g, const hm_layer *L, int il);
 
+/* tmp = the layer's FFN: the dense MLP, or the routed experts and the shared expert (if any) */
+hm_status hm_build_ffn(hm_graph *g, const hm_layer *L, int il);
+
+/* Every layer of a pre-norm decoder: attention (grouped-query, or MLA), the FFN's norm, the FFN
+ * (hm_build_ffn), the residual add. Each architecture's layers are this, its differences being
+ * in the layer's tensors (biases, norms, sinks, shared experts) and the model's hparams. */
+hm_status hm_build_layers(const hm_model *m, const hm_layer *layers, bool mla, hm_graph *g);
+
 /* x += tmp: the FFN's residual add, closing layer il */
 hm_status hm_build_residual(hm_graph *g, int il);
 

@@ -19,18 +19,14 @@ weights are drawn from [0.5, 1.5), the correction bias from N(0, 0.1) and the ro
 up, so that every term shows. v3b's YaRN has an original context of 16 positions: its longer
 prompt and the greedy continuations run past it.
 """
-import json
 import os
-import shutil
 import sys
 
-import numpy as np
 import torch
-import transformers
 from transformers import DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3moe_fixtures import N_GREEDY, greedy  # noqa: E402  the same generate() settings
+from fixture_common import init_visible, run, save_and_oracle  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "deepseek")
 
@@ -64,65 +60,15 @@ MODELS = {
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
 }
 
-PROMPTS = [[1], [5, 77, 19, 201, 3, 140, 64], [2, 9, 17, 33, 65, 129, 250, 7, 11, 13, 99, 101, 55,
-                                                 66, 77, 88, 120, 121, 122, 30, 31, 32, 240]]
-
-
 def make(name, entry):
     Config, Model, spec = entry
     spec = dict(spec)
     seed = spec.pop("seed")
     torch.manual_seed(seed)
-    cfg = Config(**COMMON, **spec)
-    model = Model(cfg).float().eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if n.endswith("norm.weight"):
-                p.copy_(torch.rand_like(p) + 0.5)
-            elif n.endswith("_proj.bias"):
-                p.copy_(torch.randn_like(p) * 0.5)
-            elif n.endswith("mlp.gate.weight"):
-                p.copy_(torch.randn_like(p) * 0.5)
-        for n, b in model.named_buffers():
-            if n.endswith("e_score_correction_bias"):
-                b.copy_(torch.randn_like(b) * 0.1)
-    out = os.path.join(ROOT, name)
-    shutil.rmtree(out, ignore_errors=True)
-    model.save_pretrained(out, safe_serialization=True)
-    for extra in ("generation_config.json",):
-        p = os.path.join(out, extra)
-        if os.path.exists(p):
-            os.remove(p)
-    back = Model.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
-    logits_files, greedy_ids, margins = [], [], []
-    for i, ids in enumerate(PROMPTS):
-        ids = [t % cfg.vocab_size for t in ids]
-        with torch.no_grad():
-            lg = back(torch.tensor([ids])).logits[0].float().numpy().astype("<f4")
-        fn = "logits_%d.f32" % i
-        lg.tofile(os.path.join(out, fn))
-        logits_files.append(fn)
-        g, mgn = greedy(back, ids)
-        greedy_ids.append(g)
-        margins.append(round(mgn, 6))
-    exp = {"prompts": [[t % cfg.vocab_size for t in p] for p in PROMPTS], "greedy": greedy_ids,
-           "logits": logits_files, "vocab": cfg.vocab_size, "dtype": "float32",
-           "transformers": transformers.__version__, "torch": torch.__version__, "seed": seed,
-           "attn_implementation": "eager", "greedy_min_margin": margins}
-    with open(os.path.join(out, "expected.json"), "w") as f:
-        json.dump(exp, f, indent=1)
-        f.write("\n")
-    print(name, "margins", margins)
-
-
-def main():
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    os.makedirs(ROOT, exist_ok=True)
-    for name, entry in MODELS.items():
-        make(name, entry)
-    return 0
+    model = Model(Config(**COMMON, **spec)).float().eval()
+    init_visible(model, router=True, score_bias=True)
+    save_and_oracle(ROOT, name, model, Model, seed)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(ROOT, MODELS, make))

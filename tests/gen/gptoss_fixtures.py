@@ -18,7 +18,6 @@ gguf 0.19.0, numpy 2.4.6. Fixed seeds, one thread, deterministic algorithms; nor
 [0.5, 1.5), biases and sinks from N(0, 0.5) so that every term shows. The prompts of 23 tokens and
 the greedy continuations run past the window and YaRN's original context (16).
 """
-import json
 import os
 import shutil
 import sys
@@ -27,11 +26,10 @@ import tempfile
 import gguf
 import numpy as np
 import torch
-import transformers
 from transformers import GptOssConfig, GptOssForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3moe_fixtures import greedy  # noqa: E402  the same generate() settings
+from fixture_common import run, write_oracle  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "gptoss")
 
@@ -43,8 +41,6 @@ MODELS = {
               num_attention_heads=6, num_key_value_heads=2, head_dim=24, num_local_experts=6,
               num_experts_per_tok=3, sliding_window=8),
 }
-PROMPTS = [[1], [5, 77, 19, 201, 3, 140, 64], [2, 9, 17, 33, 65, 129, 250, 7, 11, 13, 99, 101, 55,
-                                                 66, 77, 88, 120, 121, 122, 30, 31, 32, 240]]
 ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 16}
 
@@ -122,35 +118,9 @@ def make(name, spec):
         back = GptOssForCausalLM.from_pretrained(tmp, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     write_gguf(os.path.join(out, "model.gguf"), back.config, back.state_dict())
-    logits_files, greedy_ids, margins = [], [], []
-    for i, ids in enumerate(PROMPTS):
-        ids = [t % cfg.vocab_size for t in ids]
-        with torch.no_grad():
-            lg = back(torch.tensor([ids])).logits[0].float().numpy().astype("<f4")
-        fn = "logits_%d.f32" % i
-        lg.tofile(os.path.join(out, fn))
-        logits_files.append(fn)
-        g, mgn = greedy(back, ids)
-        greedy_ids.append(g)
-        margins.append(round(mgn, 6))
-    exp = {"prompts": [[t % cfg.vocab_size for t in p] for p in PROMPTS], "greedy": greedy_ids,
-           "logits": logits_files, "vocab": cfg.vocab_size, "dtype": "float32", "model": "model.gguf",
-           "transformers": transformers.__version__, "torch": torch.__version__, "seed": seed,
-           "attn_implementation": "eager", "greedy_min_margin": margins}
-    with open(os.path.join(out, "expected.json"), "w") as f:
-        json.dump(exp, f, indent=1)
-        f.write("\n")
+    margins = write_oracle(out, back, cfg.vocab_size, seed, {"model": "model.gguf"})
     print(name, "margins", margins)
 
 
-def main():
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    os.makedirs(ROOT, exist_ok=True)
-    for name, spec in MODELS.items():
-        make(name, spec)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(ROOT, MODELS, make))

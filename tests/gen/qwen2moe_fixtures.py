@@ -17,18 +17,14 @@ weights are drawn from [0.5, 1.5) and the q/k/v biases from N(0, 0.5) (transform
 them to ones and zeros), so a norm applied as (1 + w), or a bias left out, would show. Logits
 come from the directory read back from disk with the eager attention implementation.
 """
-import json
 import os
-import shutil
 import sys
 
-import numpy as np
 import torch
-import transformers
 from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3moe_fixtures import N_GREEDY, greedy  # noqa: E402  the same generate() settings
+from fixture_common import init_visible, run, save_and_oracle  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "qwen2moe")
 
@@ -46,10 +42,6 @@ MODELS = {
               decoder_sparse_step=1, mlp_only_layers=[0], rope_theta=1e6),
 }
 
-PROMPTS = [[1], [5, 77, 19, 201, 3, 140, 64], [2, 9, 17, 33, 65, 129, 250, 7, 11, 13, 99, 101, 55,
-                                                 66, 77, 88, 120, 121, 122, 30, 31, 32, 240]]
-
-
 def make(name, spec):
     spec = dict(spec)
     seed = spec.pop("seed")
@@ -57,50 +49,9 @@ def make(name, spec):
     cfg = Qwen2MoeConfig(max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
                          use_sliding_window=False, qkv_bias=True, **spec)
     model = Qwen2MoeForCausalLM(cfg).float().eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if n.endswith("norm.weight"):
-                p.copy_(torch.rand_like(p) + 0.5)
-            elif n.endswith("_proj.bias"):
-                p.copy_(torch.randn_like(p) * 0.5)
-    out = os.path.join(ROOT, name)
-    shutil.rmtree(out, ignore_errors=True)
-    model.save_pretrained(out, safe_serialization=True)
-    for extra in ("generation_config.json",):
-        p = os.path.join(out, extra)
-        if os.path.exists(p):
-            os.remove(p)
-    back = Qwen2MoeForCausalLM.from_pretrained(out, dtype=torch.float32,
-                                               attn_implementation="eager").eval()
-    logits_files, greedy_ids, margins = [], [], []
-    for i, ids in enumerate(PROMPTS):
-        ids = [t % cfg.vocab_size for t in ids]
-        with torch.no_grad():
-            lg = back(torch.tensor([ids])).logits[0].float().numpy().astype("<f4")
-        fn = "logits_%d.f32" % i
-        lg.tofile(os.path.join(out, fn))
-        logits_files.append(fn)
-        g, mgn = greedy(back, ids)
-        greedy_ids.append(g)
-        margins.append(round(mgn, 6))
-    exp = {"prompts": [[t % cfg.vocab_size for t in p] for p in PROMPTS], "greedy": greedy_ids,
-           "logits": logits_files, "vocab": cfg.vocab_size, "dtype": "float32",
-           "transformers": transformers.__version__, "torch": torch.__version__, "seed": seed,
-           "attn_implementation": "eager", "greedy_min_margin": margins}
-    with open(os.path.join(out, "expected.json"), "w") as f:
-        json.dump(exp, f, indent=1)
-        f.write("\n")
-    print(name, "margins", margins)
-
-
-def main():
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    os.makedirs(ROOT, exist_ok=True)
-    for name, spec in MODELS.items():
-        make(name, spec)
-    return 0
+    init_visible(model)
+    save_and_oracle(ROOT, name, model, Qwen2MoeForCausalLM, seed)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(ROOT, MODELS, make))

@@ -14,18 +14,7 @@
 #include "model/blocks.h"
 
 hm_status hm_glm4moe_build(const hm_model *m, const hm_layer *layers, hm_graph *g) {
-    hm_status st;
-    for (uint32_t il = 0; il < m->hp.n_layers; il++) {
-        const hm_layer *L = &layers[il];
-        if ((st = hm_build_attn_gqa(g, L, (int)il)) || (st = hm_build_ffn_norm(g, L, (int)il)))
-            return st;
-        if (!L->moe)
-            st = hm_build_dense_mlp(g, L, (int)il);
-        else if (!(st = hm_build_moe_ffn(g, L, (int)il)) && L->sh_gate.rows)
-            st = hm_build_shared_expert(g, L, (int)il);
-        if (st || (st = hm_build_residual(g, (int)il))) return st;
-    }
-    return HM_OK;
+    return hm_build_layers(m, layers, false, g);
 }
 
 /* llama.cpp's GLM4_MOE names <-> transformers' (4.x: one tensor per expert; 5.x: fused) */

@@ -11,14 +11,7 @@
 #include "model/blocks.h"
 
 hm_status hm_mixtral_build(const hm_model *m, const hm_layer *layers, hm_graph *g) {
-    hm_status st;
-    for (uint32_t il = 0; il < m->hp.n_layers; il++) {
-        const hm_layer *L = &layers[il];
-        if ((st = hm_build_attn_gqa(g, L, (int)il)) || (st = hm_build_ffn_norm(g, L, (int)il)) ||
-            (st = hm_build_moe_ffn(g, L, (int)il)) || (st = hm_build_residual(g, (int)il)))
-            return st;
-    }
-    return HM_OK;
+    return hm_build_layers(m, layers, false, g);
 }
 
 /* mixtral (llama.cpp LlamaModel: q/k rows permuted back to the interleaved rotary layout) */
