@@ -383,26 +383,32 @@ static hm_status bind_mla(hm_model *m, hm_layer *L, unsigned il) {
             return st;
     }
     if (m->checking) return HM_OK;
+    /* k_b[h] [nope][kv_lora] (the key's up-projection as HF stores it) and v_b[h] [kv_lora][v]
+     * (the value's, transposed): both read row by row in mla.c's inner loops */
     float *k_b = own_floats(m, nh * kvl * nope), *v_b = own_floats(m, nh * vd * kvl);
-    if (!k_b || !v_b) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
-    if (split) {
-        if ((st = rows_f32(m, &kb, nope, 0, nh * kvl, k_b)) ||
-            (st = rows_f32(m, &vb, kvl, 0, nh * vd, v_b)))
-            return st;
-    } else {
-        float *rows = malloc(sizeof(float) * (size_t)(nope * kvl));
-        if (!rows) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
-        for (uint64_t h = 0; h < nh && !st; h++) {
-            const uint64_t r0 = h * (nope + vd);
-            if ((st = rows_f32(m, &kv, kvl, r0, nope, rows))) break;
-            for (uint64_t r = 0; r < nope; r++) /* transposed: [kv_lora][nope] */
-                for (uint64_t j = 0; j < kvl; j++)
-                    k_b[(h * kvl + j) * nope + r] = rows[r * kvl + j];
-            st = rows_f32(m, &kv, kvl, r0 + nope, vd, v_b + h * vd * kvl);
-        }
+    float *rows = malloc(sizeof(float) * (size_t)((nope > vd ? nope : vd) * kvl));
+    if (!k_b || !v_b || !rows) {
         free(rows);
-        if (st) return st;
+        return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
     }
+    for (uint64_t h = 0; h < nh && !st; h++) {
+        float *kh = k_b + h * nope * kvl, *vh = v_b + h * kvl * vd;
+        if (split) { /* llama.cpp: attn_k_b[h] [kv_lora][nope], attn_v_b[h] [v][kv_lora] */
+            if ((st = rows_f32(m, &kb, nope, h * kvl, kvl, rows))) break;
+            for (uint64_t j = 0; j < kvl; j++)
+                for (uint64_t r = 0; r < nope; r++) kh[r * kvl + j] = rows[j * nope + r];
+            if ((st = rows_f32(m, &vb, kvl, h * vd, vd, rows))) break;
+        } else { /* kv_b [heads * (nope + v)][kv_lora] */
+            const uint64_t r0 = h * (nope + vd);
+            if ((st = rows_f32(m, &kv, kvl, r0, nope, kh)) ||
+                (st = rows_f32(m, &kv, kvl, r0 + nope, vd, rows)))
+                break;
+        }
+        for (uint64_t d = 0; d < vd; d++) /* rows holds [v][kv_lora] */
+            for (uint64_t j = 0; j < kvl; j++) vh[j * vd + d] = rows[d * kvl + j];
+    }
+    free(rows);
+    if (st) return st;
     L->k_b = k_b, L->v_b = v_b;
     return HM_OK;
 }

@@ -31,8 +31,9 @@ typedef struct hm_layer {
     const float *sinks;        /* [n_heads] attention sink logits (gpt-oss) or NULL */
     const float *router_b;     /* [n_experts] router bias (gpt-oss) or NULL */
     /* MLA (deepseek2: kv_lora_rank > 0): q = wq xn, or wq_b rms(wq_a xn) * q_a_norm with q_lora;
-     * [c, k_pe] = wkv_a xn, c = rms(c) * kv_a_norm; per head h k_b[h] [kv_lora][nope] (the key's
-     * up-projection transposed, for absorption into q) and v_b[h] [v_head][kv_lora], as floats */
+     * [c, k_pe] = wkv_a xn, c = rms(c) * kv_a_norm; per head h k_b[h] [nope][kv_lora] (the key's
+     * up-projection, absorbed into q) and v_b[h] [kv_lora][v_head] (the value's, transposed), as
+     * floats */
     hm_matrix wq_a, wq_b, wkv_a;
     const float *q_a_norm, *kv_a_norm;
     const float *k_b, *v_b;
