@@ -106,5 +106,25 @@ int main(void) {
     CHECK(r != NULL);
     hm_arena_free(&a);
     hm_arena_free(&a);
+    /* growable arrays and texts */
+    {
+        int32_t *ga = NULL;
+        size_t cap = 0;
+        for (size_t i = 0; i < 1000; i++) {
+            CHECK(hm_grow((void **)&ga, &cap, i + 1, sizeof *ga) && cap >= i + 1);
+            ga[i] = (int32_t)i;
+        }
+        CHECK(ga[999] == 999 && ga[0] == 0);
+        size_t gcap = cap;
+        CHECK(!hm_grow((void **)&ga, &gcap, SIZE_MAX / 2, sizeof *ga) &&
+              gcap == cap); /* overflow */
+        free(ga);
+        char *t = NULL;
+        size_t len = 0, tcap = 0;
+        CHECK(hm_text_append(&t, &len, &tcap, "", 0) && len == 0 && t && t[0] == '\0');
+        for (int i = 0; i < 300; i++) CHECK(hm_text_append(&t, &len, &tcap, "abc", 3));
+        CHECK(len == 900 && strlen(t) == 900 && !memcmp(t + 897, "abc", 3));
+        free(t);
+    }
     return test_done("alloc");
 }

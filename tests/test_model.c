@@ -185,9 +185,12 @@ static void test_misaligned_weights(void) {
 int main(void) {
     static const struct {
         const char *preset, *config;
-    } pairs[] = {{"qwen3-30b-a3b", "Qwen3-30B-A3B"},       {"qwen3-235b-a22b", "Qwen3-235B-A22B"},
-                 {"deepseek-v2-lite", "DeepSeek-V2-Lite"}, {"deepseek-v3", "DeepSeek-V3"},
-                 {"mixtral-8x7b", "Mixtral-8x7B-v0.1"},    {"gpt-oss-20b", "gpt-oss-20b"},
+    } pairs[] = {{"qwen3-30b-a3b", "Qwen3-30B-A3B"},
+                 {"qwen3-235b-a22b", "Qwen3-235B-A22B"},
+                 {"deepseek-v2-lite", "DeepSeek-V2-Lite"},
+                 {"deepseek-v3", "DeepSeek-V3"},
+                 {"mixtral-8x7b", "Mixtral-8x7B-v0.1"},
+                 {"gpt-oss-20b", "gpt-oss-20b"},
                  {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B-Chat-GPTQ-Int4"},
                  {"glm-4.5-air", "GLM-4.5-Air"}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {

@@ -166,3 +166,26 @@ void hm_arena_free(hm_arena *a) {
     }
     a->total = 0;
 }
+
+bool hm_grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t n = *cap ? *cap : 64, bytes;
+    while (n < need)
+        if (!hm_size_mul(n, 2, &n)) return false;
+    if (!hm_size_mul(n, elem, &bytes)) return false;
+    void *q = realloc(*p, bytes);
+    if (!q) return false;
+    *p = q, *cap = n;
+    return true;
+}
+
+bool hm_text_append(char **p, size_t *len, size_t *cap, const char *s, size_t n) {
+    size_t need;
+    if (!hm_size_add(*len, n, &need) || !hm_size_add(need, 1, &need) ||
+        !hm_grow((void **)p, cap, need, 1))
+        return false;
+    if (n) memcpy(*p + *len, s, n);
+    *len += n;
+    (*p)[*len] = '\0';
+    return true;
+}

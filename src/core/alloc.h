@@ -27,6 +27,13 @@ static inline size_t hm_align_up(size_t x, size_t a) {
  * (hm_advise_huge): activation and scratch buffers are walked row by row with strides of KiBs,
  * and on 4 KiB pages every row would cost a TLB miss. */
 void *hm_malloc_aligned(size_t size, size_t align, const char *what);
+
+/* Growable arrays (realloc'd, capacity doubling): *p has room for at least need elements of elem
+ * bytes afterwards; false (with *p and *cap unchanged) when the memory or the size runs out. */
+bool hm_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* Appends s[0..n) to the text *p of *len bytes, keeping it NUL-terminated; false when out of
+ * memory (nothing appended). */
+bool hm_text_append(char **p, size_t *len, size_t *cap, const char *s, size_t n);
 void *hm_calloc_aligned(size_t n, size_t elem, size_t align, const char *what);
 void hm_free(void *p);
 

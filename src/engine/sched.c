@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "engine/jsonp.h"
@@ -136,16 +137,6 @@ void hm_req_release(hm_req *r) {
     req_unref(r);
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t n = *cap ? *cap : 64;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q) return false;
-    *p = q, *cap = n;
-    return true;
-}
-
 bool hm_req_poll(hm_req *r, hm_req_update *u, int timeout_ms) {
     memset(u, 0, sizeof *u);
     pthread_mutex_lock(&r->mu);
@@ -167,7 +158,7 @@ bool hm_req_poll(hm_req *r, hm_req_update *u, int timeout_ms) {
     bool any = false;
     const size_t nt = r->text_len - r->text_read;
     size_t pcap = r->ptext_cap;
-    if (grow((void **)&r->ptext, &pcap, nt + 1, 1)) {
+    if (hm_grow((void **)&r->ptext, &pcap, nt + 1, 1)) {
         r->ptext_cap = pcap;
         if (nt) memcpy(r->ptext, r->text + r->text_read, nt);
         r->ptext[nt] = '\0';
@@ -177,7 +168,7 @@ bool hm_req_poll(hm_req *r, hm_req_update *u, int timeout_ms) {
     }
     const int nk = r->n_toks - r->toks_read;
     size_t kcap = (size_t)r->ptoks_cap;
-    if (nk && grow((void **)&r->ptoks, &kcap, (size_t)nk, sizeof(hm_req_token))) {
+    if (nk && hm_grow((void **)&r->ptoks, &kcap, (size_t)nk, sizeof(hm_req_token))) {
         r->ptoks_cap = (int)kcap;
         memcpy(r->ptoks, r->toks + r->toks_read, sizeof(hm_req_token) * (size_t)nk);
         r->toks_read = r->n_toks;
@@ -304,14 +295,8 @@ static void req_finish(hm_req *r, hm_finish f, const char *err) {
 static bool req_text(hm_req *r, const char *t, size_t n) {
     if (!n) return true;
     pthread_mutex_lock(&r->mu);
-    size_t cap = r->text_cap;
-    const bool ok = grow((void **)&r->text, &cap, r->text_len + n, 1);
-    if (ok) {
-        r->text_cap = cap;
-        memcpy(r->text + r->text_len, t, n);
-        r->text_len += n;
-        pthread_cond_broadcast(&r->cv);
-    }
+    const bool ok = hm_text_append(&r->text, &r->text_len, &r->text_cap, t, n);
+    if (ok) pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     return ok;
 }
@@ -321,7 +306,7 @@ static bool req_token(hm_req *r, const hm_req_token *t) {
     size_t cap = (size_t)r->toks_cap;
     bool ok = true;
     if (r->p.logprobs >= 0 &&
-        (ok = grow((void **)&r->toks, &cap, (size_t)r->n_toks + 1, sizeof(hm_req_token)))) {
+        (ok = hm_grow((void **)&r->toks, &cap, (size_t)r->n_toks + 1, sizeof(hm_req_token)))) {
         r->toks_cap = (int)cap;
         r->toks[r->n_toks++] = *t;
     }
@@ -379,10 +364,7 @@ static void slot_end(hm_sched *s, slot *sl, hm_finish f, const char *err) {
         size_t n;
         if (sl->dt) {
             hm_detok_flush(sl->dt, &t, &n);
-            if (n && grow((void **)&sl->gen, &sl->gen_cap, sl->gen_len + n, 1)) {
-                memcpy(sl->gen + sl->gen_len, t, n);
-                sl->gen_len += n;
-            }
+            hm_text_append(&sl->gen, &sl->gen_len, &sl->gen_cap, t, n);
         }
         emit_text(sl, true);
     }
@@ -519,12 +501,10 @@ static void take_row(hm_sched *s, slot *sl, const float *row) {
         const char *txt;
         size_t n;
         if (hm_detok_push(sl->dt, t.id, &txt, &n) == HM_OK && n) {
-            if (!grow((void **)&sl->gen, &sl->gen_cap, sl->gen_len + n, 1)) {
+            if (!hm_text_append(&sl->gen, &sl->gen_len, &sl->gen_cap, txt, n)) {
                 slot_end(s, sl, HM_FINISH_ERROR, "out of memory for the generated text");
                 return;
             }
-            memcpy(sl->gen + sl->gen_len, txt, n);
-            sl->gen_len += n;
         }
         if (emit_text(sl, false)) {
             slot_end(s, sl, HM_FINISH_STOP, NULL);
@@ -678,7 +658,7 @@ static hm_status build_pieces(hm_sched *s) {
             hm_error_clear();
             continue;
         }
-        if (!grow((void **)&s->pieces, &cap, len + n + 1, 1)) {
+        if (!hm_grow((void **)&s->pieces, &cap, len + n + 1, 1)) {
             free(t);
             return hm_errorf(HM_ERR_NO_MEMORY, "out of memory for the vocabulary's text");
         }

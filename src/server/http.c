@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "core/alloc.h"
 #include "core/mmap.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -261,20 +262,6 @@ typedef struct job {
     hm_req_update last;
 } job;
 
-static bool buf_add(char **p, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap * 2 : 1024;
-        while (c < *len + n + 1) c *= 2;
-        char *q = realloc(*p, c);
-        if (!q) return false;
-        *p = q, *cap = c;
-    }
-    memcpy(*p + *len, s, n);
-    *len += n;
-    (*p)[*len] = '\0';
-    return true;
-}
-
 static bool client_gone(int fd) {
     if (fd < 0) return false;
     struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
@@ -314,9 +301,9 @@ static void on_out(void *user, hm_outkind k, const char *text, size_t len, const
         json_object_set_new(d, k == HM_OUTK_REASONING ? "reasoning_content" : "content", s);
         json_array_append_new(j->deltas, d);
     } else if (k == HM_OUTK_REASONING)
-        buf_add(&j->reasoning, &j->rlen, &j->rcap, text, len);
+        hm_text_append(&j->reasoning, &j->rlen, &j->rcap, text, len);
     else
-        buf_add(&j->content, &j->clen, &j->ccap, text, len);
+        hm_text_append(&j->content, &j->clen, &j->ccap, text, len);
 }
 
 static const char *finish_reason(const job *j, hm_finish f) {
@@ -342,9 +329,9 @@ static void sse(job *j, json_t *chunk) {
     char *s = json_dumps(chunk, JSON_COMPACT);
     json_decref(chunk);
     if (!s) return;
-    buf_add(&j->out, &j->olen, &j->ocap, "data: ", 6);
-    buf_add(&j->out, &j->olen, &j->ocap, s, strlen(s));
-    buf_add(&j->out, &j->olen, &j->ocap, "\n\n", 2);
+    hm_text_append(&j->out, &j->olen, &j->ocap, "data: ", 6);
+    hm_text_append(&j->out, &j->olen, &j->ocap, s, strlen(s));
+    hm_text_append(&j->out, &j->olen, &j->ocap, "\n\n", 2);
     free(s);
 }
 
@@ -422,7 +409,7 @@ static void stream_update(job *j, const hm_req_update *u) {
         json_object_set_new(c, "usage", usage_json(u));
         sse(j, c);
     }
-    buf_add(&j->out, &j->olen, &j->ocap, "data: [DONE]\n\n", 14);
+    hm_text_append(&j->out, &j->olen, &j->ocap, "data: [DONE]\n\n", 14);
     j->done = true;
     observe(srv, u);
 }
@@ -504,7 +491,7 @@ static hm_mhd_result answer_whole(job *j, struct MHD_Connection *c, int route) {
         if (chat)
             hm_outparse_feed(j->op, u.text, u.len, u.done, on_out, j);
         else
-            buf_add(&j->content, &j->clen, &j->ccap, u.text, u.len);
+            hm_text_append(&j->content, &j->clen, &j->ccap, u.text, u.len);
         if (u.n_toks && j->q.logprobs) {
             json_t *part = chat ? chat_logprobs(srv, u.toks, u.n_toks)
                                 : compl_logprobs(srv, u.toks, u.n_toks, &j->text_offset);
@@ -665,7 +652,8 @@ static void metric(char **o, size_t *l, size_t *cap, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (n > 0) buf_add(o, l, cap, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    if (n > 0)
+        hm_text_append(o, l, cap, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
 static void hist_out(char **o, size_t *l, size_t *cap, const char *name, const char *help,
@@ -782,7 +770,7 @@ static hm_mhd_result handler(void *cls, struct MHD_Connection *c, const char *ur
             cn->too_big = true;
             free(cn->body), cn->body = NULL, cn->len = cn->cap = 0;
         }
-        if (!cn->too_big && !buf_add(&cn->body, &cn->len, &cn->cap, upload, *upload_size))
+        if (!cn->too_big && !hm_text_append(&cn->body, &cn->len, &cn->cap, upload, *upload_size))
             return MHD_NO;
         *upload_size = 0;
         return MHD_YES;

@@ -1,6 +1,8 @@
 /* outparse.c - the streaming splitter of outparse.h: marker search over a held-back buffer. */
 #include "server/outparse.h"
 
+#include "core/alloc.h"
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,20 +72,6 @@ bool hm_outfmt_needs_special(hm_outfmt f) {
     return f == HM_OUT_DEEPSEEK || f == HM_OUT_HARMONY;
 }
 
-static bool append(char **p, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1) c *= 2;
-        char *q = realloc(*p, c);
-        if (!q) return false;
-        *p = q, *cap = c;
-    }
-    memcpy(*p + *len, s, n);
-    *len += n;
-    (*p)[*len] = '\0';
-    return true;
-}
-
 static bool is_ws(char c) {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
@@ -127,7 +115,7 @@ static void out_text(hm_outparse *p, hm_outkind k, const char *s, size_t n, hm_o
         fn(u, k, s + a, b - a, NULL, NULL);
         p->started = true;
     }
-    if (b < n) append(&p->ws, &p->wlen, &p->wcap, s + b, n - b);
+    if (b < n) hm_text_append(&p->ws, &p->wlen, &p->wcap, s + b, n - b);
 }
 
 static void end_run(hm_outparse *p) {
@@ -282,7 +270,7 @@ static void feed_markers(hm_outparse *p, bool final, hm_out_fn fn, void *u) {
         const int w = find_first(p->buf, p->len, m, 6, &at);
         const size_t upto = w >= 0 ? at : p->len - (final ? 0 : partial_tail(p->buf, p->len, m, 6));
         if (p->st == S_TOOL)
-            append(&p->body, &p->blen, &p->bcap, p->buf, upto);
+            hm_text_append(&p->body, &p->blen, &p->bcap, p->buf, upto);
         else
             out_text(p, p->st == S_REASONING ? HM_OUTK_REASONING : HM_OUTK_CONTENT, p->buf, upto,
                      fn, u);
@@ -365,7 +353,7 @@ static void feed_harmony(hm_outparse *p, bool final, hm_out_fn fn, void *u) {
         const size_t upto =
             w >= 0 ? at : p->len - (final ? 0 : partial_tail(p->buf, p->len, ends, 4));
         if (p->recipient[0])
-            append(&p->body, &p->blen, &p->bcap, p->buf, upto);
+            hm_text_append(&p->body, &p->blen, &p->bcap, p->buf, upto);
         else
             out_text(p, !strcmp(p->channel, "analysis") ? HM_OUTK_REASONING : HM_OUTK_CONTENT,
                      p->buf, upto, fn, u);
@@ -381,7 +369,7 @@ static void feed_harmony(hm_outparse *p, bool final, hm_out_fn fn, void *u) {
 
 void hm_outparse_feed(hm_outparse *p, const char *text, size_t len, bool final, hm_out_fn fn,
                       void *user) {
-    if (len && !append(&p->buf, &p->len, &p->cap, text, len)) return;
+    if (len && !hm_text_append(&p->buf, &p->len, &p->cap, text, len)) return;
     if (!p->buf) return;
     if (p->fmt == HM_OUT_HARMONY)
         feed_harmony(p, final, fn, user);

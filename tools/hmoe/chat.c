@@ -14,6 +14,7 @@
 #endif
 
 #include "cli.h"
+#include "core/alloc.h"
 #include "core/mmap.h"
 #include "engine/sched.h"
 #include "hmoe.h"
@@ -64,18 +65,7 @@ static void show(void *user, hm_outkind k, const char *text, size_t len, const c
     }
     fwrite(text, 1, len, s->out);
     fflush(s->out);
-    if (k == HM_OUTK_CONTENT) {
-        if (s->len + len + 1 > s->cap) {
-            size_t c = s->cap ? s->cap * 2 : 1024;
-            while (c < s->len + len + 1) c *= 2;
-            char *q = realloc(s->answer, c);
-            if (!q) return;
-            s->answer = q, s->cap = c;
-        }
-        memcpy(s->answer + s->len, text, len);
-        s->len += len;
-        s->answer[s->len] = '\0';
-    }
+    if (k == HM_OUTK_CONTENT) hm_text_append(&s->answer, &s->len, &s->cap, text, len);
 }
 
 /* one line of input (NULL at the end): with line editing and history on a terminal */
