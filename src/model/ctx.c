@@ -475,10 +475,9 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->u = fbuf(B * c->ffn_max, "ctx up");
     c->sh = fbuf(B * H, "ctx shared expert");
     c->qa = fbuf(B * (hp->q_lora_rank ? hp->q_lora_rank : 1), "ctx q latent");
-    /* MLA, per participant: scores over the positions, the absorbed q and the latent output */
-    c->mla_scratch =
-        fbuf(mla ? (size_t)c->nth * ((size_t)p.n_ctx + 2 * hp->kv_lora_rank + c->kv_dim + 64) : 1,
-             "ctx latent attention");
+    /* MLA, per participant: the absorbed q, the latent output and a cache row in floats */
+    c->mla_scratch = fbuf(mla ? (size_t)c->nth * (2 * hp->kv_lora_rank + c->kv_dim + 64) : 1,
+                          "ctx latent attention");
     size_t K = hp->n_experts_used ? hp->n_experts_used : 1;
     c->w = calloc(B * K, sizeof(float));
     c->ids = calloc(B * K, sizeof(int32_t));

@@ -75,8 +75,7 @@ static void mla_attend(int ith, int nth, void *arg) {
     const int kvl = (int)hp->kv_lora_rank, rope = (int)hp->qk_rope_head_dim;
     const int nh = (int)hp->n_heads, hd = (int)hp->head_dim, nope = (int)hp->qk_nope_head_dim;
     const int vd = (int)hp->v_head_dim;
-    float *sc = c->mla_scratch + (size_t)ith * j->scratch;
-    float *qc = sc + c->p.n_ctx, *oc = qc + kvl, *tmp = oc + kvl;
+    float *qc = c->mla_scratch + (size_t)ith * j->scratch, *oc = qc + kvl, *tmp = oc + kvl;
     const size_t row_bytes = c->kv_dim * c->kv_elem;
     for (int item = ith; item < j->n * nh; item += nth) {
         const int t = item / nh, h = item % nh;
@@ -87,23 +86,28 @@ static void mla_attend(int ith, int nth, void *arg) {
             const float qr = q[r], *krow = kb + (size_t)r * kvl;
             for (int a = 0; a < kvl; a++) qc[a] += qr * krow[a];
         }
+        /* one pass over the positions with an online softmax: each cache row (converted once
+         * when it is in halves) gives its score and its share of the weighted latent */
         const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
         const int np = c->pos[t] + 1;
         float mx = -INFINITY;
-        for (int p = 0; p < np; p++) {
-            const float *row = cache_row(c, base + (size_t)p * row_bytes, tmp);
-            sc[p] = (dot8(qc, row, kvl) + dot8(qpe, row + kvl, rope)) * j->scale;
-            if (sc[p] > mx) mx = sc[p];
-        }
         double sum = 0.0;
-        for (int p = 0; p < np; p++) sum += (sc[p] = expf(sc[p] - mx));
-        const float inv = (float)(1.0 / sum);
         for (int a = 0; a < kvl; a++) oc[a] = 0.0f;
         for (int p = 0; p < np; p++) {
             const float *row = cache_row(c, base + (size_t)p * row_bytes, tmp);
-            const float wp = sc[p] * inv;
+            const float s = (dot8(qc, row, kvl) + dot8(qpe, row + kvl, rope)) * j->scale;
+            if (s > mx) { /* a new maximum: what was summed is rescaled to it */
+                const float r = expf(mx - s);
+                sum *= r;
+                for (int a = 0; a < kvl; a++) oc[a] *= r;
+                mx = s;
+            }
+            const float wp = expf(s - mx);
+            sum += wp;
             for (int a = 0; a < kvl; a++) oc[a] += wp * row[a];
         }
+        const float inv = (float)(1.0 / sum);
+        for (int a = 0; a < kvl; a++) oc[a] *= inv;
         const float *vb = j->L->v_b + (size_t)h * kvl * vd;
         float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
         for (int d = 0; d < vd; d++) out[d] = 0.0f;
@@ -138,8 +142,8 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
         const float ms = 0.1f * hp->yarn_mscale_all_dim * logf(hp->rope_factor) + 1.0f;
         scale *= ms * ms;
     }
-    mla_job j = {c, L,     nd->il,
-                 n, scale, (size_t)c->p.n_ctx + 2 * hp->kv_lora_rank + c->kv_dim + 64};
+    /* per participant: the absorbed q, the latent output, a cache row in floats (ctx.c) */
+    mla_job j = {c, L, nd->il, n, scale, 2 * hp->kv_lora_rank + c->kv_dim + 64};
     hm_ctx_for_tokens(c, n, mla_store, &j); /* every token's cache row before any attends */
     hm_pool_run(c->pool, mla_attend, &j);
     return HM_OK;
