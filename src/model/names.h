@@ -27,6 +27,54 @@ typedef struct hm_name_map {
     uint32_t part, n_parts;
 } hm_name_map;
 
+/* Rows several architectures' tables share (transformers names them alike). */
+/* grouped-query attention: q/k/v/o, their biases, per-head q/k norms (a model has the ones its
+ * tensor plan asks for) */
+#define HM_NAMES_GQA                                                                               \
+    {"attn_q.weight", "self_attn.q_proj.weight", 0, NULL, 0, 0},                                   \
+        {"attn_k.weight", "self_attn.k_proj.weight", 0, NULL, 0, 0},                               \
+        {"attn_v.weight", "self_attn.v_proj.weight", 0, NULL, 0, 0},                               \
+        {"attn_output.weight", "self_attn.o_proj.weight", 0, NULL, 0, 0},                          \
+        {"attn_q.bias", "self_attn.q_proj.bias", 0, NULL, 0, 0},                                   \
+        {"attn_k.bias", "self_attn.k_proj.bias", 0, NULL, 0, 0},                                   \
+        {"attn_v.bias", "self_attn.v_proj.bias", 0, NULL, 0, 0},                                   \
+        {"attn_q_norm.weight", "self_attn.q_norm.weight", 0, NULL, 0, 0}, {                        \
+        "attn_k_norm.weight", "self_attn.k_norm.weight", 0, NULL, 0, 0                             \
+    }
+/* the router and the routed experts under mlp.: one tensor per expert (transformers 4.x) or the
+ * fused gate_up_proj / down_proj (5.x) */
+#define HM_NAMES_MLP_EXPERTS                                                                       \
+    {"ffn_gate_inp.weight", "mlp.gate.weight", 0, NULL, 0, 0},                                     \
+        {"ffn_gate_exps.weight",                                                                   \
+         "mlp.experts.%u.gate_proj.weight",                                                        \
+         HM_MAP_EXPERTS,                                                                           \
+         "mlp.experts.gate_up_proj",                                                               \
+         0,                                                                                        \
+         2},                                                                                       \
+        {"ffn_up_exps.weight",                                                                     \
+         "mlp.experts.%u.up_proj.weight",                                                          \
+         HM_MAP_EXPERTS,                                                                           \
+         "mlp.experts.gate_up_proj",                                                               \
+         1,                                                                                        \
+         2},                                                                                       \
+    {                                                                                              \
+        "ffn_down_exps.weight", "mlp.experts.%u.down_proj.weight", HM_MAP_EXPERTS,                 \
+            "mlp.experts.down_proj", 0, 1                                                          \
+    }
+/* DeepSeek's and GLM's ungated shared experts, and their routers' correction bias */
+#define HM_NAMES_SHARED_EXPERTS                                                                    \
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias", 0, NULL, 0, 0},                       \
+        {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", 0, NULL, 0, 0},           \
+        {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", 0, NULL, 0, 0}, {             \
+        "ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", 0, NULL, 0, 0              \
+    }
+/* the dense MLP of the dense layers */
+#define HM_NAMES_DENSE_MLP                                                                         \
+    {"ffn_gate.weight", "mlp.gate_proj.weight", 0, NULL, 0, 0},                                    \
+        {"ffn_up.weight", "mlp.up_proj.weight", 0, NULL, 0, 0}, {                                  \
+        "ffn_down.weight", "mlp.down_proj.weight", 0, NULL, 0, 0                                   \
+    }
+
 typedef struct hm_arch_names {
     hm_arch arch;
     const hm_name_map *layer;
