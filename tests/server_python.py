@@ -83,6 +83,16 @@ def curl(url, *args, data=None, headers=()):
     return int(code or 0), body
 
 
+def raw_stream(srv, max_tokens, timeout):
+    """a streaming completion on a bare socket (to close it, or keep reading, at will)"""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=timeout)
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": max_tokens, "stream": True,
+                       "ignore_eos": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return s
+
+
 def err_of(body):
     try:
         e = json.loads(body)["error"]
@@ -248,11 +258,7 @@ def concurrency(srv):
 def disconnect(hmoe, model):
     srv = Server(hmoe, model, "--parallel", "1")
     try:
-        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "stream": True,
-                           "ignore_eos": True}).encode()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s = raw_stream(srv, 400, 30)
         got = b""
         while got.count(b"data: ") < 2:
             got += s.recv(4096)
@@ -297,11 +303,7 @@ def busy(hmoe, model):
 
 def sigterm(hmoe, model):
     srv = Server(hmoe, model, "--parallel", "2")
-    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
-    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 120, "stream": True,
-                       "ignore_eos": True}).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    s = raw_stream(srv, 120, 60)
     got = b""
     while b"data: " not in got:
         got += s.recv(4096)
