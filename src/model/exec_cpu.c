@@ -355,9 +355,12 @@ static void sink_attend(int ith, int nth, void *arg) {
         const int p1 = c->pos[t] + 1, p0 = j->window && p1 > j->window ? p1 - j->window : 0;
         float mx = j->nd->nw ? j->nd->nw[h] : -INFINITY;
         for (int p = p0; p < p1; p++) {
+            /* K in blocks of HM_NN_KBLK positions (nn.h): element d of position p is
+             * hm_nn_k_index(p, d, hd) = k0 + d * HM_NN_KBLK */
+            const size_t k0 = hm_nn_k_index((size_t)p, 0, (size_t)hd);
             float s = 0.0f;
-            for (int d = 0; d < hd; d++) /* K in blocks of HM_NN_KBLK positions (nn.h) */
-                s += q[d] * kv_elem_at(c, kb, hm_nn_k_index((size_t)p, (size_t)d, (size_t)hd));
+            for (int d = 0; d < hd; d++)
+                s += q[d] * kv_elem_at(c, kb, k0 + (size_t)d * HM_NN_KBLK);
             sc[p - p0] = s * j->scale;
             if (sc[p - p0] > mx) mx = sc[p - p0];
         }
