@@ -24,6 +24,7 @@ struct hm_req {
     int32_t *prompt;
     int n_prompt;
     hm_req_params p;
+    hm_sampler *smp; /* made at submit; the slot that admits the request takes it */
     char *stop[MAX_STOP];
     atomic_int refs;
     atomic_bool cancel;
@@ -116,6 +117,7 @@ const char *hm_finish_str(hm_finish f) {
 /* ---- requests ------------------------------------------------------------------------------ */
 
 static void req_free(hm_req *r) {
+    hm_sampler_free(r->smp); /* never admitted */
     for (int i = 0; i < MAX_STOP; i++) free(r->stop[i]);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -228,17 +230,20 @@ hm_submit hm_sched_submit(hm_sched *s, const int32_t *prompt, int n_prompt, cons
         hm_errorf(HM_ERR_UNSUPPORTED, "json_object needs the model's tokenizer");
         return HM_SCHED_INVALID;
     }
-    hm_sampler *probe = NULL; /* the sampling parameters are checked here, not in the engine */
-    if (hm_sampler_create(&p->sampling, s->V, &probe)) return HM_SCHED_INVALID;
-    hm_sampler_free(probe);
+    /* the sampler is made (and its parameters checked) here, not in the engine; the slot that
+     * takes the request takes it over */
+    hm_sampler *smp = NULL;
+    if (hm_sampler_create(&p->sampling, s->V, &smp)) return HM_SCHED_INVALID;
 
     hm_req *r = calloc(1, sizeof *r);
     if (!r || !(r->prompt = malloc(sizeof(int32_t) * (size_t)n_prompt))) {
+        hm_sampler_free(smp);
         free(r);
         hm_errorf(HM_ERR_NO_MEMORY, "out of memory for a request of %d tokens", n_prompt);
         return HM_SCHED_INVALID;
     }
     memcpy(r->prompt, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    r->smp = smp;
     r->n_prompt = n_prompt;
     r->p = *p;
     r->p.stop = NULL;
@@ -412,7 +417,7 @@ static hm_status admit(hm_sched *s, slot *sl, hm_req *r) {
     sl->admit = s->admits++;
     sl->gen_len = sl->emitted = 0;
     hm_jsonp_init(&sl->json, true);
-    if ((st = hm_sampler_create(&r->p.sampling, s->V, &sl->smp))) return st;
+    sl->smp = r->smp, r->smp = NULL;
     if (s->tok && (st = hm_detok_new(s->tok, HM_DETOK_REPLACE_INVALID, &sl->dt))) return st;
     pthread_mutex_lock(&r->mu);
     r->n_cached = keep;
