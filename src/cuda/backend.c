@@ -95,6 +95,9 @@ struct hm_cuda_ctx {
     bool prof;
     cudaEvent_t pev[2];
     double prof_ms[HM_PROF_COUNT];
+    /* the end of a step, waited for by sleeping rather than spinning: in the hybrid mode every
+     * core belongs to the CPU experts' pool and a spinning caller would take one from it */
+    cudaEvent_t done;
 };
 
 #define CK(call, what)                                                                             \
@@ -596,6 +599,7 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (c->blas) cublasDestroy(c->blas);
     if (c->pev[0]) cudaEventDestroy(c->pev[0]);
     if (c->pev[1]) cudaEventDestroy(c->pev[1]);
+    if (c->done) cudaEventDestroy(c->done);
     if (c->s) cudaStreamDestroy(c->s);
     if (c->arena) cudaFree(c->arena);
     if (c->h_in) cudaFreeHost(c->h_in);
@@ -718,6 +722,8 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     }
     FAIL(cudaMalloc((void **)&c->arena, need), "cudaMalloc (weights, KV cache, scratch)");
     FAIL(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking), "cudaStreamCreate");
+    FAIL(cudaEventCreateWithFlags(&c->done, cudaEventBlockingSync | cudaEventDisableTiming),
+         "cudaEventCreate");
     if (c->prof) {
         FAIL(cudaEventCreate(&c->pev[0]), "cudaEventCreate");
         FAIL(cudaEventCreate(&c->pev[1]), "cudaEventCreate");
@@ -846,7 +852,8 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
         hm_status st = forward(c, n, nw, logits);
         if (st) return st;
     }
-    CK(cudaStreamSynchronize(c->s), "forward pass");
+    CK(cudaEventRecord(c->done, c->s), "forward pass");
+    CK(cudaEventSynchronize(c->done), "forward pass");
     if (c->hyb_st) return hm_errorf(c->hyb_st, "%s", c->hyb_msg);
     return HM_OK;
 }
