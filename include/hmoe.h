@@ -143,7 +143,8 @@ typedef enum hm_repack_mode {
 
 /* Where a context runs the model. */
 typedef enum hm_device {
-    HM_DEVICE_AUTO = 0, /* the CPU (the hybrid placement will choose a GPU when one helps) */
+    HM_DEVICE_AUTO = 0, /* the GPU when one is present and the model has kernels there, else
+                           the CPU; the environment's HMOE_DEVICE=cpu|cuda decides instead */
     HM_DEVICE_CPU,      /* the CPU: the expert engine and this machine's kernels */
     HM_DEVICE_CUDA,     /* GPU hm_ctx_params.gpu, with as many routed experts as it holds (the
                            others on the CPU's expert engine: the hybrid placement) */
@@ -218,6 +219,7 @@ void hm_ctx_free(hm_ctx *c);
 
 int hm_ctx_n_batch(const hm_ctx *c);
 int hm_ctx_n_threads(const hm_ctx *c);
+hm_device hm_ctx_device(const hm_ctx *c); /* where it runs: HM_DEVICE_AUTO resolved */
 int hm_ctx_n_ctx(const hm_ctx *c);
 int hm_ctx_n_seq(const hm_ctx *c);
 int32_t hm_ctx_n_vocab(const hm_ctx *c);        /* the model's: a row of logits */

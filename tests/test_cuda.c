@@ -44,6 +44,40 @@ static void check_ctx_refused(void) {
     hm_model_free(m);
 }
 
+/* --device auto: the GPU when there is one and the model has kernels there, else the CPU;
+ * HMOE_DEVICE decides instead */
+static void check_auto(bool gpu) {
+    static const char *const paths[] = {HMOE_SOURCE_DIR "/tests/data/qwen3moe/a",
+                                        HMOE_SOURCE_DIR "/tests/data/gptoss/a/model.gguf"};
+    for (int i = 0; i < 2; i++) {
+        hm_model *m = NULL;
+        CHECK_OK(hm_model_load(paths[i], &m));
+        if (!m) continue;
+        hm_ctx_params cp = hm_ctx_default_params();
+        cp.n_ctx = 32;
+        CHECK(cp.device == HM_DEVICE_AUTO);
+        hm_ctx *c = NULL;
+        unsetenv("HMOE_DEVICE");
+        CHECK_OK(hm_ctx_create(m, &cp, &c));
+        /* gpt-oss's sinks and clamped experts have no GPU kernels: the CPU */
+        if (c) CHECK(hm_ctx_device(c) == (gpu && i == 0 ? HM_DEVICE_CUDA : HM_DEVICE_CPU));
+        hm_ctx_free(c), c = NULL;
+        setenv("HMOE_DEVICE", "cpu", 1);
+        CHECK_OK(hm_ctx_create(m, &cp, &c));
+        if (c) CHECK(hm_ctx_device(c) == HM_DEVICE_CPU);
+        hm_ctx_free(c), c = NULL;
+        setenv("HMOE_DEVICE", "gpu", 1);
+        CHECK_STATUS(hm_ctx_create(m, &cp, &c), HM_ERR_INVALID_ARG);
+        CHECK_CONTAINS(hm_last_error(), "HMOE_DEVICE=gpu");
+        setenv("HMOE_DEVICE", "cuda", 1);
+        if (!gpu || i == 1) CHECK_STATUS(hm_ctx_create(m, &cp, &c), HM_ERR_UNSUPPORTED);
+        CHECK(c == NULL || (gpu && i == 0));
+        hm_ctx_free(c);
+        unsetenv("HMOE_DEVICE");
+        hm_model_free(m);
+    }
+}
+
 /* the Qwen3-MoE fixtures on the GPU: the CPU's bounds against transformers */
 static void check_model_gpu(const char *name, bool kv_f16, int gpu_experts,
                             hm_place_strategy strategy) {
@@ -728,6 +762,7 @@ int main(void) {
         CHECK_CONTAINS(hm_last_error(), "built without CUDA");
         CHECK_STATUS(hm_cuda_selftest(0), HM_ERR_UNSUPPORTED);
         check_ctx_refused();
+        check_auto(false);
         return test_done("cuda (CPU-only build)");
     }
     hm_gpu_info info;
@@ -735,6 +770,7 @@ int main(void) {
     CHECK_CONTAINS(hm_last_error(), "does not exist");
     if (n <= 0) {
         check_ctx_refused();
+        check_auto(false);
         test_done("cuda");
         return test_skip("cuda", "no usable GPU on this machine");
     }
@@ -771,6 +807,7 @@ int main(void) {
 #ifdef HMOE_HAVE_CUDA
     check_kernels();
 #endif
+    check_auto(true);
     static const char *const models[] = {"a",          "b",         "c",         "q",
                                          "q_fp8",      "mixtral/a", "mixtral/b", "qwen2moe/a",
                                          "qwen2moe/b", "glm4moe/a", "glm4moe/b"};

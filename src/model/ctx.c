@@ -24,6 +24,9 @@ hm_ctx_params hm_ctx_default_params(void) {
 int hm_ctx_n_batch(const hm_ctx *c) {
     return c->p.n_batch;
 }
+hm_device hm_ctx_device(const hm_ctx *c) {
+    return c->p.device;
+}
 int hm_ctx_n_threads(const hm_ctx *c) {
     return c->nth;
 }
@@ -392,6 +395,32 @@ static hm_status place_experts(hm_ctx *c, const hm_ctx_params *p) {
     return HM_OK;
 }
 
+/* HM_DEVICE_AUTO: the GPU when there is one and the model runs there (hybrid, the placement's
+ * default fits what it can), else the CPU. HMOE_DEVICE=cpu|cuda decides instead (the CPU tests
+ * set cpu, so that a machine with a GPU runs them as written). */
+static hm_status create_auto(const hm_model *m, const hm_ctx_params *params, hm_ctx **out) {
+    hm_ctx_params p = *params;
+    const char *env = getenv("HMOE_DEVICE");
+    if (env && *env && strcmp(env, "auto")) {
+        if (!strcmp(env, "cpu"))
+            p.device = HM_DEVICE_CPU;
+        else if (!strcmp(env, "cuda"))
+            p.device = HM_DEVICE_CUDA;
+        else
+            return hm_errorf(HM_ERR_INVALID_ARG, "HMOE_DEVICE=%s: expected auto, cpu or cuda", env);
+        return hm_ctx_create(m, &p, out);
+    }
+    int n = 0;
+    if (hm_cuda_compiled() && hm_cuda_device_count(&n) == HM_OK && n > p.gpu && p.gpu >= 0) {
+        p.device = HM_DEVICE_CUDA;
+        const hm_status st = hm_ctx_create(m, &p, out);
+        if (st != HM_ERR_UNSUPPORTED && st != HM_ERR_NO_MEMORY) return st;
+        hm_log(HM_LOG_INFO, "--device auto: %s; running on the CPU", hm_last_error());
+    }
+    p.device = HM_DEVICE_CPU;
+    return hm_ctx_create(m, &p, out);
+}
+
 hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx **out) {
     *out = NULL;
     const hm_hparams *hp = &m->hp;
@@ -406,6 +435,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     if (!p.n_seq) p.n_seq = 1;
     if (p.device < HM_DEVICE_AUTO || p.device > HM_DEVICE_CUDA)
         return hm_errorf(HM_ERR_INVALID_ARG, "context: unknown device %d", (int)p.device);
+    if (p.device == HM_DEVICE_AUTO) return create_auto(m, &p, out);
     /* on a GPU: no CPU KV cache; expert engines only for the routed experts placed on the CPU */
     const bool on_gpu = p.device == HM_DEVICE_CUDA;
     if (hp->n_kv_heads == 0 || hp->n_heads % hp->n_kv_heads || hp->n_heads / hp->n_kv_heads > 64)
@@ -424,6 +454,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     hm_pool_params pp = hm_pool_default_params();
     pp.n_threads = p.n_threads;
     pp.async = on_gpu; /* the GPU stream's host functions submit the CPU experts */
+    /* the thread running the stream's host functions spins while it waits for the CPU experts:
+     * by default it gets a core of its own (pool.h) */
+    const int n_cores = hm_topology_get()->n_cores;
+    if (on_gpu && !p.n_threads && n_cores > 1) pp.n_threads = n_cores - 1;
     pp.pin_caller = p.pin_caller;
     c->n_slices = hp->n_experts && !on_gpu ? numa_slices(&p) : 1;
     int *cpus = c->n_slices > 1

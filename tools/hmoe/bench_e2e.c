@@ -91,12 +91,12 @@ int bench_e2e(int argc, char **argv) {
            "weights %s, "
            "KV cache %s, decode idle prefetch %s, load %.2f s, context %.2f s (weights repacked "
            "for int8 prefill: %.1f MB)\n",
-           cp.device == HM_DEVICE_CUDA ? "cuda" : "cpu", n_prompt, hm_ctx_n_batch(c), n_gen,
+           hm_ctx_device(c) == HM_DEVICE_CUDA ? "cuda" : "cpu", n_prompt, hm_ctx_n_batch(c), n_gen,
            hm_ctx_n_threads(c), cp.no_amx ? "off" : "auto",
            hm_model_copied(m) ? "copied to huge pages" : "mmapped", cp.kv_f16 ? "f16" : "f32",
            cp.no_idle_prefetch ? "off" : "on", t_load, t_ctx,
            (double)hm_ctx_repacked_bytes(c) * 1e-6);
-    if (cp.device == HM_DEVICE_CUDA) {
+    if (hm_ctx_device(c) == HM_DEVICE_CUDA) {
         char place[512];
         hm_ctx_placement(c, place, sizeof place);
         printf("placement: %s\n", place);
@@ -109,7 +109,7 @@ int bench_e2e(int argc, char **argv) {
            (double)(dense_b + exp_b) * 1e-9, (double)dense_b * 1e-9, (double)exp_b * 1e-9);
 
     /* the bound: the memory the weights are read from (host DRAM, or the GPU's) */
-    const bool on_gpu = cp.device == HM_DEVICE_CUDA;
+    const bool on_gpu = hm_ctx_device(c) == HM_DEVICE_CUDA;
     const char *bw_what =
         on_gpu ? "GPU memory copy (read + write, best of 5)" : "streaming read (median of 9)";
     double bw_med, bw_best;

@@ -62,6 +62,7 @@ int cmd_profile(int argc, char **argv) {
     }
     if (cp.device == HM_DEVICE_CUDA)
         return cli_usage_error("profile counts on the CPU backend: leave out --device cuda");
+    cp.device = HM_DEVICE_CPU;
     size_t len = 0;
     char *text = cli_read_file(prompts, &len);
     if (!text) {

@@ -227,7 +227,7 @@ int cmd_run(int argc, char **argv) {
     /* the window holds at most the context's tokens: a larger --penalty-last-n means the same */
     if (sp.penalty_last_n > cp.n_ctx) sp.penalty_last_n = cp.n_ctx;
     if (hm_ctx_create(m, &cp, &c)) goto fail;
-    if (cp.device == HM_DEVICE_CUDA) { /* what the hybrid placement chose */
+    if (hm_ctx_device(c) == HM_DEVICE_CUDA) { /* what the hybrid placement chose */
         char place[512];
         hm_ctx_placement(c, place, sizeof place);
         fprintf(stderr, "hmoe: GPU %d: %s\n", cp.gpu, place);
