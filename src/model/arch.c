@@ -252,7 +252,10 @@ hm_status hm_hparams_write_gguf(hm_gguf_writer *w, const hm_hparams *hp, const c
     T(wkey_u32(w, a, "feed_forward_length",
                hp->arch == HM_ARCH_MIXTRAL ? hp->moe_inter : hp->ffn_inter));
     T(wkey_u32(w, a, "attention.head_count", hp->n_heads));
-    T(wkey_u32(w, a, "attention.head_count_kv", hp->n_kv_heads));
+    /* MLA is written as llama.cpp's converter does: MQA over the latent (one kv head, of
+     * kv_lora + rope), decompressed per head by attn_k_b / attn_v_b */
+    T(wkey_u32(w, a, "attention.head_count_kv",
+               hp->arch == HM_ARCH_DEEPSEEK2 ? 1 : hp->n_kv_heads));
     T(wkey_f32(w, a, "attention.layer_norm_rms_epsilon", hp->norm_eps));
     T(wkey_f32(w, a, "rope.freq_base", hp->rope_theta));
     T(wkey_u32(w, a, "vocab_size", hp->vocab_size));
@@ -547,6 +550,9 @@ hm_status hm_hparams_from_gguf(const hm_gguf *g, hm_hparams *hp) {
         break;
     case HM_ARCH_DEEPSEEK2:
         hp->shared_inter = hp->n_shared_experts * hp->moe_inter;
+        /* head_count_kv is 1 (llama.cpp's MQA view of the latent); each head has its own keys
+         * and values once decompressed, as transformers counts them */
+        hp->n_kv_heads = hp->n_heads;
         break;
     case HM_ARCH_GPTOSS:
         hp->norm_topk_prob = true; /* softmax over the chosen k */
