@@ -35,9 +35,11 @@ typedef struct conv_tensor {
     uint32_t type;       /* output hm_type */
     uint64_t rows, cols; /* of one slab (rows = 1 for 1-D tensors) */
     uint64_t row_bytes;  /* output bytes of one row */
-    uint32_t n_slabs;    /* 1, or n_expert */
-    slab *slabs;         /* [n_slabs], expert order */
+    uint32_t n_slabs;    /* 1, n_expert, or n_heads (MLA's k_b / v_b) */
+    slab *slabs;         /* [n_slabs], expert (head) order */
     uint32_t perm_heads; /* > 0: rows permuted as llama.cpp's q/k (this many heads) */
+    bool transposed;     /* each slab is the transpose of `cols` source rows of `rows` values */
+    bool per_head;       /* slabs are heads, not experts */
 } conv_tensor;
 
 typedef struct name_list {
@@ -146,6 +148,41 @@ static hm_status use_source(conv *c, const hm_st_tensor *t, const char *gguf, co
     return mark_used(c, t);
 }
 
+/* MLA's attn_k_b / attn_v_b from kv_b_proj [heads * (nope + v)][kv_lora], seen as
+ * [heads][nope + v][kv_lora] (llama.cpp's DeepseekV2Model.modify_tensors): slab h of k_b is head
+ * h's nope rows transposed (ne [nope, kv_lora, heads]), of v_b its v rows (ne [kv_lora, v,
+ * heads]). */
+static hm_status resolve_kv_b(conv *c, conv_tensor *ct, const hm_name_map *m, uint32_t layer) {
+    const hm_tensor_spec *s = ct->spec;
+    const uint64_t nh = c->hp.n_heads, kvl = c->hp.kv_lora_rank;
+    const uint64_t nope = c->hp.qk_nope_head_dim, vd = c->hp.v_head_dim;
+    const bool k = (m->flags & HM_MAP_KV_B_K) != 0;
+    if (s->n_dims != 3 || s->ne[0] != (k ? nope : kvl) || s->ne[1] != (k ? kvl : vd) ||
+        s->ne[2] != nh)
+        return hm_errorf(HM_ERR_INTERNAL, "convert: '%s' is not a per-head slab of kv_b", s->name);
+    ct->cols = s->ne[0];
+    ct->rows = s->ne[1];
+    ct->n_slabs = (uint32_t)nh;
+    ct->transposed = k;
+    ct->per_head = true;
+    ct->slabs = calloc(ct->n_slabs, sizeof *ct->slabs);
+    if (!ct->slabs) return hm_errorf(HM_ERR_NO_MEMORY, "convert: out of memory");
+    char name[NAME_MAX_HF];
+    hm_hf_name(m->hf, layer, 0, name, sizeof name);
+    const hm_st_tensor *t = hm_st_find(c->st, name);
+    if (!t) {
+        list_add(&c->missing, name);
+        return HM_OK;
+    }
+    const int64_t want[2] = {(int64_t)(nh * (nope + vd)), (int64_t)kvl};
+    const hm_st_tensor *scale;
+    hm_status st = use_source(c, t, s->name, want, 2, &scale);
+    if (st != HM_OK) return st;
+    for (uint64_t h = 0; h < nh; h++)
+        ct->slabs[h] = (slab){t, h * (nope + vd) + (k ? 0 : nope), scale};
+    return HM_OK;
+}
+
 /* Finds the source(s) of one GGUF tensor. Missing sources are listed in c->missing. */
 static hm_status resolve(conv *c, conv_tensor *ct) {
     const hm_tensor_spec *s = ct->spec;
@@ -154,6 +191,7 @@ static hm_status resolve(conv *c, conv_tensor *ct) {
     if (!m)
         return hm_errorf(HM_ERR_INTERNAL, "convert: no Hugging Face name for '%s' (%s)", s->name,
                          c->hp.model_type);
+    if (m->flags & (HM_MAP_KV_B_K | HM_MAP_KV_B_V)) return resolve_kv_b(c, ct, m, layer);
     bool experts = (m->flags & HM_MAP_EXPERTS) != 0;
     if (experts != (s->n_dims == 3))
         return hm_errorf(HM_ERR_INTERNAL, "convert: '%s' has %u dims but is%s per expert", s->name,
@@ -319,6 +357,26 @@ static uint64_t source_row(const conv_tensor *ct, uint64_t r) {
     return h * hd + (i % 2) * (hd / 2) + i / 2;
 }
 
+/* Output row r of a transposed slab: column r of its ct->cols source rows (of ct->rows values),
+ * as the source's bytes (raw) or as floats in tmp. */
+static void gather_column(const conv_tensor *ct, const slab *sl, uint64_t r, bool raw, uint8_t *out,
+                          float *tmp) {
+    const hm_st_tensor *src = sl->src;
+    const size_t es = hm_st_dtype_size(src->dtype);
+    for (uint64_t i = 0; i < ct->cols; i++) {
+        const uint64_t row = sl->row0 + i;
+        const uint8_t *in = (const uint8_t *)src->data + (row * ct->rows + r) * es;
+        if (raw)
+            memcpy(out + i * es, in, es);
+        else if (sl->scale)
+            tmp[i] = hm_fp8_e4m3_to_f32(*in) *
+                     hm_st_scale_at(sl->scale,
+                                    (size_t)(row / 128 * (uint64_t)sl->scale->shape[1] + r / 128));
+        else
+            widen(src->dtype, in, tmp + i, 1);
+    }
+}
+
 typedef struct chunk_job {
     const conv_tensor *ct;
     const slab *sl;
@@ -341,17 +399,22 @@ static void chunk_task(int ith, int nth, void *arg) {
              hi = n * (uint64_t)(ith + 1) / (uint64_t)nth;
     for (uint64_t i = lo; i < hi; i++) {
         uint64_t r = j->r0 + i;
-        const uint8_t *in =
-            (const uint8_t *)src->data + (j->sl->row0 + source_row(ct, r)) * ct->cols * es;
         uint8_t *out = j->out + i * ct->row_bytes;
-        if (raw) {
-            memcpy(out, in, ct->cols * es);
-            continue;
+        if (ct->transposed) {
+            gather_column(ct, j->sl, r, raw, out, tmp);
+            if (raw) continue;
+        } else {
+            const uint64_t row = j->sl->row0 + source_row(ct, r);
+            const uint8_t *in = (const uint8_t *)src->data + row * ct->cols * es;
+            if (raw) {
+                memcpy(out, in, ct->cols * es);
+                continue;
+            }
+            if (j->sl->scale)
+                widen_fp8(in, j->sl->scale, row, tmp, ct->cols);
+            else
+                widen(src->dtype, in, tmp, ct->cols);
         }
-        if (j->sl->scale)
-            widen_fp8(in, j->sl->scale, j->sl->row0 + source_row(ct, r), tmp, ct->cols);
-        else
-            widen(src->dtype, in, tmp, ct->cols);
         hm_status st = narrow(ct->type, tmp, out, ct->cols);
         if (st != HM_OK) {
             j->st[ith] = st;
@@ -416,12 +479,13 @@ static hm_status convert_chunk(writer_ctx *x, const conv_tensor *ct, const slab 
         if (x->st[i] == HM_OK) continue;
         char expert[32] = "";
         if (ct->n_slabs > 1)
-            snprintf(expert, sizeof expert, "expert %u, ", (unsigned)(sl - ct->slabs));
+            snprintf(expert, sizeof expert, "%s %u, ", ct->per_head ? "head" : "expert",
+                     (unsigned)(sl - ct->slabs));
         return hm_errorf(x->st[i], "tensor '%s' (from '%s'): %s%s", ct->spec->name, sl->src->name,
                          expert, x->msg[i]);
     }
     if (wst != HM_OK) return wst;
-    if (!ct->perm_heads) { /* these source rows are done with */
+    if (!ct->perm_heads && !ct->transposed) { /* these source rows are done with */
         size_t row = ct->cols * hm_st_dtype_size(sl->src->dtype);
         release_pages((const uint8_t *)sl->src->data + (sl->row0 + r0) * row, (r1 - r0) * row);
     }
@@ -434,9 +498,11 @@ static hm_status write_tensor(writer_ctx *x, const conv_tensor *ct) {
     for (uint32_t e = 0; e < ct->n_slabs && st == HM_OK; e++) {
         const slab *sl = &ct->slabs[e];
         const size_t es = hm_st_dtype_size(sl->src->dtype);
-        const uint8_t *data = (const uint8_t *)sl->src->data + sl->row0 * ct->cols * es;
+        const uint64_t src_cols = ct->transposed ? ct->rows : ct->cols;
+        const uint8_t *data = (const uint8_t *)sl->src->data + sl->row0 * src_cols * es;
         const uint64_t src_bytes = ct->rows * ct->cols * es;
-        if ((uint32_t)st_hm_type(sl->src->dtype) == ct->type && !ct->perm_heads) {
+        if ((uint32_t)st_hm_type(sl->src->dtype) == ct->type && !ct->perm_heads &&
+            !ct->transposed) {
             st = flush_pending(x); /* same bytes: straight from the mapping, a chunk at a time */
             for (uint64_t off = 0; off < src_bytes && st == HM_OK; off += CHUNK_BYTES) {
                 uint64_t len = src_bytes - off < CHUNK_BYTES ? src_bytes - off : CHUNK_BYTES;
@@ -587,13 +653,9 @@ hm_status hm_convert_hf(const char *hf_path, const char *out_path, const hm_conv
     memset(&c, 0, sizeof c);
     c.path = hf_path;
     if ((st = hm_hparams_from_hf_config(hf_path, &c.hp)) != HM_OK) return st;
-    /* MLA: llama.cpp's layout splits kv_b_proj into the transposed attn_k_b and attn_v_b, which
-     * the converter does not derive yet (hmoe runs the HF directory itself) */
-    if (!(c.names = hm_arch_names_find(c.hp.arch)) || c.hp.kv_lora_rank)
-        return hm_errorf(HM_ERR_UNSUPPORTED,
-                         "%s: convert does not handle %s yet (supported: qwen3_moe, qwen2_moe, "
-                         "mixtral, glm4_moe; hmoe runs a %s Hugging Face directory as it is)",
-                         hf_path, c.hp.model_type, c.hp.model_type);
+    if (!(c.names = hm_arch_names_find(c.hp.arch)))
+        return hm_errorf(HM_ERR_UNSUPPORTED, "%s: convert does not handle %s yet (supported: %s)",
+                         hf_path, c.hp.model_type, hm_arch_list(HM_ARCH_NAMED));
     if ((st = hm_st_open(hf_path, &c.st)) != HM_OK) return st;
 
     /* KEEP: plan with F32 as a placeholder; assign_types puts the source dtype in */

@@ -10,7 +10,8 @@
  *     if (hm_convert_hf("/models/Qwen3-30B-A3B", "qwen3-30b.gguf", &p, &stats) != HM_OK)
  *         fprintf(stderr, "%s\n", hm_last_error());
  *
- * Architectures: qwen3_moe, qwen2_moe, mixtral and glm4_moe (HF model_type). Each has a table
+ * Architectures: qwen3_moe, qwen2_moe, mixtral, glm4_moe and deepseek_v2 / deepseek_v3 /
+ * kimi_k2 (HF model_type; hm_arch_list(HM_ARCH_NAMED)). Each has a table
  * mapping llama.cpp's GGUF names to the Hugging Face ones (its src/model/arch/ file); adding one
  * means adding a table. Routed experts may be one tensor per expert
  * (mlp.experts.E.gate_proj.weight,
@@ -18,6 +19,9 @@
  * down_proj; either way they are
  * stacked into llama.cpp's 3-D ffn_*_exps (ne = [cols, rows, n_expert], expert E the E-th slab).
  * Mixtral's q/k rows are permuted as llama.cpp's convert_hf_to_gguf.py does (Qwen's are not).
+ * DeepSeek's kv_b_proj is split as llama.cpp's DeepseekV2Model does: per head, its nope rows
+ * transposed become attn_k_b (ne = [nope, kv_lora, n_head]) and its v rows attn_v_b (ne =
+ * [kv_lora, v, n_head]); no attn_kv_b is written, and head_count_kv is 1 (MQA over the latent).
  *
  * Checked before the output file is created: config.json parses (hm_hparams_from_hf_config);
  * every tensor of hm_arch_tensor_plan has its source tensor(s) with the expected shape and dtype

@@ -15,6 +15,11 @@ enum {
     HM_MAP_EXPERTS = 1,   /* one HF tensor per expert: "%u" in hf is the expert index */
     HM_MAP_PERMUTE_Q = 2, /* llama.cpp's LlamaModel.permute of q rows (n_heads) */
     HM_MAP_PERMUTE_K = 4, /* the same for k (n_kv_heads) */
+    /* MLA: one head's slab of kv_b_proj [heads * (nope + v)][kv_lora], split as llama.cpp's
+     * DeepseekV2Model.modify_tensors does: attn_k_b takes the nope rows transposed, attn_v_b
+     * the v rows (converter only: the loader reads kv_b_proj as attn_kv_b) */
+    HM_MAP_KV_B_K = 8,
+    HM_MAP_KV_B_V = 16,
 };
 
 typedef struct hm_name_map {

@@ -17,7 +17,8 @@ hm_status hm_deepseek2_build(const hm_model *m, const hm_layer *layers, hm_graph
 }
 
 /* llama.cpp's deepseek2 names <-> transformers'. attn_kv_b is the older GGUFs' (and HF's)
- * kv_b_proj; current llama.cpp GGUFs split it into attn_k_b / attn_v_b (model.c reads either). */
+ * kv_b_proj, which the loader reads from an HF directory; current llama.cpp GGUFs split it into
+ * attn_k_b / attn_v_b (model.c reads either), which the converter writes. */
 static const hm_name_map deepseek2_layer[] = {
     {"attn_norm.weight", "input_layernorm.weight", 0, NULL, 0, 0},
     {"ffn_norm.weight", "post_attention_layernorm.weight", 0, NULL, 0, 0},
@@ -28,6 +29,8 @@ static const hm_name_map deepseek2_layer[] = {
     {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", 0, NULL, 0, 0},
     {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", 0, NULL, 0, 0},
     {"attn_kv_b.weight", "self_attn.kv_b_proj.weight", 0, NULL, 0, 0},
+    {"attn_k_b.weight", "self_attn.kv_b_proj.weight", HM_MAP_KV_B_K, NULL, 0, 0},
+    {"attn_v_b.weight", "self_attn.kv_b_proj.weight", HM_MAP_KV_B_V, NULL, 0, 0},
     {"attn_output.weight", "self_attn.o_proj.weight", 0, NULL, 0, 0},
     HM_NAMES_MLP_EXPERTS,
     HM_NAMES_SHARED_EXPERTS,
