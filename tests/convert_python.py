@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Cross-checks `hmoe convert` with llama.cpp's own Python package (pip: gguf, numpy):
 1. tensor names from gguf.TensorNameMap (the table convert_hf_to_gguf.py maps with), experts
-   stacked and Mixtral's q/k rows permuted the way convert_hf_to_gguf.py does it, values compared
-   exactly (kept dtypes, F16 casts) or byte for byte against gguf.quants.quantize (Q8_0);
+   stacked, Mixtral's q/k rows permuted and DeepSeek's kv_b_proj split into attn_k_b / attn_v_b
+   the way convert_hf_to_gguf.py does it, values compared exactly (kept dtypes, F16 casts) or
+   byte for byte against gguf.quants.quantize (Q8_0);
 2. the metadata keys llama.cpp reads, against config.json;
 3. gguf.GGUFReader reads every file: tiny models written here (qwen3_moe with a dense layer,
    qwen2_moe, mixtral) and every transformers checkpoint under tests/data/ (qwen3moe, qwen2moe,
-   glm4moe, mixtral).
+   glm4moe, mixtral, deepseek).
 Usage: convert_python.py HMOE_BINARY"""
 import glob
 import json
@@ -197,7 +198,9 @@ def tiny_model(d, model_type, dtype, rng):
 # ---- what llama.cpp's convert_hf_to_gguf.py would write ----------------------------------------
 
 ARCHS = {"qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
-         "mixtral": gguf.MODEL_ARCH.LLAMA, "glm4_moe": gguf.MODEL_ARCH.GLM4_MOE}
+         "mixtral": gguf.MODEL_ARCH.LLAMA, "glm4_moe": gguf.MODEL_ARCH.GLM4_MOE,
+         "deepseek_v2": gguf.MODEL_ARCH.DEEPSEEK2, "deepseek_v3": gguf.MODEL_ARCH.DEEPSEEK2,
+         "kimi_k2": gguf.MODEL_ARCH.DEEPSEEK2}
 EXPERT = re.compile(r"^(model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts)\.(\d+)\.(\w+)\.weight$")
 
 
@@ -208,6 +211,17 @@ def permute(w, n_head, n_head_kv):  # convert_hf_to_gguf.py LlamaModel.permute
             .swapaxes(1, 2).reshape(w.shape))
 
 
+def split_kv_b(cfg, name, a):
+    """convert_hf_to_gguf.py DeepseekV2Model.modify_tensors: kv_b_proj viewed as
+    [n_head_kv, nope + v, kv_lora], split on the middle axis, k_b transposed."""
+    n_head_kv, vd, nope = cfg["num_key_value_heads"], cfg["v_head_dim"], cfg["qk_nope_head_dim"]
+    check(a.shape[0] == n_head_kv * (vd + nope), f"{name}: shape {a.shape}")
+    kv_b = a.reshape(n_head_kv, vd + nope, a.shape[-1])
+    k_b, v_b = kv_b[:, :nope], kv_b[:, nope:]
+    return {name.replace("kv_b_proj", "k_b_proj"): np.ascontiguousarray(k_b.transpose(0, 2, 1)),
+            name.replace("kv_b_proj", "v_b_proj"): np.ascontiguousarray(v_b)}
+
+
 def expected_tensors(cfg, hf):
     """GGUF name -> float32 array (HF order), as convert_hf_to_gguf.py builds them."""
     arch = ARCHS[cfg["model_type"]]
@@ -215,6 +229,9 @@ def expected_tensors(cfg, hf):
     tmap = gguf.get_tensor_name_map(arch, n)
     generic = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n)  # dense MLP of mlp_only_layers
     experts, out = {}, {}
+    hf = dict(hf)
+    for name in [k for k in hf if k.endswith("kv_b_proj.weight")]:
+        hf.update(split_kv_b(cfg, name, hf.pop(name)))
     for name, a in hf.items():
         m = EXPERT.match(name)
         if m:  # stacked per layer and projection, in expert order
@@ -280,8 +297,7 @@ def check_file(label, gguf_path, hf_dir, qtype=None):
 
     # metadata llama.cpp reads
     arch = r.fields["general.architecture"].contents()
-    check(arch == {"mixtral": "llama"}.get(cfg["model_type"], cfg["model_type"].replace("_", "")),
-          f"{label}: architecture {arch}")
+    check(arch == gguf.MODEL_ARCH_NAMES[ARCHS[cfg["model_type"]]], f"{label}: architecture {arch}")
     rope = cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta"))
     n_exp = cfg.get("num_experts", cfg.get("num_local_experts"))
     keys = {"block_count": cfg["num_hidden_layers"], "embedding_length": cfg["hidden_size"],
@@ -313,11 +329,58 @@ def check_file(label, gguf_path, hf_dir, qtype=None):
         keys["attention.value_length"] = cfg["head_dim"]
         prf = cfg.get("partial_rotary_factor", (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", 0.5))
         keys["rope.dimension_count"] = int(cfg["head_dim"] * prf)
+    if arch == "deepseek2":  # convert_hf_to_gguf.py DeepseekV2Model.set_gguf_parameters
+        deepseek_keys(cfg, keys)
+        # written only when true by llama.cpp (false is its default); hmoe always writes it
+        f = r.fields.get(f"{arch}.expert_weights_norm")
+        norm = bool(cfg.get("norm_topk_prob", False))
+        check((f is None and not norm) or (f is not None and f.contents() == norm),
+              f"{label}: expert_weights_norm = {f.contents() if f else None}, want {norm}")
+        # 0.1 * mscale_all_dim: llama.cpp multiplies in double, hmoe in float (1 ulp apart)
+        rope_p = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+        if rope_p.get("rope_type", rope_p.get("type")) == "yarn" and rope_p.get("mscale_all_dim"):
+            f = r.fields.get(f"{arch}.rope.scaling.yarn_log_multiplier")
+            want = np.float32(0.1 * rope_p["mscale_all_dim"])
+            check(f is not None and np.isclose(f.contents(), want, rtol=1e-6, atol=0),
+                  f"{label}: rope.scaling.yarn_log_multiplier = {f.contents() if f else None}, "
+                  f"want {want}")
     for k, v in keys.items():
         f = r.fields.get(f"{arch}.{k}")
         check(f is not None and f.contents() == v,
               f"{label}: {arch}.{k} = {f.contents() if f else None}, want {v}")
     return len(got)
+
+
+def deepseek_keys(cfg, keys):
+    rope_p = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    kvl, rope, nope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"], cfg["qk_nope_head_dim"]
+    keys.pop("expert_count")
+    keys.update({
+        "attention.head_count_kv": 1,  # MLA as MQA over the latent
+        "expert_count": cfg["n_routed_experts"],
+        "leading_dense_block_count": cfg["first_k_dense_replace"],
+        "vocab_size": cfg["vocab_size"],
+        "attention.kv_lora_rank": kvl,
+        "attention.key_length": kvl + rope,
+        "attention.value_length": kvl,
+        "attention.key_length_mla": nope + rope,
+        "attention.value_length_mla": cfg["v_head_dim"],
+        "expert_shared_count": cfg["n_shared_experts"],
+        "expert_weights_scale": np.float32(cfg["routed_scaling_factor"]),
+        "rope.dimension_count": rope})
+    if cfg.get("q_lora_rank") is not None:
+        keys["attention.q_lora_rank"] = cfg["q_lora_rank"]
+    # V3 and Kimi-K2 route by sigmoid (llama.cpp: expert_gating_func 2, else softmax)
+    sigmoid = cfg.get("scoring_func", "sigmoid" if cfg["model_type"] != "deepseek_v2" else
+                      "softmax") == "sigmoid"
+    keys["expert_gating_func"] = 2 if sigmoid else 1
+    if (cfg.get("n_group") or 1) > 1:
+        keys["expert_group_count"] = cfg["n_group"]
+        keys["expert_group_used_count"] = cfg["topk_group"]
+    if rope_p.get("rope_type", rope_p.get("type")) == "yarn":
+        keys["rope.scaling.type"] = "yarn"
+        keys["rope.scaling.factor"] = np.float32(rope_p["factor"])
+        keys["rope.scaling.original_context_length"] = rope_p["original_max_position_embeddings"]
 
 
 def convert(binary, hf_dir, out, *args):
@@ -339,6 +402,7 @@ def main(binary):
         for d in sorted(glob.glob(os.path.join(ROOT, "tests", "data", "qwen3moe", "*")) +
                         glob.glob(os.path.join(ROOT, "tests", "data", "qwen2moe", "*")) +
                         glob.glob(os.path.join(ROOT, "tests", "data", "glm4moe", "*")) +
+                        glob.glob(os.path.join(ROOT, "tests", "data", "deepseek", "*")) +
                         glob.glob(os.path.join(ROOT, "tests", "data", "mixtral", "*"))):
             if not os.path.exists(os.path.join(d, "config.json")):
                 continue

@@ -1,10 +1,12 @@
 /* test_convert.c - `hmoe convert` (hm_convert_hf) on tiny Hugging Face models written here: every
  * GGUF tensor is compared with what the safetensors hold, mapped by this file's own reading of
- * llama.cpp's convert_hf_to_gguf.py (names, expert stacking, Mixtral's q/k permutation) and
- * converted by the reference quantizers; hyper-parameters read back from the GGUF equal the ones
- * from config.json; every malformed model fails with a message naming the tensor and leaves no
- * file. Real checkpoints in tests/data/qwen3moe/<name>/ (transformers-written) are converted and
- * checked the same way. tests/convert_python.py checks names and values with the gguf package.
+ * llama.cpp's convert_hf_to_gguf.py (names, expert stacking, Mixtral's q/k permutation,
+ * DeepSeek's kv_b split) and converted by the reference quantizers; hyper-parameters read back
+ * from the GGUF equal the ones from config.json; every malformed model fails with a message naming
+ * the tensor and leaves no file. Real checkpoints in tests/data/qwen3moe/<name>/ and
+ * tests/data/deepseek/<name>/ (transformers-written) are converted and checked the same way, and
+ * run from the GGUF to the same logits as from their directory. tests/convert_python.py checks
+ * names and values with the gguf package.
  * HMOE_TEST_VERBOSE=1 prints each expected error message. */
 #include <dirent.h>
 #include <errno.h>
@@ -370,6 +372,16 @@ static bool hf_to_gguf(const char *hf, char *gguf, size_t cap, int *expert, int 
         {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
         {"mlp.experts.gate_up_proj", "ffn_gate_up_exps.weight"}, /* split by the caller */
         {"mlp.experts.down_proj", "ffn_down_exps.weight"},
+        /* DeepSeek (kv_b_proj: kv_b_split) */
+        {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
+        {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+        {"self_attn.q_b_proj.weight", "attn_q_b.weight"},
+        {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+        {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+        {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+        {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+        {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+        {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
     };
     *expert = -1;
     *fused_parts = 0;
@@ -432,6 +444,46 @@ static bool widen_fp8(const hm_safetensors *st, const hm_st_tensor *t, float *ou
     return true;
 }
 
+/* llama.cpp's DeepseekV2Model.modify_tensors: kv_b_proj [heads * (nope + v)][kv_lora] viewed as
+ * [heads][nope + v][kv_lora] and split on the middle axis; attn_k_b is the nope part transposed
+ * to [heads][kv_lora][nope], attn_v_b the v part [heads][v][kv_lora]. Fills want (gt's [slabs]
+ * [rows][cols]) and *dt from the layer's kv_b_proj; false when gt is neither. */
+static bool kv_b_split(const char *what, const hm_safetensors *st, const hm_gguf_tensor *gt,
+                       float *want, hm_st_dtype *dt) {
+    unsigned il;
+    char part[8] = "", name[96];
+    int end = 0;
+    if (sscanf(gt->name, "blk.%u.attn_%1[kv]_b.weight%n", &il, part, &end) != 2 || !end ||
+        gt->name[end])
+        return false;
+    const bool k = part[0] == 'k';
+    snprintf(name, sizeof name, "model.layers.%u.self_attn.kv_b_proj.weight", il);
+    const hm_st_tensor *t = hm_st_find(st, name);
+    const uint64_t heads = gt->ne[2], cols = gt->ne[0], rows = gt->ne[1];
+    const uint64_t kvl = k ? rows : cols;
+    CHECK_MSG(t && t->n_dims == 2 && heads > 0 && (uint64_t)t->shape[1] == kvl &&
+                  t->shape[0] % (int64_t)heads == 0,
+              "%s: %s has no kv_b_proj [heads * (nope + v), %llu]", what, gt->name,
+              (unsigned long long)kvl);
+    if (!t || t->n_dims != 2 || !heads || (uint64_t)t->shape[1] != kvl ||
+        t->shape[0] % (int64_t)heads)
+        return true;
+    const uint64_t per = (uint64_t)t->shape[0] / heads, nope = k ? cols : per - rows;
+    float *kv = malloc(sizeof(float) * (size_t)t->n_elements);
+    if (t->dtype == HM_ST_F8_E4M3)
+        CHECK_MSG(widen_fp8(st, t, kv), "%s: %s has no F32 scales", what, t->name);
+    else
+        widen(t, 0, kv, (size_t)t->n_elements);
+    *dt = t->dtype;
+    for (uint64_t h = 0; h < heads; h++)
+        for (uint64_t r = 0; r < rows; r++)
+            for (uint64_t c = 0; c < cols; c++)
+                want[(h * rows + r) * cols + c] =
+                    k ? kv[(h * per + c) * kvl + r] : kv[(h * per + nope + r) * kvl + c];
+    free(kv);
+    return true;
+}
+
 typedef struct want_types {
     int dense, experts; /* hm_type or HM_CONVERT_KEEP */
 } want_types;
@@ -459,7 +511,9 @@ static void check_tensors(const char *what, const hm_gguf *g, const char *hf_dir
         float *want = malloc(n * sizeof(float));
         uint8_t *filled = calloc(slabs, 1);
         hm_st_dtype src_dt = HM_ST_F32;
-        for (size_t i = 0; i < hm_st_n_tensors(st); i++) {
+        const bool split = kv_b_split(what, st, gt, want, &src_dt);
+        if (split) memset(filled, 1, slabs);
+        for (size_t i = 0; i < hm_st_n_tensors(st) && !split; i++) {
             const hm_st_tensor *t = hm_st_tensor_at(st, i);
             char name[96];
             int e, parts;
@@ -840,13 +894,14 @@ static void test_errors(void) {
     char cfg[256];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     size_t n;
-    char *ds = slurp(HMOE_SOURCE_DIR "/tests/data/model_configs/DeepSeek-V2-Lite/config.json", &n);
-    CHECK(ds != NULL);
-    if (ds) write_bytes(cfg, ds, n);
-    free(ds);
+    char *gc = slurp(HMOE_SOURCE_DIR "/tests/data/model_configs/gpt-oss-20b/config.json", &n);
+    CHECK(gc != NULL);
+    if (gc) write_bytes(cfg, gc, n);
+    free(gc);
     CHECK_STATUS(hm_convert_hf(dir, out, NULL, NULL), HM_ERR_UNSUPPORTED);
-    CHECK_CONTAINS(hm_last_error(), "deepseek");
+    CHECK_CONTAINS(hm_last_error(), "gpt_oss");
     CHECK_CONTAINS(hm_last_error(), "qwen3_moe");
+    CHECK_CONTAINS(hm_last_error(), "deepseek_v2");
     CHECK_STATUS(hm_convert_hf("/nonexistent/model", out, NULL, NULL), HM_ERR_NOT_FOUND);
     CHECK(!file_exists(out));
     hm_log_set_level(HM_LOG_WARN);
@@ -1057,12 +1112,13 @@ static void check_logits(const char *what, const char *hf_dir, const char *gguf_
     unlink(b);
 }
 
-static void test_fixtures(void) {
-    const char *root = HMOE_SOURCE_DIR "/tests/data/qwen3moe";
+static int convert_fixtures(const char *sub, hm_arch arch) {
+    char root[256];
+    snprintf(root, sizeof root, "%s/tests/data/%s", HMOE_SOURCE_DIR, sub);
     DIR *d = opendir(root);
     if (!d) {
         printf("test_convert: no %s, real checkpoints not checked\n", root);
-        return;
+        return 0;
     }
     struct dirent *e;
     int n = 0;
@@ -1072,18 +1128,26 @@ static void test_fixtures(void) {
         snprintf(cfg, sizeof cfg, "%s/config.json", dir);
         if (e->d_name[0] == '.' || !file_exists(cfg)) continue;
         char what[600];
-        snprintf(what, sizeof what, "fixture %s", e->d_name);
-        const char *out = convert_check(what, dir, &k_keep, HM_ARCH_QWEN3MOE, "fixture.gguf");
+        snprintf(what, sizeof what, "fixture %s/%s", sub, e->d_name);
+        const char *out = convert_check(what, dir, &k_keep, arch, "fixture.gguf");
         /* FP8 weights become BF16 (fp8 * scale rounded to 8 bits): close, not identical
          * (measured on q_fp8's 23-token prompt: KL mean 1.8e-3, 22 of 23 argmaxes equal) */
         check_logits(what, dir, out, strstr(e->d_name, "fp8") ? 5e-3 : 0);
-        snprintf(what, sizeof what, "fixture %s q8_0", e->d_name);
-        convert_check(what, dir, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q4_K}, HM_ARCH_QWEN3MOE,
-                      "fixture_q.gguf");
+        snprintf(what, sizeof what, "fixture %s/%s q8_0", sub, e->d_name);
+        convert_check(what, dir, &(want_types){HM_TYPE_Q8_0, HM_TYPE_Q4_K}, arch, "fixture_q.gguf");
         n++;
     }
     closedir(d);
-    printf("test_convert: %d transformers checkpoints converted\n", n);
+    return n;
+}
+
+/* transformers' checkpoints: Qwen3-MoE (tests/gen/qwen3moe_fixtures.py) and DeepSeek-V2/V3
+ * (deepseek_fixtures.py: MLA's kv_b_proj split into attn_k_b / attn_v_b) */
+static void test_fixtures(void) {
+    const int nq = convert_fixtures("qwen3moe", HM_ARCH_QWEN3MOE);
+    const int nd = convert_fixtures("deepseek", HM_ARCH_DEEPSEEK2);
+    printf("test_convert: %d transformers checkpoints converted (%d qwen3moe, %d deepseek)\n",
+           nq + nd, nq, nd);
 }
 
 int main(void) {

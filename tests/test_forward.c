@@ -936,10 +936,16 @@ int main(void) {
     check_converted("qwen2moe/b", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
     check_converted("glm4moe/a", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
     check_converted("glm4moe/b", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
+    /* DeepSeek as llama.cpp writes it: kv_b_proj split into attn_k_b / attn_v_b per head */
+    check_converted("deepseek/v3a", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
+    check_converted("deepseek/v3b", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
+    check_converted("deepseek/v2a", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
     /* quantized to Q8_0 (their rows are 32-wide: the K-quants need 256): docs/models.md's bounds */
     check_converted("mixtral/a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_converted("qwen2moe/a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_converted("glm4moe/b", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
+    check_converted("deepseek/v3a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
+    check_converted("deepseek/v2a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     /* quantized (model q has 256-wide rows): KL bounds of docs/models.md */
     check_converted("q", HM_TYPE_F16, HM_CONVERT_SAME, 0, 1e-9, 1e-9);
     check_converted("q", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
