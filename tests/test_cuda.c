@@ -48,7 +48,7 @@ static void check_ctx_refused(void) {
  * HMOE_DEVICE decides instead */
 static void check_auto(bool gpu) {
     static const char *const paths[] = {HMOE_SOURCE_DIR "/tests/data/qwen3moe/a",
-                                        HMOE_SOURCE_DIR "/tests/data/gptoss/a/model.gguf"};
+                                        HMOE_SOURCE_DIR "/tests/data/deepseek/v2a"};
     for (int i = 0; i < 2; i++) {
         hm_model *m = NULL;
         CHECK_OK(hm_model_load(paths[i], &m));
@@ -59,7 +59,7 @@ static void check_auto(bool gpu) {
         hm_ctx *c = NULL;
         unsetenv("HMOE_DEVICE");
         CHECK_OK(hm_ctx_create(m, &cp, &c));
-        /* gpt-oss's sinks and clamped experts have no GPU kernels: the CPU */
+        /* DeepSeek's latent attention has no GPU kernel: the CPU */
         if (c) CHECK(hm_ctx_device(c) == (gpu && i == 0 ? HM_DEVICE_CUDA : HM_DEVICE_CPU));
         hm_ctx_free(c), c = NULL;
         setenv("HMOE_DEVICE", "cpu", 1);
@@ -551,17 +551,49 @@ static void check_norm_glu_router(void) {
             worst = fmax(worst, fabs(y[i * H + d] - ref[rows[i] * H + d]) /
                                     (fabs(ref[rows[i] * H + d]) + 1e-6));
     CHECK_MSG(worst <= 1e-6, "gathered rmsnorm: error %.3g", worst);
-    /* silu(g) * u against the twin */
-    CU(hm_cu_silu_mul(dx, H, da, H, N, H - 7, 0));
-    host_copy(y, dx, sizeof y);
-    worst = 0;
-    for (int i = 0; i < N; i++)
-        for (int d = 0; d < H; d++) {
-            const float xr = x[i * H + d] + add[i * H + d];
-            const float r = d < H - 7 ? hm_hd_silu_mul(xr, add[i * H + d]) : xr;
-            worst = fmax(worst, fabs(y[i * H + d] - r) / (fabs(r) + 1e-6));
+    /* the GLU of every activation against the twin (hm_hd_glu), on the stream x + add */
+    for (int act = 0; act < 3; act++) {
+        float xs[N * H];
+        for (int i = 0; i < N * H; i++) xs[i] = (x[i] + add[i]) * (act == 2 ? 4.0f : 1.0f);
+        cudaMemcpy(dx, xs, sizeof xs, cudaMemcpyHostToDevice);
+        CU(hm_cu_glu(dx, H, da, H, N, H - 7, act, 1.702f, 7.0f, 0));
+        host_copy(y, dx, sizeof y);
+        worst = 0;
+        for (int i = 0; i < N; i++)
+            for (int d = 0; d < H; d++) {
+                const float xr = xs[i * H + d];
+                const float r = d < H - 7 ? hm_hd_glu(act, xr, add[i * H + d], 1.702f, 7.0f) : xr;
+                worst = fmax(worst, fabs(y[i * H + d] - r) / (fabs(r) + 1e-6));
+            }
+        CHECK_MSG(worst <= 1e-6, "glu (act %d): error %.3g", act, worst);
+    }
+    CHECK(hm_cu_glu(dx, H, da, H, N, H, 3, 0, 0, 0) == cudaErrorInvalidValue);
+    /* the experts' biases: pairs in order and at places, experts on the CPU (-1) untouched */
+    {
+        enum { NP = 6, C = 40, NE = 3 };
+        const int32_t ids[NP] = {2, -1, 0, 1, -1, 2}, pos_of[NP] = {5, 0, 3, 1, 4, 2};
+        float yb[NP * C], b[NE * C], yo[NP * C];
+        for (int i = 0; i < NP * C; i++) yb[i] = rndf();
+        for (int i = 0; i < NE * C; i++) b[i] = rndf();
+        float *dyb = dev_copy(yb, sizeof yb), *dbb = dev_copy(b, sizeof b);
+        int32_t *did = dev_copy(ids, sizeof ids), *dpo = dev_copy(pos_of, sizeof pos_of);
+        for (int placed = 0; placed < 2; placed++) {
+            cudaMemcpy(dyb, yb, sizeof yb, cudaMemcpyHostToDevice);
+            CU(hm_cu_expert_bias(dyb, C, placed ? dpo : NULL, did, NP, dbb, C, 0));
+            host_copy(yo, dyb, sizeof yo);
+            int bad = 0;
+            for (int p = 0; p < NP; p++) {
+                const int r = placed ? pos_of[p] : p;
+                for (int j = 0; j < C; j++)
+                    bad += yo[r * C + j] !=
+                           (ids[p] < 0 ? yb[r * C + j] : yb[r * C + j] + b[ids[p] * C + j]);
+            }
+            CHECK_MSG(bad == 0, "experts' biases (%s): %d wrong", placed ? "placed" : "in order",
+                      bad);
         }
-    CHECK_MSG(worst <= 1e-6, "silu * up: error %.3g", worst);
+        CU(hm_cu_expert_bias(dyb, C, NULL, did, NP, NULL, C, 0)); /* no bias: nothing */
+        cudaFree(dyb), cudaFree(dbb), cudaFree(did), cudaFree(dpo);
+    }
     /* softmax top-k: the CPU router's ids, its weights to float rounding */
     static const int es[] = {128, 60, 8};
     for (size_t t = 0; t < 3; t++) {
@@ -610,7 +642,8 @@ static void check_norm_glu_router(void) {
 
 /* q/k norms, rope and the cache store, then attention, against the CPU's ops and a double
  * softmax: a prompt of P tokens in batches of `chunk` on sequence 1 of 2 */
-static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, bool f16) {
+static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, bool f16, int window,
+                            bool sinks) {
     const int qd = nh * hd, kd = nkv * hd, L = 2, S = 2, il = 1, sq = 1;
     const bool inter = hd == 72; /* that case with the interleaved rotation (GGUF Mixtral) */
     const int64_t ctx = P + 3;
@@ -620,6 +653,9 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
     for (int i = 0; i < P * qd; i++) q[i] = rndf();
     for (int i = 0; i < P * kd; i++) k[i] = rndf(), v[i] = rndf();
     for (int d = 0; d < hd; d++) qn[d] = 1 + 0.3f * rndf(), kn[d] = 1 + 0.3f * rndf();
+    float sk[64]; /* gpt-oss's sink logits, some above every score */
+    for (int h = 0; h < nh; h++) sk[h] = h % 3 == 2 ? 6.0f : rndf() * 2;
+    float *dsk = sinks ? dev_copy(sk, sizeof(float) * (size_t)nh) : NULL;
     hm_rope_inv_freq(inv, rd, 10000.0f);
     for (int p = 0; p < P; p++) hm_rope_cos_sin(p, inv, rd, cs + (size_t)p * rd);
     /* CPU: norms and rotation (hm_rmsnorm, hm_rope_neox) */
@@ -678,7 +714,9 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
                                1.0f / sqrtf((float)hd),
                                dpos + p0,
                                dseq + p0,
-                               il};
+                               il,
+                               dsk,
+                               window};
         /* decode-sized batches through the split kernel too (splits of 256 positions) */
         const int sp = hm_cu_attention_splits(ctx);
         CU(hm_cu_attention(&at, &kv, n, n <= 8 ? dpart : NULL, sp, 0));
@@ -694,9 +732,9 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
     const int g = nh / nkv;
     for (int t = 0; t < P; t += (t < 8 || t > P - 4) ? 1 : 13)
         for (int h = 0; h < nh; h++) {
-            const int kh = h / g;
-            double mx = -INFINITY, sum = 0;
-            for (int p = 0; p <= t; p++) {
+            const int kh = h / g, lo = window && t + 1 > window ? t + 1 - window : 0;
+            double mx = sinks ? sk[h] : -INFINITY, sum = 0;
+            for (int p = lo; p <= t; p++) {
                 double s = 0;
                 for (int d = 0; d < hd; d++) {
                     float kvv = kr[(size_t)p * kd + kh * hd + d];
@@ -706,10 +744,11 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
                 sc[p] = s / sqrt((double)hd);
                 mx = fmax(mx, sc[p]);
             }
-            for (int p = 0; p <= t; p++) sum += exp(sc[p] - mx);
+            if (sinks) sum = exp(sk[h] - mx);
+            for (int p = lo; p <= t; p++) sum += exp(sc[p] - mx);
             for (int d = 0; d < hd; d++) {
                 double o = 0;
-                for (int p = 0; p <= t; p++) {
+                for (int p = lo; p <= t; p++) {
                     float vv = v[(size_t)p * kd + kh * hd + d];
                     if (f16) vv = hm_f16_to_f32(hm_f32_to_f16(vv));
                     o += exp(sc[p] - mx) / sum * vv;
@@ -719,10 +758,11 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
         }
     CHECK_MSG(eq <= 1e-5, "q norm + rope (hd %d, rope %d): error %.3g", hd, rd, eq);
     CHECK_MSG(eo <= (f16 ? 2e-3 : 2e-5),
-              "attention (%d heads, %d kv, hd %d, %d positions, chunks of %d, %s): error %.3g", nh,
-              nkv, hd, P, chunk, f16 ? "f16" : "f32", eo);
+              "attention (%d heads, %d kv, hd %d, %d positions, chunks of %d, %s, window %d%s): "
+              "error %.3g",
+              nh, nkv, hd, P, chunk, f16 ? "f16" : "f32", window, sinks ? ", sinks" : "", eo);
     cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dkk), cudaFree(dvv), cudaFree(dcs),
-        cudaFree(dqn), cudaFree(dkn), cudaFree(dout), cudaFree(dpos), cudaFree(dseq);
+        cudaFree(dqn), cudaFree(dkn), cudaFree(dout), cudaFree(dpos), cudaFree(dseq), cudaFree(dsk);
     free(q), free(k), free(v), free(cs), free(qr), free(kr), free(out), free(qg), free(sc),
         free(pos), free(seq);
 }
@@ -744,10 +784,14 @@ static void check_kernels(void) {
     check_router_sigmoid();
     check_norm_glu_router();
     for (int f16 = 0; f16 < 2; f16++) {
-        check_attention(4, 2, 64, 64, 40, 40, f16);      /* a prompt in one batch */
-        check_attention(8, 1, 72, 32, 300, 7, f16);      /* partial rope, hd not a power of 2 */
-        check_attention(2, 2, 128, 128, 1100, 500, f16); /* positions over several chunks */
-        check_attention(4, 4, 8, 8, 20, 1, f16);         /* one token at a time, tiny heads */
+        check_attention(4, 2, 64, 64, 40, 40, f16, 0, false);      /* a prompt in one batch */
+        check_attention(8, 1, 72, 32, 300, 7, f16, 0, false);      /* partial rope, odd hd */
+        check_attention(2, 2, 128, 128, 1100, 500, f16, 0, false); /* several chunks */
+        check_attention(4, 4, 8, 8, 20, 1, f16, 0, false);         /* one token at a time */
+        /* gpt-oss: sinks, and a window shorter than the context (splits before it empty) */
+        check_attention(8, 2, 64, 64, 40, 40, f16, 0, true);
+        check_attention(8, 2, 64, 64, 700, 3, f16, 128, true);
+        check_attention(4, 4, 64, 64, 600, 600, f16, 300, false);
     }
 }
 #endif
@@ -808,9 +852,9 @@ int main(void) {
     check_kernels();
 #endif
     check_auto(true);
-    static const char *const models[] = {"a",          "b",         "c",         "q",
-                                         "q_fp8",      "mixtral/a", "mixtral/b", "qwen2moe/a",
-                                         "qwen2moe/b", "glm4moe/a", "glm4moe/b"};
+    static const char *const models[] = {
+        "a",          "b",          "c",         "q",         "q_fp8",    "mixtral/a", "mixtral/b",
+        "qwen2moe/a", "qwen2moe/b", "glm4moe/a", "glm4moe/b", "gptoss/a", "gptoss/b"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model_gpu(models[i], false, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);
     check_model_gpu("q", true, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);

@@ -391,6 +391,44 @@ static void test_op_twins(void) {
         CHECK_MSG(fabs(acc / st.l - num / den) <= 1e-5 * (1 + fabs(num / den)), "osm %d: %g vs %g",
                   n, (double)(acc / st.l), num / den);
     }
+    /* a sink (gpt-oss) joins the denominator only: against a double softmax with the sink's
+     * term, the sink below, among and above the scores */
+    for (int it = 0; it < 30; it++) {
+        const int n = 1 + it * 17;
+        const float sink = (float)(it % 3 == 0 ? -20 : it % 3 == 1 ? 0 : 30) + (float)gauss(&s);
+        double sc[600], val[600], mx = sink, den = 0, num = 0;
+        for (int i = 0; i < n; i++) sc[i] = gauss(&s) * 8, val[i] = gauss(&s), mx = fmax(mx, sc[i]);
+        den = exp((double)sink - mx);
+        for (int i = 0; i < n; i++) den += exp(sc[i] - mx), num += exp(sc[i] - mx) * val[i];
+        hm_osm st = {-INFINITY, 0.0f};
+        float cm = -INFINITY, acc = 0;
+        for (int i = 0; i < n; i++) cm = (float)sc[i] > cm ? (float)sc[i] : cm;
+        (void)hm_osm_rescale(&st, cm);
+        for (int i = 0; i < n; i++) {
+            const float e = expf((float)sc[i] - st.m);
+            st.l += e, acc += e * (float)val[i];
+        }
+        acc *= hm_osm_sink(&st, sink);
+        CHECK_MSG(fabs(acc / st.l - num / den) <= 1e-5 * (1 + fabs(num / den)),
+                  "osm with sink %g, %d scores: %g vs %g", (double)sink, n, (double)(acc / st.l),
+                  num / den);
+    }
+    /* the GLU of each activation against its formula in double (gpt-oss: alpha 1.702, limit 7,
+     * both clamps reached) */
+    for (float g = -12.0f; g <= 12.0f; g += 0.173f)
+        for (float u = -10.0f; u <= 10.0f; u += 1.37f) {
+            const double gd = g, ud = u;
+            const double r0 = gd / (1.0 + exp(-gd)) * ud;
+            const double r1 = 0.5 * gd * (1.0 + erf(gd / sqrt(2.0))) * ud;
+            const double gc = fmin(gd, 7.0), uc = fmax(-7.0, fmin(ud, 7.0));
+            const double r2 = (uc + 1.0) * gc / (1.0 + exp(-1.702 * gc));
+            const double want[3] = {r0, r1, r2};
+            for (int act = 0; act < 3; act++)
+                CHECK_MSG(fabs(hm_hd_glu(act, g, u, 1.702f, 7.0f) - want[act]) <=
+                              2e-6 * (1.0 + fabs(want[act])),
+                          "glu act %d (%g, %g): %g vs %g", act, (double)g, (double)u,
+                          (double)hm_hd_glu(act, g, u, 1.702f, 7.0f), want[act]);
+        }
     /* a NaN score reaches the result */
     hm_osm st = {-INFINITY, 0.0f};
     (void)hm_osm_rescale(&st, 1.0f);

@@ -65,6 +65,7 @@ struct hm_cuda_ctx {
     const float **nn1, **nn2; /* [g->n]: node i's norm weights */
     const float **nb;         /* [g->n]: a matmul node's bias (or NULL) */
     hm_cu_w *ex;              /* [n_layers][3]: gate, up, down of the layer's experts */
+    float **exb;              /* [n_layers][3]: their biases, [GPU experts][rows] (or NULL: none) */
     hm_cu_w tok_embd, output;
     const float *out_norm;
     float *slot[HM_SLOT_COUNT];
@@ -201,9 +202,20 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
             if (m->type != m0->type)
                 return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: %s: expert %d is %s, expert 0 %s", what,
                                  e, hm_type_name(m->type), hm_type_name(m0->type));
-            if (x->gate_bias || x->up_bias || x->down_bias)
-                return hm_errorf(HM_ERR_UNSUPPORTED,
-                                 "cuda: layer %d: experts with biases have no GPU kernel yet", il);
+            const float *b = p == 0 ? x->gate_bias : p == 1 ? x->up_bias : x->down_bias;
+            if (!b != !(p == 0   ? L->experts[0].gate_bias
+                        : p == 1 ? L->experts[0].up_bias
+                                 : L->experts[0].down_bias))
+                return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: %s: expert %d has %s bias, expert 0 %s",
+                                 what, e, b ? "a" : "no", b ? "none" : "has one");
+            if (b && e == 0 && ng) {
+                c->exb[il * 3 + p] = take(c, sizeof(float) * (size_t)rows * (size_t)ng);
+                c->weight_bytes += sizeof(float) * (size_t)rows * (size_t)ng;
+            }
+            if (b && slot[e] >= 0 && c->exb[il * 3 + p] && c->arena)
+                CK(cudaMemcpy(c->exb[il * 3 + p] + (size_t)slot[e] * (size_t)rows, b,
+                              sizeof(float) * (size_t)rows, cudaMemcpyHostToDevice),
+                   what);
             if (d && slot[e] >= 0)
                 CK(cudaMemcpy2D(d + (size_t)slot[e] * one, rb, m->data,
                                 m->row_bytes ? m->row_bytes : rb, rb, (size_t)rows,
@@ -239,6 +251,7 @@ static hm_status layout(hm_cuda_ctx *c) {
             return st;
         const size_t nn = nd->op == HM_OP_QK_ROPE_KV    ? hp->head_dim
                           : nd->op == HM_OP_ROUTER_TOPK ? hp->n_experts
+                          : nd->op == HM_OP_ATTN        ? hp->n_heads
                                                         : hp->hidden;
         if (nd->nw && (st = put_floats(c, nd->nw, nn, &c->nn1[i]))) return st;
         if (nd->nw2 && (st = put_floats(c, nd->nw2, nn, &c->nn2[i]))) return st;
@@ -391,6 +404,21 @@ static void CUDART_CB wait_cb(void *arg) {
     h->pending = false;
 }
 
+/* act(gate + its bias, up + its bias) of np expert rows in moe_g (rows at pos_of, or in pair
+ * order), the experts' places in ids */
+static cudaError_t glu_biased(hm_cuda_ctx *c, int il, const int32_t *ids, const int32_t *pos_of,
+                              int np) {
+    const hm_hparams *hp = &c->m->hp;
+    const int64_t I = hp->moe_inter;
+    cudaError_t e = hm_cu_expert_bias(c->moe_g, I, pos_of, ids, np, c->exb[il * 3], I, c->s);
+    if (e == cudaSuccess)
+        e = hm_cu_expert_bias(c->moe_u, I, pos_of, ids, np, c->exb[il * 3 + 1], I, c->s);
+    if (e == cudaSuccess)
+        e = hm_cu_glu(c->moe_g, I, c->moe_u, I, np, I, (int)hp->act, hp->swiglu_alpha,
+                      hp->swiglu_limit, c->s);
+    return e;
+}
+
 /* The routed experts of layer nd->il for n tokens (ids and weights in c->ids, c->w). Decode
  * batches: a matvec per (token, expert) pair. Larger ones with quantized experts: the pairs in
  * expert order and the tile kernel, so each expert's weights are read once per 64 of its
@@ -437,9 +465,11 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
             CK(hm_cu_mmq(&ex[0], &a, c->max_tiles, c->s), "experts' gate");
             a.y = c->moe_u;
             CK(hm_cu_mmq(&ex[1], &a, c->max_tiles, c->s), "experts' up");
-            CK(hm_cu_silu_mul(c->moe_g, I, c->moe_u, I, np, I, c->s), "experts' glu");
+            CK(glu_biased(c, il, ids, o->pos_of, np), "experts' glu");
             a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
             CK(hm_cu_mmq(&ex[2], &a, c->max_tiles, c->s), "experts' down");
+            CK(hm_cu_expert_bias(c->moe_y, H, o->pos_of, ids, np, c->exb[il * 3 + 2], H, c->s),
+               "experts' down bias");
             CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, out, os, c->s),
                "experts' sum");
         } else {
@@ -447,9 +477,11 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
                "experts' gate");
             CK(hm_cu_matvec_experts(&ex[1], ids, np, x, xs, c->k, c->moe_u, I, c->s),
                "experts' up");
-            CK(hm_cu_silu_mul(c->moe_g, I, c->moe_u, I, np, I, c->s), "experts' glu");
+            CK(glu_biased(c, il, ids, NULL, np), "experts' glu");
             CK(hm_cu_matvec_experts(&ex[2], ids, np, c->moe_g, I, 1, c->moe_y, H, c->s),
                "experts' down");
+            CK(hm_cu_expert_bias(c->moe_y, H, NULL, ids, np, c->exb[il * 3 + 2], H, c->s),
+               "experts' down bias");
             CK(hm_cu_moe_combine(c->moe_y, H, NULL, c->w, n, c->k, H, out, os, c->s),
                "experts' sum");
         }
@@ -465,6 +497,13 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
            "add the CPU experts");
     }
     return HM_OK;
+}
+
+/* the positions layer il attends over: the last sliding_window on a sliding layer, else all */
+static int window_of(const hm_hparams *hp, int il) {
+    return hp->sliding_window && il < HM_MAX_LAYERS && hp->layer_sliding[il]
+               ? (int)hp->sliding_window
+               : 0;
 }
 
 static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
@@ -526,7 +565,9 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                                   1.0f / sqrtf((float)hp->head_dim),
                                   d_pos(c),
                                   d_seq(c),
-                                  nd->il};
+                                  nd->il,
+                                  c->nn1[i],
+                                  window_of(hp, nd->il)};
             /* decode batches: the positions split over blocks, merged after */
             const bool split = n <= HM_CU_MATVEC_MAX && c->att_splits > 1;
             CK(hm_cu_attention(&a, &c->kv, n, split ? c->att_part : NULL, c->att_splits, c->s),
@@ -548,8 +589,8 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
         case HM_OP_GLU:
             /* the whole row: the dense MLP's or the shared expert's width (the next matmul reads
              * its own columns) */
-            CK(hm_cu_silu_mul(dst, c->cols[nd->dst], s0, c->cols[nd->src0], n, c->cols[nd->dst],
-                              c->s),
+            CK(hm_cu_glu(dst, c->cols[nd->dst], s0, c->cols[nd->src0], n, c->cols[nd->dst],
+                         (int)hp->act, hp->swiglu_alpha, hp->swiglu_limit, c->s),
                "glu");
             break;
         case HM_OP_MOE: {
@@ -611,6 +652,7 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     free(c->nn2);
     free(c->nb);
     free(c->ex);
+    free(c->exb);
     free(c);
 }
 
@@ -636,14 +678,8 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     if (hp->head_dim > 512 || hp->n_kv_heads < 1 || hp->n_heads % hp->n_kv_heads)
         return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: attention takes head_dim <= 512 (model: %u)",
                          hp->head_dim);
-    bool windowed = false;
-    for (uint32_t il = 0; il < hp->n_layers && il < HM_MAX_LAYERS; il++)
-        windowed |= hp->sliding_window && hp->layer_sliding[il];
-    if (hp->attn_sinks || windowed || hp->act != HM_ACT_SILU || hp->expert_bias)
-        return hm_errorf(HM_ERR_UNSUPPORTED,
-                         "cuda: %s's attention sinks, sliding window and clamped SwiGLU experts "
-                         "with biases have no GPU kernels yet: run --device cpu",
-                         hp->model_type);
+    if (hp->act != HM_ACT_SILU && hp->act != HM_ACT_GELU && hp->act != HM_ACT_SWIGLU_OAI)
+        return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: activation %d has no GPU kernel", (int)hp->act);
     for (int i = 0; i < g->n; i++)
         if (g->nodes[i].op == HM_OP_MLA)
             return hm_errorf(HM_ERR_UNSUPPORTED,
@@ -671,9 +707,10 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     c->nn2 = calloc((size_t)g->n + 1, sizeof *c->nn2);
     c->nb = calloc((size_t)g->n + 1, sizeof *c->nb);
     c->ex = calloc((size_t)hp->n_layers * 3 + 1, sizeof *c->ex);
+    c->exb = calloc((size_t)hp->n_layers * 3 + 1, sizeof *c->exb);
     c->remap = calloc((size_t)hp->n_layers + 1, sizeof *c->remap);
     c->cb = calloc((size_t)hp->n_layers + 1, sizeof *c->cb);
-    if (!c->nw || !c->nn1 || !c->nn2 || !c->nb || !c->ex || !c->remap || !c->cb) {
+    if (!c->nw || !c->nn1 || !c->nn2 || !c->nb || !c->ex || !c->exb || !c->remap || !c->cb) {
         hm_cuda_ctx_free(c);
         return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
     }

@@ -67,9 +67,16 @@ cudaError_t hm_cu_add_bias(float *y, int64_t ys, const float *b, int n, int64_t 
 cudaError_t hm_cu_gated_add(float *dst, int64_t ds, const float *src, int64_t ss, const float *xn,
                             int64_t xs, const float *w, int n, int64_t h, cudaStream_t stream);
 
-/* g[i] = silu(g[i]) * u[i] over n tokens of f values (row strides gs, us) */
-cudaError_t hm_cu_silu_mul(float *g, int64_t gs, const float *u, int64_t us, int n, int64_t f,
-                           cudaStream_t stream);
+/* g[i] = act(g[i], u[i]) over n tokens of f values (row strides gs, us): hm_hd_glu's
+ * activation act (0 SiLU, 1 GELU, 2 clamped SwiGLU with alpha and limit) */
+cudaError_t hm_cu_glu(float *g, int64_t gs, const float *u, int64_t us, int n, int64_t f, int act,
+                      float alpha, float limit, cudaStream_t stream);
+
+/* The experts' biases: for each of n_pairs (token, expert) pairs p with ids[p] >= 0 (the
+ * expert's place among the layer's GPU experts), row pos_of[p] of y (pos_of NULL: row p) +=
+ * bias[ids[p]] ([places][cols]); bias NULL: nothing */
+cudaError_t hm_cu_expert_bias(float *y, int64_t ys, const int32_t *pos_of, const int32_t *ids,
+                              int n_pairs, const float *bias, int64_t cols, cudaStream_t stream);
 
 /* The attention block's per-token work after the projections, for n tokens: per-head RMSNorm
  * of q and k (by qn / kn, when given), NeoX rotation of the first rope_dim values of every head
@@ -101,7 +108,8 @@ typedef struct hm_cu_qkv {
 cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, int n, cudaStream_t stream);
 
 /* out[i] = softmax(q_i K^T * scale) V over positions 0..pos[i] of sequence seq[i]'s cache of
- * layer il (GQA: n_heads / n_kv_heads query heads per kv head). */
+ * layer il (GQA: n_heads / n_kv_heads query heads per kv head); with window, over the last
+ * window positions only; with sinks, head h's sinks[h] joins the softmax's denominator. */
 typedef struct hm_cu_attn {
     const float *q;
     int64_t q_stride;
@@ -111,6 +119,8 @@ typedef struct hm_cu_attn {
     float scale;
     const int32_t *pos, *seq;
     int il;
+    const float *sinks; /* [n_heads] or NULL */
+    int window;         /* 0: every position */
 } hm_cu_attn;
 
 /* part (or NULL): scratch of n * n_heads * splits * (head_dim + 2) floats; with splits > 1 the

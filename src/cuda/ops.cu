@@ -36,22 +36,42 @@ extern "C" cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w,
     return cudaGetLastError();
 }
 
-__global__ void silu_mul_k(float *__restrict__ g, int64_t gs, const float *__restrict__ u,
-                           int64_t us, int64_t total, int64_t f) {
+__global__ void glu_k(float *__restrict__ g, int64_t gs, const float *__restrict__ u, int64_t us,
+                      int64_t total, int64_t f, int act, float alpha, float limit) {
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = idx / f, j = idx % f;
-        g[t * gs + j] = hm_hd_silu_mul(g[t * gs + j], u[t * us + j]);
+        g[t * gs + j] = hm_hd_glu(act, g[t * gs + j], u[t * us + j], alpha, limit);
     }
 }
 
-extern "C" cudaError_t hm_cu_silu_mul(float *g, int64_t gs, const float *u, int64_t us, int n,
-                                      int64_t f, cudaStream_t stream) {
+extern "C" cudaError_t hm_cu_glu(float *g, int64_t gs, const float *u, int64_t us, int n, int64_t f,
+                                 int act, float alpha, float limit, cudaStream_t stream) {
     const int64_t total = (int64_t)n * f;
     if (total <= 0) return cudaSuccess;
+    if (act < 0 || act > 2) return cudaErrorInvalidValue;
     int64_t blocks = (total + 255) / 256;
     if (blocks > 65536) blocks = 65536;
-    silu_mul_k<<<(unsigned)blocks, 256, 0, stream>>>(g, gs, u, us, total, f);
+    glu_k<<<(unsigned)blocks, 256, 0, stream>>>(g, gs, u, us, total, f, act, alpha, limit);
+    return cudaGetLastError();
+}
+
+// one block per (token, expert) pair: its row of y gets its expert's bias
+__global__ void expert_bias_k(float *__restrict__ y, int64_t ys, const int32_t *__restrict__ pos_of,
+                              const int32_t *__restrict__ ids, const float *__restrict__ bias,
+                              int64_t cols) {
+    const int p = blockIdx.x, e = ids[p];
+    if (e < 0) return;
+    float *yr = y + (int64_t)(pos_of ? pos_of[p] : p) * ys;
+    const float *b = bias + (int64_t)e * cols;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] += b[j];
+}
+
+extern "C" cudaError_t hm_cu_expert_bias(float *y, int64_t ys, const int32_t *pos_of,
+                                         const int32_t *ids, int n_pairs, const float *bias,
+                                         int64_t cols, cudaStream_t stream) {
+    if (n_pairs <= 0 || !bias) return cudaSuccess;
+    expert_bias_k<<<(unsigned)n_pairs, 256, 0, stream>>>(y, ys, pos_of, ids, bias, cols);
     return cudaGetLastError();
 }
 
@@ -239,9 +259,10 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
     __shared__ float red[32];
     const int i = blockIdx.x, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
     const int hd = kv.head_dim;
-    const int P = a.pos[i] + 1;
-    const int p0 = gridDim.z > 1 ? s * ATT_SPLIT : 0;
+    const int P = a.pos[i] + 1, lo = a.window && P > a.window ? P - a.window : 0;
+    int p0 = gridDim.z > 1 ? s * ATT_SPLIT : 0;
     const int p1 = gridDim.z > 1 ? (p0 + ATT_SPLIT < P ? p0 + ATT_SPLIT : P) : P;
+    p0 = p0 > lo ? p0 : lo;
     float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f};
     hm_osm st = {-INFINITY, 0.0f};
     if (p0 < p1) {
@@ -262,11 +283,12 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
         }
         return;
     }
+    const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
     float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * hd;
 #pragma unroll
     for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
         const int d = tid + j * ATT_T;
-        if (d < hd) o[d] = acc[j] / st.l;
+        if (d < hd) o[d] = acc[j] * f / st.l;
     }
 }
 
@@ -280,6 +302,7 @@ __global__ void __launch_bounds__(ATT_T)
     float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int s = 0; s < ns; s++) {
         const float *q = pp + (int64_t)s * (hd + 2);
+        if (q[0] == -INFINITY) continue; // a split before the sliding window: no positions
         const float f = hm_osm_rescale(&st, q[0]), g = expf(q[0] - st.m);
         st.l += q[1] * g;
 #pragma unroll
@@ -288,11 +311,12 @@ __global__ void __launch_bounds__(ATT_T)
             if (d < hd) acc[j] = fmaf(q[2 + d], g, acc[j] * f);
         }
     }
+    const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
     float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * hd;
 #pragma unroll
     for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
         const int d = threadIdx.x + j * ATT_T;
-        if (d < hd) o[d] = acc[j] / st.l;
+        if (d < hd) o[d] = acc[j] * f / st.l;
     }
 }
 

@@ -16,6 +16,19 @@ HM_HD float hm_hd_silu_mul(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
 }
 
+/* The gated linear unit of an activation (format/hparams.h's hm_act: 0 SiLU, 1 GELU, 2 gpt-oss's
+ * clamped SwiGLU with alpha and limit), as the expert engine's act_fn (moe/expert.c) and the
+ * CPU's dense GLU compute it. */
+HM_HD float hm_hd_glu(int act, float g, float u, float alpha, float limit) {
+    if (act == 1) return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
+    if (act == 2) {
+        g = g < limit ? g : limit;
+        u = u < -limit ? -limit : (u > limit ? limit : u);
+        return (u + 1.0f) * (g / (1.0f + expf(-alpha * g)));
+    }
+    return hm_hd_silu_mul(g, u);
+}
+
 /* The shared expert's gate (qwen2moe): sigmoid of the gate row's dot product with the token, as
  * exec_cpu.c's gated add computes it. */
 HM_HD float hm_hd_sigmoid(float x) {
@@ -50,6 +63,15 @@ HM_HD float hm_osm_rescale(hm_osm *s, float cm) {
     const float f = s->m == -INFINITY ? 0.0f : expf(s->m - nm);
     s->l *= f;
     s->m = nm;
+    return f;
+}
+
+/* An attention sink (gpt-oss): a logit that joins the softmax's denominator and adds no value.
+ * Folded into the finished state s (largest score m, sum l); returns the factor by which the
+ * weighted values must be multiplied before they are divided by s->l. */
+HM_HD float hm_osm_sink(hm_osm *s, float sink) {
+    const float f = hm_osm_rescale(s, sink);
+    s->l += expf(sink - s->m);
     return f;
 }
 
