@@ -180,12 +180,17 @@ typedef struct hm_ctx_params {
      * there; later rules win (llama.cpp's -ot, KT's rule files) */
     const char *const *place_rules;
     int n_place_rules;
-    int n_threads;   /* 0 = one per physical core */
-    int n_ctx;       /* positions per sequence; 0 = min(max_position_embeddings, 4096) */
-    int n_seq;       /* sequences (KV cache slots); 0 = 1 */
-    int n_batch;     /* most tokens per hm_ctx_decode call; 0 = 512 */
-    bool no_amx;     /* never use AMX tiles (exact kernels only) */
-    bool kv_f16;     /* KV cache in IEEE half: half the memory, ~1e-3 relative rounding */
+    int n_threads; /* 0 = one per physical core */
+    int n_ctx;     /* positions per sequence; 0 = min(max_position_embeddings, 4096) */
+    int n_seq;     /* sequences (KV cache slots); 0 = 1 */
+    int n_batch;   /* most tokens per hm_ctx_decode call; 0 = 512 */
+    bool no_amx;   /* never use AMX tiles (exact kernels only) */
+    bool kv_f16;   /* KV cache in IEEE half: half the memory, ~1e-3 relative rounding */
+    /* HM_DEVICE_CUDA: the non-expert weights (attention, router, dense layers, shared experts,
+     * embedding, output) expanded to BF16 on the GPU, batches through cuBLAS's BF16 tensor-core
+     * GEMM with the activations rounded to BF16; routed experts stay in their own type
+     * (--gpu-dtype bf16). Off: weights in the model's types, batches in float. */
+    bool gpu_bf16;
     bool pin_caller; /* pin the calling thread to participant 0's core (it computes as one of the
                         pool's threads; unpinned, the OS may stack it on a worker's core) */
     /* AMX prefill: keep a second copy of the routed experts as int8 tile units (~1 byte per

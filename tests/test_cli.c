@@ -89,6 +89,13 @@ static void test_files(const char *bin, const char *fx) {
     snprintf(cmd, sizeof cmd, T "%s run -m %s/demo.gguf -p hi -n 1 --place 'blk0'", bin, d);
     CHECK(run(cmd) == 2);
     CHECK_CONTAINS(out, "REGEX=cuda|cpu");
+    snprintf(cmd, sizeof cmd, T "%s run -m %s/demo.gguf -p hi -n 1 --gpu-dtype fp8", bin, d);
+    CHECK(run(cmd) == 2);
+    CHECK_CONTAINS(out, "bad --gpu-dtype 'fp8' (native|bf16)");
+    /* without a GPU the option changes nothing */
+    snprintf(cmd, sizeof cmd, T "%s run -m %s/demo.gguf -p hi -n 1 --gpu-dtype bf16 --threads 2",
+             bin, d);
+    CHECK(run(cmd) == 0);
     snprintf(cmd, sizeof cmd,
              T "%s synth --preset qwen3-tiny --vocab %s/data/demo-vocab.gguf --vocab-size 1000 "
                "-o %s/small.gguf",

@@ -174,13 +174,13 @@ static void kl_rows(const float *a, const float *b, int n, int V, double *mean, 
 
 /* logits of every position of prompt i of a model file, whole prompt in one batch (or one token
  * at a time) on device dev */
-static bool gguf_logits(const char *path, const fixture *f, int i, hm_device dev, bool one,
-                        int gpu_experts, float *out) {
+static bool gguf_logits_as(const char *path, const fixture *f, int i, hm_device dev, bool one,
+                           int gpu_experts, bool bf16, float *out) {
     hm_model *m = NULL;
     hm_ctx *c = NULL;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.device = dev, cp.n_ctx = 64, cp.n_batch = 64, cp.n_threads = 2, cp.no_amx = true;
-    cp.gpu_experts = gpu_experts;
+    cp.gpu_experts = gpu_experts, cp.gpu_bf16 = bf16;
     bool ok = hm_model_load(path, &m) == HM_OK && hm_ctx_create(m, &cp, &c) == HM_OK;
     for (int k = 0; ok && one && k < f->len[i]; k++)
         ok = hm_ctx_decode(c, f->prompt[i] + k, NULL, 1, NULL, out + (size_t)k * f->vocab) == HM_OK;
@@ -191,11 +191,17 @@ static bool gguf_logits(const char *path, const fixture *f, int i, hm_device dev
     return ok;
 }
 
+static bool gguf_logits(const char *path, const fixture *f, int i, hm_device dev, bool one,
+                        int gpu_experts, float *out) {
+    return gguf_logits_as(path, f, i, dev, one, gpu_experts, false, out);
+}
+
 /* model q written as a quantized GGUF. The GPU's matvec path (one token at a time) computes in
  * float on the dequantized weights: against the CPU's exact kernels on the same weights written
  * as F32, the fixtures' 1e-3. The tensor-core path (whole prompt; weights and activations
  * rounded to half) and the hybrid placement (the CPU's experts quantize their activations as
- * the CPU does, without AMX here) within KL bounds of that reference. */
+ * the CPU does, without AMX here) within KL bounds of that reference; so is --gpu-dtype bf16
+ * (non-expert weights rounded to BF16; batches with BF16 activations on cuBLAS). */
 static void check_quantized_gpu(int type, int experts_type) {
     fixture f;
     CHECK(load_fixture("q", &f));
@@ -214,24 +220,26 @@ static void check_quantized_gpu(int type, int experts_type) {
     for (int i = 0; i < f.n_prompts; i++) {
         if (!gguf_logits(fpath, &f, i, HM_DEVICE_CPU, false, HM_GPU_EXPERTS_FIT, lf)) break;
         const size_t nv = (size_t)f.len[i] * (size_t)V;
-        for (int k = 0; k < 4; k++) { /* matvec, tiles, hybrid matvec, hybrid tiles */
-            const bool one = !(k & 1), hyb = k >= 2;
-            CHECK(gguf_logits(path, &f, i, HM_DEVICE_CUDA, one, hyb ? 1 : HM_GPU_EXPERTS_FIT, lg));
+        for (int k = 0; k < 6; k++) { /* matvec, tiles, hybrid matvec, hybrid tiles, bf16 x 2 */
+            const bool one = !(k & 1), hyb = k == 2 || k == 3, bf16 = k >= 4;
+            CHECK(gguf_logits_as(path, &f, i, HM_DEVICE_CUDA, one, hyb ? 1 : HM_GPU_EXPERTS_FIT,
+                                 bf16, lg));
             double km, kx;
             kl_rows(lf, lg, f.len[i], V, &km, &kx);
             const double e = rel_err(lg, lf, nv);
-            printf("  cuda %s/%s %s%s vs exact kernels on the same weights, prompt %d: rel %.2e, "
-                   "KL mean %.2e max %.2e\n",
+            printf("  cuda %s/%s %s%s%s vs exact kernels on the same weights, prompt %d: rel "
+                   "%.2e, KL mean %.2e max %.2e\n",
                    hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
-                   one ? "matvec" : "tensor cores", hyb ? " hybrid" : "", i, e, km, kx);
+                   one ? "matvec" : "tensor cores", hyb ? " hybrid" : "", bf16 ? " bf16" : "", i, e,
+                   km, kx);
             if (k == 0)
                 CHECK_MSG(e <= 1e-3, "cuda %s/%s matvec: rel error %.3g",
                           hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type), e);
             else
                 CHECK_MSG(km <= (hyb ? 1e-2 : 3e-3) && kx <= (hyb ? 1e-1 : 3e-2),
-                          "cuda %s/%s %s%s: KL mean %.3g max %.3g", hm_type_name((uint32_t)type),
+                          "cuda %s/%s %s%s%s: KL mean %.3g max %.3g", hm_type_name((uint32_t)type),
                           hm_type_name((uint32_t)experts_type), one ? "matvec" : "tiles",
-                          hyb ? " hybrid" : "", km, kx);
+                          hyb ? " hybrid" : "", bf16 ? " bf16" : "", km, kx);
         }
     }
     free(lf), free(lg);
@@ -568,6 +576,26 @@ static void check_norm_glu_router(void) {
         CHECK_MSG(worst <= 1e-6, "glu (act %d): error %.3g", act, worst);
     }
     CHECK(hm_cu_glu(dx, H, da, H, N, H, 3, 0, 0, 0) == cudaErrorInvalidValue);
+    /* rounding to BF16 (--gpu-dtype bf16) against hm_f32_to_bf16: ties, subnormals, infinities,
+     * rows with a stride */
+    {
+        enum { R = 3, C = 1000, S = 1003 };
+        static float xf[R * S];
+        static uint16_t yo[R * C];
+        for (int i = 0; i < R * S; i++) xf[i] = rndf() * (float)(1 << (i % 40)) / (float)(1 << 20);
+        xf[0] = hm_bits_f32(0x3f808000u), xf[1] = hm_bits_f32(0x3f818000u); /* ties both ways */
+        xf[2] = hm_bits_f32(0x00000123u), xf[3] = INFINITY, xf[4] = -INFINITY, xf[5] = -0.0f;
+        xf[6] = hm_bits_f32(0x7f7fffffu); /* rounds up to infinity */
+        float *dxf = dev_copy(xf, sizeof xf);
+        uint16_t *dyo = dev_copy(NULL, sizeof yo);
+        CU(hm_cu_f32_to_bf16(dxf, S, R, C, dyo, 0));
+        host_copy(yo, dyo, sizeof yo);
+        int bad = 0;
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < C; j++) bad += yo[r * C + j] != hm_f32_to_bf16(xf[r * S + j]);
+        CHECK_MSG(bad == 0, "f32 -> bf16: %d of %d differ", bad, R * C);
+        cudaFree(dxf), cudaFree(dyo);
+    }
     /* the experts' biases: pairs in order and at places, experts on the CPU (-1) untouched */
     {
         enum { NP = 6, C = 40, NE = 3 };

@@ -94,6 +94,12 @@ struct hm_cuda_ctx {
     /* HMOE_CUDA_PROFILE=1: every node timed with events (the stream waits for each), summed per
      * part of the forward pass; steps run eagerly then */
     bool prof;
+    /* --gpu-dtype bf16: non-expert weights expanded to BF16 at upload (through the staging
+     * buffers below), batches through cuBLAS's BF16 GEMM with the activations in xb */
+    bool bf16;
+    uint16_t *xb;
+    void *stage_q;
+    float *stage_f;
     cudaEvent_t pev[2];
     double prof_ms[HM_PROF_COUNT];
     /* the end of a step, waited for by sleeping rather than spinning: in the hybrid mode every
@@ -148,7 +154,52 @@ static hm_status put_matrix(hm_cuda_ctx *c, uint32_t type, const void *data, int
     return HM_OK;
 }
 
+/* --gpu-dtype bf16's staging: rows of up to STAGE_F floats at a time, in the model's type, then
+ * as floats, then rounded to BF16 into place */
+#define STAGE_F ((size_t)8 << 20)
+
+/* a matrix expanded to BF16 on the device: rows in chunks copied in their own type, dequantized
+ * to floats and rounded */
+static hm_status put_bf16(hm_cuda_ctx *c, const hm_matrix *m, const char *what, hm_cu_w *out) {
+    if (!cu_w_ok(m->type, m->cols))
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "cuda: %s: weights of type %s with %lld columns have no GPU kernel", what,
+                         hm_type_name(m->type), (long long)m->cols);
+    const size_t rb = packed_row(m->type, m->cols), ob = (size_t)m->cols * 2;
+    if (!rb) return hm_errorf(HM_ERR_FORMAT, "cuda: %s: bad row size", what);
+    uint8_t *d = take(c, ob * (size_t)m->rows);
+    *out = (hm_cu_w){HM_TYPE_BF16, d, m->rows, m->cols, ob, 0};
+    c->weight_bytes += ob * (size_t)m->rows;
+    if (!d) return HM_OK;
+    if (!c->stage_q) {
+        CK(cudaMalloc(&c->stage_q, STAGE_F * sizeof(float)), "cudaMalloc (BF16 staging)");
+        CK(cudaMalloc((void **)&c->stage_f, STAGE_F * sizeof(float)), "cudaMalloc (BF16 staging)");
+    }
+    /* whole 256-row groups (FP8's 128-row scale blocks stay whole), at least one row */
+    int64_t chunk = (int64_t)(STAGE_F / (size_t)m->cols) / 256 * 256;
+    if (chunk < 1) chunk = (int64_t)(STAGE_F / (size_t)m->cols);
+    if (chunk < 1 || rb > STAGE_F * sizeof(float) / (size_t)chunk)
+        return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: %s: %lld columns are too many to expand", what,
+                         (long long)m->cols);
+    for (int64_t r0 = 0; r0 < m->rows; r0 += chunk) {
+        const int64_t nr = m->rows - r0 < chunk ? m->rows - r0 : chunk;
+        const size_t ss = m->row_bytes ? m->row_bytes : rb;
+        CK(cudaMemcpy2DAsync(c->stage_q, rb, (const uint8_t *)m->data + (size_t)r0 * ss, ss, rb,
+                             (size_t)nr, cudaMemcpyHostToDevice, c->s),
+           what);
+        const hm_cu_w sw = {m->type, c->stage_q, nr, m->cols, rb, 0};
+        CK(hm_cu_dequant_f32(&sw, 0, nr, c->stage_f, c->s), what);
+        CK(hm_cu_f32_to_bf16(c->stage_f, m->cols, (int)nr, m->cols,
+                             (uint16_t *)(void *)(d + (size_t)r0 * ob), c->s),
+           what);
+        CK(cudaStreamSynchronize(c->s), what); /* the staging is reused */
+    }
+    return HM_OK;
+}
+
 static hm_status put_hm_matrix(hm_cuda_ctx *c, const hm_matrix *m, const char *what, hm_cu_w *out) {
+    if (c->bf16 && m->type != HM_TYPE_BF16 && m->type != HM_TYPE_F16)
+        return put_bf16(c, m, what, out);
     return put_matrix(c, m->type, m->data, m->rows, m->cols, m->row_bytes, 1, 0, what, out);
 }
 
@@ -310,6 +361,12 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->deq_elems = big < ((int64_t)1 << 25) ? big : ((int64_t)1 << 25);
     if (c->deq_elems < H) c->deq_elems = H;
     c->deq = B > HM_CU_MATVEC_MAX ? take(c, sizeof(float) * (size_t)c->deq_elems) : NULL;
+    /* BF16 batches: the activations of the widest matmul as BF16 */
+    int64_t wide = H;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].op == HM_OP_MATMUL && g->nodes[i].w->cols > wide)
+            wide = g->nodes[i].w->cols;
+    c->xb = c->bf16 && B > HM_CU_MATVEC_MAX ? take(c, sizeof(uint16_t) * (size_t)(B * wide)) : NULL;
     if (B <= HM_CU_MATVEC_MAX) c->deq_elems = 0;
     c->logits = take(c, sizeof(float) * (size_t)LOGIT_ROWS * hp->vocab_size);
     return HM_OK;
@@ -328,6 +385,17 @@ static hm_status mm(hm_cuda_ctx *c, const hm_cu_w *w, const float *x, int64_t xs
         return HM_OK;
     }
     const float one = 1.0f, zero = 0.0f;
+    if (c->xb && w->type == HM_TYPE_BF16 && w->row_bytes == (size_t)w->cols * 2) {
+        CK(hm_cu_f32_to_bf16(x, xs, n, w->cols, c->xb, c->s), "activations to BF16");
+        cublasStatus_t bs =
+            cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one,
+                         w->data, CUDA_R_16BF, (int)w->cols, c->xb, CUDA_R_16BF, (int)w->cols,
+                         &zero, y, CUDA_R_32F, (int)ys, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return hm_errorf(HM_ERR_DEVICE, "cublas: BF16 GEMM %lldx%lld by %d tokens: status %d",
+                             (long long)w->rows, (long long)w->cols, n, (int)bs);
+        return HM_OK;
+    }
     if (w->type == HM_TYPE_F32 && w->row_bytes == (size_t)w->cols * sizeof(float)) {
         cublasStatus_t bs =
             cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n, (int)w->cols, &one,
@@ -645,6 +713,8 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (c->arena) cudaFree(c->arena);
     if (c->h_in) cudaFreeHost(c->h_in);
     if (c->h_hyb) cudaFreeHost(c->h_hyb);
+    if (c->stage_q) cudaFree(c->stage_q);
+    if (c->stage_f) cudaFree(c->stage_f);
     free(c->remap);
     free(c->cb);
     free(c->nw);
@@ -697,6 +767,7 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     if (!c) return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
     c->m = m, c->g = g, c->dev = p->device;
     c->n_batch = p->n_batch, c->n_ctx = p->n_ctx;
+    c->bf16 = p->bf16;
     c->k = hp->n_experts_used ? (int)hp->n_experts_used : 1;
     c->gpu_mask = p->gpu_experts;
     c->cpu_moe = p->cpu_moe;

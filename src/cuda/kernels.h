@@ -72,6 +72,11 @@ cudaError_t hm_cu_gated_add(float *dst, int64_t ds, const float *src, int64_t ss
 cudaError_t hm_cu_glu(float *g, int64_t gs, const float *u, int64_t us, int n, int64_t f, int act,
                       float alpha, float limit, cudaStream_t stream);
 
+/* y [n][cols] (packed) = x's n rows of cols floats (rows xs apart) as BF16, rounded to nearest
+ * even (hm_f32_to_bf16) */
+cudaError_t hm_cu_f32_to_bf16(const float *x, int64_t xs, int n, int64_t cols, uint16_t *y,
+                              cudaStream_t stream);
+
 /* The experts' biases: for each of n_pairs (token, expert) pairs p with ids[p] >= 0 (the
  * expert's place among the layer's GPU experts), row pos_of[p] of y (pos_of NULL: row p) +=
  * bias[ids[p]] ([places][cols]); bias NULL: nothing */

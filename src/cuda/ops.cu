@@ -1,6 +1,7 @@
 // ops.cu - the per-token kernels of a layer: RMSNorm (with the residual add), SiLU-GLU, q/k
 // norms + rotation + KV store, attention over the cache, softmax top-k routing, the experts'
 // weighted sum. The arithmetic they share with the CPU is twins.h's.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -53,6 +54,24 @@ extern "C" cudaError_t hm_cu_glu(float *g, int64_t gs, const float *u, int64_t u
     int64_t blocks = (total + 255) / 256;
     if (blocks > 65536) blocks = 65536;
     glu_k<<<(unsigned)blocks, 256, 0, stream>>>(g, gs, u, us, total, f, act, alpha, limit);
+    return cudaGetLastError();
+}
+
+// rows of floats (x rows xs apart) to packed BF16 rows, rounded to nearest even
+__global__ void f32_to_bf16_k(const float *__restrict__ x, int64_t xs, int64_t total, int64_t cols,
+                              __nv_bfloat16 *__restrict__ y) {
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x)
+        y[idx] = __float2bfloat16_rn(x[idx / cols * xs + idx % cols]);
+}
+
+extern "C" cudaError_t hm_cu_f32_to_bf16(const float *x, int64_t xs, int n, int64_t cols,
+                                         uint16_t *y, cudaStream_t stream) {
+    const int64_t total = (int64_t)n * cols;
+    if (total <= 0) return cudaSuccess;
+    int64_t blocks = (total + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    f32_to_bf16_k<<<(unsigned)blocks, 256, 0, stream>>>(x, xs, total, cols, (__nv_bfloat16 *)y);
     return cudaGetLastError();
 }
 

@@ -345,13 +345,9 @@ static double gib(uint64_t b) {
 static hm_status place_experts(hm_ctx *c, const hm_ctx_params *p) {
     const hm_model *m = c->m;
     const hm_hparams *hp = &m->hp;
-    const hm_cuda_ctx_params gp = {p->gpu,
-                                   p->n_batch,
-                                   (int)c->kv_ctx,
-                                   p->n_seq,
-                                   p->kv_f16,
-                                   NULL,
-                                   hp->n_experts ? c->moe : NULL};
+    const hm_cuda_ctx_params gp = {
+        p->gpu,    p->n_batch,  (int)c->kv_ctx, p->n_seq,
+        p->kv_f16, p->gpu_bf16, NULL,           hp->n_experts ? c->moe : NULL};
     size_t total = 0, experts = 0, free_b = 0;
     hm_status st = hm_cuda_ctx_measure(m, &c->graph, &gp, &total, &experts, &free_b);
     if (st) return st;
@@ -696,8 +692,9 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     if (on_gpu) {
         bool any_cpu = false;
         for (uint32_t il = 0; il < hp->n_layers; il++) any_cpu |= c->moe[il] != NULL;
-        const hm_cuda_ctx_params gp = {p.gpu,    p.n_batch,   (int)c->kv_ctx,         p.n_seq,
-                                       p.kv_f16, c->plan.gpu, any_cpu ? c->moe : NULL};
+        const hm_cuda_ctx_params gp = {
+            p.gpu,    p.n_batch,  (int)c->kv_ctx, p.n_seq,
+            p.kv_f16, p.gpu_bf16, c->plan.gpu,    any_cpu ? c->moe : NULL};
         if ((st = hm_cuda_ctx_create(m, &c->graph, &gp, &c->cu))) goto fail;
     }
     *out = c;

@@ -250,6 +250,10 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
     } else if (!strcmp(a, "--gpu")) {
         if (!cli_parse_int(v, 0, 255, &n)) return cli_usage_error("bad --gpu '%s'", v);
         cp->gpu = (int)n;
+    } else if (!strcmp(a, "--gpu-dtype")) {
+        if (strcmp(v, "native") && strcmp(v, "bf16"))
+            return cli_usage_error("bad --gpu-dtype '%s' (native|bf16)", v);
+        cp->gpu_bf16 = !strcmp(v, "bf16");
     } else if (!strcmp(a, "--kv")) {
         if (strcmp(v, "f32") && strcmp(v, "f16"))
             return cli_usage_error("bad --kv '%s' (f32|f16)", v);

@@ -29,6 +29,7 @@ static int usage(FILE *f) {
            "  --max-conn N          open connections at most (default 256)\n"
            "  --timeout S           idle connections are closed after S seconds (default 600)\n"
            "  and the model options of hmoe run: --threads --device --gpu-experts --gpu-mem\n"
+           "  --gpu-dtype\n"
            "  --placement --place ... --kv --load --repack --numa (hmoe run --help)\n"
            "routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
            "        GET /metrics. SIGINT/SIGTERM finish the requests in flight, then exit; a\n"
