@@ -6,7 +6,7 @@
  * rotation with YaRN (not truncated); a router with a bias whose top-k logits are softmaxed (the
  * renormalised softmax top-k); experts of the clamped SwiGLU (alpha 1.702, limit 7) with biases,
  * MXFP4 in the released GGUFs. Runs from llama.cpp GGUF files (model.c refuses the Hugging Face
- * checkpoints' fused, transposed MXFP4 layout); CPU only so far. Fixtures:
+ * checkpoints' fused, transposed MXFP4 layout); the CPU and the CUDA backend. Fixtures:
  * tests/gen/gptoss_fixtures.py (transformers' logits, the weights written as a llama.cpp GGUF). */
 #include "model/arch/arch_builders.h"
 #include "model/arch/registry.h"
