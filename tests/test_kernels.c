@@ -803,7 +803,8 @@ static void test_max_scale(void) {
 }
 
 /* IEEE half <-> float of every variant against the plain-C conversions (which the SIMD variants,
- * through the CPU's own F16C conversions, check in turn): every half; floats sampled over all
+ * through the CPU's own F16C conversions, check in turn), and the branch-free scalar widening
+ * against the plain one: every half; floats sampled over all
  * bit patterns (NaN, inf, overflow, subnormal results) plus exact ties; lengths 0-40 and the
  * element past the end left alone */
 static void test_f16_convert(void) {
@@ -813,6 +814,12 @@ static void test_f16_convert(void) {
     static float x[NF + 1], y[NH + 1], yr[NH];
     for (int i = 0; i < NH; i++) h[i] = (uint16_t)i;
     hm_ops_ref.f16_to_f32(NH, h, yr);
+    int nb = 0; /* the branch-free scalar form (mla.c): the same bits, NaN payloads too */
+    for (int i = 0; i < NH; i++) {
+        const float a = hm_f16_to_f32_branchless(h[i]), r = hm_f16_to_f32(h[i]);
+        nb += memcmp(&a, &r, sizeof a) != 0;
+    }
+    CHECK_MSG(nb == 0, "hm_f16_to_f32_branchless: %d of 65536 halves off", nb);
     for (int i = 0; i < NF; i++) {
         uint32_t b = (uint32_t)i * 65521u + 12345u; /* spread over all 2^32 patterns */
         if (i % 4 == 1) /* a tie: the 13 bits below the half's last one are 1000000000000 */

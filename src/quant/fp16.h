@@ -30,6 +30,15 @@ static inline float hm_f16_to_f32(uint16_t h) {
     return hm_bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
+/* hm_f16_to_f32 without branches, the same bits for every half (test_kernels): loops over it
+ * vectorise (mla.c's rows of F16 weights) */
+static inline float hm_f16_to_f32_branchless(uint16_t h) {
+    const uint32_t e = h & 0x7c00u, em = h & 0x7fffu;
+    const uint32_t normal = ((em << 13) + (112u << 23)) | ((0u - (e == 0x7c00u)) & 0x7f800000u);
+    const uint32_t sub = hm_f32_bits((float)(h & 0x3ffu) * 0x1p-24f), keep = 0u - (e != 0);
+    return hm_bits_f32((normal & keep) | (sub & ~keep) | (uint32_t)(h & 0x8000u) << 16);
+}
+
 static inline uint16_t hm_f32_to_f16(float f) {
     uint32_t x = hm_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000;
