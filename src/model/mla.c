@@ -67,6 +67,25 @@ static float dot8(const float *x, const float *y, int n) {
     return s;
 }
 
+/* y[n] += a x[n], x a row of the model's copy of k_b or v_b in type t (model.h): halves widened
+ * inline, so that every loop vectorises */
+static void add_scaled_row(float *y, float a, const void *x, uint32_t t, int n) {
+    const uint16_t *b = x;
+    if (t == HM_TYPE_BF16) {
+        for (int i = 0; i < n; i++) y[i] += a * hm_bf16_to_f32(b[i]);
+    } else if (t == HM_TYPE_F16) {
+        for (int i = 0; i < n; i++) y[i] += a * hm_f16_to_f32_branchless(b[i]);
+    } else {
+        const float *f = x;
+        for (int i = 0; i < n; i++) y[i] += a * f[i];
+    }
+}
+
+/* the row of a copy of type t that starts at element i */
+static const void *copy_at(const void *base, uint32_t t, size_t i) {
+    return (const uint8_t *)base + i * (t == HM_TYPE_F32 ? sizeof(float) : sizeof(uint16_t));
+}
+
 /* participant ith of nth: (token, head) items ith, ith + nth, ... */
 static void mla_attend(int ith, int nth, void *arg) {
     const mla_job *j = arg;
@@ -80,12 +99,10 @@ static void mla_attend(int ith, int nth, void *arg) {
     for (int item = ith; item < j->n * nh; item += nth) {
         const int t = item / nh, h = item % nh;
         const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd, *qpe = q + nope;
-        const float *kb = j->L->k_b + (size_t)h * nope * kvl;
+        const uint32_t kt = j->L->k_b_type, vt = j->L->v_b_type;
         for (int a = 0; a < kvl; a++) qc[a] = 0.0f;
-        for (int r = 0; r < nope; r++) { /* the absorbed query: q_nope . K_h */
-            const float qr = q[r], *krow = kb + (size_t)r * kvl;
-            for (int a = 0; a < kvl; a++) qc[a] += qr * krow[a];
-        }
+        for (int r = 0; r < nope; r++) /* the absorbed query: q_nope . K_h */
+            add_scaled_row(qc, q[r], copy_at(j->L->k_b, kt, ((size_t)h * nope + r) * kvl), kt, kvl);
         /* one pass over the positions with an online softmax: each cache row (converted once
          * when it is in halves) gives its score and its share of the weighted latent */
         const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
@@ -108,13 +125,10 @@ static void mla_attend(int ith, int nth, void *arg) {
         }
         const float inv = (float)(1.0 / sum);
         for (int a = 0; a < kvl; a++) oc[a] *= inv;
-        const float *vb = j->L->v_b + (size_t)h * kvl * vd;
         float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
         for (int d = 0; d < vd; d++) out[d] = 0.0f;
-        for (int a = 0; a < kvl; a++) { /* the head's value: V_h o_c */
-            const float oa = oc[a], *vrow = vb + (size_t)a * vd;
-            for (int d = 0; d < vd; d++) out[d] += oa * vrow[d];
-        }
+        for (int a = 0; a < kvl; a++) /* the head's value: V_h o_c */
+            add_scaled_row(out, oc[a], copy_at(j->L->v_b, vt, ((size_t)h * kvl + a) * vd), vt, vd);
     }
 }
 

@@ -12,6 +12,7 @@
 #include "core/pool.h"
 #include "model/arch.h"
 #include "model/names.h"
+#include "quant/fp16.h"
 #include "quant/ref.h"
 #include "quant/types.h"
 
@@ -344,8 +345,29 @@ static hm_status bind_expert_bias(hm_model *m, const float **out, uint64_t n, co
     return HM_OK;
 }
 
+/* The type of MLA's copy of k_b / v_b from a source of type t: F32 and F16 kept exact, bf16
+ * otherwise (quantized sources; DeepSeek-V3's copies are 4 GB as floats, 2 GB in 16 bits) */
+static uint32_t mla_copy_type(uint32_t t) {
+    return t == HM_TYPE_F32 || t == HM_TYPE_F16 ? t : HM_TYPE_BF16;
+}
+
+static size_t mla_copy_elem(uint32_t t) {
+    return t == HM_TYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+}
+
+/* x[n] into elements [at, at + n) of a copy of type t */
+static void mla_copy_store(void *dst, uint32_t t, uint64_t at, const float *x, uint64_t n) {
+    if (t == HM_TYPE_F32) {
+        memcpy((float *)dst + at, x, sizeof(float) * n);
+        return;
+    }
+    uint16_t *b = (uint16_t *)dst + at;
+    for (uint64_t i = 0; i < n; i++)
+        b[i] = t == HM_TYPE_F16 ? hm_f32_to_f16(x[i]) : hm_f32_to_bf16(x[i]);
+}
+
 /* MLA's attention tensors (model.h): q (or its low-rank pair), the latent's projection and norm,
- * and per head the key's up-projection transposed and the value's, as float copies: from
+ * and per head the key's up-projection transposed and the value's, as 32- or 16-bit copies: from
  * llama.cpp's split attn_k_b / attn_v_b, or from one kv_b ([heads * (nope + v)][kv_lora]: HF's
  * kv_b_proj, older GGUFs' attn_kv_b). */
 static hm_status bind_mla(hm_model *m, hm_layer *L, unsigned il) {
@@ -384,31 +406,37 @@ static hm_status bind_mla(hm_model *m, hm_layer *L, unsigned il) {
     }
     if (m->checking) return HM_OK;
     /* k_b[h] [nope][kv_lora] (the key's up-projection as HF stores it) and v_b[h] [kv_lora][v]
-     * (the value's, transposed): both read row by row in mla.c's inner loops */
-    float *k_b = own_floats(m, nh * kvl * nope), *v_b = own_floats(m, nh * vd * kvl);
-    float *rows = malloc(sizeof(float) * (size_t)((nope > vd ? nope : vd) * kvl));
+     * (the value's, transposed): both read row by row in mla.c's inner loops, every token */
+    const uint32_t kt = mla_copy_type(split ? kb.type : kv.type);
+    const uint32_t vt = mla_copy_type(split ? vb.type : kv.type);
+    const uint64_t most = (nope > vd ? nope : vd) * kvl;
+    void *k_b = own_bytes(m, mla_copy_elem(kt) * nh * nope * kvl);
+    void *v_b = own_bytes(m, mla_copy_elem(vt) * nh * kvl * vd);
+    float *rows = malloc(sizeof(float) * 2 * most), *head = rows ? rows + most : NULL;
     if (!k_b || !v_b || !rows) {
         free(rows);
         return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
     }
     for (uint64_t h = 0; h < nh && !st; h++) {
-        float *kh = k_b + h * nope * kvl, *vh = v_b + h * kvl * vd;
         if (split) { /* llama.cpp: attn_k_b[h] [kv_lora][nope], attn_v_b[h] [v][kv_lora] */
             if ((st = rows_f32(m, &kb, nope, h * kvl, kvl, rows))) break;
             for (uint64_t j = 0; j < kvl; j++)
-                for (uint64_t r = 0; r < nope; r++) kh[r * kvl + j] = rows[j * nope + r];
+                for (uint64_t r = 0; r < nope; r++) head[r * kvl + j] = rows[j * nope + r];
             if ((st = rows_f32(m, &vb, kvl, h * vd, vd, rows))) break;
         } else { /* kv_b [heads * (nope + v)][kv_lora] */
             const uint64_t r0 = h * (nope + vd);
-            if ((st = rows_f32(m, &kv, kvl, r0, nope, kh)) ||
+            if ((st = rows_f32(m, &kv, kvl, r0, nope, head)) ||
                 (st = rows_f32(m, &kv, kvl, r0 + nope, vd, rows)))
                 break;
         }
+        mla_copy_store(k_b, kt, h * nope * kvl, head, nope * kvl);
         for (uint64_t d = 0; d < vd; d++) /* rows holds [v][kv_lora] */
-            for (uint64_t j = 0; j < kvl; j++) vh[j * vd + d] = rows[d * kvl + j];
+            for (uint64_t j = 0; j < kvl; j++) head[j * vd + d] = rows[d * kvl + j];
+        mla_copy_store(v_b, vt, h * kvl * vd, head, kvl * vd);
     }
     free(rows);
     if (st) return st;
+    L->k_b_type = kt, L->v_b_type = vt;
     L->k_b = k_b, L->v_b = v_b;
     return HM_OK;
 }

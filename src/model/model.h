@@ -32,11 +32,12 @@ typedef struct hm_layer {
     const float *router_b;     /* [n_experts] router bias (gpt-oss) or NULL */
     /* MLA (deepseek2: kv_lora_rank > 0): q = wq xn, or wq_b rms(wq_a xn) * q_a_norm with q_lora;
      * [c, k_pe] = wkv_a xn, c = rms(c) * kv_a_norm; per head h k_b[h] [nope][kv_lora] (the key's
-     * up-projection, absorbed into q) and v_b[h] [kv_lora][v_head] (the value's, transposed), as
-     * floats */
+     * up-projection, absorbed into q) and v_b[h] [kv_lora][v_head] (the value's, transposed),
+     * copies owned by the model: F32 and F16 sources kept in their type, others as BF16 */
     hm_matrix wq_a, wq_b, wkv_a;
     const float *q_a_norm, *kv_a_norm;
-    const float *k_b, *v_b;
+    const void *k_b, *v_b;
+    uint32_t k_b_type, v_b_type; /* HM_TYPE_F32, HM_TYPE_F16 or HM_TYPE_BF16 */
     bool moe;
     hm_matrix router;        /* [n_experts][hidden] */
     const float *exp_bias;   /* [n_experts] e_score_correction_bias (sigmoid routers), or NULL */
