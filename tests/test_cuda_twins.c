@@ -326,6 +326,52 @@ static void test_op_twins(void) {
     float w[4];
     int32_t ids[4];
     CHECK(!twin_topk(w, 3, 4, false, ids, w) && !twin_topk(w, 3, 0, false, ids, w));
+    /* DeepSeek-V2's group-limited softmax: against a direct reading of transformers'
+     * group_limited_greedy (groups ranked by their best score, the rest of the scores zeroed,
+     * torch.topk's order), ties included */
+    for (int it = 0; it < 200; it++) {
+        const int ng = it % 3 == 0 ? 8 : it % 3 == 1 ? 16 : 1, n = ng == 16 ? 64 : 160;
+        const int tg = ng == 1 ? 1 : 1 + it % 3, k = 6;
+        float lg[160], gw[8];
+        int32_t gid[8];
+        for (int i = 0; i < n; i++) lg[i] = (float)gauss(&s) * 2;
+        if (it % 5 == 0) lg[7] = lg[3]; /* a tie: the lower index first */
+        const bool renorm = it & 1;
+        hm_hd_router_softmax_group(lg, n, ng, tg, k, renorm, 2.5f, gid, gw);
+        double p[160], mx = lg[0], sum = 0;
+        for (int i = 1; i < n; i++) mx = fmax(mx, lg[i]);
+        for (int i = 0; i < n; i++) sum += exp(lg[i] - mx);
+        for (int i = 0; i < n; i++) p[i] = (float)(exp(lg[i] - mx) / sum);
+        const int per = n / ng;
+        bool keep[16] = {false};
+        for (int r = 0; r < tg; r++) {
+            int bg = -1;
+            double bv = -1;
+            for (int g = 0; g < ng; g++) {
+                double gv = 0;
+                for (int i = 0; i < per; i++) gv = fmax(gv, p[g * per + i]);
+                if (!keep[g] && gv > bv) bv = gv, bg = g;
+            }
+            keep[bg] = true;
+        }
+        for (int i = 0; i < n; i++)
+            if (!keep[i / per]) p[i] = 0;
+        bool taken[160] = {false};
+        double sel = 0;
+        int want[8];
+        for (int j = 0; j < k; j++) {
+            int b = -1;
+            for (int i = 0; i < n; i++)
+                if (!taken[i] && (b < 0 || p[i] > p[b])) b = i;
+            taken[b] = true, want[j] = b, sel += p[b];
+        }
+        for (int j = 0; j < k; j++) {
+            CHECK_MSG(gid[j] == want[j], "softmax group router %d: pick %d is %d, want %d", it, j,
+                      gid[j], want[j]);
+            const double wv = (renorm ? p[want[j]] / sel : p[want[j]]) * 2.5;
+            CHECK(fabs(gw[j] - wv) <= 1e-6 * wv + 1e-12);
+        }
+    }
     /* the sigmoid router (DeepSeek-V3, GLM-4.5): hm_router_sigmoid_group_topk's ids and weights
      * exactly, with and without groups, bias, renormalisation and scale; ties included */
     static const int shapes[][4] = {/* n, n_group, topk_group, k */

@@ -66,6 +66,14 @@ struct hm_cuda_ctx {
     const float **nb;         /* [g->n]: a matmul node's bias (or NULL) */
     hm_cu_w *ex;              /* [n_layers][3]: gate, up, down of the layer's experts */
     float **exb;              /* [n_layers][3]: their biases, [GPU experts][rows] (or NULL: none) */
+    /* multi-head latent attention: each layer's projections, norms and absorbed matrices, and
+     * the per-token scratch (q's low-rank step, the absorbed queries, the weighted latents) */
+    struct mla_w {
+        hm_cu_w wq_a, wq_b, wq, wkv_a;
+        const float *q_a_norm, *kv_a_norm;
+        const void *k_b, *v_b;
+    } * mla;
+    float *mla_qa, *mla_q, *mla_o;
     hm_cu_w tok_embd, output;
     const float *out_norm;
     float *slot[HM_SLOT_COUNT];
@@ -277,6 +285,42 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
     return HM_OK;
 }
 
+/* a copy of n elements of type t (F32, F16 or BF16) on the device */
+static hm_status put_raw(hm_cuda_ctx *c, const void *h, uint32_t t, size_t n, const char *what,
+                         const void **out) {
+    const size_t b = n * (t == HM_TYPE_F32 ? 4 : 2);
+    void *d = take(c, b);
+    *out = d;
+    c->weight_bytes += b;
+    if (d && h) CK(cudaMemcpy(d, h, b, cudaMemcpyHostToDevice), what);
+    return HM_OK;
+}
+
+/* layer il's latent attention: projections, norms and the absorbed k_b / v_b copies */
+static hm_status put_mla(hm_cuda_ctx *c, int il) {
+    const hm_hparams *hp = &c->m->hp;
+    const hm_layer *L = &c->m->layers[il];
+    struct mla_w *w = &c->mla[il];
+    const size_t nh = hp->n_heads, kvl = hp->kv_lora_rank, nope = hp->qk_nope_head_dim;
+    char what[64];
+    snprintf(what, sizeof what, "layer %d latent attention", il);
+    hm_status st;
+    if (hp->q_lora_rank) {
+        if ((st = put_hm_matrix(c, &L->wq_a, what, &w->wq_a)) ||
+            (st = put_hm_matrix(c, &L->wq_b, what, &w->wq_b)) ||
+            (st = put_floats(c, L->q_a_norm, hp->q_lora_rank, &w->q_a_norm)))
+            return st;
+    } else if ((st = put_hm_matrix(c, &L->wq, what, &w->wq))) {
+        return st;
+    }
+    if ((st = put_hm_matrix(c, &L->wkv_a, what, &w->wkv_a)) ||
+        (st = put_floats(c, L->kv_a_norm, kvl, &w->kv_a_norm)) ||
+        (st = put_raw(c, L->k_b, L->k_b_type, nh * nope * kvl, what, &w->k_b)) ||
+        (st = put_raw(c, L->v_b, L->v_b_type, nh * kvl * hp->v_head_dim, what, &w->v_b)))
+        return st;
+    return HM_OK;
+}
+
 /* Lays out (sizing pass: arena NULL) or fills the device memory: weights, KV cache, scratch. */
 static hm_status layout(hm_cuda_ctx *c) {
     const hm_model *m = c->m;
@@ -307,6 +351,7 @@ static hm_status layout(hm_cuda_ctx *c) {
         if (nd->nw && (st = put_floats(c, nd->nw, nn, &c->nn1[i]))) return st;
         if (nd->nw2 && (st = put_floats(c, nd->nw2, nn, &c->nn2[i]))) return st;
         if (nd->op == HM_OP_MOE && (st = put_experts(c, nd->il))) return st;
+        if (nd->op == HM_OP_MLA && (st = put_mla(c, nd->il))) return st;
     }
     /* KV cache */
     const size_t el = c->kv.f16 ? 2 : 4;
@@ -314,12 +359,14 @@ static hm_status layout(hm_cuda_ctx *c) {
                        (size_t)c->kv.kv_ctx * (size_t)c->kv.head_dim;
     const size_t before = c->used;
     c->kv.k = take(c, kvn * el);
-    c->kv.v = take(c, kvn * el);
+    c->kv.v = c->kv.v_dim ? c->kv.k : take(c, kvn * el); /* MLA: values from the latents */
     c->kv_bytes = c->used - before;
     /* slots and scratch */
     const int64_t B = c->n_batch, H = hp->hidden;
     const int64_t qd = (int64_t)hp->n_heads * hp->head_dim,
-                  kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
+                  kvd = hp->kv_lora_rank ? (int64_t)(hp->kv_lora_rank + hp->qk_rope_head_dim)
+                                         : (int64_t)hp->n_kv_heads * hp->head_dim,
+                  ad = hp->kv_lora_rank ? (int64_t)hp->n_heads * hp->v_head_dim : qd;
     /* gate/up rows: the dense MLP's or the shared expert's, whichever is wider */
     int64_t F = hp->ffn_inter;
     if (hp->n_shared_experts && (int64_t)hp->shared_inter > F) F = hp->shared_inter;
@@ -327,11 +374,17 @@ static hm_status layout(hm_cuda_ctx *c) {
     const int64_t E = hp->n_experts ? hp->n_experts : 1;
     const int64_t cols[HM_SLOT_COUNT] = {
         [HM_SLOT_X] = H,   [HM_SLOT_XN] = H,   [HM_SLOT_Q] = qd,  [HM_SLOT_K] = kvd,
-        [HM_SLOT_V] = kvd, [HM_SLOT_ATT] = qd, [HM_SLOT_TMP] = H, [HM_SLOT_RL] = E,
+        [HM_SLOT_V] = kvd, [HM_SLOT_ATT] = ad, [HM_SLOT_TMP] = H, [HM_SLOT_RL] = E,
         [HM_SLOT_G] = F,   [HM_SLOT_U] = F,    [HM_SLOT_SH] = H};
     for (int s = HM_SLOT_X; s < HM_SLOT_COUNT; s++) {
         c->cols[s] = cols[s];
         c->slot[s] = take(c, sizeof(float) * (size_t)(B * cols[s]));
+    }
+    if (hp->kv_lora_rank) {
+        const size_t nh = hp->n_heads, kvl = hp->kv_lora_rank, rope = hp->qk_rope_head_dim;
+        c->mla_qa = take(c, sizeof(float) * (size_t)B * (hp->q_lora_rank ? hp->q_lora_rank : 1));
+        c->mla_q = take(c, sizeof(float) * (size_t)B * nh * (kvl + rope));
+        c->mla_o = take(c, sizeof(float) * (size_t)B * nh * kvl);
     }
     c->d_in = take(c, sizeof(int32_t) * 4 * (size_t)B);
     c->d_cs = take(c, sizeof(float) * (size_t)B * (hp->rope_dim ? hp->rope_dim : 1));
@@ -351,7 +404,7 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->gid = take(c, sizeof(int32_t) * (size_t)(B * K));
     c->att_splits = hm_cu_attention_splits(c->kv.kv_ctx);
     c->att_part = take(c, sizeof(float) * (size_t)HM_CU_MATVEC_MAX * hp->n_heads *
-                              (size_t)c->att_splits * (hp->head_dim + 2));
+                              (size_t)c->att_splits * ((size_t)c->kv.head_dim + 2));
     c->cpu_out = c->cpu_moe ? take(c, sizeof(float) * (size_t)(B * H)) : NULL;
     /* the GEMM path's dequantized rows: the largest matrix, at most 32M floats at a time */
     int64_t big = m->output.rows * m->output.cols;
@@ -362,7 +415,7 @@ static hm_status layout(hm_cuda_ctx *c) {
     if (c->deq_elems < H) c->deq_elems = H;
     c->deq = B > HM_CU_MATVEC_MAX ? take(c, sizeof(float) * (size_t)c->deq_elems) : NULL;
     /* BF16 batches: the activations of the widest matmul as BF16 */
-    int64_t wide = H;
+    int64_t wide = H > (int64_t)hp->q_lora_rank ? H : (int64_t)hp->q_lora_rank;
     for (int i = 0; i < g->n; i++)
         if (g->nodes[i].op == HM_OP_MATMUL && g->nodes[i].w->cols > wide)
             wide = g->nodes[i].w->cols;
@@ -567,6 +620,63 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
     return HM_OK;
 }
 
+/* Latent attention of the normed stream (slot XN) into dst [n][n_heads * v_head] (model/mla.c's
+ * steps): q (through its low-rank step), the latent and k_pe, the cache store, the absorbed
+ * queries, attention over the latents, the heads' values. */
+static hm_status run_mla(hm_cuda_ctx *c, const hm_node *nd, int n, float *dst) {
+    const hm_hparams *hp = &c->m->hp;
+    const struct mla_w *w = &c->mla[nd->il];
+    const int64_t H = hp->hidden, ql = hp->q_lora_rank, kvd = c->cols[HM_SLOT_K];
+    const int nh = (int)hp->n_heads, kvl = (int)hp->kv_lora_rank;
+    float *xn = c->slot[nd->src0], *q = c->slot[HM_SLOT_Q], *kv = c->slot[HM_SLOT_K];
+    hm_status st;
+    if (ql) {
+        if ((st = mm(c, &w->wq_a, xn, H, n, c->mla_qa, ql))) return st;
+        CK(hm_cu_rmsnorm(c->mla_qa, NULL, w->q_a_norm, c->mla_qa, NULL, n, ql, hp->norm_eps, c->s),
+           "q's low-rank norm");
+        if ((st = mm(c, &w->wq_b, c->mla_qa, ql, n, q, c->cols[HM_SLOT_Q]))) return st;
+    } else if ((st = mm(c, &w->wq, xn, H, n, q, c->cols[HM_SLOT_Q]))) {
+        return st;
+    }
+    if ((st = mm(c, &w->wkv_a, xn, H, n, kv, kvd))) return st;
+    const hm_cu_mla a = {q,
+                         c->cols[HM_SLOT_Q],
+                         kv,
+                         kvd,
+                         w->kv_a_norm,
+                         c->d_cs,
+                         c->mla_q,
+                         c->mla_o,
+                         dst,
+                         c->cols[nd->dst],
+                         w->k_b,
+                         w->v_b,
+                         (int)c->m->layers[nd->il].k_b_type,
+                         (int)c->m->layers[nd->il].v_b_type,
+                         nh,
+                         (int)hp->qk_nope_head_dim,
+                         (int)hp->qk_rope_head_dim,
+                         kvl,
+                         (int)hp->v_head_dim,
+                         hp->norm_eps,
+                         d_pos(c),
+                         d_seq(c),
+                         nd->il};
+    CK(hm_cu_mla_store(&a, &c->kv, n, c->s), "latent cache store");
+    CK(hm_cu_mla_absorb(&a, n, c->s), "absorbed queries");
+    const hm_cu_attn at = {c->mla_q, (int64_t)nh * c->kv.head_dim,
+                           c->mla_o, (int64_t)nh * kvl,
+                           nh,       hm_mla_scale(hp),
+                           d_pos(c), d_seq(c),
+                           nd->il,   NULL,
+                           0};
+    const bool split = n <= HM_CU_MATVEC_MAX && c->att_splits > 1;
+    CK(hm_cu_attention(&at, &c->kv, n, split ? c->att_part : NULL, c->att_splits, c->s),
+       "latent attention");
+    CK(hm_cu_mla_values(&a, n, c->s), "heads' values");
+    return HM_OK;
+}
+
 /* the positions layer il attends over: the last sliding_window on a sliding layer, else all */
 static int window_of(const hm_hparams *hp, int il) {
     return hp->sliding_window && il < HM_MAX_LAYERS && hp->layer_sliding[il]
@@ -649,10 +759,20 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                                         hp->topk_group ? (int)hp->topk_group : 1, c->k,
                                         hp->norm_topk_prob, hp->routed_scaling, c->ids, c->w, c->s),
                    "router (sigmoid)");
-            else
+            else if (hp->n_group > 1)
+                CK(hm_cu_router_softmax_group(s0, c->cols[nd->src0], n, (int)hp->n_experts,
+                                              (int)hp->n_group, (int)hp->topk_group, c->k,
+                                              hp->norm_topk_prob, hp->routed_scaling, c->ids, c->w,
+                                              c->s),
+                   "router (group-limited softmax)");
+            else {
                 CK(hm_cu_router_topk(s0, c->cols[nd->src0], n, (int)hp->n_experts, c->k,
                                      hp->norm_topk_prob, c->ids, c->w, c->s),
                    "router top-k");
+                if (hp->routed_scaling != 1.0f) /* DeepSeek-V2(-Lite) */
+                    CK(hm_cuda_launch_axpb(c->w, c->w, hp->routed_scaling, 0.0f, n * c->k, c->s),
+                       "router's scale");
+            }
             break;
         case HM_OP_GLU:
             /* the whole row: the dense MLP's or the shared expert's width (the next matmul reads
@@ -671,7 +791,11 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                                c->nn1[i], n, H, c->s),
                "shared expert's gate");
             break;
-        case HM_OP_MLA: /* cu_supports refuses it: no context is made with one */
+        case HM_OP_MLA: {
+            hm_status st = run_mla(c, nd, n, dst);
+            if (st) return st;
+            break;
+        }
         case HM_OP_COUNT:
             return hm_errorf(HM_ERR_INTERNAL, "cuda: graph node %d: op %s", i, hm_op_name(nd->op));
         }
@@ -682,7 +806,7 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
 
 static bool cu_supports(void *self, const hm_node *nd) {
     (void)self;
-    if (nd->op < 0 || nd->op >= HM_OP_COUNT || nd->op == HM_OP_MLA) return false;
+    if (nd->op < 0 || nd->op >= HM_OP_COUNT) return false;
     return nd->op != HM_OP_MATMUL || (nd->w && cu_w_ok(nd->w->type, nd->w->cols));
 }
 
@@ -723,6 +847,7 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     free(c->nb);
     free(c->ex);
     free(c->exb);
+    free(c->mla);
     free(c);
 }
 
@@ -750,13 +875,15 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
                          hp->head_dim);
     if (hp->act != HM_ACT_SILU && hp->act != HM_ACT_GELU && hp->act != HM_ACT_SWIGLU_OAI)
         return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: activation %d has no GPU kernel", (int)hp->act);
+    if (hp->kv_lora_rank &&
+        (hp->kv_lora_rank + hp->qk_rope_head_dim > 640 || hp->qk_rope_head_dim % 2 ||
+         hp->kv_lora_rank > 4096 || hp->qk_nope_head_dim > 1024))
+        return hm_errorf(HM_ERR_UNSUPPORTED,
+                         "cuda: latent attention of kv_lora %u + rope %u (nope %u) has no GPU "
+                         "kernel (kv_lora + rope up to 640)",
+                         hp->kv_lora_rank, hp->qk_rope_head_dim, hp->qk_nope_head_dim);
     for (int i = 0; i < g->n; i++)
-        if (g->nodes[i].op == HM_OP_MLA)
-            return hm_errorf(HM_ERR_UNSUPPORTED,
-                             "cuda: multi-head latent attention (%s) has no GPU kernel yet: run "
-                             "--device cpu",
-                             hp->model_type);
-        else if (!cu_supports(NULL, &g->nodes[i]))
+        if (!cu_supports(NULL, &g->nodes[i]))
             return hm_errorf(HM_ERR_UNSUPPORTED,
                              "cuda: layer %d %s: weights of type %s (%lld columns) have no GPU "
                              "kernel (run --device cpu)",
@@ -772,16 +899,21 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     c->gpu_mask = p->gpu_experts;
     c->cpu_moe = p->cpu_moe;
     c->kv = (hm_cu_kv){
-        NULL, NULL, p->kv_f16, p->n_ctx, p->n_seq, (int)hp->n_kv_heads, (int)hp->head_dim};
+        NULL, NULL, p->kv_f16, p->n_ctx, p->n_seq, (int)hp->n_kv_heads, (int)hp->head_dim, 0};
+    if (hp->kv_lora_rank) /* MLA: one row [latent, k_pe] per position, the values its latent */
+        c->kv.n_kv_heads = 1, c->kv.head_dim = (int)(hp->kv_lora_rank + hp->qk_rope_head_dim),
+        c->kv.v_dim = (int)hp->kv_lora_rank;
     c->nw = calloc((size_t)g->n + 1, sizeof *c->nw);
     c->nn1 = calloc((size_t)g->n + 1, sizeof *c->nn1);
     c->nn2 = calloc((size_t)g->n + 1, sizeof *c->nn2);
     c->nb = calloc((size_t)g->n + 1, sizeof *c->nb);
     c->ex = calloc((size_t)hp->n_layers * 3 + 1, sizeof *c->ex);
     c->exb = calloc((size_t)hp->n_layers * 3 + 1, sizeof *c->exb);
+    c->mla = calloc((size_t)hp->n_layers + 1, sizeof *c->mla);
     c->remap = calloc((size_t)hp->n_layers + 1, sizeof *c->remap);
     c->cb = calloc((size_t)hp->n_layers + 1, sizeof *c->cb);
-    if (!c->nw || !c->nn1 || !c->nn2 || !c->nb || !c->ex || !c->exb || !c->remap || !c->cb) {
+    if (!c->nw || !c->nn1 || !c->nn2 || !c->nb || !c->ex || !c->exb || !c->mla || !c->remap ||
+        !c->cb) {
         hm_cuda_ctx_free(c);
         return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
     }

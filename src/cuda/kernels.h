@@ -94,6 +94,7 @@ typedef struct hm_cu_kv {
     int n_seq;      /* sequences per layer */
     int n_kv_heads;
     int head_dim;
+    int v_dim; /* values read from each row's first v_dim elements (0: head_dim) */
 } hm_cu_kv;
 
 typedef struct hm_cu_qkv {
@@ -135,6 +136,42 @@ typedef struct hm_cu_attn {
 cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, float *part, int splits,
                             cudaStream_t stream);
 int hm_cu_attention_splits(int64_t kv_ctx);
+
+/* DeepSeek-V2's group-limited softmax router of n tokens: hm_hd_router_softmax_group per token
+ * (one thread each) */
+cudaError_t hm_cu_router_softmax_group(const float *rl, int64_t rs, int n, int e, int n_group,
+                                       int topk_group, int k, bool renorm, float scale,
+                                       int32_t *ids, float *w, cudaStream_t stream);
+
+/* Multi-head latent attention (model/mla.c) in three launches around hm_cu_attention:
+ *   hm_cu_mla_store: per token, kv [kvl + rope] (wkv_a's output) gets its latent RMS-normed by
+ *     kv_norm and its k_pe rotated, every head's q_pe (q: [n_heads][nope + rope]) is rotated
+ *     (interleaved pairs by cs), and the row goes into the cache (n_kv_heads 1, head_dim
+ *     kvl + rope) at the token's position;
+ *   hm_cu_mla_absorb: qa [n][n_heads][kvl + rope] = [q_nope . k_b[h], q_pe] (k_b: [n_heads]
+ *     [nope][kvl] of type kt);
+ *   hm_cu_attention of qa over the cache with v = k and v_dim = kvl, into o [n][n_heads][kvl];
+ *   hm_cu_mla_values: out[t][h] = o[t][h] . v_b[h] (v_b: [n_heads][kvl][vd] of type vt).
+ * Copies of type HM_TYPE_F32, F16 or BF16. */
+typedef struct hm_cu_mla {
+    float *q;
+    int64_t q_stride;
+    float *kv;
+    int64_t kv_stride;
+    const float *kv_norm, *cs;
+    float *qa, *o, *out;
+    int64_t out_stride;
+    const void *k_b, *v_b;
+    int kt, vt;
+    int n_heads, nope, rope, kvl, vd;
+    float eps;
+    const int32_t *pos, *seq;
+    int il;
+} hm_cu_mla;
+
+cudaError_t hm_cu_mla_store(const hm_cu_mla *a, const hm_cu_kv *kv, int n, cudaStream_t stream);
+cudaError_t hm_cu_mla_absorb(const hm_cu_mla *a, int n, cudaStream_t stream);
+cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t stream);
 
 /* Softmax top-k of each token's e router logits: ids [n][k], w [n][k] (hm_router_softmax_topk) */
 cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, bool renorm,

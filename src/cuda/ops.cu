@@ -224,7 +224,7 @@ extern "C" cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, 
 // One block per (token, query head) and range of positions: the positions in chunks of ATT_T,
 // one per thread for the scores, an online softmax across chunks (twins.h), each thread
 // accumulating head dims tid, tid + ATT_T, ... of the output.
-enum { ATT_T = 128, ATT_MAX_HD = 4 * ATT_T, ATT_SPLIT = 256 };
+enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT = 256 };
 
 // q (in shared memory) against positions [p0, p1) of one cache head: the running state and the
 // unnormalized accumulators of this thread's dims
@@ -233,6 +233,7 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
                                            const hm_cu_kv &kv, size_t base, int p0, int p1,
                                            float scale, hm_osm *st, float acc[ATT_MAX_HD / ATT_T]) {
     const int tid = threadIdx.x, hd = kv.head_dim, warp = tid >> 5, lane = tid & 31;
+    const int vd = kv.v_dim ? kv.v_dim : hd;
     for (int c0 = p0; c0 < p1; c0 += ATT_T) {
         // the chunk's scores: a warp per position, its lanes over the head dims (coalesced
         // reads of a key row), into pe
@@ -260,7 +261,7 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
 #pragma unroll
         for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
             const int d = tid + j * ATT_T;
-            if (d >= hd) break;
+            if (d >= vd) break;
             float v = acc[j] * f;
             size_t vr = base + (size_t)c0 * hd + d;
             for (int m = 0; m < np; m++, vr += hd) v = fmaf(pe[m], kv_get<F16>(kv.v, vr), v);
@@ -277,12 +278,12 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
     extern __shared__ float smem[]; // q [hd], then the chunk's exp(score - m) [ATT_T]
     __shared__ float red[32];
     const int i = blockIdx.x, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
-    const int hd = kv.head_dim;
+    const int hd = kv.head_dim, vd = kv.v_dim ? kv.v_dim : hd;
     const int P = a.pos[i] + 1, lo = a.window && P > a.window ? P - a.window : 0;
     int p0 = gridDim.z > 1 ? s * ATT_SPLIT : 0;
     const int p1 = gridDim.z > 1 ? (p0 + ATT_SPLIT < P ? p0 + ATT_SPLIT : P) : P;
     p0 = p0 > lo ? p0 : lo;
-    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     hm_osm st = {-INFINITY, 0.0f};
     if (p0 < p1) {
         float *qs = smem, *pe = smem + hd;
@@ -298,27 +299,27 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
 #pragma unroll
         for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
             const int d = tid + j * ATT_T;
-            if (d < hd) o[2 + d] = acc[j];
+            if (d < vd) o[2 + d] = acc[j];
         }
         return;
     }
     const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
-    float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * hd;
+    float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * vd;
 #pragma unroll
     for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
         const int d = tid + j * ATT_T;
-        if (d < hd) o[d] = acc[j] * f / st.l;
+        if (d < vd) o[d] = acc[j] * f / st.l;
     }
 }
 
 // the splits of one (token, head) merged with the online softmax's rescaling
 __global__ void __launch_bounds__(ATT_T)
-    attn_merge_k(hm_cu_attn a, int hd, int splits, const float *__restrict__ part) {
+    attn_merge_k(hm_cu_attn a, int hd, int vd, int splits, const float *__restrict__ part) {
     const int i = blockIdx.x, h = blockIdx.y;
     const float *pp = part + ((int64_t)i * a.n_heads + h) * splits * (hd + 2);
     const int ns = (a.pos[i] + ATT_SPLIT) / ATT_SPLIT; // splits that saw positions
     hm_osm st = {-INFINITY, 0.0f};
-    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     for (int s = 0; s < ns; s++) {
         const float *q = pp + (int64_t)s * (hd + 2);
         if (q[0] == -INFINITY) continue; // a split before the sliding window: no positions
@@ -327,15 +328,15 @@ __global__ void __launch_bounds__(ATT_T)
 #pragma unroll
         for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
             const int d = threadIdx.x + j * ATT_T;
-            if (d < hd) acc[j] = fmaf(q[2 + d], g, acc[j] * f);
+            if (d < vd) acc[j] = fmaf(q[2 + d], g, acc[j] * f);
         }
     }
     const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
-    float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * hd;
+    float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * vd;
 #pragma unroll
     for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
         const int d = threadIdx.x + j * ATT_T;
-        if (d < hd) o[d] = acc[j] * f / st.l;
+        if (d < vd) o[d] = acc[j] * f / st.l;
     }
 }
 
@@ -353,7 +354,7 @@ extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, 
         attn_k<false><<<grid, ATT_T, sm, stream>>>(*a, *kv, part);
     if (z > 1)
         attn_merge_k<<<dim3((unsigned)n, (unsigned)a->n_heads), ATT_T, 0, stream>>>(
-            *a, kv->head_dim, z, part);
+            *a, kv->head_dim, kv->v_dim ? kv->v_dim : kv->head_dim, z, part);
     return cudaGetLastError();
 }
 
@@ -429,5 +430,149 @@ extern "C" cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32
                                          int64_t os, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
     combine_k<<<(unsigned)n, 256, 0, stream>>>(y, ys, pos_of, w, k, h, out, os);
+    return cudaGetLastError();
+}
+
+// ---- multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): model/mla.c's steps on the GPU ----
+
+__global__ void router_softmax_group_k(const float *__restrict__ rl, int64_t rs, int n, int e,
+                                       int n_group, int topk_group, int k, bool renorm, float scale,
+                                       int32_t *__restrict__ ids, float *__restrict__ w) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    hm_hd_router_softmax_group(rl + (int64_t)t * rs, e, n_group, topk_group, k, renorm, scale,
+                               ids + (int64_t)t * k, w + (int64_t)t * k);
+}
+
+extern "C" cudaError_t hm_cu_router_softmax_group(const float *rl, int64_t rs, int n, int e,
+                                                  int n_group, int topk_group, int k, bool renorm,
+                                                  float scale, int32_t *ids, float *w,
+                                                  cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (e > HM_HD_ROUTER_MAX || n_group < 1 || n_group > 64 || e % n_group || topk_group < 1 ||
+        topk_group > n_group || k > e / n_group * topk_group)
+        return cudaErrorInvalidValue;
+    router_softmax_group_k<<<(unsigned)((n + 63) / 64), 64, 0, stream>>>(
+        rl, rs, n, e, n_group, topk_group, k, renorm, scale, ids, w);
+    return cudaGetLastError();
+}
+
+// element i of an absorbed matrix's copy of type t (HM_TYPE_F32, F16 or BF16)
+__device__ __forceinline__ float mla_w(const void *p, int t, size_t i) {
+    if (t == HM_TYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (t == HM_TYPE_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+// one block per token: the latent normed, k_pe and every head's q_pe rotated (interleaved
+// pairs), [c, k_pe] into the cache at the token's position
+template <bool F16> __global__ void __launch_bounds__(256) mla_store_k(hm_cu_mla a, hm_cu_kv kv) {
+    __shared__ double sh[32];
+    const int i = blockIdx.x, tid = threadIdx.x, kvl = a.kvl, rope = a.rope, half = rope / 2;
+    float *x = a.kv + (int64_t)i * a.kv_stride;
+    double ss = 0;
+    for (int d = tid; d < kvl; d += blockDim.x) ss += (double)x[d] * x[d];
+    ss = hm_block_sum_d(ss, sh);
+    const float sc = hm_hd_rms_scale(ss, kvl, a.eps);
+    const float *cs = a.cs + (int64_t)i * rope;
+    const int qhd = a.nope + rope;
+    for (int j = tid; j < half * (a.n_heads + 1); j += blockDim.x) {
+        const int h = j / half - 1, jj = j % half;
+        float *y = h < 0 ? x + kvl : a.q + (int64_t)i * a.q_stride + (int64_t)h * qhd + a.nope;
+        hm_hd_rope_pair(&y[2 * jj], &y[2 * jj + 1], cs[jj], cs[half + jj]);
+    }
+    for (int d = tid; d < kvl; d += blockDim.x) x[d] = x[d] * sc * a.kv_norm[d];
+    __syncthreads();
+    const size_t off = kv_head(kv, a.il, a.seq[i], 0) + (size_t)a.pos[i] * (size_t)kv.head_dim;
+    for (int d = tid; d < kvl + rope; d += blockDim.x) kv_put<F16>(kv.k, off + d, x[d]);
+}
+
+enum { MLA_TOK = 8 }; // tokens per block of the absorption kernels: each matrix row read once
+
+// block (head h, tokens t0 .. t0 + 8): qa[t][h] = [q_nope[t][h] . k_b[h], q_pe[t][h]]
+__global__ void __launch_bounds__(256) mla_absorb_k(hm_cu_mla a, int n) {
+    extern __shared__ float qn[]; // [MLA_TOK][nope]
+    const int h = blockIdx.x, t0 = blockIdx.y * MLA_TOK, tid = threadIdx.x;
+    const int nt = n - t0 < MLA_TOK ? n - t0 : MLA_TOK, nope = a.nope, kvl = a.kvl;
+    const int qhd = nope + a.rope, ahd = kvl + a.rope;
+    for (int j = tid; j < MLA_TOK * nope; j += blockDim.x) {
+        const int tt = j / nope, r = j % nope;
+        qn[j] = tt < nt ? a.q[(int64_t)(t0 + tt) * a.q_stride + (int64_t)h * qhd + r] : 0.0f;
+    }
+    __syncthreads();
+    for (int c = tid; c < kvl; c += blockDim.x) {
+        float acc[MLA_TOK] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int r = 0; r < nope; r++) {
+            const float w = mla_w(a.k_b, a.kt, ((size_t)h * nope + r) * (size_t)kvl + c);
+#pragma unroll
+            for (int tt = 0; tt < MLA_TOK; tt++) acc[tt] = fmaf(qn[tt * nope + r], w, acc[tt]);
+        }
+        for (int tt = 0; tt < nt; tt++)
+            a.qa[(int64_t)(t0 + tt) * a.n_heads * ahd + (int64_t)h * ahd + c] = acc[tt];
+    }
+    for (int j = tid; j < nt * a.rope; j += blockDim.x) {
+        const int tt = j / a.rope, d = j % a.rope;
+        a.qa[(int64_t)(t0 + tt) * a.n_heads * ahd + (int64_t)h * ahd + kvl + d] =
+            a.q[(int64_t)(t0 + tt) * a.q_stride + (int64_t)h * qhd + nope + d];
+    }
+}
+
+// block (head h, tokens t0 .. t0 + 8): out[t][h] = o[t][h] . v_b[h] (the head's value from the
+// weighted latent)
+__global__ void __launch_bounds__(128) mla_values_k(hm_cu_mla a, int n) {
+    extern __shared__ float oc[]; // [MLA_TOK][kvl]
+    const int h = blockIdx.x, t0 = blockIdx.y * MLA_TOK, tid = threadIdx.x;
+    const int nt = n - t0 < MLA_TOK ? n - t0 : MLA_TOK, kvl = a.kvl, vd = a.vd;
+    for (int j = tid; j < MLA_TOK * kvl; j += blockDim.x) {
+        const int tt = j / kvl, c = j % kvl;
+        oc[j] = tt < nt ? a.o[(int64_t)(t0 + tt) * a.n_heads * kvl + (int64_t)h * kvl + c] : 0.0f;
+    }
+    __syncthreads();
+    for (int d = tid; d < vd; d += blockDim.x) {
+        float acc[MLA_TOK] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = 0; c < kvl; c++) {
+            const float w = mla_w(a.v_b, a.vt, ((size_t)h * kvl + c) * (size_t)vd + d);
+#pragma unroll
+            for (int tt = 0; tt < MLA_TOK; tt++) acc[tt] = fmaf(oc[tt * kvl + c], w, acc[tt]);
+        }
+        for (int tt = 0; tt < nt; tt++)
+            a.out[(int64_t)(t0 + tt) * a.out_stride + (int64_t)h * vd + d] = acc[tt];
+    }
+}
+
+static bool mla_ok(const hm_cu_mla *a) {
+    return a->kvl > 0 && a->rope > 0 && a->rope % 2 == 0 && a->nope > 0 && a->vd > 0 &&
+           a->n_heads > 0 && a->nope <= 1024 && a->kvl <= 4096 &&
+           (a->kt == HM_TYPE_F32 || a->kt == HM_TYPE_F16 || a->kt == HM_TYPE_BF16) &&
+           (a->vt == HM_TYPE_F32 || a->vt == HM_TYPE_F16 || a->vt == HM_TYPE_BF16);
+}
+
+extern "C" cudaError_t hm_cu_mla_store(const hm_cu_mla *a, const hm_cu_kv *kv, int n,
+                                       cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (!mla_ok(a) || kv->head_dim != a->kvl + a->rope || kv->n_kv_heads != 1)
+        return cudaErrorInvalidValue;
+    if (kv->f16)
+        mla_store_k<true><<<(unsigned)n, 256, 0, stream>>>(*a, *kv);
+    else
+        mla_store_k<false><<<(unsigned)n, 256, 0, stream>>>(*a, *kv);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_mla_absorb(const hm_cu_mla *a, int n, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (!mla_ok(a)) return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)a->n_heads, (unsigned)((n + MLA_TOK - 1) / MLA_TOK));
+    mla_absorb_k<<<grid, 256, sizeof(float) * MLA_TOK *(size_t)a->nope, stream>>>(*a, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (!mla_ok(a)) return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)a->n_heads, (unsigned)((n + MLA_TOK - 1) / MLA_TOK));
+    const size_t sm = sizeof(float) * MLA_TOK * (size_t)a->kvl;
+    if (sm > 48 * 1024) return cudaErrorInvalidValue;
+    mla_values_k<<<grid, 128, sm, stream>>>(*a, n);
     return cudaGetLastError();
 }

@@ -157,4 +157,43 @@ HM_HD void hm_hd_router_sigmoid(const float *l, const float *bias, int n, int n_
         w[j] = (float)((renorm ? s[ids[j]] / (sum + 1e-20) : (double)s[ids[j]]) * scale);
 }
 
+/* DeepSeek-V2's group-limited softmax router for one token (exec_cpu.c's router runs it on the
+ * CPU, a CUDA kernel per token on the GPU): softmax scores (double sums); groups of n / n_group
+ * scored by their best expert; the topk_group best groups kept (the others' scores set to 0, as
+ * transformers masks them); the k best scores (descending, ties to the lower index); weights the
+ * scores, renormalised when renorm (+ 1e-20), times scale. n <= HM_HD_ROUTER_MAX, n_group <= 64. */
+HM_HD void hm_hd_router_softmax_group(const float *l, int n, int n_group, int topk_group, int k,
+                                      bool renorm, float scale, int32_t *ids, float *w) {
+    float s[HM_HD_ROUTER_MAX], gs[64];
+    bool taken[HM_HD_ROUTER_MAX], keep[64];
+    float mx = l[0];
+    for (int i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)l[i] - mx);
+    for (int i = 0; i < n; i++) s[i] = (float)(exp((double)l[i] - mx) / sum), taken[i] = false;
+    const int per = n / n_group;
+    for (int g = 0; g < n_group; g++) {
+        gs[g] = s[g * per];
+        for (int i = 1; i < per; i++) gs[g] = s[g * per + i] > gs[g] ? s[g * per + i] : gs[g];
+        keep[g] = false;
+    }
+    bool gtaken[64];
+    for (int g = 0; g < n_group; g++) gtaken[g] = false;
+    for (int j = 0; j < topk_group; j++) {
+        const int g = hm_hd_argmax_free(gs, gtaken, n_group);
+        gtaken[g] = keep[g] = true;
+    }
+    for (int i = 0; i < n; i++)
+        if (!keep[i / per]) s[i] = 0.0f;
+    double sel = 0;
+    for (int j = 0; j < k; j++) {
+        const int b = hm_hd_argmax_free(s, taken, n);
+        taken[b] = true;
+        ids[j] = b;
+        sel += s[b];
+    }
+    for (int j = 0; j < k; j++)
+        w[j] = (float)((renorm ? s[ids[j]] / (sel + 1e-20) : (double)s[ids[j]]) * scale);
+}
+
 #endif

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <math.h>
 
+#include "cuda/twins.h"
 #include "model/backend.h"
 #include "model/ctx_int.h"
 #include "model/graph.h"
@@ -207,47 +208,16 @@ typedef struct route_arg {
     _Atomic int failed; /* hm_status of the first failure, 0 when none */
 } route_arg;
 
-/* DeepSeek-V2's group_limited_greedy: softmax scores; groups scored by their best expert; the
- * topk_group best groups kept; the k best scores among their experts (descending, ties to the
- * lower index); weights the scores (renormalised when renorm) times scale */
+/* DeepSeek-V2's group_limited_greedy: twins.h's, shared with the GPU's router kernel */
 static hm_status softmax_group_topk(const float *l, int n, int n_group, int topk_group, int k,
                                     bool renorm, float scale, int32_t *ids, float *w) {
-    float s[4096], gs[256];
-    if (n > 4096 || n_group > 256 || n % n_group || topk_group < 1 || topk_group > n_group ||
-        k > n / n_group * topk_group)
-        return hm_errorf(HM_ERR_INVALID_ARG, "router: top-%d of %d experts in %d groups (top %d)",
-                         k, n, n_group, topk_group);
-    float mx = l[0];
-    for (int i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += exp((double)l[i] - mx);
-    for (int i = 0; i < n; i++) s[i] = (float)(exp((double)l[i] - mx) / sum);
-    const int per = n / n_group;
-    bool keep[256] = {false};
-    for (int g = 0; g < n_group; g++) {
-        gs[g] = s[g * per];
-        for (int i = 1; i < per; i++) gs[g] = s[g * per + i] > gs[g] ? s[g * per + i] : gs[g];
-    }
-    for (int j = 0; j < topk_group; j++) {
-        int b = -1;
-        for (int g = 0; g < n_group; g++)
-            if (!keep[g] && (b < 0 || gs[g] > gs[b])) b = g;
-        keep[b] = true;
-    }
-    for (int i = 0; i < n; i++)
-        if (!keep[i / per]) s[i] = 0.0f; /* masked as transformers does: to 0, not -inf */
-    bool taken[4096] = {false};
-    double sel = 0;
-    for (int j = 0; j < k; j++) {
-        int b = -1;
-        for (int i = 0; i < n; i++)
-            if (!taken[i] && (b < 0 || s[i] > s[b])) b = i;
-        taken[b] = true;
-        ids[j] = b;
-        sel += s[b];
-    }
-    for (int j = 0; j < k; j++)
-        w[j] = (float)((renorm ? s[ids[j]] / (sel + 1e-20) : s[ids[j]]) * scale);
+    if (n > HM_HD_ROUTER_MAX || n_group > 64 || n % n_group || topk_group < 1 ||
+        topk_group > n_group || k > n / n_group * topk_group)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "router: top-%d of %d experts in %d groups (top %d): group-limited "
+                         "routing takes up to %d experts in up to 64 groups",
+                         k, n, n_group, topk_group, HM_HD_ROUTER_MAX);
+    hm_hd_router_softmax_group(l, n, n_group, topk_group, k, renorm, scale, ids, w);
     return HM_OK;
 }
 
@@ -359,8 +329,7 @@ static void sink_attend(int ith, int nth, void *arg) {
              * hm_nn_k_index(p, d, hd) = k0 + d * HM_NN_KBLK */
             const size_t k0 = hm_nn_k_index((size_t)p, 0, (size_t)hd);
             float s = 0.0f;
-            for (int d = 0; d < hd; d++)
-                s += q[d] * kv_elem_at(c, kb, k0 + (size_t)d * HM_NN_KBLK);
+            for (int d = 0; d < hd; d++) s += q[d] * kv_elem_at(c, kb, k0 + (size_t)d * HM_NN_KBLK);
             sc[p - p0] = s * j->scale;
             if (sc[p - p0] > mx) mx = sc[p - p0];
         }

@@ -139,6 +139,15 @@ static void qa_norm(hm_ctx *c, int i, void *arg) {
     hm_rmsnorm(x, L->q_a_norm, x, ql, c->m->hp.norm_eps);
 }
 
+float hm_mla_scale(const hm_hparams *hp) {
+    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (hp->rope_type == HM_ROPE_YARN && hp->yarn_mscale_all_dim > 0 && hp->rope_factor > 1) {
+        const float ms = 0.1f * hp->yarn_mscale_all_dim * logf(hp->rope_factor) + 1.0f;
+        scale *= ms * ms;
+    }
+    return scale;
+}
+
 hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
     const hm_hparams *hp = &c->m->hp;
     const hm_layer *L = &c->layers[nd->il];
@@ -151,11 +160,7 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
         hm_ctx_matmul(c, &L->wq, xn, n, c->q);
     }
     hm_ctx_matmul(c, &L->wkv_a, xn, n, c->k);
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
-    if (hp->rope_type == HM_ROPE_YARN && hp->yarn_mscale_all_dim > 0 && hp->rope_factor > 1) {
-        const float ms = 0.1f * hp->yarn_mscale_all_dim * logf(hp->rope_factor) + 1.0f;
-        scale *= ms * ms;
-    }
+    const float scale = hm_mla_scale(hp);
     /* per participant: the absorbed q, the latent output, a cache row in floats (ctx.c) */
     mla_job j = {c, L, nd->il, n, scale, 2 * hp->kv_lora_rank + c->kv_dim + 64};
     hm_ctx_for_tokens(c, n, mla_store, &j); /* every token's cache row before any attends */

@@ -68,6 +68,10 @@ typedef struct hm_model {
 
 /* hm_load_mode, hm_model_params and the model's functions are public (hmoe.h). */
 
+/* MLA's score scale: qk_head_dim^-0.5, times mscale^2 under YaRN with mscale_all_dim (every
+ * backend's latent attention uses it; mla.c) */
+float hm_mla_scale(const hm_hparams *hp);
+
 /* ---- context: KV cache + forward ------------------------------------------------------------ */
 
 /* hm_repack_mode, hm_ctx_params and the context's functions are public (hmoe.h). */
