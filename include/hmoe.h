@@ -403,6 +403,13 @@ hm_status hm_sampler_accept(hm_sampler *s, int32_t token);
 hm_status hm_sampler_sample(hm_sampler *s, const float *logits, int32_t *out);
 /* Forgets the accepted tokens and restarts the random stream from the seed. */
 void hm_sampler_reset(hm_sampler *s);
+/* Sampling from candidates selected on the GPU (hm_ctx_decode_top): how many the next sample
+ * needs (1 greedy, top_k with top-k on and no penalty applying, 0 = every logit), and the sample
+ * from them: the same token and random step as hm_sampler_sample on the whole row. */
+#define HM_SAMPLER_MAX_CANDIDATES 256
+int hm_sampler_candidates(const hm_sampler *s);
+hm_status hm_sampler_sample_candidates(hm_sampler *s, const int32_t *ids, const float *vals,
+                                       int32_t k, int32_t *out);
 
 /* ---- generation ---------------------------------------------------------------------------- */
 

@@ -629,8 +629,82 @@ static void test_errors(void) {
     hm_sampler_free(NULL);
 }
 
+static int by_id(const void *a, const void *b) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    return i < j ? -1 : i > j;
+}
+
+/* The GPU's candidates (hm_ctx_decode_top) as a plain reference makes them: the k largest logits,
+ * ties to the lower token, in token order. Sampling from them must give the same tokens, and the
+ * same random stream, as sampling the whole row. */
+static void test_candidates(void) {
+    enum { V = 5000, STEPS = 12 };
+    static float lg[V];
+    uint64_t r = 99;
+    static const struct {
+        float temp, top_p, min_p;
+        int top_k;
+    } cfg[] = {{0.0f, 1.0f, 0.0f, 0},    {0.7f, 1.0f, 0.0f, 40},  {1.0f, 0.9f, 0.0f, 20},
+               {1.3f, 0.5f, 0.05f, 256}, {0.8f, 1.0f, 0.1f, 7},   {1.0f, 1.0f, 0.0f, 1},
+               {0.6f, 0.95f, 0.0f, 100}, {2.0f, 0.999f, 0.0f, 3}, {1.0f, 0.8f, 0.0f, 0}};
+    for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++)
+        for (int trial = 0; trial < 6; trial++) {
+            hm_sampler_params p = hm_sampler_default_params();
+            p.temperature = cfg[c].temp, p.top_p = cfg[c].top_p, p.min_p = cfg[c].min_p;
+            p.top_k = cfg[c].top_k, p.seed = 1000 + (uint64_t)trial;
+            hm_sampler *full = make(&p, V), *cand = make(&p, V);
+            const int k = hm_sampler_candidates(cand);
+            CHECK(k == (p.temperature < HM_SAMPLER_GREEDY_TEMP ? 1 : p.top_k));
+            for (int step = 0; step < STEPS && k > 0; step++) {
+                for (int i = 0; i < V; i++) lg[i] = (uniform(&r) - 0.5f) * 12.0f;
+                for (int i = 0; i < 200; i++) lg[(i * 37) % V] = lg[(i * 91) % V]; /* ties */
+                if (trial == 1) lg[17] = -0.0f, lg[18] = 0.0f, lg[4000] = -INFINITY;
+                int32_t *order = rank(lg, V), ids[HM_SAMPLER_MAX_CANDIDATES];
+                float vals[HM_SAMPLER_MAX_CANDIDATES];
+                memcpy(ids, order, sizeof(int32_t) * (size_t)k);
+                qsort(ids, (size_t)k, sizeof *ids, by_id);
+                for (int j = 0; j < k; j++) vals[j] = lg[ids[j]];
+                int32_t a = -1, b = -2;
+                CHECK_OK(hm_sampler_sample(full, lg, &a));
+                CHECK_OK(hm_sampler_sample_candidates(cand, ids, vals, k, &b));
+                CHECK_MSG(a == b,
+                          "config %zu trial %d step %d: %d from the row, %d from %d "
+                          "candidates",
+                          c, trial, step, (int)a, (int)b, k);
+                free(order);
+            }
+            if (k == 0) { /* no top-k: every logit is needed */
+                int32_t id0 = 0, t = -1;
+                float v0 = 0.0f;
+                CHECK_STATUS(hm_sampler_sample_candidates(cand, &id0, &v0, 1, &t),
+                             HM_ERR_INVALID_ARG);
+            }
+            hm_sampler_free(full), hm_sampler_free(cand);
+        }
+    /* penalties switch the candidates off once a token was accepted; bad candidates */
+    hm_sampler_params p = hm_sampler_default_params();
+    p.top_k = 2, p.repetition_penalty = 1.3f;
+    hm_sampler *s = make(&p, 10);
+    CHECK(hm_sampler_candidates(s) == 2);
+    int32_t ids[2] = {4, 2}, t;
+    float vals[2] = {1.0f, 2.0f};
+    CHECK_STATUS(hm_sampler_sample_candidates(s, ids, vals, 2, &t), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "ascending");
+    ids[0] = 2, ids[1] = 10;
+    CHECK_STATUS(hm_sampler_sample_candidates(s, ids, vals, 2, &t), HM_ERR_INVALID_ARG);
+    ids[1] = 4, vals[1] = NAN;
+    CHECK_STATUS(hm_sampler_sample_candidates(s, ids, vals, 2, &t), HM_ERR_INVALID_ARG);
+    vals[0] = vals[1] = -INFINITY;
+    CHECK_STATUS(hm_sampler_sample_candidates(s, ids, vals, 2, &t), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "-inf");
+    CHECK_OK(hm_sampler_accept(s, 3));
+    CHECK(hm_sampler_candidates(s) == 0);
+    hm_sampler_free(s);
+}
+
 int main(void) {
     test_greedy();
+    test_candidates();
     test_top_k_one();
     test_seeds();
     test_frequencies();

@@ -714,6 +714,69 @@ static float min_p_logit_floor(float m, float t, float min_p) {
     return floor < -FLT_MAX ? -INFINITY : (float)floor;
 }
 
+/* The chain after top-k: min-p's logit floor, temperature, softmax, top-p / min-p, the draw, over
+ * v[0..n) (tokens ids, or the positions themselves when NULL) whose largest value is m. */
+static hm_status finish(hm_sampler *s, float *v, const int32_t *ids, int32_t n, float m,
+                        int32_t *out) {
+    const hm_sampler_params *p = &s->p;
+    if (p->min_p > 0.0f && p->top_p >= 1.0f) /* min-p alone needs no normalisation: drop what
+                                              * is surely below it by logit, before any exp
+                                              * (nucleus() then applies the exact test) */
+        n = narrow(s, v, &ids, n, min_p_logit_floor(m, p->temperature, p->min_p));
+
+    float inv_t = 1.0f / p->temperature;
+    for (int32_t i = 0; i < n; i++) v[i] = exp_nonpos((v[i] - m) * inv_t);
+    double z = block_sums(v, n, s->block);
+
+    if (p->top_p < 1.0f || p->min_p > 0.0f) {
+        n = nucleus(s, v, &ids, n, z);
+        z = block_sums(v, n, s->block);
+    }
+
+    double u = (double)(hm_rng_next(&s->rng) >> 11) * 0x1p-53;
+    int32_t i = draw(v, n, s->block, z, u);
+    if (i < 0) return hm_errorf(HM_ERR_INTERNAL, "sampler: draw found no token of positive mass");
+    *out = ids ? ids[i] : i;
+    return HM_OK;
+}
+
+int hm_sampler_candidates(const hm_sampler *s) {
+    const hm_sampler_params *p = &s->p;
+    if (s->penalize && s->n_distinct > 0) return 0;
+    if (p->temperature < HM_SAMPLER_GREEDY_TEMP) return 1;
+    return p->top_k > 0 && p->top_k < s->n_vocab && p->top_k <= HM_SAMPLER_MAX_CANDIDATES ? p->top_k
+                                                                                          : 0;
+}
+
+hm_status hm_sampler_sample_candidates(hm_sampler *s, const int32_t *ids, const float *vals,
+                                       int32_t k, int32_t *out) {
+    *out = -1;
+    if (!ids || !vals) return hm_errorf(HM_ERR_INVALID_ARG, "sampler: candidates are NULL");
+    const int32_t want = hm_sampler_candidates(s);
+    if (want == 0 || k != want)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "sampler: %d candidates given, %d wanted (hm_sampler_candidates)", k,
+                         want);
+    float m = -INFINITY;
+    hm_status st = load_logits(vals, k, s->val, &m);
+    if (st != HM_OK) return st;
+    for (int32_t i = 0; i < k; i++) {
+        if (ids[i] < 0 || ids[i] >= s->n_vocab || (i && ids[i] <= ids[i - 1]))
+            return hm_errorf(HM_ERR_INVALID_ARG,
+                             "sampler: candidate %d is token %d (tokens in [0, %d), ascending)", i,
+                             ids[i], s->n_vocab);
+        s->id[i] = ids[i];
+    }
+    if (m == -INFINITY)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "sampler: all %d logits are -inf: no token can be drawn", s->n_vocab);
+    if (s->p.temperature < HM_SAMPLER_GREEDY_TEMP) {
+        *out = ids[0];
+        return HM_OK;
+    }
+    return finish(s, s->val, s->id, k, m, out);
+}
+
 hm_status hm_sampler_sample(hm_sampler *s, const float *logits, int32_t *out) {
     *out = -1;
     if (!logits) return hm_errorf(HM_ERR_INVALID_ARG, "sampler: sample: logits is NULL");
@@ -744,24 +807,5 @@ hm_status hm_sampler_sample(hm_sampler *s, const float *logits, int32_t *out) {
         n = p->top_k;
         ids = s->id;
     }
-
-    if (p->min_p > 0.0f && p->top_p >= 1.0f) /* min-p alone needs no normalisation: drop what
-                                              * is surely below it by logit, before any exp
-                                              * (nucleus() then applies the exact test) */
-        n = narrow(s, v, &ids, n, min_p_logit_floor(m, p->temperature, p->min_p));
-
-    float inv_t = 1.0f / p->temperature;
-    for (int32_t i = 0; i < n; i++) v[i] = exp_nonpos((v[i] - m) * inv_t);
-    double z = block_sums(v, n, s->block);
-
-    if (p->top_p < 1.0f || p->min_p > 0.0f) {
-        n = nucleus(s, v, &ids, n, z);
-        z = block_sums(v, n, s->block);
-    }
-
-    double u = (double)(hm_rng_next(&s->rng) >> 11) * 0x1p-53;
-    int32_t i = draw(v, n, s->block, z, u);
-    if (i < 0) return hm_errorf(HM_ERR_INTERNAL, "sampler: draw found no token of positive mass");
-    *out = ids ? ids[i] : i;
-    return HM_OK;
+    return finish(s, v, ids, n, m, out);
 }

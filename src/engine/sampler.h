@@ -81,6 +81,20 @@ hm_status hm_sampler_accept(hm_sampler *s, int32_t token);
  * the token: call hm_sampler_accept with it. */
 hm_status hm_sampler_sample(hm_sampler *s, const float *logits, int32_t *out);
 
+/* How many candidates a sample needs, for a GPU context that selects them there
+ * (hm_ctx_decode_top): 1 when greedy (the argmax), top_k when top-k is on (up to
+ * HM_SAMPLER_MAX_CANDIDATES) and no penalty applies now, else 0: every logit (hm_sampler_sample).
+ * Changes as tokens are accepted (penalties). */
+int hm_sampler_candidates(const hm_sampler *s);
+
+/* The same token, and the same step of the random stream, as hm_sampler_sample on the whole row,
+ * from its k = hm_sampler_candidates(s) candidates: the row's k largest logits (ties to the lower
+ * token) in ascending token order, as hm_ctx_decode_top returns them. Fails when k differs,
+ * when the tokens are not ascending and in range, and as hm_sampler_sample does on NaN, +inf
+ * and all -inf. */
+hm_status hm_sampler_sample_candidates(hm_sampler *s, const int32_t *ids, const float *vals,
+                                       int32_t k, int32_t *out);
+
 /* Forgets the history and restarts the random stream from the seed. */
 void hm_sampler_reset(hm_sampler *s);
 
