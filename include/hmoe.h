@@ -256,6 +256,13 @@ hm_status hm_ctx_seq_truncate(hm_ctx *c, int seq, int n);
  * wanted row (NaN in the weights) fails with HM_ERR_NUMERIC naming the token. */
 hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
                         const uint8_t *want, float *logits);
+/* As hm_ctx_decode, on a GPU context, with each wanted row's sampling candidates in place of its
+ * logits: the row's k (1..HM_SAMPLER_MAX_CANDIDATES, hm_sampler_candidates) largest logits, ties
+ * to the lower token, in ascending token order, into ids and vals ([wanted rows][k]); only those
+ * cross from the GPU. HM_ERR_NUMERIC when a wanted row holds NaN or +inf; HM_ERR_UNSUPPORTED on
+ * a CPU context (its logits are in host memory already: hm_ctx_decode). */
+hm_status hm_ctx_decode_top(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
+                            const uint8_t *want, int k, int32_t *ids, float *vals);
 
 /* ---- model information and performance counters --------------------------------------------- */
 

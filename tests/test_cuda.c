@@ -44,6 +44,30 @@ static void check_ctx_refused(void) {
     hm_model_free(m);
 }
 
+/* the sampler's order: larger first (-0 equal to +0), ties to the lower token */
+static const float *g_top_row;
+static int top_order(const void *a, const void *b) {
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    const float x = g_top_row[i] + 0.0f, y = g_top_row[j] + 0.0f;
+    if (x != y) return x > y ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+static int id_order(const void *a, const void *b) {
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    return i < j ? -1 : i > j;
+}
+
+typedef struct gen_rec {
+    int32_t ids[64];
+    int n;
+} gen_rec;
+static bool gen_token(int32_t id, const char *text, size_t len, void *user) {
+    (void)text, (void)len;
+    gen_rec *g = user;
+    if (id >= 0 && g->n < 64) g->ids[g->n++] = id;
+    return true;
+}
+
 /* --device auto: the GPU when there is one (the fixtures all have kernels there), else the CPU;
  * HMOE_DEVICE decides instead */
 static void check_auto(bool gpu) {
@@ -64,6 +88,12 @@ static void check_auto(bool gpu) {
         setenv("HMOE_DEVICE", "cpu", 1);
         CHECK_OK(hm_ctx_create(m, &cp, &c));
         if (c) CHECK(hm_ctx_device(c) == HM_DEVICE_CPU);
+        if (c) { /* candidates come from a GPU */
+            const int32_t tok = 1;
+            int32_t cid[2];
+            float cv[2];
+            CHECK_STATUS(hm_ctx_decode_top(c, &tok, NULL, 1, NULL, 2, cid, cv), HM_ERR_UNSUPPORTED);
+        }
         hm_ctx_free(c), c = NULL;
         setenv("HMOE_DEVICE", "gpu", 1);
         CHECK_STATUS(hm_ctx_create(m, &cp, &c), HM_ERR_INVALID_ARG);
@@ -118,11 +148,45 @@ static void check_model_gpu(const char *name, bool kv_f16, int gpu_experts,
         printf("  cuda %s prompt %d (%d tokens)%s, %d experts/layer on the GPU: rel error %.2e\n",
                name, i, n, kv_f16 ? " f16 KV" : "", gpu_experts, e);
         CHECK_MSG(e <= tol, "cuda %s prompt %d: logits rel error %.3g > %.0e", name, i, e, tol);
+        /* the last row's sampling candidates: the same step's logits, selected on the GPU */
+        if (i == f.n_prompts - 1 && V > 8) {
+            int32_t cid[8], ref[8], *ord = malloc(sizeof(int32_t) * (size_t)V);
+            float cv[8];
+            uint8_t want[64] = {0};
+            want[n - 1] = 1;
+            hm_ctx_seq_reset(c, 0);
+            CHECK_OK(hm_ctx_decode_top(c, f.prompt[i], NULL, n, want, 8, cid, cv));
+            const float *last = lg + (size_t)(n - 1) * (size_t)V;
+            for (int t = 0; t < V; t++) ord[t] = t;
+            g_top_row = last;
+            qsort(ord, (size_t)V, sizeof *ord, top_order);
+            memcpy(ref, ord, sizeof ref);
+            qsort(ref, 8, sizeof *ref, id_order);
+            CHECK_MSG(memcmp(cid, ref, sizeof ref) == 0, "cuda %s: decode_top's candidates", name);
+            for (int j = 0; j < 8; j++) CHECK(cv[j] == last[ref[j]] + 0.0f);
+            free(ord);
+        }
         /* greedy continuation, one token at a time (the matvec path) */
         memmove(lg, lg + (size_t)(n - 1) * (size_t)V, sizeof(float) * (size_t)V);
         const int same = fixture_greedy(c, &f, i, lg);
         CHECK_MSG(same == 32 || kv_f16, "cuda %s prompt %d: greedy continuation differs at %d",
                   name, i, same);
+        /* hm_generate's greedy run on the GPU: its tokens come from candidates selected there */
+        if (i == 0 && !kv_f16) {
+            hm_sampler_params sp = hm_sampler_default_params();
+            sp.temperature = 0.0f;
+            hm_sampler *smp = NULL;
+            CHECK_OK(hm_sampler_create(&sp, V, &smp));
+            hm_generate_params gp = hm_generate_default_params();
+            gp.n_predict = 32, gp.ignore_eos = true;
+            gen_rec g = {.n = 0};
+            hm_ctx_seq_reset(c, 0);
+            if (smp) CHECK_OK(hm_generate(c, smp, NULL, f.prompt[i], n, &gp, gen_token, &g, NULL));
+            int eq = 0;
+            while (eq < g.n && eq < 32 && g.ids[eq] == f.greedy[i][eq]) eq++;
+            CHECK_MSG(eq == 32, "cuda %s: hm_generate's greedy tokens differ at %d", name, eq);
+            hm_sampler_free(smp);
+        }
         /* token by token */
         const double ei = fixture_token_by_token(c, &f, i, lg);
         CHECK_MSG(ei <= tol, "cuda %s prompt %d: token-by-token rel error %.3g", name, i, ei);
@@ -510,6 +574,56 @@ static void check_router_sigmoid(void) {
     cudaFree(drl), cudaFree(db), cudaFree(dw), cudaFree(did);
 }
 
+/* the sampler's candidates against a sort: the k largest, ties to the lower token, in token
+ * order; ties across the radix passes' boundaries, -0 and +0, -inf, a NaN row */
+static void check_top_candidates(void) {
+    enum { R = 5, VMAX = 151936 };
+    static const int vs[] = {151936, 1000, 300};
+    static const int ks[] = {1, 7, 40, 256};
+    float *lg = malloc(sizeof(float) * R * VMAX);
+    int32_t *order = malloc(sizeof(int32_t) * VMAX), ids[R * 256], bad[R];
+    float vals[R * 256];
+    for (size_t vi = 0; vi < 3; vi++) {
+        const int V = vs[vi];
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < V; i++) {
+                float x = rndf() * 8.0f;
+                if (r == 1) x = (float)(int)(x * 2.0f); /* many ties */
+                if (r == 2 && i % 3 == 0) x = -INFINITY;
+                if (r == 3) x = i % 2 ? -0.0f : 0.0f; /* every logit tied */
+                lg[(size_t)r * V + i] = x;
+            }
+        lg[(size_t)4 * V + V / 2] = NAN;
+        float *dl = dev_copy(lg, sizeof(float) * R * (size_t)V);
+        int32_t *di = dev_copy(NULL, sizeof ids), *db = dev_copy(NULL, sizeof bad);
+        float *dv = dev_copy(NULL, sizeof vals);
+        for (size_t ki = 0; ki < 4; ki++) {
+            const int k = ks[ki];
+            if (k > V) continue;
+            CU(hm_cu_top_candidates(dl, V, R, V, k, di, dv, db, 0));
+            host_copy(ids, di, sizeof(int32_t) * R * (size_t)k);
+            host_copy(vals, dv, sizeof(float) * R * (size_t)k);
+            host_copy(bad, db, sizeof bad);
+            for (int r = 0; r < 4; r++) {
+                const float *row = lg + (size_t)r * V;
+                for (int i = 0; i < V; i++) order[i] = i;
+                g_top_row = row;
+                qsort(order, (size_t)V, sizeof *order, top_order);
+                qsort(order, (size_t)k, sizeof *order, id_order);
+                int wrong = 0;
+                for (int j = 0; j < k; j++)
+                    wrong += ids[r * k + j] != order[j] || vals[r * k + j] != row[order[j]] + 0.0f;
+                CHECK_MSG(wrong == 0 && bad[r] == -1, "candidates V %d k %d row %d: %d wrong", V, k,
+                          r, wrong);
+            }
+            CHECK_MSG(bad[4] == V / 2, "candidates: NaN at %d reported at %d", V / 2, bad[4]);
+        }
+        cudaFree(dl), cudaFree(di), cudaFree(db), cudaFree(dv);
+    }
+    CHECK(hm_cu_top_candidates(NULL, 1, 1, 10, 257, NULL, NULL, NULL, 0) == cudaErrorInvalidValue);
+    free(lg), free(order);
+}
+
 /* a matmul's bias and the shared expert's gated add (qwen2moe) against the CPU's arithmetic
  * (exec_cpu.c: bias rows added; dst += sigmoid(xn . w) * src with the twin's sigmoid) */
 static void check_bias_gated_add(void) {
@@ -828,6 +942,7 @@ static void check_kernels(void) {
     }
     CHECK(!hm_cu_type_ok(HM_TYPE_Q8_K) && !hm_cu_type_ok(HM_TYPE_IQ2_XXS) && !hm_cu_type_ok(9999));
     check_bias_gated_add();
+    check_top_candidates();
     check_router_sigmoid();
     check_norm_glu_router();
     for (int f16 = 0; f16 < 2; f16++) {

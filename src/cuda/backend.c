@@ -92,6 +92,12 @@ struct hm_cuda_ctx {
     float *deq; /* the GEMM path's dequantized rows */
     int64_t deq_elems;
     float *logits; /* [LOGIT_ROWS][vocab] */
+    /* hm_cuda_ctx_decode_top: each wanted row's top_k candidates ([n_batch][256] ids, values,
+     * a NaN/inf flag per row), and their pinned staging */
+    int top_k;
+    int32_t *d_top_ids, *d_top_bad;
+    float *d_top_vals;
+    void *h_top;
     hm_cu_kv kv;
     int n_batch, n_ctx, k;
     /* decode steps (n <= HM_CU_MATVEC_MAX tokens, nw wanted rows) captured once as CUDA graphs
@@ -422,6 +428,9 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->xb = c->bf16 && B > HM_CU_MATVEC_MAX ? take(c, sizeof(uint16_t) * (size_t)(B * wide)) : NULL;
     if (B <= HM_CU_MATVEC_MAX) c->deq_elems = 0;
     c->logits = take(c, sizeof(float) * (size_t)LOGIT_ROWS * hp->vocab_size);
+    c->d_top_ids = take(c, sizeof(int32_t) * (size_t)B * HM_CU_TOP_MAX);
+    c->d_top_vals = take(c, sizeof(float) * (size_t)B * HM_CU_TOP_MAX);
+    c->d_top_bad = take(c, sizeof(int32_t) * (size_t)B);
     return HM_OK;
 }
 
@@ -837,6 +846,7 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (c->arena) cudaFree(c->arena);
     if (c->h_in) cudaFreeHost(c->h_in);
     if (c->h_hyb) cudaFreeHost(c->h_hyb);
+    if (c->h_top) cudaFreeHost(c->h_top);
     if (c->stage_q) cudaFree(c->stage_q);
     if (c->stage_f) cudaFree(c->stage_f);
     free(c->remap);
@@ -977,6 +987,10 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     const size_t in_bytes = sizeof(int32_t) * 4 * (size_t)c->n_batch +
                             sizeof(float) * (size_t)c->n_batch * (hp->rope_dim ? hp->rope_dim : 1);
     FAIL(cudaMallocHost(&c->h_in, in_bytes), "cudaMallocHost (batch staging)");
+    FAIL(cudaMallocHost(&c->h_top,
+                        (sizeof(int32_t) + sizeof(float)) * (size_t)c->n_batch * HM_CU_TOP_MAX +
+                            sizeof(int32_t) * (size_t)c->n_batch),
+         "cudaMallocHost (candidates)");
     if (c->cpu_moe) {
         const size_t B = (size_t)c->n_batch, H = hp->hidden, K = (size_t)c->k;
         FAIL(cudaMallocHost(&c->h_hyb, sizeof(float) * (2 * B * H + 2 * B * K) + 256),
@@ -1022,6 +1036,11 @@ static hm_status forward(hm_cuda_ctx *c, int n, int nw, float *logits) {
                          cnt, H, hp->norm_eps, c->s),
            "final norm");
         if ((st = mm(c, &c->output, c->slot[HM_SLOT_XN], H, cnt, c->logits, V))) return st;
+        if (c->top_k)
+            CK(hm_cu_top_candidates(c->logits, V, cnt, (int)V, c->top_k,
+                                    c->d_top_ids + (size_t)r0 * c->top_k,
+                                    c->d_top_vals + (size_t)r0 * c->top_k, c->d_top_bad + r0, c->s),
+               "sampling candidates");
         prof_stop(c, HM_PROF_OUTPUT);
         if (logits)
             CK(cudaMemcpyAsync(logits + (size_t)r0 * (size_t)V, c->logits,
@@ -1037,7 +1056,10 @@ static hm_status replay(hm_cuda_ctx *c, int n, int nw) {
     cudaGraphExec_t *ex = &c->step[n][nw];
     if (!*ex) {
         CK(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeThreadLocal), "graph capture");
+        const int top_k = c->top_k; /* the graph serves every k: the candidates run after it */
+        c->top_k = 0;
         hm_status st = forward(c, n, nw, NULL);
+        c->top_k = top_k;
         cudaGraph_t g = NULL;
         const cudaError_t e = cudaStreamEndCapture(c->s, &g);
         if (!st && e != cudaSuccess)
@@ -1055,9 +1077,11 @@ static hm_status replay(hm_cuda_ctx *c, int n, int nw) {
     return HM_OK;
 }
 
-hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
-                             const int32_t *pos, const float *cs, const int32_t *rows, int nw,
-                             float *logits) {
+/* A step: logits of the nw wanted rows to the host (logits), or with top_k their candidates
+ * (ids, vals, bad: [nw][top_k], [nw]), or nothing. */
+static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
+                      const int32_t *pos, const float *cs, const int32_t *rows, int nw,
+                      float *logits, int top_k, int32_t *ids, float *vals, int32_t *bad) {
     const hm_hparams *hp = &c->m->hp;
     if (n <= 0) return HM_OK;
     if (n > c->n_batch || nw > n)
@@ -1081,21 +1105,62 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
         CK(cudaMemcpyAsync(c->d_cs, hcs, sizeof(float) * (size_t)n * (size_t)rd,
                            cudaMemcpyHostToDevice, c->s),
            "rope upload");
+    c->top_k = top_k;
+    hm_status st;
     if (n <= HM_CU_MATVEC_MAX && !c->no_graphs && !c->prof) {
-        hm_status st = replay(c, n, logits ? nw : 0);
-        if (st) return st;
-        if (logits && nw)
+        st = replay(c, n, logits || top_k ? nw : 0);
+        if (!st && logits && nw)
             CK(cudaMemcpyAsync(logits, c->logits, sizeof(float) * (size_t)nw * hp->vocab_size,
                                cudaMemcpyDeviceToHost, c->s),
                "logits download");
+        if (!st && top_k && nw)
+            CK(hm_cu_top_candidates(c->logits, hp->vocab_size, nw, (int)hp->vocab_size, top_k,
+                                    c->d_top_ids, c->d_top_vals, c->d_top_bad, c->s),
+               "sampling candidates");
     } else {
-        hm_status st = forward(c, n, nw, logits);
-        if (st) return st;
+        st = forward(c, n, nw, logits);
+    }
+    c->top_k = 0;
+    if (st) return st;
+    int32_t *h_ids = c->h_top, *h_bad = h_ids + (size_t)nw * top_k;
+    float *h_vals = (float *)(h_bad + nw);
+    if (top_k && nw) {
+        const size_t cnt = (size_t)nw * (size_t)top_k;
+        CK(cudaMemcpyAsync(h_ids, c->d_top_ids, sizeof(int32_t) * cnt, cudaMemcpyDeviceToHost,
+                           c->s),
+           "candidates download");
+        CK(cudaMemcpyAsync(h_bad, c->d_top_bad, sizeof(int32_t) * (size_t)nw,
+                           cudaMemcpyDeviceToHost, c->s),
+           "candidates download");
+        CK(cudaMemcpyAsync(h_vals, c->d_top_vals, sizeof(float) * cnt, cudaMemcpyDeviceToHost,
+                           c->s),
+           "candidates download");
     }
     CK(cudaEventRecord(c->done, c->s), "forward pass");
     CK(cudaEventSynchronize(c->done), "forward pass");
     if (c->hyb_st) return hm_errorf(c->hyb_st, "%s", c->hyb_msg);
+    if (top_k && nw) {
+        const size_t cnt = (size_t)nw * (size_t)top_k;
+        memcpy(ids, h_ids, sizeof(int32_t) * cnt);
+        memcpy(vals, h_vals, sizeof(float) * cnt);
+        memcpy(bad, h_bad, sizeof(int32_t) * (size_t)nw);
+    }
     return HM_OK;
+}
+
+hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
+                             const int32_t *pos, const float *cs, const int32_t *rows, int nw,
+                             float *logits) {
+    return step(c, n, tokens, seq, pos, cs, rows, nw, logits, 0, NULL, NULL, NULL);
+}
+
+hm_status hm_cuda_ctx_decode_top(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
+                                 const int32_t *pos, const float *cs, const int32_t *rows, int nw,
+                                 int k, int32_t *ids, float *vals, int32_t *bad) {
+    if (k < 1 || k > HM_CU_TOP_MAX || (int64_t)k > (int64_t)c->m->hp.vocab_size)
+        return hm_errorf(HM_ERR_INVALID_ARG, "cuda: %d candidates per row (1 to %d)", k,
+                         HM_CU_TOP_MAX);
+    return step(c, n, tokens, seq, pos, cs, rows, nw, NULL, k, ids, vals, bad);
 }
 
 hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,

@@ -173,6 +173,14 @@ cudaError_t hm_cu_mla_store(const hm_cu_mla *a, const hm_cu_kv *kv, int n, cudaS
 cudaError_t hm_cu_mla_absorb(const hm_cu_mla *a, int n, cudaStream_t stream);
 cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t stream);
 
+#define HM_CU_TOP_MAX 256
+
+/* The sampler's candidates of rows of V logits (rows ls floats apart): row r's k (<= 256)
+ * largest logits, ties to the lower token, in ascending token order, into ids[r][k], vals[r][k]
+ * (-0 made +0); bad[r] = the first index holding NaN or +inf, or -1. */
+cudaError_t hm_cu_top_candidates(const float *logits, int64_t ls, int rows, int V, int k,
+                                 int32_t *ids, float *vals, int32_t *bad, cudaStream_t stream);
+
 /* Softmax top-k of each token's e router logits: ids [n][k], w [n][k] (hm_router_softmax_topk) */
 cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, bool renorm,
                               int32_t *ids, float *w, cudaStream_t stream);

@@ -61,6 +61,13 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
         (void)logits;
     return no_cuda();
 }
+hm_status hm_cuda_ctx_decode_top(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
+                                 const int32_t *pos, const float *cs, const int32_t *rows, int nw,
+                                 int k, int32_t *ids, float *vals, int32_t *bad) {
+    (void)c, (void)n, (void)tokens, (void)seq, (void)pos, (void)cs, (void)rows, (void)nw, (void)k,
+        (void)ids, (void)vals, (void)bad;
+    return no_cuda();
+}
 static bool none_supports(void *self, const hm_node *nd) {
     (void)self, (void)nd;
     return false;

@@ -3,6 +3,7 @@
 // weighted sum. The arithmetic they share with the CPU is twins.h's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <limits.h>
 #include <stdint.h>
 
 #include "cuda/common.cuh"
@@ -574,5 +575,119 @@ extern "C" cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t 
     const size_t sm = sizeof(float) * MLA_TOK * (size_t)a->kvl;
     if (sm > 48 * 1024) return cudaErrorInvalidValue;
     mla_values_k<<<grid, 128, sm, stream>>>(*a, n);
+    return cudaGetLastError();
+}
+
+// ---- the sampler's candidates: each row's k largest logits (ties to the lower token), in token
+// order, as hm_sampler's top-k leaves them (hm_sampler_sample_candidates) ----
+
+enum { TOP_T = 1024 };
+
+// the sampler's sort key: the order of the floats as unsigned integers (-0 made +0 first)
+__device__ __forceinline__ uint32_t top_key(float x) {
+    const uint32_t u = __float_as_uint(x + 0.0f);
+    return u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);
+}
+
+// exclusive prefix sums over the block of two counts (a, b), and the block's totals
+__device__ __forceinline__ void top_scan(int *a, int *b, int *ta, int *tb, int2 *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int x = *a, y = *b;
+    for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, x, o), v = __shfl_up_sync(0xffffffffu, y, o);
+        if (lane >= o) x += u, y += v;
+    }
+    if (lane == 31) sh[warp] = make_int2(x, y);
+    __syncthreads();
+    if (warp == 0) {
+        int2 s = lane < TOP_T / 32 ? sh[lane] : make_int2(0, 0);
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, s.x, o);
+            const int v = __shfl_up_sync(0xffffffffu, s.y, o);
+            if (lane >= o) s.x += u, s.y += v;
+        }
+        if (lane < TOP_T / 32) sh[lane] = s; // inclusive over warps
+    }
+    __syncthreads();
+    const int2 before = warp ? sh[warp - 1] : make_int2(0, 0);
+    *ta = sh[TOP_T / 32 - 1].x, *tb = sh[TOP_T / 32 - 1].y;
+    *a = before.x + x - *a, *b = before.y + y - *b;
+}
+
+// one block per row: the k-th largest key by four 8-bit radix passes (per-warp histograms), then
+// each thread's contiguous share of the row walked in token order
+__global__ void __launch_bounds__(TOP_T)
+    top_k_k(const float *__restrict__ lg, int64_t ls, int V, int k, int32_t *__restrict__ ids,
+            float *__restrict__ vals, int32_t *__restrict__ bad) {
+    __shared__ unsigned hist[TOP_T / 32][256];
+    __shared__ unsigned s_prefix;
+    __shared__ int s_rem, s_bad;
+    __shared__ int2 sh[TOP_T / 32];
+    const int row = blockIdx.x, tid = threadIdx.x, warp = tid >> 5;
+    const float *x = lg + (int64_t)row * ls;
+    if (tid == 0) s_bad = INT_MAX;
+    __syncthreads();
+    int first_bad = INT_MAX;
+    for (int i = tid; i < V; i += TOP_T)
+        if (!(x[i] < INFINITY) && i < first_bad) first_bad = i; // NaN or +inf
+    if (first_bad < INT_MAX) atomicMin(&s_bad, first_bad);
+    uint32_t prefix = 0, mask = 0;
+    int rem = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int j = tid; j < TOP_T / 32 * 256; j += TOP_T) (&hist[0][0])[j] = 0;
+        __syncthreads();
+        for (int i = tid; i < V; i += TOP_T) {
+            const uint32_t key = top_key(x[i]);
+            if ((key & mask) == prefix) atomicAdd(&hist[warp][(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid < 256) {
+            unsigned t = 0;
+            for (int w = 0; w < TOP_T / 32; w++) t += hist[w][tid];
+            hist[0][tid] = t;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int above = 0, b = 255;
+            for (; b > 0; b--) {
+                if (above + (int)hist[0][b] >= rem) break;
+                above += (int)hist[0][b];
+            }
+            s_prefix = prefix | ((uint32_t)b << shift);
+            s_rem = rem - above;
+        }
+        __syncthreads();
+        prefix = s_prefix, rem = s_rem, mask |= 255u << shift;
+    }
+    // prefix: the k-th largest key; rem: how many entries equal to it are taken (the first ones)
+    const int per = (V + TOP_T - 1) / TOP_T, i0 = tid * per, i1 = i0 + per < V ? i0 + per : V;
+    int above = 0, ties = 0, ta, tb;
+    for (int i = i0; i < i1; i++) {
+        const uint32_t key = top_key(x[i]);
+        above += key > prefix, ties += key == prefix;
+    }
+    top_scan(&above, &ties, &ta, &tb, sh);
+    int32_t *oi = ids + (int64_t)row * k;
+    float *ov = vals + (int64_t)row * k;
+    for (int i = i0; i < i1; i++) {
+        const uint32_t key = top_key(x[i]);
+        if (key > prefix) {
+            const int at = above + (ties < rem ? ties : rem);
+            oi[at] = i, ov[at] = x[i] + 0.0f;
+            above++;
+        } else if (key == prefix) {
+            if (ties < rem) oi[above + ties] = i, ov[above + ties] = x[i] + 0.0f;
+            ties++;
+        }
+    }
+    if (tid == 0) bad[row] = s_bad == INT_MAX ? -1 : s_bad;
+}
+
+extern "C" cudaError_t hm_cu_top_candidates(const float *logits, int64_t ls, int rows, int V, int k,
+                                            int32_t *ids, float *vals, int32_t *bad,
+                                            cudaStream_t stream) {
+    if (rows <= 0) return cudaSuccess;
+    if (k < 1 || k > 256 || k > V) return cudaErrorInvalidValue;
+    top_k_k<<<(unsigned)rows, TOP_T, 0, stream>>>(logits, ls, V, k, ids, vals, bad);
     return cudaGetLastError();
 }

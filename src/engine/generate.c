@@ -30,9 +30,30 @@ static hm_status check_args(const hm_ctx *c, const hm_sampler *smp, const int32_
     return HM_OK;
 }
 
-/* the prompt in batches of the context's n_batch; only the last position's logits are kept */
-static hm_status run_prompt(hm_ctx *c, const int32_t *prompt, int n_prompt, int seq,
-                            float *logits) {
+/* What a step hands the sampler: on a GPU, when the sampler takes them, the wanted row's
+ * candidates (only those cross from the device), else its logits. */
+typedef struct step_out {
+    float *logits;
+    int32_t ids[HM_SAMPLER_MAX_CANDIDATES];
+    float vals[HM_SAMPLER_MAX_CANDIDATES];
+    int k; /* candidates of the last step, 0: logits */
+} step_out;
+
+static hm_status step(hm_ctx *c, const hm_sampler *smp, const int32_t *tok, const int32_t *seq,
+                      int n, const uint8_t *want, step_out *o) {
+    o->k = hm_ctx_device(c) == HM_DEVICE_CUDA ? hm_sampler_candidates(smp) : 0;
+    return o->k ? hm_ctx_decode_top(c, tok, seq, n, want, o->k, o->ids, o->vals)
+                : hm_ctx_decode(c, tok, seq, n, want, o->logits);
+}
+
+static hm_status sample(hm_sampler *smp, const step_out *o, int32_t *t) {
+    return o->k ? hm_sampler_sample_candidates(smp, o->ids, o->vals, o->k, t)
+                : hm_sampler_sample(smp, o->logits, t);
+}
+
+/* the prompt in batches of the context's n_batch; only the last position's output is kept */
+static hm_status run_prompt(hm_ctx *c, const hm_sampler *smp, const int32_t *prompt, int n_prompt,
+                            int seq, step_out *o) {
     const int B = hm_ctx_n_batch(c);
     uint8_t *want = calloc((size_t)B, 1);
     int32_t *seqs = malloc(sizeof(int32_t) * (size_t)B);
@@ -46,7 +67,7 @@ static hm_status run_prompt(hm_ctx *c, const int32_t *prompt, int n_prompt, int 
         const int nb = n_prompt - i0 < B ? n_prompt - i0 : B;
         memset(want, 0, (size_t)B);
         want[nb - 1] = i0 + nb == n_prompt;
-        st = hm_ctx_decode(c, prompt + i0, seqs, nb, want, logits);
+        st = step(c, smp, prompt + i0, seqs, nb, want, o);
     }
     free(want), free(seqs);
     return st;
@@ -64,20 +85,21 @@ hm_status hm_generate(hm_ctx *c, hm_sampler *smp, const hm_tokenizer *tok, const
     /* the vocabulary of the logits is the sampler's; the model's is the same (hm_sampler_create
      * was given hm_model_n_vocab) */
     hm_detok *dt = NULL;
-    float *logits = NULL;
     if (tok && (st = hm_detok_new(tok, HM_DETOK_REPLACE_INVALID, &dt))) return st;
     const int32_t V = hm_ctx_n_vocab(c);
-    if (!(logits = malloc(sizeof(float) * (size_t)V))) {
+    step_out *o = calloc(1, sizeof *o);
+    if (!o || !(o->logits = malloc(sizeof(float) * (size_t)V))) {
         hm_detok_free(dt);
+        free(o);
         return hm_errorf(HM_ERR_NO_MEMORY, "generate: out of memory for %d logits", V);
     }
     const double t0 = hm_time_s();
-    st = run_prompt(c, prompt, n_prompt, p->seq, logits);
+    st = run_prompt(c, smp, prompt, n_prompt, p->seq, o);
     const double t1 = hm_time_s();
     s.prompt_s = t1 - t0;
     for (int k = 0; !st && k < p->n_predict; k++) {
         int32_t t;
-        if ((st = hm_sampler_sample(smp, logits, &t)) || (st = hm_sampler_accept(smp, t))) break;
+        if ((st = sample(smp, o, &t)) || (st = hm_sampler_accept(smp, t))) break;
         s.n_generated++;
         const char *text = NULL;
         size_t len = 0;
@@ -90,7 +112,7 @@ hm_status hm_generate(hm_ctx *c, hm_sampler *smp, const hm_tokenizer *tok, const
             s.eog = true;
             break;
         }
-        if (k + 1 < p->n_predict) st = hm_ctx_decode(c, &t, &p->seq, 1, NULL, logits);
+        if (k + 1 < p->n_predict) st = step(c, smp, &t, &p->seq, 1, NULL, o);
     }
     s.gen_s = hm_time_s() - t1;
     if (!st && dt && fn && !s.stopped) {
@@ -100,7 +122,7 @@ hm_status hm_generate(hm_ctx *c, hm_sampler *smp, const hm_tokenizer *tok, const
         if (len) fn(HM_TOKEN_NONE, text, len, user);
     }
     hm_detok_free(dt);
-    free(logits);
+    free(o->logits), free(o);
     if (stats) *stats = s;
     return st;
 }

@@ -753,7 +753,7 @@ hm_status hm_sampler_sample_candidates(hm_sampler *s, const int32_t *ids, const 
     *out = -1;
     if (!ids || !vals) return hm_errorf(HM_ERR_INVALID_ARG, "sampler: candidates are NULL");
     const int32_t want = hm_sampler_candidates(s);
-    if (want == 0 || k != want)
+    if (want == 0 || k < want || k > s->n_vocab)
         return hm_errorf(HM_ERR_INVALID_ARG,
                          "sampler: %d candidates given, %d wanted (hm_sampler_candidates)", k,
                          want);
@@ -771,10 +771,16 @@ hm_status hm_sampler_sample_candidates(hm_sampler *s, const int32_t *ids, const 
         return hm_errorf(HM_ERR_INVALID_ARG,
                          "sampler: all %d logits are -inf: no token can be drawn", s->n_vocab);
     if (s->p.temperature < HM_SAMPLER_GREEDY_TEMP) {
-        *out = ids[0];
+        int32_t i = 0;
+        while (s->val[i] != m) i++;
+        *out = ids[i];
         return HM_OK;
     }
-    return finish(s, s->val, s->id, k, m, out);
+    if (k > want) { /* a batch's largest k: this sampler's top-k of them, still in token order */
+        top_k(s, s->val, k, want);
+        for (int32_t i = 0; i < want; i++) s->id[i] = ids[s->id[i]];
+    }
+    return finish(s, s->val, s->id, want, m, out);
 }
 
 hm_status hm_sampler_sample(hm_sampler *s, const float *logits, int32_t *out) {

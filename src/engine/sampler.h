@@ -88,10 +88,10 @@ hm_status hm_sampler_sample(hm_sampler *s, const float *logits, int32_t *out);
 int hm_sampler_candidates(const hm_sampler *s);
 
 /* The same token, and the same step of the random stream, as hm_sampler_sample on the whole row,
- * from its k = hm_sampler_candidates(s) candidates: the row's k largest logits (ties to the lower
- * token) in ascending token order, as hm_ctx_decode_top returns them. Fails when k differs,
- * when the tokens are not ascending and in range, and as hm_sampler_sample does on NaN, +inf
- * and all -inf. */
+ * from its k >= hm_sampler_candidates(s) candidates: the row's k largest logits (ties to the
+ * lower token) in ascending token order, as hm_ctx_decode_top returns them (a batch of several
+ * samplers asks for the largest k of them). Fails when k is smaller, when the tokens are not
+ * ascending and in range, and as hm_sampler_sample does on NaN, +inf and all -inf. */
 hm_status hm_sampler_sample_candidates(hm_sampler *s, const int32_t *ids, const float *vals,
                                        int32_t k, int32_t *out);
 

@@ -73,6 +73,9 @@ struct hm_sched {
     int32_t *b_tok, *b_seq, *b_slot;
     uint8_t *b_want;
     float *logits, *work;
+    bool on_gpu;    /* the context runs on a GPU: sampling candidates cross from it */
+    int32_t *c_ids; /* [n_batch][HM_SAMPLER_MAX_CANDIDATES] */
+    float *c_vals;  /* [n_batch][HM_SAMPLER_MAX_CANDIDATES] */
     /* json_object: every token's bytes */
     char *pieces;
     uint32_t *piece_off; /* [V + 1] */
@@ -463,6 +466,22 @@ static void json_mask(hm_sched *s, const slot *sl, float *row) {
     }
 }
 
+static void took(hm_sched *s, slot *sl, hm_status st, hm_req_token t, const float *row);
+
+/* one row's sampling candidates (from the GPU) for a slot whose sampler takes them */
+static void take_candidates(hm_sched *s, slot *sl, const int32_t *ids, const float *vals, int k) {
+    hm_req_token t = {.t = 0};
+    const hm_status st = hm_sampler_sample_candidates(sl->smp, ids, vals, k, &t.id);
+    took(s, sl, st, t, NULL);
+}
+
+/* whether a slot's next token can come from its row's candidates: a sampler that takes them, no
+ * logprobs and no JSON mask (both need the whole row); how many it needs */
+static int slot_candidates(const slot *sl) {
+    if (sl->r->p.logprobs >= 0 || sl->r->p.json_object) return 0;
+    return hm_sampler_candidates(sl->smp);
+}
+
 /* one row of logits for a slot: sample, report, decide whether it goes on */
 static void take_row(hm_sched *s, slot *sl, const float *row) {
     hm_req *r = sl->r;
@@ -478,13 +497,20 @@ static void take_row(hm_sched *s, slot *sl, const float *row) {
         }
     }
     hm_req_token t = {.t = 0};
-    hm_status st = hm_sampler_sample(sl->smp, work, &t.id);
+    const hm_status st = hm_sampler_sample(sl->smp, work, &t.id);
+    took(s, sl, st, t, row);
+}
+
+/* a sampled token (st: how the sample went): recorded, reported, and whether the slot goes on;
+ * row: its logits, for logprobs (NULL when it came from candidates) */
+static void took(hm_sched *s, slot *sl, hm_status st, hm_req_token t, const float *row) {
+    hm_req *r = sl->r;
     if (!st) st = hm_sampler_accept(sl->smp, t.id);
     if (st) {
         slot_end(s, sl, HM_FINISH_ERROR, hm_last_error());
         return;
     }
-    if (r->p.logprobs >= 0) logprobs(row, s->V, t.id, r->p.logprobs, &t);
+    if (r->p.logprobs >= 0 && row) logprobs(row, s->V, t.id, r->p.logprobs, &t);
     t.t = hm_time_s();
     const bool eog = s->tok && !r->p.ignore_eos && hm_tokenizer_is_eog(s->tok, t.id);
     if (!eog || r->p.logprobs < 0)
@@ -568,8 +594,20 @@ static bool step(hm_sched *s) {
         budget -= take;
     }
     if (!n) return false;
+    /* on a GPU: the wanted rows' candidates cross instead of their logits when every one of
+     * their samplers takes them (the batch's largest k) */
+    int kc = s->on_gpu ? HM_SAMPLER_MAX_CANDIDATES + 1 : 0, kmax = 0;
+    for (int k = 0; k < n && kc; k++) {
+        if (!s->b_want[k]) continue;
+        const int w = slot_candidates(&s->slots[s->b_slot[k]]);
+        if (!w) kc = 0;
+        if (w > kmax) kmax = w;
+    }
+    kc = kc ? kmax : 0;
     const double t0 = hm_time_s();
-    hm_status st = hm_ctx_decode(s->c, s->b_tok, s->b_seq, n, s->b_want, s->logits);
+    hm_status st =
+        kc ? hm_ctx_decode_top(s->c, s->b_tok, s->b_seq, n, s->b_want, kc, s->c_ids, s->c_vals)
+           : hm_ctx_decode(s->c, s->b_tok, s->b_seq, n, s->b_want, s->logits);
     const double t1 = hm_time_s();
     s->step++;
     int n_prompt_tok = 0, n_gen_tok = 0;
@@ -591,7 +629,11 @@ static bool step(hm_sched *s) {
             } else
                 n_gen_tok++;
             if (!s->b_want[k]) continue;
-            take_row(s, sl, s->logits + (size_t)row * (size_t)s->V);
+            if (kc)
+                take_candidates(s, sl, s->c_ids + (size_t)row * kc, s->c_vals + (size_t)row * kc,
+                                kc);
+            else
+                take_row(s, sl, s->logits + (size_t)row * (size_t)s->V);
             row++;
         }
     }
@@ -683,6 +725,7 @@ static void sched_destroy(hm_sched *s) {
     }
     free(s->slots), free(s->b_tok), free(s->b_seq), free(s->b_slot), free(s->b_want);
     free(s->logits), free(s->work), free(s->pieces), free(s->piece_off);
+    free(s->c_ids), free(s->c_vals);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -713,8 +756,12 @@ hm_status hm_sched_create(hm_ctx *c, const hm_tokenizer *tok, const hm_sched_par
     s->b_tok = malloc(B * sizeof(int32_t)), s->b_seq = malloc(B * sizeof(int32_t));
     s->b_slot = malloc(B * sizeof(int32_t)), s->b_want = malloc(B);
     s->logits = malloc(B * (size_t)s->V * sizeof(float));
+    s->on_gpu = hm_ctx_device(c) == HM_DEVICE_CUDA;
+    s->c_ids = malloc(B * HM_SAMPLER_MAX_CANDIDATES * sizeof(int32_t));
+    s->c_vals = malloc(B * HM_SAMPLER_MAX_CANDIDATES * sizeof(float));
     s->work = malloc((size_t)s->V * sizeof(float));
-    bool ok = s->slots && s->b_tok && s->b_seq && s->b_slot && s->b_want && s->logits && s->work;
+    bool ok = s->slots && s->b_tok && s->b_seq && s->b_slot && s->b_want && s->logits && s->work &&
+              s->c_ids && s->c_vals;
     for (int i = 0; ok && i < s->n_slots; i++) {
         ok = (s->slots[i].cache = malloc(sizeof(int32_t) * (size_t)s->n_ctx)) != NULL;
         hm_ctx_seq_reset(c, i);

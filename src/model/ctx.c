@@ -814,10 +814,9 @@ static hm_status decode_gpu(hm_ctx *c, const int32_t *tokens, int n, const uint8
     return HM_OK;
 }
 
-hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
-                        const uint8_t *want, float *logits) {
+/* The batch's checks, sequences and positions (c->seq, c->pos, c->seq_next) */
+static hm_status prepare(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n) {
     const hm_hparams *hp = &c->m->hp;
-    if (n <= 0) return HM_OK;
     if (!tokens) return hm_errorf(HM_ERR_INVALID_ARG, "decode: no tokens given");
     if (n > c->p.n_batch)
         return hm_errorf(HM_ERR_INVALID_ARG, "decode: %d tokens in one batch, the context takes %d",
@@ -847,6 +846,46 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
                              s, c->pos[i] + 1, c->p.n_ctx, c->seq_len[s]);
     }
     dynamic_freqs(c, n);
+    return HM_OK;
+}
+
+hm_status hm_ctx_decode_top(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
+                            const uint8_t *want, int k, int32_t *ids, float *vals) {
+    if (n <= 0) return HM_OK;
+    if (!c->cu)
+        return hm_errorf(HM_ERR_UNSUPPORTED, "decode_top: a context on the CPU gives logits "
+                                             "(hm_ctx_decode); candidates come from a GPU");
+    if (k < 1 || k > HM_SAMPLER_MAX_CANDIDATES || (uint32_t)k >= c->m->hp.vocab_size || !ids ||
+        !vals)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "decode_top: %d candidates per row (1 to %d, below "
+                         "the vocabulary), ids and vals given",
+                         k, HM_SAMPLER_MAX_CANDIDATES);
+    hm_status st = prepare(c, tokens, seq, n);
+    if (st) return st;
+    uint64_t t0 = hm_time_ns();
+    hm_ctx_for_tokens(c, n, rope_tok, NULL);
+    int32_t *rows = c->ids, *bad = malloc(sizeof(int32_t) * (size_t)n); /* ids: >= n entries */
+    if (!bad) return hm_errorf(HM_ERR_NO_MEMORY, "decode_top: out of memory");
+    int nw = 0;
+    for (int i = 0; i < n; i++)
+        if (!want || want[i]) rows[nw++] = i;
+    st = hm_cuda_ctx_decode_top(c->cu, n, tokens, c->seq, c->pos, c->rope_cs, rows, nw, k, ids,
+                                vals, bad);
+    if (!st) memcpy(c->seq_len, c->seq_next, sizeof(int32_t) * (size_t)c->p.n_seq);
+    for (int r = 0; !st && r < nw; r++)
+        if (bad[r] >= 0) st = not_finite(c, "logits", rows[r]);
+    free(bad);
+    if (!st) hm_ctx_prof(c, HM_PROF_OUTPUT, &t0);
+    return st;
+}
+
+hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
+                        const uint8_t *want, float *logits) {
+    const hm_hparams *hp = &c->m->hp;
+    if (n <= 0) return HM_OK;
+    hm_status st0 = prepare(c, tokens, seq, n);
+    if (st0) return st0;
     if (c->cu) return decode_gpu(c, tokens, n, want, logits);
     uint64_t t0 = hm_time_ns();
     hm_ctx_for_tokens(c, n, embed_tok, (void *)tokens);
