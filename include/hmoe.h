@@ -306,6 +306,11 @@ typedef struct hm_ctx_perf {
     const char *moe_phase_name[HM_PERF_MOE_PHASES];
     uint64_t moe_batches;
     double moe_tokens, moe_active, moe_busiest;
+    /* hybrid (HM_DEVICE_CUDA with routed experts on the CPU): the GPU waiting for the CPU's
+     * experts, the CPU experts' span from submit to done (where the GPU did not wait, up to the
+     * wait: an upper bound), layers handed off, and of them those the GPU waited for */
+    double hyb_gpu_wait_s, hyb_cpu_span_s;
+    uint64_t hyb_layers, hyb_blocked;
 } hm_ctx_perf;
 
 const char *hm_prof_name(int part); /* "embedding", "norms+residual", ... */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/timer.h"
 #include "cuda/cuda.h"
 #include "cuda/kernels.h"
 #include "model/backend.h"
@@ -35,6 +36,7 @@ typedef struct hyb_cb {
     struct hm_cuda_ctx *c;
     int il;
     bool pending;
+    uint64_t t_sub; /* when its CPU experts were submitted */
 } hyb_cb;
 
 struct hm_cuda_ctx {
@@ -57,8 +59,13 @@ struct hm_cuda_ctx {
     void *h_hyb;             /* pinned: x [B][H], out [B][H], ids [B][k], w [B][k] */
     float *h_x, *h_out, *h_w;
     int32_t *h_ids;
-    hyb_cb *cb;       /* [n_layers] */
-    int cur_n;        /* tokens of the step in flight (read by the host functions) */
+    hyb_cb *cb; /* [n_layers] */
+    int cur_n;  /* tokens of the step in flight (read by the host functions) */
+    /* the hand-off's times since the last hm_cuda_ctx_hybrid_times, written by the host
+     * functions (the stream runs them one at a time): the stream waiting for the CPU experts,
+     * the CPU experts' span from submit to done where the wait shows it (else from submit to
+     * the wait, an upper bound), layers handed off, and of them those the stream waited for */
+    uint64_t hyb_wait_ns, hyb_span_ns, hyb_layers, hyb_blocked;
     hm_status hyb_st; /* the first failure inside a host function */
     char hyb_msg[512];
     hm_cu_w *nw;              /* [g->n]: node i's matrix (MATMUL) */
@@ -525,13 +532,23 @@ static void CUDART_CB submit_cb(void *arg) {
         return;
     }
     h->pending = true;
+    h->t_sub = hm_time_ns();
 }
 
 static void CUDART_CB wait_cb(void *arg) {
     hyb_cb *h = arg;
     if (!h->pending) return;
-    hm_moe_wait(h->c->cpu_moe[h->il]);
+    hm_cuda_ctx *c = h->c;
+    const uint64_t t0 = hm_time_ns();
+    hm_moe_wait(c->cpu_moe[h->il]);
+    const uint64_t t1 = hm_time_ns();
     h->pending = false;
+    /* a wait of more than 5 us: the CPU was still busy, and finished at t1 */
+    const bool blocked = t1 - t0 > 5000;
+    c->hyb_wait_ns += t1 - t0;
+    c->hyb_span_ns += (blocked ? t1 : t0) - h->t_sub;
+    c->hyb_layers++;
+    c->hyb_blocked += blocked;
 }
 
 /* act(gate + its bias, up + its bias) of np expert rows in moe_g (rows at pos_of, or in pair
@@ -999,7 +1016,7 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
         c->h_out = c->h_x + B * H;
         c->h_w = c->h_out + B * H;
         c->h_ids = (int32_t *)(c->h_w + B * K);
-        for (uint32_t il = 0; il < hp->n_layers; il++) c->cb[il] = (hyb_cb){c, (int)il, false};
+        for (uint32_t il = 0; il < hp->n_layers; il++) c->cb[il] = (hyb_cb){c, (int)il, false, 0};
     }
     if ((st = layout(c))) goto fail; /* the copies */
     const size_t kv_one = (size_t)hp->n_layers * (size_t)c->kv.n_seq * (size_t)c->kv.n_kv_heads *
@@ -1178,6 +1195,14 @@ hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cud
     if (!st) *total = c->used + HM_CUDA_MARGIN, *experts = c->expert_bytes;
     hm_cuda_ctx_free(c);
     return st;
+}
+
+void hm_cuda_ctx_hybrid_times(hm_cuda_ctx *c, hm_cuda_hybrid_times *t) {
+    memset(t, 0, sizeof *t);
+    if (!c) return;
+    t->gpu_wait_s = (double)c->hyb_wait_ns * 1e-9, t->cpu_span_s = (double)c->hyb_span_ns * 1e-9;
+    t->layers = c->hyb_layers, t->blocked = c->hyb_blocked;
+    c->hyb_wait_ns = c->hyb_span_ns = c->hyb_layers = c->hyb_blocked = 0;
 }
 
 bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]) {

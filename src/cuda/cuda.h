@@ -82,6 +82,14 @@ hm_status hm_cuda_ctx_decode_top(hm_cuda_ctx *c, int n, const int32_t *tokens, c
                                  int k, int32_t *ids, float *vals, int32_t *bad);
 /* The backend seam (model/backend.h): the graph walk over the batch already in the slots. */
 hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c);
+/* The hybrid hand-off since the last call (then zeroed): the GPU stream's time waiting for the
+ * CPU experts, their span from submit to done (an upper bound where the stream did not wait),
+ * layers handed off and of them those the stream waited for. */
+typedef struct hm_cuda_hybrid_times {
+    double gpu_wait_s, cpu_span_s;
+    uint64_t layers, blocked;
+} hm_cuda_hybrid_times;
+void hm_cuda_ctx_hybrid_times(hm_cuda_ctx *c, hm_cuda_hybrid_times *t);
 /* With HMOE_CUDA_PROFILE=1 set when the context was made: the GPU milliseconds per part of the
  * forward pass (HM_PROF_*) since the last call, and true; else false. */
 bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]);

@@ -1,4 +1,6 @@
 /* none.c - the GPU entry points of a CPU-only build (HMOE_CUDA=OFF or no nvcc). */
+#include <string.h>
+
 #include "cuda/cuda.h"
 
 static hm_status no_cuda(void) {
@@ -67,6 +69,10 @@ hm_status hm_cuda_ctx_decode_top(hm_cuda_ctx *c, int n, const int32_t *tokens, c
     (void)c, (void)n, (void)tokens, (void)seq, (void)pos, (void)cs, (void)rows, (void)nw, (void)k,
         (void)ids, (void)vals, (void)bad;
     return no_cuda();
+}
+void hm_cuda_ctx_hybrid_times(hm_cuda_ctx *c, hm_cuda_hybrid_times *t) {
+    (void)c;
+    memset(t, 0, sizeof *t);
 }
 static bool none_supports(void *self, const hm_node *nd) {
     (void)self, (void)nd;

@@ -63,6 +63,12 @@ void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out) {
         hm_moe_profile(c->moe[il], sec, false);
         for (int k = 0; k < HM_MOE_PROF_N; k++) out->moe_phase_s[k] += sec[k];
     }
+    hm_cuda_hybrid_times ht;
+    hm_cuda_ctx_hybrid_times(c->cu, &ht);
+    c->hyb_wait_s += ht.gpu_wait_s, c->hyb_span_s += ht.cpu_span_s;
+    c->hyb_layers += ht.layers, c->hyb_blocked += ht.blocked;
+    out->hyb_gpu_wait_s = c->hyb_wait_s, out->hyb_cpu_span_s = c->hyb_span_s;
+    out->hyb_layers = c->hyb_layers, out->hyb_blocked = c->hyb_blocked;
     out->moe_batches = c->route_batches;
     if (c->route_batches) {
         const double nb = (double)c->route_batches;
@@ -81,6 +87,9 @@ void hm_ctx_perf_reset(hm_ctx *c) {
     c->route_batches = 0;
     c->route_active = c->route_busiest = c->route_tokens = 0;
     hm_pool_stats_reset(c->pool);
+    hm_cuda_hybrid_times ht;
+    hm_cuda_ctx_hybrid_times(c->cu, &ht);
+    c->hyb_wait_s = c->hyb_span_s = 0, c->hyb_layers = c->hyb_blocked = 0;
 }
 
 void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E) {

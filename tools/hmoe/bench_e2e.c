@@ -133,7 +133,8 @@ int bench_e2e(int argc, char **argv) {
     ids = malloc(((size_t)n_prompt + 1) * sizeof *ids);
     logits = malloc((size_t)seqs * (size_t)V * sizeof(float));
     seq_buf = malloc((size_t)hm_ctx_n_batch(c) * sizeof *seq_buf); /* a prompt chunk's sequence */
-    int32_t tok[256], seq_of[256];
+    int32_t tok[256], seq_of[256], cand_id[256];
+    float cand_v[256];
     if (!ids || !logits || !seq_buf) {
         fprintf(stderr, "hmoe bench e2e: out of memory\n");
         goto done;
@@ -167,6 +168,14 @@ int bench_e2e(int argc, char **argv) {
             tok[q] = n_prompt ? ids[n_prompt - 1] : 1, seq_of[q] = q;
         const double t1d = now_s();
         for (long g = 0; g < n_gen; g++) {
+            if (on_gpu) { /* as hm_generate: the argmax selected on the GPU, one id per row */
+                if (hm_ctx_decode_top(c, tok, seq_of, (int)seqs, NULL, 1, cand_id, cand_v))
+                    goto fail;
+                for (int q = 0; q < (int)seqs; q++)
+                    if (hm_sampler_sample_candidates(smp, cand_id + q, cand_v + q, 1, &tok[q]))
+                        goto fail;
+                continue;
+            }
             if (hm_ctx_decode(c, tok, seq_of, (int)seqs, NULL, logits)) goto fail;
             for (int q = 0; q < (int)seqs; q++)
                 if (hm_sampler_sample(smp, logits + (size_t)q * (size_t)V, &tok[q])) goto fail;
@@ -193,6 +202,15 @@ int bench_e2e(int argc, char **argv) {
                    (double)tg_perf.pool_jobs / (double)n_gen, tg_perf.pool_run_s * per,
                    tg_perf.pool_own_s * per, (tg_perf.pool_run_s - tg_perf.pool_own_s) * per,
                    (t2 - t1d) * 1e3 / (double)n_gen - tg_perf.pool_run_s * per);
+        }
+        if (tg_perf.hyb_layers && n_gen) { /* the hybrid hand-off, per decode step */
+            const double per = 1e3 / (double)n_gen;
+            printf("  hybrid hand-off ms/step: GPU waiting for the CPU experts %.3f (%.0f%% of "
+                   "%.1f layers waited for), CPU experts from submit to done <= %.3f, step %.3f\n",
+                   tg_perf.hyb_gpu_wait_s * per,
+                   100.0 * (double)tg_perf.hyb_blocked / (double)tg_perf.hyb_layers,
+                   (double)tg_perf.hyb_layers / (double)n_gen, tg_perf.hyb_cpu_span_s * per,
+                   (t2 - t1d) * per);
         }
         if (pp_perf.moe_batches) {
             printf("  prompt experts (ms):");
