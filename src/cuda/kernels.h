@@ -146,10 +146,11 @@ cudaError_t hm_cu_router_softmax_group(const float *rl, int64_t rs, int n, int e
 /* Multi-head latent attention (model/mla.c) in three launches around hm_cu_attention:
  *   hm_cu_mla_store: per token, kv [kvl + rope] (wkv_a's output) gets its latent RMS-normed by
  *     kv_norm and its k_pe rotated, every head's q_pe (q: [n_heads][nope + rope]) is rotated
- *     (interleaved pairs by cs), and the row goes into the cache (n_kv_heads 1, head_dim
- *     kvl + rope) at the token's position;
- *   hm_cu_mla_absorb: qa [n][n_heads][kvl + rope] = [q_nope . k_b[h], q_pe] (k_b: [n_heads]
- *     [nope][kvl] of type kt);
+ *     (interleaved pairs by cs) and written to the rotary part of qa [n][n_heads][kvl + rope],
+ *     and the row goes into the cache (n_kv_heads 1, head_dim kvl + rope) at the token's
+ *     position;
+ *   hm_cu_mla_absorb: the latent part of qa = q_nope . k_b[h] (k_b: [n_heads][nope][kvl] of
+ *     type kt);
  *   hm_cu_attention of qa over the cache with v = k and v_dim = kvl, into o [n][n_heads][kvl];
  *   hm_cu_mla_values: out[t][h] = o[t][h] . v_b[h] (v_b: [n_heads][kvl][vd] of type vt).
  * Copies of type HM_TYPE_F32, F16 or BF16. */

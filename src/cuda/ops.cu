@@ -481,6 +481,10 @@ template <bool F16> __global__ void __launch_bounds__(256) mla_store_k(hm_cu_mla
         const int h = j / half - 1, jj = j % half;
         float *y = h < 0 ? x + kvl : a.q + (int64_t)i * a.q_stride + (int64_t)h * qhd + a.nope;
         hm_hd_rope_pair(&y[2 * jj], &y[2 * jj + 1], cs[jj], cs[half + jj]);
+        if (h >= 0) { /* the absorbed query's rotary part */
+            float *qa = a.qa + ((int64_t)i * a.n_heads + h) * (kvl + rope) + kvl;
+            qa[2 * jj] = y[2 * jj], qa[2 * jj + 1] = y[2 * jj + 1];
+        }
     }
     for (int d = tid; d < kvl; d += blockDim.x) x[d] = x[d] * sc * a.kv_norm[d];
     __syncthreads();
@@ -490,54 +494,27 @@ template <bool F16> __global__ void __launch_bounds__(256) mla_store_k(hm_cu_mla
 
 enum { MLA_TOK = 8 }; // tokens per block of the absorption kernels: each matrix row read once
 
-// block (head h, tokens t0 .. t0 + 8): qa[t][h] = [q_nope[t][h] . k_b[h], q_pe[t][h]]
-__global__ void __launch_bounds__(256) mla_absorb_k(hm_cu_mla a, int n) {
-    extern __shared__ float qn[]; // [MLA_TOK][nope]
+// block (head h, tokens t0 .. t0 + 8): y[t][h][0, J) = x[t][h][0, K) . W[h] ([K][J] of type wt),
+// the 8 tokens' rows staged so that each row of W is read once per block
+__global__ void __launch_bounds__(256)
+    mla_heads_k(const float *__restrict__ x, int64_t xt, int64_t xh, int K, const void *W, int wt,
+                int J, float *__restrict__ y, int64_t yt, int64_t yh, int n) {
+    extern __shared__ float xs[]; // [MLA_TOK][K]
     const int h = blockIdx.x, t0 = blockIdx.y * MLA_TOK, tid = threadIdx.x;
-    const int nt = n - t0 < MLA_TOK ? n - t0 : MLA_TOK, nope = a.nope, kvl = a.kvl;
-    const int qhd = nope + a.rope, ahd = kvl + a.rope;
-    for (int j = tid; j < MLA_TOK * nope; j += blockDim.x) {
-        const int tt = j / nope, r = j % nope;
-        qn[j] = tt < nt ? a.q[(int64_t)(t0 + tt) * a.q_stride + (int64_t)h * qhd + r] : 0.0f;
+    const int nt = n - t0 < MLA_TOK ? n - t0 : MLA_TOK;
+    for (int j = tid; j < MLA_TOK * K; j += blockDim.x) {
+        const int tt = j / K, r = j % K;
+        xs[j] = tt < nt ? x[(int64_t)(t0 + tt) * xt + (int64_t)h * xh + r] : 0.0f;
     }
     __syncthreads();
-    for (int c = tid; c < kvl; c += blockDim.x) {
+    for (int c = tid; c < J; c += blockDim.x) {
         float acc[MLA_TOK] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        for (int r = 0; r < nope; r++) {
-            const float w = mla_w(a.k_b, a.kt, ((size_t)h * nope + r) * (size_t)kvl + c);
+        for (int r = 0; r < K; r++) {
+            const float w = mla_w(W, wt, ((size_t)h * K + r) * (size_t)J + c);
 #pragma unroll
-            for (int tt = 0; tt < MLA_TOK; tt++) acc[tt] = fmaf(qn[tt * nope + r], w, acc[tt]);
+            for (int tt = 0; tt < MLA_TOK; tt++) acc[tt] = fmaf(xs[tt * K + r], w, acc[tt]);
         }
-        for (int tt = 0; tt < nt; tt++)
-            a.qa[(int64_t)(t0 + tt) * a.n_heads * ahd + (int64_t)h * ahd + c] = acc[tt];
-    }
-    for (int j = tid; j < nt * a.rope; j += blockDim.x) {
-        const int tt = j / a.rope, d = j % a.rope;
-        a.qa[(int64_t)(t0 + tt) * a.n_heads * ahd + (int64_t)h * ahd + kvl + d] =
-            a.q[(int64_t)(t0 + tt) * a.q_stride + (int64_t)h * qhd + nope + d];
-    }
-}
-
-// block (head h, tokens t0 .. t0 + 8): out[t][h] = o[t][h] . v_b[h] (the head's value from the
-// weighted latent)
-__global__ void __launch_bounds__(128) mla_values_k(hm_cu_mla a, int n) {
-    extern __shared__ float oc[]; // [MLA_TOK][kvl]
-    const int h = blockIdx.x, t0 = blockIdx.y * MLA_TOK, tid = threadIdx.x;
-    const int nt = n - t0 < MLA_TOK ? n - t0 : MLA_TOK, kvl = a.kvl, vd = a.vd;
-    for (int j = tid; j < MLA_TOK * kvl; j += blockDim.x) {
-        const int tt = j / kvl, c = j % kvl;
-        oc[j] = tt < nt ? a.o[(int64_t)(t0 + tt) * a.n_heads * kvl + (int64_t)h * kvl + c] : 0.0f;
-    }
-    __syncthreads();
-    for (int d = tid; d < vd; d += blockDim.x) {
-        float acc[MLA_TOK] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        for (int c = 0; c < kvl; c++) {
-            const float w = mla_w(a.v_b, a.vt, ((size_t)h * kvl + c) * (size_t)vd + d);
-#pragma unroll
-            for (int tt = 0; tt < MLA_TOK; tt++) acc[tt] = fmaf(oc[tt * kvl + c], w, acc[tt]);
-        }
-        for (int tt = 0; tt < nt; tt++)
-            a.out[(int64_t)(t0 + tt) * a.out_stride + (int64_t)h * vd + d] = acc[tt];
+        for (int tt = 0; tt < nt; tt++) y[(int64_t)(t0 + tt) * yt + (int64_t)h * yh + c] = acc[tt];
     }
 }
 
@@ -564,7 +541,9 @@ extern "C" cudaError_t hm_cu_mla_absorb(const hm_cu_mla *a, int n, cudaStream_t 
     if (n <= 0) return cudaSuccess;
     if (!mla_ok(a)) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)a->n_heads, (unsigned)((n + MLA_TOK - 1) / MLA_TOK));
-    mla_absorb_k<<<grid, 256, sizeof(float) * MLA_TOK *(size_t)a->nope, stream>>>(*a, n);
+    const int64_t qhd = a->nope + a->rope, ahd = a->kvl + a->rope;
+    mla_heads_k<<<grid, 256, sizeof(float) * MLA_TOK *(size_t)a->nope, stream>>>(
+        a->q, a->q_stride, qhd, a->nope, a->k_b, a->kt, a->kvl, a->qa, a->n_heads * ahd, ahd, n);
     return cudaGetLastError();
 }
 
@@ -574,7 +553,8 @@ extern "C" cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t 
     const dim3 grid((unsigned)a->n_heads, (unsigned)((n + MLA_TOK - 1) / MLA_TOK));
     const size_t sm = sizeof(float) * MLA_TOK * (size_t)a->kvl;
     if (sm > 48 * 1024) return cudaErrorInvalidValue;
-    mla_values_k<<<grid, 128, sm, stream>>>(*a, n);
+    mla_heads_k<<<grid, 256, sm, stream>>>(a->o, (int64_t)a->n_heads * a->kvl, a->kvl, a->kvl,
+                                           a->v_b, a->vt, a->vd, a->out, a->out_stride, a->vd, n);
     return cudaGetLastError();
 }
 

@@ -116,6 +116,33 @@ HM_HD int hm_hd_argmax_free(const float *v, const bool *taken, int n) {
     return b;
 }
 
+/* The group-limited routers' common end: the topk_group best of the n_group group scores gs
+ * kept (keep[]), the choices c of the other groups' experts set to drop, the k best choices
+ * picked (descending, ties to the lower index; taken[] all false on entry), their weights s[id],
+ * renormalised when renorm (sum in double, + 1e-20), times scale. */
+HM_HD void hm_hd_router_pick(float *c, const float *s, bool *taken, const float *gs, bool *keep,
+                             int n, int n_group, int topk_group, float drop, int k, bool renorm,
+                             float scale, int32_t *ids, float *w) {
+    bool gtaken[64];
+    for (int g = 0; g < n_group; g++) gtaken[g] = false;
+    for (int j = 0; j < topk_group; j++) {
+        const int g = hm_hd_argmax_free(gs, gtaken, n_group);
+        gtaken[g] = keep[g] = true;
+    }
+    const int per = n / n_group;
+    for (int i = 0; i < n; i++)
+        if (!keep[i / per]) c[i] = drop;
+    double sum = 0;
+    for (int j = 0; j < k; j++) {
+        const int b = hm_hd_argmax_free(c, taken, n);
+        taken[b] = true;
+        ids[j] = b;
+        sum += s[b];
+    }
+    for (int j = 0; j < k; j++)
+        w[j] = (float)((renorm ? s[ids[j]] / (sum + 1e-20) : (double)s[ids[j]]) * scale);
+}
+
 HM_HD void hm_hd_router_sigmoid(const float *l, const float *bias, int n, int n_group,
                                 int topk_group, int k, bool renorm, float scale, int32_t *ids,
                                 float *w) {
@@ -138,23 +165,8 @@ HM_HD void hm_hd_router_sigmoid(const float *l, const float *bias, int n, int n_
         gs[g] = v;
         keep[g] = false;
     }
-    bool gtaken[64];
-    for (int g = 0; g < n_group; g++) gtaken[g] = false;
-    for (int j = 0; j < topk_group; j++) {
-        const int g = hm_hd_argmax_free(gs, gtaken, n_group);
-        gtaken[g] = keep[g] = true;
-    }
-    for (int i = 0; i < n; i++)
-        if (!keep[i / per]) c[i] = -INFINITY;
-    double sum = 0;
-    for (int j = 0; j < k; j++) {
-        const int b = hm_hd_argmax_free(c, taken, n);
-        taken[b] = true;
-        ids[j] = b;
-        sum += s[b];
-    }
-    for (int j = 0; j < k; j++)
-        w[j] = (float)((renorm ? s[ids[j]] / (sum + 1e-20) : (double)s[ids[j]]) * scale);
+    hm_hd_router_pick(c, s, taken, gs, keep, n, n_group, topk_group, -INFINITY, k, renorm, scale,
+                      ids, w);
 }
 
 /* DeepSeek-V2's group-limited softmax router for one token (exec_cpu.c's router runs it on the
@@ -177,23 +189,8 @@ HM_HD void hm_hd_router_softmax_group(const float *l, int n, int n_group, int to
         for (int i = 1; i < per; i++) gs[g] = s[g * per + i] > gs[g] ? s[g * per + i] : gs[g];
         keep[g] = false;
     }
-    bool gtaken[64];
-    for (int g = 0; g < n_group; g++) gtaken[g] = false;
-    for (int j = 0; j < topk_group; j++) {
-        const int g = hm_hd_argmax_free(gs, gtaken, n_group);
-        gtaken[g] = keep[g] = true;
-    }
-    for (int i = 0; i < n; i++)
-        if (!keep[i / per]) s[i] = 0.0f;
-    double sel = 0;
-    for (int j = 0; j < k; j++) {
-        const int b = hm_hd_argmax_free(s, taken, n);
-        taken[b] = true;
-        ids[j] = b;
-        sel += s[b];
-    }
-    for (int j = 0; j < k; j++)
-        w[j] = (float)((renorm ? s[ids[j]] / (sel + 1e-20) : (double)s[ids[j]]) * scale);
+    hm_hd_router_pick(s, s, taken, gs, keep, n, n_group, topk_group, 0.0f, k, renorm, scale, ids,
+                      w);
 }
 
 #endif
