@@ -163,7 +163,12 @@ static void check_model_gpu(const char *name, bool kv_f16, int gpu_experts,
             memcpy(ref, ord, sizeof ref);
             qsort(ref, 8, sizeof *ref, id_order);
             CHECK_MSG(memcmp(cid, ref, sizeof ref) == 0, "cuda %s: decode_top's candidates", name);
-            for (int j = 0; j < 8; j++) CHECK(cv[j] == last[ref[j]] + 0.0f);
+            /* one wanted row goes through the matvec kernel, a whole prompt's rows through the
+             * tile path: the same logits to rounding */
+            for (int j = 0; j < 8; j++)
+                CHECK_MSG(fabsf(cv[j] - last[ref[j]]) <= 1e-4f * (1.0f + fabsf(last[ref[j]])),
+                          "cuda %s: candidate %d: %g, the row's %g", name, j, (double)cv[j],
+                          (double)last[ref[j]]);
             free(ord);
         }
         /* greedy continuation, one token at a time (the matvec path) */
@@ -704,9 +709,13 @@ static void check_norm_glu_router(void) {
             for (int d = 0; d < H; d++) {
                 const float xr = xs[i * H + d];
                 const float r = d < H - 7 ? hm_hd_glu(act, xr, add[i * H + d], 1.702f, 7.0f) : xr;
-                worst = fmax(worst, fabs(y[i * H + d] - r) / (fabs(r) + 1e-6));
+                /* GELU's 1 + erf(g / sqrt 2) cancels for negative g: the device's and the host's
+                 * erff differ by an ulp or two, relative to the gate's scale */
+                const double scale =
+                    act == 1 ? fabs(r) + 1e-6 * fabs(xr * add[i * H + d]) + 1e-6 : fabs(r) + 1e-6;
+                worst = fmax(worst, fabs(y[i * H + d] - r) / scale);
             }
-        CHECK_MSG(worst <= 1e-6, "glu (act %d): error %.3g", act, worst);
+        CHECK_MSG(worst <= (act == 1 ? 2e-6 : 1e-6), "glu (act %d): error %.3g", act, worst);
     }
     CHECK(hm_cu_glu(dx, H, da, H, N, H, 3, 0, 0, 0) == cudaErrorInvalidValue);
     /* rounding to BF16 (--gpu-dtype bf16) against hm_f32_to_bf16: ties, subnormals, infinities,

@@ -68,7 +68,7 @@ int bench_e2e(int argc, char **argv) {
     if (!model) return cli_usage_error("bench e2e: -m MODEL is required");
     hm_model *m = NULL;
     hm_ctx *c = NULL;
-    int32_t *ids = NULL, *seq_buf = NULL;
+    int32_t *ids = NULL, *seq_buf = NULL, *own = NULL;
     float *logits = NULL;
     hm_sampler *smp = NULL;
     int rc = 1;
@@ -133,9 +133,10 @@ int bench_e2e(int argc, char **argv) {
     ids = malloc(((size_t)n_prompt + 1) * sizeof *ids);
     logits = malloc((size_t)seqs * (size_t)V * sizeof(float));
     seq_buf = malloc((size_t)hm_ctx_n_batch(c) * sizeof *seq_buf); /* a prompt chunk's sequence */
+    own = malloc((size_t)hm_ctx_n_batch(c) * sizeof *own);         /* and its tokens */
     int32_t tok[256], seq_of[256], cand_id[256];
     float cand_v[256];
-    if (!ids || !logits || !seq_buf) {
+    if (!ids || !logits || !seq_buf || !own) {
         fprintf(stderr, "hmoe bench e2e: out of memory\n");
         goto done;
     }
@@ -154,18 +155,23 @@ int bench_e2e(int argc, char **argv) {
         double t1 = now_s();
         hm_ctx_perf pp_perf, tg_perf;
         hm_ctx_perf_get(c, &pp_perf);
-        /* --seqs B: the other sequences get the same prompt, untimed; decode steps then take one
-         * token of every sequence */
+        /* --seqs B: the other sequences get prompts of their own, untimed (the same prompt would
+         * give every sequence the same tokens and experts); decode steps then take one token of
+         * every sequence */
+        tok[0] = n_prompt ? ids[n_prompt - 1] : 1, seq_of[0] = 0;
         for (int q = 1; q < (int)seqs; q++) {
+            uint64_t sq = 1 + (uint64_t)q * 7919;
+            int32_t last = 1;
             for (long i0 = 0; i0 < n_prompt; i0 += B) {
                 const int nb = (int)(n_prompt - i0 < B ? n_prompt - i0 : B);
-                for (int j = 0; j < nb; j++) seq_buf[j] = q;
-                if (hm_ctx_decode(c, ids + i0, seq_buf, nb, NULL, NULL)) goto fail;
+                for (int j = 0; j < nb; j++)
+                    seq_buf[j] = q, own[j] = (int32_t)(next_id(&sq) % (uint64_t)mi.n_vocab);
+                if (hm_ctx_decode(c, own, seq_buf, nb, NULL, NULL)) goto fail;
+                last = own[nb - 1];
             }
+            tok[q] = last, seq_of[q] = q;
         }
         hm_ctx_perf_reset(c);
-        for (int q = 0; q < (int)seqs; q++)
-            tok[q] = n_prompt ? ids[n_prompt - 1] : 1, seq_of[q] = q;
         const double t1d = now_s();
         for (long g = 0; g < n_gen; g++) {
             if (on_gpu) { /* as hm_generate: the argmax selected on the GPU, one id per row */
@@ -278,7 +284,7 @@ fail:
     fprintf(stderr, "hmoe bench e2e: %s\n", hm_last_error());
 done:
     free(ids);
-    free(seq_buf);
+    free(seq_buf), free(own);
     free(logits);
     hm_sampler_free(smp);
     hm_ctx_free(c);

@@ -37,6 +37,15 @@ static int usage(FILE *f) {
     return f == stderr ? 2 : 0;
 }
 
+#ifndef HMOE_HAVE_SERVER
+int cmd_serve(int argc, char **argv) {
+    (void)argc, (void)argv;
+    fprintf(stderr, "hmoe: serve: this build has no HTTP server (libmicrohttpd-dev was not found "
+                    "when it was configured; scripts/deps.sh installs it)\n");
+    usage(stderr);
+    return 1;
+}
+#else
 /* the id clients send: the model file's or directory's last path component */
 static const char *default_name(const char *path, char *buf, size_t cap) {
     size_t n = strlen(path);
@@ -104,11 +113,6 @@ int cmd_serve(int argc, char **argv) {
             return cli_usage_error("serve: unknown option %s", a);
     }
     if (!model) return usage(stderr);
-#ifndef HMOE_HAVE_SERVER
-    fprintf(stderr, "hmoe: serve: this build has no HTTP server (libmicrohttpd-dev was not found "
-                    "when it was configured; scripts/deps.sh installs it)\n");
-    return 1;
-#else
     if (!sp.model_name) sp.model_name = default_name(model, namebuf, sizeof namebuf);
     sp.model_path = model;
     /* the signals are taken by sigwait below: every thread started from here on blocks them */
@@ -156,5 +160,5 @@ done:
     hm_tokenizer_free(tok);
     hm_model_free(m);
     return rc;
-#endif
 }
+#endif
