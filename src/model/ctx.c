@@ -790,6 +790,25 @@ static hm_status not_finite(const hm_ctx *c, const char *what, int i) {
                      what, i, c->seq[i], c->pos[i]);
 }
 
+/* A GPU step's time since t0: the GPU's parts when it times them (HMOE_CUDA_PROFILE=1), the
+ * rest of the step (rope, transfers, the host's waiting) under output; else the whole step
+ * under output (the GPU runs it as one). */
+static void gpu_step_time(hm_ctx *c, uint64_t t0) {
+    double ms[HM_PROF_COUNT];
+    if (hm_cuda_ctx_prof(c->cu, ms)) {
+        uint64_t sum = 0;
+        for (int p = 0; p < HM_PROF_COUNT; p++) {
+            const uint64_t ns = (uint64_t)(ms[p] * 1e6);
+            c->prof_ns[p] += ns;
+            sum += ns;
+        }
+        const uint64_t wall = hm_time_ns() - t0;
+        c->prof_ns[HM_PROF_OUTPUT] += wall > sum ? wall - sum : 0;
+        return;
+    }
+    hm_ctx_prof(c, HM_PROF_OUTPUT, &t0);
+}
+
 /* The batch on the GPU (HM_DEVICE_CUDA): the host computes the rotary cos/sin (every scaling
  * variant of model/rope.h, as the CPU path) and the GPU everything else. */
 static hm_status decode_gpu(hm_ctx *c, const int32_t *tokens, int n, const uint8_t *want,
@@ -808,22 +827,7 @@ static hm_status decode_gpu(hm_ctx *c, const int32_t *tokens, int n, const uint8
     for (int r = 0; r < nw; r++)
         if (!all_finite(logits + (size_t)r * hp->vocab_size, hp->vocab_size))
             return not_finite(c, "logits", rows[r]);
-    /* the GPU's parts when it times them (HMOE_CUDA_PROFILE=1); the rest of the step (rope,
-     * transfers, the host's waiting) under output */
-    double ms[HM_PROF_COUNT];
-    if (hm_cuda_ctx_prof(c->cu, ms)) {
-        uint64_t sum = 0;
-        for (int p = 0; p < HM_PROF_COUNT; p++) {
-            const uint64_t ns = (uint64_t)(ms[p] * 1e6);
-            c->prof_ns[p] += ns;
-            sum += ns;
-        }
-        const uint64_t t = hm_time_ns(), wall = t - t0;
-        c->prof_ns[HM_PROF_OUTPUT] += wall > sum ? wall - sum : 0;
-        t0 = t;
-        return HM_OK;
-    }
-    hm_ctx_prof(c, HM_PROF_OUTPUT, &t0); /* the whole step: the GPU runs it as one */
+    gpu_step_time(c, t0);
     return HM_OK;
 }
 
@@ -889,7 +893,7 @@ hm_status hm_ctx_decode_top(hm_ctx *c, const int32_t *tokens, const int32_t *seq
     for (int r = 0; !st && r < nw; r++)
         if (bad[r] >= 0) st = not_finite(c, "logits", rows[r]);
     free(bad);
-    if (!st) hm_ctx_prof(c, HM_PROF_OUTPUT, &t0);
+    if (!st) gpu_step_time(c, t0);
     return st;
 }
 
