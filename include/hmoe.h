@@ -191,6 +191,11 @@ typedef struct hm_ctx_params {
      * GEMM with the activations rounded to BF16; routed experts stay in their own type
      * (--gpu-dtype bf16). Off: weights in the model's types, batches in float. */
     bool gpu_bf16;
+    /* HM_DEVICE_CUDA with routed experts on the CPU: of each token's CPU experts of a layer, the
+     * defer lowest-weighted are finished while the next layer runs and join its sum instead
+     * (--defer K; expert deferral: the CPU's work overlaps the GPU's; the logits change, see
+     * bench/RESULTS.md). 0 (the default): off; never past a layer without CPU experts. */
+    int defer;
     bool pin_caller; /* pin the calling thread to participant 0's core (it computes as one of the
                         pool's threads; unpinned, the OS may stack it on a worker's core) */
     /* AMX prefill: keep a second copy of the routed experts as int8 tile units (~1 byte per

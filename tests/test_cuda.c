@@ -12,6 +12,7 @@
 #include "cuda/cuda.h"
 #include "cuda/twins.h"
 #include "model/convert.h"
+#include "model/model.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/ref.h"
@@ -41,6 +42,9 @@ static void check_ctx_refused(void) {
               "%s", hm_last_error());
     cp.device = (hm_device)7;
     CHECK_STATUS(hm_ctx_create(m, &cp, &c), HM_ERR_INVALID_ARG);
+    cp.device = HM_DEVICE_CPU, cp.defer = -1; /* deferral's count is checked on every device */
+    CHECK_STATUS(hm_ctx_create(m, &cp, &c), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "defer -1");
     hm_model_free(m);
 }
 
@@ -262,6 +266,52 @@ static bool gguf_logits_as(const char *path, const fixture *f, int i, hm_device 
 static bool gguf_logits(const char *path, const fixture *f, int i, hm_device dev, bool one,
                         int gpu_experts, float *out) {
     return gguf_logits_as(path, f, i, dev, one, gpu_experts, false, out);
+}
+
+/* expert deferral: each token's lowest-weighted CPU experts join the next layer's sum. The logits
+ * move (how far is printed and documented); a broken hand-off would move them far more. */
+static void check_defer(const char *name) {
+    fixture f;
+    CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
+    if (!f.n_prompts) return;
+    hm_model *m = NULL;
+    CHECK_OK(hm_model_load(f.model, &m));
+    if (!m) return free_fixture(&f);
+    const int V = f.vocab, i = f.n_prompts - 1, n = f.len[i];
+    const int k = (int)m->hp.n_experts_used;
+    float *lg = malloc(sizeof(float) * 64 * (size_t)V);
+    for (int d = 1; d <= k; d += k - 1) {
+        hm_ctx_params cp = hm_ctx_default_params();
+        cp.device = HM_DEVICE_CUDA, cp.n_ctx = 64, cp.n_batch = 64, cp.gpu_experts = 0;
+        cp.defer = d;
+        hm_ctx *c = NULL;
+        CHECK_OK(hm_ctx_create(m, &cp, &c));
+        if (!c) break;
+        for (int one = 0; one < 2; one++) {
+            hm_ctx_seq_reset(c, 0);
+            if (one)
+                for (int t = 0; t < n; t++)
+                    CHECK_OK(hm_ctx_decode(c, f.prompt[i] + t, NULL, 1, NULL,
+                                           lg + (size_t)t * (size_t)V));
+            else
+                CHECK_OK(hm_ctx_decode(c, f.prompt[i], NULL, n, NULL, lg));
+            double km, kx;
+            kl_rows(f.logits[i], lg, n, V, &km, &kx);
+            printf("  cuda %s --defer %d (%s): KL against transformers mean %.2e max %.2e\n", name,
+                   d, one ? "token by token" : "one batch", km, kx);
+            CHECK_MSG(km <= 0.5 && kx <= 5.0, "cuda %s --defer %d: KL mean %.3g max %.3g", name, d,
+                      km, kx);
+        }
+        hm_ctx_free(c);
+    }
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.device = HM_DEVICE_CUDA, cp.defer = k + 1;
+    hm_ctx *c = NULL;
+    CHECK_STATUS(hm_ctx_create(m, &cp, &c), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "defer");
+    free(lg);
+    hm_model_free(m);
+    free_fixture(&f);
 }
 
 /* model q written as a quantized GGUF. The GPU's matvec path (one token at a time) computes in
@@ -1072,6 +1122,8 @@ int main(void) {
         rmdir(dir);
         free_fixture(&f);
     }
+    check_defer("a");
+    check_defer("deepseek/v3a");
     check_quantized_gpu(HM_TYPE_Q8_0, HM_TYPE_Q8_0);
     check_quantized_gpu(HM_TYPE_Q8_0, HM_TYPE_Q4_K);
     check_quantized_gpu(HM_TYPE_Q6_K, HM_TYPE_Q5_K);

@@ -2,6 +2,7 @@
  * layer 1 dense, 8 experts): counts per layer from --gpu-experts and from byte budgets under every
  * strategy, which experts each strategy picks, rules by tensor-name regex, the activation-count
  * file, and bad input. */
+#include <math.h>
 #include <unistd.h>
 
 #include "model/model.h"
@@ -14,7 +15,50 @@ static int layer_count(const hm_place_plan *pl, int il) {
     return c;
 }
 
+/* expert deferral's split: every CPU pair in exactly one of now and later, the K lowest-weighted
+ * CPU pairs of each token in later, GPU pairs in neither; against a sort per token */
+static void check_defer_split(void) {
+    enum { N = 40, K = 8, E = 16 };
+    int32_t ids[N * K], now[N * K], later[N * K];
+    float w[N * K];
+    uint8_t gpu[E];
+    uint64_t s = 7;
+    for (int e = 0; e < E; e++) gpu[e] = e % 3 == 0;
+    for (int i = 0; i < N * K; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((s >> 33) % E);
+        w[i] = (float)((s >> 40) % 7) / 7.0f; /* ties */
+    }
+    for (int defer = 0; defer <= K; defer += 3)
+        for (int with_gpu = 0; with_gpu < 2; with_gpu++) {
+            const uint8_t *g = with_gpu ? gpu : NULL;
+            const int total = hm_defer_split(ids, w, N, K, g, defer, now, later);
+            int want_total = 0;
+            for (int t = 0; t < N; t++) {
+                int cpu = 0, n_later = 0;
+                float max_later = -1, min_now = 2;
+                for (int j = 0; j < K; j++) {
+                    const int i = t * K + j;
+                    const bool on_cpu = !g || !g[ids[i]];
+                    cpu += on_cpu;
+                    CHECK(on_cpu ? (now[i] == ids[i]) != (later[i] == ids[i])
+                                 : now[i] == -1 && later[i] == -1);
+                    CHECK(now[i] == -1 || later[i] == -1);
+                    if (later[i] >= 0) n_later++, max_later = fmaxf(max_later, w[i]);
+                    if (now[i] >= 0) min_now = fminf(min_now, w[i]);
+                }
+                const int want = defer < cpu ? defer : cpu;
+                CHECK_MSG(n_later == want, "token %d: %d deferred of %d CPU pairs, want %d", t,
+                          n_later, cpu, want);
+                CHECK(n_later == 0 || min_now == 2 || max_later <= min_now);
+                want_total += want;
+            }
+            CHECK(total == want_total);
+        }
+}
+
 int main(void) {
+    check_defer_split();
     hm_model *m = NULL;
     CHECK_OK(hm_model_load(HMOE_SOURCE_DIR "/tests/data/qwen3moe/b", &m));
     if (!m) return test_done("place");

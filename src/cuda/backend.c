@@ -24,6 +24,7 @@
 #include "model/backend.h"
 #include "model/graph.h"
 #include "model/model.h"
+#include "model/place.h"
 #include "quant/types.h"
 #include "hmoe_moe.h"
 
@@ -36,6 +37,7 @@ typedef struct hyb_cb {
     struct hm_cuda_ctx *c;
     int il;
     bool pending;
+    bool defer;     /* some of its CPU experts deferred to the next layer */
     uint64_t t_sub; /* when its CPU experts were submitted */
 } hyb_cb;
 
@@ -59,6 +61,14 @@ struct hm_cuda_ctx {
     void *h_hyb;             /* pinned: x [B][H], out [B][H], ids [B][k], w [B][k] */
     float *h_x, *h_out, *h_w;
     int32_t *h_ids;
+    /* --defer K: each token's K lowest-weighted CPU experts of layer L run while layer L+1 does
+     * (their ids in d_later, the others' in d_now; their sum in h_def, added to layer L+1's
+     * output); def_pend is the layer whose deferred experts are in flight, or -1 */
+    int defer;
+    int32_t *d_now, *d_later;
+    float *h_def;
+    int def_pend;
+    void *h_defb;
     hyb_cb *cb; /* [n_layers] */
     int cur_n;  /* tokens of the step in flight (read by the host functions) */
     /* the hand-off's times since the last hm_cuda_ctx_hybrid_times, written by the host
@@ -523,8 +533,24 @@ static void CUDART_CB submit_cb(void *arg) {
     hyb_cb *h = arg;
     hm_cuda_ctx *c = h->c;
     if (c->hyb_st) return;
-    const hm_status st = hm_moe_submit(c->cpu_moe[h->il], c->h_x, HM_MOE_F32, c->h_ids, c->h_w,
-                                       c->cur_n, c->k, c->h_out, HM_MOE_F32, false);
+    const int il = h->il, E = (int)c->m->hp.n_experts;
+    if (c->def_pend >= 0) { /* the engines share a pool and a scratch: one batch at a time */
+        const uint64_t t0 = hm_time_ns();
+        hm_moe_wait(c->cpu_moe[c->def_pend]);
+        c->hyb_wait_ns += hm_time_ns() - t0;
+    }
+    /* deferral where the next layer has CPU experts to join (never past the last) */
+    const bool defer = c->defer > 0 && il + 1 < (int)c->m->hp.n_layers && c->cpu_moe[il + 1];
+    const int32_t *ids = c->h_ids;
+    if (defer) {
+        hm_defer_split(c->h_ids, c->h_w, c->cur_n, c->k,
+                       c->gpu_mask ? c->gpu_mask + (size_t)il * (size_t)E : NULL, c->defer,
+                       c->d_now, c->d_later);
+        ids = c->d_now;
+    }
+    h->defer = defer;
+    const hm_status st = hm_moe_submit(c->cpu_moe[il], c->h_x, HM_MOE_F32, ids, c->h_w, c->cur_n,
+                                       c->k, c->h_out, HM_MOE_F32, false);
     if (st) {
         snprintf(c->hyb_msg, sizeof c->hyb_msg, "layer %d CPU experts: %s", h->il, hm_last_error());
         c->hyb_st = st;
@@ -549,6 +575,22 @@ static void CUDART_CB wait_cb(void *arg) {
     c->hyb_span_ns += (blocked ? t1 : t0) - h->t_sub;
     c->hyb_layers++;
     c->hyb_blocked += blocked;
+    const size_t nh = (size_t)c->cur_n * c->m->hp.hidden;
+    if (c->def_pend >= 0) { /* the previous layer's deferred experts join this layer's sum */
+        for (size_t i = 0; i < nh; i++) c->h_out[i] += c->h_def[i];
+        c->def_pend = -1;
+    }
+    if (h->defer && !c->hyb_st) {
+        const hm_status st = hm_moe_submit(c->cpu_moe[h->il], c->h_x, HM_MOE_F32, c->d_later,
+                                           c->h_w, c->cur_n, c->k, c->h_def, HM_MOE_F32, false);
+        if (st) {
+            snprintf(c->hyb_msg, sizeof c->hyb_msg, "layer %d deferred CPU experts: %s", h->il,
+                     hm_last_error());
+            c->hyb_st = st;
+            return;
+        }
+        c->def_pend = h->il;
+    }
 }
 
 /* act(gate + its bias, up + its bias) of np expert rows in moe_g (rows at pos_of, or in pair
@@ -863,6 +905,7 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (c->arena) cudaFree(c->arena);
     if (c->h_in) cudaFreeHost(c->h_in);
     if (c->h_hyb) cudaFreeHost(c->h_hyb);
+    if (c->h_defb) cudaFreeHost(c->h_defb);
     if (c->h_top) cudaFreeHost(c->h_top);
     if (c->stage_q) cudaFree(c->stage_q);
     if (c->stage_f) cudaFree(c->stage_f);
@@ -922,6 +965,8 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     c->m = m, c->g = g, c->dev = p->device;
     c->n_batch = p->n_batch, c->n_ctx = p->n_ctx;
     c->bf16 = p->bf16;
+    c->defer = p->cpu_moe ? p->defer : 0;
+    c->def_pend = -1;
     c->k = hp->n_experts_used ? (int)hp->n_experts_used : 1;
     c->gpu_mask = p->gpu_experts;
     c->cpu_moe = p->cpu_moe;
@@ -1016,7 +1061,15 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
         c->h_out = c->h_x + B * H;
         c->h_w = c->h_out + B * H;
         c->h_ids = (int32_t *)(c->h_w + B * K);
-        for (uint32_t il = 0; il < hp->n_layers; il++) c->cb[il] = (hyb_cb){c, (int)il, false, 0};
+        for (uint32_t il = 0; il < hp->n_layers; il++)
+            c->cb[il] = (hyb_cb){c, (int)il, false, false, 0};
+        if (c->defer) {
+            FAIL(cudaMallocHost(&c->h_defb, (sizeof(int32_t) * 2 * B * K + sizeof(float) * B * H)),
+                 "cudaMallocHost (deferral)");
+            c->d_now = c->h_defb;
+            c->d_later = c->d_now + B * K;
+            c->h_def = (float *)(c->d_later + B * K);
+        }
     }
     if ((st = layout(c))) goto fail; /* the copies */
     const size_t kv_one = (size_t)hp->n_layers * (size_t)c->kv.n_seq * (size_t)c->kv.n_kv_heads *
@@ -1113,6 +1166,10 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
     float *hcs = (float *)(hi + 4 * B);
     if (rd) memcpy(hcs, cs, sizeof(float) * (size_t)n * (size_t)rd);
     CK(cudaSetDevice(c->dev), "cudaSetDevice");
+    if (c->def_pend >= 0) { /* a step that failed left deferred experts in flight */
+        hm_moe_wait(c->cpu_moe[c->def_pend]);
+        c->def_pend = -1;
+    }
     c->cur_n = n;
     c->hyb_st = HM_OK;
     /* d_cs follows d_in in the arena, 256-aligned: two copies */

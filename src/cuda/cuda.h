@@ -48,6 +48,7 @@ typedef struct hm_cuda_ctx_params {
     int n_seq;   /* sequences */
     bool kv_f16; /* KV cache in IEEE half, else float */
     bool bf16;   /* non-expert weights as BF16, batches on BF16 tensor cores (hm_ctx_params) */
+    int defer;   /* hybrid: CPU experts per token deferred to the next layer (hm_ctx_params) */
     /* hybrid: [n_layers][n_experts], nonzero = the routed expert's weights on the GPU (NULL:
      * every expert); the others run on cpu_moe[layer], the layer's CPU expert engine (on an
      * async pool, masked to skip the GPU's experts), submitted and waited for from host functions

@@ -354,9 +354,15 @@ static double gib(uint64_t b) {
 static hm_status place_experts(hm_ctx *c, const hm_ctx_params *p) {
     const hm_model *m = c->m;
     const hm_hparams *hp = &m->hp;
-    const hm_cuda_ctx_params gp = {
-        p->gpu,    p->n_batch,  (int)c->kv_ctx, p->n_seq,
-        p->kv_f16, p->gpu_bf16, NULL,           hp->n_experts ? c->moe : NULL};
+    const hm_cuda_ctx_params gp = {.device = p->gpu,
+                                   .n_batch = p->n_batch,
+                                   .n_ctx = (int)c->kv_ctx,
+                                   .n_seq = p->n_seq,
+                                   .kv_f16 = p->kv_f16,
+                                   .bf16 = p->gpu_bf16,
+                                   .defer = p->defer,
+                                   .gpu_experts = NULL,
+                                   .cpu_moe = hp->n_experts ? c->moe : NULL};
     size_t total = 0, experts = 0, free_b = 0;
     hm_status st = hm_cuda_ctx_measure(m, &c->graph, &gp, &total, &experts, &free_b);
     if (st) return st;
@@ -440,6 +446,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     if (!p.n_seq) p.n_seq = 1;
     if (p.device < HM_DEVICE_AUTO || p.device > HM_DEVICE_CUDA)
         return hm_errorf(HM_ERR_INVALID_ARG, "context: unknown device %d", (int)p.device);
+    if (p.defer < 0 || (hp->n_experts_used && (uint32_t)p.defer > hp->n_experts_used))
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "context: defer %d: between 0 and the experts per token (%u)", p.defer,
+                         hp->n_experts_used);
     if (p.device == HM_DEVICE_AUTO) return create_auto(m, &p, out);
     /* on a GPU: no CPU KV cache; expert engines only for the routed experts placed on the CPU */
     const bool on_gpu = p.device == HM_DEVICE_CUDA;
@@ -705,9 +715,15 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     if (on_gpu) {
         bool any_cpu = false;
         for (uint32_t il = 0; il < hp->n_layers; il++) any_cpu |= c->moe[il] != NULL;
-        const hm_cuda_ctx_params gp = {
-            p.gpu,    p.n_batch,  (int)c->kv_ctx, p.n_seq,
-            p.kv_f16, p.gpu_bf16, c->plan.gpu,    any_cpu ? c->moe : NULL};
+        const hm_cuda_ctx_params gp = {.device = p.gpu,
+                                       .n_batch = p.n_batch,
+                                       .n_ctx = (int)c->kv_ctx,
+                                       .n_seq = p.n_seq,
+                                       .kv_f16 = p.kv_f16,
+                                       .bf16 = p.gpu_bf16,
+                                       .defer = p.defer,
+                                       .gpu_experts = c->plan.gpu,
+                                       .cpu_moe = any_cpu ? c->moe : NULL};
         if ((st = hm_cuda_ctx_create(m, &c->graph, &gp, &c->cu))) goto fail;
     }
     *out = c;

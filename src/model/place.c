@@ -333,3 +333,30 @@ hm_status hm_place_counts_read(const char *path, int n_layers, int n_experts, ui
     *out = c;
     return HM_OK;
 }
+
+int hm_defer_split(const int32_t *ids, const float *w, int n, int k, const uint8_t *gpu, int K,
+                   int32_t *now, int32_t *later) {
+    int deferred = 0;
+    for (int t = 0; t < n; t++) {
+        const int32_t *id = ids + (size_t)t * k;
+        const float *wt = w + (size_t)t * k;
+        int32_t *a = now + (size_t)t * k, *b = later + (size_t)t * k;
+        int cpu = 0;
+        for (int j = 0; j < k; j++) {
+            const bool on_cpu = id[j] >= 0 && (!gpu || !gpu[id[j]]);
+            a[j] = on_cpu ? id[j] : -1;
+            b[j] = -1;
+            cpu += on_cpu;
+        }
+        /* the K lowest-weighted of the CPU pairs, one at a time: the lowest weight still in
+         * now, the later pair on ties */
+        for (int d = 0; d < K && d < cpu; d++) {
+            int lo = -1;
+            for (int j = 0; j < k; j++)
+                if (a[j] >= 0 && (lo < 0 || wt[j] <= wt[lo])) lo = j;
+            b[lo] = a[lo], a[lo] = -1;
+            deferred++;
+        }
+    }
+    return deferred;
+}

@@ -58,6 +58,14 @@ uint64_t hm_place_expert_bytes(const hm_model *m, int il);
  * without counts, or a rule that matches no expert tensor. */
 hm_status hm_place_make(const hm_model *m, const hm_place_params *p, hm_place_plan *out);
 void hm_place_free(hm_place_plan *plan);
+
+/* Expert deferral (--defer K): of each of n tokens' k (expert, weight) pairs, those of CPU
+ * experts (gpu NULL: every expert; else gpu[id] == 0) split into now and later: the K of them
+ * with the lowest weights (ties: the later pair) go to later, the rest to now. now and later are
+ * ids' copies ([n][k]) with the other pairs' ids set to -1 (the expert engine skips them), GPU
+ * experts' pairs in neither. Returns the pairs deferred. */
+int hm_defer_split(const int32_t *ids, const float *w, int n, int k, const uint8_t *gpu, int K,
+                   int32_t *now, int32_t *later);
 /* One line: "24 of 48 experts per layer on the GPU (...)" or a per-layer list when they differ. */
 void hm_place_describe(const hm_place_plan *plan, char *buf, size_t cap);
 

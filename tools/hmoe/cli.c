@@ -250,6 +250,9 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
     } else if (!strcmp(a, "--gpu")) {
         if (!cli_parse_int(v, 0, 255, &n)) return cli_usage_error("bad --gpu '%s'", v);
         cp->gpu = (int)n;
+    } else if (!strcmp(a, "--defer")) {
+        if (!cli_parse_int(v, 0, 64, &n)) return cli_usage_error("bad --defer '%s' (0..64)", v);
+        cp->defer = (int)n;
     } else if (!strcmp(a, "--gpu-dtype")) {
         if (strcmp(v, "native") && strcmp(v, "bf16"))
             return cli_usage_error("bad --gpu-dtype '%s' (native|bf16)", v);

@@ -25,6 +25,8 @@ static int usage(FILE *f) {
             "  --device auto|cpu|cuda where the model runs (cuda: GPU --gpu N, with as many\n"
             "                        routed experts as fit, the others on the CPU; auto, the\n"
             "                        default: the GPU when there is one and the model runs there)\n"
+            "  --defer K             hybrid: each token's K lowest-weighted CPU experts of a\n"
+            "                        layer finish during the next layer (default 0: off)\n"
             "  --gpu-dtype native|bf16 non-expert weights on the GPU in their own types, or\n"
             "                        expanded to BF16 with batches on BF16 tensor cores\n"
             "  --gpu-experts N|fit   routed experts per layer on the GPU (default fit)\n"
