@@ -66,7 +66,7 @@ struct hm_cuda_ctx {
      * output); def_pend is the layer whose deferred experts are in flight, or -1 */
     int defer;
     int32_t *d_now, *d_later;
-    float *h_def;
+    float *h_def, *d_x, *d_w; /* the deferred experts' sum, and their own input and weights */
     int def_pend;
     void *h_defb;
     hyb_cb *cb; /* [n_layers] */
@@ -581,8 +581,11 @@ static void CUDART_CB wait_cb(void *arg) {
         c->def_pend = -1;
     }
     if (h->defer && !c->hyb_st) {
-        const hm_status st = hm_moe_submit(c->cpu_moe[h->il], c->h_x, HM_MOE_F32, c->d_later,
-                                           c->h_w, c->cur_n, c->k, c->h_def, HM_MOE_F32, false);
+        /* the next layer's copies overwrite h_x and h_w while these experts still read them */
+        memcpy(c->d_x, c->h_x, sizeof(float) * nh);
+        memcpy(c->d_w, c->h_w, sizeof(float) * (size_t)c->cur_n * (size_t)c->k);
+        const hm_status st = hm_moe_submit(c->cpu_moe[h->il], c->d_x, HM_MOE_F32, c->d_later,
+                                           c->d_w, c->cur_n, c->k, c->h_def, HM_MOE_F32, false);
         if (st) {
             snprintf(c->hyb_msg, sizeof c->hyb_msg, "layer %d deferred CPU experts: %s", h->il,
                      hm_last_error());
@@ -1064,11 +1067,14 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
         for (uint32_t il = 0; il < hp->n_layers; il++)
             c->cb[il] = (hyb_cb){c, (int)il, false, false, 0};
         if (c->defer) {
-            FAIL(cudaMallocHost(&c->h_defb, (sizeof(int32_t) * 2 * B * K + sizeof(float) * B * H)),
+            FAIL(cudaMallocHost(&c->h_defb,
+                                sizeof(int32_t) * 2 * B * K + sizeof(float) * (2 * B * H + B * K)),
                  "cudaMallocHost (deferral)");
             c->d_now = c->h_defb;
             c->d_later = c->d_now + B * K;
             c->h_def = (float *)(c->d_later + B * K);
+            c->d_x = c->h_def + B * H;
+            c->d_w = c->d_x + B * H;
         }
     }
     if ((st = layout(c))) goto fail; /* the copies */
