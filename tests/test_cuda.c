@@ -1088,7 +1088,8 @@ int main(void) {
                                          "gptoss/b",
                                          "deepseek/v3a",
                                          "deepseek/v3b",
-                                         "deepseek/v2a"};
+                                         "deepseek/v2a",
+                                         "deepseek/kimi"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model_gpu(models[i], false, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);
     check_model_gpu("q", true, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);

@@ -918,6 +918,9 @@ int main(void) {
     check_model("deepseek/v3a", 1, true, HM_LOAD_MMAP, true);
     check_model("deepseek/v3b", 2, false, HM_LOAD_AUTO, false);
     check_model("deepseek/v2a", 2, false, HM_LOAD_COPY, false);
+    /* Kimi-K2's layout (model_type kimi_k2): one group, scale 2.827, YaRN with mscale 1 */
+    check_model("deepseek/kimi", 2, false, HM_LOAD_AUTO, false);
+    check_model("deepseek/kimi", 1, true, HM_LOAD_MMAP, true);
     /* gpt-oss (tests/gen/gptoss_fixtures.py, from its GGUF): sinks, the sliding window on every
      * other layer, YaRN, biases everywhere, the clamped SwiGLU experts */
     check_model("gptoss/a", 2, false, HM_LOAD_AUTO, false);
@@ -940,12 +943,14 @@ int main(void) {
     check_converted("deepseek/v3a", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
     check_converted("deepseek/v3b", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
     check_converted("deepseek/v2a", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
+    check_converted("deepseek/kimi", HM_CONVERT_KEEP, HM_CONVERT_SAME, 1e-5, 1e-9, 1e-9);
     /* quantized to Q8_0 (their rows are 32-wide: the K-quants need 256): docs/models.md's bounds */
     check_converted("mixtral/a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_converted("qwen2moe/a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_converted("glm4moe/b", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_converted("deepseek/v3a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_converted("deepseek/v2a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
+    check_converted("deepseek/kimi", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     /* in F16: MLA's copies of attn_k_b / attn_v_b stay halves (model.c); rounded to bf16 they
      * would be 1.1e-3 to 3.8e-2 from transformers instead of 4-6e-4 */
     check_converted("deepseek/v3a", HM_TYPE_F16, HM_CONVERT_SAME, 1e-3, 1e-7, 1e-7);
