@@ -9,6 +9,10 @@ matrices in Q8_0 (where a row is whole 32-blocks; norms, biases and sinks stay f
    2e-3);
 2. with transformers' float32 logits (expected.json): what the quantization costs on these random
    weights (measured up to 6.0e-3 mean, 9.1e-3 max; bound 0.05, 0.1; docs/models.md).
+And the released Hugging Face layout (tests/data/gptoss/hf, MXFP4 blocks and scales) with a
+tensor of the wrong shape or missing is refused with the tensor's name and shapes; its experts
+dequantized as transformers does and saved as transformers saves a float gpt-oss give
+transformers' logits within 1e-3.
 Usage: gptoss_quant_python.py HMOE_BINARY"""
 import json
 import os
@@ -107,8 +111,72 @@ def kl(p_logits, q_logits):
     return (np.exp(lp) * (lp - lq)).sum(axis=1)
 
 
+def bad_checkpoints(binary, tmp):
+    """the released layout (tests/data/gptoss/hf) with a tensor of the wrong shape or missing:
+    refused, naming the tensor, its shape and the expected one"""
+    from safetensors.numpy import load_file, save_file
+    src = os.path.join(ROOT, "hf")
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    key = "model.layers.1.mlp.experts.down_proj_scales"
+    for what, edit, want in (
+            ("short scales", lambda d: d.__setitem__(key, d[key][:, :, :-1].copy()), "expected U8"),
+            ("no scales", lambda d: d.pop(key), "is missing"),
+            ("no experts", lambda d: [d.pop(k) for k in list(d) if "layers.0.mlp.experts.gate_up" in k
+                                      and not k.endswith("bias")], "is missing")):
+        d = os.path.join(tmp, "bad")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(src, "config.json")) as fh, \
+                open(os.path.join(d, "config.json"), "w") as out:
+            out.write(fh.read())
+        bad = dict(sd)
+        edit(bad)
+        save_file(bad, os.path.join(d, "model.safetensors"))
+        r = subprocess.run([binary, "logits", "-m", d, "--ids", "1", "--out",
+                            os.path.join(tmp, "x.bin")], capture_output=True, text=True)
+        print(f"gptoss_quant_python: {what}: {r.stderr.strip()[-160:]}")
+        check(r.returncode != 0 and want in r.stderr, f"{what}: rc {r.returncode}, {r.stderr!r}")
+
+
+FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32)
+
+
+def float_checkpoint(binary, tmp):
+    """the released layout's experts dequantized as transformers' convert_moe_packed_tensors
+    does (values 2j and 2j + 1 in byte j, times 2^(scale - 127)) and saved as transformers saves a
+    float gpt-oss ([E][in][out]): the same logits as transformers, to the float fixtures' 1e-3"""
+    from safetensors.numpy import load_file, save_file
+    src = os.path.join(ROOT, "hf")
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    for k in [k for k in sd if k.endswith("_blocks")]:
+        blocks, scales = sd.pop(k), sd.pop(k[:-len("_blocks")] + "_scales")
+        vals = np.stack([FP4[blocks & 15], FP4[blocks >> 4]], axis=-1).reshape(*blocks.shape[:-1], 32)
+        w = np.ldexp(vals, (scales.astype(np.int32) - 127)[..., None])
+        w = w.reshape(w.shape[0], w.shape[1], -1)  # [E][out][in]
+        sd[k[:-len("_blocks")]] = np.ascontiguousarray(w.transpose(0, 2, 1)).astype(np.float32)
+    d = os.path.join(tmp, "float")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(src, "config.json")) as fh:
+        cfg = json.load(fh)
+    cfg.pop("quantization_config", None)
+    with open(os.path.join(d, "config.json"), "w") as out:
+        json.dump(cfg, out)
+    save_file(sd, os.path.join(d, "model.safetensors"))
+    with open(os.path.join(src, "expected.json")) as fh:
+        exp = json.load(fh)
+    V = exp["vocab"]
+    for i, ids in enumerate(exp["prompts"]):
+        ref = np.fromfile(os.path.join(src, exp["logits"][i]), dtype="<f4").reshape(len(ids), V)
+        got = logits(binary, d, ids, V, tmp)
+        err = np.abs(got - ref).max() / np.abs(ref).max()
+        print(f"gptoss_quant_python: float checkpoint prompt {i}: rel error {err:.2e}")
+        check(err <= 1e-3, f"float checkpoint prompt {i}: rel error {err:.3g}")
+
+
 def main(binary):
     with tempfile.TemporaryDirectory(prefix="gptoss_quant.") as tmp:
+        bad_checkpoints(binary, tmp)
+        float_checkpoint(binary, tmp)
         for name in ("a", "b"):
             d = os.path.join(ROOT, name)
             with open(os.path.join(d, "expected.json")) as fh:

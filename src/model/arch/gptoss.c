@@ -5,9 +5,10 @@
  * last sliding_window positions on the sliding layers (every other one, from layer 0); the NeoX
  * rotation with YaRN (not truncated); a router with a bias whose top-k logits are softmaxed (the
  * renormalised softmax top-k); experts of the clamped SwiGLU (alpha 1.702, limit 7) with biases,
- * MXFP4 in the released GGUFs. Runs from llama.cpp GGUF files (model.c refuses the Hugging Face
- * checkpoints' fused, transposed MXFP4 layout); the CPU and the CUDA backend. Fixtures:
- * tests/gen/gptoss_fixtures.py (transformers' logits, the weights written as a llama.cpp GGUF). */
+ * MXFP4 in the released checkpoints. Runs from llama.cpp GGUF files and from the Hugging Face
+ * checkpoints (model.c repacks their MXFP4 blocks and scales); the CPU and the CUDA backend.
+ * Fixtures: tests/gen/gptoss_fixtures.py (transformers' logits; the weights written as a llama.cpp
+ * GGUF, and one checkpoint as released, in MXFP4). */
 #include "model/arch/arch_builders.h"
 #include "model/arch/registry.h"
 #include "model/blocks.h"
