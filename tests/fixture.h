@@ -108,6 +108,29 @@ static inline int argmax(const float *x, int n) {
     return b;
 }
 
+/* Fixture `name` and its model (false, with the failed checks counted, when either cannot be
+ * read; nothing is left to free then). */
+static inline bool fixture_open(const char *name, fixture *f, hm_model **m) {
+    *m = NULL;
+    CHECK_MSG(load_fixture(name, f), "fixture %s", name);
+    if (!f->n_prompts) return false;
+    CHECK_OK(hm_model_load(f->model, m));
+    if (!*m) free_fixture(f);
+    return *m != NULL;
+}
+
+/* Prompt i's logits ([len][vocab] into lg) from an empty sequence 0: the whole prompt in one
+ * batch, or (one) a token at a time. */
+static inline void fixture_prompt_logits(hm_ctx *c, const fixture *f, int i, bool one, float *lg) {
+    hm_ctx_seq_reset(c, 0);
+    if (!one) {
+        CHECK_OK(hm_ctx_decode(c, f->prompt[i], NULL, f->len[i], NULL, lg));
+        return;
+    }
+    for (int t = 0; t < f->len[i]; t++)
+        CHECK_OK(hm_ctx_decode(c, f->prompt[i] + t, NULL, 1, NULL, lg + (size_t)t * f->vocab));
+}
+
 /* Prompt i's greedy continuation after the prompt ran on sequence 0 (lg: its last row of
  * logits, then scratch of a row), one token at a time: how many of the fixture's 32 tokens
  * match before the first difference. */

@@ -115,11 +115,8 @@ static void check_auto(bool gpu) {
 static void check_model_gpu(const char *name, bool kv_f16, int gpu_experts,
                             hm_place_strategy strategy) {
     fixture f;
-    CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
-    if (!f.n_prompts) return;
-    hm_model *m = NULL;
-    CHECK_OK(hm_model_load(f.model, &m));
-    if (!m) return free_fixture(&f);
+    hm_model *m;
+    if (!fixture_open(name, &f, &m)) return;
     const int V = f.vocab;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.device = HM_DEVICE_CUDA;
@@ -272,11 +269,8 @@ static bool gguf_logits(const char *path, const fixture *f, int i, hm_device dev
  * move (how far is printed and documented); a broken hand-off would move them far more. */
 static void check_defer(const char *name) {
     fixture f;
-    CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
-    if (!f.n_prompts) return;
-    hm_model *m = NULL;
-    CHECK_OK(hm_model_load(f.model, &m));
-    if (!m) return free_fixture(&f);
+    hm_model *m;
+    if (!fixture_open(name, &f, &m)) return;
     const int V = f.vocab, i = f.n_prompts - 1, n = f.len[i];
     const int k = (int)m->hp.n_experts_used;
     float *lg = malloc(sizeof(float) * 64 * (size_t)V);
@@ -288,13 +282,7 @@ static void check_defer(const char *name) {
         CHECK_OK(hm_ctx_create(m, &cp, &c));
         if (!c) break;
         for (int one = 0; one < 2; one++) {
-            hm_ctx_seq_reset(c, 0);
-            if (one)
-                for (int t = 0; t < n; t++)
-                    CHECK_OK(hm_ctx_decode(c, f.prompt[i] + t, NULL, 1, NULL,
-                                           lg + (size_t)t * (size_t)V));
-            else
-                CHECK_OK(hm_ctx_decode(c, f.prompt[i], NULL, n, NULL, lg));
+            fixture_prompt_logits(c, &f, i, one, lg);
             double km, kx;
             kl_rows(f.logits[i], lg, n, V, &km, &kx);
             printf("  cuda %s --defer %d (%s): KL against transformers mean %.2e max %.2e\n", name,

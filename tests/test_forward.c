@@ -181,11 +181,8 @@ static void kl_stats(const float *ref, const float *got, int n, int V, double *m
  * position's argmax, in one batch and token by token. */
 static void check_gptoss_hf(void) {
     fixture f;
-    CHECK(load_fixture("gptoss/hf", &f));
-    if (!f.n_prompts) return;
-    hm_model *m = NULL;
-    CHECK_OK(hm_model_load(f.model, &m));
-    if (!m) return free_fixture(&f);
+    hm_model *m;
+    if (!fixture_open("gptoss/hf", &f, &m)) return;
     CHECK(m->layers[0].expert_type[0] == HM_TYPE_MXFP4 &&
           m->layers[0].expert_type[2] == HM_TYPE_MXFP4);
     hm_ctx_params cp = hm_ctx_default_params();
@@ -197,13 +194,7 @@ static void check_gptoss_hf(void) {
     for (int i = 0; c && i < f.n_prompts; i++)
         for (int one = 0; one < 2; one++) {
             const int n = f.len[i];
-            hm_ctx_seq_reset(c, 0);
-            if (one)
-                for (int t = 0; t < n; t++)
-                    CHECK_OK(hm_ctx_decode(c, f.prompt[i] + t, NULL, 1, NULL,
-                                           lg + (size_t)t * (size_t)V));
-            else
-                CHECK_OK(hm_ctx_decode(c, f.prompt[i], NULL, n, NULL, lg));
+            fixture_prompt_logits(c, &f, i, one, lg);
             double km, kx;
             kl_stats(f.logits[i], lg, n, V, &km, &kx);
             int same = 0;

@@ -103,6 +103,26 @@ def write_gguf(path, cfg, sd):
     w.close()
 
 
+def build(spec):
+    """the seeded random model of a spec: norms from [0.5, 1.5), biases and sinks N(0, 0.5), the
+    rest N(0, 0.1)"""
+    spec = dict(spec)
+    seed = spec.pop("seed")
+    torch.manual_seed(seed)
+    cfg = GptOssConfig(max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                       rope_parameters=dict(ROPE), **spec)
+    model = GptOssForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):
+                p.copy_(torch.rand_like(p) + 0.5)
+            elif n.endswith("bias") or n.endswith("sinks"):
+                p.copy_(torch.randn_like(p) * 0.5)
+            else:
+                p.copy_(torch.randn_like(p) * 0.1)
+    return seed, cfg, model
+
+
 def ggml_to_hf_mxfp4(q):
     """ggml's MXFP4 blocks ([rows][blocks * 17]: the E8M0 exponent, then 16 bytes holding values j
     and j + 16 in the low and high nibbles of byte j) as the Hugging Face checkpoints store them:
@@ -119,20 +139,7 @@ def make_hf(name, spec):
     gguf package quantizes them; transformers' own MXFP4 dequantization reads them back, and is
     checked here to equal gguf's), everything else in float32"""
     from safetensors.torch import save_file
-    spec = dict(spec)
-    seed = spec.pop("seed")
-    torch.manual_seed(seed)
-    cfg = GptOssConfig(max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                       rope_parameters=dict(ROPE), **spec)
-    model = GptOssForCausalLM(cfg).float().eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if n.endswith("norm.weight"):
-                p.copy_(torch.rand_like(p) + 0.5)
-            elif n.endswith("bias") or n.endswith("sinks"):
-                p.copy_(torch.randn_like(p) * 0.5)
-            else:
-                p.copy_(torch.randn_like(p) * 0.1)
+    seed, cfg, model = build(spec)
     sd = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
     MX = gguf.GGMLQuantizationType.MXFP4
     want = {}
@@ -173,20 +180,7 @@ def make_hf(name, spec):
 
 
 def make(name, spec):
-    spec = dict(spec)
-    seed = spec.pop("seed")
-    torch.manual_seed(seed)
-    cfg = GptOssConfig(max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                       rope_parameters=dict(ROPE), **spec)
-    model = GptOssForCausalLM(cfg).float().eval()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if n.endswith("norm.weight"):
-                p.copy_(torch.rand_like(p) + 0.5)
-            elif n.endswith("bias") or n.endswith("sinks"):
-                p.copy_(torch.randn_like(p) * 0.5)
-            else:
-                p.copy_(torch.randn_like(p) * 0.1)
+    seed, cfg, model = build(spec)
     out = os.path.join(ROOT, name)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
