@@ -1154,10 +1154,10 @@ static hm_status replay(hm_cuda_ctx *c, int n, int nw) {
 }
 
 /* A step: logits of the nw wanted rows to the host (logits), or with top_k their candidates
- * (ids, vals, bad: [nw][top_k], [nw]), or nothing. */
+ * (ids, vals: [nw][top_k]; *bad: the first row holding NaN or +inf, or -1), or nothing. */
 static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
                       const int32_t *pos, const float *cs, const int32_t *rows, int nw,
-                      float *logits, int top_k, int32_t *ids, float *vals, int32_t *bad) {
+                      float *logits, int top_k, int32_t *ids, float *vals, int *bad) {
     const hm_hparams *hp = &c->m->hp;
     if (n <= 0) return HM_OK;
     if (n > c->n_batch || nw > n)
@@ -1223,7 +1223,9 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
         const size_t cnt = (size_t)nw * (size_t)top_k;
         memcpy(ids, h_ids, sizeof(int32_t) * cnt);
         memcpy(vals, h_vals, sizeof(float) * cnt);
-        memcpy(bad, h_bad, sizeof(int32_t) * (size_t)nw);
+        *bad = -1;
+        for (int r = 0; r < nw && *bad < 0; r++)
+            if (h_bad[r] >= 0) *bad = r;
     }
     return HM_OK;
 }
@@ -1236,7 +1238,7 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
 
 hm_status hm_cuda_ctx_decode_top(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
                                  const int32_t *pos, const float *cs, const int32_t *rows, int nw,
-                                 int k, int32_t *ids, float *vals, int32_t *bad) {
+                                 int k, int32_t *ids, float *vals, int *bad) {
     if (k < 1 || k > HM_CU_TOP_MAX || (int64_t)k > (int64_t)c->m->hp.vocab_size)
         return hm_errorf(HM_ERR_INVALID_ARG, "cuda: %d candidates per row (1 to %d)", k,
                          HM_CU_TOP_MAX);

@@ -77,10 +77,10 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
                              float *logits);
 /* The same step, the wanted rows' sampling candidates instead of their logits: each row's k
  * (1..256) largest logits, ties to the lower token, in ascending token order (ids, vals:
- * [nw][k], host), and bad[r] the first index of row r holding NaN or +inf, or -1. */
+ * [nw][k], host), and *bad the first of the nw rows holding NaN or +inf, or -1. */
 hm_status hm_cuda_ctx_decode_top(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
                                  const int32_t *pos, const float *cs, const int32_t *rows, int nw,
-                                 int k, int32_t *ids, float *vals, int32_t *bad);
+                                 int k, int32_t *ids, float *vals, int *bad);
 /* The backend seam (model/backend.h): the graph walk over the batch already in the slots. */
 hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c);
 /* The hybrid hand-off since the last call (then zeroed): the GPU stream's time waiting for the

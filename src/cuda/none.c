@@ -65,7 +65,7 @@ hm_status hm_cuda_ctx_decode(hm_cuda_ctx *c, int n, const int32_t *tokens, const
 }
 hm_status hm_cuda_ctx_decode_top(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
                                  const int32_t *pos, const float *cs, const int32_t *rows, int nw,
-                                 int k, int32_t *ids, float *vals, int32_t *bad) {
+                                 int k, int32_t *ids, float *vals, int *bad) {
     (void)c, (void)n, (void)tokens, (void)seq, (void)pos, (void)cs, (void)rows, (void)nw, (void)k,
         (void)ids, (void)vals, (void)bad;
     return no_cuda();

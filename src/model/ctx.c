@@ -828,21 +828,23 @@ static void gpu_step_time(hm_ctx *c, uint64_t t0) {
 /* The batch on the GPU (HM_DEVICE_CUDA): the host computes the rotary cos/sin (every scaling
  * variant of model/rope.h, as the CPU path) and the GPU everything else. */
 static hm_status decode_gpu(hm_ctx *c, const int32_t *tokens, int n, const uint8_t *want,
-                            float *logits) {
+                            float *logits, int k, int32_t *ids, float *vals) {
     const hm_hparams *hp = &c->m->hp;
     uint64_t t0 = hm_time_ns();
     hm_ctx_for_tokens(c, n, rope_tok, NULL);
     int32_t *rows = c->ids; /* holds >= n entries */
-    int nw = 0;
-    for (int i = 0; logits && i < n; i++)
+    int nw = 0, bad = -1;
+    for (int i = 0; (logits || k) && i < n; i++)
         if (!want || want[i]) rows[nw++] = i;
     hm_status st =
-        hm_cuda_ctx_decode(c->cu, n, tokens, c->seq, c->pos, c->rope_cs, rows, nw, logits);
+        k ? hm_cuda_ctx_decode_top(c->cu, n, tokens, c->seq, c->pos, c->rope_cs, rows, nw, k, ids,
+                                   vals, &bad)
+          : hm_cuda_ctx_decode(c->cu, n, tokens, c->seq, c->pos, c->rope_cs, rows, nw, logits);
     if (st) return st;
     memcpy(c->seq_len, c->seq_next, sizeof(int32_t) * (size_t)c->p.n_seq);
-    for (int r = 0; r < nw; r++)
-        if (!all_finite(logits + (size_t)r * hp->vocab_size, hp->vocab_size))
-            return not_finite(c, "logits", rows[r]);
+    for (int r = 0; !k && bad < 0 && r < nw; r++)
+        if (!all_finite(logits + (size_t)r * hp->vocab_size, hp->vocab_size)) bad = r;
+    if (bad >= 0) return not_finite(c, "logits", rows[bad]);
     gpu_step_time(c, t0);
     return HM_OK;
 }
@@ -896,21 +898,7 @@ hm_status hm_ctx_decode_top(hm_ctx *c, const int32_t *tokens, const int32_t *seq
                          k, HM_SAMPLER_MAX_CANDIDATES);
     hm_status st = prepare(c, tokens, seq, n);
     if (st) return st;
-    uint64_t t0 = hm_time_ns();
-    hm_ctx_for_tokens(c, n, rope_tok, NULL);
-    int32_t *rows = c->ids, *bad = malloc(sizeof(int32_t) * (size_t)n); /* ids: >= n entries */
-    if (!bad) return hm_errorf(HM_ERR_NO_MEMORY, "decode_top: out of memory");
-    int nw = 0;
-    for (int i = 0; i < n; i++)
-        if (!want || want[i]) rows[nw++] = i;
-    st = hm_cuda_ctx_decode_top(c->cu, n, tokens, c->seq, c->pos, c->rope_cs, rows, nw, k, ids,
-                                vals, bad);
-    if (!st) memcpy(c->seq_len, c->seq_next, sizeof(int32_t) * (size_t)c->p.n_seq);
-    for (int r = 0; !st && r < nw; r++)
-        if (bad[r] >= 0) st = not_finite(c, "logits", rows[r]);
-    free(bad);
-    if (!st) gpu_step_time(c, t0);
-    return st;
+    return decode_gpu(c, tokens, n, want, NULL, k, ids, vals);
 }
 
 hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, int n,
@@ -919,7 +907,7 @@ hm_status hm_ctx_decode(hm_ctx *c, const int32_t *tokens, const int32_t *seq, in
     if (n <= 0) return HM_OK;
     hm_status st0 = prepare(c, tokens, seq, n);
     if (st0) return st0;
-    if (c->cu) return decode_gpu(c, tokens, n, want, logits);
+    if (c->cu) return decode_gpu(c, tokens, n, want, logits, 0, NULL, NULL);
     uint64_t t0 = hm_time_ns();
     hm_ctx_for_tokens(c, n, embed_tok, (void *)tokens);
     hm_ctx_prof(c, HM_PROF_EMBED, &t0);
