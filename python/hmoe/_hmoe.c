@@ -28,6 +28,7 @@
 #include "hmoe.h"
 #include "hmoe_moe.h"
 #include "model/model.h"
+#include "quant/fp16.h"
 #include "quant/types.h"
 
 /* ---- DLPack (the structs of the DLPack specification, v0.8 ABI) ----------------------------- */
@@ -505,15 +506,8 @@ static int take_batch(MoE *self, PyObject *x, PyObject *ids, PyObject *w, PyObje
             goto fail;
         }
         const uint16_t *s = (const uint16_t *)self->w.data;
-        for (size_t i = 0; i < c; i++) {
-            uint32_t bits;
-            if (self->w.dt == DT_BF16) {
-                bits = (uint32_t)s[i] << 16;
-                memcpy(&self->w32[i], &bits, 4);
-            } else {
-                self->w32[i] = (float)PyFloat_Unpack2((const char *)&s[i], 1);
-            }
-        }
+        for (size_t i = 0; i < c; i++)
+            self->w32[i] = self->w.dt == DT_BF16 ? hm_bf16_to_f32(s[i]) : hm_f16_to_f32(s[i]);
     }
     return 0;
 fail:
@@ -625,10 +619,7 @@ static void host_submit(void *p) {
     }
     if (c->w_dt == DT_BF16) {
         const uint16_t *s = c->w;
-        for (size_t i = 0; i < nk; i++) {
-            const uint32_t bits = (uint32_t)s[i] << 16;
-            memcpy(&c->w32[i], &bits, 4);
-        }
+        for (size_t i = 0; i < nk; i++) c->w32[i] = hm_bf16_to_f32(s[i]);
         w = c->w32;
     }
     hm_status st = c->mask ? hm_moe_set_mask(self->moe, c->mask) : HM_OK;

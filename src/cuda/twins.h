@@ -16,9 +16,9 @@ HM_HD float hm_hd_silu_mul(float g, float u) {
     return g / (1.0f + expf(-g)) * u;
 }
 
-/* The gated linear unit of an activation (format/hparams.h's hm_act: 0 SiLU, 1 GELU, 2 gpt-oss's
- * clamped SwiGLU with alpha and limit), as the expert engine's act_fn (moe/expert.c) and the
- * CPU's dense GLU compute it. */
+/* The gated linear unit of an activation (format/hparams.h's hm_act and hm_moe_act alike: 0 SiLU,
+ * 1 GELU, 2 gpt-oss's clamped SwiGLU with alpha and limit): the CPU expert engine's (moe/expert.c)
+ * and the GPU's. */
 HM_HD float hm_hd_glu(int act, float g, float u, float alpha, float limit) {
     if (act == 1) return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
     if (act == 2) {

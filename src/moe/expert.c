@@ -3,22 +3,15 @@
 #include <math.h>
 #include <string.h>
 
+#include "cuda/twins.h"
 #include "moe/moe_int.h"
 #include "quant/fp16.h"
 
+/* the GLU of the engine's activation: the same function the GPU's experts run (cuda/twins.h) */
+_Static_assert(HM_MOE_SILU == 0 && HM_MOE_GELU == 1 && HM_MOE_SWIGLU_OAI == 2,
+               "hm_hd_glu's activation codes");
 static inline float act_fn(const hm_moe *m, float g, float u) {
-    switch (m->p.act) {
-    case HM_MOE_GELU:
-        return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f)) * u;
-    case HM_MOE_SWIGLU_OAI: {
-        const float lim = m->p.swiglu_limit;
-        g = g < lim ? g : lim;
-        u = u < -lim ? -lim : (u > lim ? lim : u);
-        return (u + 1.0f) * (g / (1.0f + expf(-m->p.swiglu_alpha * g)));
-    }
-    default:
-        return g / (1.0f + expf(-g)) * u;
-    }
+    return hm_hd_glu((int)m->p.act, g, u, m->p.swiglu_alpha, m->p.swiglu_limit);
 }
 
 static inline const float *x_row(const hm_moe *m, int t) {
