@@ -234,12 +234,19 @@ static hm_status put_hm_matrix(hm_cuda_ctx *c, const hm_matrix *m, const char *w
     return put_matrix(c, m->type, m->data, m->rows, m->cols, m->row_bytes, 1, 0, what, out);
 }
 
-static hm_status put_floats(hm_cuda_ctx *c, const float *h, size_t n, const float **out) {
-    float *d = take(c, n * sizeof(float));
+/* a copy of n elements of type t (F32, F16 or BF16) on the device */
+static hm_status put_raw(hm_cuda_ctx *c, const void *h, uint32_t t, size_t n, const char *what,
+                         const void **out) {
+    const size_t b = n * (t == HM_TYPE_F32 ? 4 : 2);
+    void *d = take(c, b);
     *out = d;
-    c->weight_bytes += n * sizeof(float);
-    if (d && h) CK(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice), "norm weights");
+    c->weight_bytes += b;
+    if (d && h) CK(cudaMemcpy(d, h, b, cudaMemcpyHostToDevice), what);
     return HM_OK;
+}
+
+static hm_status put_floats(hm_cuda_ctx *c, const float *h, size_t n, const float **out) {
+    return put_raw(c, h, HM_TYPE_F32, n, "norm weights", (const void **)out);
 }
 
 /* The experts of layer il, one device matrix per projection: [E][rows][row] (the model's experts
@@ -305,17 +312,6 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
                    what);
         }
     }
-    return HM_OK;
-}
-
-/* a copy of n elements of type t (F32, F16 or BF16) on the device */
-static hm_status put_raw(hm_cuda_ctx *c, const void *h, uint32_t t, size_t n, const char *what,
-                         const void **out) {
-    const size_t b = n * (t == HM_TYPE_F32 ? 4 : 2);
-    void *d = take(c, b);
-    *out = d;
-    c->weight_bytes += b;
-    if (d && h) CK(cudaMemcpy(d, h, b, cudaMemcpyHostToDevice), what);
     return HM_OK;
 }
 
