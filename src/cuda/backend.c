@@ -246,7 +246,10 @@ static hm_status put_raw(hm_cuda_ctx *c, const void *h, uint32_t t, size_t n, co
 }
 
 static hm_status put_floats(hm_cuda_ctx *c, const float *h, size_t n, const float **out) {
-    return put_raw(c, h, HM_TYPE_F32, n, "norm weights", (const void **)out);
+    const void *d = NULL;
+    const hm_status st = put_raw(c, h, HM_TYPE_F32, n, "norm weights", &d);
+    *out = d;
+    return st;
 }
 
 /* The experts of layer il, one device matrix per projection: [E][rows][row] (the model's experts
