@@ -7,7 +7,15 @@
 2. the metadata keys llama.cpp reads, against config.json;
 3. gguf.GGUFReader reads every file: tiny models written here (qwen3_moe with a dense layer,
    qwen2_moe, mixtral) and every transformers checkpoint under tests/data/ (qwen3moe, qwen2moe,
-   glm4moe, mixtral, deepseek).
+   glm4moe, mixtral, deepseek);
+4. gpt-oss (tests/data/gptoss/hf, MXFP4 experts as released, and the same weights in
+   transformers' float layout): the tensors and shapes llama.cpp's gpt-oss loader creates
+   (llama_model_openai_moe::load_arch_tensors) and the keys it reads, names from gguf's
+   TensorNameMap, the experts split and repacked as convert_hf_to_gguf.py's GptOssModel does
+   (MXFP4 bytes from the source blocks, no re-quantization; their values dequantized by gguf are
+   the MXFP4 values transformers reads), `hmoe logits` of the GGUF equal to that of the Hugging
+   Face directory bit for bit and within the fixture's bounds of transformers' logits; a tensor
+   of the wrong shape refused, naming it and both shapes.
 Usage: convert_python.py HMOE_BINARY"""
 import glob
 import json
@@ -79,6 +87,8 @@ def st_read(path):
             a = np.frombuffer(buf, dtype="<f2").astype(np.float32)
         elif dt == "BF16":
             a = bf16_to_f32(np.frombuffer(buf, dtype="<u2"))
+        elif dt == "U8":  # gpt-oss's MXFP4 blocks and E8M0 scales, kept as bytes
+            a = np.frombuffer(buf, dtype=np.uint8)
         elif dt == "F8_E4M3":  # scaled by its "<name>_scale_inv" blocks in st_read_dir
             a = e4m3_to_f32(np.frombuffer(buf, dtype=np.uint8))
         else:
@@ -390,6 +400,309 @@ def convert(binary, hf_dir, out, *args):
     return p.returncode == 0
 
 
+# ---- gpt-oss --------------------------------------------------------------------------------
+
+GPTOSS = os.path.join(ROOT, "tests", "data", "gptoss", "hf")
+FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float32)
+
+
+def ocp_values(blocks, scales):
+    """MXFP4 as the OCP checkpoints store it, dequantized as transformers does: values 2j and
+    2j + 1 in the low and high nibbles of byte j, times 2^(scale - 127); [..., R, C]"""
+    vals = np.stack([FP4[blocks & 15], FP4[blocks >> 4]], axis=-1).reshape(*blocks.shape[:-1], 32)
+    w = np.ldexp(vals, scales.astype(np.int32)[..., None] - 127)
+    return w.reshape(*w.shape[:-2], -1).astype(np.float32)
+
+
+def ocp_to_ggml(blocks, scales):
+    """the same blocks in ggml's MXFP4 layout (block_mxfp4: the E8M0 byte, then values j and
+    j + 16 in the low and high nibbles of byte j), [..., R, C/32 * 17] bytes"""
+    v = np.stack([blocks & 15, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    qs = (v[..., :16] | (v[..., 16:] << 4)).astype(np.uint8)
+    b = np.concatenate([scales[..., None], qs], axis=-1)
+    return b.reshape(*b.shape[:-2], -1)
+
+
+def gptoss_float_dir(d):
+    """tests/data/gptoss/hf with its experts dequantized and saved as transformers saves a float
+    gpt-oss ([E][in][out]), in float32"""
+    hf, _ = st_read_dir(GPTOSS)
+    for k in [k for k in hf if k.endswith("_blocks")]:
+        base = k[:-len("_blocks")]
+        w = ocp_values(hf.pop(k), hf.pop(base + "_scales"))  # [E][out][in]
+        hf[base] = np.ascontiguousarray(w.transpose(0, 2, 1))
+    cfg = json.load(open(os.path.join(GPTOSS, "config.json")))
+    cfg.pop("quantization_config", None)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    st_write(os.path.join(d, "model.safetensors"), hf, "F32")
+
+
+def gptoss_expected(hf):
+    """GGUF name -> (values in HF order, or for MXFP4 (bytes, values)): what convert_hf_to_gguf.py
+    GptOssModel writes. gate_up_proj is split into gate (even rows) and up (odd rows); the float
+    layout is transposed first; the sinks are named *.sinks.weight."""
+    n = 1 + max(int(k.split(".")[2]) for k in hf if k.startswith("model.layers."))
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPT_OSS, n)
+    out = {}
+
+    def put(hf_name, a):
+        g = tmap.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        check(g is not None, f"gguf has no gpt-oss name for {hf_name}")
+        out[g] = a
+
+    fused = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)"
+                       r"(_bias|_blocks|_scales)?$")
+    for name, a in hf.items():
+        m = fused.match(name)
+        if name.endswith("sinks"):
+            put(name + ".weight", a)
+        elif not m:
+            put(name, a)
+        elif m.group(3) == "_bias":
+            if m.group(2) == "down_proj":
+                put(f"{m.group(1)}.down_proj.bias", a)
+            else:
+                put(f"{m.group(1)}.gate_proj.bias", a[..., 0::2])
+                put(f"{m.group(1)}.up_proj.bias", a[..., 1::2])
+        elif m.group(3) == "_blocks":
+            blocks, scales = a, hf[f"{m.group(1)}.{m.group(2)}_scales"]
+            parts = ([("down_proj", slice(None))] if m.group(2) == "down_proj" else
+                     [("gate_proj", slice(0, None, 2)), ("up_proj", slice(1, None, 2))])
+            for proj, rows in parts:
+                b, s = blocks[:, rows], scales[:, rows]
+                put(f"{m.group(1)}.{proj}.weight", (ocp_to_ggml(b, s), ocp_values(b, s)))
+        elif m.group(3) is None:  # the float layout: [E][in][out]
+            w = a.transpose(0, 2, 1)
+            if m.group(2) == "down_proj":
+                put(f"{m.group(1)}.down_proj.weight", w)
+            else:
+                put(f"{m.group(1)}.gate_proj.weight", w[:, 0::2])
+                put(f"{m.group(1)}.up_proj.weight", w[:, 1::2])
+    return out
+
+
+def gptoss_loader_shapes(cfg):
+    """llama.cpp's llama_model_openai_moe::load_arch_tensors: every tensor it creates (all
+    required) and its ne"""
+    H, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    E, FE = cfg["num_local_experts"], cfg["intermediate_size"]
+    want = {"token_embd.weight": [H, V], "output_norm.weight": [H], "output.weight": [H, V]}
+    for i in range(L):
+        b = f"blk.{i}."
+        want.update({b + "attn_norm.weight": [H], b + "post_attention_norm.weight": [H],
+                     b + "attn_q.weight": [H, nh * hd], b + "attn_k.weight": [H, nkv * hd],
+                     b + "attn_v.weight": [H, nkv * hd], b + "attn_output.weight": [nh * hd, H],
+                     b + "attn_sinks.weight": [nh], b + "ffn_gate_inp.weight": [H, E],
+                     b + "ffn_gate_exps.weight": [H, FE, E], b + "ffn_down_exps.weight": [FE, H, E],
+                     b + "ffn_up_exps.weight": [H, FE, E], b + "attn_q.bias": [nh * hd],
+                     b + "attn_k.bias": [nkv * hd], b + "attn_v.bias": [nkv * hd],
+                     b + "attn_output.bias": [H], b + "ffn_gate_inp.bias": [E],
+                     b + "ffn_gate_exps.bias": [FE, E], b + "ffn_down_exps.bias": [H, E],
+                     b + "ffn_up_exps.bias": [FE, E]})
+    return want
+
+
+def gptoss_keys(cfg):
+    """the keys llama.cpp reads for gpt-oss (llama_model_loader's common ones and
+    load_arch_hparams': expert_feed_forward_length and sliding_window are required), against
+    config.json as convert_hf_to_gguf.py writes them"""
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    return {"context_length": cfg["max_position_embeddings"],
+            "embedding_length": cfg["hidden_size"], "block_count": cfg["num_hidden_layers"],
+            "feed_forward_length": cfg["intermediate_size"],
+            "attention.head_count": cfg["num_attention_heads"],
+            "attention.head_count_kv": cfg["num_key_value_heads"],
+            "attention.key_length": cfg["head_dim"], "attention.value_length": cfg["head_dim"],
+            "attention.layer_norm_rms_epsilon": np.float32(cfg["rms_norm_eps"]),
+            "rope.freq_base": np.float32(cfg.get("rope_theta", rope.get("rope_theta"))),
+            "expert_count": cfg["num_local_experts"],
+            "expert_used_count": cfg["num_experts_per_tok"],
+            "expert_feed_forward_length": cfg["intermediate_size"],
+            "attention.sliding_window": cfg["sliding_window"],
+            "rope.scaling.type": "yarn", "rope.scaling.factor": np.float32(rope["factor"]),
+            "rope.scaling.original_context_length": rope["original_max_position_embeddings"]}
+
+
+def check_gptoss_file(label, path, hf_dir, dense=None, experts=None):
+    """dense: the type of the big float matrices (None: F32 as the source); experts: the type the
+    MXFP4 experts were asked to be (None: MXFP4, byte for byte)"""
+    cfg = json.load(open(os.path.join(hf_dir, "config.json")))
+    hf, _ = st_read_dir(hf_dir)
+    want = gptoss_expected(hf)
+    shapes = gptoss_loader_shapes(cfg)
+    r = GGUFReader(path)
+    got = {t.name: t for t in r.tensors}
+    check(set(got) == set(shapes) and set(want) == set(shapes),
+          f"{label}: tensors: extra {sorted(set(got) - set(shapes))}, missing "
+          f"{sorted(set(shapes) - set(got))}, expected but not llama.cpp's "
+          f"{sorted(set(want) - set(shapes))}")
+    arch = r.fields["general.architecture"].contents()
+    check(arch == gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.GPT_OSS] == "gpt-oss",
+          f"{label}: architecture {arch}")
+    for k, v in gptoss_keys(cfg).items():
+        f = r.fields.get(f"{arch}.{k}")
+        check(f is not None and f.contents() == v,
+              f"{label}: {arch}.{k} = {f.contents() if f else None}, want {v}")
+    check(r.fields["tokenizer.ggml.model"].contents() == "no_vocab", f"{label}: tokenizer")
+    n_mx = 0
+    for name, t in got.items():
+        check([int(d) for d in t.shape] == shapes.get(name),
+              f"{label}: {name}: ne {list(t.shape)}, llama.cpp creates {shapes.get(name)}")
+        a = want.get(name)
+        if a is None:
+            continue
+        if isinstance(a, tuple):  # MXFP4 source
+            raw, vals = a
+            if experts is None:
+                n_mx += 1
+                check(t.tensor_type == QT.MXFP4, f"{label}: {name} is {t.tensor_type.name}")
+                data = np.asarray(t.data).view(np.uint8)
+                check(np.array_equal(data.reshape(-1), raw.reshape(-1)),
+                      f"{label}: {name}: MXFP4 bytes differ from the repacked source blocks")
+                deq = gguf.quants.dequantize(data.reshape(raw.shape), QT.MXFP4)
+                check(np.array_equal(deq.reshape(-1), vals.reshape(-1)),
+                      f"{label}: {name}: gguf's MXFP4 values differ from transformers'")
+            else:
+                check(t.tensor_type == experts, f"{label}: {name} is {t.tensor_type.name}")
+                exp = gguf.quants.quantize(vals.reshape(-1, vals.shape[-1]), experts)
+                check(np.array_equal(np.asarray(t.data).reshape(-1), exp.reshape(-1)),
+                      f"{label}: {name} differs from gguf.quants.quantize of the MXFP4 values")
+            continue
+        small = a.ndim == 1 or "ffn_gate_inp" in name or name.endswith(".bias")
+        if small or dense is None or "_exps" in name:
+            check(t.tensor_type == QT.F32, f"{label}: {name} is {t.tensor_type.name}, want F32")
+            check(np.array_equal(gguf_values(t).reshape(-1), a.reshape(-1).astype(np.float32)),
+                  f"{label}: {name} values differ")
+        else:
+            check(t.tensor_type == dense, f"{label}: {name} is {t.tensor_type.name}")
+            exp = gguf.quants.quantize(a.reshape(-1, a.shape[-1]).astype(np.float32), dense)
+            check(np.array_equal(np.asarray(t.data).reshape(-1), exp.reshape(-1)),
+                  f"{label}: {name} differs from gguf.quants.quantize")
+    return len(got), n_mx
+
+
+def logits(binary, model, ids, vocab, tmp):
+    out = os.path.join(tmp, "logits.f32")
+    p = subprocess.run([binary, "logits", "-m", model, "--ids", " ".join(map(str, ids)), "--out",
+                        out, "--threads", "2"], capture_output=True, text=True)
+    check(p.returncode == 0, f"hmoe logits -m {model}: {p.stderr[-300:]}")
+    return np.fromfile(out, dtype="<f4").reshape(len(ids), vocab) if p.returncode == 0 else None
+
+
+def kl_rows(p_logits, q_logits):
+    """KL(p || q) per row, from logits, in float64"""
+    lp = p_logits.astype(np.float64)
+    lq = q_logits.astype(np.float64)
+    lp = lp - lp.max(axis=1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(axis=1, keepdims=True))
+    lq = lq - lq.max(axis=1, keepdims=True)
+    lq -= np.log(np.exp(lq).sum(axis=1, keepdims=True))
+    return (np.exp(lp) * (lp - lq)).sum(axis=1)
+
+
+def check_gptoss_logits(label, binary, hf_dir, gguf_path, tmp, mxfp4):
+    """the GGUF's logits equal the Hugging Face directory's bit for bit, and are within the
+    fixture's bounds of transformers' (expected.json): the MXFP4 kernels quantize activations, so
+    KL mean 1e-3 / max 5e-3 and every argmax (test_forward's check_gptoss_hf); float experts
+    compute exactly, so 1e-3 x max|logit| (gptoss_quant_python's float checkpoint)"""
+    exp = json.load(open(os.path.join(GPTOSS, "expected.json")))
+    V = exp["vocab"]
+    for i, ids in enumerate(exp["prompts"]):
+        a = logits(binary, hf_dir, ids, V, tmp)
+        b = logits(binary, gguf_path, ids, V, tmp)
+        if a is None or b is None:
+            continue
+        check(np.array_equal(a.view(np.uint32), b.view(np.uint32)),
+              f"{label} prompt {i}: GGUF logits differ from the HF directory's "
+              f"(max {np.abs(a - b).max():.3g})")
+        ref = np.fromfile(os.path.join(GPTOSS, exp["logits"][i]), dtype="<f4").reshape(len(ids), V)
+        k = kl_rows(ref, b)
+        same = (ref.argmax(axis=1) == b.argmax(axis=1)).all()
+        err = np.abs(b - ref).max() / np.abs(ref).max()
+        print(f"convert_python: {label} prompt {i}: vs transformers KL mean {k.mean():.2e} max "
+              f"{k.max():.2e}, rel error {err:.2e}, argmax {'equal' if same else 'DIFFER'}")
+        if mxfp4:
+            check(k.mean() <= 1e-3 and k.max() <= 5e-3 and same,
+                  f"{label} prompt {i}: KL {k.mean():.3g} / {k.max():.3g}, argmax equal {same}")
+        else:
+            check(err <= 1e-3, f"{label} prompt {i}: rel error {err:.3g}")
+
+
+def check_gptoss_bad(binary, tmp):
+    """a tensor of the wrong shape (MXFP4 scales, the float layout's experts, an attention matrix,
+    a bias) is refused, naming the tensor, its shape and the expected one; nothing is written"""
+    src, _ = st_read_dir(GPTOSS)
+    fl = os.path.join(tmp, "gptoss-float")
+    flt, _ = st_read_dir(fl)
+    cases = (
+        (GPTOSS, src, "model.layers.1.mlp.experts.down_proj_scales", lambda a: a[:, :, :-1],
+         ["U8 [4 x 64 x 1]", "expected U8 [4 x 64 x 2]"]),
+        (fl, flt, "model.layers.0.mlp.experts.gate_up_proj", lambda a: a[:, :, :-2],
+         ["F32 [4 x 64 x 126]", "expected F32 [4 x 64 x 128]"]),
+        (GPTOSS, src, "model.layers.0.self_attn.k_proj.weight", lambda a: a[:-1],
+         ["[31, 64]", "expected [32, 64]"]),
+        (GPTOSS, src, "model.layers.1.mlp.experts.gate_up_proj_bias", lambda a: a[:, :-1],
+         ["F32 [4 x 127]", "expected F32 [4 x 128]"]))
+    for hf_dir, sd, key, edit, needles in cases:
+        d = os.path.join(tmp, "gptoss-bad")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(hf_dir, "config.json")) as fh, \
+                open(os.path.join(d, "config.json"), "w") as out:
+            out.write(fh.read())
+        bad = dict(sd)
+        bad[key] = np.ascontiguousarray(edit(bad[key]))
+        st_write_mixed(os.path.join(d, "model.safetensors"), bad)
+        out = os.path.join(tmp, "bad.gguf")
+        p = subprocess.run([binary, "convert", d, "-o", out, "--threads", "2"],
+                           capture_output=True, text=True)
+        msg = p.stderr.strip()
+        print(f"convert_python: gpt-oss with a misshapen {key}: {msg[-200:]}")
+        check(p.returncode != 0 and f"'{key}'" in msg and all(n in msg for n in needles),
+              f"gpt-oss bad {key}: rc {p.returncode}, {msg!r}")
+        check(not os.path.exists(out) and not os.path.exists(out + ".part"),
+              f"gpt-oss bad {key}: output left behind")
+
+
+def st_write_mixed(path, tensors):
+    """float32 tensors as F32, uint8 ones as U8"""
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, a in tensors.items():
+        u8 = a.dtype == np.uint8
+        b = (a if u8 else np.asarray(a, dtype="<f4")).tobytes()
+        header[name] = {"dtype": "U8" if u8 else "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def check_gptoss(binary, tmp):
+    fl = os.path.join(tmp, "gptoss-float")
+    gptoss_float_dir(fl)
+    out = os.path.join(tmp, "gptoss.gguf")
+    for label, d, args, dense, experts in (
+            ("gpt-oss MXFP4", GPTOSS, [], None, None),
+            ("gpt-oss MXFP4 --type q8_0", GPTOSS, ["--type", "q8_0"], QT.Q8_0, None),
+            ("gpt-oss MXFP4 --experts-type q8_0", GPTOSS, ["--experts-type", "q8_0"], None,
+             QT.Q8_0),
+            ("gpt-oss float layout", fl, [], None, None)):
+        if not convert(binary, d, out, *args):
+            continue
+        n, n_mx = check_gptoss_file(label, out, d, dense, experts)
+        print(f"convert_python: {label}: {n} tensors ok ({n_mx} MXFP4 expert tensors byte for "
+              "byte)")
+        if not args:
+            check_gptoss_logits(label, binary, d, out, tmp, d == GPTOSS)
+    check_gptoss_bad(binary, tmp)
+
+
 def main(binary):
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as tmp:
@@ -414,7 +727,8 @@ def main(binary):
                 print(f"convert_python: {label}: {n} tensors ok (source dtypes)")
             if convert(binary, d, out, "--type", "q8_0"):
                 check_file(label + " q8_0", out, d, QT.Q8_0)
-    print(f"convert_python: {len(models)} models, {failures} failures")
+        check_gptoss(binary, tmp)
+    print(f"convert_python: {len(models)} models and gpt-oss, {failures} failures")
     return 1 if failures else 0
 
 

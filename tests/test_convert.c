@@ -5,8 +5,9 @@
  * from the GGUF equal the ones from config.json; every malformed model fails with a message naming
  * the tensor and leaves no file. Real checkpoints in tests/data/qwen3moe/<name>/ and
  * tests/data/deepseek/<name>/ (transformers-written) are converted and checked the same way, and
- * run from the GGUF to the same logits as from their directory. tests/convert_python.py checks
- * names and values with the gguf package.
+ * run from the GGUF to the same logits as from their directory; so is gpt-oss as released
+ * (tests/data/gptoss/hf, MXFP4 experts). tests/convert_python.py checks names and values with
+ * the gguf package.
  * HMOE_TEST_VERBOSE=1 prints each expected error message. */
 #include <dirent.h>
 #include <errno.h>
@@ -898,10 +899,10 @@ static void test_errors(void) {
     CHECK(gc != NULL);
     if (gc) write_bytes(cfg, gc, n);
     free(gc);
-    CHECK_STATUS(hm_convert_hf(dir, out, NULL, NULL), HM_ERR_UNSUPPORTED);
-    CHECK_CONTAINS(hm_last_error(), "gpt_oss");
-    CHECK_CONTAINS(hm_last_error(), "qwen3_moe");
-    CHECK_CONTAINS(hm_last_error(), "deepseek_v2");
+    /* gpt-oss converts (test_gptoss): a config of it over qwen3_moe tensors fails on them */
+    CHECK_STATUS(hm_convert_hf(dir, out, NULL, NULL), HM_ERR_FORMAT);
+    CHECK_CONTAINS(hm_last_error(), "'model.embed_tokens.weight'");
+    CHECK_CONTAINS(hm_last_error(), "expected [201088, 2880]");
     CHECK_STATUS(hm_convert_hf("/nonexistent/model", out, NULL, NULL), HM_ERR_NOT_FOUND);
     CHECK(!file_exists(out));
     hm_log_set_level(HM_LOG_WARN);
@@ -1141,6 +1142,63 @@ static int convert_fixtures(const char *sub, hm_arch arch) {
     return n;
 }
 
+/* gpt-oss as released (tests/data/gptoss/hf: MXFP4 experts in blocks and scales): the GGUF reads
+ * back to config.json's hyper-parameters; its experts are MXFP4, byte for byte the blocks the
+ * loader repacks from the directory (the bytes themselves against the source: convert_python);
+ * the logits of the GGUF and of the directory are identical. --type leaves MXFP4 experts alone;
+ * --experts-type converts their values. */
+static void test_gptoss(void) {
+    const char *dir = HMOE_SOURCE_DIR "/tests/data/gptoss/hf";
+    char out[256];
+    snprintf(out, sizeof out, "%s/gptoss.gguf", g_tmp);
+    hm_convert_params p = hm_convert_default_params();
+    p.n_threads = 2;
+    hm_convert_stats stats;
+    CHECK_OK(hm_convert_hf(dir, out, &p, &stats));
+    CHECK(stats.cat_types[HM_CAT_ROUTED][HM_TYPE_MXFP4] == 6 &&
+          stats.cat_types[HM_CAT_ROUTED][HM_TYPE_F32] == 6); /* weights, and their biases */
+    hm_gguf *g = NULL;
+    hm_model *m = NULL;
+    CHECK_OK(hm_gguf_open(out, &g));
+    CHECK_OK(hm_model_load(dir, &m));
+    if (g && m) {
+        check_hparams("gpt-oss", g, dir);
+        const char *proj[3] = {"gate", "up", "down"};
+        for (uint32_t il = 0; il < m->hp.n_layers; il++)
+            for (int k = 0; k < 3; k++) {
+                char name[64];
+                snprintf(name, sizeof name, "blk.%u.ffn_%s_exps.weight", il, proj[k]);
+                const hm_gguf_tensor *t = hm_gguf_find_tensor(g, name);
+                CHECK_MSG(t && t->type == HM_TYPE_MXFP4, "%s: not MXFP4", name);
+                if (!t || t->type != HM_TYPE_MXFP4) continue;
+                const uint64_t slab = t->bytes / m->hp.n_experts;
+                for (uint32_t e = 0; e < m->hp.n_experts; e++) {
+                    const hm_moe_expert *x = &m->layers[il].experts[e];
+                    const hm_moe_matrix *w = k == 0 ? &x->gate : k == 1 ? &x->up : &x->down;
+                    CHECK_MSG(w->row_bytes * t->ne[1] == slab &&
+                                  memcmp(w->data, t->data + e * slab, slab) == 0,
+                              "%s expert %u: GGUF bytes differ from the loader's", name, e);
+                }
+            }
+    }
+    hm_model_free(m);
+    hm_gguf_close(g);
+    check_logits("gpt-oss", dir, out, 0);
+
+    p.type = HM_TYPE_Q8_0; /* the experts inherit it, but MXFP4 stays */
+    CHECK_OK(hm_convert_hf(dir, out, &p, &stats));
+    CHECK(stats.cat_types[HM_CAT_ROUTED][HM_TYPE_MXFP4] == 6);
+    CHECK(stats.cat_types[HM_CAT_ATTN][HM_TYPE_Q8_0] == 8 &&
+          stats.cat_types[HM_CAT_OUTPUT][HM_TYPE_Q8_0] == 1);
+    p.type = HM_CONVERT_KEEP;
+    p.experts_type = HM_TYPE_Q8_0; /* named: the MXFP4 values requantized */
+    CHECK_OK(hm_convert_hf(dir, out, &p, &stats));
+    CHECK(stats.cat_types[HM_CAT_ROUTED][HM_TYPE_MXFP4] == 0 &&
+          stats.cat_types[HM_CAT_ROUTED][HM_TYPE_Q8_0] == 6);
+    check_logits("gpt-oss, experts Q8_0", dir, out, 1e-3);
+    unlink(out);
+}
+
 /* transformers' checkpoints: Qwen3-MoE (tests/gen/qwen3moe_fixtures.py) and DeepSeek-V2/V3
  * (deepseek_fixtures.py: MLA's kv_b_proj split into attn_k_b / attn_v_b) */
 static void test_fixtures(void) {
@@ -1163,6 +1221,7 @@ int main(void) {
     test_errors();
     test_cli();
     test_fixtures();
+    test_gptoss();
     char hf[128];
     snprintf(hf, sizeof hf, "%s/hf", g_tmp);
     clear_dir(hf);

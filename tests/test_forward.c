@@ -12,6 +12,7 @@
 
 #include "model/arch.h"
 #include "model/arch/arch_builders.h"
+#include "model/arch/gptoss.h"
 #include "model/arch/registry.h"
 #include "model/names.h"
 #include "model/ctx_int.h"
@@ -873,13 +874,17 @@ static void check_graph(void) {
                  "qwen3_moe, qwen2_moe, mixtral, deepseek_v2, gpt_oss, glm4_moe") == 0);
     /* tensor names: the descriptors' tables */
     CHECK(strcmp(hm_arch_list(HM_ARCH_NAMED),
-                 "qwen3_moe, qwen2_moe, mixtral, deepseek_v2, glm4_moe") == 0);
+                 "qwen3_moe, qwen2_moe, mixtral, deepseek_v2, gpt_oss, glm4_moe") == 0);
     CHECK(hm_arch_names_find(HM_ARCH_QWEN2MOE) == hm_arch_names_find(HM_ARCH_QWEN3MOE));
     uint32_t layer;
     const hm_arch_names *mx = hm_arch_names_find(HM_ARCH_MIXTRAL);
     const hm_name_map *nm = mx ? hm_name_map_find(mx, "blk.3.ffn_up_exps.weight", &layer) : NULL;
     CHECK(nm && layer == 3 && strcmp(nm->hf, "block_sparse_moe.experts.%u.w3.weight") == 0);
-    CHECK(hm_arch_names_find(HM_ARCH_GPTOSS) == NULL);
+    /* gpt-oss's experts come from the fused tensors arch/gptoss.h finds (projection = part) */
+    const hm_arch_names *oss = hm_arch_names_find(HM_ARCH_GPTOSS);
+    nm = oss ? hm_name_map_find(oss, "blk.1.ffn_up_exps.bias", &layer) : NULL;
+    CHECK(nm && layer == 1 && (nm->flags & HM_MAP_GPTOSS) && nm->part == HM_GPTOSS_UP &&
+          strcmp(nm->hf, "mlp.experts.gate_up_proj_bias") == 0);
 }
 
 /* Mixtral written as a GGUF (llama.cpp's layout: q/k rows permuted for the interleaved

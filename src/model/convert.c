@@ -12,6 +12,7 @@
 #include "core/pool.h"
 #include "core/timer.h"
 #include "format/gguf.h"
+#include "model/arch/gptoss.h"
 #include "model/arch/registry.h"
 #include "format/safetensors.h"
 #include "quant/fp16.h"
@@ -26,8 +27,11 @@
 
 typedef struct slab {
     const hm_st_tensor *src;
-    uint64_t row0;             /* first row of this slab in src seen as [rows, cols] */
-    const hm_st_tensor *scale; /* FP8 sources: the 128 x 128 block scales (weight_scale_inv) */
+    /* where the slab starts: its first row in src seen as [rows, cols]; for a strided tensor the
+     * source element of its (0, 0); for MXFP4 the packed source row of its row 0 */
+    uint64_t row0;
+    /* FP8 sources: the 128 x 128 block scales (weight_scale_inv); MXFP4: the E8M0 exponents */
+    const hm_st_tensor *scale;
 } slab;
 
 typedef struct conv_tensor {
@@ -38,8 +42,15 @@ typedef struct conv_tensor {
     uint32_t n_slabs;    /* 1, n_expert, or n_heads (MLA's k_b / v_b) */
     slab *slabs;         /* [n_slabs], expert (head) order */
     uint32_t perm_heads; /* > 0: rows permuted as llama.cpp's q/k (this many heads) */
-    bool transposed;     /* each slab is the transpose of `cols` source rows of `rows` values */
-    bool per_head;       /* slabs are heads, not experts */
+    /* strided: element (r, c) of a slab is source element row0 + r * rs + c * cs (transposed
+     * slabs: MLA's k_b, gpt-oss's float experts; gpt-oss's de-interleaved biases) */
+    bool strided;
+    uint64_t rs, cs;
+    /* MXFP4 blocks and scales as released (gpt-oss): row r of a slab is packed source row
+     * row0 + r * row_step, repacked into GGUF's blocks */
+    bool mxfp4;
+    uint64_t row_step;
+    bool per_head; /* slabs are heads, not experts */
 } conv_tensor;
 
 typedef struct name_list {
@@ -71,6 +82,7 @@ typedef struct conv {
     conv_tensor *t; /* [n_specs] */
     uint8_t *used;  /* [hm_st_n_tensors]: 1 = source of some GGUF tensor */
     name_list missing;
+    bool experts_named; /* the experts' type was asked for (not inherited from `type`) */
 } conv;
 
 static void shape_fmt(const int64_t *dims, uint32_t n, char *out, size_t cap) {
@@ -163,8 +175,11 @@ static hm_status resolve_kv_b(conv *c, conv_tensor *ct, const hm_name_map *m, ui
     ct->cols = s->ne[0];
     ct->rows = s->ne[1];
     ct->n_slabs = (uint32_t)nh;
-    ct->transposed = k;
     ct->per_head = true;
+    /* k_b: slab h's element (r, c) is kv_b row h * (nope + v) + c, column r */
+    ct->strided = k;
+    ct->rs = k ? 1 : 0;
+    ct->cs = k ? kvl : 0;
     ct->slabs = calloc(ct->n_slabs, sizeof *ct->slabs);
     if (!ct->slabs) return hm_errorf(HM_ERR_NO_MEMORY, "convert: out of memory");
     char name[NAME_MAX_HF];
@@ -179,8 +194,52 @@ static hm_status resolve_kv_b(conv *c, conv_tensor *ct, const hm_name_map *m, ui
     hm_status st = use_source(c, t, s->name, want, 2, &scale);
     if (st != HM_OK) return st;
     for (uint64_t h = 0; h < nh; h++)
-        ct->slabs[h] = (slab){t, h * (nope + vd) + (k ? 0 : nope), scale};
+        ct->slabs[h] = (slab){t, k ? h * (nope + vd) * kvl : h * (nope + vd) + nope, scale};
     return HM_OK;
+}
+
+/* gpt-oss's experts and their biases (arch/gptoss.h), from the fused gate_up_proj (gate and up
+ * rows interleaved) or down_proj: MXFP4 blocks repacked row by row; transformers' float layout
+ * ([E][in][out]) and the biases ([E][R]) read with strides. */
+static hm_status resolve_gptoss(conv *c, conv_tensor *ct, const hm_name_map *m, uint32_t layer) {
+    const hm_tensor_spec *s = ct->spec;
+    const int p = (int)m->part;
+    const bool bias = s->n_dims == 2;
+    const uint64_t E = c->hp.n_experts, step = p == HM_GPTOSS_DOWN ? 1 : 2;
+    const uint64_t first = hm_gptoss_row(p, 0);
+    if (s->n_dims != (bias ? 2u : 3u) || s->ne[bias ? 1 : 2] != E)
+        return hm_errorf(HM_ERR_INTERNAL, "convert: '%s' is not per expert", s->name);
+    ct->cols = s->ne[0];
+    ct->rows = bias ? E : s->ne[1];
+    ct->n_slabs = bias ? 1 : (uint32_t)E;
+    ct->slabs = calloc(ct->n_slabs, sizeof *ct->slabs);
+    if (!ct->slabs) return hm_errorf(HM_ERR_NO_MEMORY, "convert: out of memory");
+    hm_gptoss_experts x;
+    hm_status st = hm_gptoss_experts_find(c->st, c->path, &c->hp, layer, p, bias, &x);
+    if (st == HM_ERR_NOT_FOUND) { /* listed once: gate and up share their sources */
+        hm_error_clear();
+        if (p != HM_GPTOSS_UP) list_add(&c->missing, x.missing);
+        return HM_OK;
+    }
+    if (st != HM_OK) return st;
+    const uint64_t R = (uint64_t)x.rows_packed, C = (uint64_t)x.cols;
+    if (bias ? ct->cols * step != R : C != ct->cols || ct->rows * step != R)
+        return hm_errorf(HM_ERR_INTERNAL, "convert: '%s' does not match its source", s->name);
+    if (bias) { /* row e, value i: bias[e][first + i * step] */
+        ct->strided = true, ct->rs = R, ct->cs = step;
+        ct->slabs[0] = (slab){x.bias, first, NULL};
+        return mark_used(c, x.bias);
+    }
+    if (x.blocks) { /* expert e's row r: packed row e * R + first + r * step */
+        ct->mxfp4 = true, ct->row_step = step;
+        for (uint64_t e = 0; e < E; e++) ct->slabs[e] = (slab){x.blocks, e * R + first, x.scales};
+        if ((st = mark_used(c, x.scales)) != HM_OK) return st;
+        return mark_used(c, x.blocks);
+    }
+    /* [E][C][R]: expert e's (r, col) is element e * C * R + col * R + first + r * step */
+    ct->strided = true, ct->rs = step, ct->cs = R;
+    for (uint64_t e = 0; e < E; e++) ct->slabs[e] = (slab){x.w, e * C * R + first, NULL};
+    return mark_used(c, x.w);
 }
 
 /* Finds the source(s) of one GGUF tensor. Missing sources are listed in c->missing. */
@@ -192,6 +251,7 @@ static hm_status resolve(conv *c, conv_tensor *ct) {
         return hm_errorf(HM_ERR_INTERNAL, "convert: no Hugging Face name for '%s' (%s)", s->name,
                          c->hp.model_type);
     if (m->flags & (HM_MAP_KV_B_K | HM_MAP_KV_B_V)) return resolve_kv_b(c, ct, m, layer);
+    if (m->flags & HM_MAP_GPTOSS) return resolve_gptoss(c, ct, m, layer);
     bool experts = (m->flags & HM_MAP_EXPERTS) != 0;
     if (experts != (s->n_dims == 3))
         return hm_errorf(HM_ERR_INTERNAL, "convert: '%s' has %u dims but is%s per expert", s->name,
@@ -357,23 +417,43 @@ static uint64_t source_row(const conv_tensor *ct, uint64_t r) {
     return h * hd + (i % 2) * (hd / 2) + i / 2;
 }
 
-/* Output row r of a transposed slab: column r of its ct->cols source rows (of ct->rows values),
- * as the source's bytes (raw) or as floats in tmp. */
-static void gather_column(const conv_tensor *ct, const slab *sl, uint64_t r, bool raw, uint8_t *out,
-                          float *tmp) {
+/* Output row r of a strided slab: element c is source element row0 + r * rs + c * cs, as the
+ * source's bytes (raw) or as floats in tmp. */
+static void gather_strided(const conv_tensor *ct, const slab *sl, uint64_t r, bool raw,
+                           uint8_t *out, float *tmp) {
     const hm_st_tensor *src = sl->src;
     const size_t es = hm_st_dtype_size(src->dtype);
-    for (uint64_t i = 0; i < ct->cols; i++) {
-        const uint64_t row = sl->row0 + i;
-        const uint8_t *in = (const uint8_t *)src->data + (row * ct->rows + r) * es;
+    const uint64_t src_cols = (uint64_t)src->shape[src->n_dims - 1];
+    for (uint64_t c = 0; c < ct->cols; c++) {
+        const uint64_t at = sl->row0 + r * ct->rs + c * ct->cs;
+        const uint8_t *in = (const uint8_t *)src->data + at * es;
         if (raw)
-            memcpy(out + i * es, in, es);
-        else if (sl->scale)
-            tmp[i] = hm_fp8_e4m3_to_f32(*in) *
+            memcpy(out + c * es, in, es);
+        else if (sl->scale) /* FP8: the scale of the source element's 128 x 128 block */
+            tmp[c] = hm_fp8_e4m3_to_f32(*in) *
                      hm_st_scale_at(sl->scale,
-                                    (size_t)(row / 128 * (uint64_t)sl->scale->shape[1] + r / 128));
+                                    (size_t)(at / src_cols / 128 * (uint64_t)sl->scale->shape[1] +
+                                             at % src_cols / 128));
         else
-            widen(src->dtype, in, tmp + i, 1);
+            widen(src->dtype, in, tmp + c, 1);
+    }
+}
+
+/* Output row r of an MXFP4 slab: its packed source row repacked into GGUF's blocks (out, when
+ * the output is MXFP4), or their values as floats in tmp. */
+static void repack_mxfp4(const conv_tensor *ct, const slab *sl, uint64_t r, bool raw, uint8_t *out,
+                         float *tmp) {
+    const uint64_t nb = ct->cols / HM_QK_MXFP4, pr = sl->row0 + r * ct->row_step;
+    const uint8_t *qs = (const uint8_t *)sl->src->data + pr * nb * 16;
+    const uint8_t *e = (const uint8_t *)sl->scale->data + pr * nb;
+    if (raw) {
+        hm_mxfp4_from_ocp(qs, e, (int64_t)nb, (hm_block_mxfp4 *)out);
+        return;
+    }
+    for (uint64_t b = 0; b < nb; b++) {
+        hm_block_mxfp4 blk;
+        hm_mxfp4_from_ocp(qs + b * 16, e + b, 1, &blk);
+        hm_dequantize_row_mxfp4(&blk, tmp + b * HM_QK_MXFP4, HM_QK_MXFP4);
     }
 }
 
@@ -393,15 +473,19 @@ static void chunk_task(int ith, int nth, void *arg) {
     const conv_tensor *ct = j->ct;
     const hm_st_tensor *src = j->sl->src;
     const size_t es = hm_st_dtype_size(src->dtype);
-    const bool raw = (uint32_t)st_hm_type(src->dtype) == ct->type;
+    const bool raw =
+        ct->mxfp4 ? ct->type == HM_TYPE_MXFP4 : (uint32_t)st_hm_type(src->dtype) == ct->type;
     float *tmp = j->scratch + (size_t)ith * j->cols_max;
     uint64_t n = j->r1 - j->r0, lo = n * (uint64_t)ith / (uint64_t)nth,
              hi = n * (uint64_t)(ith + 1) / (uint64_t)nth;
     for (uint64_t i = lo; i < hi; i++) {
         uint64_t r = j->r0 + i;
         uint8_t *out = j->out + i * ct->row_bytes;
-        if (ct->transposed) {
-            gather_column(ct, j->sl, r, raw, out, tmp);
+        if (ct->mxfp4 || ct->strided) {
+            if (ct->mxfp4)
+                repack_mxfp4(ct, j->sl, r, raw, out, tmp);
+            else
+                gather_strided(ct, j->sl, r, raw, out, tmp);
             if (raw) continue;
         } else {
             const uint64_t row = j->sl->row0 + source_row(ct, r);
@@ -485,7 +569,7 @@ static hm_status convert_chunk(writer_ctx *x, const conv_tensor *ct, const slab 
                          expert, x->msg[i]);
     }
     if (wst != HM_OK) return wst;
-    if (!ct->perm_heads && !ct->transposed) { /* these source rows are done with */
+    if (!ct->perm_heads && !ct->strided && !ct->mxfp4) { /* these source rows are done with */
         size_t row = ct->cols * hm_st_dtype_size(sl->src->dtype);
         release_pages((const uint8_t *)sl->src->data + (sl->row0 + r0) * row, (r1 - r0) * row);
     }
@@ -495,14 +579,15 @@ static hm_status convert_chunk(writer_ctx *x, const conv_tensor *ct, const slab 
 
 static hm_status write_tensor(writer_ctx *x, const conv_tensor *ct) {
     hm_status st = HM_OK;
+    /* rows, in order, of consecutive source rows (else: strided, MXFP4 rows whose source rows
+     * interleave with another tensor's, which will still read them) */
+    const bool rows_in_order = !ct->strided && !ct->mxfp4;
     for (uint32_t e = 0; e < ct->n_slabs && st == HM_OK; e++) {
         const slab *sl = &ct->slabs[e];
         const size_t es = hm_st_dtype_size(sl->src->dtype);
-        const uint64_t src_cols = ct->transposed ? ct->rows : ct->cols;
-        const uint8_t *data = (const uint8_t *)sl->src->data + sl->row0 * src_cols * es;
+        const uint8_t *data = (const uint8_t *)sl->src->data + sl->row0 * ct->cols * es;
         const uint64_t src_bytes = ct->rows * ct->cols * es;
-        if ((uint32_t)st_hm_type(sl->src->dtype) == ct->type && !ct->perm_heads &&
-            !ct->transposed) {
+        if ((uint32_t)st_hm_type(sl->src->dtype) == ct->type && !ct->perm_heads && rows_in_order) {
             st = flush_pending(x); /* same bytes: straight from the mapping, a chunk at a time */
             for (uint64_t off = 0; off < src_bytes && st == HM_OK; off += CHUNK_BYTES) {
                 uint64_t len = src_bytes - off < CHUNK_BYTES ? src_bytes - off : CHUNK_BYTES;
@@ -515,7 +600,7 @@ static hm_status write_tensor(writer_ctx *x, const conv_tensor *ct) {
             for (uint64_t r = 0; r < ct->rows && st == HM_OK; r += per)
                 st = convert_chunk(x, ct, sl, r, r + per < ct->rows ? r + per : ct->rows);
         }
-        release_pages(data, src_bytes);
+        if (rows_in_order) release_pages(data, src_bytes);
     }
     return st;
 }
@@ -607,9 +692,14 @@ static hm_status assign_types(conv *c, int dense, int experts) {
         bool big = s->init == HM_INIT_WEIGHT || s->cat == HM_CAT_EMBED;
         int want = s->cat == HM_CAT_ROUTED ? experts : dense;
         ct->type = s->type;
-        if (big && want == HM_CONVERT_KEEP && ct->slabs[0].src)
+        /* MXFP4 experts (gpt-oss as released) stay MXFP4, byte for byte, unless their type was
+         * asked for by name */
+        const bool keep_mxfp4 = ct->mxfp4 && (want == HM_CONVERT_KEEP || !c->experts_named);
+        if (keep_mxfp4)
+            ct->type = HM_TYPE_MXFP4;
+        else if (big && want == HM_CONVERT_KEEP && ct->slabs[0].src)
             ct->type = (uint32_t)keep_type(ct->slabs[0].src->dtype);
-        if (!hm_convert_type_supported((int)ct->type))
+        if (!keep_mxfp4 && !hm_convert_type_supported((int)ct->type))
             return hm_errorf(HM_ERR_UNSUPPORTED, "convert: '%s' would be %s, which has no writer",
                              s->name, hm_type_name(ct->type));
         if (!hm_type_row_bytes(ct->type, ct->cols, &ct->row_bytes))
@@ -641,6 +731,7 @@ hm_status hm_convert_hf(const char *hf_path, const char *out_path, const hm_conv
     if (stats) memset(stats, 0, sizeof *stats);
     if (!hf_path || (!out_path && !p.dry_run))
         return hm_errorf(HM_ERR_INVALID_ARG, "convert: a model path and an output path are needed");
+    const bool experts_named = p.experts_type != HM_CONVERT_SAME;
     if (p.experts_type == HM_CONVERT_SAME) p.experts_type = p.type;
     hm_status st = check_type(p.type, "output");
     if (st == HM_OK) st = check_type(p.experts_type, "experts");
@@ -652,6 +743,7 @@ hm_status hm_convert_hf(const char *hf_path, const char *out_path, const hm_conv
     conv c;
     memset(&c, 0, sizeof c);
     c.path = hf_path;
+    c.experts_named = experts_named;
     if ((st = hm_hparams_from_hf_config(hf_path, &c.hp)) != HM_OK) return st;
     if (!(c.names = hm_arch_names_find(c.hp.arch)))
         return hm_errorf(HM_ERR_UNSUPPORTED, "%s: convert does not handle %s yet (supported: %s)",

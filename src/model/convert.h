@@ -10,8 +10,8 @@
  *     if (hm_convert_hf("/models/Qwen3-30B-A3B", "qwen3-30b.gguf", &p, &stats) != HM_OK)
  *         fprintf(stderr, "%s\n", hm_last_error());
  *
- * Architectures: qwen3_moe, qwen2_moe, mixtral, glm4_moe and deepseek_v2 / deepseek_v3 /
- * kimi_k2 (HF model_type; hm_arch_list(HM_ARCH_NAMED)). Each has a table
+ * Architectures: qwen3_moe, qwen2_moe, mixtral, glm4_moe, deepseek_v2 / deepseek_v3 / kimi_k2
+ * and gpt_oss (HF model_type; hm_arch_list(HM_ARCH_NAMED)). Each has a table
  * mapping llama.cpp's GGUF names to the Hugging Face ones (its src/model/arch/ file); adding one
  * means adding a table. Routed experts may be one tensor per expert
  * (mlp.experts.E.gate_proj.weight,
@@ -22,6 +22,11 @@
  * DeepSeek's kv_b_proj is split as llama.cpp's DeepseekV2Model does: per head, its nope rows
  * transposed become attn_k_b (ne = [nope, kv_lora, n_head]) and its v rows attn_v_b (ne =
  * [kv_lora, v, n_head]); no attn_kv_b is written, and head_count_kv is 1 (MQA over the latent).
+ * gpt-oss's fused experts (arch/gptoss.h) are split as llama.cpp's GptOssModel does: gate_up_proj's
+ * even rows become ffn_gate_exps, its odd rows ffn_up_exps (their biases likewise), down_proj
+ * ffn_down_exps; as released (MXFP4 "*_blocks" / "*_scales") each row is repacked into GGUF's
+ * MXFP4 blocks (hm_mxfp4_from_ocp: the same bits), in transformers' float layout ([E][in][out])
+ * each expert is transposed.
  *
  * Checked before the output file is created: config.json parses (hm_hparams_from_hf_config);
  * every tensor of hm_arch_tensor_plan has its source tensor(s) with the expected shape and dtype
@@ -34,6 +39,8 @@
  * Types: norms, routers, biases and other 1-D / small tensors are F32 (as llama.cpp keeps them);
  * token embeddings, output and every projection follow `type` (routed experts `experts_type`);
  * a quantized row that is not a whole number of blocks takes hm_type_for_row's fallback.
+ * MXFP4 experts stay MXFP4 (byte for byte) unless experts_type names a type (not KEEP or SAME):
+ * then their values are converted like any float source.
  * Quantization starts from exact float32 values (BF16/F16 widen exactly); a tensor kept in its
  * own dtype is copied byte for byte.
  *

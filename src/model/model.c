@@ -1,5 +1,6 @@
 /* model.c - binds a model's weights from a GGUF file or a Hugging Face directory (model.h). */
 #include "model/model.h"
+#include "model/arch/gptoss.h"
 #include "model/arch/registry.h"
 
 #include <stdio.h>
@@ -98,21 +99,6 @@ static hm_status fp8_view(hm_model *m, const hm_st_tensor *t, tview *v) {
     return HM_OK;
 }
 
-/* gpt-oss's Hugging Face names (the loader's alone: hmoe convert writes no gpt-oss GGUF, so the
- * architecture's descriptor has no table); its experts and their biases are gptoss_expert's and
- * gptoss_expert_bias's */
-static const hm_name_map gptoss_layer[] = {
-    {"attn_norm.weight", "input_layernorm.weight", 0, NULL, 0, 0},
-    {"post_attention_norm.weight", "post_attention_layernorm.weight", 0, NULL, 0, 0},
-    HM_NAMES_GQA,
-    {"attn_output.bias", "self_attn.o_proj.bias", 0, NULL, 0, 0},
-    {"attn_sinks.weight", "self_attn.sinks", 0, NULL, 0, 0},
-    {"ffn_gate_inp.weight", "mlp.router.weight", 0, NULL, 0, 0},
-    {"ffn_gate_inp.bias", "mlp.router.bias", 0, NULL, 0, 0},
-};
-static const hm_arch_names gptoss_hf_names = {HM_ARCH_GPTOSS, gptoss_layer,
-                                              sizeof gptoss_layer / sizeof *gptoss_layer};
-
 /* Finds a tensor by its GGUF name (gguf_fmt: a printf pattern over the layer il). In an HF
  * directory the name is translated with the architecture's table (names.h); for routed experts
  * the view is expert e: the e-th slab of the stacked GGUF tensor, or the HF per-expert tensor. */
@@ -132,8 +118,7 @@ static hm_status find(hm_model *m, bool required, tview *v, const char *gguf_fmt
         return HM_OK;
     }
     uint32_t layer;
-    const hm_arch_names *an =
-        m->hp.arch == HM_ARCH_GPTOSS ? &gptoss_hf_names : hm_arch_names_find(m->hp.arch);
+    const hm_arch_names *an = hm_arch_names_find(m->hp.arch);
     const hm_name_map *nm = an ? hm_name_map_find(an, gname, &layer) : NULL;
     if (!nm)
         return hm_errorf(HM_ERR_INTERNAL, "%s: no Hugging Face name for '%s' (%s)", m->path, gname,
@@ -361,99 +346,46 @@ static hm_status bind_expert_bias(hm_model *m, const float **out, uint64_t n, co
     return HM_OK;
 }
 
-/* a safetensors tensor's shape against the expected one, naming both */
-static hm_status st_shape(const hm_model *m, const hm_st_tensor *t, hm_st_dtype dtype,
-                          uint32_t n_dims, const int64_t *want) {
-    bool ok = t->dtype == dtype && t->n_dims == n_dims;
-    for (uint32_t i = 0; ok && i < n_dims; i++) ok = t->shape[i] == want[i];
-    if (ok) return HM_OK;
-    char got[128] = "", exp[128] = "";
-    for (uint32_t i = 0; i < t->n_dims && i < HM_ST_MAX_DIMS; i++)
-        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? " x " : "",
-                 (long long)t->shape[i]);
-    for (uint32_t i = 0; i < n_dims; i++)
-        snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", i ? " x " : "",
-                 (long long)want[i]);
-    return hm_errorf(HM_ERR_FORMAT, "%s: tensor '%s' is %s [%s], expected %s [%s]", m->path,
-                     t->name, hm_st_dtype_name(t->dtype), got, hm_st_dtype_name(dtype), exp);
-}
-
-/* Routed expert e's projection p (0 gate, 1 up, 2 down) of a gpt-oss Hugging Face checkpoint, as
- * a matrix of rows x cols. The released checkpoints: MXFP4 in "<proj>_blocks" [E][R][C/32][16]
- * (values 2j and 2j + 1 in the low and high nibbles of byte j) and "<proj>_scales" [E][R][C/32]
- * (E8M0), R the outputs (gate_up: gate and up interleaved, 2I; down: H), C the inputs; copied
- * into GGUF's MXFP4 blocks (the exponent, then values j and j + 16 in byte j), the rows of this
- * projection only. A float checkpoint (transformers' own save): "<proj>" [E][C][R], transposed
- * and de-interleaved into a copy of its dtype. */
-static hm_status gptoss_expert(hm_model *m, hm_moe_matrix *mm, uint32_t *type, uint64_t rows,
-                               uint64_t cols, int p, unsigned il, unsigned e) {
-    const int64_t E = m->hp.n_experts, R = p < 2 ? 2 * (int64_t)rows : (int64_t)rows;
-    const int64_t C = (int64_t)cols;
-    const char *proj = p < 2 ? "gate_up_proj" : "down_proj";
-    char bn[160], sn[160];
-    snprintf(bn, sizeof bn, "model.layers.%u.mlp.experts.%s_blocks", il, proj);
-    snprintf(sn, sizeof sn, "model.layers.%u.mlp.experts.%s_scales", il, proj);
-    const hm_st_tensor *b = hm_st_find(m->st, bn), *s = hm_st_find(m->st, sn);
-    hm_status st;
+/* Routed expert e's projection p (HM_GPTOSS_GATE, _UP, _DOWN) of a gpt-oss Hugging Face
+ * checkpoint (arch/gptoss.h), as a matrix of `rows` rows (the columns hm_gptoss_experts_find
+ * checked against the hyper-parameters): the released MXFP4 blocks and scales
+ * repacked into GGUF's MXFP4 blocks (hm_mxfp4_from_ocp), or transformers' float save transposed
+ * into a copy of its dtype; the rows of this projection only (gate and up are interleaved). */
+static hm_status gptoss_expert(hm_model *m, hm_moe_matrix *mm, uint32_t *type, uint64_t rows, int p,
+                               unsigned il, unsigned e) {
+    hm_gptoss_experts x;
+    hm_status st = hm_gptoss_experts_find(m->st, m->path, &m->hp, il, p, false, &x);
+    if (st) return st;
+    const size_t R = (size_t)x.rows_packed, C = (size_t)x.cols;
     uint32_t t = HM_TYPE_MXFP4;
-    /* packed row of this projection's row r */
-#define GPTOSS_ROW(r) (p == 0 ? 2 * (r) : p == 1 ? 2 * (r) + 1 : (r))
-    if (b) {
-        if (!s)
-            return hm_errorf(HM_ERR_NOT_FOUND, "%s: tensor '%s' is missing (with '%s')", m->path,
-                             sn, bn);
-        if (C % 32)
-            return hm_errorf(HM_ERR_FORMAT, "%s: '%s': %lld inputs are not whole 32-blocks",
-                             m->path, bn, (long long)C);
-        const int64_t G = C / 32, wb[4] = {E, R, G, 16}, ws[3] = {E, R, G};
-        if ((st = st_shape(m, b, HM_ST_U8, 4, wb)) || (st = st_shape(m, s, HM_ST_U8, 3, ws)))
-            return st;
+    if (x.blocks) {
+        const size_t G = C / 32;
         if (!m->checking) {
-            uint8_t *out = own_bytes(m, (size_t)rows * (size_t)G * 17);
+            hm_block_mxfp4 *out = own_bytes(m, rows * G * sizeof *out);
             if (!out) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
             for (uint64_t r = 0; r < rows; r++) {
-                const size_t pr = (size_t)e * (size_t)R + (size_t)GPTOSS_ROW(r);
-                const uint8_t *q = (const uint8_t *)b->data + pr * (size_t)G * 16;
-                const uint8_t *sc = (const uint8_t *)s->data + pr * (size_t)G;
-                for (int64_t g = 0; g < G; g++, q += 16) {
-                    uint8_t *o = out + ((size_t)r * (size_t)G + (size_t)g) * 17;
-                    o[0] = sc[g];
-                    for (int j = 0; j < 16; j++) {
-                        const int a = j, c = j + 16; /* values j and j + 16 */
-                        const uint8_t lo = (uint8_t)((q[a >> 1] >> ((a & 1) * 4)) & 15);
-                        const uint8_t hi = (uint8_t)((q[c >> 1] >> ((c & 1) * 4)) & 15);
-                        o[1 + j] = (uint8_t)(lo | hi << 4);
-                    }
-                }
+                const size_t pr = (size_t)e * R + (size_t)hm_gptoss_row(p, r);
+                hm_mxfp4_from_ocp((const uint8_t *)x.blocks->data + pr * G * 16,
+                                  (const uint8_t *)x.scales->data + pr * G, (int64_t)G,
+                                  out + r * G);
             }
             mm->data = out;
         }
-        mm->row_bytes = (size_t)G * 17;
+        mm->row_bytes = G * sizeof(hm_block_mxfp4);
     } else {
-        char fn[160];
-        snprintf(fn, sizeof fn, "model.layers.%u.mlp.experts.%s", il, proj);
-        const hm_st_tensor *f = hm_st_find(m->st, fn);
-        if (!f)
-            return hm_errorf(HM_ERR_NOT_FOUND,
-                             "%s: the experts' tensor '%s' (MXFP4, with '%s') or '%s' is missing",
-                             m->path, bn, sn, fn);
-        if ((st = st_type(f, &t))) return hm_error_prefix(st, "%s", m->path);
-        const int64_t want[3] = {E, C, R};
-        if ((st = st_shape(m, f, f->dtype, 3, want))) return st;
-        const size_t es = hm_st_dtype_size(f->dtype);
+        if ((st = st_type(x.w, &t))) return hm_error_prefix(st, "%s", m->path);
+        const size_t es = hm_st_dtype_size(x.w->dtype);
         if (!m->checking) {
-            uint8_t *out = own_bytes(m, (size_t)rows * (size_t)C * es);
+            uint8_t *out = own_bytes(m, rows * C * es);
             if (!out) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
-            const uint8_t *src = (const uint8_t *)f->data + (size_t)e * (size_t)C * (size_t)R * es;
+            const uint8_t *src = (const uint8_t *)x.w->data + (size_t)e * C * R * es;
             for (uint64_t r = 0; r < rows; r++)
-                for (int64_t c = 0; c < C; c++)
-                    memcpy(out + ((size_t)r * (size_t)C + (size_t)c) * es,
-                           src + ((size_t)c * (size_t)R + (size_t)GPTOSS_ROW(r)) * es, es);
+                for (size_t c = 0; c < C; c++)
+                    memcpy(out + (r * C + c) * es, src + (c * R + hm_gptoss_row(p, r)) * es, es);
             mm->data = out;
         }
-        mm->row_bytes = (size_t)C * es;
+        mm->row_bytes = C * es;
     }
-#undef GPTOSS_ROW
     if (e > 0 && t != *type)
         return hm_errorf(HM_ERR_UNSUPPORTED, "%s: layer %u's experts mix types", m->path, il);
     *type = t;
@@ -461,29 +393,21 @@ static hm_status gptoss_expert(hm_model *m, hm_moe_matrix *mm, uint32_t *type, u
     return HM_OK;
 }
 
-/* Routed expert e's bias of projection p (0 gate, 1 up, 2 down) of a gpt-oss Hugging Face
- * checkpoint: "gate_up_proj_bias" [E][2I] (interleaved) or "down_proj_bias" [E][H], as floats */
+/* Routed expert e's bias of projection p of a gpt-oss Hugging Face checkpoint: its row of
+ * "gate_up_proj_bias" [E][2I] (gate and up interleaved) or "down_proj_bias" [E][H], as floats */
 static hm_status gptoss_expert_bias(hm_model *m, const float **out, uint64_t n, int p, unsigned il,
                                     unsigned e) {
-    char name[160];
-    snprintf(name, sizeof name, "model.layers.%u.mlp.experts.%s", il,
-             p < 2 ? "gate_up_proj_bias" : "down_proj_bias");
-    const hm_st_tensor *t = hm_st_find(m->st, name);
-    if (!t)
-        return hm_errorf(HM_ERR_NOT_FOUND, "%s: tensor '%s' is missing (needed by gpt_oss)",
-                         m->path, name);
+    hm_gptoss_experts x;
+    hm_status st = hm_gptoss_experts_find(m->st, m->path, &m->hp, il, p, true, &x);
     uint32_t type = HM_TYPE_F32;
-    hm_status st = st_type(t, &type);
-    if (st) return hm_error_prefix(st, "%s", m->path);
-    const int64_t R = p < 2 ? 2 * (int64_t)n : (int64_t)n, want[2] = {m->hp.n_experts, R};
-    if ((st = st_shape(m, t, t->dtype, 2, want)) || m->checking) return st;
+    if (st || (st = st_type(x.bias, &type)) || m->checking) return st;
     float *f = own_floats(m, n);
     if (!f) return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
     for (uint64_t i = 0; i < n; i++) {
-        const size_t at = (size_t)e * (size_t)R + (p == 0 ? 2 * i : p == 1 ? 2 * i + 1 : i);
-        f[i] = type == HM_TYPE_F32    ? ((const float *)t->data)[at]
-               : type == HM_TYPE_BF16 ? hm_bf16_to_f32(((const uint16_t *)t->data)[at])
-                                      : hm_f16_to_f32(((const uint16_t *)t->data)[at]);
+        const size_t at = (size_t)e * (size_t)x.rows_packed + (size_t)hm_gptoss_row(p, i);
+        f[i] = type == HM_TYPE_F32    ? ((const float *)x.bias->data)[at]
+               : type == HM_TYPE_BF16 ? hm_bf16_to_f32(((const uint16_t *)x.bias->data)[at])
+                                      : hm_f16_to_f32(((const uint16_t *)x.bias->data)[at]);
     }
     *out = f;
     return HM_OK;
@@ -661,12 +585,12 @@ static hm_status bind_qwen3moe(hm_model *m) {
         const bool oss_hf = hp->arch == HM_ARCH_GPTOSS && !is_gguf(m);
         for (unsigned e = 0; e < E && oss_hf; e++) {
             hm_moe_expert *x = &L->experts[e];
-            if ((st = gptoss_expert(m, &x->gate, &L->expert_type[0], FE, H, 0, il, e)) ||
-                (st = gptoss_expert(m, &x->up, &L->expert_type[1], FE, H, 1, il, e)) ||
-                (st = gptoss_expert(m, &x->down, &L->expert_type[2], H, FE, 2, il, e)) ||
-                (st = gptoss_expert_bias(m, &x->gate_bias, FE, 0, il, e)) ||
-                (st = gptoss_expert_bias(m, &x->up_bias, FE, 1, il, e)) ||
-                (st = gptoss_expert_bias(m, &x->down_bias, H, 2, il, e)))
+            if ((st = gptoss_expert(m, &x->gate, &L->expert_type[0], FE, HM_GPTOSS_GATE, il, e)) ||
+                (st = gptoss_expert(m, &x->up, &L->expert_type[1], FE, HM_GPTOSS_UP, il, e)) ||
+                (st = gptoss_expert(m, &x->down, &L->expert_type[2], H, HM_GPTOSS_DOWN, il, e)) ||
+                (st = gptoss_expert_bias(m, &x->gate_bias, FE, HM_GPTOSS_GATE, il, e)) ||
+                (st = gptoss_expert_bias(m, &x->up_bias, FE, HM_GPTOSS_UP, il, e)) ||
+                (st = gptoss_expert_bias(m, &x->down_bias, H, HM_GPTOSS_DOWN, il, e)))
                 return st;
         }
         for (unsigned e = 0; e < E && !oss_hf; e++) {

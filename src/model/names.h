@@ -20,6 +20,10 @@ enum {
      * the v rows (converter only: the loader reads kv_b_proj as attn_kv_b) */
     HM_MAP_KV_B_K = 8,
     HM_MAP_KV_B_V = 16,
+    /* gpt-oss's experts (3-D) or their biases (2-D) from the fused gate_up_proj / down_proj, as
+     * released (MXFP4 blocks and scales) or as transformers saves them (arch/gptoss.h);
+     * `part` is the projection (HM_GPTOSS_GATE, _UP, _DOWN) */
+    HM_MAP_GPTOSS = 32,
 };
 
 typedef struct hm_name_map {

@@ -206,6 +206,17 @@ void hm_dequantize_row_mxfp4(const hm_block_mxfp4 *x, float *y, int64_t k) {
     }
 }
 
+void hm_mxfp4_from_ocp(const uint8_t *qs, const uint8_t *e, int64_t nb, hm_block_mxfp4 *out) {
+    for (int64_t b = 0; b < nb; b++, qs += 16) {
+        out[b].e = e[b];
+        for (int j = 0; j < 16; j++) { /* value j: nibble j % 2 of byte j / 2; j + 16 likewise */
+            const uint8_t lo = (uint8_t)((qs[j >> 1] >> ((j & 1) * 4)) & 15);
+            const uint8_t hi = (uint8_t)((qs[(j + 16) >> 1] >> ((j & 1) * 4)) & 15);
+            out[b].qs[j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
 /* ================================================================ FP8 E4M3 */
 
 float hm_fp8_e4m3_to_f32(uint8_t v) {

@@ -112,6 +112,12 @@ hm_status hm_fp8_to_b128_tiles(const uint8_t *w, const float *scale_inv, int64_t
 hm_status hm_fp8_to_b128_channel(const uint8_t *w, const float *scale, int64_t rows, int64_t cols,
                                  void *out);
 
+/* MXFP4 as the OCP MX checkpoints store it (gpt-oss on Hugging Face: "*_blocks" of 16 bytes per
+ * 32 values, values 2j and 2j + 1 in the low and high nibbles of byte j, and the E8M0 exponents
+ * apart in "*_scales") -> nb GGUF MXFP4 blocks (the exponent, then values j and j + 16 in byte j).
+ * A bit-exact repack: no value changes. */
+void hm_mxfp4_from_ocp(const uint8_t *qs, const uint8_t *e, int64_t nb, hm_block_mxfp4 *out);
+
 /* ---- quantization (weights; the activation quantizers are in src/cpu) ------------------------ */
 
 bool hm_quantize_supported(uint32_t type);
