@@ -143,6 +143,14 @@ HM_HD int hm_hd_q3_scale(const uint8_t *s, int j) {
 HM_HD void hm_dq32_f32(const void *row, int64_t c, float out[32]) {
     const float *x = (const float *)row + 32 * c;
 #ifdef __CUDA_ARCH__
+    if (((uintptr_t)x & 15) == 0) { /* eight 16-byte loads */
+        HM_HD_UNROLL
+        for (int l = 0; l < 8; l++) {
+            const float4 v = ((const float4 *)x)[l];
+            out[4 * l] = v.x, out[4 * l + 1] = v.y, out[4 * l + 2] = v.z, out[4 * l + 3] = v.w;
+        }
+        return;
+    }
     HM_HD_UNROLL
     for (int l = 0; l < 32; l++) out[l] = x[l];
 #else
@@ -150,12 +158,35 @@ HM_HD void hm_dq32_f32(const void *row, int64_t c, float out[32]) {
 #endif
 }
 
+/* F16, BF16: the 64 bytes as four 16-byte loads where they are 16-byte aligned */
+#ifdef __CUDA_ARCH__
+#define HM_DQ32_U16(row, c, out, conv)                                                             \
+    do {                                                                                           \
+        const uint16_t *h_ = (const uint16_t *)(row) + 32 * (c);                                   \
+        if (((uintptr_t)h_ & 15) == 0) {                                                           \
+            HM_HD_UNROLL                                                                           \
+            for (int l = 0; l < 4; l++) {                                                          \
+                const uint4 v = ((const uint4 *)h_)[l];                                            \
+                const uint32_t w[4] = {v.x, v.y, v.z, v.w};                                        \
+                HM_HD_UNROLL                                                                       \
+                for (int e = 0; e < 8; e++)                                                        \
+                    (out)[8 * l + e] = conv((uint16_t)(w[e >> 1] >> (16 * (e & 1))));              \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+#else
+#define HM_DQ32_U16(row, c, out, conv) ((void)0)
+#endif
+
 HM_HD void hm_dq32_f16(const void *row, int64_t c, float out[32]) {
+    HM_DQ32_U16(row, c, out, hm_hd_f16_to_f32);
     HM_HD_UNROLL
     for (int l = 0; l < 32; l++) out[l] = hm_hd_f16_to_f32(hm_hd_ld_u16(row, 32 * c + l));
 }
 
 HM_HD void hm_dq32_bf16(const void *row, int64_t c, float out[32]) {
+    HM_DQ32_U16(row, c, out, hm_hd_bf16_to_f32);
     HM_HD_UNROLL
     for (int l = 0; l < 32; l++) out[l] = hm_hd_bf16_to_f32(hm_hd_ld_u16(row, 32 * c + l));
 }

@@ -20,14 +20,24 @@ template <int T> __device__ __forceinline__ float elem(const uint8_t *row, int64
 // Activations are staged in shared memory when they fit (MV_SMEM): 33 floats per 32-value
 // chunk, so that the lanes of a warp, each on its own chunk, read 32 different banks (unpadded,
 // every lane would hit the same bank; from global memory every lane its own cache line).
-enum { MV_WARPS = 8, MV_RPW = 4, MV_ROWS = MV_WARPS * MV_RPW, MV_SMEM = 48 * 1024 };
+// A warp computes rpw rows one after another (rows per block MV_WARPS * rpw): one where that
+// still gives MV_BLOCKS blocks, so that a decode step's small matrices (a layer's k, v, router,
+// an expert's rows) spread over every SM with as many loads in flight as there are rows; up to
+// MV_RPW_MAX for large ones (the output head), whose blocks each stage the activations once.
+enum { MV_WARPS = 8, MV_RPW_MAX = 4, MV_BLOCKS = 1024, MV_SMEM = 48 * 1024 };
+
+static int mv_rpw(int64_t rows) {
+    const int64_t r = rows / ((int64_t)MV_WARPS * MV_BLOCKS);
+    return r < 1 ? 1 : (r > MV_RPW_MAX ? MV_RPW_MAX : (int)r);
+}
 
 // element j of an activation row: padded in shared memory, plain in global
 template <bool SH> __device__ __forceinline__ int64_t xi(int64_t j) {
     return SH ? (j >> 5) * 33 + (j & 31) : j;
 }
 
-// acc[t] = row . x[t] for t < n (n <= NT), by one warp; the sums are in every lane
+// acc[t] = row . x[t] for t < n (n <= NT), by one warp; the sums are in every lane. Float rows
+// whose length is a multiple of 32 take the chunk path as the block formats do.
 template <int T, int NT, bool SH>
 __device__ __forceinline__ void row_dot(const uint8_t *__restrict__ row, int64_t cols,
                                         const float *__restrict__ x, int64_t xs, int n,
@@ -35,7 +45,9 @@ __device__ __forceinline__ void row_dot(const uint8_t *__restrict__ row, int64_t
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    if (HM_CU_FLOAT(T)) {
+    if (HM_CU_FLOAT(T) && (cols & 31)) {
+        /* one value per lane: rows of any length (a lane per 32-value chunk below issues its 32
+         * loads at once, where this loop waits for each) */
         for (int64_t j = lane; j < cols; j += 32) {
             const float v = elem<T>(row, j);
 #pragma unroll
@@ -72,17 +84,17 @@ __device__ __forceinline__ void stage_x(float *xsh, int64_t xst, const float *__
     __syncthreads();
 }
 
-// MV_ROWS rows per block, MV_RPW per warp (consecutive warps on consecutive rows)
+// MV_WARPS * rpw rows per block, rpw per warp (consecutive warps on consecutive rows)
 template <int T, int NT, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_k(hm_cu_w w, const float *__restrict__ x, int64_t xs, int n, float *__restrict__ y,
-             int64_t ys) {
+             int64_t ys, int rpw) {
     extern __shared__ float xsh[];
     const int64_t xst = (w.cols + 31) / 32 * 33;
     if (SH) stage_x(xsh, xst, x, xs, n, w.cols);
     const int warp = threadIdx.x >> 5;
-    for (int q = 0; q < MV_RPW; q++) {
-        const int64_t r = (int64_t)blockIdx.x * MV_ROWS + q * MV_WARPS + warp;
+    for (int q = 0; q < rpw; q++) {
+        const int64_t r = ((int64_t)blockIdx.x * rpw + q) * MV_WARPS + warp;
         if (r >= w.rows) break;
         float acc[NT];
         row_dot<T, NT, SH>((const uint8_t *)w.data + r * (int64_t)w.row_bytes, w.cols, SH ? xsh : x,
@@ -97,22 +109,22 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 template <int T, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_exp_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
-                 int64_t xs, int x_div, float *__restrict__ y, int64_t ys) {
+                 int64_t xs, int x_div, float *__restrict__ y, int64_t ys, int rpw) {
     extern __shared__ float xsh[];
     const int p = blockIdx.y;
     const int id = ids[p];
     const int warp = threadIdx.x >> 5;
     if (id < 0) { /* an expert on the CPU */
-        for (int q = 0; q < MV_RPW; q++) {
-            const int64_t r = (int64_t)blockIdx.x * MV_ROWS + q * MV_WARPS + warp;
+        for (int q = 0; q < rpw; q++) {
+            const int64_t r = ((int64_t)blockIdx.x * rpw + q) * MV_WARPS + warp;
             if (r < w.rows && (threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = 0.0f;
         }
         return;
     }
     const float *xp = x + (int64_t)(p / x_div) * xs;
     if (SH) stage_x(xsh, 0, xp, 0, 1, w.cols);
-    for (int q = 0; q < MV_RPW; q++) {
-        const int64_t r = (int64_t)blockIdx.x * MV_ROWS + q * MV_WARPS + warp;
+    for (int q = 0; q < rpw; q++) {
+        const int64_t r = ((int64_t)blockIdx.x * rpw + q) * MV_WARPS + warp;
         if (r >= w.rows) break;
         const uint8_t *row =
             (const uint8_t *)w.data + (size_t)id * w.estride + r * (int64_t)w.row_bytes;
@@ -161,12 +173,13 @@ static size_t mv_smem(int64_t cols, int n) {
 template <int T, int NT>
 static void matvec_nt(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
                       cudaStream_t s) {
-    const dim3 grid((unsigned)((w->rows + MV_ROWS - 1) / MV_ROWS));
+    const int rpw = mv_rpw(w->rows), per = MV_WARPS * rpw;
+    const dim3 grid((unsigned)((w->rows + per - 1) / per));
     const size_t sm = mv_smem(w->cols, n);
     if (sm <= MV_SMEM)
-        matvec_k<T, NT, true><<<grid, MV_WARPS * 32, sm, s>>>(*w, x, xs, n, y, ys);
+        matvec_k<T, NT, true><<<grid, MV_WARPS * 32, sm, s>>>(*w, x, xs, n, y, ys, rpw);
     else
-        matvec_k<T, NT, false><<<grid, MV_WARPS * 32, 0, s>>>(*w, x, xs, n, y, ys);
+        matvec_k<T, NT, false><<<grid, MV_WARPS * 32, 0, s>>>(*w, x, xs, n, y, ys, rpw);
 }
 
 template <int T>
@@ -205,7 +218,9 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
                                             int64_t ys, cudaStream_t stream) {
     if (n_pairs <= 0 || w->rows <= 0) return cudaSuccess;
     if (x_div < 1 || (!HM_CU_FLOAT(w->type) && w->cols % 32)) return cudaErrorInvalidValue;
-    const unsigned gx = (unsigned)((w->rows + MV_ROWS - 1) / MV_ROWS);
+    /* the pairs multiply the blocks: rows per warp as the matrix of all of them would have */
+    const int rpw = mv_rpw(w->rows * (n_pairs < 64 ? n_pairs : 64)), per = MV_WARPS * rpw;
+    const unsigned gx = (unsigned)((w->rows + per - 1) / per);
     const size_t sm = mv_smem(w->cols, 1);
     const bool sh = sm <= MV_SMEM;
     // at most 65535 pairs per launch (grid y); x_div divides the chunk so tokens stay aligned
@@ -221,10 +236,10 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
     case t:                                                                                        \
         if (sh)                                                                                    \
             matvec_exp_k<t, true>                                                                  \
-                <<<grid, MV_WARPS * 32, sm, stream>>>(*w, id, xp, xs, x_div, yp, ys);              \
+                <<<grid, MV_WARPS * 32, sm, stream>>>(*w, id, xp, xs, x_div, yp, ys, rpw);         \
         else                                                                                       \
             matvec_exp_k<t, false>                                                                 \
-                <<<grid, MV_WARPS * 32, 0, stream>>>(*w, id, xp, xs, x_div, yp, ys);               \
+                <<<grid, MV_WARPS * 32, 0, stream>>>(*w, id, xp, xs, x_div, yp, ys, rpw);          \
         break;
             HM_CU_TYPES(X)
 #undef X

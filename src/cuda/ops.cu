@@ -225,7 +225,7 @@ extern "C" cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, 
 // One block per (token, query head) and range of positions: the positions in chunks of ATT_T,
 // one per thread for the scores, an online softmax across chunks (twins.h), each thread
 // accumulating head dims tid, tid + ATT_T, ... of the output.
-enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT = 256 };
+enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT = 256, ATT_KU = 8 };
 
 // q (in shared memory) against positions [p0, p1) of one cache head: the running state and the
 // unnormalized accumulators of this thread's dims
@@ -237,17 +237,28 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
     const int vd = kv.v_dim ? kv.v_dim : hd;
     for (int c0 = p0; c0 < p1; c0 += ATT_T) {
         // the chunk's scores: a warp per position, its lanes over the head dims (coalesced
-        // reads of a key row), into pe
-        for (int pp = warp; pp < ATT_T; pp += ATT_T / 32) {
-            const int p = c0 + pp;
-            float dot = 0.0f;
-            if (p < p1) {
-                const size_t kr = base + (size_t)p * hd;
-                for (int d = lane; d < hd; d += 32)
-                    dot = fmaf(qs[d], kv_get<F16>(kv.k, kr + d), dot);
+        // reads of a key row), into pe. A warp takes ATT_KU positions at a time so that their
+        // key reads are in flight together (positions past p1 read row p1 - 1 and are dropped).
+        for (int pp0 = warp * ATT_KU; pp0 < ATT_T; pp0 += ATT_T / 32 * ATT_KU) {
+            float dot[ATT_KU];
+            size_t kr[ATT_KU];
+#pragma unroll
+            for (int u = 0; u < ATT_KU; u++) {
+                const int p = c0 + pp0 + u;
+                dot[u] = 0.0f;
+                kr[u] = base + (size_t)(p < p1 ? p : p1 - 1) * hd;
             }
-            dot = hm_warp_sum(dot);
-            if (lane == 0) pe[pp] = p < p1 ? dot * scale : -INFINITY;
+            for (int d = lane; d < hd; d += 32) {
+                const float qd = qs[d];
+#pragma unroll
+                for (int u = 0; u < ATT_KU; u++)
+                    dot[u] = fmaf(qd, kv_get<F16>(kv.k, kr[u] + d), dot[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < ATT_KU; u++) {
+                const float v = hm_warp_sum(dot[u]);
+                if (lane == 0) pe[pp0 + u] = c0 + pp0 + u < p1 ? v * scale : -INFINITY;
+            }
         }
         __syncthreads();
         const int p = c0 + tid;
@@ -264,8 +275,9 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
             const int d = tid + j * ATT_T;
             if (d >= vd) break;
             float v = acc[j] * f;
-            size_t vr = base + (size_t)c0 * hd + d;
-            for (int m = 0; m < np; m++, vr += hd) v = fmaf(pe[m], kv_get<F16>(kv.v, vr), v);
+            const size_t vr = base + (size_t)c0 * hd + d;
+#pragma unroll 8
+            for (int m = 0; m < np; m++) v = fmaf(pe[m], kv_get<F16>(kv.v, vr + (size_t)m * hd), v);
             acc[j] = v;
         }
         __syncthreads(); // pe is rewritten by the next chunk
