@@ -160,6 +160,8 @@ typedef enum hm_place_strategy {
 } hm_place_strategy;
 
 #define HM_GPU_EXPERTS_FIT (-1)
+#define HM_PREFILL_STREAM_AUTO 0
+#define HM_PREFILL_STREAM_OFF (-1)
 
 typedef struct hm_ctx_params {
     hm_device device;
@@ -196,6 +198,13 @@ typedef struct hm_ctx_params {
      * (--defer K; expert deferral: the CPU's work overlaps the GPU's; the logits change, see
      * bench/RESULTS.md). 0 (the default): off; never past a layer without CPU experts. */
     int defer;
+    /* HM_DEVICE_CUDA with routed experts on the CPU: layerwise prefill. A batch of at least this
+     * many tokens streams each layer's CPU experts to the GPU (double-buffered, the copy of one
+     * layer overlapping the compute of the one before) and computes them there instead of
+     * handing them to the CPU. HM_PREFILL_STREAM_AUTO (0, the default): the threshold at which
+     * the copy of a layer's CPU experts takes as long as the CPU would, from both measured when
+     * the context is made; HM_PREFILL_STREAM_OFF: never (--gpu-prefill-threshold). */
+    int gpu_prefill_threshold;
     bool pin_caller; /* pin the calling thread to participant 0's core (it computes as one of the
                         pool's threads; unpinned, the OS may stack it on a worker's core) */
     /* AMX prefill: keep a second copy of the routed experts as int8 tile units (~1 byte per
@@ -316,6 +325,8 @@ typedef struct hm_ctx_perf {
      * wait: an upper bound), layers handed off, and of them those the GPU waited for */
     double hyb_gpu_wait_s, hyb_cpu_span_s;
     uint64_t hyb_layers, hyb_blocked;
+    /* layerwise prefill: layers whose CPU experts were streamed to the GPU, and their bytes */
+    uint64_t hyb_streamed, hyb_stream_bytes;
 } hm_ctx_perf;
 
 const char *hm_prof_name(int part); /* "embedding", "norms+residual", ... */

@@ -242,22 +242,34 @@ static void kl_rows(const float *a, const float *b, int n, int V, double *mean, 
 }
 
 /* logits of every position of prompt i of a model file, whole prompt in one batch (or one token
- * at a time) on device dev */
-static bool gguf_logits_as(const char *path, const fixture *f, int i, hm_device dev, bool one,
-                           int gpu_experts, bool bf16, float *out) {
+ * at a time) on device dev; stream: --gpu-prefill-threshold (*streamed: the layers it streamed) */
+static bool gguf_logits_stream(const char *path, const fixture *f, int i, hm_device dev, bool one,
+                               int gpu_experts, bool bf16, int stream, uint64_t *streamed,
+                               float *out) {
     hm_model *m = NULL;
     hm_ctx *c = NULL;
     hm_ctx_params cp = hm_ctx_default_params();
     cp.device = dev, cp.n_ctx = 64, cp.n_batch = 64, cp.n_threads = 2, cp.no_amx = true;
-    cp.gpu_experts = gpu_experts, cp.gpu_bf16 = bf16;
+    cp.gpu_experts = gpu_experts, cp.gpu_bf16 = bf16, cp.gpu_prefill_threshold = stream;
     bool ok = hm_model_load(path, &m) == HM_OK && hm_ctx_create(m, &cp, &c) == HM_OK;
     for (int k = 0; ok && one && k < f->len[i]; k++)
         ok = hm_ctx_decode(c, f->prompt[i] + k, NULL, 1, NULL, out + (size_t)k * f->vocab) == HM_OK;
     if (ok && !one) ok = hm_ctx_decode(c, f->prompt[i], NULL, f->len[i], NULL, out) == HM_OK;
     if (!ok) fprintf(stderr, "%s: %s\n", path, hm_last_error());
+    if (ok && streamed) {
+        hm_ctx_perf pf;
+        hm_ctx_perf_get(c, &pf);
+        *streamed = pf.hyb_streamed;
+    }
     hm_ctx_free(c);
     hm_model_free(m);
     return ok;
+}
+
+static bool gguf_logits_as(const char *path, const fixture *f, int i, hm_device dev, bool one,
+                           int gpu_experts, bool bf16, float *out) {
+    return gguf_logits_stream(path, f, i, dev, one, gpu_experts, bf16, HM_PREFILL_STREAM_OFF, NULL,
+                              out);
 }
 
 static bool gguf_logits(const char *path, const fixture *f, int i, hm_device dev, bool one,
@@ -307,7 +319,9 @@ static void check_defer(const char *name) {
  * as F32, the fixtures' 1e-3. The tensor-core path (whole prompt; weights and activations
  * rounded to half) and the hybrid placement (the CPU's experts quantize their activations as
  * the CPU does, without AMX here) within KL bounds of that reference; so is --gpu-dtype bf16
- * (non-expert weights rounded to BF16; batches with BF16 activations on cuBLAS). */
+ * (non-expert weights rounded to BF16; batches with BF16 activations on cuBLAS); so is layerwise
+ * prefill (the CPU's experts streamed to the GPU and computed on its tiles), with none or one
+ * expert per layer resident. */
 static void check_quantized_gpu(int type, int experts_type) {
     fixture f;
     CHECK(load_fixture("q", &f));
@@ -326,17 +340,27 @@ static void check_quantized_gpu(int type, int experts_type) {
     for (int i = 0; i < f.n_prompts; i++) {
         if (!gguf_logits(fpath, &f, i, HM_DEVICE_CPU, false, HM_GPU_EXPERTS_FIT, lf)) break;
         const size_t nv = (size_t)f.len[i] * (size_t)V;
-        for (int k = 0; k < 6; k++) { /* matvec, tiles, hybrid matvec, hybrid tiles, bf16 x 2 */
-            const bool one = !(k & 1), hyb = k == 2 || k == 3, bf16 = k >= 4;
-            CHECK(gguf_logits_as(path, &f, i, HM_DEVICE_CUDA, one, hyb ? 1 : HM_GPU_EXPERTS_FIT,
-                                 bf16, lg));
+        /* matvec, tiles, hybrid matvec, hybrid tiles, bf16 x 2, streamed with 1 and 0 resident
+         * (from 9 tokens: the smallest batch on the tiles) */
+        for (int k = 0; k < 8; k++) {
+            const bool lw = k >= 6, one = !(k & 1) && !lw, hyb = k == 2 || k == 3 || lw,
+                       bf16 = k == 4 || k == 5;
+            uint64_t streamed = 0;
+            CHECK(gguf_logits_stream(path, &f, i, HM_DEVICE_CUDA, one,
+                                     k == 7 ? 0 : (hyb ? 1 : HM_GPU_EXPERTS_FIT), bf16,
+                                     lw ? 9 : HM_PREFILL_STREAM_OFF, &streamed, lg));
+            if (lw && f.len[i] >= 9)
+                CHECK_MSG(streamed > 0, "cuda %s/%s: a prompt of %d tokens streamed no layer",
+                          hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
+                          f.len[i]);
             double km, kx;
             kl_rows(lf, lg, f.len[i], V, &km, &kx);
             const double e = rel_err(lg, lf, nv);
-            printf("  cuda %s/%s %s%s%s vs exact kernels on the same weights, prompt %d: rel "
+            printf("  cuda %s/%s %s%s%s%s vs exact kernels on the same weights, prompt %d: rel "
                    "%.2e, KL mean %.2e max %.2e\n",
                    hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
-                   one ? "matvec" : "tensor cores", hyb ? " hybrid" : "", bf16 ? " bf16" : "", i, e,
+                   one ? "matvec" : "tensor cores", hyb ? " hybrid" : "", bf16 ? " bf16" : "",
+                   lw ? (k == 7 ? " streamed (0 resident)" : " streamed (1 resident)") : "", i, e,
                    km, kx);
             if (k == 0)
                 CHECK_MSG(e <= 1e-3, "cuda %s/%s matvec: rel error %.3g",
@@ -986,7 +1010,10 @@ static void check_kernels(void) {
         const int64_t blk = hm_type_get(t)->block;
         check_matvec(t, 37, blk == 1 ? 75 : blk * 3);
         check_matvec(t, 5, blk == 1 ? 1000 : (blk < 128 ? 1024 : 1280));
+        if (blk == 1) check_matvec(t, 19, 96); /* float rows read 32 values per lane */
     }
+    /* enough rows that a warp takes several (the output head's shape) */
+    check_matvec(HM_TYPE_Q4_0, 17001, 64);
     CHECK(!hm_cu_type_ok(HM_TYPE_Q8_K) && !hm_cu_type_ok(HM_TYPE_IQ2_XXS) && !hm_cu_type_ok(9999));
     check_bias_gated_add();
     check_top_candidates();

@@ -2,6 +2,7 @@
  * layer 1 dense, 8 experts): counts per layer from --gpu-experts and from byte budgets under every
  * strategy, which experts each strategy picks, rules by tensor-name regex, the activation-count
  * file, and bad input. */
+#include <limits.h>
 #include <math.h>
 #include <unistd.h>
 
@@ -57,8 +58,23 @@ static void check_defer_split(void) {
         }
 }
 
+/* layerwise prefill's threshold: where the copy of a layer's CPU experts and the CPU's time for
+ * the batch meet */
+static void check_stream_threshold(void) {
+    /* 350 MB at 25 GB/s (14 ms) against 48000 tokens/s through one layer: 672 tokens */
+    CHECK(hm_place_stream_threshold(0.014, 48000.0, 9) == 672);
+    CHECK(hm_place_stream_threshold(0.0141, 48000.0, 9) == 677); /* rounded up */
+    CHECK(hm_place_stream_threshold(1e-6, 48000.0, 9) == 9);     /* never below the floor */
+    CHECK(hm_place_stream_threshold(0.0, 48000.0, 64) == 64);
+    CHECK(hm_place_stream_threshold(0.01, 0.0, 9) == INT_MAX); /* no rate: never */
+    CHECK(hm_place_stream_threshold(0.01, NAN, 9) == INT_MAX);
+    CHECK(hm_place_stream_threshold(-1.0, 1000.0, 9) == INT_MAX);
+    CHECK(hm_place_stream_threshold(1e9, 1e9, 9) == INT_MAX);
+}
+
 int main(void) {
     check_defer_split();
+    check_stream_threshold();
     hm_model *m = NULL;
     CHECK_OK(hm_model_load(HMOE_SOURCE_DIR "/tests/data/qwen3moe/b", &m));
     if (!m) return test_done("place");

@@ -13,6 +13,8 @@
  * so a model that does not fit is refused with the numbers before anything is copied. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,25 @@ struct hm_cuda_ctx {
     float *h_def, *d_x, *d_w; /* the deferred experts' sum, and their own input and weights */
     int def_pend;
     void *h_defb;
+    /* layerwise prefill: a batch of stream_min or more tokens (0: never) computes each layer's
+     * CPU experts on the GPU, from copies streamed on the copy stream cs into lw_buf[j % 2] (j:
+     * the layer's place among the n_lw layers with CPU experts, lw_order / lw_idx). The copy of
+     * layer j + 1 waits until layer j - 1's compute has released its buffer (lw_free), the
+     * compute of layer j for its copy (lw_ready). cslot_of: an expert's place among its layer's
+     * CPU experts (-1: on the GPU); lw_w: a layer's CPU experts as the buffer holds them (data:
+     * the offset in it). lw_bad: the experts cannot stream (biases, or a type without tiles). */
+    int prefill_stream; /* hm_cuda_ctx_params' */
+    int stream_min;
+    bool lw_on, lw_bad;
+    int n_lw;
+    int *lw_order, *lw_idx;
+    int32_t *cslot_of;
+    hm_cu_w *lw_w;
+    uint8_t *lw_buf[2];
+    size_t lw_cap, lw_full; /* the largest layer's CPU experts; all its experts */
+    cudaStream_t cs;
+    cudaEvent_t lw_ready[2], lw_free[2];
+    uint64_t lw_layers, lw_bytes;
     hyb_cb *cb; /* [n_layers] */
     int cur_n;  /* tokens of the step in flight (read by the host functions) */
     /* the hand-off's times since the last hm_cuda_ctx_hybrid_times, written by the host
@@ -254,26 +275,36 @@ static hm_status put_floats(hm_cuda_ctx *c, const float *h, size_t n, const floa
 
 /* The experts of layer il, one device matrix per projection: [E][rows][row] (the model's experts
  * are views that may lie anywhere, so each is copied on its own). */
+static const hm_moe_matrix *proj(const hm_moe_expert *x, int p) {
+    return p == 0 ? &x->gate : p == 1 ? &x->up : &x->down;
+}
+
 static hm_status put_experts(hm_cuda_ctx *c, int il) {
     const hm_hparams *hp = &c->m->hp;
     const hm_layer *L = &c->m->layers[il];
     const int E = (int)hp->n_experts;
     const int64_t inter = hp->moe_inter, H = hp->hidden;
     const uint8_t *mask = c->gpu_mask ? c->gpu_mask + (size_t)il * (size_t)E : NULL;
-    int32_t slot[4096];
-    int ng = 0;
+    int32_t slot[4096], cslot[4096];
+    int ng = 0, nc = 0;
     if (E > 4096) return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: %d experts (at most 4096)", E);
-    for (int e = 0; e < E; e++) slot[e] = !mask || mask[e] ? ng++ : -1;
+    for (int e = 0; e < E; e++) {
+        slot[e] = !mask || mask[e] ? ng++ : -1;
+        cslot[e] = slot[e] < 0 ? nc++ : -1;
+    }
     c->remap[il] = ng < E;
     if (c->slot_of && c->arena)
         CK(cudaMemcpy(c->slot_of + (size_t)il * (size_t)E, slot, sizeof(int32_t) * (size_t)E,
                       cudaMemcpyHostToDevice),
            "expert slots");
+    if (c->cslot_of && c->arena)
+        CK(cudaMemcpy(c->cslot_of + (size_t)il * (size_t)E, cslot, sizeof(int32_t) * (size_t)E,
+                      cudaMemcpyHostToDevice),
+           "CPU expert slots");
+    size_t lw_off = 0, full = 0; /* layerwise prefill: the CPU experts' bytes; all experts' */
     for (int p = 0; p < 3; p++) {
         const int64_t rows = p < 2 ? inter : H, cols = p < 2 ? H : inter;
-        const hm_moe_matrix *m0 = p == 0   ? &L->experts[0].gate
-                                  : p == 1 ? &L->experts[0].up
-                                           : &L->experts[0].down;
+        const hm_moe_matrix *m0 = proj(&L->experts[0], p);
         char what[64];
         snprintf(what, sizeof what, "layer %d experts' %s", il,
                  p == 0   ? "gate"
@@ -286,11 +317,14 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
         const size_t rb = packed_row(m0->type, cols), one = rb * (size_t)rows;
         uint8_t *d = ng ? take(c, one * (size_t)ng) : NULL;
         c->ex[il * 3 + p] = (hm_cu_w){m0->type, ng ? (void *)d : NULL, rows, cols, rb, one};
+        c->lw_w[il * 3 + p] = (hm_cu_w){m0->type, (void *)(uintptr_t)lw_off, rows, cols, rb, one};
+        lw_off += one * (size_t)nc, full += one * (size_t)E;
+        c->lw_bad |= !hm_cu_mmq_type_ok(m0->type);
         c->weight_bytes += one * (size_t)ng;
         c->expert_bytes += one * (size_t)ng;
         for (int e = 0; e < E; e++) {
             const hm_moe_expert *x = &L->experts[e];
-            const hm_moe_matrix *m = p == 0 ? &x->gate : p == 1 ? &x->up : &x->down;
+            const hm_moe_matrix *m = proj(x, p);
             if (m->type != m0->type)
                 return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: %s: expert %d is %s, expert 0 %s", what,
                                  e, hm_type_name(m->type), hm_type_name(m0->type));
@@ -300,6 +334,7 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
                                  : L->experts[0].down_bias))
                 return hm_errorf(HM_ERR_UNSUPPORTED, "cuda: %s: expert %d has %s bias, expert 0 %s",
                                  what, e, b ? "a" : "no", b ? "none" : "has one");
+            c->lw_bad |= b != NULL;
             if (b && e == 0 && ng) {
                 c->exb[il * 3 + p] = take(c, sizeof(float) * (size_t)rows * (size_t)ng);
                 c->weight_bytes += sizeof(float) * (size_t)rows * (size_t)ng;
@@ -315,6 +350,8 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
                    what);
         }
     }
+    if (lw_off > c->lw_cap) c->lw_cap = lw_off;
+    if (full > c->lw_full) c->lw_full = full;
     return HM_OK;
 }
 
@@ -352,6 +389,8 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->used = 0, c->weight_bytes = 0, c->expert_bytes = 0;
     const int64_t E0 = hp->n_experts ? hp->n_experts : 1;
     c->slot_of = take(c, sizeof(int32_t) * (size_t)hp->n_layers * (size_t)E0);
+    c->cslot_of = c->cpu_moe ? take(c, sizeof(int32_t) * (size_t)hp->n_layers * (size_t)E0) : NULL;
+    c->lw_cap = c->lw_full = 0, c->lw_bad = false;
     if ((st = put_hm_matrix(c, &m->tok_embd, "token embedding", &c->tok_embd))) return st;
     if (m->output.data == m->tok_embd.data && m->output.type == m->tok_embd.type)
         c->output = c->tok_embd; /* tied */
@@ -428,6 +467,11 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->att_part = take(c, sizeof(float) * (size_t)HM_CU_MATVEC_MAX * hp->n_heads *
                               (size_t)c->att_splits * ((size_t)c->kv.head_dim + 2));
     c->cpu_out = c->cpu_moe ? take(c, sizeof(float) * (size_t)(B * H)) : NULL;
+    /* layerwise prefill's two buffers of the largest layer's CPU experts */
+    const bool lw = c->cpu_moe && c->prefill_stream != HM_PREFILL_STREAM_OFF && !c->lw_bad &&
+                    c->lw_cap && B > HM_CU_MATVEC_MAX;
+    c->lw_buf[0] = lw ? take(c, c->lw_cap) : NULL;
+    c->lw_buf[1] = lw ? take(c, c->lw_cap) : NULL;
     /* the GEMM path's dequantized rows: the largest matrix, at most 32M floats at a time */
     int64_t big = m->output.rows * m->output.cols;
     for (int i = 0; i < g->n; i++)
@@ -595,6 +639,45 @@ static void CUDART_CB wait_cb(void *arg) {
     }
 }
 
+/* Layerwise prefill: the CPU experts of the j-th layer that has them into lw_buf[j % 2] on the
+ * copy stream, once the layer that used the buffer before has been computed; runs of experts
+ * that lie one after another in host memory (a GGUF's expert tensors) as one copy. */
+static hm_status lw_copy(hm_cuda_ctx *c, int j) {
+    const int il = c->lw_order[j], b = j & 1, E = (int)c->m->hp.n_experts;
+    const hm_layer *L = &c->m->layers[il];
+    const uint8_t *mask = c->gpu_mask ? c->gpu_mask + (size_t)il * (size_t)E : NULL;
+    CK(cudaStreamWaitEvent(c->cs, c->lw_free[b], 0), "layerwise prefill: buffer");
+    for (int p = 0; p < 3; p++) {
+        const hm_cu_w *w = &c->lw_w[il * 3 + p];
+        uint8_t *dst = c->lw_buf[b] + (uintptr_t)w->data;
+        for (int e = 0; e < E;) {
+            if (mask && mask[e]) {
+                e++;
+                continue;
+            }
+            const hm_moe_matrix *m = proj(&L->experts[e], p);
+            const size_t srb = m->row_bytes ? m->row_bytes : w->row_bytes;
+            const uint8_t *src = m->data, *end = src + w->estride;
+            int e2 = e + 1;
+            while (srb == w->row_bytes && e2 < E && !(mask && mask[e2]) &&
+                   proj(&L->experts[e2], p)->data == (const void *)end &&
+                   (!proj(&L->experts[e2], p)->row_bytes ||
+                    proj(&L->experts[e2], p)->row_bytes == w->row_bytes))
+                end += w->estride, e2++;
+            if (srb == w->row_bytes)
+                CK(cudaMemcpyAsync(dst, src, (size_t)(end - src), cudaMemcpyHostToDevice, c->cs),
+                   "layerwise prefill: copy");
+            else
+                CK(cudaMemcpy2DAsync(dst, w->row_bytes, src, srb, w->row_bytes, (size_t)w->rows,
+                                     cudaMemcpyHostToDevice, c->cs),
+                   "layerwise prefill: copy");
+            dst += (size_t)(end - src), c->lw_bytes += (uint64_t)(end - src), e = e2;
+        }
+    }
+    CK(cudaEventRecord(c->lw_ready[b], c->cs), "layerwise prefill: copy");
+    return HM_OK;
+}
+
 /* act(gate + its bias, up + its bias) of np expert rows in moe_g (rows at pos_of, or in pair
  * order), the experts' places in ids */
 static cudaError_t glu_biased(hm_cuda_ctx *c, int il, const int32_t *ids, const int32_t *pos_of,
@@ -610,6 +693,47 @@ static cudaError_t glu_biased(hm_cuda_ctx *c, int il, const int32_t *ids, const 
     return e;
 }
 
+/* Layerwise prefill: layer il's CPU experts on the GPU from the buffer their copy went to (the
+ * pairs as places among the layer's CPU experts, in tiles), their sum added to out; then the
+ * next such layer's copy, which may hold this thread (a copy from pageable memory returns once
+ * it is staged) while the GPU computes what is queued. */
+static hm_status run_streamed(hm_cuda_ctx *c, int il, int n, const float *x, int64_t xs, float *out,
+                              int64_t os) {
+    const hm_hparams *hp = &c->m->hp;
+    const int j = c->lw_idx[il], b = j & 1, np = n * c->k, E = (int)hp->n_experts;
+    const int64_t I = hp->moe_inter, H = hp->hidden;
+    if (os != H || j < 0)
+        return hm_errorf(HM_ERR_INTERNAL, "cuda: layerwise prefill of layer %d (stride %lld)", il,
+                         (long long)os);
+    CK(cudaStreamWaitEvent(c->s, c->lw_ready[b], 0), "layerwise prefill: the copy");
+    CK(hm_cu_moe_gid(c->ids, np, c->cslot_of + (size_t)il * (size_t)E, c->gid, c->s),
+       "CPU expert slots");
+    CK(hm_cu_moe_sort(c->gid, np, E, c->k, &c->ord, c->s), "experts' order");
+    hm_cu_w w[3];
+    for (int p = 0; p < 3; p++) {
+        w[p] = c->lw_w[il * 3 + p];
+        w[p].data = c->lw_buf[b] + (uintptr_t)w[p].data;
+    }
+    const hm_cu_moe_order *o = &c->ord;
+    hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
+                        o->tile_e, o->tile_i0, o->tile_n, o->n_tiles, np};
+    CK(hm_cu_mmq(&w[0], &a, c->max_tiles, c->s), "streamed experts' gate");
+    a.y = c->moe_u;
+    CK(hm_cu_mmq(&w[1], &a, c->max_tiles, c->s), "streamed experts' up");
+    CK(hm_cu_glu(c->moe_g, I, c->moe_u, I, np, I, (int)hp->act, hp->swiglu_alpha, hp->swiglu_limit,
+                 c->s),
+       "streamed experts' glu");
+    a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
+    CK(hm_cu_mmq(&w[2], &a, c->max_tiles, c->s), "streamed experts' down");
+    CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, c->cpu_out, H, c->s),
+       "streamed experts' sum");
+    CK(cudaEventRecord(c->lw_free[b], c->s), "layerwise prefill: buffer");
+    CK(hm_cu_rmsnorm(out, c->cpu_out, NULL, NULL, NULL, n, H, 0.0f, c->s),
+       "add the streamed experts");
+    c->lw_layers++;
+    return j + 1 < c->n_lw ? lw_copy(c, j + 1) : HM_OK;
+}
+
 /* The routed experts of layer nd->il for n tokens (ids and weights in c->ids, c->w). Decode
  * batches: a matvec per (token, expert) pair. Larger ones with quantized experts: the pairs in
  * expert order and the tile kernel, so each expert's weights are read once per 64 of its
@@ -623,7 +747,8 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
     const hm_cu_w *ex = &c->ex[il * 3];
     const int np = n * c->k;
     const int64_t I = hp->moe_inter, H = hp->hidden;
-    const bool on_cpu = c->cpu_moe && c->cpu_moe[il], on_gpu = ex[0].data != NULL;
+    const bool streamed = c->lw_on && c->cpu_moe && c->cpu_moe[il];
+    const bool on_cpu = c->cpu_moe && c->cpu_moe[il] && !streamed, on_gpu = ex[0].data != NULL;
     if (on_cpu) {
         CK(cudaMemcpy2DAsync(c->h_x, sizeof(float) * (size_t)H, x, sizeof(float) * (size_t)xs,
                              sizeof(float) * (size_t)H, (size_t)n, cudaMemcpyDeviceToHost, c->s),
@@ -677,6 +802,7 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
                "experts' sum");
         }
     }
+    if (streamed) return run_streamed(c, il, n, x, xs, out, os);
     if (on_cpu) {
         CK(cudaLaunchHostFunc(c->s, wait_cb, &c->cb[il]), "host function (wait)");
         CK(cudaMemcpyAsync(c->cpu_out, c->h_out, sizeof(float) * (size_t)n * (size_t)H,
@@ -896,6 +1022,7 @@ hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c) {
 void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (!c) return;
     if (c->s) cudaStreamSynchronize(c->s);
+    if (c->cs) cudaStreamSynchronize(c->cs);
     for (int i = 0; i <= HM_CU_MATVEC_MAX; i++)
         for (int j = 0; j <= HM_CU_MATVEC_MAX; j++)
             if (c->step[i][j]) cudaGraphExecDestroy(c->step[i][j]);
@@ -911,6 +1038,14 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (c->h_top) cudaFreeHost(c->h_top);
     if (c->stage_q) cudaFree(c->stage_q);
     if (c->stage_f) cudaFree(c->stage_f);
+    for (int b = 0; b < 2; b++) {
+        if (c->lw_ready[b]) cudaEventDestroy(c->lw_ready[b]);
+        if (c->lw_free[b]) cudaEventDestroy(c->lw_free[b]);
+    }
+    if (c->cs) cudaStreamDestroy(c->cs);
+    free(c->lw_w);
+    free(c->lw_order);
+    free(c->lw_idx);
     free(c->remap);
     free(c->cb);
     free(c->nw);
@@ -925,6 +1060,77 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
 
 static double gib(size_t b) {
     return (double)b / (double)(1u << 30);
+}
+
+/* Layerwise prefill when the context is made: the layers it streams, its stream and events, and
+ * its threshold: the one given, or the batch at which copying the first such layer's CPU
+ * experts (timed here, best of two) takes as long as the CPU engine computing that batch
+ * through the layer (timed here on a batch of zeros, best of two) would. */
+static hm_status lw_setup(hm_cuda_ctx *c) {
+    const hm_hparams *hp = &c->m->hp;
+    c->stream_min = 0, c->n_lw = 0;
+    if (!c->lw_buf[0]) return HM_OK; /* off, not possible, or nothing on the CPU */
+    for (int il = 0; il < (int)hp->n_layers; il++) {
+        c->lw_idx[il] = -1;
+        if (c->cpu_moe[il]) c->lw_idx[il] = c->n_lw, c->lw_order[c->n_lw++] = il;
+    }
+    if (!c->n_lw) return HM_OK;
+    CK(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (int b = 0; b < 2; b++) {
+        CK(cudaEventCreateWithFlags(&c->lw_ready[b], cudaEventDisableTiming), "cudaEventCreate");
+        CK(cudaEventCreateWithFlags(&c->lw_free[b], cudaEventDisableTiming), "cudaEventCreate");
+    }
+    const int floor = HM_CU_MATVEC_MAX + 1;
+    if (c->prefill_stream > 0) {
+        c->stream_min = c->prefill_stream > floor ? c->prefill_stream : floor;
+        hm_log(HM_LOG_INFO, "cuda: layerwise prefill from %d tokens (%d layers' CPU experts)",
+               c->stream_min, c->n_lw);
+        return HM_OK;
+    }
+    double copy_s = INFINITY, cpu_s = INFINITY;
+    for (int r = 0; r < 2; r++) {
+        const uint64_t t0 = hm_time_ns();
+        hm_status st = lw_copy(c, 0);
+        if (st) return st;
+        CK(cudaStreamSynchronize(c->cs), "layerwise prefill: copy");
+        const double t = (double)(hm_time_ns() - t0) * 1e-9;
+        if (t < copy_s) copy_s = t;
+    }
+    const size_t bytes = (size_t)(c->lw_bytes / 2);
+    const int il = c->lw_order[0], E = (int)hp->n_experts, K = c->k;
+    const int nt = c->n_batch < 256 ? c->n_batch : 256;
+    const uint8_t *mask = c->gpu_mask ? c->gpu_mask + (size_t)il * (size_t)E : NULL;
+    int cpu[4096], nc = 0;
+    for (int e = 0; e < E && e < 4096; e++)
+        if (!mask || !mask[e]) cpu[nc++] = e;
+    memset(c->h_x, 0, sizeof(float) * (size_t)nt * hp->hidden);
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < K; j++) {
+            c->h_ids[t * K + j] = j < nc ? cpu[(t * K + j) % nc] : -1;
+            c->h_w[t * K + j] = 1.0f / (float)K;
+        }
+    for (int r = 0; r < 2; r++) {
+        const uint64_t t0 = hm_time_ns();
+        const hm_status st = hm_moe_submit(c->cpu_moe[il], c->h_x, HM_MOE_F32, c->h_ids, c->h_w, nt,
+                                           K, c->h_out, HM_MOE_F32, false);
+        if (st) return st;
+        hm_moe_wait(c->cpu_moe[il]);
+        const double t = (double)(hm_time_ns() - t0) * 1e-9;
+        if (t < cpu_s) cpu_s = t;
+    }
+    c->lw_bytes = 0;
+    c->stream_min = hm_place_stream_threshold(copy_s, (double)nt / cpu_s, floor);
+    char from[32];
+    snprintf(from, sizeof from, c->stream_min == INT_MAX ? "never" : "from %d tokens",
+             c->stream_min);
+    hm_log(HM_LOG_INFO,
+           "cuda: layerwise prefill %s: a layer's CPU experts (%.0f MB) copy to the GPU in %.1f "
+           "ms (%.1f GB/s), the CPU computes %d tokens of them in %.1f ms "
+           "(--gpu-prefill-threshold overrides)",
+           from, (double)bytes * 1e-6, copy_s * 1e3, (double)bytes / copy_s * 1e-9, nt,
+           cpu_s * 1e3);
+    if (c->stream_min == INT_MAX) c->stream_min = 0;
+    return HM_OK;
 }
 
 /* A context with the checks every use makes (the GPU exists, the graph's nodes have kernels)
@@ -986,8 +1192,12 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     c->mla = calloc((size_t)hp->n_layers + 1, sizeof *c->mla);
     c->remap = calloc((size_t)hp->n_layers + 1, sizeof *c->remap);
     c->cb = calloc((size_t)hp->n_layers + 1, sizeof *c->cb);
+    c->lw_w = calloc((size_t)hp->n_layers * 3 + 1, sizeof *c->lw_w);
+    c->lw_order = calloc((size_t)hp->n_layers + 1, sizeof *c->lw_order);
+    c->lw_idx = calloc((size_t)hp->n_layers + 1, sizeof *c->lw_idx);
+    c->prefill_stream = p->prefill_stream;
     if (!c->nw || !c->nn1 || !c->nn2 || !c->nb || !c->ex || !c->exb || !c->mla || !c->remap ||
-        !c->cb) {
+        !c->cb || !c->lw_w || !c->lw_order || !c->lw_idx) {
         hm_cuda_ctx_free(c);
         return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
     }
@@ -1082,6 +1292,7 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     FAIL(cudaMemsetAsync(c->kv.k, 0, kv_one, c->s), "KV cache clear");
     FAIL(cudaMemsetAsync(c->kv.v, 0, kv_one, c->s), "KV cache clear");
     FAIL(cudaStreamSynchronize(c->s), "upload");
+    if ((st = lw_setup(c))) goto fail;
     hm_log(HM_LOG_INFO, "cuda: GPU %d holds %.2f GiB (weights %.2f GiB, KV cache %.2f GiB)", c->dev,
            gib(need), gib(c->weight_bytes), gib(c->kv_bytes));
     *out = c;
@@ -1097,11 +1308,13 @@ fail:
  * chunk stays in c->logits (nw <= LOGIT_ROWS). */
 static hm_status forward(hm_cuda_ctx *c, int n, int nw, float *logits) {
     const hm_hparams *hp = &c->m->hp;
+    hm_status st;
+    if (c->lw_on && (st = lw_copy(c, 0))) return st; /* layerwise prefill's first layer */
     prof_start(c);
     CK(hm_cu_embed(&c->tok_embd, d_tok(c), n, c->slot[HM_SLOT_X], c->s), "embedding");
     prof_stop(c, HM_PROF_EMBED);
     const hm_backend be = hm_cuda_ctx_backend(c);
-    hm_status st = be.i->compute(be.self, c->g, n);
+    st = be.i->compute(be.self, c->g, n);
     if (st) return st;
     const int64_t V = hp->vocab_size, H = hp->hidden;
     for (int r0 = 0; r0 < nw; r0 += LOGIT_ROWS) {
@@ -1177,6 +1390,7 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
     }
     c->cur_n = n;
     c->hyb_st = HM_OK;
+    c->lw_on = c->stream_min > 0 && n >= c->stream_min;
     /* d_cs follows d_in in the arena, 256-aligned: two copies */
     CK(cudaMemcpyAsync(c->d_in, hi, sizeof(int32_t) * 4 * (size_t)B, cudaMemcpyHostToDevice, c->s),
        "batch upload");
@@ -1245,8 +1459,8 @@ hm_status hm_cuda_ctx_decode_top(hm_cuda_ctx *c, int n, const int32_t *tokens, c
 }
 
 hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
-                              size_t *total, size_t *experts, size_t *free_bytes) {
-    *total = *experts = *free_bytes = 0;
+                              size_t *total, size_t *experts, size_t *free_bytes, size_t *stream) {
+    *total = *experts = *free_bytes = *stream = 0;
     hm_cuda_ctx *c = NULL;
     hm_status st = ctx_new(m, g, p, &c);
     if (st) return st;
@@ -1257,6 +1471,7 @@ hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cud
                 cudaMemGetInfo(free_bytes, &tot) != cudaSuccess))
         st = hm_errorf(HM_ERR_DEVICE, "cuda: cannot read GPU %d's free memory", p->device);
     if (!st) *total = c->used + HM_CUDA_MARGIN, *experts = c->expert_bytes;
+    if (!st && !c->lw_bad && p->n_batch > HM_CU_MATVEC_MAX) *stream = 2 * c->lw_full;
     hm_cuda_ctx_free(c);
     return st;
 }
@@ -1266,7 +1481,9 @@ void hm_cuda_ctx_hybrid_times(hm_cuda_ctx *c, hm_cuda_hybrid_times *t) {
     if (!c) return;
     t->gpu_wait_s = (double)c->hyb_wait_ns * 1e-9, t->cpu_span_s = (double)c->hyb_span_ns * 1e-9;
     t->layers = c->hyb_layers, t->blocked = c->hyb_blocked;
+    t->streamed = c->lw_layers, t->stream_bytes = c->lw_bytes;
     c->hyb_wait_ns = c->hyb_span_ns = c->hyb_layers = c->hyb_blocked = 0;
+    c->lw_layers = c->lw_bytes = 0;
 }
 
 bool hm_cuda_ctx_prof(hm_cuda_ctx *c, double ms[HM_PROF_COUNT]) {

@@ -49,6 +49,9 @@ typedef struct hm_cuda_ctx_params {
     bool kv_f16; /* KV cache in IEEE half, else float */
     bool bf16;   /* non-expert weights as BF16, batches on BF16 tensor cores (hm_ctx_params) */
     int defer;   /* hybrid: CPU experts per token deferred to the next layer (hm_ctx_params) */
+    /* hybrid: layerwise prefill's threshold in tokens, HM_PREFILL_STREAM_AUTO or _OFF
+     * (hm_ctx_params.gpu_prefill_threshold) */
+    int prefill_stream;
     /* hybrid: [n_layers][n_experts], nonzero = the routed expert's weights on the GPU (NULL:
      * every expert); the others run on cpu_moe[layer], the layer's CPU expert engine (on an
      * async pool, masked to skip the GPU's experts), submitted and waited for from host functions
@@ -58,9 +61,12 @@ typedef struct hm_cuda_ctx_params {
 } hm_cuda_ctx_params;
 
 /* The GPU bytes a context would take with every routed expert on the GPU (total) and of it the
- * routed experts' (experts), and the GPU's free bytes: what a placement budget is made from. */
+ * routed experts' (experts), the GPU's free bytes, and the bytes layerwise prefill's two
+ * buffers would take with every expert of the largest layer on the CPU (stream; 0 where the
+ * model's experts cannot stream: biases, or a type without tiles): what a placement budget is
+ * made from. */
 hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
-                              size_t *total, size_t *experts, size_t *free_bytes);
+                              size_t *total, size_t *experts, size_t *free_bytes, size_t *stream);
 
 /* Copies the weights g reads (and the embedding, final norm, output head) to GPU p->device and
  * makes a KV cache and scratch there. Refused, with what it needs and what is free, when the
@@ -89,6 +95,7 @@ hm_backend hm_cuda_ctx_backend(hm_cuda_ctx *c);
 typedef struct hm_cuda_hybrid_times {
     double gpu_wait_s, cpu_span_s;
     uint64_t layers, blocked;
+    uint64_t streamed, stream_bytes; /* layerwise prefill: layers streamed, and their bytes */
 } hm_cuda_hybrid_times;
 void hm_cuda_ctx_hybrid_times(hm_cuda_ctx *c, hm_cuda_hybrid_times *t);
 /* With HMOE_CUDA_PROFILE=1 set when the context was made: the GPU milliseconds per part of the

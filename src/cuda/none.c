@@ -47,9 +47,9 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
                                          "(HMOE_CUDA=OFF or no nvcc at build time)");
 }
 hm_status hm_cuda_ctx_measure(const hm_model *m, const hm_graph *g, const hm_cuda_ctx_params *p,
-                              size_t *total, size_t *experts, size_t *free_bytes) {
+                              size_t *total, size_t *experts, size_t *free_bytes, size_t *stream) {
     (void)m, (void)g, (void)p;
-    *total = *experts = *free_bytes = 0;
+    *total = *experts = *free_bytes = *stream = 0;
     return hm_errorf(HM_ERR_UNSUPPORTED, "--device cuda: this hmoe was built without CUDA "
                                          "(HMOE_CUDA=OFF or no nvcc at build time)");
 }

@@ -67,8 +67,10 @@ void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out) {
     hm_cuda_ctx_hybrid_times(c->cu, &ht);
     c->hyb_wait_s += ht.gpu_wait_s, c->hyb_span_s += ht.cpu_span_s;
     c->hyb_layers += ht.layers, c->hyb_blocked += ht.blocked;
+    c->hyb_streamed += ht.streamed, c->hyb_stream_bytes += ht.stream_bytes;
     out->hyb_gpu_wait_s = c->hyb_wait_s, out->hyb_cpu_span_s = c->hyb_span_s;
     out->hyb_layers = c->hyb_layers, out->hyb_blocked = c->hyb_blocked;
+    out->hyb_streamed = c->hyb_streamed, out->hyb_stream_bytes = c->hyb_stream_bytes;
     out->moe_batches = c->route_batches;
     if (c->route_batches) {
         const double nb = (double)c->route_batches;
@@ -90,6 +92,7 @@ void hm_ctx_perf_reset(hm_ctx *c) {
     hm_cuda_hybrid_times ht;
     hm_cuda_ctx_hybrid_times(c->cu, &ht);
     c->hyb_wait_s = c->hyb_span_s = 0, c->hyb_layers = c->hyb_blocked = 0;
+    c->hyb_streamed = c->hyb_stream_bytes = 0;
 }
 
 void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E) {
@@ -361,13 +364,32 @@ static hm_status place_experts(hm_ctx *c, const hm_ctx_params *p) {
                                    .kv_f16 = p->kv_f16,
                                    .bf16 = p->gpu_bf16,
                                    .defer = p->defer,
+                                   .prefill_stream = p->gpu_prefill_threshold,
                                    .gpu_experts = NULL,
                                    .cpu_moe = hp->n_experts ? c->moe : NULL};
-    size_t total = 0, experts = 0, free_b = 0;
-    hm_status st = hm_cuda_ctx_measure(m, &c->graph, &gp, &total, &experts, &free_b);
+    size_t total = 0, experts = 0, free_b = 0, stream = 0;
+    hm_status st = hm_cuda_ctx_measure(m, &c->graph, &gp, &total, &experts, &free_b, &stream);
     if (st) return st;
-    const uint64_t rest = total - experts;
+    uint64_t rest = total - experts;
     const uint64_t avail = p->gpu_mem && p->gpu_mem < free_b ? p->gpu_mem : free_b;
+    /* layerwise prefill's two buffers come before the experts, where some experts will be on the
+     * CPU: with an explicit threshold always; by default where they take at most an eighth of
+     * what is left for experts (every byte of them is one less of resident experts, which decode
+     * reads) */
+    c->prefill_stream = HM_PREFILL_STREAM_OFF;
+    const bool all_fit =
+        p->gpu_experts == HM_GPU_EXPERTS_FIT && !p->n_place_rules && total <= avail;
+    if (stream && hp->n_experts && !all_fit && p->gpu_prefill_threshold != HM_PREFILL_STREAM_OFF) {
+        if (p->gpu_prefill_threshold > 0 || (rest <= avail && stream * 8 <= avail - rest)) {
+            rest += stream;
+            c->prefill_stream = p->gpu_prefill_threshold;
+        } else {
+            hm_log(HM_LOG_INFO,
+                   "layerwise prefill off: its buffers (%.2f GiB) would take more than an eighth "
+                   "of the %.2f GiB left for routed experts (--gpu-prefill-threshold N forces it)",
+                   gib(stream), gib(rest <= avail ? avail - rest : 0));
+        }
+    }
     if (rest > avail)
         return hm_errorf(HM_ERR_NO_MEMORY,
                          "--device cuda: attention, router, dense layers, embedding, output, KV "
@@ -450,6 +472,10 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         return hm_errorf(HM_ERR_INVALID_ARG,
                          "context: defer %d: between 0 and the experts per token (%u)", p.defer,
                          hp->n_experts_used);
+    if (p.gpu_prefill_threshold < HM_PREFILL_STREAM_OFF)
+        return hm_errorf(HM_ERR_INVALID_ARG,
+                         "context: gpu_prefill_threshold %d: tokens, 0 (auto) or -1 (off)",
+                         p.gpu_prefill_threshold);
     if (p.device == HM_DEVICE_AUTO) return create_auto(m, &p, out);
     /* on a GPU: no CPU KV cache; expert engines only for the routed experts placed on the CPU */
     const bool on_gpu = p.device == HM_DEVICE_CUDA;
@@ -722,6 +748,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                                        .kv_f16 = p.kv_f16,
                                        .bf16 = p.gpu_bf16,
                                        .defer = p.defer,
+                                       .prefill_stream = c->prefill_stream,
                                        .gpu_experts = c->plan.gpu,
                                        .cpu_moe = any_cpu ? c->moe : NULL};
         if ((st = hm_cuda_ctx_create(m, &c->graph, &gp, &c->cu))) goto fail;

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,4 +361,10 @@ int hm_defer_split(const int32_t *ids, const float *w, int n, int k, const uint8
         }
     }
     return deferred;
+}
+
+int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens) {
+    const double n = ceil(copy_s * cpu_tok_s);
+    if (!(copy_s >= 0) || !(cpu_tok_s > 0) || !isfinite(n) || n >= (double)INT_MAX) return INT_MAX;
+    return (int)n > min_tokens ? (int)n : min_tokens;
 }

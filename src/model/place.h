@@ -67,6 +67,13 @@ void hm_place_free(hm_place_plan *plan);
 int hm_defer_split(const int32_t *ids, const float *w, int n, int k, const uint8_t *gpu, int K,
                    int32_t *now, int32_t *later);
 /* One line: "24 of 48 experts per layer on the GPU (...)" or a per-layer list when they differ. */
+/* Layerwise prefill's threshold: the tokens of a batch from which streaming a layer's CPU experts
+ * to the GPU (copy_s seconds, the GPU computing them meanwhile) takes less time than the CPU
+ * computing them (cpu_tok_s tokens per second through one layer's CPU experts): copy_s *
+ * cpu_tok_s rounded up, at least min_tokens, at most INT_MAX (a rate that is not positive and
+ * finite: INT_MAX, never). */
+int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens);
+
 void hm_place_describe(const hm_place_plan *plan, char *buf, size_t cap);
 
 /* Activation counts: a text file "hmoe-expert-counts 1 LAYERS EXPERTS" then one line per layer

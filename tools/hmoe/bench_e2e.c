@@ -59,7 +59,8 @@ int bench_e2e(int argc, char **argv) {
                 "       [--device auto|cpu|cuda] [--gpu N] [--gpu-experts N|fit] [--gpu-mem SIZE]\n"
                 "       [--placement S] [--place-seed N] [--expert-counts F] [--place R] [--load "
                 "auto|mmap|copy] "
-                "[--kv f32|f16] [--gpu-dtype native|bf16] [--defer K] [--repack auto|on|off] "
+                "[--kv f32|f16] [--gpu-dtype native|bf16] [--defer K] [--gpu-prefill-threshold "
+                "N|auto|off] [--repack auto|on|off] "
                 "[--bf16-tiles] [--no-idle-prefetch]\n"
                 "       [--numa auto|off|N] [--numa-copy auto|on|off]\n");
             return cli_usage_error("unknown or incomplete option '%s'", a);
@@ -218,6 +219,12 @@ int bench_e2e(int argc, char **argv) {
                    (double)tg_perf.hyb_layers / (double)n_gen, tg_perf.hyb_cpu_span_s * per,
                    (t2 - t1d) * per);
         }
+        if (pp_perf.hyb_streamed) /* layerwise prefill: the copies against the prompt's time */
+            printf("  layerwise prefill: %llu layers' CPU experts streamed to the GPU, %.2f GB, "
+                   "%.1f GB/s over the prompt's time\n",
+                   (unsigned long long)pp_perf.hyb_streamed,
+                   (double)pp_perf.hyb_stream_bytes * 1e-9,
+                   (double)pp_perf.hyb_stream_bytes * 1e-9 / (t1 - t0));
         if (pp_perf.moe_batches) {
             printf("  prompt experts (ms):");
             for (int k = 0; k < pp_perf.n_moe_phases; k++)

@@ -253,6 +253,15 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
     } else if (!strcmp(a, "--defer")) {
         if (!cli_parse_int(v, 0, 64, &n)) return cli_usage_error("bad --defer '%s' (0..64)", v);
         cp->defer = (int)n;
+    } else if (!strcmp(a, "--gpu-prefill-threshold")) {
+        if (!strcmp(v, "auto"))
+            cp->gpu_prefill_threshold = HM_PREFILL_STREAM_AUTO;
+        else if (!strcmp(v, "off"))
+            cp->gpu_prefill_threshold = HM_PREFILL_STREAM_OFF;
+        else if (cli_parse_int(v, 1, 1 << 30, &n))
+            cp->gpu_prefill_threshold = (int)n;
+        else
+            return cli_usage_error("bad --gpu-prefill-threshold '%s' (tokens, auto or off)", v);
     } else if (!strcmp(a, "--gpu-dtype")) {
         if (strcmp(v, "native") && strcmp(v, "bf16"))
             return cli_usage_error("bad --gpu-dtype '%s' (native|bf16)", v);
