@@ -697,36 +697,48 @@ static cudaError_t glu_biased(hm_cuda_ctx *c, int il, const int32_t *ids, const 
  * pairs as places among the layer's CPU experts, in tiles), their sum added to out; then the
  * next such layer's copy, which may hold this thread (a copy from pageable memory returns once
  * it is staged) while the GPU computes what is queued. */
+/* The pairs ids (places in ex, -1: none) of n tokens on the tiles, in expert order: gate and up,
+ * the activation with layer il's expert biases (none when the layer has none), down, their sum
+ * into out. */
+static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const int32_t *ids, int n,
+                           const float *x, int64_t xs, float *out, int64_t os) {
+    const hm_hparams *hp = &c->m->hp;
+    const int np = n * c->k;
+    const int64_t I = hp->moe_inter, H = hp->hidden;
+    CK(hm_cu_moe_sort(ids, np, (int)hp->n_experts, c->k, &c->ord, c->s), "experts' order");
+    const hm_cu_moe_order *o = &c->ord;
+    hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
+                        o->tile_e, o->tile_i0, o->tile_n, o->n_tiles, np};
+    CK(hm_cu_mmq(&ex[0], &a, c->max_tiles, c->s), "experts' gate");
+    a.y = c->moe_u;
+    CK(hm_cu_mmq(&ex[1], &a, c->max_tiles, c->s), "experts' up");
+    CK(glu_biased(c, il, ids, o->pos_of, np), "experts' glu");
+    a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
+    CK(hm_cu_mmq(&ex[2], &a, c->max_tiles, c->s), "experts' down");
+    CK(hm_cu_expert_bias(c->moe_y, H, o->pos_of, ids, np, c->exb[il * 3 + 2], H, c->s),
+       "experts' down bias");
+    CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, out, os, c->s), "experts' sum");
+    return HM_OK;
+}
+
 static hm_status run_streamed(hm_cuda_ctx *c, int il, int n, const float *x, int64_t xs, float *out,
                               int64_t os) {
     const hm_hparams *hp = &c->m->hp;
     const int j = c->lw_idx[il], b = j & 1, np = n * c->k, E = (int)hp->n_experts;
-    const int64_t I = hp->moe_inter, H = hp->hidden;
+    const int64_t H = hp->hidden;
     if (os != H || j < 0)
         return hm_errorf(HM_ERR_INTERNAL, "cuda: layerwise prefill of layer %d (stride %lld)", il,
                          (long long)os);
     CK(cudaStreamWaitEvent(c->s, c->lw_ready[b], 0), "layerwise prefill: the copy");
     CK(hm_cu_moe_gid(c->ids, np, c->cslot_of + (size_t)il * (size_t)E, c->gid, c->s),
        "CPU expert slots");
-    CK(hm_cu_moe_sort(c->gid, np, E, c->k, &c->ord, c->s), "experts' order");
     hm_cu_w w[3];
     for (int p = 0; p < 3; p++) {
         w[p] = c->lw_w[il * 3 + p];
         w[p].data = c->lw_buf[b] + (uintptr_t)w[p].data;
     }
-    const hm_cu_moe_order *o = &c->ord;
-    hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
-                        o->tile_e, o->tile_i0, o->tile_n, o->n_tiles, np};
-    CK(hm_cu_mmq(&w[0], &a, c->max_tiles, c->s), "streamed experts' gate");
-    a.y = c->moe_u;
-    CK(hm_cu_mmq(&w[1], &a, c->max_tiles, c->s), "streamed experts' up");
-    CK(hm_cu_glu(c->moe_g, I, c->moe_u, I, np, I, (int)hp->act, hp->swiglu_alpha, hp->swiglu_limit,
-                 c->s),
-       "streamed experts' glu");
-    a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
-    CK(hm_cu_mmq(&w[2], &a, c->max_tiles, c->s), "streamed experts' down");
-    CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, c->cpu_out, H, c->s),
-       "streamed experts' sum");
+    hm_status st = moe_tiles(c, il, w, c->gid, n, x, xs, c->cpu_out, H); /* no biases: lw_bad */
+    if (st) return st;
     CK(cudaEventRecord(c->lw_free[b], c->s), "layerwise prefill: buffer");
     CK(hm_cu_rmsnorm(out, c->cpu_out, NULL, NULL, NULL, n, H, 0.0f, c->s),
        "add the streamed experts");
@@ -774,20 +786,8 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
         const bool tiles = n > HM_CU_MATVEC_MAX && !c->no_mmq && hm_cu_mmq_type_ok(ex[0].type) &&
                            hm_cu_mmq_type_ok(ex[1].type) && hm_cu_mmq_type_ok(ex[2].type);
         if (tiles) {
-            CK(hm_cu_moe_sort(ids, np, (int)hp->n_experts, c->k, &c->ord, c->s), "experts' order");
-            const hm_cu_moe_order *o = &c->ord;
-            hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
-                                o->tile_e, o->tile_i0, o->tile_n, o->n_tiles, np};
-            CK(hm_cu_mmq(&ex[0], &a, c->max_tiles, c->s), "experts' gate");
-            a.y = c->moe_u;
-            CK(hm_cu_mmq(&ex[1], &a, c->max_tiles, c->s), "experts' up");
-            CK(glu_biased(c, il, ids, o->pos_of, np), "experts' glu");
-            a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
-            CK(hm_cu_mmq(&ex[2], &a, c->max_tiles, c->s), "experts' down");
-            CK(hm_cu_expert_bias(c->moe_y, H, o->pos_of, ids, np, c->exb[il * 3 + 2], H, c->s),
-               "experts' down bias");
-            CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, out, os, c->s),
-               "experts' sum");
+            hm_status st = moe_tiles(c, il, ex, ids, n, x, xs, out, os);
+            if (st) return st;
         } else {
             CK(hm_cu_matvec_experts(&ex[0], ids, np, x, xs, c->k, c->moe_g, I, c->s),
                "experts' gate");
