@@ -205,6 +205,12 @@ typedef struct hm_ctx_params {
      * the copy of a layer's CPU experts takes as long as the CPU would, from both measured when
      * the context is made; HM_PREFILL_STREAM_OFF: never (--gpu-prefill-threshold). */
     int gpu_prefill_threshold;
+    /* HM_DEVICE_CUDA with routed experts on both sides of a layer: the GPU counts each layer's
+     * expert activations; every few steps the hottest CPU expert of the layer where it gains
+     * most swaps places with that layer's coldest GPU expert (--dynamic-experts). The copy goes
+     * to a spare GPU slot on a second stream while steps run; the swap takes effect at the
+     * first step after it landed. Experts with biases do not swap. */
+    bool dynamic_experts;
     bool pin_caller; /* pin the calling thread to participant 0's core (it computes as one of the
                         pool's threads; unpinned, the OS may stack it on a worker's core) */
     /* AMX prefill: keep a second copy of the routed experts as int8 tile units (~1 byte per
@@ -327,6 +333,7 @@ typedef struct hm_ctx_perf {
     uint64_t hyb_layers, hyb_blocked;
     /* layerwise prefill: layers whose CPU experts were streamed to the GPU, and their bytes */
     uint64_t hyb_streamed, hyb_stream_bytes;
+    uint64_t hyb_swaps; /* --dynamic-experts: experts swapped between the GPU and the CPU */
 } hm_ctx_perf;
 
 const char *hm_prof_name(int part); /* "embedding", "norms+residual", ... */

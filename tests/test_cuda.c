@@ -314,6 +314,45 @@ static void check_defer(const char *name) {
     free_fixture(&f);
 }
 
+/* --dynamic-experts, re-ranking after every step (HMOE_DYN_EVERY=1): experts swap between the
+ * GPU and the CPU in the middle of greedy runs, which keep transformers' ids; the logits of a
+ * prompt run after the swaps keep the fixtures' bound. */
+static void check_dynamic(const char *name) {
+    fixture f;
+    hm_model *m;
+    if (!fixture_open(name, &f, &m)) return;
+    const int V = f.vocab, E = (int)m->hp.n_experts;
+    float *lg = malloc(sizeof(float) * 64 * (size_t)V);
+    setenv("HMOE_DYN_EVERY", "1", 1);
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.device = HM_DEVICE_CUDA, cp.n_ctx = 64, cp.n_batch = 64, cp.gpu_experts = E / 2;
+    cp.dynamic_experts = true;
+    hm_ctx *c = NULL;
+    CHECK_OK(hm_ctx_create(m, &cp, &c));
+    uint64_t swaps = 0;
+    for (int i = 0; c && i < f.n_prompts; i++) {
+        fixture_prompt_logits(c, &f, i, false, lg);
+        const double e = rel_err(lg, f.logits[i], (size_t)f.len[i] * (size_t)V);
+        CHECK_MSG(e <= 1e-3, "cuda %s --dynamic-experts prompt %d: rel error %.3g", name, i, e);
+        memmove(lg, lg + (size_t)(f.len[i] - 1) * (size_t)V, sizeof(float) * (size_t)V);
+        const int same = fixture_greedy(c, &f, i, lg);
+        hm_ctx_perf pf;
+        hm_ctx_perf_get(c, &pf);
+        printf("  cuda %s --dynamic-experts prompt %d: rel error %.2e, greedy %d of 32, %llu "
+               "swaps so far\n",
+               name, i, e, same, (unsigned long long)pf.hyb_swaps);
+        CHECK_MSG(same == 32, "cuda %s --dynamic-experts prompt %d: greedy differs at %d", name, i,
+                  same);
+        swaps = pf.hyb_swaps;
+    }
+    CHECK_MSG(swaps > 0, "cuda %s --dynamic-experts: no expert swapped", name);
+    unsetenv("HMOE_DYN_EVERY");
+    hm_ctx_free(c);
+    free(lg);
+    hm_model_free(m);
+    free_fixture(&f);
+}
+
 /* model q written as a quantized GGUF. The GPU's matvec path (one token at a time) computes in
  * float on the dequantized weights: against the CPU's exact kernels on the same weights written
  * as F32, the fixtures' 1e-3. The tensor-core path (whole prompt; weights and activations
@@ -1139,6 +1178,7 @@ int main(void) {
         free_fixture(&f);
     }
     check_defer("a");
+    check_dynamic("a");
     check_defer("deepseek/v3a");
     check_quantized_gpu(HM_TYPE_Q8_0, HM_TYPE_Q8_0);
     check_quantized_gpu(HM_TYPE_Q8_0, HM_TYPE_Q4_K);

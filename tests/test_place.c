@@ -72,8 +72,32 @@ static void check_stream_threshold(void) {
     CHECK(hm_place_stream_threshold(1e9, 1e9, 9) == INT_MAX);
 }
 
+/* dynamic placement: the layer whose hottest CPU expert beats its coldest GPU one by the most */
+static void check_dyn_pick(void) {
+    enum { L = 3, E = 4 };
+    double cn[L * E] = {5, 1,  9,  0,  /* layer 0: CPU 0 (5), 1 (1); GPU 2 (9), 3 (0): gain 5 */
+                        7, 7,  7,  7,  /* layer 1: all on the GPU */
+                        2, 30, 10, 3}; /* layer 2: CPU 1 (30), 3 (3); GPU 0 (2), 2 (10): gain 28 */
+    uint8_t g[L * E] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0};
+    int il = -1, in = -1, out = -1;
+    CHECK(hm_dyn_pick(cn, g, L, E, 1.0, &il, &in, &out));
+    CHECK(il == 2 && in == 1 && out == 0);
+    CHECK(!hm_dyn_pick(cn, g, L, E, 29.0, &il, &in, &out)); /* below min_gain */
+    CHECK(hm_dyn_pick(cn, g, 2, E, 1.0, &il, &in, &out) && il == 0 && in == 0 && out == 3);
+    /* a hot CPU expert that does not beat the coldest GPU one by a quarter of its count */
+    double c2[E] = {100, 0, 90, 0};
+    uint8_t g2[E] = {1, 0, 0, 1};
+    c2[3] = 85; /* GPU: 0 (100), 3 (85); CPU: 2 (90): gain 5 < 85 / 4 */
+    CHECK(!hm_dyn_pick(c2, g2, 1, E, 1.0, &il, &in, &out));
+    c2[3] = 40; /* gain 50 >= 10 */
+    CHECK(hm_dyn_pick(c2, g2, 1, E, 1.0, &il, &in, &out) && in == 2 && out == 3);
+    uint8_t none[E] = {0, 0, 0, 0}; /* every expert on the CPU: nothing to swap with */
+    CHECK(!hm_dyn_pick(c2, none, 1, E, 0.0, &il, &in, &out));
+}
+
 int main(void) {
     check_defer_split();
+    check_dyn_pick();
     check_stream_threshold();
     hm_model *m = NULL;
     CHECK_OK(hm_model_load(HMOE_SOURCE_DIR "/tests/data/qwen3moe/b", &m));

@@ -90,6 +90,24 @@ struct hm_cuda_ctx {
     cudaStream_t cs;
     cudaEvent_t lw_ready[2], lw_free[2];
     uint64_t lw_layers, lw_bytes;
+    /* --dynamic-experts: every step's routing counted per layer on the GPU (d_counts [L][E]);
+     * every dyn_every steps the counts join their decayed sum (dyn_cnt) and hm_dyn_pick chooses
+     * a swap, whose expert goes to its layer's spare GPU slot (spare[il], -1: the layer has no
+     * experts on one side) on the copy stream while the step runs; the first step after the copy
+     * landed (sw_done) commits it: the slot tables (their host copies in pinned h_tab: slot_of,
+     * then cslot_of), the mask (a writable copy of the placement's; the CPU engine gets it) and
+     * the spare, which becomes the slot the swapped-out expert held. */
+    bool dynamic;
+    int dyn_every, dyn_steps;
+    uint32_t *d_counts, *h_counts;
+    double *dyn_cnt;
+    int *spare;
+    uint8_t *mask;
+    int32_t *h_tab;
+    int sw_il, sw_in, sw_out; /* the swap chosen or in flight (sw_il -1: none) */
+    bool sw_issued;
+    cudaEvent_t sw_done;
+    uint64_t swaps;
     hyb_cb *cb; /* [n_layers] */
     int cur_n;  /* tokens of the step in flight (read by the host functions) */
     /* the hand-off's times since the last hm_cuda_ctx_hybrid_times, written by the host
@@ -293,6 +311,14 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
         cslot[e] = slot[e] < 0 ? nc++ : -1;
     }
     c->remap[il] = ng < E;
+    /* --dynamic-experts: one slot more where the layer has experts on both sides */
+    const int sp = c->dynamic && ng > 0 && ng < E;
+    c->spare[il] = sp ? ng : -1;
+    if (c->h_tab) {
+        memcpy(c->h_tab + (size_t)il * (size_t)E, slot, sizeof(int32_t) * (size_t)E);
+        memcpy(c->h_tab + ((size_t)hp->n_layers + (size_t)il) * (size_t)E, cslot,
+               sizeof(int32_t) * (size_t)E);
+    }
     if (c->slot_of && c->arena)
         CK(cudaMemcpy(c->slot_of + (size_t)il * (size_t)E, slot, sizeof(int32_t) * (size_t)E,
                       cudaMemcpyHostToDevice),
@@ -315,13 +341,13 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
                              "cuda: %s: type %s with %lld columns has no GPU kernel", what,
                              hm_type_name(m0->type), (long long)cols);
         const size_t rb = packed_row(m0->type, cols), one = rb * (size_t)rows;
-        uint8_t *d = ng ? take(c, one * (size_t)ng) : NULL;
+        uint8_t *d = ng ? take(c, one * (size_t)(ng + sp)) : NULL;
         c->ex[il * 3 + p] = (hm_cu_w){m0->type, ng ? (void *)d : NULL, rows, cols, rb, one};
         c->lw_w[il * 3 + p] = (hm_cu_w){m0->type, (void *)(uintptr_t)lw_off, rows, cols, rb, one};
         lw_off += one * (size_t)nc, full += one * (size_t)E;
         c->lw_bad |= !hm_cu_mmq_type_ok(m0->type);
-        c->weight_bytes += one * (size_t)ng;
-        c->expert_bytes += one * (size_t)ng;
+        c->weight_bytes += one * (size_t)(ng + sp);
+        c->expert_bytes += one * (size_t)(ng + sp);
         for (int e = 0; e < E; e++) {
             const hm_moe_expert *x = &L->experts[e];
             const hm_moe_matrix *m = proj(x, p);
@@ -390,6 +416,7 @@ static hm_status layout(hm_cuda_ctx *c) {
     const int64_t E0 = hp->n_experts ? hp->n_experts : 1;
     c->slot_of = take(c, sizeof(int32_t) * (size_t)hp->n_layers * (size_t)E0);
     c->cslot_of = c->cpu_moe ? take(c, sizeof(int32_t) * (size_t)hp->n_layers * (size_t)E0) : NULL;
+    c->d_counts = c->dynamic ? take(c, sizeof(uint32_t) * (size_t)hp->n_layers * (size_t)E0) : NULL;
     c->lw_cap = c->lw_full = 0, c->lw_bad = false;
     if ((st = put_hm_matrix(c, &m->tok_embd, "token embedding", &c->tok_embd))) return st;
     if (m->output.data == m->tok_embd.data && m->output.type == m->tok_embd.type)
@@ -760,6 +787,10 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
     const int np = n * c->k;
     const int64_t I = hp->moe_inter, H = hp->hidden;
     const bool streamed = c->lw_on && c->cpu_moe && c->cpu_moe[il];
+    if (c->d_counts && np) /* --dynamic-experts */
+        CK(hm_cu_moe_count(c->ids, np, (int)hp->n_experts, c->d_counts + (size_t)il * hp->n_experts,
+                           c->s),
+           "expert counts");
     const bool on_cpu = c->cpu_moe && c->cpu_moe[il] && !streamed, on_gpu = ex[0].data != NULL;
     if (on_cpu) {
         CK(cudaMemcpy2DAsync(c->h_x, sizeof(float) * (size_t)H, x, sizeof(float) * (size_t)xs,
@@ -1043,6 +1074,12 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
         if (c->lw_free[b]) cudaEventDestroy(c->lw_free[b]);
     }
     if (c->cs) cudaStreamDestroy(c->cs);
+    if (c->sw_done) cudaEventDestroy(c->sw_done);
+    if (c->h_tab) cudaFreeHost(c->h_tab);
+    free(c->spare);
+    free(c->mask);
+    free(c->dyn_cnt);
+    free(c->h_counts);
     free(c->lw_w);
     free(c->lw_order);
     free(c->lw_idx);
@@ -1075,7 +1112,6 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
         if (c->cpu_moe[il]) c->lw_idx[il] = c->n_lw, c->lw_order[c->n_lw++] = il;
     }
     if (!c->n_lw) return HM_OK;
-    CK(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking), "cudaStreamCreate");
     for (int b = 0; b < 2; b++) {
         CK(cudaEventCreateWithFlags(&c->lw_ready[b], cudaEventDisableTiming), "cudaEventCreate");
         CK(cudaEventCreateWithFlags(&c->lw_free[b], cudaEventDisableTiming), "cudaEventCreate");
@@ -1196,8 +1232,31 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     c->lw_order = calloc((size_t)hp->n_layers + 1, sizeof *c->lw_order);
     c->lw_idx = calloc((size_t)hp->n_layers + 1, sizeof *c->lw_idx);
     c->prefill_stream = p->prefill_stream;
+    c->spare = calloc((size_t)hp->n_layers + 1, sizeof *c->spare);
+    c->sw_il = -1;
+    /* --dynamic-experts: where some experts are on the CPU, and none has biases (their GPU
+     * copies are per slot) */
+    bool biased = false;
+    for (uint32_t il = 0; il < hp->n_layers && hp->n_experts; il++) {
+        const hm_layer *L = &m->layers[il];
+        biased |= L->experts &&
+                  (L->experts[0].gate_bias || L->experts[0].up_bias || L->experts[0].down_bias);
+    }
+    c->dynamic = p->dynamic && p->cpu_moe && p->gpu_experts && !biased;
+    if (p->dynamic && biased)
+        hm_log(HM_LOG_INFO, "--dynamic-experts: off, the routed experts have biases");
+    if (c->dynamic) {
+        const size_t ne = (size_t)hp->n_layers * hp->n_experts;
+        c->mask = malloc(ne);
+        c->dyn_cnt = calloc(ne, sizeof *c->dyn_cnt);
+        c->h_counts = calloc(ne, sizeof *c->h_counts);
+        if (c->mask) memcpy(c->mask, p->gpu_experts, ne), c->gpu_mask = c->mask;
+        const char *ev = getenv("HMOE_DYN_EVERY");
+        c->dyn_every = ev && atoi(ev) > 0 ? atoi(ev) : 16;
+    }
     if (!c->nw || !c->nn1 || !c->nn2 || !c->nb || !c->ex || !c->exb || !c->mla || !c->remap ||
-        !c->cb || !c->lw_w || !c->lw_order || !c->lw_idx) {
+        !c->cb || !c->lw_w || !c->lw_order || !c->lw_idx || !c->spare ||
+        (c->dynamic && (!c->mask || !c->dyn_cnt || !c->h_counts))) {
         hm_cuda_ctx_free(c);
         return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
     }
@@ -1286,11 +1345,23 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
             c->d_w = c->d_x + B * H;
         }
     }
+    if (c->dynamic) {
+        FAIL(cudaMallocHost((void **)&c->h_tab,
+                            sizeof(int32_t) * 2 * (size_t)hp->n_layers * (size_t)hp->n_experts),
+             "cudaMallocHost (slot tables)");
+        FAIL(cudaEventCreateWithFlags(&c->sw_done, cudaEventDisableTiming), "cudaEventCreate");
+    }
     if ((st = layout(c))) goto fail; /* the copies */
+    if ((c->dynamic || c->lw_buf[0]) && !c->cs)
+        FAIL(cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
     const size_t kv_one = (size_t)hp->n_layers * (size_t)c->kv.n_seq * (size_t)c->kv.n_kv_heads *
                           (size_t)c->kv.kv_ctx * (size_t)c->kv.head_dim * (c->kv.f16 ? 2 : 4);
     FAIL(cudaMemsetAsync(c->kv.k, 0, kv_one, c->s), "KV cache clear");
     FAIL(cudaMemsetAsync(c->kv.v, 0, kv_one, c->s), "KV cache clear");
+    if (c->d_counts)
+        FAIL(cudaMemsetAsync(c->d_counts, 0,
+                             sizeof(uint32_t) * (size_t)hp->n_layers * (size_t)hp->n_experts, c->s),
+             "expert counts clear");
     FAIL(cudaStreamSynchronize(c->s), "upload");
     if ((st = lw_setup(c))) goto fail;
     hm_log(HM_LOG_INFO, "cuda: GPU %d holds %.2f GiB (weights %.2f GiB, KV cache %.2f GiB)", c->dev,
@@ -1365,6 +1436,65 @@ static hm_status replay(hm_cuda_ctx *c, int n, int nw) {
     return HM_OK;
 }
 
+/* --dynamic-experts at the start of a step (nothing in flight): commits the swap whose copy has
+ * landed, or every dyn_every steps folds the counts into their decayed sum and chooses the next
+ * swap (its copy starts once the step is queued: dyn_copy). */
+static hm_status dyn_begin(hm_cuda_ctx *c) {
+    const int L = (int)c->m->hp.n_layers, E = (int)c->m->hp.n_experts;
+    if (c->sw_il >= 0 && c->sw_issued) {
+        const cudaError_t q = cudaEventQuery(c->sw_done);
+        if (q == cudaErrorNotReady) return HM_OK; /* still copying: a later step */
+        CK(q, "dynamic experts: copy");
+        const int il = c->sw_il, in = c->sw_in, out = c->sw_out;
+        int32_t *slot = c->h_tab + (size_t)il * (size_t)E,
+                *cslot = c->h_tab + ((size_t)L + (size_t)il) * (size_t)E;
+        uint8_t *mk = c->mask + (size_t)il * (size_t)E;
+        const int freed = slot[out];
+        slot[in] = c->spare[il], slot[out] = -1, c->spare[il] = freed;
+        mk[in] = 1, mk[out] = 0;
+        for (int e = 0, nc = 0; e < E; e++) cslot[e] = mk[e] ? -1 : nc++;
+        CK(cudaMemcpyAsync(c->slot_of + (size_t)il * (size_t)E, slot, sizeof(int32_t) * (size_t)E,
+                           cudaMemcpyHostToDevice, c->s),
+           "dynamic experts: slots");
+        if (c->cslot_of)
+            CK(cudaMemcpyAsync(c->cslot_of + (size_t)il * (size_t)E, cslot,
+                               sizeof(int32_t) * (size_t)E, cudaMemcpyHostToDevice, c->s),
+               "dynamic experts: slots");
+        const hm_status st = hm_moe_set_mask(c->cpu_moe[il], mk);
+        if (st) return st;
+        c->sw_il = -1, c->swaps++;
+    }
+    if (c->sw_il >= 0 || ++c->dyn_steps < c->dyn_every) return HM_OK;
+    c->dyn_steps = 0;
+    const size_t ne = (size_t)L * (size_t)E;
+    CK(cudaMemcpy(c->h_counts, c->d_counts, sizeof(uint32_t) * ne, cudaMemcpyDeviceToHost),
+       "dynamic experts: counts");
+    CK(cudaMemsetAsync(c->d_counts, 0, sizeof(uint32_t) * ne, c->s), "dynamic experts: counts");
+    for (size_t i = 0; i < ne; i++) c->dyn_cnt[i] = 0.5 * c->dyn_cnt[i] + (double)c->h_counts[i];
+    int il, in, out;
+    if (hm_dyn_pick(c->dyn_cnt, c->mask, L, E, 2.0, &il, &in, &out) && c->spare[il] >= 0)
+        c->sw_il = il, c->sw_in = in, c->sw_out = out, c->sw_issued = false;
+    return HM_OK;
+}
+
+/* The chosen swap's expert into its layer's spare slot, on the copy stream (from pageable
+ * memory this thread stages it while the GPU runs the queued step). */
+static hm_status dyn_copy(hm_cuda_ctx *c) {
+    const int il = c->sw_il, slot = c->spare[il];
+    const hm_moe_expert *x = &c->m->layers[il].experts[c->sw_in];
+    for (int p = 0; p < 3; p++) {
+        const hm_cu_w *w = &c->ex[il * 3 + p];
+        const hm_moe_matrix *m = proj(x, p);
+        CK(cudaMemcpy2DAsync((uint8_t *)w->data + (size_t)slot * w->estride, w->row_bytes, m->data,
+                             m->row_bytes ? m->row_bytes : w->row_bytes, w->row_bytes,
+                             (size_t)w->rows, cudaMemcpyHostToDevice, c->cs),
+           "dynamic experts: copy");
+    }
+    CK(cudaEventRecord(c->sw_done, c->cs), "dynamic experts: copy");
+    c->sw_issued = true;
+    return HM_OK;
+}
+
 /* A step: logits of the nw wanted rows to the host (logits), or with top_k their candidates
  * (ids, vals: [nw][top_k]; *bad: the first row holding NaN or +inf, or -1), or nothing. */
 static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_t *seq,
@@ -1387,6 +1517,10 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
     if (c->def_pend >= 0) { /* a step that failed left deferred experts in flight */
         hm_moe_wait(c->cpu_moe[c->def_pend]);
         c->def_pend = -1;
+    }
+    if (c->dynamic) {
+        const hm_status st = dyn_begin(c);
+        if (st) return st;
     }
     c->cur_n = n;
     c->hyb_st = HM_OK;
@@ -1415,6 +1549,7 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
     }
     c->top_k = 0;
     if (st) return st;
+    if (c->dynamic && c->sw_il >= 0 && !c->sw_issued && (st = dyn_copy(c))) return st;
     int32_t *h_ids = c->h_top, *h_bad = h_ids + (size_t)nw * top_k;
     float *h_vals = (float *)(h_bad + nw);
     if (top_k && nw) {
@@ -1481,7 +1616,8 @@ void hm_cuda_ctx_hybrid_times(hm_cuda_ctx *c, hm_cuda_hybrid_times *t) {
     if (!c) return;
     t->gpu_wait_s = (double)c->hyb_wait_ns * 1e-9, t->cpu_span_s = (double)c->hyb_span_ns * 1e-9;
     t->layers = c->hyb_layers, t->blocked = c->hyb_blocked;
-    t->streamed = c->lw_layers, t->stream_bytes = c->lw_bytes;
+    t->streamed = c->lw_layers, t->stream_bytes = c->lw_bytes, t->swaps = c->swaps;
+    c->swaps = 0;
     c->hyb_wait_ns = c->hyb_span_ns = c->hyb_layers = c->hyb_blocked = 0;
     c->lw_layers = c->lw_bytes = 0;
 }

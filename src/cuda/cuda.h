@@ -52,6 +52,7 @@ typedef struct hm_cuda_ctx_params {
     /* hybrid: layerwise prefill's threshold in tokens, HM_PREFILL_STREAM_AUTO or _OFF
      * (hm_ctx_params.gpu_prefill_threshold) */
     int prefill_stream;
+    bool dynamic; /* hybrid: --dynamic-experts (hm_ctx_params.dynamic_experts) */
     /* hybrid: [n_layers][n_experts], nonzero = the routed expert's weights on the GPU (NULL:
      * every expert); the others run on cpu_moe[layer], the layer's CPU expert engine (on an
      * async pool, masked to skip the GPU's experts), submitted and waited for from host functions
@@ -96,6 +97,7 @@ typedef struct hm_cuda_hybrid_times {
     double gpu_wait_s, cpu_span_s;
     uint64_t layers, blocked;
     uint64_t streamed, stream_bytes; /* layerwise prefill: layers streamed, and their bytes */
+    uint64_t swaps;                  /* --dynamic-experts: swaps that took effect */
 } hm_cuda_hybrid_times;
 void hm_cuda_ctx_hybrid_times(hm_cuda_ctx *c, hm_cuda_hybrid_times *t);
 /* With HMOE_CUDA_PROFILE=1 set when the context was made: the GPU milliseconds per part of the

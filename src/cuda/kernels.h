@@ -229,6 +229,10 @@ cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k,
                            const hm_cu_moe_order *o, cudaStream_t stream);
 int hm_cu_moe_max_tiles(int n_pairs, int n_exp);
 
+/* counts[ids[p]] += 1 for the n_pairs pairs whose id is in [0, n_exp) (--dynamic-experts) */
+cudaError_t hm_cu_moe_count(const int32_t *ids, int n_pairs, int n_exp, uint32_t *counts,
+                            cudaStream_t stream);
+
 /* gid[p] = slot_of[ids[p]]: the pairs' experts as places among a layer's GPU experts (-1: on
  * the CPU; the expert kernels skip such pairs: their rows are zero, they take no place in the
  * experts' order) */

@@ -212,6 +212,19 @@ __global__ void moe_gid_k(const int32_t *__restrict__ ids, int n, const int32_t 
     if (p < n) gid[p] = slot[ids[p]];
 }
 
+__global__ void moe_count_k(const int32_t *__restrict__ ids, int n, int n_exp,
+                            uint32_t *__restrict__ counts) {
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < n && ids[p] >= 0 && ids[p] < n_exp) atomicAdd(&counts[ids[p]], 1u);
+}
+
+extern "C" cudaError_t hm_cu_moe_count(const int32_t *ids, int n_pairs, int n_exp, uint32_t *counts,
+                                       cudaStream_t stream) {
+    if (n_pairs <= 0) return cudaSuccess;
+    moe_count_k<<<(unsigned)((n_pairs + 255) / 256), 256, 0, stream>>>(ids, n_pairs, n_exp, counts);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t hm_cu_moe_gid(const int32_t *ids, int n_pairs, const int32_t *slot_of,
                                      int32_t *gid, cudaStream_t stream) {
     if (n_pairs <= 0) return cudaSuccess;

@@ -68,9 +68,11 @@ void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out) {
     c->hyb_wait_s += ht.gpu_wait_s, c->hyb_span_s += ht.cpu_span_s;
     c->hyb_layers += ht.layers, c->hyb_blocked += ht.blocked;
     c->hyb_streamed += ht.streamed, c->hyb_stream_bytes += ht.stream_bytes;
+    c->hyb_swaps += ht.swaps;
     out->hyb_gpu_wait_s = c->hyb_wait_s, out->hyb_cpu_span_s = c->hyb_span_s;
     out->hyb_layers = c->hyb_layers, out->hyb_blocked = c->hyb_blocked;
     out->hyb_streamed = c->hyb_streamed, out->hyb_stream_bytes = c->hyb_stream_bytes;
+    out->hyb_swaps = c->hyb_swaps;
     out->moe_batches = c->route_batches;
     if (c->route_batches) {
         const double nb = (double)c->route_batches;
@@ -92,7 +94,7 @@ void hm_ctx_perf_reset(hm_ctx *c) {
     hm_cuda_hybrid_times ht;
     hm_cuda_ctx_hybrid_times(c->cu, &ht);
     c->hyb_wait_s = c->hyb_span_s = 0, c->hyb_layers = c->hyb_blocked = 0;
-    c->hyb_streamed = c->hyb_stream_bytes = 0;
+    c->hyb_streamed = c->hyb_stream_bytes = c->hyb_swaps = 0;
 }
 
 void hm_ctx_route_stats(hm_ctx *c, int n, int k, int E) {
@@ -379,6 +381,9 @@ static hm_status place_experts(hm_ctx *c, const hm_ctx_params *p) {
     c->prefill_stream = HM_PREFILL_STREAM_OFF;
     const bool all_fit =
         p->gpu_experts == HM_GPU_EXPERTS_FIT && !p->n_place_rules && total <= avail;
+    /* --dynamic-experts: a spare slot per layer for the expert on its way in */
+    if (p->dynamic_experts && hp->n_experts && !all_fit)
+        for (uint32_t il = 0; il < hp->n_layers; il++) rest += hm_place_expert_bytes(m, (int)il);
     if (stream && hp->n_experts && !all_fit && p->gpu_prefill_threshold != HM_PREFILL_STREAM_OFF) {
         if (p->gpu_prefill_threshold > 0 || (rest <= avail && stream * 8 <= avail - rest)) {
             rest += stream;
@@ -749,6 +754,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
                                        .bf16 = p.gpu_bf16,
                                        .defer = p.defer,
                                        .prefill_stream = c->prefill_stream,
+                                       .dynamic = p.dynamic_experts,
                                        .gpu_experts = c->plan.gpu,
                                        .cpu_moe = any_cpu ? c->moe : NULL};
         if ((st = hm_cuda_ctx_create(m, &c->graph, &gp, &c->cu))) goto fail;

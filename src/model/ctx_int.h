@@ -42,7 +42,7 @@ struct hm_ctx {
     size_t q_dim, ffn_max;
     uint64_t prof_ns[HM_PROF_COUNT]; /* time per part of the forward pass, summed */
     double hyb_wait_s, hyb_span_s;   /* the hybrid hand-off (hm_ctx_perf), summed */
-    uint64_t hyb_layers, hyb_blocked, hyb_streamed, hyb_stream_bytes;
+    uint64_t hyb_layers, hyb_blocked, hyb_streamed, hyb_stream_bytes, hyb_swaps;
     int prefill_stream; /* layerwise prefill as the placement settled it (hm_cuda_ctx_params) */
     uint64_t prof_alone_ns[HM_PROF_COUNT];  /* of it, outside the pool's jobs */
     uint64_t prof_wait_ns[HM_PROF_COUNT];   /* of it, dispatch and waiting for the slowest */

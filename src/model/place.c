@@ -368,3 +368,25 @@ int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens) {
     if (!(copy_s >= 0) || !(cpu_tok_s > 0) || !isfinite(n) || n >= (double)INT_MAX) return INT_MAX;
     return (int)n > min_tokens ? (int)n : min_tokens;
 }
+
+bool hm_dyn_pick(const double *counts, const uint8_t *gpu, int n_layers, int n_experts,
+                 double min_gain, int *il, int *in, int *out) {
+    double best = 0;
+    bool found = false;
+    for (int l = 0; l < n_layers; l++) {
+        const double *cn = counts + (size_t)l * (size_t)n_experts;
+        const uint8_t *g = gpu + (size_t)l * (size_t)n_experts;
+        int hot = -1, cold = -1;
+        for (int e = 0; e < n_experts; e++) {
+            if (!g[e] && (hot < 0 || cn[e] > cn[hot])) hot = e;
+            if (g[e] && (cold < 0 || cn[e] < cn[cold])) cold = e;
+        }
+        if (hot < 0 || cold < 0) continue; /* one side is empty */
+        const double gain = cn[hot] - cn[cold];
+        if (gain >= min_gain && gain >= 0.25 * cn[cold] && gain > best) {
+            best = gain, found = true;
+            *il = l, *in = hot, *out = cold;
+        }
+    }
+    return found;
+}

@@ -74,6 +74,14 @@ int hm_defer_split(const int32_t *ids, const float *w, int n, int k, const uint8
  * finite: INT_MAX, never). */
 int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens);
 
+/* Dynamic placement (--dynamic-experts): of the layers with routed experts on both sides (gpu:
+ * [n_layers][n_experts], nonzero on the GPU), the swap that gains the most: the layer's CPU
+ * expert of the highest count for its GPU expert of the lowest, where the first count exceeds
+ * the second by a quarter of it and by min_gain. True with *il, *in (to the GPU) and *out (to
+ * the CPU); false when no swap pays. */
+bool hm_dyn_pick(const double *counts, const uint8_t *gpu, int n_layers, int n_experts,
+                 double min_gain, int *il, int *in, int *out);
+
 void hm_place_describe(const hm_place_plan *plan, char *buf, size_t cap);
 
 /* Activation counts: a text file "hmoe-expert-counts 1 LAYERS EXPERTS" then one line per layer

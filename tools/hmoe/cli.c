@@ -187,6 +187,10 @@ int cli_ctx_option(int argc, char **argv, int *i, hm_ctx_params *cp, hm_model_pa
         cp->no_amx = true;
         return 1;
     }
+    if (!strcmp(a, "--dynamic-experts")) {
+        cp->dynamic_experts = true;
+        return 1;
+    }
     if (!strcmp(a, "--bf16-tiles")) {
         cp->bf16_tiles = true;
         return 1;
