@@ -1242,9 +1242,18 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
         biased |= L->experts &&
                   (L->experts[0].gate_bias || L->experts[0].up_bias || L->experts[0].down_bias);
     }
-    c->dynamic = p->dynamic && p->cpu_moe && p->gpu_experts && !biased;
-    if (p->dynamic && biased)
-        hm_log(HM_LOG_INFO, "--dynamic-experts: off, the routed experts have biases");
+    bool mixed = false; /* a layer with experts on both sides */
+    for (uint32_t il = 0; p->gpu_experts && il < hp->n_layers; il++) {
+        uint32_t ng = 0;
+        for (uint32_t e = 0; e < hp->n_experts; e++)
+            ng += p->gpu_experts[(size_t)il * hp->n_experts + e] != 0;
+        mixed |= ng > 0 && ng < hp->n_experts;
+    }
+    c->dynamic = p->dynamic && p->cpu_moe && mixed && !biased;
+    if (p->dynamic && p->cpu_moe && !c->dynamic)
+        hm_log(HM_LOG_INFO, "--dynamic-experts: off, %s",
+               biased ? "the routed experts have biases"
+                      : "no layer has routed experts both on the GPU and on the CPU");
     if (c->dynamic) {
         const size_t ne = (size_t)hp->n_layers * hp->n_experts;
         c->mask = malloc(ne);
