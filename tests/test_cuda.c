@@ -45,6 +45,9 @@ static void check_ctx_refused(void) {
     cp.device = HM_DEVICE_CPU, cp.defer = -1; /* deferral's count is checked on every device */
     CHECK_STATUS(hm_ctx_create(m, &cp, &c), HM_ERR_INVALID_ARG);
     CHECK_CONTAINS(hm_last_error(), "defer -1");
+    cp.defer = 0, cp.gpu_prefill_threshold = -2; /* tokens, auto (0) or off (-1) */
+    CHECK_STATUS(hm_ctx_create(m, &cp, &c), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "gpu_prefill_threshold -2");
     hm_model_free(m);
 }
 

@@ -374,16 +374,16 @@ static hm_status place_experts(hm_ctx *c, const hm_ctx_params *p) {
     if (st) return st;
     uint64_t rest = total - experts;
     const uint64_t avail = p->gpu_mem && p->gpu_mem < free_b ? p->gpu_mem : free_b;
-    /* layerwise prefill's two buffers come before the experts, where some experts will be on the
-     * CPU: with an explicit threshold always; by default where they take at most an eighth of
-     * what is left for experts (every byte of them is one less of resident experts, which decode
-     * reads) */
-    c->prefill_stream = HM_PREFILL_STREAM_OFF;
     const bool all_fit =
         p->gpu_experts == HM_GPU_EXPERTS_FIT && !p->n_place_rules && total <= avail;
     /* --dynamic-experts: a spare slot per layer for the expert on its way in */
     if (p->dynamic_experts && hp->n_experts && !all_fit)
         for (uint32_t il = 0; il < hp->n_layers; il++) rest += hm_place_expert_bytes(m, (int)il);
+    /* layerwise prefill's two buffers come before the experts, where some experts will be on the
+     * CPU: with an explicit threshold always; by default where they take at most an eighth of
+     * what is left for experts (every byte of them is one less of resident experts, which decode
+     * reads) */
+    c->prefill_stream = HM_PREFILL_STREAM_OFF;
     if (stream && hp->n_experts && !all_fit && p->gpu_prefill_threshold != HM_PREFILL_STREAM_OFF) {
         if (p->gpu_prefill_threshold > 0 || (rest <= avail && stream * 8 <= avail - rest)) {
             rest += stream;
