@@ -720,10 +720,6 @@ static cudaError_t glu_biased(hm_cuda_ctx *c, int il, const int32_t *ids, const 
     return e;
 }
 
-/* Layerwise prefill: layer il's CPU experts on the GPU from the buffer their copy went to (the
- * pairs as places among the layer's CPU experts, in tiles), their sum added to out; then the
- * next such layer's copy, which may hold this thread (a copy from pageable memory returns once
- * it is staged) while the GPU computes what is queued. */
 /* The pairs ids (places in ex, -1: none) of n tokens on the tiles, in expert order: gate and up,
  * the activation with layer il's expert biases (none when the layer has none), down, their sum
  * into out. */
@@ -748,6 +744,10 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
     return HM_OK;
 }
 
+/* Layerwise prefill: layer il's CPU experts on the GPU from the buffer their copy went to (the
+ * pairs as places among the layer's CPU experts, in tiles), their sum added to out; then the
+ * next such layer's copy, which may hold this thread (a copy from pageable memory returns once
+ * it is staged) while the GPU computes what is queued. */
 static hm_status run_streamed(hm_cuda_ctx *c, int il, int n, const float *x, int64_t xs, float *out,
                               int64_t os) {
     const hm_hparams *hp = &c->m->hp;
