@@ -159,9 +159,9 @@ typedef enum hm_place_strategy {
     HM_PLACE_COUNT
 } hm_place_strategy;
 
-#define HM_GPU_EXPERTS_FIT (-1)
+#define HM_GPU_EXPERTS_FIT     (-1)
 #define HM_PREFILL_STREAM_AUTO 0
-#define HM_PREFILL_STREAM_OFF (-1)
+#define HM_PREFILL_STREAM_OFF  (-1)
 
 typedef struct hm_ctx_params {
     hm_device device;

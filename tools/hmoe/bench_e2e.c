@@ -59,7 +59,8 @@ int bench_e2e(int argc, char **argv) {
                 "       [--device auto|cpu|cuda] [--gpu N] [--gpu-experts N|fit] [--gpu-mem SIZE]\n"
                 "       [--placement S] [--place-seed N] [--expert-counts F] [--place R] [--load "
                 "auto|mmap|copy] "
-                "[--kv f32|f16] [--gpu-dtype native|bf16] [--defer K] [--dynamic-experts] [--gpu-prefill-threshold "
+                "[--kv f32|f16] [--gpu-dtype native|bf16] [--defer K] [--dynamic-experts] "
+                "[--gpu-prefill-threshold "
                 "N|auto|off] [--repack auto|on|off] "
                 "[--bf16-tiles] [--no-idle-prefetch]\n"
                 "       [--numa auto|off|N] [--numa-copy auto|on|off]\n");
