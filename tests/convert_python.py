@@ -118,8 +118,16 @@ def st_read_dir(d):
 
 
 def st_write(path, tensors, dtype):
+    """float tensors as dtype (F32, F16 or BF16), uint8 ones as U8"""
     header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
     for name, a in tensors.items():
+        if getattr(a, "dtype", None) == np.uint8:
+            b = a.tobytes()
+            header[name] = {"dtype": "U8", "shape": list(a.shape),
+                            "data_offsets": [off, off + len(b)]}
+            blobs.append(b)
+            off += len(b)
+            continue
         a = np.asarray(a, dtype=np.float32)
         if dtype == "F32":
             b = a.astype("<f4").tobytes()
@@ -655,7 +663,7 @@ def check_gptoss_bad(binary, tmp):
             out.write(fh.read())
         bad = dict(sd)
         bad[key] = np.ascontiguousarray(edit(bad[key]))
-        st_write_mixed(os.path.join(d, "model.safetensors"), bad)
+        st_write(os.path.join(d, "model.safetensors"), bad, "F32")
         out = os.path.join(tmp, "bad.gguf")
         p = subprocess.run([binary, "convert", d, "-o", out, "--threads", "2"],
                            capture_output=True, text=True)
@@ -665,22 +673,6 @@ def check_gptoss_bad(binary, tmp):
               f"gpt-oss bad {key}: rc {p.returncode}, {msg!r}")
         check(not os.path.exists(out) and not os.path.exists(out + ".part"),
               f"gpt-oss bad {key}: output left behind")
-
-
-def st_write_mixed(path, tensors):
-    """float32 tensors as F32, uint8 ones as U8"""
-    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, a in tensors.items():
-        u8 = a.dtype == np.uint8
-        b = (a if u8 else np.asarray(a, dtype="<f4")).tobytes()
-        header[name] = {"dtype": "U8" if u8 else "F32", "shape": list(a.shape),
-                        "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def check_gptoss(binary, tmp):
