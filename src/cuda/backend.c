@@ -11,8 +11,12 @@
  *
  * Everything lives in one device allocation, sized by a first pass over the same layout code,
  * so a model that does not fit is refused with the numbers before anything is copied. */
+#ifdef HM_CUDA_HOST
+#include "cuda/host/rt.h" /* the host GPU: the CPU plays the GPU (tests) */
+#else
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#endif
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,7 +1,11 @@
 /* cuda.c - the C-facing GPU backend entry: device queries, bandwidth, self-test. */
 #include "cuda/cuda.h"
 
+#ifdef HM_CUDA_HOST
+#include "cuda/host/rt.h" /* the host GPU: the CPU plays the GPU (tests) */
+#else
 #include <cuda_runtime.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

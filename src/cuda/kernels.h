@@ -8,7 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef HM_CUDA_HOST
+#include "cuda/host/rt.h" /* the host GPU (host/rt.h) */
+#else
 #include <cuda_runtime.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,319 @@
+/* kernels_mm.c - the host GPU's (rt.h) launchers of selftest.cu, matvec.cu and mmq.cu: the
+ * self-test's axpb, the dequantizing matvec and its experts' form, dequantization and the
+ * embedding gather, the tile kernel (weights and activations rounded to IEEE half, products
+ * summed in float, as the tensor cores do) and the experts' order. Each launcher checks its
+ * arguments as the CUDA one does and enqueues a plain-C kernel over dq.h's blocks. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/dq.h"
+#include "cuda/kernels.h"
+#include "quant/fp16.h"
+#include "quant/types.h"
+
+#define FLOAT_TYPE(T) ((T) == HM_TYPE_F32 || (T) == HM_TYPE_F16 || (T) == HM_TYPE_BF16)
+
+enum { TN = 64, MAX_E = 4096 }; /* mmq.cu's tile width and its most experts */
+
+/* ---- selftest.cu ----------------------------------------------------------------------------- */
+
+typedef struct axpb_args {
+    const float *x;
+    float *y;
+    float a, b;
+    int n;
+} axpb_args;
+
+static void axpb_k(const void *p) {
+    const axpb_args *g = p;
+    for (int i = 0; i < g->n; i++) g->y[i] = fmaf(g->a, g->x[i], g->b);
+}
+
+cudaError_t hm_cuda_launch_axpb(const float *x, float *y, float a, float b, int n,
+                                cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    const axpb_args g = {x, y, a, b, n};
+    return hm_host_launch(stream, axpb_k, &g, sizeof g);
+}
+
+/* ---- matvec.cu ------------------------------------------------------------------------------- */
+
+bool hm_cu_type_ok(uint32_t type) {
+    return FLOAT_TYPE(type) || type == HM_TYPE_FP8_B128 || hm_cu_mmq_type_ok(type);
+}
+
+static float elem(uint32_t type, const uint8_t *row, int64_t j) {
+    if (type == HM_TYPE_F32) return ((const float *)row)[j];
+    if (type == HM_TYPE_F16) return hm_hd_f16_to_f32(((const uint16_t *)row)[j]);
+    return hm_hd_bf16_to_f32(((const uint16_t *)row)[j]);
+}
+
+/* row . x: 32-value chunks (each summed with fmaf, as a lane does), or element by element for
+ * float rows whose length is not a multiple of 32 */
+static float row_dot(uint32_t type, const uint8_t *row, int64_t cols, const float *x) {
+    float acc = 0.0f;
+    if (FLOAT_TYPE(type) && (cols & 31)) {
+        for (int64_t j = 0; j < cols; j++) acc = fmaf(elem(type, row, j), x[j], acc);
+        return acc;
+    }
+    for (int64_t c = 0; c < cols / 32; c++) {
+        float v[32], s = 0.0f;
+        hm_dq32(type, row, c, v);
+        for (int e = 0; e < 32; e++) s = fmaf(v[e], x[c * 32 + e], s);
+        acc += s;
+    }
+    return acc;
+}
+
+typedef struct matvec_args {
+    hm_cu_w w;
+    const int32_t *ids; /* experts' form, else NULL */
+    const float *x;
+    int64_t xs;
+    int n, x_div;
+    float *y;
+    int64_t ys;
+} matvec_args;
+
+static void matvec_k(const void *p) {
+    const matvec_args *g = p;
+    const hm_cu_w *w = &g->w;
+    for (int t = 0; t < g->n; t++) {
+        const int id = g->ids ? g->ids[t] : 0;
+        float *y = g->y + (int64_t)t * g->ys;
+        if (id < 0) { /* an expert on the CPU */
+            memset(y, 0, sizeof(float) * (size_t)w->rows);
+            continue;
+        }
+        const float *x = g->x + (int64_t)(t / g->x_div) * g->xs;
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)id * w->estride;
+        for (int64_t r = 0; r < w->rows; r++)
+            y[r] = row_dot(w->type, base + r * (int64_t)w->row_bytes, w->cols, x);
+    }
+}
+
+cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
+                         cudaStream_t stream) {
+    if (n <= 0 || w->rows <= 0) return cudaSuccess;
+    if (n > HM_CU_MATVEC_MAX || (!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
+        return cudaErrorInvalidValue;
+    const matvec_args g = {*w, NULL, x, xs, n, 1, y, ys};
+    return hm_host_launch(stream, matvec_k, &g, sizeof g);
+}
+
+cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs, const float *x,
+                                 int64_t xs, int x_div, float *y, int64_t ys, cudaStream_t stream) {
+    if (n_pairs <= 0 || w->rows <= 0) return cudaSuccess;
+    if (x_div < 1 || (!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
+        return cudaErrorInvalidValue;
+    const matvec_args g = {*w, ids, x, xs, n_pairs, x_div, y, ys};
+    return hm_host_launch(stream, matvec_k, &g, sizeof g);
+}
+
+typedef struct dequant_args {
+    hm_cu_w w;
+    const int32_t *rows;
+    int64_t row0, nrows;
+    float *dst;
+} dequant_args;
+
+static void dequant_k(const void *p) {
+    const dequant_args *g = p;
+    const hm_cu_w *w = &g->w;
+    for (int64_t i = 0; i < g->nrows; i++) {
+        const int64_t r = g->rows ? (int64_t)g->rows[i] : g->row0 + i;
+        const uint8_t *row = (const uint8_t *)w->data + r * (int64_t)w->row_bytes;
+        float *d = g->dst + i * w->cols;
+        if (FLOAT_TYPE(w->type)) {
+            for (int64_t j = 0; j < w->cols; j++) d[j] = elem(w->type, row, j);
+        } else {
+            for (int64_t c = 0; c < w->cols / 32; c++) hm_dq32(w->type, row, c, d + c * 32);
+        }
+    }
+}
+
+static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t row0,
+                                  int64_t nrows, float *dst, cudaStream_t stream) {
+    if (nrows <= 0) return cudaSuccess;
+    if ((!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
+        return cudaErrorInvalidValue;
+    const dequant_args g = {*w, rows, row0, nrows, dst};
+    return hm_host_launch(stream, dequant_k, &g, sizeof g);
+}
+
+cudaError_t hm_cu_dequant_f32(const hm_cu_w *w, int64_t row0, int64_t nrows, float *dst,
+                              cudaStream_t stream) {
+    return dequant_launch(w, NULL, row0, nrows, dst, stream);
+}
+
+cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x,
+                        cudaStream_t stream) {
+    return dequant_launch(e, tok, 0, n, x, stream);
+}
+
+/* ---- mmq.cu ---------------------------------------------------------------------------------- */
+
+bool hm_cu_mmq_type_ok(uint32_t type) {
+    switch (type) {
+    case HM_TYPE_Q4_0:
+    case HM_TYPE_Q4_1:
+    case HM_TYPE_Q5_0:
+    case HM_TYPE_Q5_1:
+    case HM_TYPE_Q8_0:
+    case HM_TYPE_Q2_K:
+    case HM_TYPE_Q3_K:
+    case HM_TYPE_Q4_K:
+    case HM_TYPE_Q5_K:
+    case HM_TYPE_Q6_K:
+    case HM_TYPE_IQ4_NL:
+    case HM_TYPE_IQ4_XS:
+    case HM_TYPE_MXFP4:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static float half_round(float v) {
+    return hm_f16_to_f32(hm_f32_to_f16(v));
+}
+
+typedef struct mmq_args {
+    hm_cu_w w;
+    hm_cu_mmq_args a;
+} mmq_args;
+
+/* items i0 .. i0 + ni of expert e: y[i] = W_e . x[xrow[i]], both rounded to half */
+static void mmq_tile(const hm_cu_w *w, const hm_cu_mmq_args *a, int e, int i0, int ni, float *wr,
+                     float *xr) {
+    const uint8_t *wb = (const uint8_t *)w->data + (size_t)e * w->estride;
+    for (int64_t r = 0; r < w->rows; r++) {
+        for (int64_t c = 0; c < w->cols / 32; c++)
+            hm_dq32(w->type, wb + r * (int64_t)w->row_bytes, c, wr + c * 32);
+        for (int64_t j = 0; j < w->cols; j++) wr[j] = half_round(wr[j]);
+        for (int i = i0; i < i0 + ni; i++) {
+            const int64_t row = a->xrow ? a->xrow[i] : i;
+            const float *x = a->x + row * a->xs;
+            for (int64_t j = 0; j < w->cols; j++) xr[j] = half_round(x[j]);
+            float acc = 0.0f;
+            for (int64_t j = 0; j < w->cols; j++) acc = fmaf(wr[j], xr[j], acc);
+            a->y[(int64_t)i * a->ys + r] = acc;
+        }
+    }
+}
+
+static void mmq_k(const void *p) {
+    const mmq_args *g = p;
+    const hm_cu_w *w = &g->w;
+    const hm_cu_mmq_args *a = &g->a;
+    float *wr = malloc(sizeof(float) * 2 * (size_t)w->cols);
+    if (!wr) abort(); /* a kernel cannot report; the host GPU's scratch is tiny */
+    float *xr = wr + w->cols;
+    if (a->tile_e) {
+        for (int t = 0; t < *a->n_tiles; t++)
+            mmq_tile(w, a, a->tile_e[t], a->tile_i0[t], a->tile_n[t], wr, xr);
+    } else {
+        mmq_tile(w, a, 0, 0, a->n_items, wr, xr);
+    }
+    free(wr);
+}
+
+cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
+                      cudaStream_t stream) {
+    if (w->rows <= 0) return cudaSuccess;
+    if (w->cols % 32 || a->xs % 4 || ((uintptr_t)a->x & 15)) return cudaErrorInvalidValue;
+    const int tiles = a->tile_e ? max_tiles : (a->n_items + TN - 1) / TN;
+    if (tiles <= 0) return cudaSuccess;
+    if (!hm_cu_mmq_type_ok(w->type)) return cudaErrorInvalidValue;
+    const mmq_args g = {*w, *a};
+    return hm_host_launch(stream, mmq_k, &g, sizeof g);
+}
+
+typedef struct sort_args {
+    const int32_t *ids;
+    int n_pairs, n_exp, k;
+    hm_cu_moe_order o;
+} sort_args;
+
+/* counts, offsets, tiles of up to TN places of one expert, then each pair's place (in pair
+ * order within an expert: the CUDA kernel's atomics give some order, and the values do not
+ * depend on it) */
+static void sort_k(const void *p) {
+    const sort_args *g = p;
+    const hm_cu_moe_order *o = &g->o;
+    int *cnt = calloc(2 * (size_t)g->n_exp, sizeof(int));
+    if (!cnt) abort();
+    int *off = cnt + g->n_exp;
+    for (int q = 0; q < g->n_pairs; q++)
+        if (g->ids[q] >= 0) cnt[g->ids[q]]++;
+    int s = 0, nt = 0;
+    for (int e = 0; e < g->n_exp; e++) {
+        off[e] = s;
+        for (int i = 0; i < cnt[e]; i += TN) {
+            o->tile_e[nt] = e;
+            o->tile_i0[nt] = s + i;
+            o->tile_n[nt] = cnt[e] - i < TN ? cnt[e] - i : TN;
+            nt++;
+        }
+        s += cnt[e];
+    }
+    *o->n_tiles = nt;
+    for (int e = 0; e < g->n_exp; e++) cnt[e] = 0;
+    for (int q = 0; q < g->n_pairs; q++) {
+        const int e = g->ids[q];
+        if (e < 0) {
+            o->pos_of[q] = -1;
+            continue;
+        }
+        const int at = off[e] + cnt[e]++;
+        o->pos_of[q] = at;
+        o->xrow[at] = q / g->k;
+    }
+    free(cnt);
+}
+
+cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k,
+                           const hm_cu_moe_order *o, cudaStream_t stream) {
+    if (n_pairs <= 0) return cudaSuccess;
+    if (n_exp < 1 || n_exp > MAX_E || k < 1) return cudaErrorInvalidValue;
+    const sort_args g = {ids, n_pairs, n_exp, k, *o};
+    return hm_host_launch(stream, sort_k, &g, sizeof g);
+}
+
+int hm_cu_moe_max_tiles(int n_pairs, int n_exp) {
+    return (n_pairs + TN - 1) / TN + n_exp;
+}
+
+typedef struct ids_args {
+    const int32_t *ids;
+    int n, n_exp;
+    const int32_t *slot;
+    int32_t *gid;
+    uint32_t *counts;
+} ids_args;
+
+static void count_k(const void *p) {
+    const ids_args *g = p;
+    for (int q = 0; q < g->n; q++)
+        if (g->ids[q] >= 0 && g->ids[q] < g->n_exp) g->counts[g->ids[q]]++;
+}
+
+static void gid_k(const void *p) {
+    const ids_args *g = p;
+    for (int q = 0; q < g->n; q++) g->gid[q] = g->slot[g->ids[q]];
+}
+
+cudaError_t hm_cu_moe_count(const int32_t *ids, int n_pairs, int n_exp, uint32_t *counts,
+                            cudaStream_t stream) {
+    if (n_pairs <= 0) return cudaSuccess;
+    const ids_args g = {ids, n_pairs, n_exp, NULL, NULL, counts};
+    return hm_host_launch(stream, count_k, &g, sizeof g);
+}
+
+cudaError_t hm_cu_moe_gid(const int32_t *ids, int n_pairs, const int32_t *slot_of, int32_t *gid,
+                          cudaStream_t stream) {
+    if (n_pairs <= 0) return cudaSuccess;
+    const ids_args g = {ids, n_pairs, 0, slot_of, gid, NULL};
+    return hm_host_launch(stream, gid_k, &g, sizeof g);
+}
