@@ -21,7 +21,11 @@
 #include "fixture.h"
 
 #ifdef HMOE_HAVE_CUDA
+#ifdef HM_CUDA_HOST
+#include "cuda/host/rt.h"
+#else
 #include <cuda_runtime.h>
+#endif
 
 #include "cuda/kernels.h"
 #endif
@@ -242,6 +246,48 @@ static void kl_rows(const float *a, const float *b, int n, int V, double *mean, 
         if (!(kl <= *mx)) *mx = kl;
         *mean += kl / n;
     }
+}
+
+/* gpt-oss as released (tests/data/gptoss/hf: MXFP4 experts in blocks and scales) on the GPU,
+ * all experts there and every one on the CPU engine: test_forward's bounds against transformers
+ * (the CPU's MXFP4 kernels quantize activations to 8 bits), every position's argmax equal, in one
+ * batch and token by token */
+static void check_gptoss_hf_gpu(int gpu_experts) {
+    fixture f;
+    hm_model *m;
+    if (!fixture_open("gptoss/hf", &f, &m)) return;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.device = HM_DEVICE_CUDA;
+    cp.n_threads = 2, cp.n_ctx = 64, cp.n_batch = 64;
+    cp.gpu_experts = gpu_experts;
+    hm_ctx *c = NULL;
+    CHECK_OK(hm_ctx_create(m, &cp, &c));
+    const int V = f.vocab;
+    float *lg = malloc(sizeof(float) * 64 * (size_t)V);
+    for (int i = 0; c && i < f.n_prompts; i++)
+        for (int one = 0; one < 2; one++) {
+            const int n = f.len[i];
+            fixture_prompt_logits(c, &f, i, one, lg);
+            double km, kx;
+            kl_rows(f.logits[i], lg, n, V, &km, &kx);
+            int same = 0;
+            for (int t = 0; t < n; t++) {
+                const float *a = lg + (size_t)t * (size_t)V, *b = f.logits[i] + (size_t)t * V;
+                int ia = 0, ib = 0;
+                for (int v = 1; v < V; v++) ia = a[v] > a[ia] ? v : ia, ib = b[v] > b[ib] ? v : ib;
+                same += ia == ib;
+            }
+            printf("  cuda gptoss/hf (MXFP4 blocks), %d experts/layer on the GPU, prompt %d (%s): "
+                   "KL mean %.2e max %.2e, %d of %d argmax equal\n",
+                   gpu_experts, i, one ? "token by token" : "one batch", km, kx, same, n);
+            CHECK_MSG(km <= 1e-3 && kx <= 5e-3 && same == n,
+                      "cuda gptoss/hf prompt %d: KL %.3g / %.3g, %d of %d argmax", i, km, kx, same,
+                      n);
+        }
+    free(lg);
+    hm_ctx_free(c);
+    hm_model_free(m);
+    free_fixture(&f);
 }
 
 /* logits of every position of prompt i of a model file, whole prompt in one batch (or one token
@@ -828,7 +874,7 @@ static void check_norm_glu_router(void) {
         enum { R = 3, C = 1000, S = 1003 };
         static float xf[R * S];
         static uint16_t yo[R * C];
-        for (int i = 0; i < R * S; i++) xf[i] = rndf() * (float)(1 << (i % 40)) / (float)(1 << 20);
+        for (int i = 0; i < R * S; i++) xf[i] = rndf() * ldexpf(1.0f, i % 40 - 20);
         xf[0] = hm_bits_f32(0x3f808000u), xf[1] = hm_bits_f32(0x3f818000u); /* ties both ways */
         xf[2] = hm_bits_f32(0x00000123u), xf[3] = INFINITY, xf[4] = -INFINITY, xf[5] = -0.0f;
         xf[6] = hm_bits_f32(0x7f7fffffu); /* rounds up to infinity */
@@ -1180,6 +1226,8 @@ int main(void) {
         rmdir(dir);
         free_fixture(&f);
     }
+    check_gptoss_hf_gpu(HM_GPU_EXPERTS_FIT);
+    check_gptoss_hf_gpu(0);
     check_defer("a");
     check_dynamic("a");
     check_defer("deepseek/v3a");
