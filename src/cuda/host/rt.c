@@ -260,6 +260,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     if (!room) return fail(cudaErrorMemoryAllocation);
     void *q = aligned_alloc(256, n ? n : 256);
     if (!q) return fail(cudaErrorMemoryAllocation);
+    memset(q, 0xff, n); /* NaNs: what is read before it is written shows in the results */
     pthread_mutex_lock(&g_mu);
     const bool ok = reg_add(&g_dev, &g_ndev, &g_cap_dev, q, n);
     if (ok) g_used += n;
@@ -297,6 +298,7 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
     const size_t n = (bytes + 63) & ~(size_t)63;
     void *q = aligned_alloc(64, n ? n : 64);
     if (!q) return fail(cudaErrorMemoryAllocation);
+    memset(q, 0xff, n);
     pthread_mutex_lock(&g_mu);
     const bool ok = reg_add(&g_pin, &g_npin, &g_cap_pin, q, bytes);
     pthread_mutex_unlock(&g_mu);
