@@ -291,10 +291,11 @@ static void check_gptoss_hf_gpu(int gpu_experts) {
 }
 
 /* logits of every position of prompt i of a model file, whole prompt in one batch (or one token
- * at a time) on device dev; stream: --gpu-prefill-threshold (*streamed: the layers it streamed) */
+ * at a time) on device dev; stream: --gpu-prefill-threshold (*streamed: the layers it streamed,
+ * *handed: the layers whose experts the CPU engine computed) */
 static bool gguf_logits_stream(const char *path, const fixture *f, int i, hm_device dev, bool one,
                                int gpu_experts, bool bf16, int stream, uint64_t *streamed,
-                               float *out) {
+                               uint64_t *handed, float *out) {
     hm_model *m = NULL;
     hm_ctx *c = NULL;
     hm_ctx_params cp = hm_ctx_default_params();
@@ -309,6 +310,7 @@ static bool gguf_logits_stream(const char *path, const fixture *f, int i, hm_dev
         hm_ctx_perf pf;
         hm_ctx_perf_get(c, &pf);
         *streamed = pf.hyb_streamed;
+        *handed = pf.hyb_layers;
     }
     hm_ctx_free(c);
     hm_model_free(m);
@@ -318,7 +320,7 @@ static bool gguf_logits_stream(const char *path, const fixture *f, int i, hm_dev
 static bool gguf_logits_as(const char *path, const fixture *f, int i, hm_device dev, bool one,
                            int gpu_experts, bool bf16, float *out) {
     return gguf_logits_stream(path, f, i, dev, one, gpu_experts, bf16, HM_PREFILL_STREAM_OFF, NULL,
-                              out);
+                              NULL, out);
 }
 
 static bool gguf_logits(const char *path, const fixture *f, int i, hm_device dev, bool one,
@@ -409,7 +411,8 @@ static void check_dynamic(const char *name) {
  * the CPU does, without AMX here) within KL bounds of that reference; so is --gpu-dtype bf16
  * (non-expert weights rounded to BF16; batches with BF16 activations on cuBLAS); so is layerwise
  * prefill (the CPU's experts streamed to the GPU and computed on its tiles), with none or one
- * expert per layer resident. */
+ * expert per layer resident, all of them streamed or half (HMOE_LW_SPLIT; the CPU computes the
+ * rest meanwhile). */
 static void check_quantized_gpu(int type, int experts_type) {
     fixture f;
     CHECK(load_fixture("q", &f));
@@ -429,18 +432,26 @@ static void check_quantized_gpu(int type, int experts_type) {
         if (!gguf_logits(fpath, &f, i, HM_DEVICE_CPU, false, HM_GPU_EXPERTS_FIT, lf)) break;
         const size_t nv = (size_t)f.len[i] * (size_t)V;
         /* matvec, tiles, hybrid matvec, hybrid tiles, bf16 x 2, streamed with 1 and 0 resident
-         * (from 9 tokens: the smallest batch on the tiles) */
-        for (int k = 0; k < 8; k++) {
+         * (from 9 tokens: the smallest batch on the tiles), half streamed with 1 and 0 */
+        for (int k = 0; k < 10; k++) {
             const bool lw = k >= 6, one = !(k & 1) && !lw, hyb = k == 2 || k == 3 || lw,
-                       bf16 = k == 4 || k == 5;
-            uint64_t streamed = 0;
+                       bf16 = k == 4 || k == 5, split = k >= 8;
+            uint64_t streamed = 0, handed = 0;
+            if (split) setenv("HMOE_LW_SPLIT", "0.5", 1);
             CHECK(gguf_logits_stream(path, &f, i, HM_DEVICE_CUDA, one,
-                                     k == 7 ? 0 : (hyb ? 1 : HM_GPU_EXPERTS_FIT), bf16,
-                                     lw ? 9 : HM_PREFILL_STREAM_OFF, &streamed, lg));
-            if (lw && f.len[i] >= 9)
+                                     k & 1 && lw ? 0 : (hyb ? 1 : HM_GPU_EXPERTS_FIT), bf16,
+                                     lw ? 9 : HM_PREFILL_STREAM_OFF, &streamed, &handed, lg));
+            unsetenv("HMOE_LW_SPLIT");
+            if (lw && f.len[i] >= 9) {
                 CHECK_MSG(streamed > 0, "cuda %s/%s: a prompt of %d tokens streamed no layer",
                           hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
                           f.len[i]);
+                /* split: every streamed layer's other experts went to the CPU engine */
+                CHECK_MSG(split ? handed == streamed : handed == 0,
+                          "cuda %s/%s: %llu layers streamed, %llu handed to the CPU",
+                          hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
+                          (unsigned long long)streamed, (unsigned long long)handed);
+            }
             double km, kx;
             kl_rows(lf, lg, f.len[i], V, &km, &kx);
             const double e = rel_err(lg, lf, nv);
@@ -448,8 +459,10 @@ static void check_quantized_gpu(int type, int experts_type) {
                    "%.2e, KL mean %.2e max %.2e\n",
                    hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
                    one ? "matvec" : "tensor cores", hyb ? " hybrid" : "", bf16 ? " bf16" : "",
-                   lw ? (k == 7 ? " streamed (0 resident)" : " streamed (1 resident)") : "", i, e,
-                   km, kx);
+                   lw ? (k & 1 ? (split ? " half streamed (0 resident)" : " streamed (0 resident)")
+                               : (split ? " half streamed (1 resident)" : " streamed (1 resident)"))
+                      : "",
+                   i, e, km, kx);
             if (k == 0)
                 CHECK_MSG(e <= 1e-3, "cuda %s/%s matvec: rel error %.3g",
                           hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type), e);
@@ -806,9 +819,11 @@ static void check_bias_gated_add(void) {
             double dot = 0;
             for (int d = 0; d < H; d++) dot += (double)xn[t * S + d] * w[d];
             const float g = gated ? hm_hd_sigmoid((float)dot) : 1.0f;
+            /* relative to the terms' size: a sum that cancels to near zero keeps their
+             * rounding (the gate's float dot product on the GPU) */
             for (int d = 0; d < S; d++) {
-                const float r = dst[t * S + d] + (d < H ? g * src[t * S + d] : 0.0f);
-                worst = fmax(worst, fabs(out[t * S + d] - r) / (fabs(r) + 1e-3));
+                const float a = dst[t * S + d], u = d < H ? g * src[t * S + d] : 0.0f;
+                worst = fmax(worst, fabs(out[t * S + d] - (a + u)) / (fabs(a) + fabs(u) + 1e-6));
             }
         }
         CHECK_MSG(worst <= 1e-5, "gated add (%s): error %.3g", gated ? "gate" : "no gate", worst);

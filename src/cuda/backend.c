@@ -75,19 +75,27 @@ struct hm_cuda_ctx {
     float *h_def, *d_x, *d_w; /* the deferred experts' sum, and their own input and weights */
     int def_pend;
     void *h_defb;
-    /* layerwise prefill: a batch of stream_min or more tokens (0: never) computes each layer's
-     * CPU experts on the GPU, from copies streamed on the copy stream cs into lw_buf[j % 2] (j:
-     * the layer's place among the n_lw layers with CPU experts, lw_order / lw_idx). The copy of
-     * layer j + 1 waits until layer j - 1's compute has released its buffer (lw_free), the
-     * compute of layer j for its copy (lw_ready). cslot_of: an expert's place among its layer's
-     * CPU experts (-1: on the GPU); lw_w: a layer's CPU experts as the buffer holds them (data:
-     * the offset in it). lw_bad: the experts cannot stream (biases, or a type without tiles). */
+    /* layerwise prefill: a batch of stream_min or more tokens (0: never) computes the first
+     * lw_ns[il] of each layer's lw_nc[il] CPU experts on the GPU, from copies streamed on the
+     * copy stream cs into lw_buf[j % 2] (j: the layer's place among the n_lw layers with CPU
+     * experts, lw_order / lw_idx), and the others on the CPU meanwhile (a split layer). The copy
+     * of layer j + 1 waits until layer j - 1's compute has released its buffer (lw_free), the
+     * compute of layer j for its copy (lw_ready). cslot (host): an expert's place among its
+     * layer's CPU experts (-1: on the GPU), in expert order; sslot_of (device, uploaded from
+     * pinned h_sslot per batch): the place where it is below lw_ns, else -1; s_ids: a split
+     * layer's pairs left to the CPU. lw_w: a layer's CPU experts as the buffer holds them
+     * (data: the offset in it). lw_bad: the experts cannot stream (biases, or a type without
+     * tiles). lw_copy_s and lw_cpu_rate, measured by the automatic threshold, size the split
+     * (hm_place_stream_split); with a threshold given, or no measure, every CPU expert streams;
+     * lw_force (HMOE_LW_SPLIT, for tests) fixes the fraction streamed. */
     int prefill_stream; /* hm_cuda_ctx_params' */
     int stream_min;
     bool lw_on, lw_bad;
     int n_lw;
     int *lw_order, *lw_idx;
-    int32_t *cslot_of;
+    int32_t *cslot, *sslot_of, *h_sslot, *s_ids;
+    int *lw_nc, *lw_ns;
+    double lw_copy_s, lw_cpu_rate, lw_force;
     hm_cu_w *lw_w;
     uint8_t *lw_buf[2];
     size_t lw_cap, lw_full; /* the largest layer's CPU experts; all its experts */
@@ -98,8 +106,8 @@ struct hm_cuda_ctx {
      * every dyn_every steps the counts join their decayed sum (dyn_cnt) and hm_dyn_pick chooses
      * a swap, whose expert goes to its layer's spare GPU slot (spare[il], -1: the layer has no
      * experts on one side) on the copy stream while the step runs; the first step after the copy
-     * landed (sw_done) commits it: the slot tables (their host copies in pinned h_tab: slot_of,
-     * then cslot_of), the mask (a writable copy of the placement's; the CPU engine gets it) and
+     * landed (sw_done) commits it: the slot tables (slot_of's host copy in pinned h_tab, and
+     * cslot), the mask (a writable copy of the placement's; the CPU engine gets it) and
      * the spare, which becomes the slot the swapped-out expert held. */
     bool dynamic;
     int dyn_every, dyn_steps;
@@ -318,19 +326,13 @@ static hm_status put_experts(hm_cuda_ctx *c, int il) {
     /* --dynamic-experts: one slot more where the layer has experts on both sides */
     const int sp = c->dynamic && ng > 0 && ng < E;
     c->spare[il] = sp ? ng : -1;
-    if (c->h_tab) {
-        memcpy(c->h_tab + (size_t)il * (size_t)E, slot, sizeof(int32_t) * (size_t)E);
-        memcpy(c->h_tab + ((size_t)hp->n_layers + (size_t)il) * (size_t)E, cslot,
-               sizeof(int32_t) * (size_t)E);
-    }
+    if (c->h_tab) memcpy(c->h_tab + (size_t)il * (size_t)E, slot, sizeof(int32_t) * (size_t)E);
+    if (c->cslot) memcpy(c->cslot + (size_t)il * (size_t)E, cslot, sizeof(int32_t) * (size_t)E);
+    if (c->lw_nc) c->lw_nc[il] = c->lw_ns[il] = nc;
     if (c->slot_of && c->arena)
         CK(cudaMemcpy(c->slot_of + (size_t)il * (size_t)E, slot, sizeof(int32_t) * (size_t)E,
                       cudaMemcpyHostToDevice),
            "expert slots");
-    if (c->cslot_of && c->arena)
-        CK(cudaMemcpy(c->cslot_of + (size_t)il * (size_t)E, cslot, sizeof(int32_t) * (size_t)E,
-                      cudaMemcpyHostToDevice),
-           "CPU expert slots");
     size_t lw_off = 0, full = 0; /* layerwise prefill: the CPU experts' bytes; all experts' */
     for (int p = 0; p < 3; p++) {
         const int64_t rows = p < 2 ? inter : H, cols = p < 2 ? H : inter;
@@ -419,7 +421,7 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->used = 0, c->weight_bytes = 0, c->expert_bytes = 0;
     const int64_t E0 = hp->n_experts ? hp->n_experts : 1;
     c->slot_of = take(c, sizeof(int32_t) * (size_t)hp->n_layers * (size_t)E0);
-    c->cslot_of = c->cpu_moe ? take(c, sizeof(int32_t) * (size_t)hp->n_layers * (size_t)E0) : NULL;
+    c->sslot_of = c->cpu_moe ? take(c, sizeof(int32_t) * (size_t)hp->n_layers * (size_t)E0) : NULL;
     c->d_counts = c->dynamic ? take(c, sizeof(uint32_t) * (size_t)hp->n_layers * (size_t)E0) : NULL;
     c->lw_cap = c->lw_full = 0, c->lw_bad = false;
     if ((st = put_hm_matrix(c, &m->tok_embd, "token embedding", &c->tok_embd))) return st;
@@ -613,9 +615,20 @@ static void CUDART_CB submit_cb(void *arg) {
         hm_moe_wait(c->cpu_moe[c->def_pend]);
         c->hyb_wait_ns += hm_time_ns() - t0;
     }
-    /* deferral where the next layer has CPU experts to join (never past the last) */
-    const bool defer = c->defer > 0 && il + 1 < (int)c->m->hp.n_layers && c->cpu_moe[il + 1];
+    /* deferral where the next layer has CPU experts to join (never past the last; never in a
+     * streamed batch, whose next layer may have none left to the CPU) */
+    const bool defer =
+        c->defer > 0 && !c->lw_on && il + 1 < (int)c->m->hp.n_layers && c->cpu_moe[il + 1];
     const int32_t *ids = c->h_ids;
+    if (c->lw_on && c->lw_ns[il] < c->lw_nc[il]) { /* split: the experts not streamed */
+        const int32_t *cs = c->cslot + (size_t)il * (size_t)E;
+        const int ns = c->lw_ns[il];
+        for (int q = 0; q < c->cur_n * c->k; q++) {
+            const int32_t id = c->h_ids[q];
+            c->s_ids[q] = id >= 0 && id < E && cs[id] >= ns ? id : -1;
+        }
+        ids = c->s_ids;
+    }
     if (defer) {
         hm_defer_split(c->h_ids, c->h_w, c->cur_n, c->k,
                        c->gpu_mask ? c->gpu_mask + (size_t)il * (size_t)E : NULL, c->defer,
@@ -677,11 +690,13 @@ static hm_status lw_copy(hm_cuda_ctx *c, int j) {
     const int il = c->lw_order[j], b = j & 1, E = (int)c->m->hp.n_experts;
     const hm_layer *L = &c->m->layers[il];
     const uint8_t *mask = c->gpu_mask ? c->gpu_mask + (size_t)il * (size_t)E : NULL;
+    int lim = 0; /* past the last streamed expert: the first lw_ns of the CPU ones */
+    for (int nc = 0; lim < E && nc < c->lw_ns[il]; lim++) nc += !(mask && mask[lim]);
     CK(cudaStreamWaitEvent(c->cs, c->lw_free[b], 0), "layerwise prefill: buffer");
     for (int p = 0; p < 3; p++) {
         const hm_cu_w *w = &c->lw_w[il * 3 + p];
         uint8_t *dst = c->lw_buf[b] + (uintptr_t)w->data;
-        for (int e = 0; e < E;) {
+        for (int e = 0; e < lim;) {
             if (mask && mask[e]) {
                 e++;
                 continue;
@@ -690,7 +705,7 @@ static hm_status lw_copy(hm_cuda_ctx *c, int j) {
             const size_t srb = m->row_bytes ? m->row_bytes : w->row_bytes;
             const uint8_t *src = m->data, *end = src + w->estride;
             int e2 = e + 1;
-            while (srb == w->row_bytes && e2 < E && !(mask && mask[e2]) &&
+            while (srb == w->row_bytes && e2 < lim && !(mask && mask[e2]) &&
                    proj(&L->experts[e2], p)->data == (const void *)end &&
                    (!proj(&L->experts[e2], p)->row_bytes ||
                     proj(&L->experts[e2], p)->row_bytes == w->row_bytes))
@@ -748,6 +763,33 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
     return HM_OK;
 }
 
+/* Layerwise prefill of a batch of n tokens: how many of each layer's CPU experts stream (the
+ * split, or all of them), and the streamed experts' places on the GPU (sslot_of), uploaded ahead
+ * of the batch's kernels. */
+static hm_status lw_plan(hm_cuda_ctx *c, int n) {
+    const int L = (int)c->m->hp.n_layers, E = (int)c->m->hp.n_experts;
+    for (int j = 0; j < c->n_lw; j++) {
+        const int il = c->lw_order[j], nc = c->lw_nc[il];
+        int ns = nc;
+        if (c->lw_force > 0) {
+            ns = (int)lround(c->lw_force * nc);
+            ns = ns < 1 ? 1 : (ns > nc ? nc : ns);
+        } else if (c->lw_copy_s > 0) {
+            ns = hm_place_stream_split(c->lw_copy_s, c->lw_cpu_rate, n, nc);
+        }
+        c->lw_ns[il] = ns;
+    }
+    for (int il = 0; il < L; il++)
+        for (int e = 0; e < E; e++) {
+            const size_t i = (size_t)il * (size_t)E + (size_t)e;
+            c->h_sslot[i] = c->cslot[i] >= 0 && c->cslot[i] < c->lw_ns[il] ? c->cslot[i] : -1;
+        }
+    CK(cudaMemcpyAsync(c->sslot_of, c->h_sslot, sizeof(int32_t) * (size_t)L * (size_t)E,
+                       cudaMemcpyHostToDevice, c->s),
+       "layerwise prefill: slots");
+    return HM_OK;
+}
+
 /* Layerwise prefill: layer il's CPU experts on the GPU from the buffer their copy went to (the
  * pairs as places among the layer's CPU experts, in tiles), their sum added to out; then the
  * next such layer's copy, which may hold this thread (a copy from pageable memory returns once
@@ -761,7 +803,7 @@ static hm_status run_streamed(hm_cuda_ctx *c, int il, int n, const float *x, int
         return hm_errorf(HM_ERR_INTERNAL, "cuda: layerwise prefill of layer %d (stride %lld)", il,
                          (long long)os);
     CK(cudaStreamWaitEvent(c->s, c->lw_ready[b], 0), "layerwise prefill: the copy");
-    CK(hm_cu_moe_gid(c->ids, np, c->cslot_of + (size_t)il * (size_t)E, c->gid, c->s),
+    CK(hm_cu_moe_gid(c->ids, np, c->sslot_of + (size_t)il * (size_t)E, c->gid, c->s),
        "CPU expert slots");
     hm_cu_w w[3];
     for (int p = 0; p < 3; p++) {
@@ -782,7 +824,9 @@ static hm_status run_streamed(hm_cuda_ctx *c, int il, int n, const float *x, int
  * expert order and the tile kernel, so each expert's weights are read once per 64 of its
  * tokens. Hybrid: the inputs go to pinned memory and the CPU engine (a host function submits),
  * the GPU computes its own experts meanwhile (the CPU's pairs map to slot -1 and add nothing),
- * a second host function waits, and the CPU's sum is copied back and added. */
+ * a second host function waits, and the CPU's sum is copied back and added. A streamed layer
+ * (layerwise prefill) adds its streamed experts' sum before that, the CPU computing the others
+ * meanwhile where the layer is split. */
 static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *x, int64_t xs,
                          float *out, int64_t os) {
     const hm_hparams *hp = &c->m->hp;
@@ -795,7 +839,9 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
         CK(hm_cu_moe_count(c->ids, np, (int)hp->n_experts, c->d_counts + (size_t)il * hp->n_experts,
                            c->s),
            "expert counts");
-    const bool on_cpu = c->cpu_moe && c->cpu_moe[il] && !streamed, on_gpu = ex[0].data != NULL;
+    const bool split = streamed && c->lw_ns[il] < c->lw_nc[il]; /* some stay on the CPU */
+    const bool on_cpu = c->cpu_moe && c->cpu_moe[il] && (!streamed || split),
+               on_gpu = ex[0].data != NULL;
     if (on_cpu) {
         CK(cudaMemcpy2DAsync(c->h_x, sizeof(float) * (size_t)H, x, sizeof(float) * (size_t)xs,
                              sizeof(float) * (size_t)H, (size_t)n, cudaMemcpyDeviceToHost, c->s),
@@ -837,7 +883,10 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
                "experts' sum");
         }
     }
-    if (streamed) return run_streamed(c, il, n, x, xs, out, os);
+    if (streamed) {
+        const hm_status st = run_streamed(c, il, n, x, xs, out, os);
+        if (st) return st;
+    }
     if (on_cpu) {
         CK(cudaLaunchHostFunc(c->s, wait_cb, &c->cb[il]), "host function (wait)");
         CK(cudaMemcpyAsync(c->cpu_out, c->h_out, sizeof(float) * (size_t)n * (size_t)H,
@@ -1080,6 +1129,11 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (c->cs) cudaStreamDestroy(c->cs);
     if (c->sw_done) cudaEventDestroy(c->sw_done);
     if (c->h_tab) cudaFreeHost(c->h_tab);
+    if (c->h_sslot) cudaFreeHost(c->h_sslot);
+    free(c->cslot);
+    free(c->s_ids);
+    free(c->lw_nc);
+    free(c->lw_ns);
     free(c->spare);
     free(c->mask);
     free(c->dyn_cnt);
@@ -1159,16 +1213,21 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
         if (t < cpu_s) cpu_s = t;
     }
     c->lw_bytes = 0;
-    c->stream_min = hm_place_stream_threshold(copy_s, (double)nt / cpu_s, floor);
+    c->lw_copy_s = copy_s, c->lw_cpu_rate = (double)nt / cpu_s;
+    /* from the batch at which the split saves a tenth of the CPU's time: there it streams a
+     * tenth of the experts, a = copy_s / 9 (hm_place_stream_split) */
+    c->stream_min = hm_place_stream_threshold(copy_s / 9.0, c->lw_cpu_rate, floor);
     char from[32];
     snprintf(from, sizeof from, c->stream_min == INT_MAX ? "never" : "from %d tokens",
              c->stream_min);
+    const int all = hm_place_stream_threshold(copy_s, c->lw_cpu_rate, floor);
     hm_log(HM_LOG_INFO,
            "cuda: layerwise prefill %s: a layer's CPU experts (%.0f MB) copy to the GPU in %.1f "
-           "ms (%.1f GB/s), the CPU computes %d tokens of them in %.1f ms "
-           "(--gpu-prefill-threshold overrides)",
-           from, (double)bytes * 1e-6, copy_s * 1e3, (double)bytes / copy_s * 1e-9, nt,
-           cpu_s * 1e3);
+           "ms (%.1f GB/s), the CPU computes %d tokens of them in %.1f ms; each layer streams "
+           "the share of its CPU experts that finishes with the CPU's work on the rest (half of "
+           "them at %d tokens; --gpu-prefill-threshold N streams all from N)",
+           from, (double)bytes * 1e-6, copy_s * 1e3, (double)bytes / copy_s * 1e-9, nt, cpu_s * 1e3,
+           all == INT_MAX ? -1 : all);
     if (c->stream_min == INT_MAX) c->stream_min = 0;
     return HM_OK;
 }
@@ -1236,6 +1295,16 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     c->lw_order = calloc((size_t)hp->n_layers + 1, sizeof *c->lw_order);
     c->lw_idx = calloc((size_t)hp->n_layers + 1, sizeof *c->lw_idx);
     c->prefill_stream = p->prefill_stream;
+    if (p->cpu_moe) {
+        const size_t ne = (size_t)hp->n_layers * (hp->n_experts ? hp->n_experts : 1);
+        c->cslot = malloc(sizeof(int32_t) * ne);
+        if (c->cslot) memset(c->cslot, 0xff, sizeof(int32_t) * ne); /* -1: none on the CPU */
+        c->lw_nc = calloc((size_t)hp->n_layers + 1, sizeof *c->lw_nc);
+        c->lw_ns = calloc((size_t)hp->n_layers + 1, sizeof *c->lw_ns);
+        c->s_ids = malloc(sizeof(int32_t) * (size_t)c->n_batch * (size_t)c->k);
+        const char *ef = getenv("HMOE_LW_SPLIT");
+        c->lw_force = ef && atof(ef) > 0 && atof(ef) <= 1 ? atof(ef) : 0;
+    }
     c->spare = calloc((size_t)hp->n_layers + 1, sizeof *c->spare);
     c->sw_il = -1;
     /* --dynamic-experts: where some experts are on the CPU, and none has biases (their GPU
@@ -1269,6 +1338,7 @@ static hm_status ctx_new(const hm_model *m, const hm_graph *g, const hm_cuda_ctx
     }
     if (!c->nw || !c->nn1 || !c->nn2 || !c->nb || !c->ex || !c->exb || !c->mla || !c->remap ||
         !c->cb || !c->lw_w || !c->lw_order || !c->lw_idx || !c->spare ||
+        (c->cpu_moe && (!c->cslot || !c->lw_nc || !c->lw_ns || !c->s_ids)) ||
         (c->dynamic && (!c->mask || !c->dyn_cnt || !c->h_counts))) {
         hm_cuda_ctx_free(c);
         return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory");
@@ -1347,6 +1417,9 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
         c->h_ids = (int32_t *)(c->h_w + B * K);
         for (uint32_t il = 0; il < hp->n_layers; il++)
             c->cb[il] = (hyb_cb){c, (int)il, false, false, 0};
+        FAIL(cudaMallocHost((void **)&c->h_sslot,
+                            sizeof(int32_t) * (size_t)hp->n_layers * (size_t)hp->n_experts),
+             "cudaMallocHost (streamed expert slots)");
         if (c->defer) {
             FAIL(cudaMallocHost(&c->h_defb,
                                 sizeof(int32_t) * 2 * B * K + sizeof(float) * (2 * B * H + B * K)),
@@ -1360,7 +1433,7 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     }
     if (c->dynamic) {
         FAIL(cudaMallocHost((void **)&c->h_tab,
-                            sizeof(int32_t) * 2 * (size_t)hp->n_layers * (size_t)hp->n_experts),
+                            sizeof(int32_t) * (size_t)hp->n_layers * (size_t)hp->n_experts),
              "cudaMallocHost (slot tables)");
         FAIL(cudaEventCreateWithFlags(&c->sw_done, cudaEventDisableTiming), "cudaEventCreate");
     }
@@ -1460,19 +1533,17 @@ static hm_status dyn_begin(hm_cuda_ctx *c) {
         CK(q, "dynamic experts: copy");
         const int il = c->sw_il, in = c->sw_in, out = c->sw_out;
         int32_t *slot = c->h_tab + (size_t)il * (size_t)E,
-                *cslot = c->h_tab + ((size_t)L + (size_t)il) * (size_t)E;
+                *cslot = c->cslot + (size_t)il * (size_t)E;
         uint8_t *mk = c->mask + (size_t)il * (size_t)E;
         const int freed = slot[out];
         slot[in] = c->spare[il], slot[out] = -1, c->spare[il] = freed;
         mk[in] = 1, mk[out] = 0;
-        for (int e = 0, nc = 0; e < E; e++) cslot[e] = mk[e] ? -1 : nc++;
+        int nc = 0;
+        for (int e = 0; e < E; e++) cslot[e] = mk[e] ? -1 : nc++;
+        c->lw_nc[il] = c->lw_ns[il] = nc;
         CK(cudaMemcpyAsync(c->slot_of + (size_t)il * (size_t)E, slot, sizeof(int32_t) * (size_t)E,
                            cudaMemcpyHostToDevice, c->s),
            "dynamic experts: slots");
-        if (c->cslot_of)
-            CK(cudaMemcpyAsync(c->cslot_of + (size_t)il * (size_t)E, cslot,
-                               sizeof(int32_t) * (size_t)E, cudaMemcpyHostToDevice, c->s),
-               "dynamic experts: slots");
         const hm_status st = hm_moe_set_mask(c->cpu_moe[il], mk);
         if (st) return st;
         c->sw_il = -1, c->swaps++;
@@ -1538,6 +1609,10 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
     c->cur_n = n;
     c->hyb_st = HM_OK;
     c->lw_on = c->stream_min > 0 && n >= c->stream_min;
+    if (c->lw_on) {
+        const hm_status st = lw_plan(c, n);
+        if (st) return st;
+    }
     /* d_cs follows d_in in the arena, 256-aligned: two copies */
     CK(cudaMemcpyAsync(c->d_in, hi, sizeof(int32_t) * 4 * (size_t)B, cudaMemcpyHostToDevice, c->s),
        "batch upload");
