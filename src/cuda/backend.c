@@ -96,6 +96,12 @@ struct hm_cuda_ctx {
     int32_t *cslot, *sslot_of, *h_sslot, *s_ids;
     int *lw_nc, *lw_ns;
     double lw_copy_s, lw_cpu_rate, lw_force;
+    /* the host memory of the CPU experts, registered with CUDA (page-locked, read-only) so that
+     * their copies run as DMA at the link's rate instead of being staged through a pinned
+     * buffer by the CPU (HMOE_CUDA_REGISTER=0: not) */
+    void **reg;
+    int n_reg;
+    size_t reg_bytes;
     hm_cu_w *lw_w;
     uint8_t *lw_buf[2];
     size_t lw_cap, lw_full; /* the largest layer's CPU experts; all its experts */
@@ -1130,6 +1136,8 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (c->sw_done) cudaEventDestroy(c->sw_done);
     if (c->h_tab) cudaFreeHost(c->h_tab);
     if (c->h_sslot) cudaFreeHost(c->h_sslot);
+    for (int i = 0; i < c->n_reg; i++) cudaHostUnregister(c->reg[i]);
+    free(c->reg);
     free(c->cslot);
     free(c->s_ids);
     free(c->lw_nc);
@@ -1157,6 +1165,82 @@ static double gib(size_t b) {
     return (double)b / (double)(1u << 30);
 }
 
+/* The page-aligned ranges of host memory the CPU experts' copies read, merged and registered
+ * with CUDA read-only; where that fails (no support, a limit on locked memory) the copies stay
+ * staged, and the log says so. */
+typedef struct hrange {
+    uintptr_t lo, hi;
+} hrange;
+
+static int hrange_order(const void *a, const void *b) {
+    const hrange *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static void register_experts(hm_cuda_ctx *c) {
+    const char *ev = getenv("HMOE_CUDA_REGISTER");
+    if (ev && !strcmp(ev, "0")) return;
+    const hm_hparams *hp = &c->m->hp;
+    const int L = (int)hp->n_layers, E = (int)hp->n_experts;
+    hrange *r = malloc(sizeof *r * ((size_t)L * 3 + 1));
+    c->reg = calloc((size_t)L * 3 + 1, sizeof *c->reg);
+    if (!r || !c->reg) {
+        free(r);
+        return;
+    }
+    const uintptr_t pg = 4096;
+    int n = 0;
+    for (int il = 0; il < L; il++) {
+        if (!c->cpu_moe[il]) continue;
+        const hm_layer *lay = &c->m->layers[il];
+        for (int p = 0; p < 3; p++) {
+            const hm_cu_w *w = &c->lw_w[il * 3 + p];
+            uintptr_t lo = UINTPTR_MAX, hi = 0;
+            for (int e = 0; e < E; e++) {
+                if (c->cslot[(size_t)il * (size_t)E + (size_t)e] < 0) continue;
+                const hm_moe_matrix *m = proj(&lay->experts[e], p);
+                const size_t srb = m->row_bytes ? m->row_bytes : w->row_bytes;
+                const uintptr_t a = (uintptr_t)m->data, b = a + srb * (size_t)w->rows;
+                lo = a < lo ? a : lo, hi = b > hi ? b : hi;
+            }
+            if (lo < hi) r[n++] = (hrange){lo / pg * pg, (hi + pg - 1) / pg * pg};
+        }
+    }
+    qsort(r, (size_t)n, sizeof *r, hrange_order);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m && r[i].lo <= r[m - 1].hi) {
+            if (r[i].hi > r[m - 1].hi) r[m - 1].hi = r[i].hi;
+        } else {
+            r[m++] = r[i];
+        }
+    }
+    const uint64_t t0 = hm_time_ns();
+    for (int i = 0; i < m; i++) {
+        void *a = (void *)r[i].lo;
+        const size_t bytes = r[i].hi - r[i].lo;
+        cudaError_t e = cudaHostRegister(a, bytes, cudaHostRegisterReadOnly);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            e = cudaHostRegister(a, bytes, cudaHostRegisterDefault);
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            hm_log(HM_LOG_INFO,
+                   "cuda: the CPU experts' memory cannot be registered (%s): their copies to "
+                   "the GPU are staged",
+                   cudaGetErrorString(e));
+            break;
+        }
+        c->reg[c->n_reg++] = a;
+        c->reg_bytes += bytes;
+    }
+    if (c->n_reg)
+        hm_log(HM_LOG_INFO, "cuda: %.2f GiB of CPU experts registered for copies in %.2f s",
+               gib(c->reg_bytes), (double)(hm_time_ns() - t0) * 1e-9);
+    free(r);
+}
+
 /* Layerwise prefill when the context is made: the layers it streams, its stream and events, and
  * its threshold: the one given, or the batch at which copying the first such layer's CPU
  * experts (timed here, best of two) takes as long as the CPU engine computing that batch
@@ -1170,6 +1254,7 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
         if (c->cpu_moe[il]) c->lw_idx[il] = c->n_lw, c->lw_order[c->n_lw++] = il;
     }
     if (!c->n_lw) return HM_OK;
+    register_experts(c);
     for (int b = 0; b < 2; b++) {
         CK(cudaEventCreateWithFlags(&c->lw_ready[b], cudaEventDisableTiming), "cudaEventCreate");
         CK(cudaEventCreateWithFlags(&c->lw_free[b], cudaEventDisableTiming), "cudaEventCreate");

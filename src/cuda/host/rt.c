@@ -78,8 +78,8 @@ typedef struct region {
 } region;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static region *g_dev, *g_pin;
-static size_t g_ndev, g_npin, g_cap_dev, g_cap_pin;
+static region *g_dev, *g_pin, *g_reg;
+static size_t g_ndev, g_npin, g_nreg, g_cap_dev, g_cap_pin, g_cap_reg;
 static size_t g_used, g_budget;
 static struct hm_hstream *g_streams;
 static struct hm_hstream *g_default;
@@ -137,7 +137,7 @@ static bool is_dev(const void *p) {
 }
 
 static bool is_pinned(const void *p) {
-    return is_in(g_pin, g_npin, p);
+    return is_in(g_pin, g_npin, p) || is_in(g_reg, g_nreg, p);
 }
 
 static double now_s(void) {
@@ -313,6 +313,30 @@ cudaError_t cudaMallocHost(void **p, size_t bytes) {
 cudaError_t cudaFreeHost(void *p) {
     cudaDeviceSynchronize();
     return reg_free(g_pin, &g_npin, p, false);
+}
+
+/* Registered host memory is pinned memory the caller owns: copies from it run when the stream
+ * reaches them. Overlapping an earlier registration is refused, as CUDA refuses it. */
+cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags) {
+    if (!p || !bytes || (flags & ~(unsigned)cudaHostRegisterReadOnly))
+        return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&g_mu);
+    bool overlap = false;
+    for (size_t i = 0; i < g_nreg; i++)
+        overlap |= (uint8_t *)p < g_reg[i].p + g_reg[i].n && g_reg[i].p < (uint8_t *)p + bytes;
+    const bool ok = !overlap && reg_add(&g_reg, &g_nreg, &g_cap_reg, p, bytes);
+    pthread_mutex_unlock(&g_mu);
+    return ok ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaHostUnregister(void *p) {
+    cudaDeviceSynchronize(); /* copies in flight still read it */
+    pthread_mutex_lock(&g_mu);
+    const long i = reg_find(g_reg, g_nreg, p);
+    const bool ok = i >= 0 && g_reg[i].p == p;
+    if (ok) g_reg[i] = g_reg[--g_nreg];
+    pthread_mutex_unlock(&g_mu);
+    return ok ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
 
 /* ---- streams --------------------------------------------------------------------------------- */
