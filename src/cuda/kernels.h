@@ -197,7 +197,7 @@ cudaError_t hm_cu_router_sigmoid(const float *rl, int64_t rs, int n, int e, cons
                                  int32_t *ids, float *w, cudaStream_t stream);
 
 /* out[t][d] = sum over j < k of w[t][j] * y[place(t * k + j)][d], over n tokens of h values;
- * place(p) = pos_of[p], or p when pos_of is NULL */
+ * place(p) = pos_of[p], or p when pos_of is NULL (k <= 64) */
 cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32_t *pos_of, const float *w,
                               int n, int k, int64_t h, float *out, int64_t os, cudaStream_t stream);
 

@@ -10,7 +10,19 @@
 #include "cuda/kernels.h"
 #include "cuda/twins.h"
 
-__global__ void __launch_bounds__(256)
+// One block of RN_T threads per token: a decode step's norms are one token each, so the block's
+// width is what hides the loads' latency; the plain residual add (no weights) spreads over
+// blocks of ADD_T values instead.
+enum { RN_T = 1024, ADD_T = 256 };
+
+__global__ void __launch_bounds__(ADD_T) add_k(float *__restrict__ x, const float *__restrict__ add,
+                                               const int32_t *__restrict__ rows, int64_t h) {
+    const int64_t r = rows ? (int64_t)rows[blockIdx.y] : (int64_t)blockIdx.y;
+    const int64_t d = (int64_t)blockIdx.x * ADD_T + threadIdx.x;
+    if (d < h) x[r * h + d] += add[r * h + d];
+}
+
+__global__ void __launch_bounds__(RN_T)
     rmsnorm_k(float *__restrict__ x, const float *__restrict__ add, const float *__restrict__ w,
               float *__restrict__ y, const int32_t *__restrict__ rows, int64_t h, float eps) {
     __shared__ double sh[32];
@@ -34,7 +46,13 @@ extern "C" cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w,
                                      const int32_t *rows, int n, int64_t h, float eps,
                                      cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    rmsnorm_k<<<(unsigned)n, 256, 0, stream>>>(x, add, w, y, rows, h, eps);
+    if (!w) {
+        if (!add) return cudaSuccess;
+        add_k<<<dim3((unsigned)((h + ADD_T - 1) / ADD_T), (unsigned)n), ADD_T, 0, stream>>>(
+            x, add, rows, h);
+    } else {
+        rmsnorm_k<<<(unsigned)n, RN_T, 0, stream>>>(x, add, w, y, rows, h, eps);
+    }
     return cudaGetLastError();
 }
 
@@ -424,25 +442,35 @@ extern "C" cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int
     return cudaGetLastError();
 }
 
+// blocks of 256 values of a token (grid: values, tokens), so that a decode step's one token
+// still spreads over the SMs; a token's k places and weights are read once per block
 __global__ void __launch_bounds__(256)
     combine_k(const float *__restrict__ y, int64_t ys, const int32_t *__restrict__ pos_of,
               const float *__restrict__ w, int k, int64_t h, float *__restrict__ out, int64_t os) {
-    const int64_t t = blockIdx.x;
-    for (int64_t d = threadIdx.x; d < h; d += blockDim.x) {
-        float s = 0.0f;
-        for (int j = 0; j < k; j++) {
-            const int64_t p = t * k + j, at = pos_of ? (int64_t)pos_of[p] : p;
-            if (at >= 0) s = fmaf(w[p], y[at * ys + d], s); /* -1: on the CPU */
-        }
-        out[t * os + d] = s;
+    __shared__ int64_t at[64];
+    __shared__ float wt[64];
+    const int64_t t = blockIdx.y;
+    if ((int)threadIdx.x < k) {
+        const int64_t p = t * k + threadIdx.x;
+        at[threadIdx.x] = pos_of ? (int64_t)pos_of[p] : p;
+        wt[threadIdx.x] = w[p];
     }
+    __syncthreads();
+    const int64_t d = (int64_t)blockIdx.x * 256 + threadIdx.x;
+    if (d >= h) return;
+    float s = 0.0f;
+    for (int j = 0; j < k; j++)
+        if (at[j] >= 0) s = fmaf(wt[j], y[at[j] * ys + d], s); /* -1: on the CPU */
+    out[t * os + d] = s;
 }
 
 extern "C" cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32_t *pos_of,
                                          const float *w, int n, int k, int64_t h, float *out,
                                          int64_t os, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    combine_k<<<(unsigned)n, 256, 0, stream>>>(y, ys, pos_of, w, k, h, out, os);
+    if (k < 1 || k > 64) return cudaErrorInvalidValue;
+    combine_k<<<dim3((unsigned)((h + 255) / 256), (unsigned)n), 256, 0, stream>>>(y, ys, pos_of, w,
+                                                                                  k, h, out, os);
     return cudaGetLastError();
 }
 

@@ -341,6 +341,7 @@ cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32_t *pos_of,
                               int n, int k, int64_t h, float *out, int64_t os,
                               cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
+    if (k < 1 || k > 64) return cudaErrorInvalidValue;
     const combine_args a = {y, ys, pos_of, w, n, k, h, out, os};
     return hm_host_launch(stream, combine_run, &a, sizeof a);
 }
