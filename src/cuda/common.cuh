@@ -7,31 +7,6 @@
 
 #include "quant/types.h"
 
-// the quantized types of the tensor-core tiles (mmq.cu); the float ones, FP8_B128 among them as
-// on the CPU, stay on the exact FP32 path: half would round an FP8 value times its block scale
-#define HM_MMQ_TYPES(X)                                                                            \
-    X(HM_TYPE_Q4_0)                                                                                \
-    X(HM_TYPE_Q4_1)                                                                                \
-    X(HM_TYPE_Q5_0)                                                                                \
-    X(HM_TYPE_Q5_1)                                                                                \
-    X(HM_TYPE_Q8_0)                                                                                \
-    X(HM_TYPE_Q2_K)                                                                                \
-    X(HM_TYPE_Q3_K)                                                                                \
-    X(HM_TYPE_Q4_K)                                                                                \
-    X(HM_TYPE_Q5_K)                                                                                \
-    X(HM_TYPE_Q6_K)                                                                                \
-    X(HM_TYPE_IQ4_NL)                                                                              \
-    X(HM_TYPE_IQ4_XS)                                                                              \
-    X(HM_TYPE_MXFP4)
-
-// every type the matvec, dequantize and embedding kernels take (matvec.cu)
-#define HM_CU_TYPES(X)                                                                             \
-    X(HM_TYPE_F32)                                                                                 \
-    X(HM_TYPE_F16)                                                                                 \
-    X(HM_TYPE_BF16)                                                                                \
-    X(HM_TYPE_FP8_B128)                                                                            \
-    HM_MMQ_TYPES(X)
-
 // max that keeps a NaN (fmaxf would drop it): a NaN score must reach the output
 __device__ __forceinline__ float hm_max_nan(float a, float b) {
     return (a != a || b != b) ? NAN : (a > b ? a : b);

@@ -40,7 +40,14 @@ cudaError_t hm_cuda_launch_axpb(const float *x, float *y, float a, float b, int 
 /* ---- matvec.cu ------------------------------------------------------------------------------- */
 
 bool hm_cu_type_ok(uint32_t type) {
-    return FLOAT_TYPE(type) || type == HM_TYPE_FP8_B128 || hm_cu_mmq_type_ok(type);
+    switch (type) {
+#define X(t) case t:
+        HM_CU_TYPES(X)
+#undef X
+        return true;
+    default:
+        return false;
+    }
 }
 
 static float elem(uint32_t type, const uint8_t *row, int64_t j) {
@@ -156,19 +163,9 @@ cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x,
 
 bool hm_cu_mmq_type_ok(uint32_t type) {
     switch (type) {
-    case HM_TYPE_Q4_0:
-    case HM_TYPE_Q4_1:
-    case HM_TYPE_Q5_0:
-    case HM_TYPE_Q5_1:
-    case HM_TYPE_Q8_0:
-    case HM_TYPE_Q2_K:
-    case HM_TYPE_Q3_K:
-    case HM_TYPE_Q4_K:
-    case HM_TYPE_Q5_K:
-    case HM_TYPE_Q6_K:
-    case HM_TYPE_IQ4_NL:
-    case HM_TYPE_IQ4_XS:
-    case HM_TYPE_MXFP4:
+#define X(t) case t:
+        HM_MMQ_TYPES(X)
+#undef X
         return true;
     default:
         return false;
