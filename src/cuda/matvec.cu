@@ -2,6 +2,8 @@
 // (one warp per row, up to 8 tokens per read of the weights), the experts' per-pair matvec, and
 // dequantization to floats (the GEMM path of larger batches, the embedding gather). A block's
 // arithmetic is dq.h's, which the CPU tests check against the reference dequantizers.
+#include <stdlib.h>
+
 #include "cuda/common.cuh"
 #include "cuda/dq.h"
 #include "cuda/kernels.h"
@@ -26,9 +28,25 @@ template <int T> __device__ __forceinline__ float elem(const uint8_t *row, int64
 // MV_RPW_MAX for large ones (the output head), whose blocks each stage the activations once.
 enum { MV_WARPS = 8, MV_RPW_MAX = 4, MV_BLOCKS = 1024, MV_SMEM = 48 * 1024 };
 
+// HMOE_MV_RPW=N fixes the rows per warp and HMOE_MV_SMEM=0 reads the activations from global
+// memory instead of staging them: knobs for A/B runs of the launch shape, read once
+static int mv_env(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
 static int mv_rpw(int64_t rows) {
+    static int force = -1;
+    if (force < 0) force = mv_env("HMOE_MV_RPW", 0);
+    if (force > 0) return force > MV_RPW_MAX ? MV_RPW_MAX : force;
     const int64_t r = rows / ((int64_t)MV_WARPS * MV_BLOCKS);
     return r < 1 ? 1 : (r > MV_RPW_MAX ? MV_RPW_MAX : (int)r);
+}
+
+static bool mv_stage(size_t bytes) {
+    static int on = -1;
+    if (on < 0) on = mv_env("HMOE_MV_SMEM", 1) != 0;
+    return on && bytes <= MV_SMEM;
 }
 
 // element j of an activation row: padded in shared memory, plain in global
@@ -176,7 +194,7 @@ static void matvec_nt(const hm_cu_w *w, const float *x, int64_t xs, int n, float
     const int rpw = mv_rpw(w->rows), per = MV_WARPS * rpw;
     const dim3 grid((unsigned)((w->rows + per - 1) / per));
     const size_t sm = mv_smem(w->cols, n);
-    if (sm <= MV_SMEM)
+    if (mv_stage(sm))
         matvec_k<T, NT, true><<<grid, MV_WARPS * 32, sm, s>>>(*w, x, xs, n, y, ys, rpw);
     else
         matvec_k<T, NT, false><<<grid, MV_WARPS * 32, 0, s>>>(*w, x, xs, n, y, ys, rpw);
@@ -222,7 +240,7 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
     const int rpw = mv_rpw(w->rows * (n_pairs < 64 ? n_pairs : 64)), per = MV_WARPS * rpw;
     const unsigned gx = (unsigned)((w->rows + per - 1) / per);
     const size_t sm = mv_smem(w->cols, 1);
-    const bool sh = sm <= MV_SMEM;
+    const bool sh = mv_stage(sm);
     // at most 65535 pairs per launch (grid y); x_div divides the chunk so tokens stay aligned
     const int step = 65535 / x_div * x_div;
     for (int p0 = 0; p0 < n_pairs; p0 += step) {
