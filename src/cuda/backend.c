@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "cuda/cuda.h"
@@ -1167,7 +1168,8 @@ static double gib(size_t b) {
 
 /* The page-aligned ranges of host memory the CPU experts' copies read, merged and registered
  * with CUDA read-only; where that fails (no support, a limit on locked memory) the copies stay
- * staged, and the log says so. */
+ * staged, and the log says so. Registering locks the pages in memory: not where they would take
+ * more than half of it (the CPU engine may hold repacked copies of the same experts). */
 typedef struct hrange {
     uintptr_t lo, hi;
 } hrange;
@@ -1214,6 +1216,16 @@ static void register_experts(hm_cuda_ctx *c) {
         } else {
             r[m++] = r[i];
         }
+    }
+    size_t want = 0;
+    for (int i = 0; i < m; i++) want += r[i].hi - r[i].lo;
+    hm_mem_info mi;
+    if (hm_mem_info_get(&mi) == HM_OK && mi.total && want > mi.total / 2) {
+        hm_log(HM_LOG_INFO,
+               "cuda: the CPU experts (%.1f GiB) are more than half of the memory (%.1f GiB): "
+               "not registered, their copies to the GPU are staged",
+               gib(want), gib((size_t)mi.total));
+        m = 0;
     }
     const uint64_t t0 = hm_time_ns();
     for (int i = 0; i < m; i++) {
