@@ -1052,7 +1052,7 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
                                il,
                                dsk,
                                window};
-        /* decode-sized batches through the split kernel too (splits of 256 positions) */
+        /* decode-sized batches through the split kernel too (splits of 128 positions) */
         const int sp = hm_cu_attention_splits(ctx);
         CU(hm_cu_attention(&at, &kv, n, n <= 8 ? dpart : NULL, sp, 0));
     }

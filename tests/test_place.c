@@ -70,17 +70,6 @@ static void check_stream_threshold(void) {
     CHECK(hm_place_stream_threshold(0.01, NAN, 9) == INT_MAX);
     CHECK(hm_place_stream_threshold(-1.0, 1000.0, 9) == INT_MAX);
     CHECK(hm_place_stream_threshold(1e9, 1e9, 9) == INT_MAX);
-    /* the split: a layer copies in 14 ms; the CPU computes 48000 tokens/s through it */
-    CHECK(hm_place_stream_split(0.014, 48000.0, 672, 120) == 60);   /* a = copy: half */
-    CHECK(hm_place_stream_split(0.014, 48000.0, 224, 120) == 30);   /* a = copy / 3: a quarter */
-    CHECK(hm_place_stream_split(0.014, 48000.0, 6048, 120) == 108); /* a = 9 copy: 9 tenths */
-    CHECK(hm_place_stream_split(0.014, 48000.0, 1, 120) == 1);      /* at least one */
-    CHECK(hm_place_stream_split(1e-9, 48000.0, 4096, 120) == 120);  /* copies are free: all */
-    CHECK(hm_place_stream_split(0.0, 48000.0, 512, 7) == 7);
-    CHECK(hm_place_stream_split(0.014, 0.0, 512, 7) == 7); /* no CPU rate: all */
-    CHECK(hm_place_stream_split(0.014, NAN, 512, 7) == 7);
-    CHECK(hm_place_stream_split(0.014, 48000.0, 512, 1) == 1);
-    CHECK(hm_place_stream_split(0.014, 48000.0, 512, 0) == 0);
 }
 
 /* dynamic placement: the layer whose hottest CPU expert beats its coldest GPU one by the most */

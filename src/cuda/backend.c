@@ -86,9 +86,9 @@ struct hm_cuda_ctx {
      * pinned h_sslot per batch): the place where it is below lw_ns, else -1; s_ids: a split
      * layer's pairs left to the CPU. lw_w: a layer's CPU experts as the buffer holds them
      * (data: the offset in it). lw_bad: the experts cannot stream (biases, or a type without
-     * tiles). lw_copy_s and lw_cpu_rate, measured by the automatic threshold, size the split
-     * (hm_place_stream_split); with a threshold given, or no measure, every CPU expert streams;
-     * lw_force (HMOE_LW_SPLIT, for tests) fixes the fraction streamed. */
+     * tiles). Every CPU expert streams unless HMOE_LW_SPLIT sets the fraction that does
+     * (lw_force; the split measured slower than both streaming all and not streaming, see
+     * bench/RESULTS.md, 2026-12-05). */
     int prefill_stream; /* hm_cuda_ctx_params' */
     int stream_min;
     bool lw_on, lw_bad;
@@ -96,7 +96,7 @@ struct hm_cuda_ctx {
     int *lw_order, *lw_idx;
     int32_t *cslot, *sslot_of, *h_sslot, *s_ids;
     int *lw_nc, *lw_ns;
-    double lw_copy_s, lw_cpu_rate, lw_force;
+    double lw_force;
     /* the host memory of the CPU experts, registered with CUDA (page-locked, read-only) so that
      * their copies run as DMA at the link's rate instead of being staged through a pinned
      * buffer by the CPU (HMOE_CUDA_REGISTER=0: not) */
@@ -781,8 +781,6 @@ static hm_status lw_plan(hm_cuda_ctx *c, int n) {
         if (c->lw_force > 0) {
             ns = (int)lround(c->lw_force * nc);
             ns = ns < 1 ? 1 : (ns > nc ? nc : ns);
-        } else if (c->lw_copy_s > 0) {
-            ns = hm_place_stream_split(c->lw_copy_s, c->lw_cpu_rate, n, nc);
         }
         c->lw_ns[il] = ns;
     }
@@ -1310,21 +1308,16 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
         if (t < cpu_s) cpu_s = t;
     }
     c->lw_bytes = 0;
-    c->lw_copy_s = copy_s, c->lw_cpu_rate = (double)nt / cpu_s;
-    /* from the batch at which the split saves a tenth of the CPU's time: there it streams a
-     * tenth of the experts, a = copy_s / 9 (hm_place_stream_split) */
-    c->stream_min = hm_place_stream_threshold(copy_s / 9.0, c->lw_cpu_rate, floor);
+    c->stream_min = hm_place_stream_threshold(copy_s, (double)nt / cpu_s, floor);
     char from[32];
     snprintf(from, sizeof from, c->stream_min == INT_MAX ? "never" : "from %d tokens",
              c->stream_min);
-    const int all = hm_place_stream_threshold(copy_s, c->lw_cpu_rate, floor);
     hm_log(HM_LOG_INFO,
            "cuda: layerwise prefill %s: a layer's CPU experts (%.0f MB) copy to the GPU in %.1f "
-           "ms (%.1f GB/s), the CPU computes %d tokens of them in %.1f ms; each layer streams "
-           "the share of its CPU experts that finishes with the CPU's work on the rest (half of "
-           "them at %d tokens; --gpu-prefill-threshold N streams all from N)",
-           from, (double)bytes * 1e-6, copy_s * 1e3, (double)bytes / copy_s * 1e-9, nt, cpu_s * 1e3,
-           all == INT_MAX ? -1 : all);
+           "ms (%.1f GB/s), the CPU computes %d tokens of them in %.1f ms "
+           "(--gpu-prefill-threshold overrides)",
+           from, (double)bytes * 1e-6, copy_s * 1e3, (double)bytes / copy_s * 1e-9, nt,
+           cpu_s * 1e3);
     if (c->stream_min == INT_MAX) c->stream_min = 0;
     return HM_OK;
 }

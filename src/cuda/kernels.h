@@ -161,7 +161,7 @@ typedef struct hm_cu_attn {
 } hm_cu_attn;
 
 /* part (or NULL): scratch of n * n_heads * splits * (head_dim + 2) floats; with splits > 1 the
- * positions are cut into splits of 256, each its own block (a long context's decode then fills
+ * positions are cut into splits of 128, each its own block (a long context's decode then fills
  * the GPU), and merged after (flash-decoding). splits must cover the longest sequence
  * (hm_cu_attention_splits of the cache's positions). */
 cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, float *part, int splits,

@@ -242,8 +242,10 @@ extern "C" cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, 
 
 // One block per (token, query head) and range of positions: the positions in chunks of ATT_T,
 // one per thread for the scores, an online softmax across chunks (twins.h), each thread
-// accumulating head dims tid, tid + ATT_T, ... of the output.
-enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT = 256, ATT_KU = 8 };
+// accumulating head dims tid, tid + ATT_T, ... of the output. Decode splits the positions into
+// ranges of one chunk (ATT_SPLIT), so that a step's few (token, head) pairs still fill the GPU
+// and each block's chain of dependent loads is one chunk long.
+enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT = ATT_T, ATT_KU = 8 };
 
 // q (in shared memory) against positions [p0, p1) of one cache head: the running state and the
 // unnormalized accumulators of this thread's dims
@@ -292,11 +294,18 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
         for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
             const int d = tid + j * ATT_T;
             if (d >= vd) break;
-            float v = acc[j] * f;
+            // four running sums over every fourth position: four chains of loads and fmas in
+            // flight instead of one
+            float v4[4] = {acc[j] * f, 0.0f, 0.0f, 0.0f};
             const size_t vr = base + (size_t)c0 * hd + d;
-#pragma unroll 8
-            for (int m = 0; m < np; m++) v = fmaf(pe[m], kv_get<F16>(kv.v, vr + (size_t)m * hd), v);
-            acc[j] = v;
+            int m = 0;
+#pragma unroll 4
+            for (; m + 4 <= np; m += 4)
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    v4[u] = fmaf(pe[m + u], kv_get<F16>(kv.v, vr + (size_t)(m + u) * hd), v4[u]);
+            for (; m < np; m++) v4[0] = fmaf(pe[m], kv_get<F16>(kv.v, vr + (size_t)m * hd), v4[0]);
+            acc[j] = (v4[0] + v4[1]) + (v4[2] + v4[3]);
         }
         __syncthreads(); // pe is rewritten by the next chunk
     }

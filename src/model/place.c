@@ -390,12 +390,3 @@ bool hm_dyn_pick(const double *counts, const uint8_t *gpu, int n_layers, int n_e
     }
     return found;
 }
-
-int hm_place_stream_split(double copy_s, double cpu_tok_s, int n, int nc) {
-    if (nc <= 1) return nc < 0 ? 0 : nc;
-    if (!(copy_s > 0) || !(cpu_tok_s > 0) || !isfinite(copy_s) || !isfinite(cpu_tok_s) || n <= 0)
-        return nc;
-    const double a = (double)n / cpu_tok_s;
-    const long ns = lround((double)nc * a / (copy_s + a));
-    return ns < 1 ? 1 : (ns > nc ? nc : (int)ns);
-}

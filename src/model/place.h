@@ -73,13 +73,6 @@ int hm_defer_split(const int32_t *ids, const float *w, int n, int k, const uint8
  * cpu_tok_s rounded up, at least min_tokens, at most INT_MAX (a rate that is not positive and
  * finite: INT_MAX, never). */
 int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens);
-/* Layerwise prefill's split of a layer's nc CPU experts for a batch of n tokens: how many to
- * stream so that their copy (copy_s for all nc) takes as long as the CPU computing the others
- * (n / cpu_tok_s for all nc), both sides then finishing together: nc * a / (copy_s + a) with a =
- * n / cpu_tok_s, rounded, at least 1 and at most nc (nc when copy_s is 0, or a rate not
- * positive and finite). The layer then takes a * copy_s / (copy_s + a), below both the copy and
- * the CPU alone. */
-int hm_place_stream_split(double copy_s, double cpu_tok_s, int n, int nc);
 
 /* Dynamic placement (--dynamic-experts): of the layers with routed experts on both sides (gpu:
  * [n_layers][n_experts], nonzero on the GPU), the swap that gains the most: the layer's CPU

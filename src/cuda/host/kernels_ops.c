@@ -402,7 +402,7 @@ cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, int n, cuda
 /* ---- attention over the cache ---------------------------------------------------------------- */
 
 /* the kernel's chunk of positions, its largest head_dim and its split (hm_cu_attention_splits) */
-enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT = 256 };
+enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT = 128 };
 
 typedef struct attn_args {
     hm_cu_attn a;
