@@ -213,12 +213,17 @@ int bench_e2e(int argc, char **argv) {
         }
         if (tg_perf.hyb_layers && n_gen) { /* the hybrid hand-off, per decode step */
             const double per = 1e3 / (double)n_gen;
+            const double step = (t2 - t1d) * per, wait = tg_perf.hyb_gpu_wait_s * per,
+                         span = tg_perf.hyb_cpu_span_s * per;
             printf("  hybrid hand-off ms/step: GPU waiting for the CPU experts %.3f (%.0f%% of "
                    "%.1f layers waited for), CPU experts from submit to done <= %.3f, step %.3f\n",
-                   tg_perf.hyb_gpu_wait_s * per,
-                   100.0 * (double)tg_perf.hyb_blocked / (double)tg_perf.hyb_layers,
-                   (double)tg_perf.hyb_layers / (double)n_gen, tg_perf.hyb_cpu_span_s * per,
-                   (t2 - t1d) * per);
+                   wait, 100.0 * (double)tg_perf.hyb_blocked / (double)tg_perf.hyb_layers,
+                   (double)tg_perf.hyb_layers / (double)n_gen, span, step);
+            /* the rest of the step: the GPU's own work and the hand-off's copies and host
+             * functions (the GPU busy), and the time no CPU experts ran (the CPU waiting) */
+            printf("  hybrid split ms/step: the GPU's part (step less its wait) %.3f, no CPU "
+                   "experts running >= %.3f\n",
+                   step - wait, step - span > 0 ? step - span : 0.0);
         }
         if (pp_perf.hyb_streamed) /* layerwise prefill: the copies against the prompt's time */
             printf("  layerwise prefill: %llu layers' CPU experts streamed to the GPU, %.2f GB, "
