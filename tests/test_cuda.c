@@ -404,6 +404,54 @@ static void check_dynamic(const char *name) {
     free_fixture(&f);
 }
 
+/* prefill attention on the tensor cores (HMOE_CUDA_FA=1, from 9 tokens here) on fixture q (head
+ * dim 64): every prompt in one batch against transformers within the half-rounding's KL bounds,
+ * every argmax equal, and not the exact path's logits (the kernel ran) */
+static void check_fa_model(const char *name) {
+    fixture f;
+    hm_model *m;
+    if (!fixture_open(name, &f, &m)) return;
+    const int V = f.vocab;
+    float *lg = malloc(sizeof(float) * 64 * (size_t)V),
+          *lx = malloc(sizeof(float) * 64 * (size_t)V);
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.device = HM_DEVICE_CUDA, cp.n_ctx = 64, cp.n_batch = 64;
+    hm_ctx *c = NULL, *cx = NULL;
+    CHECK_OK(hm_ctx_create(m, &cp, &cx)); /* the exact path */
+    setenv("HMOE_CUDA_FA", "1", 1);
+    setenv("HMOE_CUDA_FA_MIN", "9", 1);
+    CHECK_OK(hm_ctx_create(m, &cp, &c));
+    unsetenv("HMOE_CUDA_FA");
+    unsetenv("HMOE_CUDA_FA_MIN");
+    for (int i = 0; c && cx && i < f.n_prompts; i++) {
+        const int n = f.len[i];
+        fixture_prompt_logits(c, &f, i, false, lg);
+        fixture_prompt_logits(cx, &f, i, false, lx);
+        double km, kx;
+        kl_rows(f.logits[i], lg, n, V, &km, &kx);
+        int same = 0;
+        for (int t = 0; t < n; t++) {
+            const float *a = lg + (size_t)t * (size_t)V, *b = f.logits[i] + (size_t)t * V;
+            int ia = 0, ib = 0;
+            for (int v = 1; v < V; v++) ia = a[v] > a[ia] ? v : ia, ib = b[v] > b[ib] ? v : ib;
+            same += ia == ib;
+        }
+        const double dx = rel_err(lg, lx, (size_t)n * (size_t)V);
+        printf("  cuda %s attention on the tensor cores, prompt %d (%d tokens): KL mean %.2e max "
+               "%.2e, %d of %d argmax equal, rel %.2e from the exact path\n",
+               name, i, n, km, kx, same, n, dx);
+        CHECK_MSG(km <= 1e-4 && kx <= 1e-3 && same == n,
+                  "cuda %s tensor-core attention prompt %d: KL %.3g / %.3g, %d of %d argmax", name,
+                  i, km, kx, same, n);
+        if (n >= 9) CHECK_MSG(dx > 0, "cuda %s prompt %d: the tensor cores did not run", name, i);
+    }
+    hm_ctx_free(c);
+    hm_ctx_free(cx);
+    free(lg), free(lx);
+    hm_model_free(m);
+    free_fixture(&f);
+}
+
 /* model q written as a quantized GGUF. The GPU's matvec path (one token at a time) computes in
  * float on the dequantized weights: against the CPU's exact kernels on the same weights written
  * as F32, the fixtures' 1e-3. The tensor-core path (whole prompt; weights and activations
@@ -978,7 +1026,7 @@ static void check_norm_glu_router(void) {
 /* q/k norms, rope and the cache store, then attention, against the CPU's ops and a double
  * softmax: a prompt of P tokens in batches of `chunk` on sequence 1 of 2 */
 static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, bool f16, int window,
-                            bool sinks) {
+                            bool sinks, bool tc) {
     const int qd = nh * hd, kd = nkv * hd, L = 2, S = 2, il = 1, sq = 1;
     const bool inter = hd == 72; /* that case with the interleaved rotation (GGUF Mixtral) */
     const int64_t ctx = P + 3;
@@ -1052,9 +1100,13 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
                                il,
                                dsk,
                                window};
-        /* decode-sized batches through the split kernel too (splits of 128 positions) */
+        /* decode-sized batches through the split kernel too (splits of 128 positions); with
+         * tc, chunks of more than 8 tokens on the tensor cores */
         const int sp = hm_cu_attention_splits(ctx);
-        CU(hm_cu_attention(&at, &kv, n, n <= 8 ? dpart : NULL, sp, 0));
+        if (tc && n > 8)
+            CU(hm_cu_attention_tc(&at, &kv, n, sq, p0, 0));
+        else
+            CU(hm_cu_attention(&at, &kv, n, n <= 8 ? dpart : NULL, sp, 0));
     }
     float *out = malloc(sizeof(float) * (size_t)P * qd),
           *qg = malloc(sizeof(float) * (size_t)P * qd);
@@ -1092,10 +1144,12 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
             }
         }
     CHECK_MSG(eq <= 1e-5, "q norm + rope (hd %d, rope %d): error %.3g", hd, rd, eq);
-    CHECK_MSG(eo <= (f16 ? 2e-3 : 2e-5),
-              "attention (%d heads, %d kv, hd %d, %d positions, chunks of %d, %s, window %d%s): "
+    /* the tensor cores round queries, keys, values and weights to half: 2^-11 each */
+    CHECK_MSG(eo <= (tc ? 4e-3 : (f16 ? 2e-3 : 2e-5)),
+              "attention%s (%d heads, %d kv, hd %d, %d positions, chunks of %d, %s, window %d%s): "
               "error %.3g",
-              nh, nkv, hd, P, chunk, f16 ? "f16" : "f32", window, sinks ? ", sinks" : "", eo);
+              tc ? " on the tensor cores" : "", nh, nkv, hd, P, chunk, f16 ? "f16" : "f32", window,
+              sinks ? ", sinks" : "", eo);
     cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dkk), cudaFree(dvv), cudaFree(dcs),
         cudaFree(dqn), cudaFree(dkn), cudaFree(dout), cudaFree(dpos), cudaFree(dseq), cudaFree(dsk);
     free(q), free(k), free(v), free(cs), free(qr), free(kr), free(out), free(qg), free(sc),
@@ -1123,14 +1177,20 @@ static void check_kernels(void) {
     check_router_sigmoid();
     check_norm_glu_router();
     for (int f16 = 0; f16 < 2; f16++) {
-        check_attention(4, 2, 64, 64, 40, 40, f16, 0, false);      /* a prompt in one batch */
-        check_attention(8, 1, 72, 32, 300, 7, f16, 0, false);      /* partial rope, odd hd */
-        check_attention(2, 2, 128, 128, 1100, 500, f16, 0, false); /* several chunks */
-        check_attention(4, 4, 8, 8, 20, 1, f16, 0, false);         /* one token at a time */
+        check_attention(4, 2, 64, 64, 40, 40, f16, 0, false, false); /* a prompt in one batch */
+        check_attention(8, 1, 72, 32, 300, 7, f16, 0, false, false); /* partial rope, odd hd */
+        check_attention(2, 2, 128, 128, 1100, 500, f16, 0, false, false); /* several chunks */
+        check_attention(4, 4, 8, 8, 20, 1, f16, 0, false, false);         /* one token at a time */
         /* gpt-oss: sinks, and a window shorter than the context (splits before it empty) */
-        check_attention(8, 2, 64, 64, 40, 40, f16, 0, true);
-        check_attention(8, 2, 64, 64, 700, 3, f16, 128, true);
-        check_attention(4, 4, 64, 64, 600, 600, f16, 300, false);
+        check_attention(8, 2, 64, 64, 40, 40, f16, 0, true, false);
+        check_attention(8, 2, 64, 64, 700, 3, f16, 128, true, false);
+        check_attention(4, 4, 64, 64, 600, 600, f16, 300, false, false);
+        /* on the tensor cores: a prompt, several chunks (the second's keys start before it),
+         * partial last tiles, GQA, a window and sinks */
+        check_attention(4, 2, 64, 64, 40, 40, f16, 0, false, true);
+        check_attention(2, 2, 128, 128, 1100, 500, f16, 0, false, true);
+        check_attention(8, 2, 64, 64, 700, 333, f16, 128, true, true);
+        check_attention(16, 2, 128, 64, 130, 130, f16, 0, true, true);
     }
 }
 #endif
@@ -1241,6 +1301,7 @@ int main(void) {
         rmdir(dir);
         free_fixture(&f);
     }
+    check_fa_model("q");
     check_gptoss_hf_gpu(HM_GPU_EXPERTS_FIT);
     check_gptoss_hf_gpu(0);
     check_defer("a");

@@ -161,7 +161,13 @@ struct hm_cuda_ctx {
     float *moe_g, *moe_u, *moe_y;
     hm_cu_moe_order ord; /* batches: the pairs in expert order, and their tiles */
     int max_tiles;
-    bool no_mmq;     /* HMOE_CUDA_MMQ=0: quantized batches dequantize to floats for cuBLAS (A/B) */
+    bool no_mmq; /* HMOE_CUDA_MMQ=0: quantized batches dequantize to floats for cuBLAS (A/B) */
+    /* prefill attention on the tensor cores (hm_cu_attention_tc) for batches of fa_min tokens or
+     * more that are one sequence at consecutive positions (fa_seq, fa_pos0; fa_seq -1: not);
+     * HMOE_CUDA_FA=1 turns it on (off by default until measured on a GPU), HMOE_CUDA_FA_MIN
+     * sets fa_min (128) */
+    bool fa;
+    int fa_min, fa_seq, fa_pos0;
     float *att_part; /* decode attention's partial results */
     int att_splits;
     float *deq; /* the GEMM path's dequantized rows */
@@ -1031,10 +1037,19 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                                   nd->il,
                                   c->nn1[i],
                                   window_of(hp, nd->il)};
-            /* decode batches: the positions split over blocks, merged after */
-            const bool split = n <= HM_CU_MATVEC_MAX && c->att_splits > 1;
-            CK(hm_cu_attention(&a, &c->kv, n, split ? c->att_part : NULL, c->att_splits, c->s),
-               "attention");
+            /* a prompt's chunk on the tensor cores where the kernel takes the shape; decode
+             * batches: the positions split over blocks, merged after */
+            const cudaError_t fe =
+                c->fa_seq >= 0 ? hm_cu_attention_tc(&a, &c->kv, n, c->fa_seq, c->fa_pos0, c->s)
+                               : cudaErrorInvalidValue;
+            if (fe == cudaErrorInvalidValue) {
+                cudaGetLastError(); /* the shape is not the kernel's: the general one */
+                const bool split = n <= HM_CU_MATVEC_MAX && c->att_splits > 1;
+                CK(hm_cu_attention(&a, &c->kv, n, split ? c->att_part : NULL, c->att_splits, c->s),
+                   "attention");
+            } else {
+                CK(fe, "attention on the tensor cores");
+            }
             break;
         }
         case HM_OP_ROUTER_TOPK:
@@ -1450,6 +1465,9 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->prof = ep && !strcmp(ep, "1");
     const char *em = getenv("HMOE_CUDA_MMQ");
     c->no_mmq = em && !strcmp(em, "0");
+    const char *ef = getenv("HMOE_CUDA_FA"), *efm = getenv("HMOE_CUDA_FA_MIN");
+    c->fa = ef && !strcmp(ef, "1");
+    c->fa_min = efm && atoi(efm) > HM_CU_MATVEC_MAX ? atoi(efm) : 128;
 #define FAIL(call, what)                                                                           \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
@@ -1697,6 +1715,12 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
         if (st) return st;
     }
     c->cur_n = n;
+    c->fa_seq = -1;
+    if (c->fa && n >= c->fa_min) { /* one sequence at consecutive positions: the tensor cores */
+        int i = 1;
+        while (i < n && seq[i] == seq[0] && pos[i] == pos[0] + i) i++;
+        if (i == n) c->fa_seq = seq[0], c->fa_pos0 = pos[0];
+    }
     c->hyb_st = HM_OK;
     c->lw_on = c->stream_min > 0 && n >= c->stream_min;
     if (c->lw_on) {

@@ -2,9 +2,11 @@
 #ifndef HM_CUDA_COMMON_CUH
 #define HM_CUDA_COMMON_CUH
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "cuda/kernels.h"
 #include "quant/types.h"
 
 // max that keeps a NaN (fmaxf would drop it): a NaN score must reach the output
@@ -51,6 +53,24 @@ __device__ __forceinline__ float hm_block_sum(float v, float *sh) {
 }
 __device__ __forceinline__ float hm_block_max(float v, float *sh) {
     return hm_block_reduce(v, -INFINITY, hm_op_max(), sh);
+}
+
+// the KV cache (kernels.h hm_cu_kv): element e of a cache head starting at element `off`
+template <bool F16> __device__ __forceinline__ float kv_get(const void *c, size_t off) {
+    if (F16) return __half2float(((const __half *)c)[off]);
+    return ((const float *)c)[off];
+}
+template <bool F16> __device__ __forceinline__ void kv_put(void *c, size_t off, float v) {
+    if (F16)
+        ((__half *)c)[off] = __float2half_rn(v);
+    else
+        ((float *)c)[off] = v;
+}
+
+// offset (elements) of position 0 of (layer il, sequence s, kv head h)
+__device__ __forceinline__ size_t kv_head(const hm_cu_kv &kv, int il, int s, int h) {
+    return (((size_t)il * (size_t)kv.n_seq + (size_t)s) * (size_t)kv.n_kv_heads + (size_t)h) *
+           (size_t)kv.kv_ctx * (size_t)kv.head_dim;
 }
 
 #endif

@@ -168,6 +168,14 @@ cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, floa
                             cudaStream_t stream);
 int hm_cu_attention_splits(int64_t kv_ctx);
 
+/* hm_cu_attention on the tensor cores (fattn.cu) for n tokens of one sequence seq at the
+ * consecutive positions pos0, pos0 + 1, ... (a prompt's chunk; a.pos and a.seq are not read):
+ * queries, keys, values and the softmax weights rounded to IEEE half, products summed in float.
+ * Head dims 64 and 128 without latent values (v_dim 0); anything else: cudaErrorInvalidValue,
+ * for the caller to fall back on hm_cu_attention. */
+cudaError_t hm_cu_attention_tc(const hm_cu_attn *a, const hm_cu_kv *kv, int n, int seq, int pos0,
+                               cudaStream_t stream);
+
 /* DeepSeek-V2's group-limited softmax router of n tokens: hm_hd_router_softmax_group per token
  * (one thread each) */
 cudaError_t hm_cu_router_softmax_group(const float *rl, int64_t rs, int n, int e, int n_group,

@@ -176,24 +176,6 @@ extern "C" cudaError_t hm_cu_router_sigmoid(const float *rl, int64_t rs, int n, 
     return cudaGetLastError();
 }
 
-// element e of a cache head starting at element `off`
-template <bool F16> __device__ __forceinline__ float kv_get(const void *c, size_t off) {
-    if (F16) return __half2float(((const __half *)c)[off]);
-    return ((const float *)c)[off];
-}
-template <bool F16> __device__ __forceinline__ void kv_put(void *c, size_t off, float v) {
-    if (F16)
-        ((__half *)c)[off] = __float2half_rn(v);
-    else
-        ((float *)c)[off] = v;
-}
-
-// offset (elements) of position 0 of (layer il, sequence s, kv head h)
-__device__ __forceinline__ size_t kv_head(const hm_cu_kv &kv, int il, int s, int h) {
-    return (((size_t)il * (size_t)kv.n_seq + (size_t)s) * (size_t)kv.n_kv_heads + (size_t)h) *
-           (size_t)kv.kv_ctx * (size_t)kv.head_dim;
-}
-
 // one warp per (token, head) of q and k
 template <bool F16> __global__ void qk_rope_kv_k(hm_cu_qkv a, hm_cu_kv kv) {
     const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;

@@ -12,6 +12,7 @@
  * all its positions in one pass, in chunks of the kernel's size. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/kernels.h"
@@ -468,6 +469,67 @@ cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, floa
 
 int hm_cu_attention_splits(int64_t kv_ctx) {
     return (int)((kv_ctx + ATT_SPLIT - 1) / ATT_SPLIT);
+}
+
+/* hm_cu_attention_tc (fattn.cu): one sequence at consecutive positions, queries, keys, values
+ * and the softmax weights rounded to half as the tensor cores take them; each row's maximum
+ * first, then the weights and the values against it (the kernel's two passes) */
+typedef struct attn_tc_args {
+    hm_cu_attn a;
+    hm_cu_kv kv;
+    int n, seq, pos0;
+} attn_tc_args;
+
+static float half_of(float x) {
+    return hm_f16_to_f32(hm_f32_to_f16(x));
+}
+
+static void attn_tc_run(const void *p) {
+    const attn_tc_args *g = p;
+    const hm_cu_attn *a = &g->a;
+    const hm_cu_kv *kv = &g->kv;
+    const int hd = kv->head_dim, grp = a->n_heads / kv->n_kv_heads;
+    float *sc = malloc(sizeof(float) * (size_t)(g->pos0 + g->n)), qh[128], acc[128];
+    if (!sc) abort(); /* a kernel cannot report; the host GPU's scratch is small */
+    for (int i = 0; i < g->n; i++)
+        for (int h = 0; h < a->n_heads; h++) {
+            const int qp = g->pos0 + i,
+                      lo = a->window && qp + 1 > a->window ? qp + 1 - a->window : 0;
+            const float *q = a->q + (int64_t)i * a->q_stride + (int64_t)h * hd;
+            const size_t base = kv_head(kv, a->il, g->seq, h / grp);
+            for (int d = 0; d < hd; d++) qh[d] = half_of(q[d]), acc[d] = 0.0f;
+            float m = -INFINITY, l = 0.0f;
+            for (int t = lo; t <= qp; t++) {
+                float s = 0.0f;
+                for (int d = 0; d < hd; d++)
+                    s = fmaf(qh[d], half_of(kv_get(kv, kv->k, base + (size_t)t * hd + d)), s);
+                sc[t] = s * a->scale;
+                m = fmaxf(m, sc[t]);
+            }
+            for (int t = lo; t <= qp; t++) {
+                const float e = expf(sc[t] - m), ph = half_of(e);
+                l += e;
+                for (int d = 0; d < hd; d++)
+                    acc[d] =
+                        fmaf(ph, half_of(kv_get(kv, kv->v, base + (size_t)t * hd + d)), acc[d]);
+            }
+            hm_osm st = {m, l};
+            const float f = a->sinks ? hm_osm_sink(&st, a->sinks[h]) : 1.0f;
+            float *o = a->out + (int64_t)i * a->out_stride + (int64_t)h * hd;
+            for (int d = 0; d < hd; d++) o[d] = acc[d] * f / st.l;
+        }
+    free(sc);
+}
+
+cudaError_t hm_cu_attention_tc(const hm_cu_attn *a, const hm_cu_kv *kv, int n, int seq, int pos0,
+                               cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    const int hd = kv->head_dim;
+    if ((hd != 64 && hd != 128) || kv->v_dim || kv->n_kv_heads < 1 || a->n_heads % kv->n_kv_heads ||
+        seq < 0 || seq >= kv->n_seq || pos0 < 0 || (int64_t)pos0 + n > kv->kv_ctx)
+        return cudaErrorInvalidValue;
+    const attn_tc_args r = {*a, *kv, n, seq, pos0};
+    return hm_host_launch(stream, attn_tc_run, &r, sizeof r);
 }
 
 /* ---- multi-head latent attention (model/mla.c's steps) --------------------------------------- */

@@ -1,0 +1,159 @@
+// fattn.cu - prefill attention on the tensor cores: a block takes 64 query rows of one head of a
+// batch that is one sequence at consecutive positions (a prompt's chunk), and walks the cache in
+// tiles of 64 keys. Queries, keys, values and the softmax weights are rounded to IEEE half and
+// multiplied with half WMMA fragments into float accumulators. Two passes over the keys: the
+// first takes each row's largest score, the second sums exp(score - max) and accumulates the
+// weighted values in the fragments, so nothing accumulated ever needs rescaling. Causal, with
+// the sliding window and the sinks of hm_cu_attention; head dims 64 and 128, no latent values.
+#include <cuda_fp16.h>
+#include <mma.h>
+#include <stdint.h>
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/twins.h"
+
+using namespace nvcuda;
+
+enum { FA_Q = 64, FA_K = 64, FA_T = 128 };
+
+// 32-byte aligned rows for the fragments (pads of 8 halves / 4 floats); o, the output tile as
+// floats, reuses the key and value tiles once the last tile is done
+template <int HD> struct fa_smem {
+    union {
+        struct {
+            __half k[FA_K][HD + 8];
+            __half v[FA_K][HD + 8];
+        } kv;
+        float o[FA_Q][HD + 4];
+    } u;
+    __half q[FA_Q][HD + 8];
+    float s[FA_Q][FA_K + 4];
+    __half p[FA_Q][FA_K + 8];
+    float m[FA_Q], l[FA_Q];
+};
+
+template <int HD, bool F16>
+__global__ void __launch_bounds__(FA_T) fa_k(hm_cu_attn a, hm_cu_kv kv, int n, int seq, int pos0) {
+    extern __shared__ __align__(128) unsigned char fa_raw[];
+    fa_smem<HD> &sm = *reinterpret_cast<fa_smem<HD> *>(fa_raw);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int i0 = blockIdx.x * FA_Q, h = blockIdx.y;
+    const int nq = n - i0 < FA_Q ? n - i0 : FA_Q;
+    const size_t base = kv_head(kv, a.il, seq, h / (a.n_heads / kv.n_kv_heads));
+    for (int e = tid; e < FA_Q * HD; e += FA_T) {
+        const int r = e / HD, d = e % HD;
+        sm.q[r][d] = __float2half_rn(
+            r < nq ? a.q[(int64_t)(i0 + r) * a.q_stride + (int64_t)h * HD + d] : 0.0f);
+    }
+    if (tid < FA_Q) sm.m[tid] = -INFINITY, sm.l[tid] = 0.0f;
+    const int qfirst = pos0 + i0, qlast = pos0 + i0 + nq - 1;
+    const int lo0 = a.window && qfirst + 1 > a.window ? qfirst + 1 - a.window : 0;
+    // this lane's half of row r of the warp's 16: its position and lowest key
+    const int r = 16 * warp + (lane >> 1), hf = lane & 1, qp = pos0 + i0 + r;
+    const int lo = a.window && qp + 1 > a.window ? qp + 1 - a.window : 0;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> o[HD / 16];
+    __syncthreads();
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+#pragma unroll
+            for (int c = 0; c < HD / 16; c++) wmma::fill_fragment(o[c], 0.0f);
+        for (int k0 = lo0 / FA_K * FA_K; k0 <= qlast; k0 += FA_K) {
+            for (int e = tid; e < FA_K * HD; e += FA_T) {
+                const int kr = e / HD, d = e % HD, p = k0 + kr;
+                const size_t at = base + (size_t)(p <= qlast ? p : qlast) * HD + d;
+                sm.u.kv.k[kr][d] = __float2half_rn(p <= qlast ? kv_get<F16>(kv.k, at) : 0.0f);
+                if (pass)
+                    sm.u.kv.v[kr][d] = __float2half_rn(p <= qlast ? kv_get<F16>(kv.v, at) : 0.0f);
+            }
+            __syncthreads();
+            // this warp's 16 rows of scores against the tile's 64 keys
+#pragma unroll
+            for (int c = 0; c < FA_K / 16; c++) {
+                wmma::fragment<wmma::accumulator, 16, 16, 16, float> sc;
+                wmma::fill_fragment(sc, 0.0f);
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fq;
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fk;
+                    wmma::load_matrix_sync(fq, &sm.q[16 * warp][16 * kk], HD + 8);
+                    wmma::load_matrix_sync(fk, &sm.u.kv.k[16 * c][16 * kk], HD + 8);
+                    wmma::mma_sync(sc, fq, fk, sc);
+                }
+                wmma::store_matrix_sync(&sm.s[16 * warp][16 * c], sc, FA_K + 4,
+                                        wmma::mem_row_major);
+            }
+            __syncwarp();
+            // two lanes per row, 32 keys each: the row's maximum (pass 0), its weights (pass 1)
+            if (!pass) {
+                float cm = -INFINITY;
+                for (int j = 32 * hf; j < 32 * hf + 32; j++) {
+                    const int p = k0 + j;
+                    if (p >= lo && p <= qp) cm = fmaxf(cm, sm.s[r][j] * a.scale);
+                }
+                cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
+                if (!hf) sm.m[r] = fmaxf(sm.m[r], cm);
+            } else {
+                const float m = sm.m[r];
+                float ls = 0.0f;
+                for (int j = 32 * hf; j < 32 * hf + 32; j++) {
+                    const int p = k0 + j;
+                    const float e = p >= lo && p <= qp ? expf(sm.s[r][j] * a.scale - m) : 0.0f;
+                    ls += e;
+                    sm.p[r][j] = __float2half_rn(e);
+                }
+                ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+                if (!hf) sm.l[r] += ls;
+                __syncwarp();
+#pragma unroll
+                for (int c = 0; c < HD / 16; c++)
+#pragma unroll
+                    for (int kk = 0; kk < FA_K / 16; kk++) {
+                        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fp;
+                        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fv;
+                        wmma::load_matrix_sync(fp, &sm.p[16 * warp][16 * kk], FA_K + 8);
+                        wmma::load_matrix_sync(fv, &sm.u.kv.v[16 * kk][16 * c], HD + 8);
+                        wmma::mma_sync(o[c], fp, fv, o[c]);
+                    }
+            }
+            __syncthreads(); // the next tile overwrites k and v
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < HD / 16; c++)
+        wmma::store_matrix_sync(&sm.u.o[16 * warp][16 * c], o[c], HD + 4, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < 16 * HD; e += 32) {
+        const int rr = 16 * warp + e / HD, d = e % HD;
+        if (rr >= nq) continue;
+        hm_osm st = {sm.m[rr], sm.l[rr]};
+        const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
+        a.out[(int64_t)(i0 + rr) * a.out_stride + (int64_t)h * HD + d] = sm.u.o[rr][d] * f / st.l;
+    }
+}
+
+template <int HD, bool F16>
+static cudaError_t fa_launch(const hm_cu_attn *a, const hm_cu_kv *kv, int n, int seq, int pos0,
+                             cudaStream_t stream) {
+    const int bytes = (int)sizeof(fa_smem<HD>);
+    const cudaError_t e =
+        cudaFuncSetAttribute(fa_k<HD, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)((n + FA_Q - 1) / FA_Q), (unsigned)a->n_heads);
+    fa_k<HD, F16><<<grid, FA_T, bytes, stream>>>(*a, *kv, n, seq, pos0);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_attention_tc(const hm_cu_attn *a, const hm_cu_kv *kv, int n, int seq,
+                                          int pos0, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    const int hd = kv->head_dim;
+    if ((hd != 64 && hd != 128) || kv->v_dim || kv->n_kv_heads < 1 || a->n_heads % kv->n_kv_heads ||
+        seq < 0 || seq >= kv->n_seq || pos0 < 0 || (int64_t)pos0 + n > kv->kv_ctx)
+        return cudaErrorInvalidValue;
+    if (hd == 64)
+        return kv->f16 ? fa_launch<64, true>(a, kv, n, seq, pos0, stream)
+                       : fa_launch<64, false>(a, kv, n, seq, pos0, stream);
+    return kv->f16 ? fa_launch<128, true>(a, kv, n, seq, pos0, stream)
+                   : fa_launch<128, false>(a, kv, n, seq, pos0, stream);
+}
