@@ -248,6 +248,18 @@ static void kl_rows(const float *a, const float *b, int n, int V, double *mean, 
     }
 }
 
+/* rows of V logits, n of them, whose largest entry (the first of equals) is at the same place */
+static int same_argmax(const float *a, const float *b, int n, int V) {
+    int same = 0;
+    for (int t = 0; t < n; t++) {
+        const float *x = a + (size_t)t * (size_t)V, *y = b + (size_t)t * (size_t)V;
+        int ix = 0, iy = 0;
+        for (int v = 1; v < V; v++) ix = x[v] > x[ix] ? v : ix, iy = y[v] > y[iy] ? v : iy;
+        same += ix == iy;
+    }
+    return same;
+}
+
 /* gpt-oss as released (tests/data/gptoss/hf: MXFP4 experts in blocks and scales) on the GPU,
  * all experts there and every one on the CPU engine: test_forward's bounds against transformers
  * (the CPU's MXFP4 kernels quantize activations to 8 bits), every position's argmax equal, in one
@@ -270,13 +282,7 @@ static void check_gptoss_hf_gpu(int gpu_experts) {
             fixture_prompt_logits(c, &f, i, one, lg);
             double km, kx;
             kl_rows(f.logits[i], lg, n, V, &km, &kx);
-            int same = 0;
-            for (int t = 0; t < n; t++) {
-                const float *a = lg + (size_t)t * (size_t)V, *b = f.logits[i] + (size_t)t * V;
-                int ia = 0, ib = 0;
-                for (int v = 1; v < V; v++) ia = a[v] > a[ia] ? v : ia, ib = b[v] > b[ib] ? v : ib;
-                same += ia == ib;
-            }
+            const int same = same_argmax(lg, f.logits[i], n, V);
             printf("  cuda gptoss/hf (MXFP4 blocks), %d experts/layer on the GPU, prompt %d (%s): "
                    "KL mean %.2e max %.2e, %d of %d argmax equal\n",
                    gpu_experts, i, one ? "token by token" : "one batch", km, kx, same, n);
@@ -429,13 +435,7 @@ static void check_fa_model(const char *name) {
         fixture_prompt_logits(cx, &f, i, false, lx);
         double km, kx;
         kl_rows(f.logits[i], lg, n, V, &km, &kx);
-        int same = 0;
-        for (int t = 0; t < n; t++) {
-            const float *a = lg + (size_t)t * (size_t)V, *b = f.logits[i] + (size_t)t * V;
-            int ia = 0, ib = 0;
-            for (int v = 1; v < V; v++) ia = a[v] > a[ia] ? v : ia, ib = b[v] > b[ib] ? v : ib;
-            same += ia == ib;
-        }
+        const int same = same_argmax(lg, f.logits[i], n, V);
         const double dx = rel_err(lg, lx, (size_t)n * (size_t)V);
         printf("  cuda %s attention on the tensor cores, prompt %d (%d tokens): KL mean %.2e max "
                "%.2e, %d of %d argmax equal, rel %.2e from the exact path\n",
