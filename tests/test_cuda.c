@@ -1171,6 +1171,11 @@ static void check_kernels(void) {
     }
     /* enough rows that a warp takes several (the output head's shape) */
     check_matvec(HM_TYPE_Q4_0, 17001, 64);
+    /* Q4_K with the lanes across each super-block (HMOE_MV_Q4K=1) */
+    setenv("HMOE_MV_Q4K", "1", 1);
+    check_matvec(HM_TYPE_Q4_K, 37, 768);
+    check_matvec(HM_TYPE_Q4_K, 5, 2048);
+    unsetenv("HMOE_MV_Q4K");
     CHECK(!hm_cu_type_ok(HM_TYPE_Q8_K) && !hm_cu_type_ok(HM_TYPE_IQ2_XXS) && !hm_cu_type_ok(9999));
     check_bias_gated_add();
     check_top_candidates();

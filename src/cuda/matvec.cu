@@ -3,10 +3,12 @@
 // dequantization to floats (the GEMM path of larger batches, the embedding gather). A block's
 // arithmetic is dq.h's, which the CPU tests check against the reference dequantizers.
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/common.cuh"
 #include "cuda/dq.h"
 #include "cuda/kernels.h"
+#include "quant/blocks.h"
 #include "quant/types.h"
 
 // the float formats are read one element per lane (coalesced, any length); the block formats
@@ -183,6 +185,89 @@ extern "C" bool hm_cu_type_ok(uint32_t type) {
     }
 }
 
+// Q4_K with the lanes across each super-block (HMOE_MV_Q4K=1, off by default until measured):
+// lane l takes code bytes 4l .. 4l + 3 of the 128, that is values 64j + o .. + 3 (low nibbles,
+// scale 2j) and 64j + 32 + o .. + 3 (high nibbles, scale 2j + 1) with j = l / 8, o = 4 (l % 8);
+// a warp reads a super-block's codes as one 128-byte line and the activations as float4 straight
+// from global memory, coalesced, so nothing is staged. One row per warp.
+template <int NT>
+__device__ __forceinline__ void q4k_dot(const uint8_t *__restrict__ row, int64_t cols,
+                                        const float *__restrict__ x, int64_t xs, int n,
+                                        float acc[NT]) {
+    const int lane = threadIdx.x & 31, j = lane >> 3, o = 4 * (lane & 7);
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    const int64_t nsb = cols / 256;
+#pragma unroll 2
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const hm_block_q4_K *b = (const hm_block_q4_K *)row + sb;
+        const uint32_t q = *(const uint32_t *)(b->qs + 4 * lane);
+        const float d = hm_hd_f16_to_f32(b->d), dmin = hm_hd_f16_to_f32(b->dmin);
+        int sc0, m0, sc1, m1;
+        hm_hd_k4_scale_min(b->scales, 2 * j, &sc0, &m0);
+        hm_hd_k4_scale_min(b->scales, 2 * j + 1, &sc1, &m1);
+        const float d0 = hm_hd_fmul(d, (float)sc0), n0 = hm_hd_fmul(dmin, (float)m0);
+        const float d1 = hm_hd_fmul(d, (float)sc1), n1 = hm_hd_fmul(dmin, (float)m1);
+        float lo[4], hi[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const uint32_t by = (q >> (8 * u)) & 0xFF;
+            lo[u] = hm_hd_fsub(hm_hd_fmul(d0, (float)(by & 0xF)), n0);
+            hi[u] = hm_hd_fsub(hm_hd_fmul(d1, (float)(by >> 4)), n1);
+        }
+        const int64_t c0 = sb * 256 + 64 * j + o;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= n) break;
+            const float4 xa = *(const float4 *)(x + t * xs + c0),
+                         xb = *(const float4 *)(x + t * xs + c0 + 32);
+            float s = acc[t];
+            s = fmaf(lo[0], xa.x, s), s = fmaf(lo[1], xa.y, s), s = fmaf(lo[2], xa.z, s);
+            s = fmaf(lo[3], xa.w, s), s = fmaf(hi[0], xb.x, s), s = fmaf(hi[1], xb.y, s);
+            s = fmaf(hi[2], xb.z, s), s = fmaf(hi[3], xb.w, s);
+            acc[t] = s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = hm_warp_sum(acc[t]);
+}
+
+template <int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_q4k_k(hm_cu_w w, const float *__restrict__ x, int64_t xs, int n, float *__restrict__ y,
+                 int64_t ys) {
+    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= w.rows) return;
+    float acc[NT];
+    q4k_dot<NT>((const uint8_t *)w.data + r * (int64_t)w.row_bytes, w.cols, x, xs, n, acc);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < n) y[t * ys + r] = acc[t];
+}
+
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_exp_q4k_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                     int64_t xs, int x_div, float *__restrict__ y, int64_t ys) {
+    const int p = blockIdx.y, id = ids[p];
+    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= w.rows) return;
+    float acc[1] = {0.0f};
+    if (id >= 0)
+        q4k_dot<1>((const uint8_t *)w.data + (size_t)id * w.estride + r * (int64_t)w.row_bytes,
+                   w.cols, x + (int64_t)(p / x_div) * xs, 0, 1, acc);
+    if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = acc[0]; /* 0: an expert on the CPU */
+}
+
+// the lane layout above where asked for and the shapes allow it (whole super-blocks, 16-byte
+// aligned rows and activations)
+static bool mv_q4k(const hm_cu_w *w, const float *x, int64_t xs) {
+    const char *v = getenv("HMOE_MV_Q4K");
+    return v && !strcmp(v, "1") && w->type == HM_TYPE_Q4_K && w->cols % 256 == 0 &&
+           ((uintptr_t)w->data & 15) == 0 && w->row_bytes % 16 == 0 && w->estride % 16 == 0 &&
+           ((uintptr_t)x & 15) == 0 && xs % 4 == 0;
+}
+
 // shared bytes of n staged activation rows of cols values
 static size_t mv_smem(int64_t cols, int n) {
     return sizeof(float) * (size_t)((cols + 31) / 32 * 33) * (size_t)n;
@@ -191,6 +276,11 @@ static size_t mv_smem(int64_t cols, int n) {
 template <int T, int NT>
 static void matvec_nt(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
                       cudaStream_t s) {
+    if (T == HM_TYPE_Q4_K && mv_q4k(w, x, xs)) {
+        matvec_q4k_k<NT><<<(unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), MV_WARPS * 32, 0, s>>>(
+            *w, x, xs, n, y, ys);
+        return;
+    }
     const int rpw = mv_rpw(w->rows), per = MV_WARPS * rpw;
     const dim3 grid((unsigned)((w->rows + per - 1) / per));
     const size_t sm = mv_smem(w->cols, n);
@@ -243,6 +333,15 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
     const bool sh = mv_stage(sm);
     // at most 65535 pairs per launch (grid y); x_div divides the chunk so tokens stay aligned
     const int step = 65535 / x_div * x_div;
+    if (mv_q4k(w, x, xs)) {
+        for (int p0 = 0; p0 < n_pairs; p0 += step) {
+            const int np = n_pairs - p0 < step ? n_pairs - p0 : step;
+            const dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)np);
+            matvec_exp_q4k_k<<<grid, MV_WARPS * 32, 0, stream>>>(
+                *w, ids + p0, x + (int64_t)(p0 / x_div) * xs, xs, x_div, y + (int64_t)p0 * ys, ys);
+        }
+        return cudaGetLastError();
+    }
     for (int p0 = 0; p0 < n_pairs; p0 += step) {
         const int np = n_pairs - p0 < step ? n_pairs - p0 : step;
         const dim3 grid(gx, (unsigned)np);
