@@ -108,6 +108,33 @@ static inline int argmax(const float *x, int n) {
     return b;
 }
 
+/* KL(softmax(ref) || softmax(got)) per row of V logits, its mean and max over n rows (in double;
+ * a NaN reaches the max) */
+static inline void kl_rows(const float *ref, const float *got, int n, int V, double *mean,
+                           double *max) {
+    *mean = *max = 0;
+    for (int t = 0; t < n; t++) {
+        const float *a = ref + (size_t)t * (size_t)V, *b = got + (size_t)t * (size_t)V;
+        double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
+        for (int v = 0; v < V; v++) ma = fmax(ma, a[v]), mb = fmax(mb, b[v]);
+        for (int v = 0; v < V; v++) sa += exp(a[v] - ma), sb += exp(b[v] - mb);
+        for (int v = 0; v < V; v++) {
+            const double la = a[v] - ma - log(sa), lb = b[v] - mb - log(sb);
+            kl += exp(la) * (la - lb);
+        }
+        *mean += kl / n;
+        if (!(kl <= *max)) *max = kl;
+    }
+}
+
+/* of n rows of V logits, those whose argmax is the same in a and b */
+static inline int same_argmax(const float *a, const float *b, int n, int V) {
+    int same = 0;
+    for (int t = 0; t < n; t++)
+        same += argmax(a + (size_t)t * (size_t)V, V) == argmax(b + (size_t)t * (size_t)V, V);
+    return same;
+}
+
 /* Fixture `name` and its model (false, with the failed checks counted, when either cannot be
  * read; nothing is left to free then). */
 static inline bool fixture_open(const char *name, fixture *f, hm_model **m) {

@@ -231,35 +231,6 @@ static void check_model_gpu(const char *name, bool kv_f16, int gpu_experts,
     free_fixture(&f);
 }
 
-/* KL(softmax(a) || softmax(b)) per row of V, mean and max over n rows */
-static void kl_rows(const float *a, const float *b, int n, int V, double *mean, double *mx) {
-    *mean = 0, *mx = 0;
-    for (int t = 0; t < n; t++) {
-        const float *x = a + (size_t)t * V, *y = b + (size_t)t * V;
-        double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
-        for (int v = 0; v < V; v++) ma = fmax(ma, x[v]), mb = fmax(mb, y[v]);
-        for (int v = 0; v < V; v++) sa += exp(x[v] - ma), sb += exp(y[v] - mb);
-        for (int v = 0; v < V; v++) {
-            const double pa = exp(x[v] - ma) / sa, pb = exp(y[v] - mb) / sb;
-            if (pa > 0) kl += pa * (log(pa) - log(pb > 1e-300 ? pb : 1e-300));
-        }
-        if (!(kl <= *mx)) *mx = kl;
-        *mean += kl / n;
-    }
-}
-
-/* rows of V logits, n of them, whose largest entry (the first of equals) is at the same place */
-static int same_argmax(const float *a, const float *b, int n, int V) {
-    int same = 0;
-    for (int t = 0; t < n; t++) {
-        const float *x = a + (size_t)t * (size_t)V, *y = b + (size_t)t * (size_t)V;
-        int ix = 0, iy = 0;
-        for (int v = 1; v < V; v++) ix = x[v] > x[ix] ? v : ix, iy = y[v] > y[iy] ? v : iy;
-        same += ix == iy;
-    }
-    return same;
-}
-
 /* gpt-oss as released (tests/data/gptoss/hf: MXFP4 experts in blocks and scales) on the GPU,
  * all experts there and every one on the CPU engine: test_forward's bounds against transformers
  * (the CPU's MXFP4 kernels quantize activations to 8 bits), every position's argmax equal, in one

@@ -158,23 +158,6 @@ static void check_model(const char *name, int n_threads, bool no_amx, hm_load_mo
     free_fixture(&f);
 }
 
-/* mean and max over positions of KL(softmax(ref) || softmax(got)) */
-static void kl_stats(const float *ref, const float *got, int n, int V, double *mean, double *max) {
-    *mean = *max = 0;
-    for (int t = 0; t < n; t++) {
-        const float *a = ref + (size_t)t * (size_t)V, *b = got + (size_t)t * (size_t)V;
-        double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
-        for (int v = 0; v < V; v++) ma = fmax(ma, a[v]), mb = fmax(mb, b[v]);
-        for (int v = 0; v < V; v++) sa += exp(a[v] - ma), sb += exp(b[v] - mb);
-        for (int v = 0; v < V; v++) {
-            double la = a[v] - ma - log(sa), lb = b[v] - mb - log(sb);
-            kl += exp(la) * (la - lb);
-        }
-        *mean += kl / n;
-        if (kl > *max) *max = kl;
-    }
-}
-
 /* gpt-oss as released on Hugging Face (tests/gen/gptoss_fixtures.py 'hf'): MXFP4 experts in
  * blocks and scales, read into GGUF's MXFP4 (the generator checks transformers' reading of the
  * blocks against gguf's), the rest float. Against transformers: the MXFP4 kernels quantize the
@@ -197,11 +180,8 @@ static void check_gptoss_hf(void) {
             const int n = f.len[i];
             fixture_prompt_logits(c, &f, i, one, lg);
             double km, kx;
-            kl_stats(f.logits[i], lg, n, V, &km, &kx);
-            int same = 0;
-            for (int t = 0; t < n; t++)
-                same += argmax(lg + (size_t)t * (size_t)V, V) ==
-                        argmax(f.logits[i] + (size_t)t * (size_t)V, V);
+            kl_rows(f.logits[i], lg, n, V, &km, &kx);
+            const int same = same_argmax(lg, f.logits[i], n, V);
             printf("  gptoss/hf (MXFP4 blocks) prompt %d (%s): KL mean %.2e max %.2e, %d of %d "
                    "argmax equal\n",
                    i, one ? "token by token" : "one batch", km, kx, same, n);
@@ -276,7 +256,7 @@ static void check_converted(const char *name, int type, int experts_type, double
         for (int amx = 0; quant && amx < 2; amx++) {
             if (!logits_of(fpath, &f, i, lf, true) || !logits_of(path, &f, i, lg, !amx)) break;
             double km, kx;
-            kl_stats(lf, lg, f.len[i], V, &km, &kx);
+            kl_rows(lf, lg, f.len[i], V, &km, &kx);
             printf("  %s %s/%s kernels%s vs the same weights in F32, prompt %d: KL mean %.2e max "
                    "%.2e\n",
                    name, hm_type_name((uint32_t)type),
@@ -316,7 +296,7 @@ static void check_converted(const char *name, int type, int experts_type, double
                       "%s %s: logits with the slices' weights copied differ from in place", name,
                       hm_type_name((uint32_t)type));
             double km, kx;
-            kl_stats(f.logits[i], lf, f.len[i], V, &km, &kx);
+            kl_rows(f.logits[i], lf, f.len[i], V, &km, &kx);
             printf("  %s as GGUF %s/%s experts in %d NUMA slices, prompt %d: KL mean %.2e max "
                    "%.2e\n",
                    name, hm_type_name((uint32_t)type),
@@ -338,7 +318,7 @@ static void check_converted(const char *name, int type, int experts_type, double
                       type < 0 ? "kept" : hm_type_name((uint32_t)type), i, e, tol);
         }
         double km, kx;
-        kl_stats(f.logits[i], lg, f.len[i], V, &km, &kx);
+        kl_rows(f.logits[i], lg, f.len[i], V, &km, &kx);
         printf("  %s as GGUF %s/%s experts, prompt %d (%d tokens): KL mean %.2e max %.2e\n", name,
                type < 0 ? "kept" : hm_type_name((uint32_t)type),
                experts_type < 0 ? "same" : hm_type_name((uint32_t)experts_type), i, f.len[i], km,
@@ -686,7 +666,7 @@ static void check_bf16_tiles(const char *name) {
             hm_ctx_free(c);
         }
         double km, kx;
-        kl_stats(le, lt, f.len[i], V, &km, &kx);
+        kl_rows(le, lt, f.len[i], V, &km, &kx);
         printf("  %s with bf16 tiles vs exact, prompt %d (%d tokens): KL mean %.2e max %.2e\n",
                name, i, f.len[i], km, kx);
         CHECK_MSG(km <= 5e-3 && kx <= 5e-2, "%s bf16 tiles: KL mean %.3g max %.3g", name, km, kx);
