@@ -262,10 +262,11 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 // the lane layout above where asked for and the shapes allow it (whole super-blocks, 16-byte
 // aligned rows and activations)
 static bool mv_q4k(const hm_cu_w *w, const float *x, int64_t xs) {
-    const char *v = getenv("HMOE_MV_Q4K");
-    return v && !strcmp(v, "1") && w->type == HM_TYPE_Q4_K && w->cols % 256 == 0 &&
-           ((uintptr_t)w->data & 15) == 0 && w->row_bytes % 16 == 0 && w->estride % 16 == 0 &&
-           ((uintptr_t)x & 15) == 0 && xs % 4 == 0;
+    if (w->type != HM_TYPE_Q4_K || w->cols % 256 || ((uintptr_t)w->data & 15) ||
+        w->row_bytes % 16 || w->estride % 16 || ((uintptr_t)x & 15) || xs % 4)
+        return false;
+    const char *v = getenv("HMOE_MV_Q4K"); /* read per launch: a decode graph's at its capture */
+    return v && !strcmp(v, "1");
 }
 
 // shared bytes of n staged activation rows of cols values
