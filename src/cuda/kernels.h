@@ -61,7 +61,16 @@ cudaError_t hm_cuda_launch_axpb(const float *x, float *y, float a, float b, int 
                                 cudaStream_t stream);
 
 /* true when the matvec, dequantize and embedding kernels take weights of this type */
-bool hm_cu_type_ok(uint32_t type);
+static inline bool hm_cu_type_ok(uint32_t type) {
+    switch (type) {
+#define X(t) case t:
+        HM_CU_TYPES(X)
+#undef X
+        return true;
+    default:
+        return false;
+    }
+}
 
 /* The most tokens hm_cu_matvec takes in one launch. */
 #define HM_CU_MATVEC_MAX 8
@@ -250,7 +259,16 @@ typedef struct hm_cu_mmq {
     int n_items;
 } hm_cu_mmq_args;
 
-bool hm_cu_mmq_type_ok(uint32_t type);
+static inline bool hm_cu_mmq_type_ok(uint32_t type) {
+    switch (type) {
+#define X(t) case t:
+        HM_MMQ_TYPES(X)
+#undef X
+        return true;
+    default:
+        return false;
+    }
+}
 /* max_tiles: the grid's tiles in expert mode (hm_cu_moe_max_tiles); the device count says how
  * many are real */
 cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,

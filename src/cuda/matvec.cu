@@ -174,17 +174,6 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-extern "C" bool hm_cu_type_ok(uint32_t type) {
-    switch (type) {
-#define X(t) case t:
-        HM_CU_TYPES(X)
-#undef X
-        return true;
-    default:
-        return false;
-    }
-}
-
 // Q4_K with the lanes across each super-block (HMOE_MV_Q4K=1, off by default until measured):
 // lane l takes code bytes 4l .. 4l + 3 of the 128, that is values 64j + o .. + 3 (low nibbles,
 // scale 2j) and 64j + 32 + o .. + 3 (high nibbles, scale 2j + 1) with j = l / 8, o = 4 (l % 8);

@@ -120,17 +120,6 @@ template <int T> __global__ void __launch_bounds__(MMQ_T) mmq_k(hm_cu_w w, hm_cu
     }
 }
 
-extern "C" bool hm_cu_mmq_type_ok(uint32_t type) {
-    switch (type) {
-#define X(t) case t:
-        HM_MMQ_TYPES(X)
-#undef X
-        return true;
-    default:
-        return false;
-    }
-}
-
 extern "C" cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
                                  cudaStream_t stream) {
     if (w->rows <= 0) return cudaSuccess;

@@ -39,17 +39,6 @@ cudaError_t hm_cuda_launch_axpb(const float *x, float *y, float a, float b, int 
 
 /* ---- matvec.cu ------------------------------------------------------------------------------- */
 
-bool hm_cu_type_ok(uint32_t type) {
-    switch (type) {
-#define X(t) case t:
-        HM_CU_TYPES(X)
-#undef X
-        return true;
-    default:
-        return false;
-    }
-}
-
 static float elem(uint32_t type, const uint8_t *row, int64_t j) {
     if (type == HM_TYPE_F32) return ((const float *)row)[j];
     if (type == HM_TYPE_F16) return hm_hd_f16_to_f32(((const uint16_t *)row)[j]);
@@ -160,17 +149,6 @@ cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x,
 }
 
 /* ---- mmq.cu ---------------------------------------------------------------------------------- */
-
-bool hm_cu_mmq_type_ok(uint32_t type) {
-    switch (type) {
-#define X(t) case t:
-        HM_MMQ_TYPES(X)
-#undef X
-        return true;
-    default:
-        return false;
-    }
-}
 
 static float half_round(float v) {
     return hm_f16_to_f32(hm_f32_to_f16(v));
