@@ -710,6 +710,96 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
     free(w), free(ref), free(x), free(y);
 }
 
+/* The fused decode launchers against the launches they replace, bit for bit: q, k and v of
+ * one input (the same type, a different one, an empty matrix), and the experts' gate, up,
+ * biases and activation for every activation, with experts on the CPU (-1) among the pairs. */
+static void check_fused(uint32_t type, int64_t rows, int64_t cols) {
+    const hm_type_info *ti = hm_type_get(type);
+    uint64_t rb64 = 0;
+    if (!hm_type_row_bytes(type, (uint64_t)cols, &rb64)) return;
+    const size_t rb = (size_t)rb64;
+    enum { E = 3, NP = 6, NT = 8 };
+    const int64_t all = rows * E * 2; /* gate experts, then up experts */
+    uint8_t *w = malloc(rb * (size_t)all);
+    rand_weights(type, all, cols, w, rb);
+    float *x = malloc(sizeof(float) * NT * (size_t)cols), *b = malloc(sizeof(float) * 2 * E * rows);
+    for (int64_t i = 0; i < NT * cols; i++) x[i] = rndf();
+    for (int64_t i = 0; i < 2 * E * rows; i++) b[i] = rndf();
+    uint8_t *dw = dev_copy(w, rb * (size_t)all);
+    float *dx = dev_copy(x, sizeof(float) * NT * (size_t)cols);
+    float *db = dev_copy(b, sizeof(float) * 2 * E * (size_t)rows);
+    const size_t ny = (size_t)NT * (size_t)(rows * 2 * E);
+    float *dy = dev_copy(NULL, sizeof(float) * ny), *dz = dev_copy(NULL, sizeof(float) * ny);
+    float *y = malloc(sizeof(float) * ny), *z = malloc(sizeof(float) * ny);
+    /* three matrices: rows, rows / 2 + 1 and rows - 1 rows of the buffer */
+    const int64_t mr[3] = {rows, rows / 2 + 1, rows - 1};
+    hm_cu_w m[3];
+    float *ym[3], *zm[3];
+    int64_t ys[3];
+    int64_t at = 0;
+    for (int i = 0; i < 3; i++) {
+        m[i] = (hm_cu_w){type, dw + (size_t)at * rb, mr[i], cols, rb, 0};
+        ym[i] = dy + (size_t)NT * (size_t)at, zm[i] = dz + (size_t)NT * (size_t)at;
+        ys[i] = mr[i] + 3, at += mr[i] + 3;
+    }
+    static const int ns[] = {1, 3, 8};
+    for (int k = 0; k < 3; k++) {
+        const int n = ns[k];
+        for (int nw = 2; nw <= 3; nw++) {
+            cudaMemset(dy, 0, sizeof(float) * ny), cudaMemset(dz, 0, sizeof(float) * ny);
+            CU(hm_cu_matvec_multi(m, nw, dx, cols, n, ym, ys, 0));
+            for (int i = 0; i < nw; i++) CU(hm_cu_matvec(&m[i], dx, cols, n, zm[i], ys[i], 0));
+            host_copy(y, dy, sizeof(float) * ny), host_copy(z, dz, sizeof(float) * ny);
+            int bad = 0;
+            for (size_t i = 0; i < ny; i++) bad += !same_bits(y[i], z[i]);
+            CHECK_MSG(bad == 0, "%s %lldx%lld: %d matrices in one launch, %d tokens: %d differ",
+                      ti->name, (long long)rows, (long long)cols, nw, n, bad);
+        }
+    }
+    /* one launch each where the matrices differ: a narrower second one, an empty third */
+    hm_cu_w mix[3] = {m[0], m[1], m[2]};
+    mix[1].cols = cols > 32 ? cols - 32 : cols, mix[2].rows = 0;
+    CU(hm_cu_matvec_multi(mix, 3, dx, cols, 2, ym, ys, 0));
+    CHECK(hm_cu_matvec_multi(m, 0, dx, cols, 1, ym, ys, 0) == cudaErrorInvalidValue);
+    CHECK(hm_cu_matvec_multi(m, 4, dx, cols, 1, ym, ys, 0) == cudaErrorInvalidValue);
+    /* experts: NP pairs of 2 tokens (x_div 3), pair 4 on the CPU */
+    int32_t ids[NP] = {2, 0, 1, 2, -1, 0};
+    int32_t *did = dev_copy(ids, sizeof ids);
+    const hm_cu_w wg = {type, dw, rows, cols, rb, (size_t)rows * rb};
+    const hm_cu_w wu = {type, dw + (size_t)(rows * E) * rb, rows, cols, rb, (size_t)rows * rb};
+    const int64_t gs = rows + 5;
+    for (int act = 0; act < 3; act++)
+        for (int bias = 0; bias < 2; bias++) {
+            const float *bg = bias ? db : NULL, *bu = bias ? db + E * rows : NULL;
+            cudaMemset(dy, 0, sizeof(float) * ny), cudaMemset(dz, 0, sizeof(float) * ny);
+            CU(hm_cu_matvec_experts_glu(&wg, &wu, bg, bu, did, NP, dx, cols, 3, act, 1.702f, 7.0f,
+                                        dy, gs, 0));
+            float *du = dz + (size_t)NP * (size_t)gs;
+            CU(hm_cu_matvec_experts(&wg, did, NP, dx, cols, 3, dz, gs, 0));
+            CU(hm_cu_matvec_experts(&wu, did, NP, dx, cols, 3, du, gs, 0));
+            CU(hm_cu_expert_bias(dz, gs, NULL, did, NP, bg, rows, 0));
+            CU(hm_cu_expert_bias(du, gs, NULL, did, NP, bu, rows, 0));
+            CU(hm_cu_glu(dz, gs, du, gs, NP, rows, act, 1.702f, 7.0f, 0));
+            host_copy(y, dy, sizeof(float) * (size_t)NP * (size_t)gs);
+            host_copy(z, dz, sizeof(float) * (size_t)NP * (size_t)gs);
+            int bad = 0;
+            for (int p = 0; p < NP; p++)
+                for (int64_t r = 0; r < rows; r++) bad += !same_bits(y[p * gs + r], z[p * gs + r]);
+            CHECK_MSG(bad == 0,
+                      "%s %lldx%lld: experts' gate, up and glu (act %d, bias %d): %d "
+                      "differ",
+                      ti->name, (long long)rows, (long long)cols, act, bias, bad);
+        }
+    hm_cu_w wx = wu;
+    wx.rows--;
+    CHECK(hm_cu_matvec_experts_glu(&wg, &wx, NULL, NULL, did, NP, dx, cols, 3, 0, 0, 0, dy, gs,
+                                   0) == cudaErrorInvalidValue);
+    CHECK(hm_cu_matvec_experts_glu(&wg, &wu, NULL, NULL, did, NP, dx, cols, 3, 3, 0, 0, dy, gs,
+                                   0) == cudaErrorInvalidValue);
+    cudaFree(dw), cudaFree(dx), cudaFree(db), cudaFree(dy), cudaFree(dz), cudaFree(did);
+    free(w), free(x), free(b), free(y), free(z);
+}
+
 /* the sigmoid router (DeepSeek-V3, GLM-4.5) against the CPU's: the same ids, weights to float
  * rounding */
 static void check_router_sigmoid(void) {
@@ -1146,6 +1236,10 @@ static void check_kernels(void) {
     setenv("HMOE_MV_Q4K", "1", 1);
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
+    check_fused(HM_TYPE_Q8_0, 37, 256);
+    check_fused(HM_TYPE_Q4_K, 45, 768);
+    check_fused(HM_TYPE_BF16, 21, 96);
+    check_fused(HM_TYPE_F32, 9, 75);
     unsetenv("HMOE_MV_Q4K");
     CHECK(!hm_cu_type_ok(HM_TYPE_Q8_K) && !hm_cu_type_ok(HM_TYPE_IQ2_XXS) && !hm_cu_type_ok(9999));
     check_bias_gated_add();

@@ -162,6 +162,9 @@ struct hm_cuda_ctx {
     hm_cu_moe_order ord; /* batches: the pairs in expert order, and their tiles */
     int max_tiles;
     bool no_mmq; /* HMOE_CUDA_MMQ=0: quantized batches dequantize to floats for cuBLAS (A/B) */
+    /* HMOE_CUDA_FUSE=0: decode batches launch q, k and v, and the experts' gate, up and
+     * activation, one kernel each instead of one for each group (A/B) */
+    bool no_fuse;
     /* prefill attention on the tensor cores (hm_cu_attention_tc) for batches of fa_min tokens or
      * more that are one sequence at consecutive positions (fa_seq, fa_pos0; fa_seq -1: not);
      * HMOE_CUDA_FA=1 turns it on (off by default until measured on a GPU), HMOE_CUDA_FA_MIN
@@ -881,11 +884,18 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
             hm_status st = moe_tiles(c, il, ex, ids, n, x, xs, out, os);
             if (st) return st;
         } else {
-            CK(hm_cu_matvec_experts(&ex[0], ids, np, x, xs, c->k, c->moe_g, I, c->s),
-               "experts' gate");
-            CK(hm_cu_matvec_experts(&ex[1], ids, np, x, xs, c->k, c->moe_u, I, c->s),
-               "experts' up");
-            CK(glu_biased(c, il, ids, NULL, np), "experts' glu");
+            if (!c->no_fuse && ex[0].type == ex[1].type) {
+                CK(hm_cu_matvec_experts_glu(&ex[0], &ex[1], c->exb[il * 3], c->exb[il * 3 + 1], ids,
+                                            np, x, xs, c->k, (int)hp->act, hp->swiglu_alpha,
+                                            hp->swiglu_limit, c->moe_g, I, c->s),
+                   "experts' gate, up and glu");
+            } else {
+                CK(hm_cu_matvec_experts(&ex[0], ids, np, x, xs, c->k, c->moe_g, I, c->s),
+                   "experts' gate");
+                CK(hm_cu_matvec_experts(&ex[1], ids, np, x, xs, c->k, c->moe_u, I, c->s),
+                   "experts' up");
+                CK(glu_biased(c, il, ids, NULL, np), "experts' glu");
+            }
             CK(hm_cu_matvec_experts(&ex[2], ids, np, c->moe_g, I, 1, c->moe_y, H, c->s),
                "experts' down");
             CK(hm_cu_expert_bias(c->moe_y, H, NULL, ids, np, c->exb[il * 3 + 2], H, c->s),
@@ -975,6 +985,16 @@ static int window_of(const hm_hparams *hp, int il) {
                : 0;
 }
 
+/* Whether node i + m, a matmul of node i's input, joins nodes i .. i + m - 1 in one launch: its
+ * output is neither that input nor another's output, so the order of the writes is free. */
+static bool fusable(const hm_graph *g, int i, int m) {
+    const hm_node *a = &g->nodes[i], *b = &g->nodes[i + m];
+    if (b->op != HM_OP_MATMUL || b->src0 != a->src0 || b->dst == a->src0) return false;
+    for (int j = 0; j < m; j++)
+        if (g->nodes[i + j].dst == b->dst) return false;
+    return true;
+}
+
 static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
     const hm_hparams *hp = &c->m->hp;
     const int64_t H = hp->hidden;
@@ -1001,9 +1021,29 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
             break;
         }
         case HM_OP_MATMUL: {
-            hm_status st = mm(c, &c->nw[i], s0, c->cols[nd->src0], n, dst, c->cols[nd->dst]);
-            if (st) return st;
-            CK(hm_cu_add_bias(dst, c->cols[nd->dst], c->nb[i], n, nd->w->rows, c->s), "bias");
+            /* a decode batch's matmuls of the same input that follow (q, k, v) in one launch */
+            int nm = 1;
+            while (!c->no_fuse && n <= HM_CU_MATVEC_MAX && nm < HM_CU_MULTI_MAX && i + nm < g->n &&
+                   nd->dst != nd->src0 && fusable(g, i, nm))
+                nm++;
+            if (nm > 1) {
+                float *ys[HM_CU_MULTI_MAX];
+                int64_t yst[HM_CU_MULTI_MAX];
+                for (int j = 0; j < nm; j++)
+                    ys[j] = c->slot[g->nodes[i + j].dst], yst[j] = c->cols[g->nodes[i + j].dst];
+                CK(hm_cu_matvec_multi(&c->nw[i], nm, s0, c->cols[nd->src0], n, ys, yst, c->s),
+                   "matvecs");
+            } else {
+                hm_status st = mm(c, &c->nw[i], s0, c->cols[nd->src0], n, dst, c->cols[nd->dst]);
+                if (st) return st;
+            }
+            for (int j = 0; j < nm; j++) {
+                const hm_node *mj = &g->nodes[i + j];
+                CK(hm_cu_add_bias(c->slot[mj->dst], c->cols[mj->dst], c->nb[i + j], n, mj->w->rows,
+                                  c->s),
+                   "bias");
+            }
+            i += nm - 1;
             break;
         }
         case HM_OP_QK_ROPE_KV: {
@@ -1465,6 +1505,8 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->prof = ep && !strcmp(ep, "1");
     const char *em = getenv("HMOE_CUDA_MMQ");
     c->no_mmq = em && !strcmp(em, "0");
+    const char *eu = getenv("HMOE_CUDA_FUSE");
+    c->no_fuse = eu && !strcmp(eu, "0");
     const char *ef = getenv("HMOE_CUDA_FA"), *efm = getenv("HMOE_CUDA_FA_MIN");
     c->fa = ef && !strcmp(ef, "1");
     c->fa_min = efm && atoi(efm) > HM_CU_MATVEC_MAX ? atoi(efm) : 128;

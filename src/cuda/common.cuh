@@ -6,8 +6,38 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include <utility>
+
 #include "cuda/kernels.h"
 #include "quant/types.h"
+
+// Programmatic dependent launch (sm_90 and later): a kernel launched by hm_launch while
+// hm_cu_pdl() holds may be scheduled before the kernel ahead of it in the stream has finished,
+// which hides a launch's latency behind the previous kernel's tail. Every kernel therefore opens
+// with hm_pdl_start: it waits until the previous grid has completed and its writes are visible
+// (a no-op for a kernel launched without the attribute), then lets the next grid be scheduled.
+__device__ __forceinline__ void hm_pdl_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// HMOE_CUDA_PDL=1 on a device of compute capability 9.0 or later (read once, ops.cu)
+bool hm_cu_pdl();
+
+// kernel<<<g, b, sm, s>>>(a...), with the programmatic-serialization attribute when
+// hm_cu_pdl(); the launch's error is left for cudaGetLastError
+template <typename... P, typename... A>
+static inline void hm_launch(void (*k)(P...), dim3 g, dim3 b, size_t sm, cudaStream_t s, A &&...a) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = g, cfg.blockDim = b, cfg.dynamicSmemBytes = sm, cfg.stream = s;
+    cfg.attrs = at, cfg.numAttrs = hm_cu_pdl() ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, k, std::forward<A>(a)...);
+}
 
 // max that keeps a NaN (fmaxf would drop it): a NaN score must reach the output
 __device__ __forceinline__ float hm_max_nan(float a, float b) {

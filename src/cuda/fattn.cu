@@ -35,6 +35,7 @@ template <int HD> struct fa_smem {
 
 template <int HD, bool F16>
 __global__ void __launch_bounds__(FA_T) fa_k(hm_cu_attn a, hm_cu_kv kv, int n, int seq, int pos0) {
+    hm_pdl_start();
     extern __shared__ __align__(128) unsigned char fa_raw[];
     fa_smem<HD> &sm = *reinterpret_cast<fa_smem<HD> *>(fa_raw);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -140,7 +141,7 @@ static cudaError_t fa_launch(const hm_cu_attn *a, const hm_cu_kv *kv, int n, int
         cudaFuncSetAttribute(fa_k<HD, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)((n + FA_Q - 1) / FA_Q), (unsigned)a->n_heads);
-    fa_k<HD, F16><<<grid, FA_T, bytes, stream>>>(*a, *kv, n, seq, pos0);
+    hm_launch(fa_k<HD, F16>, grid, FA_T, bytes, stream, *a, *kv, n, seq, pos0);
     return cudaGetLastError();
 }
 

@@ -80,11 +80,30 @@ static inline bool hm_cu_type_ok(uint32_t type) {
 cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
                          cudaStream_t stream);
 
+/* The most matrices hm_cu_matvec_multi takes. */
+#define HM_CU_MULTI_MAX 3
+
+/* hm_cu_matvec of nw <= HM_CU_MULTI_MAX matrices against the same activations (a layer's q, k
+ * and v): y[i][t][r] = W_i[r] . x[t], rows ys[i] apart. One launch where the matrices share a
+ * type and width, else one each; the results are hm_cu_matvec's either way. */
+cudaError_t hm_cu_matvec_multi(const hm_cu_w *w, int nw, const float *x, int64_t xs, int n,
+                               float *const *y, const int64_t *ys, cudaStream_t stream);
+
 /* Experts: for each of n_pairs (token, expert) pairs p, y[p][r] = W_{ids[p]}[r] . x[p / x_div]
  * (x_div = k for the gate and up projections of a token's k experts, 1 for down); 0 where
  * ids[p] < 0. */
 cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs, const float *x,
                                  int64_t xs, int x_div, float *y, int64_t ys, cudaStream_t stream);
+
+/* The experts' gate and up projections and their activation in one launch, for each pair p:
+ * g[p][r] = act(Wg_e[r] . x[p / x_div] + bg[e][r], Wu_e[r] . x[p / x_div] + bu[e][r]) with
+ * e = ids[p] (biases [places][rows] or NULL; act as hm_cu_glu's), 0 where ids[p] < 0. Gate and
+ * up share a type and shape. The bits are those of hm_cu_matvec_experts, hm_cu_expert_bias and
+ * hm_cu_glu in turn. */
+cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w *wu, const float *bg,
+                                     const float *bu, const int32_t *ids, int n_pairs,
+                                     const float *x, int64_t xs, int x_div, int act, float alpha,
+                                     float limit, float *g, int64_t gs, cudaStream_t stream);
 
 /* rows [row0, row0 + nrows) of W as floats, [nrows][cols] at dst */
 cudaError_t hm_cu_dequant_f32(const hm_cu_w *w, int64_t row0, int64_t nrows, float *dst,

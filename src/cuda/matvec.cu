@@ -8,6 +8,7 @@
 #include "cuda/common.cuh"
 #include "cuda/dq.h"
 #include "cuda/kernels.h"
+#include "cuda/twins.h"
 #include "quant/blocks.h"
 #include "quant/types.h"
 
@@ -104,21 +105,43 @@ __device__ __forceinline__ void stage_x(float *xsh, int64_t xst, const float *__
     __syncthreads();
 }
 
+// Up to HM_CU_MULTI_MAX matrices of one type and width against the same activations, each over
+// its own run of blocks (a layer's q, k and v in one launch): matrix i takes blocks
+// [b1[i - 1], b1[i]).
+struct mv_set {
+    hm_cu_w w[HM_CU_MULTI_MAX];
+    float *y[HM_CU_MULTI_MAX];
+    int64_t ys[HM_CU_MULTI_MAX];
+    unsigned b1[HM_CU_MULTI_MAX];
+    int nw;
+};
+
+// a field of matrix i of the set, selected rather than indexed (an indexed kernel parameter
+// would be copied to local memory)
+#define MV_SEL(m, i, f) ((i) == 0 ? (m).f[0] : ((i) == 1 ? (m).f[1] : (m).f[2]))
+
 // MV_WARPS * rpw rows per block, rpw per warp (consecutive warps on consecutive rows)
 template <int T, int NT, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_k(hm_cu_w w, const float *__restrict__ x, int64_t xs, int n, float *__restrict__ y,
-             int64_t ys, int rpw) {
+    matvec_k(mv_set m, const float *__restrict__ x, int64_t xs, int n, int rpw) {
+    hm_pdl_start();
     extern __shared__ float xsh[];
-    const int64_t xst = (w.cols + 31) / 32 * 33;
-    if (SH) stage_x(xsh, xst, x, xs, n, w.cols);
+    const int64_t cols = m.w[0].cols;
+    const int64_t xst = (cols + 31) / 32 * 33;
+    if (SH) stage_x(xsh, xst, x, xs, n, cols);
+    const int i =
+        m.nw > 1 && blockIdx.x >= m.b1[0] ? (m.nw > 2 && blockIdx.x >= m.b1[1] ? 2 : 1) : 0;
+    const unsigned blk = blockIdx.x - (i ? MV_SEL(m, i - 1, b1) : 0u);
+    const uint8_t *data = (const uint8_t *)MV_SEL(m, i, w).data;
+    const int64_t rows = MV_SEL(m, i, w).rows, rb = (int64_t)MV_SEL(m, i, w).row_bytes,
+                  ys = MV_SEL(m, i, ys);
+    float *y = MV_SEL(m, i, y);
     const int warp = threadIdx.x >> 5;
     for (int q = 0; q < rpw; q++) {
-        const int64_t r = ((int64_t)blockIdx.x * rpw + q) * MV_WARPS + warp;
-        if (r >= w.rows) break;
+        const int64_t r = ((int64_t)blk * rpw + q) * MV_WARPS + warp;
+        if (r >= rows) break;
         float acc[NT];
-        row_dot<T, NT, SH>((const uint8_t *)w.data + r * (int64_t)w.row_bytes, w.cols, SH ? xsh : x,
-                           SH ? xst : xs, n, acc);
+        row_dot<T, NT, SH>(data + r * rb, cols, SH ? xsh : x, SH ? xst : xs, n, acc);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int t = 0; t < NT; t++)
@@ -130,6 +153,7 @@ template <int T, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_exp_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
                  int64_t xs, int x_div, float *__restrict__ y, int64_t ys, int rpw) {
+    hm_pdl_start();
     extern __shared__ float xsh[];
     const int p = blockIdx.y;
     const int id = ids[p];
@@ -154,10 +178,62 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
+// The experts' gate and up in one launch, their activation on the way out: warps 0-3 take
+// gate rows, warps 4-7 the same up rows (rpw each), and the block's shared memory joins them.
+// Each product, its bias and the activation are computed as hm_cu_matvec_experts,
+// hm_cu_expert_bias and hm_cu_glu compute them, so the result has their bits.
+enum { GLU_ROWS = MV_WARPS / 2 };
+
+struct mv_glu {
+    hm_cu_w w[2];         // gate, up
+    const float *bias[2]; // [places][rows] or NULL
+    int act;
+    float alpha, limit;
+};
+
+template <int T, bool SH>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_exp_glu_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                     int64_t xs, int x_div, float *__restrict__ g, int64_t gs, int rpw) {
+    hm_pdl_start();
+    extern __shared__ float xsh[];
+    __shared__ float res[2][GLU_ROWS * MV_RPW_MAX];
+    const int p = blockIdx.y, id = ids[p];
+    const int warp = threadIdx.x >> 5, h = warp / GLU_ROWS, wr = warp % GLU_ROWS;
+    const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * rpw * GLU_ROWS;
+    float *gp = g + (int64_t)p * gs;
+    if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
+        for (int j = threadIdx.x; j < GLU_ROWS * rpw; j += blockDim.x)
+            if (r0 + j < rows) gp[r0 + j] = 0.0f;
+        return;
+    }
+    const float *xp = x + (int64_t)(p / x_div) * xs;
+    if (SH) stage_x(xsh, 0, xp, 0, 1, a.w[0].cols);
+    const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
+                          (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
+    const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
+    const float *bias = h ? a.bias[1] : a.bias[0];
+    for (int q = 0; q < rpw; q++) {
+        const int64_t r = r0 + q * GLU_ROWS + wr;
+        if (r >= rows) break;
+        float acc[1];
+        row_dot<T, 1, SH>(base + r * rb, a.w[0].cols, SH ? xsh : xp, 0, 1, acc);
+        if ((threadIdx.x & 31) == 0) {
+            float v = acc[0];
+            if (bias) v += bias[(int64_t)id * rows + r];
+            res[h][q * GLU_ROWS + wr] = v;
+        }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < GLU_ROWS * rpw; j += blockDim.x)
+        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
+}
+
 // dst row i = W row (rows ? rows[i] : row0 + i), as floats
 template <int T>
 __global__ void __launch_bounds__(128)
     dequant_k(hm_cu_w w, const int32_t *__restrict__ rows, int64_t row0, float *__restrict__ dst) {
+    hm_pdl_start();
     const int64_t i = blockIdx.x;
     const int64_t r = rows ? (int64_t)rows[i] : row0 + i;
     const uint8_t *row = (const uint8_t *)w.data + r * (int64_t)w.row_bytes;
@@ -225,6 +301,7 @@ template <int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_q4k_k(hm_cu_w w, const float *__restrict__ x, int64_t xs, int n, float *__restrict__ y,
                  int64_t ys) {
+    hm_pdl_start();
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     if (r >= w.rows) return;
     float acc[NT];
@@ -238,6 +315,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_exp_q4k_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
                      int64_t xs, int x_div, float *__restrict__ y, int64_t ys) {
+    hm_pdl_start();
     const int p = blockIdx.y, id = ids[p];
     const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     if (r >= w.rows) return;
@@ -264,44 +342,45 @@ static size_t mv_smem(int64_t cols, int n) {
 }
 
 template <int T, int NT>
-static void matvec_nt(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
-                      cudaStream_t s) {
-    if (T == HM_TYPE_Q4_K && mv_q4k(w, x, xs)) {
-        matvec_q4k_k<NT><<<(unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), MV_WARPS * 32, 0, s>>>(
-            *w, x, xs, n, y, ys);
+static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, cudaStream_t s) {
+    const hm_cu_w *w = &m->w[0];
+    if (T == HM_TYPE_Q4_K && m->nw == 1 && mv_q4k(w, x, xs)) {
+        hm_launch(matvec_q4k_k<NT>, (unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), MV_WARPS * 32,
+                  0, s, *w, x, xs, n, m->y[0], m->ys[0]);
         return;
     }
-    const int rpw = mv_rpw(w->rows), per = MV_WARPS * rpw;
-    const dim3 grid((unsigned)((w->rows + per - 1) / per));
+    int64_t rows = 0;
+    for (int i = 0; i < m->nw; i++) rows += m->w[i].rows;
+    const int rpw = mv_rpw(rows), per = MV_WARPS * rpw;
+    mv_set set = *m;
+    unsigned blocks = 0;
+    for (int i = 0; i < m->nw; i++)
+        set.b1[i] = blocks += (unsigned)((m->w[i].rows + per - 1) / per);
     const size_t sm = mv_smem(w->cols, n);
     if (mv_stage(sm))
-        matvec_k<T, NT, true><<<grid, MV_WARPS * 32, sm, s>>>(*w, x, xs, n, y, ys, rpw);
+        hm_launch(matvec_k<T, NT, true>, blocks, MV_WARPS * 32, sm, s, set, x, xs, n, rpw);
     else
-        matvec_k<T, NT, false><<<grid, MV_WARPS * 32, 0, s>>>(*w, x, xs, n, y, ys, rpw);
+        hm_launch(matvec_k<T, NT, false>, blocks, MV_WARPS * 32, 0, s, set, x, xs, n, rpw);
 }
 
 template <int T>
-static void matvec_launch(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
-                          cudaStream_t s) {
+static void matvec_launch(const mv_set *m, const float *x, int64_t xs, int n, cudaStream_t s) {
     if (n <= 1)
-        matvec_nt<T, 1>(w, x, xs, n, y, ys, s);
+        matvec_nt<T, 1>(m, x, xs, n, s);
     else if (n <= 2)
-        matvec_nt<T, 2>(w, x, xs, n, y, ys, s);
+        matvec_nt<T, 2>(m, x, xs, n, s);
     else if (n <= 4)
-        matvec_nt<T, 4>(w, x, xs, n, y, ys, s);
+        matvec_nt<T, 4>(m, x, xs, n, s);
     else
-        matvec_nt<T, 8>(w, x, xs, n, y, ys, s);
+        matvec_nt<T, 8>(m, x, xs, n, s);
 }
 
-extern "C" cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y,
-                                    int64_t ys, cudaStream_t stream) {
-    if (n <= 0 || w->rows <= 0) return cudaSuccess;
-    if (n > HM_CU_MATVEC_MAX || (!HM_CU_FLOAT(w->type) && w->cols % 32))
-        return cudaErrorInvalidValue;
-    switch (w->type) {
+static cudaError_t matvec_set(const mv_set *m, const float *x, int64_t xs, int n,
+                              cudaStream_t stream) {
+    switch (m->w[0].type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
-        matvec_launch<t>(w, x, xs, n, y, ys, stream);                                              \
+        matvec_launch<t>(m, x, xs, n, stream);                                                     \
         break;
         HM_CU_TYPES(X)
 #undef X
@@ -309,6 +388,39 @@ extern "C" cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs
         return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y,
+                                    int64_t ys, cudaStream_t stream) {
+    if (n <= 0 || w->rows <= 0) return cudaSuccess;
+    if (n > HM_CU_MATVEC_MAX || (!HM_CU_FLOAT(w->type) && w->cols % 32))
+        return cudaErrorInvalidValue;
+    mv_set m = {};
+    m.w[0] = *w, m.y[0] = y, m.ys[0] = ys, m.nw = 1;
+    return matvec_set(&m, x, xs, n, stream);
+}
+
+extern "C" cudaError_t hm_cu_matvec_multi(const hm_cu_w *w, int nw, const float *x, int64_t xs,
+                                          int n, float *const *y, const int64_t *ys,
+                                          cudaStream_t stream) {
+    if (nw < 1 || nw > HM_CU_MULTI_MAX) return cudaErrorInvalidValue;
+    bool one = true; /* one launch: one type and width, no empty matrix, no Q4_K lane layout */
+    for (int i = 0; i < nw; i++)
+        one = one && w[i].type == w[0].type && w[i].cols == w[0].cols && w[i].rows > 0 &&
+              !mv_q4k(&w[i], x, xs);
+    if (!one || nw == 1 || n <= 0) {
+        for (int i = 0; i < nw; i++) {
+            const cudaError_t e = hm_cu_matvec(&w[i], x, xs, n, y[i], ys[i], stream);
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+    }
+    if (n > HM_CU_MATVEC_MAX || (!HM_CU_FLOAT(w[0].type) && w[0].cols % 32))
+        return cudaErrorInvalidValue;
+    mv_set m = {};
+    for (int i = 0; i < nw; i++) m.w[i] = w[i], m.y[i] = y[i], m.ys[i] = ys[i];
+    m.nw = nw;
+    return matvec_set(&m, x, xs, n, stream);
 }
 
 extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs,
@@ -327,8 +439,8 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
         for (int p0 = 0; p0 < n_pairs; p0 += step) {
             const int np = n_pairs - p0 < step ? n_pairs - p0 : step;
             const dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)np);
-            matvec_exp_q4k_k<<<grid, MV_WARPS * 32, 0, stream>>>(
-                *w, ids + p0, x + (int64_t)(p0 / x_div) * xs, xs, x_div, y + (int64_t)p0 * ys, ys);
+            hm_launch(matvec_exp_q4k_k, grid, MV_WARPS * 32, 0, stream, *w, ids + p0,
+                      x + (int64_t)(p0 / x_div) * xs, xs, x_div, y + (int64_t)p0 * ys, ys);
         }
         return cudaGetLastError();
     }
@@ -342,11 +454,54 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
 #define X(t)                                                                                       \
     case t:                                                                                        \
         if (sh)                                                                                    \
-            matvec_exp_k<t, true>                                                                  \
-                <<<grid, MV_WARPS * 32, sm, stream>>>(*w, id, xp, xs, x_div, yp, ys, rpw);         \
+            hm_launch(matvec_exp_k<t, true>, grid, MV_WARPS * 32, sm, stream, *w, id, xp, xs,      \
+                      x_div, yp, ys, rpw);                                                         \
         else                                                                                       \
-            matvec_exp_k<t, false>                                                                 \
-                <<<grid, MV_WARPS * 32, 0, stream>>>(*w, id, xp, xs, x_div, yp, ys, rpw);          \
+            hm_launch(matvec_exp_k<t, false>, grid, MV_WARPS * 32, 0, stream, *w, id, xp, xs,      \
+                      x_div, yp, ys, rpw);                                                         \
+        break;
+            HM_CU_TYPES(X)
+#undef X
+        default:
+            return cudaErrorInvalidValue;
+        }
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w *wu,
+                                                const float *bg, const float *bu,
+                                                const int32_t *ids, int n_pairs, const float *x,
+                                                int64_t xs, int x_div, int act, float alpha,
+                                                float limit, float *g, int64_t gs,
+                                                cudaStream_t stream) {
+    if (n_pairs <= 0 || wg->rows <= 0) return cudaSuccess;
+    if (x_div < 1 || act < 0 || act > 2 || wu->type != wg->type || wu->rows != wg->rows ||
+        wu->cols != wg->cols || (!HM_CU_FLOAT(wg->type) && wg->cols % 32))
+        return cudaErrorInvalidValue;
+    const int rpw = mv_rpw(wg->rows * 2 * (n_pairs < 64 ? n_pairs : 64)), per = GLU_ROWS * rpw;
+    const unsigned gx = (unsigned)((wg->rows + per - 1) / per);
+    const size_t sm = mv_smem(wg->cols, 1);
+    const bool sh = mv_stage(sm);
+    mv_glu a = {};
+    a.w[0] = *wg, a.w[1] = *wu, a.bias[0] = bg, a.bias[1] = bu;
+    a.act = act, a.alpha = alpha, a.limit = limit;
+    const int step = 65535 / x_div * x_div;
+    for (int p0 = 0; p0 < n_pairs; p0 += step) {
+        const int np = n_pairs - p0 < step ? n_pairs - p0 : step;
+        const dim3 grid(gx, (unsigned)np);
+        const int32_t *id = ids + p0;
+        const float *xp = x + (int64_t)(p0 / x_div) * xs;
+        float *gp = g + (int64_t)p0 * gs;
+        switch (wg->type) {
+#define X(t)                                                                                       \
+    case t:                                                                                        \
+        if (sh)                                                                                    \
+            hm_launch(matvec_exp_glu_k<t, true>, grid, MV_WARPS * 32, sm, stream, a, id, xp, xs,   \
+                      x_div, gp, gs, rpw);                                                         \
+        else                                                                                       \
+            hm_launch(matvec_exp_glu_k<t, false>, grid, MV_WARPS * 32, 0, stream, a, id, xp, xs,   \
+                      x_div, gp, gs, rpw);                                                         \
         break;
             HM_CU_TYPES(X)
 #undef X
@@ -368,7 +523,7 @@ static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t
         switch (w->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
-        dequant_k<t><<<(unsigned)nr, 128, 0, stream>>>(*w, rr, row0 + r, d);                       \
+        hm_launch(dequant_k<t>, (unsigned)nr, 128, 0, stream, *w, rr, row0 + r, d);                \
         break;
             HM_CU_TYPES(X)
 #undef X

@@ -33,6 +33,7 @@ struct smem_t {
 // 8 warps as 4 (rows) x 2 (tokens), each 32 x 32 of the 128 x 64 tile in 2 x 2 fragments; per 64
 // columns every thread dequantizes one 32-value chunk of the weights and converts 16 activations
 template <int T> __global__ void __launch_bounds__(MMQ_T) mmq_k(hm_cu_w w, hm_cu_mmq_args a) {
+    hm_pdl_start();
     __shared__ __align__(32) smem_t sm;
     const int tid = threadIdx.x, warp = tid >> 5;
     int e = 0, i0, ni;
@@ -131,7 +132,7 @@ extern "C" cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int 
     switch (w->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
-        mmq_k<t><<<grid, MMQ_T, 0, stream>>>(*w, *a);                                              \
+        hm_launch(mmq_k<t>, grid, MMQ_T, 0, stream, *w, *a);                                       \
         break;
         HM_MMQ_TYPES(X)
 #undef X
@@ -145,6 +146,7 @@ extern "C" cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int 
 // tiles of up to TN pairs of one expert.
 __global__ void __launch_bounds__(1024)
     moe_sort_k(const int32_t *__restrict__ ids, int n_pairs, int n_exp, int k, hm_cu_moe_order o) {
+    hm_pdl_start();
     extern __shared__ int sh[]; // counts [n_exp], then offsets [n_exp]
     int *cnt = sh, *off = sh + n_exp;
     for (int e = threadIdx.x; e < n_exp; e += blockDim.x) cnt[e] = 0;
@@ -187,7 +189,8 @@ extern "C" cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp
                                       const hm_cu_moe_order *o, cudaStream_t stream) {
     if (n_pairs <= 0) return cudaSuccess;
     if (n_exp < 1 || n_exp > MAX_E || k < 1) return cudaErrorInvalidValue;
-    moe_sort_k<<<1, 1024, sizeof(int) * 2 * (size_t)n_exp, stream>>>(ids, n_pairs, n_exp, k, *o);
+    hm_launch(moe_sort_k, 1, 1024, sizeof(int) * 2 * (size_t)n_exp, stream, ids, n_pairs, n_exp, k,
+              *o);
     return cudaGetLastError();
 }
 
@@ -197,12 +200,14 @@ extern "C" int hm_cu_moe_max_tiles(int n_pairs, int n_exp) {
 
 __global__ void moe_gid_k(const int32_t *__restrict__ ids, int n, const int32_t *__restrict__ slot,
                           int32_t *__restrict__ gid) {
+    hm_pdl_start();
     const int p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p < n) gid[p] = slot[ids[p]];
 }
 
 __global__ void moe_count_k(const int32_t *__restrict__ ids, int n, int n_exp,
                             uint32_t *__restrict__ counts) {
+    hm_pdl_start();
     const int p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p < n && ids[p] >= 0 && ids[p] < n_exp) atomicAdd(&counts[ids[p]], 1u);
 }
@@ -210,13 +215,15 @@ __global__ void moe_count_k(const int32_t *__restrict__ ids, int n, int n_exp,
 extern "C" cudaError_t hm_cu_moe_count(const int32_t *ids, int n_pairs, int n_exp, uint32_t *counts,
                                        cudaStream_t stream) {
     if (n_pairs <= 0) return cudaSuccess;
-    moe_count_k<<<(unsigned)((n_pairs + 255) / 256), 256, 0, stream>>>(ids, n_pairs, n_exp, counts);
+    hm_launch(moe_count_k, (unsigned)((n_pairs + 255) / 256), 256, 0, stream, ids, n_pairs, n_exp,
+              counts);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t hm_cu_moe_gid(const int32_t *ids, int n_pairs, const int32_t *slot_of,
                                      int32_t *gid, cudaStream_t stream) {
     if (n_pairs <= 0) return cudaSuccess;
-    moe_gid_k<<<(unsigned)((n_pairs + 255) / 256), 256, 0, stream>>>(ids, n_pairs, slot_of, gid);
+    hm_launch(moe_gid_k, (unsigned)((n_pairs + 255) / 256), 256, 0, stream, ids, n_pairs, slot_of,
+              gid);
     return cudaGetLastError();
 }

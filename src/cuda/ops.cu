@@ -5,10 +5,24 @@
 #include <cuda_fp16.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 #include "cuda/twins.h"
+
+bool hm_cu_pdl() {
+    static const bool on = [] {
+        const char *v = getenv("HMOE_CUDA_PDL");
+        int dev = 0, major = 0;
+        return v && !strcmp(v, "1") && cudaGetDevice(&dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                   cudaSuccess &&
+               major >= 9;
+    }();
+    return on;
+}
 
 // One block of RN_T threads per token: a decode step's norms are one token each, so the block's
 // width is what hides the loads' latency; the plain residual add (no weights) spreads over
@@ -17,6 +31,7 @@ enum { RN_T = 1024, ADD_T = 256 };
 
 __global__ void __launch_bounds__(ADD_T) add_k(float *__restrict__ x, const float *__restrict__ add,
                                                const int32_t *__restrict__ rows, int64_t h) {
+    hm_pdl_start();
     const int64_t r = rows ? (int64_t)rows[blockIdx.y] : (int64_t)blockIdx.y;
     const int64_t d = (int64_t)blockIdx.x * ADD_T + threadIdx.x;
     if (d < h) x[r * h + d] += add[r * h + d];
@@ -25,6 +40,7 @@ __global__ void __launch_bounds__(ADD_T) add_k(float *__restrict__ x, const floa
 __global__ void __launch_bounds__(RN_T)
     rmsnorm_k(float *__restrict__ x, const float *__restrict__ add, const float *__restrict__ w,
               float *__restrict__ y, const int32_t *__restrict__ rows, int64_t h, float eps) {
+    hm_pdl_start();
     __shared__ double sh[32];
     const int64_t i = blockIdx.x;
     const int64_t r = rows ? (int64_t)rows[i] : i;
@@ -48,16 +64,17 @@ extern "C" cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w,
     if (n <= 0) return cudaSuccess;
     if (!w) {
         if (!add) return cudaSuccess;
-        add_k<<<dim3((unsigned)((h + ADD_T - 1) / ADD_T), (unsigned)n), ADD_T, 0, stream>>>(
-            x, add, rows, h);
+        hm_launch(add_k, dim3((unsigned)((h + ADD_T - 1) / ADD_T), (unsigned)n), ADD_T, 0, stream,
+                  x, add, rows, h);
     } else {
-        rmsnorm_k<<<(unsigned)n, RN_T, 0, stream>>>(x, add, w, y, rows, h, eps);
+        hm_launch(rmsnorm_k, (unsigned)n, RN_T, 0, stream, x, add, w, y, rows, h, eps);
     }
     return cudaGetLastError();
 }
 
 __global__ void glu_k(float *__restrict__ g, int64_t gs, const float *__restrict__ u, int64_t us,
                       int64_t total, int64_t f, int act, float alpha, float limit) {
+    hm_pdl_start();
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = idx / f, j = idx % f;
@@ -72,13 +89,14 @@ extern "C" cudaError_t hm_cu_glu(float *g, int64_t gs, const float *u, int64_t u
     if (act < 0 || act > 2) return cudaErrorInvalidValue;
     int64_t blocks = (total + 255) / 256;
     if (blocks > 65536) blocks = 65536;
-    glu_k<<<(unsigned)blocks, 256, 0, stream>>>(g, gs, u, us, total, f, act, alpha, limit);
+    hm_launch(glu_k, (unsigned)blocks, 256, 0, stream, g, gs, u, us, total, f, act, alpha, limit);
     return cudaGetLastError();
 }
 
 // rows of floats (x rows xs apart) to packed BF16 rows, rounded to nearest even
 __global__ void f32_to_bf16_k(const float *__restrict__ x, int64_t xs, int64_t total, int64_t cols,
                               __nv_bfloat16 *__restrict__ y) {
+    hm_pdl_start();
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x)
         y[idx] = __float2bfloat16_rn(x[idx / cols * xs + idx % cols]);
@@ -90,7 +108,8 @@ extern "C" cudaError_t hm_cu_f32_to_bf16(const float *x, int64_t xs, int n, int6
     if (total <= 0) return cudaSuccess;
     int64_t blocks = (total + 255) / 256;
     if (blocks > 65536) blocks = 65536;
-    f32_to_bf16_k<<<(unsigned)blocks, 256, 0, stream>>>(x, xs, total, cols, (__nv_bfloat16 *)y);
+    hm_launch(f32_to_bf16_k, (unsigned)blocks, 256, 0, stream, x, xs, total, cols,
+              (__nv_bfloat16 *)y);
     return cudaGetLastError();
 }
 
@@ -98,6 +117,7 @@ extern "C" cudaError_t hm_cu_f32_to_bf16(const float *x, int64_t xs, int n, int6
 __global__ void expert_bias_k(float *__restrict__ y, int64_t ys, const int32_t *__restrict__ pos_of,
                               const int32_t *__restrict__ ids, const float *__restrict__ bias,
                               int64_t cols) {
+    hm_pdl_start();
     const int p = blockIdx.x, e = ids[p];
     if (e < 0) return;
     float *yr = y + (int64_t)(pos_of ? pos_of[p] : p) * ys;
@@ -109,12 +129,13 @@ extern "C" cudaError_t hm_cu_expert_bias(float *y, int64_t ys, const int32_t *po
                                          const int32_t *ids, int n_pairs, const float *bias,
                                          int64_t cols, cudaStream_t stream) {
     if (n_pairs <= 0 || !bias) return cudaSuccess;
-    expert_bias_k<<<(unsigned)n_pairs, 256, 0, stream>>>(y, ys, pos_of, ids, bias, cols);
+    hm_launch(expert_bias_k, (unsigned)n_pairs, 256, 0, stream, y, ys, pos_of, ids, bias, cols);
     return cudaGetLastError();
 }
 
 __global__ void add_bias_k(float *__restrict__ y, int64_t ys, const float *__restrict__ b,
                            int64_t total, int64_t cols) {
+    hm_pdl_start();
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = idx / cols, j = idx % cols;
@@ -128,13 +149,14 @@ extern "C" cudaError_t hm_cu_add_bias(float *y, int64_t ys, const float *b, int 
     if (total <= 0 || !b) return cudaSuccess;
     int64_t blocks = (total + 255) / 256;
     if (blocks > 65536) blocks = 65536;
-    add_bias_k<<<(unsigned)blocks, 256, 0, stream>>>(y, ys, b, total, cols);
+    hm_launch(add_bias_k, (unsigned)blocks, 256, 0, stream, y, ys, b, total, cols);
     return cudaGetLastError();
 }
 
 __global__ void gated_add_k(float *__restrict__ dst, int64_t ds, const float *__restrict__ src,
                             int64_t ss, const float *__restrict__ xn, int64_t xs,
                             const float *__restrict__ w, int64_t h) {
+    hm_pdl_start();
     __shared__ float sh[32];
     const int64_t t = blockIdx.x;
     float g = 1.0f;
@@ -150,7 +172,7 @@ extern "C" cudaError_t hm_cu_gated_add(float *dst, int64_t ds, const float *src,
                                        const float *xn, int64_t xs, const float *w, int n,
                                        int64_t h, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    gated_add_k<<<(unsigned)n, 256, 0, stream>>>(dst, ds, src, ss, xn, xs, w, h);
+    hm_launch(gated_add_k, (unsigned)n, 256, 0, stream, dst, ds, src, ss, xn, xs, w, h);
     return cudaGetLastError();
 }
 
@@ -158,6 +180,7 @@ __global__ void router_sigmoid_k(const float *__restrict__ rl, int64_t rs, int n
                                  const float *__restrict__ bias, int n_group, int topk_group, int k,
                                  bool renorm, float scale, int32_t *__restrict__ ids,
                                  float *__restrict__ w) {
+    hm_pdl_start();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n) return;
     hm_hd_router_sigmoid(rl + (int64_t)t * rs, bias, e, n_group, topk_group, k, renorm, scale,
@@ -171,13 +194,14 @@ extern "C" cudaError_t hm_cu_router_sigmoid(const float *rl, int64_t rs, int n, 
     if (n <= 0) return cudaSuccess;
     if (e > HM_HD_ROUTER_MAX || n_group < 1 || n_group > 64 || e % n_group)
         return cudaErrorInvalidValue;
-    router_sigmoid_k<<<(unsigned)((n + 63) / 64), 64, 0, stream>>>(
-        rl, rs, n, e, bias, n_group, topk_group, k, renorm, scale, ids, w);
+    hm_launch(router_sigmoid_k, (unsigned)((n + 63) / 64), 64, 0, stream, rl, rs, n, e, bias,
+              n_group, topk_group, k, renorm, scale, ids, w);
     return cudaGetLastError();
 }
 
 // one warp per (token, head) of q and k
 template <bool F16> __global__ void qk_rope_kv_k(hm_cu_qkv a, hm_cu_kv kv) {
+    hm_pdl_start();
     const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
     const int hd = kv.head_dim;
     const bool isq = h < a.n_heads;
@@ -216,9 +240,9 @@ extern "C" cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, 
     if (n <= 0) return cudaSuccess;
     const dim3 grid((unsigned)n, (unsigned)(a->n_heads + kv->n_kv_heads));
     if (kv->f16)
-        qk_rope_kv_k<true><<<grid, 32, 0, stream>>>(*a, *kv);
+        hm_launch(qk_rope_kv_k<true>, grid, 32, 0, stream, *a, *kv);
     else
-        qk_rope_kv_k<false><<<grid, 32, 0, stream>>>(*a, *kv);
+        hm_launch(qk_rope_kv_k<false>, grid, 32, 0, stream, *a, *kv);
     return cudaGetLastError();
 }
 
@@ -297,6 +321,7 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
 // partial state (m, l, acc) goes to part, merged by attn_merge_k
 template <bool F16>
 __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float *part) {
+    hm_pdl_start();
     extern __shared__ float smem[]; // q [hd], then the chunk's exp(score - m) [ATT_T]
     __shared__ float red[32];
     const int i = blockIdx.x, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
@@ -337,6 +362,7 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
 // the splits of one (token, head) merged with the online softmax's rescaling
 __global__ void __launch_bounds__(ATT_T)
     attn_merge_k(hm_cu_attn a, int hd, int vd, int splits, const float *__restrict__ part) {
+    hm_pdl_start();
     const int i = blockIdx.x, h = blockIdx.y;
     const float *pp = part + ((int64_t)i * a.n_heads + h) * splits * (hd + 2);
     const int ns = (a.pos[i] + ATT_SPLIT) / ATT_SPLIT; // splits that saw positions
@@ -371,12 +397,12 @@ extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, 
     const dim3 grid((unsigned)n, (unsigned)a->n_heads, (unsigned)z);
     const size_t sm = sizeof(float) * (size_t)(kv->head_dim + ATT_T);
     if (kv->f16)
-        attn_k<true><<<grid, ATT_T, sm, stream>>>(*a, *kv, part);
+        hm_launch(attn_k<true>, grid, ATT_T, sm, stream, *a, *kv, part);
     else
-        attn_k<false><<<grid, ATT_T, sm, stream>>>(*a, *kv, part);
+        hm_launch(attn_k<false>, grid, ATT_T, sm, stream, *a, *kv, part);
     if (z > 1)
-        attn_merge_k<<<dim3((unsigned)n, (unsigned)a->n_heads), ATT_T, 0, stream>>>(
-            *a, kv->head_dim, kv->v_dim ? kv->v_dim : kv->head_dim, z, part);
+        hm_launch(attn_merge_k, dim3((unsigned)n, (unsigned)a->n_heads), ATT_T, 0, stream, *a,
+                  kv->head_dim, kv->v_dim ? kv->v_dim : kv->head_dim, z, part);
     return cudaGetLastError();
 }
 
@@ -391,6 +417,7 @@ extern "C" int hm_cu_attention_splits(int64_t kv_ctx) {
 __global__ void __launch_bounds__(128)
     router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
              int32_t *__restrict__ ids, float *__restrict__ w) {
+    hm_pdl_start();
     const int i = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (i >= n) return;
     const float *v = rl + (int64_t)i * rs;
@@ -429,7 +456,7 @@ extern "C" cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int
                                          bool renorm, int32_t *ids, float *w, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
     if (k < 1 || k > e || k > 32) return cudaErrorInvalidValue;
-    router_k<<<(unsigned)((n + 3) / 4), 128, 0, stream>>>(rl, rs, n, e, k, renorm, ids, w);
+    hm_launch(router_k, (unsigned)((n + 3) / 4), 128, 0, stream, rl, rs, n, e, k, renorm, ids, w);
     return cudaGetLastError();
 }
 
@@ -438,6 +465,7 @@ extern "C" cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int
 __global__ void __launch_bounds__(256)
     combine_k(const float *__restrict__ y, int64_t ys, const int32_t *__restrict__ pos_of,
               const float *__restrict__ w, int k, int64_t h, float *__restrict__ out, int64_t os) {
+    hm_pdl_start();
     __shared__ int64_t at[64];
     __shared__ float wt[64];
     const int64_t t = blockIdx.y;
@@ -460,8 +488,8 @@ extern "C" cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32
                                          int64_t os, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
     if (k < 1 || k > 64) return cudaErrorInvalidValue;
-    combine_k<<<dim3((unsigned)((h + 255) / 256), (unsigned)n), 256, 0, stream>>>(y, ys, pos_of, w,
-                                                                                  k, h, out, os);
+    hm_launch(combine_k, dim3((unsigned)((h + 255) / 256), (unsigned)n), 256, 0, stream, y, ys,
+              pos_of, w, k, h, out, os);
     return cudaGetLastError();
 }
 
@@ -470,6 +498,7 @@ extern "C" cudaError_t hm_cu_moe_combine(const float *y, int64_t ys, const int32
 __global__ void router_softmax_group_k(const float *__restrict__ rl, int64_t rs, int n, int e,
                                        int n_group, int topk_group, int k, bool renorm, float scale,
                                        int32_t *__restrict__ ids, float *__restrict__ w) {
+    hm_pdl_start();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n) return;
     hm_hd_router_softmax_group(rl + (int64_t)t * rs, e, n_group, topk_group, k, renorm, scale,
@@ -484,8 +513,8 @@ extern "C" cudaError_t hm_cu_router_softmax_group(const float *rl, int64_t rs, i
     if (e > HM_HD_ROUTER_MAX || n_group < 1 || n_group > 64 || e % n_group || topk_group < 1 ||
         topk_group > n_group || k > e / n_group * topk_group)
         return cudaErrorInvalidValue;
-    router_softmax_group_k<<<(unsigned)((n + 63) / 64), 64, 0, stream>>>(
-        rl, rs, n, e, n_group, topk_group, k, renorm, scale, ids, w);
+    hm_launch(router_softmax_group_k, (unsigned)((n + 63) / 64), 64, 0, stream, rl, rs, n, e,
+              n_group, topk_group, k, renorm, scale, ids, w);
     return cudaGetLastError();
 }
 
@@ -499,6 +528,7 @@ __device__ __forceinline__ float mla_w(const void *p, int t, size_t i) {
 // one block per token: the latent normed, k_pe and every head's q_pe rotated (interleaved
 // pairs), [c, k_pe] into the cache at the token's position
 template <bool F16> __global__ void __launch_bounds__(256) mla_store_k(hm_cu_mla a, hm_cu_kv kv) {
+    hm_pdl_start();
     __shared__ double sh[32];
     const int i = blockIdx.x, tid = threadIdx.x, kvl = a.kvl, rope = a.rope, half = rope / 2;
     float *x = a.kv + (int64_t)i * a.kv_stride;
@@ -530,6 +560,7 @@ enum { MLA_TOK = 8 }; // tokens per block of the absorption kernels: each matrix
 __global__ void __launch_bounds__(256)
     mla_heads_k(const float *__restrict__ x, int64_t xt, int64_t xh, int K, const void *W, int wt,
                 int J, float *__restrict__ y, int64_t yt, int64_t yh, int n) {
+    hm_pdl_start();
     extern __shared__ float xs[]; // [MLA_TOK][K]
     const int h = blockIdx.x, t0 = blockIdx.y * MLA_TOK, tid = threadIdx.x;
     const int nt = n - t0 < MLA_TOK ? n - t0 : MLA_TOK;
@@ -562,9 +593,9 @@ extern "C" cudaError_t hm_cu_mla_store(const hm_cu_mla *a, const hm_cu_kv *kv, i
     if (!mla_ok(a) || kv->head_dim != a->kvl + a->rope || kv->n_kv_heads != 1)
         return cudaErrorInvalidValue;
     if (kv->f16)
-        mla_store_k<true><<<(unsigned)n, 256, 0, stream>>>(*a, *kv);
+        hm_launch(mla_store_k<true>, (unsigned)n, 256, 0, stream, *a, *kv);
     else
-        mla_store_k<false><<<(unsigned)n, 256, 0, stream>>>(*a, *kv);
+        hm_launch(mla_store_k<false>, (unsigned)n, 256, 0, stream, *a, *kv);
     return cudaGetLastError();
 }
 
@@ -573,8 +604,8 @@ extern "C" cudaError_t hm_cu_mla_absorb(const hm_cu_mla *a, int n, cudaStream_t 
     if (!mla_ok(a)) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)a->n_heads, (unsigned)((n + MLA_TOK - 1) / MLA_TOK));
     const int64_t qhd = a->nope + a->rope, ahd = a->kvl + a->rope;
-    mla_heads_k<<<grid, 256, sizeof(float) * MLA_TOK *(size_t)a->nope, stream>>>(
-        a->q, a->q_stride, qhd, a->nope, a->k_b, a->kt, a->kvl, a->qa, a->n_heads * ahd, ahd, n);
+    hm_launch(mla_heads_k, grid, 256, sizeof(float) * MLA_TOK * (size_t)a->nope, stream, a->q,
+              a->q_stride, qhd, a->nope, a->k_b, a->kt, a->kvl, a->qa, a->n_heads * ahd, ahd, n);
     return cudaGetLastError();
 }
 
@@ -584,8 +615,8 @@ extern "C" cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t 
     const dim3 grid((unsigned)a->n_heads, (unsigned)((n + MLA_TOK - 1) / MLA_TOK));
     const size_t sm = sizeof(float) * MLA_TOK * (size_t)a->kvl;
     if (sm > 48 * 1024) return cudaErrorInvalidValue;
-    mla_heads_k<<<grid, 256, sm, stream>>>(a->o, (int64_t)a->n_heads * a->kvl, a->kvl, a->kvl,
-                                           a->v_b, a->vt, a->vd, a->out, a->out_stride, a->vd, n);
+    hm_launch(mla_heads_k, grid, 256, sm, stream, a->o, (int64_t)a->n_heads * a->kvl, a->kvl,
+              a->kvl, a->v_b, a->vt, a->vd, a->out, a->out_stride, a->vd, n);
     return cudaGetLastError();
 }
 
@@ -630,6 +661,7 @@ __device__ __forceinline__ void top_scan(int *a, int *b, int *ta, int *tb, int2 
 __global__ void __launch_bounds__(TOP_T)
     top_k_k(const float *__restrict__ lg, int64_t ls, int V, int k, int32_t *__restrict__ ids,
             float *__restrict__ vals, int32_t *__restrict__ bad) {
+    hm_pdl_start();
     __shared__ unsigned hist[TOP_T / 32][256];
     __shared__ unsigned s_prefix;
     __shared__ int s_rem, s_bad;
@@ -699,6 +731,6 @@ extern "C" cudaError_t hm_cu_top_candidates(const float *logits, int64_t ls, int
                                             cudaStream_t stream) {
     if (rows <= 0) return cudaSuccess;
     if (k < 1 || k > 256 || k > V) return cudaErrorInvalidValue;
-    top_k_k<<<(unsigned)rows, TOP_T, 0, stream>>>(logits, ls, V, k, ids, vals, bad);
+    hm_launch(top_k_k, (unsigned)rows, TOP_T, 0, stream, logits, ls, V, k, ids, vals, bad);
     return cudaGetLastError();
 }

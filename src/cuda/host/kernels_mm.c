@@ -9,6 +9,7 @@
 
 #include "cuda/dq.h"
 #include "cuda/kernels.h"
+#include "cuda/twins.h"
 #include "quant/fp16.h"
 #include "quant/types.h"
 
@@ -105,6 +106,67 @@ cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pai
         return cudaErrorInvalidValue;
     const matvec_args g = {*w, ids, x, xs, n_pairs, x_div, y, ys};
     return hm_host_launch(stream, matvec_k, &g, sizeof g);
+}
+
+cudaError_t hm_cu_matvec_multi(const hm_cu_w *w, int nw, const float *x, int64_t xs, int n,
+                               float *const *y, const int64_t *ys, cudaStream_t stream) {
+    if (nw < 1 || nw > HM_CU_MULTI_MAX) return cudaErrorInvalidValue;
+    for (int i = 0; i < nw; i++) {
+        const cudaError_t e = hm_cu_matvec(&w[i], x, xs, n, y[i], ys[i], stream);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+typedef struct glu_mv_args {
+    hm_cu_w w[2];
+    const float *bias[2];
+    const int32_t *ids;
+    const float *x;
+    int64_t xs;
+    int n, x_div, act;
+    float alpha, limit;
+    float *g;
+    int64_t gs;
+} glu_mv_args;
+
+static void matvec_glu_k(const void *p) {
+    const glu_mv_args *a = p;
+    const int64_t rows = a->w[0].rows, cols = a->w[0].cols;
+    for (int t = 0; t < a->n; t++) {
+        const int id = a->ids[t];
+        float *g = a->g + (int64_t)t * a->gs;
+        if (id < 0) {
+            memset(g, 0, sizeof(float) * (size_t)rows);
+            continue;
+        }
+        const float *x = a->x + (int64_t)(t / a->x_div) * a->xs;
+        for (int64_t r = 0; r < rows; r++) {
+            float v[2];
+            for (int h = 0; h < 2; h++) {
+                const hm_cu_w *w = &a->w[h];
+                const uint8_t *row =
+                    (const uint8_t *)w->data + (size_t)id * w->estride + r * (int64_t)w->row_bytes;
+                v[h] = row_dot(w->type, row, cols, x);
+                if (a->bias[h]) v[h] += a->bias[h][(int64_t)id * rows + r];
+            }
+            g[r] = hm_hd_glu(a->act, v[0], v[1], a->alpha, a->limit);
+        }
+    }
+}
+
+cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w *wu, const float *bg,
+                                     const float *bu, const int32_t *ids, int n_pairs,
+                                     const float *x, int64_t xs, int x_div, int act, float alpha,
+                                     float limit, float *g, int64_t gs, cudaStream_t stream) {
+    if (n_pairs <= 0 || wg->rows <= 0) return cudaSuccess;
+    if (x_div < 1 || act < 0 || act > 2 || wu->type != wg->type || wu->rows != wg->rows ||
+        wu->cols != wg->cols || (!FLOAT_TYPE(wg->type) && wg->cols % 32) ||
+        !hm_cu_type_ok(wg->type))
+        return cudaErrorInvalidValue;
+    const glu_mv_args a = {{*wg, *wu}, {bg, bu}, ids,   x,     xs, n_pairs,
+                           x_div,      act,      alpha, limit, g,  gs};
+    return hm_host_launch(stream, matvec_glu_k, &a, sizeof a);
 }
 
 typedef struct dequant_args {
