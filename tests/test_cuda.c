@@ -874,10 +874,13 @@ static void check_top_candidates(void) {
         float *dl = dev_copy(lg, sizeof(float) * R * (size_t)V);
         int32_t *di = dev_copy(NULL, sizeof ids), *db = dev_copy(NULL, sizeof bad);
         float *dv = dev_copy(NULL, sizeof vals);
-        for (size_t ki = 0; ki < 4; ki++) {
-            const int k = ks[ki];
+        const size_t scb = hm_cu_top_scratch(R, V);
+        void *sc = scb ? dev_copy(NULL, scb) : NULL;
+        for (size_t ki = 0; ki < 8; ki++) {
+            const int k = ks[ki % 4];
             if (k > V) continue;
-            CU(hm_cu_top_candidates(dl, V, R, V, k, di, dv, db, 0));
+            /* one block per row, then the segmented form where the row allows it */
+            CU(hm_cu_top_candidates(dl, V, R, V, k, di, dv, db, ki < 4 ? NULL : sc, 0));
             host_copy(ids, di, sizeof(int32_t) * R * (size_t)k);
             host_copy(vals, dv, sizeof(float) * R * (size_t)k);
             host_copy(bad, db, sizeof bad);
@@ -895,9 +898,10 @@ static void check_top_candidates(void) {
             }
             CHECK_MSG(bad[4] == V / 2, "candidates: NaN at %d reported at %d", V / 2, bad[4]);
         }
-        cudaFree(dl), cudaFree(di), cudaFree(db), cudaFree(dv);
+        cudaFree(dl), cudaFree(di), cudaFree(db), cudaFree(dv), cudaFree(sc);
     }
-    CHECK(hm_cu_top_candidates(NULL, 1, 1, 10, 257, NULL, NULL, NULL, 0) == cudaErrorInvalidValue);
+    CHECK(hm_cu_top_candidates(NULL, 1, 1, 10, 257, NULL, NULL, NULL, NULL, 0) ==
+          cudaErrorInvalidValue);
     free(lg), free(order);
 }
 

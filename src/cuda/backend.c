@@ -181,6 +181,7 @@ struct hm_cuda_ctx {
     int top_k;
     int32_t *d_top_ids, *d_top_bad;
     float *d_top_vals;
+    void *d_top_scratch; /* hm_cu_top_scratch's for LOGIT_ROWS rows, or NULL */
     void *h_top;
     hm_cu_kv kv;
     int n_batch, n_ctx, k;
@@ -540,6 +541,8 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->d_top_ids = take(c, sizeof(int32_t) * (size_t)B * HM_CU_TOP_MAX);
     c->d_top_vals = take(c, sizeof(float) * (size_t)B * HM_CU_TOP_MAX);
     c->d_top_bad = take(c, sizeof(int32_t) * (size_t)B);
+    const size_t tsc = hm_cu_top_scratch(B > LOGIT_ROWS ? B : LOGIT_ROWS, (int)hp->vocab_size);
+    c->d_top_scratch = tsc ? take(c, tsc) : NULL;
     return HM_OK;
 }
 
@@ -1634,7 +1637,8 @@ static hm_status forward(hm_cuda_ctx *c, int n, int nw, float *logits) {
         if (c->top_k)
             CK(hm_cu_top_candidates(c->logits, V, cnt, (int)V, c->top_k,
                                     c->d_top_ids + (size_t)r0 * c->top_k,
-                                    c->d_top_vals + (size_t)r0 * c->top_k, c->d_top_bad + r0, c->s),
+                                    c->d_top_vals + (size_t)r0 * c->top_k, c->d_top_bad + r0,
+                                    c->d_top_scratch, c->s),
                "sampling candidates");
         prof_stop(c, HM_PROF_OUTPUT);
         if (logits)
@@ -1786,7 +1790,8 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
                "logits download");
         if (!st && top_k && nw)
             CK(hm_cu_top_candidates(c->logits, hp->vocab_size, nw, (int)hp->vocab_size, top_k,
-                                    c->d_top_ids, c->d_top_vals, c->d_top_bad, c->s),
+                                    c->d_top_ids, c->d_top_vals, c->d_top_bad, c->d_top_scratch,
+                                    c->s),
                "sampling candidates");
     } else {
         st = forward(c, n, nw, logits);

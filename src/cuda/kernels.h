@@ -245,9 +245,14 @@ cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t stream);
 
 /* The sampler's candidates of rows of V logits (rows ls floats apart): row r's k (<= 256)
  * largest logits, ties to the lower token, in ascending token order, into ids[r][k], vals[r][k]
- * (-0 made +0); bad[r] = the first index holding NaN or +inf, or -1. */
+ * (-0 made +0); bad[r] = the first index holding NaN or +inf, or -1. With scratch (device
+ * memory of hm_cu_top_scratch(rows, V) bytes, when that is not 0) each row is cut into
+ * segments picked by blocks of their own, and the segments' picks picked again: the same
+ * result, without one block per row walking the whole vocabulary. */
 cudaError_t hm_cu_top_candidates(const float *logits, int64_t ls, int rows, int V, int k,
-                                 int32_t *ids, float *vals, int32_t *bad, cudaStream_t stream);
+                                 int32_t *ids, float *vals, int32_t *bad, void *scratch,
+                                 cudaStream_t stream);
+size_t hm_cu_top_scratch(int rows, int V);
 
 /* Softmax top-k of each token's e router logits: ids [n][k], w [n][k] (hm_router_softmax_topk) */
 cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, bool renorm,

@@ -623,7 +623,7 @@ extern "C" cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t 
 // ---- the sampler's candidates: each row's k largest logits (ties to the lower token), in token
 // order, as hm_sampler's top-k leaves them (hm_sampler_sample_candidates) ----
 
-enum { TOP_T = 1024 };
+enum { TOP_T = 1024, TOP_SEGS = 32 };
 
 // the sampler's sort key: the order of the floats as unsigned integers (-0 made +0 first)
 __device__ __forceinline__ uint32_t top_key(float x) {
@@ -656,30 +656,47 @@ __device__ __forceinline__ void top_scan(int *a, int *b, int *ta, int *tb, int2 
     *a = before.x + x - *a, *b = before.y + y - *b;
 }
 
-// one block per row: the k-th largest key by four 8-bit radix passes (per-warp histograms), then
-// each thread's contiguous share of the row walked in token order
+// One block per (segment, row): the k-th largest key of the segment by four 8-bit radix passes
+// (per-warp histograms), then each thread's contiguous share walked in token order. Row r's
+// segment s is logits [s * seg, s * seg + len) of row r (len = min(seg, V - s * seg)); its k
+// picks go to ids / vals + (r * gridDim.x + s) * k, its first NaN or +inf to bad[r * gridDim.x
+// + s]. A second pass (CAND) runs over those picks as its row: cid maps a pick back to its
+// token, and its bad is the least of the first pass's (pbad, nseg per row), so every pick is a
+// token index and the ties still go to the lower token: each segment's picks are in token order
+// and the segments are in order.
+template <bool CAND>
 __global__ void __launch_bounds__(TOP_T)
-    top_k_k(const float *__restrict__ lg, int64_t ls, int V, int k, int32_t *__restrict__ ids,
-            float *__restrict__ vals, int32_t *__restrict__ bad) {
+    top_k_k(const float *__restrict__ lg, int64_t ls, int V, int seg, int k,
+            const int32_t *__restrict__ cid, const int32_t *__restrict__ pbad, int nseg,
+            int32_t *__restrict__ ids, float *__restrict__ vals, int32_t *__restrict__ bad) {
     hm_pdl_start();
     __shared__ unsigned hist[TOP_T / 32][256];
     __shared__ unsigned s_prefix;
     __shared__ int s_rem, s_bad;
     __shared__ int2 sh[TOP_T / 32];
-    const int row = blockIdx.x, tid = threadIdx.x, warp = tid >> 5;
-    const float *x = lg + (int64_t)row * ls;
+    const int row = blockIdx.y, sg = blockIdx.x, tid = threadIdx.x, warp = tid >> 5;
+    const int i0s = sg * seg, len = V - i0s < seg ? V - i0s : seg;
+    const float *x = lg + (int64_t)row * ls + i0s;
     if (tid == 0) s_bad = INT_MAX;
     __syncthreads();
     int first_bad = INT_MAX;
-    for (int i = tid; i < V; i += TOP_T)
-        if (!(x[i] < INFINITY) && i < first_bad) first_bad = i; // NaN or +inf
+    if (CAND) {
+        for (int j = tid; j < nseg; j += TOP_T) {
+            const int b = pbad[(int64_t)row * nseg + j];
+            if (b >= 0 && b < first_bad) first_bad = b;
+        }
+    } else {
+        for (int i = tid; i < len; i += TOP_T)
+            if (!(x[i] < INFINITY) && i < first_bad) first_bad = i; // NaN or +inf
+        if (first_bad < INT_MAX) first_bad += i0s;
+    }
     if (first_bad < INT_MAX) atomicMin(&s_bad, first_bad);
     uint32_t prefix = 0, mask = 0;
     int rem = k;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int j = tid; j < TOP_T / 32 * 256; j += TOP_T) (&hist[0][0])[j] = 0;
         __syncthreads();
-        for (int i = tid; i < V; i += TOP_T) {
+        for (int i = tid; i < len; i += TOP_T) {
             const uint32_t key = top_key(x[i]);
             if ((key & mask) == prefix) atomicAdd(&hist[warp][(key >> shift) & 255u], 1u);
         }
@@ -703,34 +720,66 @@ __global__ void __launch_bounds__(TOP_T)
         prefix = s_prefix, rem = s_rem, mask |= 255u << shift;
     }
     // prefix: the k-th largest key; rem: how many entries equal to it are taken (the first ones)
-    const int per = (V + TOP_T - 1) / TOP_T, i0 = tid * per, i1 = i0 + per < V ? i0 + per : V;
+    const int per = (len + TOP_T - 1) / TOP_T, i0 = tid * per < len ? tid * per : len,
+              i1 = i0 + per < len ? i0 + per : len;
     int above = 0, ties = 0, ta, tb;
     for (int i = i0; i < i1; i++) {
         const uint32_t key = top_key(x[i]);
         above += key > prefix, ties += key == prefix;
     }
     top_scan(&above, &ties, &ta, &tb, sh);
-    int32_t *oi = ids + (int64_t)row * k;
-    float *ov = vals + (int64_t)row * k;
+    const int64_t out = ((int64_t)row * gridDim.x + sg) * k;
+    int32_t *oi = ids + out;
+    float *ov = vals + out;
+    const int32_t *ci = CAND ? cid + (int64_t)row * ls : NULL;
     for (int i = i0; i < i1; i++) {
         const uint32_t key = top_key(x[i]);
+        const int32_t tok = CAND ? ci[i] : i0s + i;
         if (key > prefix) {
             const int at = above + (ties < rem ? ties : rem);
-            oi[at] = i, ov[at] = x[i] + 0.0f;
+            oi[at] = tok, ov[at] = x[i] + 0.0f;
             above++;
         } else if (key == prefix) {
-            if (ties < rem) oi[above + ties] = i, ov[above + ties] = x[i] + 0.0f;
+            if (ties < rem) oi[above + ties] = tok, ov[above + ties] = x[i] + 0.0f;
             ties++;
         }
     }
-    if (tid == 0) bad[row] = s_bad == INT_MAX ? -1 : s_bad;
+    if (tid == 0) bad[(int64_t)row * gridDim.x + sg] = s_bad == INT_MAX ? -1 : s_bad;
+}
+
+// the first pass's segments of a row of V logits for k picks: each at least k long (up to
+// TOP_SEGS of them), so that every segment yields k picks; 1 where a row is too short to split
+static int top_segs(int V, int k) {
+    int s = V / (k + TOP_SEGS);
+    return s < 1 ? 1 : (s > TOP_SEGS ? TOP_SEGS : s);
+}
+
+extern "C" size_t hm_cu_top_scratch(int rows, int V) {
+    if (rows <= 0 || top_segs(V, 1) < 2) return 0;
+    return (size_t)rows * TOP_SEGS *
+           (HM_CU_TOP_MAX * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t));
 }
 
 extern "C" cudaError_t hm_cu_top_candidates(const float *logits, int64_t ls, int rows, int V, int k,
-                                            int32_t *ids, float *vals, int32_t *bad,
+                                            int32_t *ids, float *vals, int32_t *bad, void *scratch,
                                             cudaStream_t stream) {
     if (rows <= 0) return cudaSuccess;
-    if (k < 1 || k > 256 || k > V) return cudaErrorInvalidValue;
-    hm_launch(top_k_k, (unsigned)rows, TOP_T, 0, stream, logits, ls, V, k, ids, vals, bad);
+    if (k < 1 || k > HM_CU_TOP_MAX || k > V) return cudaErrorInvalidValue;
+    const int segs = scratch ? top_segs(V, k) : 1;
+    if (segs < 2) {
+        hm_launch(top_k_k<false>, dim3(1, (unsigned)rows), TOP_T, 0, stream, logits, ls, V, V, k,
+                  (const int32_t *)NULL, (const int32_t *)NULL, 0, ids, vals, bad);
+        return cudaGetLastError();
+    }
+    // scratch: the picks' values [rows][segs * k], their tokens, each segment's bad
+    const int seg = (V + segs - 1) / segs, nc = segs * k;
+    float *cv = (float *)scratch;
+    int32_t *ci = (int32_t *)(cv + (size_t)rows * (size_t)nc);
+    int32_t *cb = ci + (size_t)rows * (size_t)nc;
+    hm_launch(top_k_k<false>, dim3((unsigned)segs, (unsigned)rows), TOP_T, 0, stream, logits, ls, V,
+              seg, k, (const int32_t *)NULL, (const int32_t *)NULL, 0, ci, cv, cb);
+    hm_launch(top_k_k<true>, dim3(1, (unsigned)rows), TOP_T, 0, stream, (const float *)cv,
+              (int64_t)nc, nc, nc, k, (const int32_t *)ci, (const int32_t *)cb, segs, ids, vals,
+              bad);
     return cudaGetLastError();
 }
