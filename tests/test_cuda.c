@@ -1236,15 +1236,18 @@ static void check_kernels(void) {
     }
     /* enough rows that a warp takes several (the output head's shape) */
     check_matvec(HM_TYPE_Q4_0, 17001, 64);
-    /* Q4_K with the lanes across each super-block (HMOE_MV_Q4K=1) */
-    setenv("HMOE_MV_Q4K", "1", 1);
+    /* Q4_K with the lanes across each super-block (the default where the shape allows it), and
+     * with a lane per 32-value chunk as the other types (HMOE_MV_Q4K=0) */
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
-    check_fused(HM_TYPE_Q8_0, 37, 256);
     check_fused(HM_TYPE_Q4_K, 45, 768);
+    setenv("HMOE_MV_Q4K", "0", 1);
+    check_matvec(HM_TYPE_Q4_K, 37, 768);
+    check_fused(HM_TYPE_Q4_K, 45, 768);
+    unsetenv("HMOE_MV_Q4K");
+    check_fused(HM_TYPE_Q8_0, 37, 256);
     check_fused(HM_TYPE_BF16, 21, 96);
     check_fused(HM_TYPE_F32, 9, 75);
-    unsetenv("HMOE_MV_Q4K");
     CHECK(!hm_cu_type_ok(HM_TYPE_Q8_K) && !hm_cu_type_ok(HM_TYPE_IQ2_XXS) && !hm_cu_type_ok(9999));
     check_bias_gated_add();
     check_top_candidates();

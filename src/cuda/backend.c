@@ -167,8 +167,7 @@ struct hm_cuda_ctx {
     bool no_fuse;
     /* prefill attention on the tensor cores (hm_cu_attention_tc) for batches of fa_min tokens or
      * more that are one sequence at consecutive positions (fa_seq, fa_pos0; fa_seq -1: not);
-     * HMOE_CUDA_FA=1 turns it on (off by default until measured on a GPU), HMOE_CUDA_FA_MIN
-     * sets fa_min (128) */
+     * HMOE_CUDA_FA=0 turns it off (A/B), HMOE_CUDA_FA_MIN sets fa_min (128) */
     bool fa;
     int fa_min, fa_seq, fa_pos0;
     float *att_part; /* decode attention's partial results */
@@ -1002,6 +1001,9 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
     const hm_hparams *hp = &c->m->hp;
     const int64_t H = hp->hidden;
     const float eps = hp->norm_eps;
+    /* decode batches' kernels launch ahead of their predecessors' ends; a prompt's keep the
+     * plain order, which measured faster for its large kernels */
+    hm_cu_pdl_allow(n <= HM_CU_MATVEC_MAX);
     for (int i = 0; i < g->n; i++) {
         const hm_node *nd = &g->nodes[i];
         float *dst = c->slot[nd->dst], *s0 = c->slot[nd->src0], *s1 = c->slot[nd->src1];
@@ -1511,7 +1513,7 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     const char *eu = getenv("HMOE_CUDA_FUSE");
     c->no_fuse = eu && !strcmp(eu, "0");
     const char *ef = getenv("HMOE_CUDA_FA"), *efm = getenv("HMOE_CUDA_FA_MIN");
-    c->fa = ef && !strcmp(ef, "1");
+    c->fa = !(ef && !strcmp(ef, "0"));
     c->fa_min = efm && atoi(efm) > HM_CU_MATVEC_MAX ? atoi(efm) : 128;
 #define FAIL(call, what)                                                                           \
     do {                                                                                           \

@@ -23,7 +23,8 @@ __device__ __forceinline__ void hm_pdl_start() {
 #endif
 }
 
-// HMOE_CUDA_PDL=1 on a device of compute capability 9.0 or later (read once, ops.cu)
+// on a device of compute capability 9.0 or later, unless HMOE_CUDA_PDL=0 (read once), where
+// this thread's hm_cu_pdl_allow last allowed it (ops.cu)
 bool hm_cu_pdl();
 
 // kernel<<<g, b, sm, s>>>(a...), with the programmatic-serialization attribute when

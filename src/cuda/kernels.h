@@ -72,6 +72,10 @@ static inline bool hm_cu_type_ok(uint32_t type) {
     }
 }
 
+/* Programmatic dependent launch (kernels launched ahead of their predecessor's end, sm_90 and
+ * later, HMOE_CUDA_PDL=0 turns it off) for the kernels this thread launches from now on. */
+void hm_cu_pdl_allow(bool on);
+
 /* The most tokens hm_cu_matvec takes in one launch. */
 #define HM_CU_MATVEC_MAX 8
 

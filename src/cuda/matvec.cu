@@ -178,57 +178,6 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
-// The experts' gate and up in one launch, their activation on the way out: warps 0-3 take
-// gate rows, warps 4-7 the same up rows (rpw each), and the block's shared memory joins them.
-// Each product, its bias and the activation are computed as hm_cu_matvec_experts,
-// hm_cu_expert_bias and hm_cu_glu compute them, so the result has their bits.
-enum { GLU_ROWS = MV_WARPS / 2 };
-
-struct mv_glu {
-    hm_cu_w w[2];         // gate, up
-    const float *bias[2]; // [places][rows] or NULL
-    int act;
-    float alpha, limit;
-};
-
-template <int T, bool SH>
-__global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_exp_glu_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
-                     int64_t xs, int x_div, float *__restrict__ g, int64_t gs, int rpw) {
-    hm_pdl_start();
-    extern __shared__ float xsh[];
-    __shared__ float res[2][GLU_ROWS * MV_RPW_MAX];
-    const int p = blockIdx.y, id = ids[p];
-    const int warp = threadIdx.x >> 5, h = warp / GLU_ROWS, wr = warp % GLU_ROWS;
-    const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * rpw * GLU_ROWS;
-    float *gp = g + (int64_t)p * gs;
-    if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
-        for (int j = threadIdx.x; j < GLU_ROWS * rpw; j += blockDim.x)
-            if (r0 + j < rows) gp[r0 + j] = 0.0f;
-        return;
-    }
-    const float *xp = x + (int64_t)(p / x_div) * xs;
-    if (SH) stage_x(xsh, 0, xp, 0, 1, a.w[0].cols);
-    const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
-                          (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
-    const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
-    const float *bias = h ? a.bias[1] : a.bias[0];
-    for (int q = 0; q < rpw; q++) {
-        const int64_t r = r0 + q * GLU_ROWS + wr;
-        if (r >= rows) break;
-        float acc[1];
-        row_dot<T, 1, SH>(base + r * rb, a.w[0].cols, SH ? xsh : xp, 0, 1, acc);
-        if ((threadIdx.x & 31) == 0) {
-            float v = acc[0];
-            if (bias) v += bias[(int64_t)id * rows + r];
-            res[h][q * GLU_ROWS + wr] = v;
-        }
-    }
-    __syncthreads();
-    for (int j = threadIdx.x; j < GLU_ROWS * rpw; j += blockDim.x)
-        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
-}
-
 // dst row i = W row (rows ? rows[i] : row0 + i), as floats
 template <int T>
 __global__ void __launch_bounds__(128)
@@ -250,7 +199,7 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// Q4_K with the lanes across each super-block (HMOE_MV_Q4K=1, off by default until measured):
+// Q4_K with the lanes across each super-block (HMOE_MV_Q4K=0 turns it off, for A/B):
 // lane l takes code bytes 4l .. 4l + 3 of the 128, that is values 64j + o .. + 3 (low nibbles,
 // scale 2j) and 64j + 32 + o .. + 3 (high nibbles, scale 2j + 1) with j = l / 8, o = 4 (l % 8);
 // a warp reads a super-block's codes as one 128-byte line and the activations as float4 straight
@@ -326,6 +275,60 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = acc[0]; /* 0: an expert on the CPU */
 }
 
+// The experts' gate and up in one launch, their activation on the way out: warps 0-3 take
+// gate rows, warps 4-7 the same up rows (rpw each), and the block's shared memory joins them.
+// Each product, its bias and the activation are computed as hm_cu_matvec_experts,
+// hm_cu_expert_bias and hm_cu_glu compute them, so the result has their bits.
+enum { GLU_ROWS = MV_WARPS / 2 };
+
+struct mv_glu {
+    hm_cu_w w[2];         // gate, up
+    const float *bias[2]; // [places][rows] or NULL
+    int act;
+    float alpha, limit;
+};
+
+template <int T, bool SH, bool Q4K>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_exp_glu_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                     int64_t xs, int x_div, float *__restrict__ g, int64_t gs, int rpw) {
+    hm_pdl_start();
+    extern __shared__ float xsh[];
+    __shared__ float res[2][GLU_ROWS * MV_RPW_MAX];
+    const int p = blockIdx.y, id = ids[p];
+    const int warp = threadIdx.x >> 5, h = warp / GLU_ROWS, wr = warp % GLU_ROWS;
+    const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * rpw * GLU_ROWS;
+    float *gp = g + (int64_t)p * gs;
+    if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
+        for (int j = threadIdx.x; j < GLU_ROWS * rpw; j += blockDim.x)
+            if (r0 + j < rows) gp[r0 + j] = 0.0f;
+        return;
+    }
+    const float *xp = x + (int64_t)(p / x_div) * xs;
+    if (SH) stage_x(xsh, 0, xp, 0, 1, a.w[0].cols);
+    const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
+                          (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
+    const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
+    const float *bias = h ? a.bias[1] : a.bias[0];
+    for (int q = 0; q < rpw; q++) {
+        const int64_t r = r0 + q * GLU_ROWS + wr;
+        if (r >= rows) break;
+        float acc[1];
+        if (Q4K)
+            q4k_dot<1>(base + r * rb, a.w[0].cols, xp, 0, 1, acc);
+        else
+            row_dot<T, 1, SH>(base + r * rb, a.w[0].cols, SH ? xsh : xp, 0, 1, acc);
+        if ((threadIdx.x & 31) == 0) {
+            float v = acc[0];
+            if (bias) v += bias[(int64_t)id * rows + r];
+            res[h][q * GLU_ROWS + wr] = v;
+        }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < GLU_ROWS * rpw; j += blockDim.x)
+        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
+}
+
 // the lane layout above where asked for and the shapes allow it (whole super-blocks, 16-byte
 // aligned rows and activations)
 static bool mv_q4k(const hm_cu_w *w, const float *x, int64_t xs) {
@@ -333,7 +336,7 @@ static bool mv_q4k(const hm_cu_w *w, const float *x, int64_t xs) {
         w->row_bytes % 16 || w->estride % 16 || ((uintptr_t)x & 15) || xs % 4)
         return false;
     const char *v = getenv("HMOE_MV_Q4K"); /* read per launch: a decode graph's at its capture */
-    return v && !strcmp(v, "1");
+    return !(v && !strcmp(v, "0"));
 }
 
 // shared bytes of n staged activation rows of cols values
@@ -482,7 +485,7 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
     const int rpw = mv_rpw(wg->rows * 2 * (n_pairs < 64 ? n_pairs : 64)), per = GLU_ROWS * rpw;
     const unsigned gx = (unsigned)((wg->rows + per - 1) / per);
     const size_t sm = mv_smem(wg->cols, 1);
-    const bool sh = mv_stage(sm);
+    const bool sh = mv_stage(sm), q4k = mv_q4k(wg, x, xs) && mv_q4k(wu, x, xs);
     mv_glu a = {};
     a.w[0] = *wg, a.w[1] = *wu, a.bias[0] = bg, a.bias[1] = bu;
     a.act = act, a.alpha = alpha, a.limit = limit;
@@ -493,15 +496,20 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *gp = g + (int64_t)p0 * gs;
+        if (q4k) {
+            hm_launch(matvec_exp_glu_k<HM_TYPE_Q4_K, false, true>, grid, MV_WARPS * 32, 0, stream,
+                      a, id, xp, xs, x_div, gp, gs, rpw);
+            continue;
+        }
         switch (wg->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
         if (sh)                                                                                    \
-            hm_launch(matvec_exp_glu_k<t, true>, grid, MV_WARPS * 32, sm, stream, a, id, xp, xs,   \
-                      x_div, gp, gs, rpw);                                                         \
+            hm_launch(matvec_exp_glu_k<t, true, false>, grid, MV_WARPS * 32, sm, stream, a, id,    \
+                      xp, xs, x_div, gp, gs, rpw);                                                 \
         else                                                                                       \
-            hm_launch(matvec_exp_glu_k<t, false>, grid, MV_WARPS * 32, 0, stream, a, id, xp, xs,   \
-                      x_div, gp, gs, rpw);                                                         \
+            hm_launch(matvec_exp_glu_k<t, false, false>, grid, MV_WARPS * 32, 0, stream, a, id,    \
+                      xp, xs, x_div, gp, gs, rpw);                                                 \
         break;
             HM_CU_TYPES(X)
 #undef X

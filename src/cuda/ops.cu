@@ -12,16 +12,22 @@
 #include "cuda/kernels.h"
 #include "cuda/twins.h"
 
+static thread_local bool pdl_allowed = false;
+
+extern "C" void hm_cu_pdl_allow(bool on) {
+    pdl_allowed = on;
+}
+
 bool hm_cu_pdl() {
     static const bool on = [] {
         const char *v = getenv("HMOE_CUDA_PDL");
         int dev = 0, major = 0;
-        return v && !strcmp(v, "1") && cudaGetDevice(&dev) == cudaSuccess &&
+        return !(v && !strcmp(v, "0")) && cudaGetDevice(&dev) == cudaSuccess &&
                cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
                    cudaSuccess &&
                major >= 9;
     }();
-    return on;
+    return on && pdl_allowed;
 }
 
 // One block of RN_T threads per token: a decode step's norms are one token each, so the block's

@@ -713,6 +713,11 @@ static void top_run(const void *p) {
     }
 }
 
+/* the host GPU runs one kernel at a time: nothing to launch ahead */
+void hm_cu_pdl_allow(bool on) {
+    (void)on;
+}
+
 /* the host GPU walks each row whole: the scratch of the segmented form goes unused */
 size_t hm_cu_top_scratch(int rows, int V) {
     (void)rows, (void)V;
