@@ -851,6 +851,60 @@ static void check_router_sigmoid(void) {
     cudaFree(drl), cudaFree(db), cudaFree(dw), cudaFree(did);
 }
 
+/* The hybrid step's hand-off through pinned memory: the rows, ids and weights written to the
+ * host and the out flag rung with the step's number; the in side waiting for its flag (rung
+ * here before the launch), then adding or assigning the host's sum. */
+static void check_handoff(void) {
+    enum { N = 3, H = 70, XS = 75, K = 4 };
+    float x[N * XS], w[N * K], out[N * XS], sum[N * H];
+    int32_t ids[N * K];
+    for (int i = 0; i < N * XS; i++) x[i] = rndf(), out[i] = rndf();
+    for (int i = 0; i < N * K; i++) ids[i] = (int32_t)(rnd32() % 100) - 1, w[i] = rndf();
+    for (int i = 0; i < N * H; i++) sum[i] = rndf();
+    float *dx = dev_copy(x, sizeof x), *dw = dev_copy(w, sizeof w),
+          *dout = dev_copy(out, sizeof out);
+    int32_t *di = dev_copy(ids, sizeof ids);
+    const uint32_t ep = 7;
+    uint32_t *dep = dev_copy(&ep, sizeof ep);
+    void *hb = NULL;
+    const size_t hbytes = sizeof(float) * (2 * N * H + N * K) + sizeof(int32_t) * (N * K + 3);
+    CU(cudaMallocHost(&hb, hbytes));
+    memset(hb, 0, hbytes);
+    float *hx = hb, *hout = hx + N * H, *hw = hout + N * H;
+    int32_t *hid = (int32_t *)(hw + N * K);
+    uint32_t *ring = (uint32_t *)(hid + N * K), *err = ring + 2;
+    memcpy(hout, sum, sizeof sum);
+    CU(hm_cu_handoff_out(dx, XS, N, H, di, dw, N * K, hx, hid, hw, ring, dep, 0));
+    CU(cudaDeviceSynchronize());
+    int bad = 0;
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < H; j++) bad += !same_bits(hx[t * H + j], x[t * XS + j]);
+    bad += memcmp(hid, ids, sizeof ids) != 0 || memcmp(hw, w, sizeof w) != 0;
+    CHECK_MSG(bad == 0 && ring[0] == ep, "hand-off out: %d wrong, ring %u", bad, ring[0]);
+    for (int add = 0; add < 2; add++) {
+        ring[1] = ep;
+        float *o2 = dev_copy(out, sizeof out), got[N * XS];
+        CU(hm_cu_handoff_in(ring + 1, dep, hout, N, H, add, o2, XS, err, 0));
+        CU(cudaDeviceSynchronize());
+        host_copy(got, o2, sizeof got);
+        bad = 0;
+        for (int t = 0; t < N; t++)
+            for (int j = 0; j < XS; j++) {
+                const float want = j < H ? (add ? out[t * XS + j] + sum[t * H + j] : sum[t * H + j])
+                                         : out[t * XS + j];
+                bad += !same_bits(got[t * XS + j], want);
+            }
+        CHECK_MSG(bad == 0 && *err == 0, "hand-off in (add %d): %d wrong, err %u", add, bad, *err);
+        cudaFree(o2);
+    }
+    CHECK(hm_cu_handoff_out(dx, XS, -1, H, di, dw, 0, hx, hid, hw, ring, dep, 0) ==
+          cudaErrorInvalidValue);
+    CHECK(hm_cu_handoff_in(ring + 1, dep, hout, N, 0, true, dout, XS, err, 0) ==
+          cudaErrorInvalidValue);
+    cudaFreeHost(hb);
+    cudaFree(dx), cudaFree(dw), cudaFree(dout), cudaFree(di), cudaFree(dep);
+}
+
 /* the sampler's candidates against a sort: the k largest, ties to the lower token, in token
  * order; ties across the radix passes' boundaries, -0 and +0, -inf, a NaN row */
 static void check_top_candidates(void) {
@@ -1251,6 +1305,7 @@ static void check_kernels(void) {
     CHECK(!hm_cu_type_ok(HM_TYPE_Q8_K) && !hm_cu_type_ok(HM_TYPE_IQ2_XXS) && !hm_cu_type_ok(9999));
     check_bias_gated_add();
     check_top_candidates();
+    check_handoff();
     check_router_sigmoid();
     check_norm_glu_router();
     for (int f16 = 0; f16 < 2; f16++) {

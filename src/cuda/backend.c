@@ -19,6 +19,7 @@
 #endif
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,8 @@
 #include "quant/types.h"
 #include "hmoe_moe.h"
 
-enum { LOGIT_ROWS = 64 }; /* rows of logits computed and copied back per pass */
+enum { LOGIT_ROWS = 64 };  /* rows of logits computed and copied back per pass */
+enum { BELL_STRIDE = 16 }; /* uint32 words between doorbells: a cache line */
 /* GPU memory kept free beyond the arena: the CUDA context, cuBLAS's workspace, graphs */
 #define HM_CUDA_MARGIN ((size_t)512 << 20)
 
@@ -68,6 +70,17 @@ struct hm_cuda_ctx {
     void *h_hyb;             /* pinned: x [B][H], out [B][H], ids [B][k], w [B][k] */
     float *h_x, *h_out, *h_w;
     int32_t *h_ids;
+    /* A replayed decode step hands off through doorbells instead of host functions: the GPU
+     * writes x, ids and weights straight into the pinned buffers and rings layer il's out bell,
+     * the step's thread (bells_run) runs the CPU experts and rings the in bell, on which the GPU
+     * waits before reading the sum. Bells [2][n_layers][BELL_STRIDE] (out, in: a cache line
+     * each), pinned, then h_epoch (the step's number, uploaded to d_epoch: a graph's launches
+     * keep their arguments, so the GPU reads which ring to wait for) and h_bell_err (set by a
+     * wait that timed out). bells: the step being enqueued uses them; no_bells:
+     * HMOE_CUDA_BELLS=0 (host functions, for A/B). */
+    uint32_t *h_bell, *h_epoch, *h_bell_err, *d_epoch;
+    uint32_t epoch;
+    bool bells, no_bells;
     /* --defer K: each token's K lowest-weighted CPU experts of layer L run while layer L+1 does
      * (their ids in d_later, the others' in d_now; their sum in h_def, added to layer L+1's
      * output); def_pend is the layer whose deferred experts are in flight, or -1 */
@@ -540,6 +553,7 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->d_top_ids = take(c, sizeof(int32_t) * (size_t)B * HM_CU_TOP_MAX);
     c->d_top_vals = take(c, sizeof(float) * (size_t)B * HM_CU_TOP_MAX);
     c->d_top_bad = take(c, sizeof(int32_t) * (size_t)B);
+    c->d_epoch = c->cpu_moe ? take(c, sizeof(uint32_t)) : NULL;
     const size_t tsc = hm_cu_top_scratch(B > LOGIT_ROWS ? B : LOGIT_ROWS, (int)hp->vocab_size);
     c->d_top_scratch = tsc ? take(c, tsc) : NULL;
     return HM_OK;
@@ -619,6 +633,13 @@ static const int32_t *d_seq(const hm_cuda_ctx *c) {
 }
 static const int32_t *d_rows(const hm_cuda_ctx *c) {
     return c->d_in + 3 * c->n_batch;
+}
+
+static uint32_t *bell_out(const hm_cuda_ctx *c, int il) {
+    return c->h_bell + (size_t)il * BELL_STRIDE;
+}
+static uint32_t *bell_in(const hm_cuda_ctx *c, int il) {
+    return c->h_bell + ((size_t)c->m->hp.n_layers + (size_t)il) * BELL_STRIDE;
 }
 
 /* Host functions of the hybrid step (they run on a CUDA thread, in stream order, and must not
@@ -857,8 +878,12 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
            "expert counts");
     const bool split = streamed && c->lw_ns[il] < c->lw_nc[il]; /* some stay on the CPU */
     const bool on_cpu = c->cpu_moe && c->cpu_moe[il] && (!streamed || split),
-               on_gpu = ex[0].data != NULL;
-    if (on_cpu) {
+               on_gpu = ex[0].data != NULL, bell = on_cpu && c->bells && !streamed;
+    if (bell) {
+        CK(hm_cu_handoff_out(x, xs, n, H, c->ids, c->w, np, c->h_x, c->h_ids, c->h_w,
+                             bell_out(c, il), c->d_epoch, c->s),
+           "experts' input to the CPU");
+    } else if (on_cpu) {
         CK(cudaMemcpy2DAsync(c->h_x, sizeof(float) * (size_t)H, x, sizeof(float) * (size_t)xs,
                              sizeof(float) * (size_t)H, (size_t)n, cudaMemcpyDeviceToHost, c->s),
            "experts' input to the host");
@@ -869,11 +894,11 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
            "expert weights to the host");
         CK(cudaLaunchHostFunc(c->s, submit_cb, &c->cb[il]), "host function (submit)");
     }
-    if (!on_gpu) {
+    if (!on_gpu && !bell) {
         CK(cudaMemset2DAsync(out, sizeof(float) * (size_t)os, 0, sizeof(float) * (size_t)H,
                              (size_t)n, c->s),
            "experts' sum");
-    } else {
+    } else if (on_gpu) {
         const int32_t *ids = c->ids;
         if (c->remap[il]) {
             CK(hm_cu_moe_gid(c->ids, np, c->slot_of + (size_t)il * hp->n_experts, c->gid, c->s),
@@ -910,7 +935,11 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
         const hm_status st = run_streamed(c, il, n, x, xs, out, os);
         if (st) return st;
     }
-    if (on_cpu) {
+    if (bell) {
+        CK(hm_cu_handoff_in(bell_in(c, il), c->d_epoch, c->h_out, n, H, on_gpu, out, os,
+                            c->h_bell_err, c->s),
+           "CPU experts' sum to the GPU");
+    } else if (on_cpu) {
         CK(cudaLaunchHostFunc(c->s, wait_cb, &c->cb[il]), "host function (wait)");
         CK(cudaMemcpyAsync(c->cpu_out, c->h_out, sizeof(float) * (size_t)n * (size_t)H,
                            cudaMemcpyHostToDevice, c->s),
@@ -1510,6 +1539,8 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->prof = ep && !strcmp(ep, "1");
     const char *em = getenv("HMOE_CUDA_MMQ");
     c->no_mmq = em && !strcmp(em, "0");
+    const char *eb = getenv("HMOE_CUDA_BELLS");
+    c->no_bells = eb && !strcmp(eb, "0");
     const char *eu = getenv("HMOE_CUDA_FUSE");
     c->no_fuse = eu && !strcmp(eu, "0");
     const char *ef = getenv("HMOE_CUDA_FA"), *efm = getenv("HMOE_CUDA_FA_MIN");
@@ -1572,6 +1603,12 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
         c->h_ids = (int32_t *)(c->h_w + B * K);
         for (uint32_t il = 0; il < hp->n_layers; il++)
             c->cb[il] = (hyb_cb){c, (int)il, false, false, 0};
+        const size_t nb = (2 * (size_t)hp->n_layers + 2) * BELL_STRIDE;
+        FAIL(cudaMallocHost((void **)&c->h_bell, sizeof(uint32_t) * nb),
+             "cudaMallocHost (doorbells)");
+        memset(c->h_bell, 0, sizeof(uint32_t) * nb);
+        c->h_epoch = c->h_bell + 2 * (size_t)hp->n_layers * BELL_STRIDE;
+        c->h_bell_err = c->h_epoch + BELL_STRIDE;
         FAIL(cudaMallocHost((void **)&c->h_sslot,
                             sizeof(int32_t) * (size_t)hp->n_layers * (size_t)hp->n_experts),
              "cudaMallocHost (streamed expert slots)");
@@ -1650,6 +1687,45 @@ static hm_status forward(hm_cuda_ctx *c, int n, int nw, float *logits) {
                "logits download");
     }
     return HM_OK;
+}
+
+/* The CPU side of a step replayed with doorbells, on the step's thread: per layer with CPU
+ * experts, in order, wait for the GPU's ring at this step's epoch, do what the host functions
+ * do (submit, wait, deferral) and ring back. A failed or finished stream without the ring ends
+ * the wait; every layer not answered by then is rung anyway, so that no GPU wait is left
+ * hanging (the step reports the failure). */
+static hm_status bells_run(hm_cuda_ctx *c) {
+    const int L = (int)c->m->hp.n_layers;
+    const uint32_t ep = c->epoch;
+    hm_status st = HM_OK;
+    int il = 0;
+    for (; il < L; il++) {
+        if (!c->cpu_moe[il]) continue;
+        const uint32_t *ring = bell_out(c, il);
+        for (unsigned spin = 1; __atomic_load_n(ring, __ATOMIC_ACQUIRE) != ep; spin++) {
+            hm_cpu_relax();
+            if (spin % 256) continue;
+            const cudaError_t e = cudaStreamQuery(c->s);
+            if (e == cudaErrorNotReady) {
+                sched_yield();
+                continue;
+            }
+            if (__atomic_load_n(ring, __ATOMIC_ACQUIRE) == ep) break;
+            st = e == cudaSuccess
+                     ? hm_errorf(HM_ERR_INTERNAL,
+                                 "cuda: the step ended without handing layer %d to the CPU", il)
+                     : hm_errorf(HM_ERR_DEVICE, "cuda: step before layer %d's hand-off: %s", il,
+                                 cudaGetErrorString(e));
+            break;
+        }
+        if (st) break;
+        submit_cb(&c->cb[il]);
+        wait_cb(&c->cb[il]);
+        __atomic_store_n(bell_in(c, il), ep, __ATOMIC_RELEASE);
+    }
+    for (; il < L; il++)
+        if (c->cpu_moe[il]) __atomic_store_n(bell_in(c, il), ep, __ATOMIC_RELEASE);
+    return st;
 }
 
 /* A decode step of n tokens and nw wanted rows from its CUDA graph, captured on first use. */
@@ -1785,7 +1861,22 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
     c->top_k = top_k;
     hm_status st;
     if (n <= HM_CU_MATVEC_MAX && !c->no_graphs && !c->prof) {
+        /* a hybrid step hands off through doorbells, rung for this step's epoch */
+        c->bells = c->cpu_moe && !c->no_bells && !c->lw_on;
+        if (c->bells) {
+            if (++c->epoch == 0) c->epoch = 1; /* the bells start at 0 */
+            *c->h_epoch = c->epoch;
+            CK(cudaMemcpyAsync(c->d_epoch, c->h_epoch, sizeof(uint32_t), cudaMemcpyHostToDevice,
+                               c->s),
+               "step number upload");
+        }
         st = replay(c, n, logits || top_k ? nw : 0);
+        if (c->bells) { /* the CPU side, while the GPU runs the step; before any copy to
+                           pageable memory, which would wait for the step's end */
+            c->bells = false;
+            if (!st) st = bells_run(c);
+            if (st) cudaStreamSynchronize(c->s); /* every bell rung: the step ends */
+        }
         if (!st && logits && nw)
             CK(cudaMemcpyAsync(logits, c->logits, sizeof(float) * (size_t)nw * hp->vocab_size,
                                cudaMemcpyDeviceToHost, c->s),
@@ -1818,6 +1909,10 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
     CK(cudaEventRecord(c->done, c->s), "forward pass");
     CK(cudaEventSynchronize(c->done), "forward pass");
     if (c->hyb_st) return hm_errorf(c->hyb_st, "%s", c->hyb_msg);
+    if (c->h_bell_err && *c->h_bell_err) {
+        *c->h_bell_err = 0;
+        return hm_errorf(HM_ERR_DEVICE, "cuda: the GPU waited 30 s for the CPU experts' sum");
+    }
     if (top_k && nw) {
         const size_t cnt = (size_t)nw * (size_t)top_k;
         memcpy(ids, h_ids, sizeof(int32_t) * cnt);

@@ -245,6 +245,22 @@ cudaError_t hm_cu_mla_store(const hm_cu_mla *a, const hm_cu_kv *kv, int n, cudaS
 cudaError_t hm_cu_mla_absorb(const hm_cu_mla *a, int n, cudaStream_t stream);
 cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t stream);
 
+/* The hybrid decode step's hand-off through host memory the GPU reads and writes directly
+ * (pinned), with a flag word per direction and layer instead of host functions:
+ *   hm_cu_handoff_out: the n rows of x (h values, rows xs apart), the np ids and weights into
+ *     hx, hids, hw (host), then *flag = *epoch, visible to the CPU after the data;
+ *   hm_cu_handoff_in: waits until *flag (host, written by the CPU after hout) equals *epoch,
+ *     then out[t] (+)= hout[t] over n rows of h values (add: +=, else =). A wait past 30 s
+ *     writes 1 to *err (host) and goes on, so that a CPU side that never answers cannot hang
+ *     the GPU.
+ * epoch: device memory, set per step (a captured graph's launches keep their arguments). */
+cudaError_t hm_cu_handoff_out(const float *x, int64_t xs, int n, int64_t h, const int32_t *ids,
+                              const float *w, int np, float *hx, int32_t *hids, float *hw,
+                              uint32_t *flag, const uint32_t *epoch, cudaStream_t stream);
+cudaError_t hm_cu_handoff_in(const uint32_t *flag, const uint32_t *epoch, const float *hout, int n,
+                             int64_t h, bool add, float *out, int64_t os, uint32_t *err,
+                             cudaStream_t stream);
+
 #define HM_CU_TOP_MAX 256
 
 /* The sampler's candidates of rows of V logits (rows ls floats apart): row r's k (<= 256)

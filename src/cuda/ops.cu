@@ -626,6 +626,78 @@ extern "C" cudaError_t hm_cu_mla_values(const hm_cu_mla *a, int n, cudaStream_t 
     return cudaGetLastError();
 }
 
+// ---- the hybrid step's hand-off through pinned host memory (hm_cu_handoff_out / _in) ----
+
+enum { HO_T = 1024 };
+
+__device__ __forceinline__ uint32_t ho_load_acquire(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void ho_store_release(uint32_t *p, uint32_t v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t ho_clock_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void __launch_bounds__(HO_T)
+    handoff_out_k(const float *__restrict__ x, int64_t xs, int n, int64_t h,
+                  const int32_t *__restrict__ ids, const float *__restrict__ w, int np, float *hx,
+                  int32_t *hids, float *hw, uint32_t *flag, const uint32_t *__restrict__ epoch) {
+    hm_pdl_start();
+    for (int64_t i = threadIdx.x; i < (int64_t)n * h; i += HO_T) hx[i] = x[(i / h) * xs + i % h];
+    for (int i = threadIdx.x; i < np; i += HO_T) hids[i] = ids[i], hw[i] = w[i];
+    __threadfence_system(); // each thread's writes before the block's barrier, then the flag
+    __syncthreads();
+    if (threadIdx.x == 0) ho_store_release(flag, *epoch);
+}
+
+__global__ void __launch_bounds__(HO_T)
+    handoff_in_k(const uint32_t *flag, const uint32_t *__restrict__ epoch, const float *hout, int n,
+                 int64_t h, bool add, float *__restrict__ out, int64_t os, uint32_t *err) {
+    hm_pdl_start();
+    if (threadIdx.x == 0) {
+        const uint32_t want = *epoch;
+        const uint64_t t0 = ho_clock_ns();
+        while (ho_load_acquire(flag) != want)
+            if (ho_clock_ns() - t0 > 30000000000ull) {
+                *(volatile uint32_t *)err = 1;
+                break;
+            }
+        __threadfence_system();
+    }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < (int64_t)n * h; i += HO_T) {
+        const float v = __ldcv(hout + i);
+        float *o = out + (i / h) * os + i % h;
+        *o = add ? *o + v : v;
+    }
+}
+
+extern "C" cudaError_t hm_cu_handoff_out(const float *x, int64_t xs, int n, int64_t h,
+                                         const int32_t *ids, const float *w, int np, float *hx,
+                                         int32_t *hids, float *hw, uint32_t *flag,
+                                         const uint32_t *epoch, cudaStream_t stream) {
+    if (n < 0 || np < 0 || h <= 0) return cudaErrorInvalidValue;
+    hm_launch(handoff_out_k, 1, HO_T, 0, stream, x, xs, n, h, ids, w, np, hx, hids, hw, flag,
+              epoch);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_handoff_in(const uint32_t *flag, const uint32_t *epoch,
+                                        const float *hout, int n, int64_t h, bool add, float *out,
+                                        int64_t os, uint32_t *err, cudaStream_t stream) {
+    if (n < 0 || h <= 0) return cudaErrorInvalidValue;
+    hm_launch(handoff_in_k, 1, HO_T, 0, stream, flag, epoch, hout, n, h, add, out, os, err);
+    return cudaGetLastError();
+}
+
 // ---- the sampler's candidates: each row's k largest logits (ties to the lower token), in token
 // order, as hm_sampler's top-k leaves them (hm_sampler_sample_candidates) ----
 

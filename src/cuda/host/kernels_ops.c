@@ -11,10 +11,12 @@
  * flash-decoding splits of hm_cu_attention are not needed here: every (token, head) runs over
  * all its positions in one pass, in chunks of the kernel's size. */
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/timer.h"
 #include "cuda/kernels.h"
 #include "cuda/twins.h"
 #include "quant/fp16.h"
@@ -711,6 +713,91 @@ static void top_run(const void *p) {
         }
         a->bad[row] = bad;
     }
+}
+
+/* ---- the hybrid step's hand-off (ops.cu's hm_cu_handoff_out / _in) ------------------------- */
+
+typedef struct handoff_args {
+    const float *x;
+    int64_t xs;
+    int n;
+    int64_t h;
+    const int32_t *ids;
+    const float *w;
+    int np;
+    float *hx, *hw;
+    int32_t *hids;
+    uint32_t *flag, *err;
+    const uint32_t *epoch;
+    const float *hout;
+    bool add;
+    float *out;
+    int64_t os;
+} handoff_args;
+
+static void handoff_out_run(const void *p) {
+    const handoff_args *a = p;
+    for (int t = 0; t < a->n; t++)
+        memcpy(a->hx + (int64_t)t * a->h, a->x + (int64_t)t * a->xs, sizeof(float) * (size_t)a->h);
+    if (a->np > 0) {
+        memcpy(a->hids, a->ids, sizeof(int32_t) * (size_t)a->np);
+        memcpy(a->hw, a->w, sizeof(float) * (size_t)a->np);
+    }
+    __atomic_store_n(a->flag, *a->epoch, __ATOMIC_RELEASE);
+}
+
+static void handoff_in_run(const void *p) {
+    const handoff_args *a = p;
+    const uint32_t want = *a->epoch;
+    const uint64_t t0 = hm_time_ns();
+    while (__atomic_load_n(a->flag, __ATOMIC_ACQUIRE) != want) {
+        if (hm_time_ns() - t0 > 30000000000ull) {
+            __atomic_store_n(a->err, 1u, __ATOMIC_RELAXED);
+            break;
+        }
+        sched_yield(); /* the CPU side shares this machine's cores */
+    }
+    for (int t = 0; t < a->n; t++)
+        for (int64_t j = 0; j < a->h; j++) {
+            float *o = a->out + (int64_t)t * a->os + j;
+            const float v = a->hout[(int64_t)t * a->h + j];
+            *o = a->add ? *o + v : v;
+        }
+}
+
+cudaError_t hm_cu_handoff_out(const float *x, int64_t xs, int n, int64_t h, const int32_t *ids,
+                              const float *w, int np, float *hx, int32_t *hids, float *hw,
+                              uint32_t *flag, const uint32_t *epoch, cudaStream_t stream) {
+    if (n < 0 || np < 0 || h <= 0) return cudaErrorInvalidValue;
+    const handoff_args a = {.x = x,
+                            .xs = xs,
+                            .n = n,
+                            .h = h,
+                            .ids = ids,
+                            .w = w,
+                            .np = np,
+                            .hx = hx,
+                            .hw = hw,
+                            .hids = hids,
+                            .flag = flag,
+                            .epoch = epoch};
+    return hm_host_launch(stream, handoff_out_run, &a, sizeof a);
+}
+
+cudaError_t hm_cu_handoff_in(const uint32_t *flag, const uint32_t *epoch, const float *hout, int n,
+                             int64_t h, bool add, float *out, int64_t os, uint32_t *err,
+                             cudaStream_t stream) {
+    if (n < 0 || h <= 0) return cudaErrorInvalidValue;
+    const handoff_args a = {.n = n,
+                            .h = h,
+                            .flag = (uint32_t *)flag,
+                            .err = err,
+                            .epoch = epoch,
+                            .hout = hout,
+                            .add = add,
+                            .out = out,
+                            .os = os};
+    return hm_host_launch(stream, handoff_in_run, &a, sizeof a);
 }
 
 /* the host GPU runs one kernel at a time: nothing to launch ahead */

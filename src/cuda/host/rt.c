@@ -498,6 +498,18 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     return cudaSuccess;
 }
 
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    s = resolve(s);
+    if (s->capturing) {
+        s->invalid = true;
+        return fail(cudaErrorStreamCaptureUnsupported);
+    }
+    pthread_mutex_lock(&s->mu);
+    const bool done = s->done >= s->queued;
+    pthread_mutex_unlock(&s->mu);
+    return done ? cudaSuccess : cudaErrorNotReady; /* not ready is no error: not sticky */
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
     if (capturing_here()) return fail(cudaErrorStreamCaptureUnsupported);
     resolve(NULL);
