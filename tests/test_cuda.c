@@ -451,16 +451,20 @@ static void check_quantized_gpu(int type, int experts_type) {
         if (!gguf_logits(fpath, &f, i, HM_DEVICE_CPU, false, HM_GPU_EXPERTS_FIT, lf)) break;
         const size_t nv = (size_t)f.len[i] * (size_t)V;
         /* matvec, tiles, hybrid matvec, hybrid tiles, bf16 x 2, streamed with 1 and 0 resident
-         * (from 9 tokens: the smallest batch on the tiles), half streamed with 1 and 0 */
-        for (int k = 0; k < 10; k++) {
-            const bool lw = k >= 6, one = !(k & 1) && !lw, hyb = k == 2 || k == 3 || lw,
-                       bf16 = k == 4 || k == 5, split = k >= 8;
+         * (from 9 tokens: the smallest batch on the tiles), half streamed with 1 and 0; then
+         * tiles and hybrid tiles with the dense matmuls of 9 tokens or more in half on cuBLAS */
+        for (int k = 0; k < 12; k++) {
+            const bool lw = k >= 6 && k < 10, one = !(k & 1) && !lw && k < 10,
+                       hyb = k == 2 || k == 3 || lw || k == 11, bf16 = k == 4 || k == 5,
+                       split = k == 8 || k == 9, hg = k >= 10;
             uint64_t streamed = 0, handed = 0;
             if (split) setenv("HMOE_LW_SPLIT", "0.5", 1);
+            if (hg) setenv("HMOE_CUDA_HGEMM_MIN", "9", 1);
             CHECK(gguf_logits_stream(path, &f, i, HM_DEVICE_CUDA, one,
                                      k & 1 && lw ? 0 : (hyb ? 1 : HM_GPU_EXPERTS_FIT), bf16,
                                      lw ? 9 : HM_PREFILL_STREAM_OFF, &streamed, &handed, lg));
             unsetenv("HMOE_LW_SPLIT");
+            unsetenv("HMOE_CUDA_HGEMM_MIN");
             if (lw && f.len[i] >= 9) {
                 CHECK_MSG(streamed > 0, "cuda %s/%s: a prompt of %d tokens streamed no layer",
                           hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
@@ -477,7 +481,8 @@ static void check_quantized_gpu(int type, int experts_type) {
             printf("  cuda %s/%s %s%s%s%s vs exact kernels on the same weights, prompt %d: rel "
                    "%.2e, KL mean %.2e max %.2e\n",
                    hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
-                   one ? "matvec" : "tensor cores", hyb ? " hybrid" : "", bf16 ? " bf16" : "",
+                   one ? "matvec" : (hg ? "tensor cores, dense in half on cuBLAS" : "tensor cores"),
+                   hyb ? " hybrid" : "", bf16 ? " bf16" : "",
                    lw ? (k & 1 ? (split ? " half streamed (0 resident)" : " streamed (0 resident)")
                                : (split ? " half streamed (1 resident)" : " streamed (1 resident)"))
                       : "",
@@ -695,6 +700,18 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         CHECK(places == NB * K);
         CHECK_MSG(worst <= 2e-3, "%s tensor-core experts: error %.3g", ti->name, worst);
         cudaFree(dpid), cudaFree(ob);
+    }
+    /* dequantization to half: the reference's values rounded to nearest even */
+    if (!(cols % 2)) {
+        uint16_t *dh = dev_copy(NULL, sizeof(uint16_t) * (size_t)(rows * cols));
+        uint16_t *yh = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
+        CU(hm_cu_dequant_f16(&cw, 0, rows, dh, 0));
+        host_copy(yh, dh, sizeof(uint16_t) * (size_t)(rows * cols));
+        bad = 0;
+        for (int64_t i = 0; i < rows * cols; i++) bad += yh[i] != hm_f32_to_f16(ref[i]);
+        CHECK_MSG(bad == 0, "%s %lldx%lld: %d values as half differ", ti->name, (long long)rows,
+                  (long long)cols, bad);
+        cudaFree(dh), free(yh);
     }
     /* the embedding gather: rows by id, the reference's bits */
     int32_t tok[4] = {(int32_t)(rows - 1), 0, (int32_t)(rows / 2), 0};

@@ -187,6 +187,12 @@ struct hm_cuda_ctx {
     int att_splits;
     float *deq; /* the GEMM path's dequantized rows */
     int64_t deq_elems;
+    /* batches of hgemm_min tokens or more against quantized (or F16) dense weights: the weights
+     * dequantized to half into deq (2 deq_elems of them at a time), the activations to half in
+     * xh, and cuBLAS's GEMM on the tensor cores with float sums (HMOE_CUDA_HGEMM_MIN, 64;
+     * HMOE_CUDA_HGEMM=0: the tile kernel, hm_cu_mmq, for every batch) */
+    uint16_t *xh;
+    int hgemm_min;
     float *logits; /* [LOGIT_ROWS][vocab] */
     /* hm_cuda_ctx_decode_top: each wanted row's top_k candidates ([n_batch][256] ids, values,
      * a NaN/inf flag per row), and their pinned staging */
@@ -548,6 +554,7 @@ static hm_status layout(hm_cuda_ctx *c) {
         if (g->nodes[i].op == HM_OP_MATMUL && g->nodes[i].w->cols > wide)
             wide = g->nodes[i].w->cols;
     c->xb = c->bf16 && B > HM_CU_MATVEC_MAX ? take(c, sizeof(uint16_t) * (size_t)(B * wide)) : NULL;
+    c->xh = B > HM_CU_MATVEC_MAX ? take(c, sizeof(uint16_t) * (size_t)(B * wide)) : NULL;
     if (B <= HM_CU_MATVEC_MAX) c->deq_elems = 0;
     c->logits = take(c, sizeof(float) * (size_t)LOGIT_ROWS * hp->vocab_size);
     c->d_top_ids = take(c, sizeof(int32_t) * (size_t)B * HM_CU_TOP_MAX);
@@ -566,12 +573,33 @@ static hm_status mm(hm_cuda_ctx *c, const hm_cu_w *w, const float *x, int64_t xs
         CK(hm_cu_matvec(w, x, xs, n, y, ys, c->s), "matvec");
         return HM_OK;
     }
+    const float one = 1.0f, zero = 0.0f;
+    if (n >= c->hgemm_min && c->xh && c->deq && !c->no_mmq &&
+        (hm_cu_mmq_type_ok(w->type) || w->type == HM_TYPE_F16) && !(w->cols % 32)) {
+        CK(hm_cu_f32_to_f16(x, xs, n, w->cols, c->xh, c->s), "activations to half");
+        const int64_t chunk = 2 * c->deq_elems / w->cols;
+        if (chunk < 1)
+            return hm_errorf(HM_ERR_INTERNAL, "cuda: no half scratch for %lld columns",
+                             (long long)w->cols);
+        for (int64_t r0 = 0; r0 < w->rows; r0 += chunk) {
+            const int64_t nr = w->rows - r0 < chunk ? w->rows - r0 : chunk;
+            CK(hm_cu_dequant_f16(w, r0, nr, (uint16_t *)c->deq, c->s), "weights to half");
+            cublasStatus_t bs = cublasGemmEx(
+                c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)w->cols, &one, c->deq,
+                CUDA_R_16F, (int)w->cols, c->xh, CUDA_R_16F, (int)w->cols, &zero, y + r0,
+                CUDA_R_32F, (int)ys, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            if (bs != CUBLAS_STATUS_SUCCESS)
+                return hm_errorf(HM_ERR_DEVICE,
+                                 "cublas: half GEMM %lldx%lld by %d tokens: status %d",
+                                 (long long)nr, (long long)w->cols, n, (int)bs);
+        }
+        return HM_OK;
+    }
     if (!c->no_mmq && hm_cu_mmq_type_ok(w->type)) {
         const hm_cu_mmq_args a = {x, xs, NULL, y, ys, NULL, NULL, NULL, NULL, n};
         CK(hm_cu_mmq(w, &a, 0, c->s), "quantized matmul");
         return HM_OK;
     }
-    const float one = 1.0f, zero = 0.0f;
     if (c->xb && w->type == HM_TYPE_BF16 && w->row_bytes == (size_t)w->cols * 2) {
         CK(hm_cu_f32_to_bf16(x, xs, n, w->cols, c->xb, c->s), "activations to BF16");
         cublasStatus_t bs =
@@ -1539,6 +1567,10 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->prof = ep && !strcmp(ep, "1");
     const char *em = getenv("HMOE_CUDA_MMQ");
     c->no_mmq = em && !strcmp(em, "0");
+    const char *eh = getenv("HMOE_CUDA_HGEMM"), *ehm = getenv("HMOE_CUDA_HGEMM_MIN");
+    c->hgemm_min = eh && !strcmp(eh, "0")                ? INT_MAX
+                   : ehm && atoi(ehm) > HM_CU_MATVEC_MAX ? atoi(ehm)
+                                                         : 64;
     const char *eb = getenv("HMOE_CUDA_BELLS");
     c->no_bells = eb && !strcmp(eb, "0");
     const char *eu = getenv("HMOE_CUDA_FUSE");

@@ -113,6 +113,11 @@ cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w *wu, const
 cudaError_t hm_cu_dequant_f32(const hm_cu_w *w, int64_t row0, int64_t nrows, float *dst,
                               cudaStream_t stream);
 
+/* the same rows as IEEE half (each dequantized value rounded to nearest even): the weights of a
+ * batch's GEMM on the tensor cores (cuBLAS, half inputs, float sums) */
+cudaError_t hm_cu_dequant_f16(const hm_cu_w *w, int64_t row0, int64_t nrows, uint16_t *dst,
+                              cudaStream_t stream);
+
 /* x[i] = the embedding row of token tok[i] (tok in device memory), as floats */
 cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x, cudaStream_t stream);
 
@@ -139,6 +144,10 @@ cudaError_t hm_cu_glu(float *g, int64_t gs, const float *u, int64_t us, int n, i
  * even (hm_f32_to_bf16) */
 cudaError_t hm_cu_f32_to_bf16(const float *x, int64_t xs, int n, int64_t cols, uint16_t *y,
                               cudaStream_t stream);
+
+/* the same as IEEE half, rounded to nearest even (hm_f32_to_f16); 65504 and beyond become inf */
+cudaError_t hm_cu_f32_to_f16(const float *x, int64_t xs, int n, int64_t cols, uint16_t *y,
+                             cudaStream_t stream);
 
 /* The experts' biases: for each of n_pairs (token, expert) pairs p with ids[p] >= 0 (the
  * expert's place among the layer's GPU experts), row pos_of[p] of y (pos_of NULL: row p) +=

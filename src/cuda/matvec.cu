@@ -2,6 +2,7 @@
 // (one warp per row, up to 8 tokens per read of the weights), the experts' per-pair matvec, and
 // dequantization to floats (the GEMM path of larger batches, the embedding gather). A block's
 // arithmetic is dq.h's, which the CPU tests check against the reference dequantizers.
+#include <cuda_fp16.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -510,6 +511,49 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
         else                                                                                       \
             hm_launch(matvec_exp_glu_k<t, false, false>, grid, MV_WARPS * 32, 0, stream, a, id,    \
                       xp, xs, x_div, gp, gs, rpw);                                                 \
+        break;
+            HM_CU_TYPES(X)
+#undef X
+        default:
+            return cudaErrorInvalidValue;
+        }
+    }
+    return cudaGetLastError();
+}
+
+// row0 + i of W as IEEE half, rounded to nearest even
+template <int T>
+__global__ void __launch_bounds__(128)
+    dequant_h_k(hm_cu_w w, int64_t row0, __half *__restrict__ dst) {
+    hm_pdl_start();
+    const int64_t i = blockIdx.x;
+    const uint8_t *row = (const uint8_t *)w.data + (row0 + i) * (int64_t)w.row_bytes;
+    __half *d = dst + i * w.cols;
+    if (HM_CU_FLOAT(T)) {
+        for (int64_t j = threadIdx.x; j < w.cols; j += blockDim.x)
+            d[j] = __float2half_rn(elem<T>(row, j));
+    } else {
+        for (int64_t c = threadIdx.x; c < w.cols / 32; c += blockDim.x) {
+            float v[32];
+            hm_dq32(T, row, c, v);
+            __half2 *d2 = (__half2 *)(d + c * 32);
+#pragma unroll
+            for (int e = 0; e < 16; e++) d2[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
+        }
+    }
+}
+
+extern "C" cudaError_t hm_cu_dequant_f16(const hm_cu_w *w, int64_t row0, int64_t nrows,
+                                         uint16_t *dst, cudaStream_t stream) {
+    if (nrows <= 0) return cudaSuccess;
+    if ((!HM_CU_FLOAT(w->type) && w->cols % 32) || w->cols % 2) return cudaErrorInvalidValue;
+    for (int64_t r = 0; r < nrows; r += 1 << 30) {
+        const int64_t nr = nrows - r < (1 << 30) ? nrows - r : (1 << 30);
+        __half *d = (__half *)dst + r * w->cols;
+        switch (w->type) {
+#define X(t)                                                                                       \
+    case t:                                                                                        \
+        hm_launch(dequant_h_k<t>, (unsigned)nr, 128, 0, stream, *w, row0 + r, d);                  \
         break;
             HM_CU_TYPES(X)
 #undef X

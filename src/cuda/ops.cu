@@ -119,6 +119,24 @@ extern "C" cudaError_t hm_cu_f32_to_bf16(const float *x, int64_t xs, int n, int6
     return cudaGetLastError();
 }
 
+__global__ void f32_to_f16_k(const float *__restrict__ x, int64_t xs, int64_t total, int64_t cols,
+                             __half *__restrict__ y) {
+    hm_pdl_start();
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x)
+        y[idx] = __float2half_rn(x[idx / cols * xs + idx % cols]);
+}
+
+extern "C" cudaError_t hm_cu_f32_to_f16(const float *x, int64_t xs, int n, int64_t cols,
+                                        uint16_t *y, cudaStream_t stream) {
+    const int64_t total = (int64_t)n * cols;
+    if (total <= 0) return cudaSuccess;
+    int64_t blocks = (total + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    hm_launch(f32_to_f16_k, (unsigned)blocks, 256, 0, stream, x, xs, total, cols, (__half *)y);
+    return cudaGetLastError();
+}
+
 // one block per (token, expert) pair: its row of y gets its expert's bias
 __global__ void expert_bias_k(float *__restrict__ y, int64_t ys, const int32_t *__restrict__ pos_of,
                               const int32_t *__restrict__ ids, const float *__restrict__ bias,

@@ -191,6 +191,39 @@ static void dequant_k(const void *p) {
     }
 }
 
+typedef struct dequant_h_args {
+    hm_cu_w w;
+    int64_t row0, nrows;
+    uint16_t *dst;
+} dequant_h_args;
+
+static void dequant_h_k(const void *p) {
+    const dequant_h_args *g = p;
+    const hm_cu_w *w = &g->w;
+    float v[32];
+    for (int64_t i = 0; i < g->nrows; i++) {
+        const uint8_t *row = (const uint8_t *)w->data + (g->row0 + i) * (int64_t)w->row_bytes;
+        uint16_t *d = g->dst + i * w->cols;
+        if (FLOAT_TYPE(w->type)) {
+            for (int64_t j = 0; j < w->cols; j++) d[j] = hm_f32_to_f16(elem(w->type, row, j));
+        } else {
+            for (int64_t c = 0; c < w->cols / 32; c++) {
+                hm_dq32(w->type, row, c, v);
+                for (int e = 0; e < 32; e++) d[c * 32 + e] = hm_f32_to_f16(v[e]);
+            }
+        }
+    }
+}
+
+cudaError_t hm_cu_dequant_f16(const hm_cu_w *w, int64_t row0, int64_t nrows, uint16_t *dst,
+                              cudaStream_t stream) {
+    if (nrows <= 0) return cudaSuccess;
+    if ((!FLOAT_TYPE(w->type) && w->cols % 32) || w->cols % 2 || !hm_cu_type_ok(w->type))
+        return cudaErrorInvalidValue;
+    const dequant_h_args g = {*w, row0, nrows, dst};
+    return hm_host_launch(stream, dequant_h_k, &g, sizeof g);
+}
+
 static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t row0,
                                   int64_t nrows, float *dst, cudaStream_t stream) {
     if (nrows <= 0) return cudaSuccess;

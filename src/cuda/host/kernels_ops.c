@@ -131,6 +131,20 @@ cudaError_t hm_cu_f32_to_bf16(const float *x, int64_t xs, int n, int64_t cols, u
     return hm_host_launch(stream, bf16_run, &a, sizeof a);
 }
 
+static void f16_run(const void *p) {
+    const bf16_args *a = p;
+    for (int t = 0; t < a->n; t++)
+        for (int64_t j = 0; j < a->cols; j++)
+            a->y[(int64_t)t * a->cols + j] = hm_f32_to_f16(a->x[(int64_t)t * a->xs + j]);
+}
+
+cudaError_t hm_cu_f32_to_f16(const float *x, int64_t xs, int n, int64_t cols, uint16_t *y,
+                             cudaStream_t stream) {
+    if ((int64_t)n * cols <= 0) return cudaSuccess;
+    const bf16_args a = {x, xs, n, cols, y};
+    return hm_host_launch(stream, f16_run, &a, sizeof a);
+}
+
 typedef struct expert_bias_args {
     float *y;
     int64_t ys;

@@ -907,13 +907,14 @@ typedef struct gemm_args {
     int ta, tb, m, n, k;
     float alpha, beta;
     const void *a, *b;
-    int at, bt; /* CUDA_R_32F or CUDA_R_16BF */
+    int at, bt; /* CUDA_R_32F, CUDA_R_16F or CUDA_R_16BF */
     int lda, ldb, ldc;
     float *c;
 } gemm_args;
 
 static float gemm_ld(const void *p, int type, int64_t i) {
     if (type == CUDA_R_16BF) return hm_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (type == CUDA_R_16F) return hm_f16_to_f32(((const uint16_t *)p)[i]);
     return ((const float *)p)[i];
 }
 
@@ -960,7 +961,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             cublasGemmAlgo_t algo) {
     (void)algo;
     if (ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F ||
-        (at != CUDA_R_32F && at != CUDA_R_16BF) || (bt != CUDA_R_32F && bt != CUDA_R_16BF))
+        (at != CUDA_R_32F && at != CUDA_R_16BF && at != CUDA_R_16F) ||
+        (bt != CUDA_R_32F && bt != CUDA_R_16BF && bt != CUDA_R_16F) ||
+        (at == CUDA_R_32F) != (bt == CUDA_R_32F))
         return CUBLAS_STATUS_INVALID_VALUE;
     const gemm_args g = {
         ta, tb,  m,   n,   k, *(const float *)alpha, *(const float *)beta, a, b, at,

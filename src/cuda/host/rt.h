@@ -146,7 +146,7 @@ typedef enum cublasStatus {
 } cublasStatus_t;
 typedef enum cublasOperation { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum cublasMath { CUBLAS_DEFAULT_MATH = 0 } cublasMath_t;
-typedef enum cudaDataType { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType;
+typedef enum cudaDataType { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType;
 typedef enum cublasComputeType { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum cublasGemmAlgo { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 typedef struct hm_hblas *cublasHandle_t;
