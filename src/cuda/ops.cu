@@ -99,42 +99,39 @@ extern "C" cudaError_t hm_cu_glu(float *g, int64_t gs, const float *u, int64_t u
     return cudaGetLastError();
 }
 
-// rows of floats (x rows xs apart) to packed BF16 rows, rounded to nearest even
-__global__ void f32_to_bf16_k(const float *__restrict__ x, int64_t xs, int64_t total, int64_t cols,
-                              __nv_bfloat16 *__restrict__ y) {
+// rows of floats (x rows xs apart) to packed BF16 (H false) or IEEE half (H true) rows, rounded
+// to nearest even
+template <bool H>
+__global__ void f32_to_16_k(const float *__restrict__ x, int64_t xs, int64_t total, int64_t cols,
+                            uint16_t *__restrict__ y) {
     hm_pdl_start();
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x)
-        y[idx] = __float2bfloat16_rn(x[idx / cols * xs + idx % cols]);
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const float v = x[idx / cols * xs + idx % cols];
+        y[idx] =
+            H ? __half_as_ushort(__float2half_rn(v)) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    }
+}
+
+template <bool H>
+static cudaError_t f32_to_16(const float *x, int64_t xs, int n, int64_t cols, uint16_t *y,
+                             cudaStream_t stream) {
+    const int64_t total = (int64_t)n * cols;
+    if (total <= 0) return cudaSuccess;
+    int64_t blocks = (total + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    hm_launch(f32_to_16_k<H>, (unsigned)blocks, 256, 0, stream, x, xs, total, cols, y);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t hm_cu_f32_to_bf16(const float *x, int64_t xs, int n, int64_t cols,
                                          uint16_t *y, cudaStream_t stream) {
-    const int64_t total = (int64_t)n * cols;
-    if (total <= 0) return cudaSuccess;
-    int64_t blocks = (total + 255) / 256;
-    if (blocks > 65536) blocks = 65536;
-    hm_launch(f32_to_bf16_k, (unsigned)blocks, 256, 0, stream, x, xs, total, cols,
-              (__nv_bfloat16 *)y);
-    return cudaGetLastError();
-}
-
-__global__ void f32_to_f16_k(const float *__restrict__ x, int64_t xs, int64_t total, int64_t cols,
-                             __half *__restrict__ y) {
-    hm_pdl_start();
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x)
-        y[idx] = __float2half_rn(x[idx / cols * xs + idx % cols]);
+    return f32_to_16<false>(x, xs, n, cols, y, stream);
 }
 
 extern "C" cudaError_t hm_cu_f32_to_f16(const float *x, int64_t xs, int n, int64_t cols,
                                         uint16_t *y, cudaStream_t stream) {
-    const int64_t total = (int64_t)n * cols;
-    if (total <= 0) return cudaSuccess;
-    int64_t blocks = (total + 255) / 256;
-    if (blocks > 65536) blocks = 65536;
-    hm_launch(f32_to_f16_k, (unsigned)blocks, 256, 0, stream, x, xs, total, cols, (__half *)y);
-    return cudaGetLastError();
+    return f32_to_16<true>(x, xs, n, cols, y, stream);
 }
 
 // one block per (token, expert) pair: its row of y gets its expert's bias

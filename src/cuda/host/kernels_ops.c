@@ -109,40 +109,39 @@ cudaError_t hm_cu_glu(float *g, int64_t gs, const float *u, int64_t us, int n, i
     return hm_host_launch(stream, glu_run, &a, sizeof a);
 }
 
-typedef struct bf16_args {
+typedef struct f16_args {
     const float *x;
     int64_t xs;
     int n;
     int64_t cols;
     uint16_t *y;
-} bf16_args;
+    bool half; /* IEEE half, else BF16 */
+} f16_args;
 
-static void bf16_run(const void *p) {
-    const bf16_args *a = p;
+static void f16_run(const void *p) {
+    const f16_args *a = p;
     for (int t = 0; t < a->n; t++)
-        for (int64_t j = 0; j < a->cols; j++)
-            a->y[(int64_t)t * a->cols + j] = hm_f32_to_bf16(a->x[(int64_t)t * a->xs + j]);
+        for (int64_t j = 0; j < a->cols; j++) {
+            const float v = a->x[(int64_t)t * a->xs + j];
+            a->y[(int64_t)t * a->cols + j] = a->half ? hm_f32_to_f16(v) : hm_f32_to_bf16(v);
+        }
+}
+
+static cudaError_t f32_to_16(const float *x, int64_t xs, int n, int64_t cols, uint16_t *y,
+                             bool half, cudaStream_t stream) {
+    if ((int64_t)n * cols <= 0) return cudaSuccess;
+    const f16_args a = {x, xs, n, cols, y, half};
+    return hm_host_launch(stream, f16_run, &a, sizeof a);
 }
 
 cudaError_t hm_cu_f32_to_bf16(const float *x, int64_t xs, int n, int64_t cols, uint16_t *y,
                               cudaStream_t stream) {
-    if ((int64_t)n * cols <= 0) return cudaSuccess;
-    const bf16_args a = {x, xs, n, cols, y};
-    return hm_host_launch(stream, bf16_run, &a, sizeof a);
-}
-
-static void f16_run(const void *p) {
-    const bf16_args *a = p;
-    for (int t = 0; t < a->n; t++)
-        for (int64_t j = 0; j < a->cols; j++)
-            a->y[(int64_t)t * a->cols + j] = hm_f32_to_f16(a->x[(int64_t)t * a->xs + j]);
+    return f32_to_16(x, xs, n, cols, y, false, stream);
 }
 
 cudaError_t hm_cu_f32_to_f16(const float *x, int64_t xs, int n, int64_t cols, uint16_t *y,
                              cudaStream_t stream) {
-    if ((int64_t)n * cols <= 0) return cudaSuccess;
-    const bf16_args a = {x, xs, n, cols, y};
-    return hm_host_launch(stream, f16_run, &a, sizeof a);
+    return f32_to_16(x, xs, n, cols, y, true, stream);
 }
 
 typedef struct expert_bias_args {
