@@ -1896,6 +1896,7 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
         /* a hybrid step hands off through doorbells, rung for this step's epoch */
         c->bells = c->cpu_moe && !c->no_bells && !c->lw_on;
         if (c->bells) {
+            *c->h_bell_err = 0;                /* a failed step's timeout is not this one's */
             if (++c->epoch == 0) c->epoch = 1; /* the bells start at 0 */
             *c->h_epoch = c->epoch;
             CK(cudaMemcpyAsync(c->d_epoch, c->h_epoch, sizeof(uint32_t), cudaMemcpyHostToDevice,
