@@ -381,9 +381,9 @@ static void check_dynamic(const char *name) {
     free_fixture(&f);
 }
 
-/* prefill attention on the tensor cores (HMOE_CUDA_FA=1, from 9 tokens here) on fixture q (head
- * dim 64): every prompt in one batch against transformers within the half-rounding's KL bounds,
- * every argmax equal, and not the exact path's logits (the kernel ran) */
+/* prefill attention on the tensor cores (from 9 tokens here; the default starts at 128) on fixture
+ * q (head dim 64): every prompt in one batch against transformers within the half-rounding's KL
+ * bounds, every argmax equal, and not the exact path's logits (the kernel ran) */
 static void check_fa_model(const char *name) {
     fixture f;
     hm_model *m;
@@ -394,6 +394,7 @@ static void check_fa_model(const char *name) {
     hm_ctx_params cp = hm_ctx_default_params();
     cp.device = HM_DEVICE_CUDA, cp.n_ctx = 64, cp.n_batch = 64;
     hm_ctx *c = NULL, *cx = NULL;
+    setenv("HMOE_CUDA_FA", "0", 1);
     CHECK_OK(hm_ctx_create(m, &cp, &cx)); /* the exact path */
     setenv("HMOE_CUDA_FA", "1", 1);
     setenv("HMOE_CUDA_FA_MIN", "9", 1);
