@@ -179,23 +179,31 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
-// dst row i = W row (rows ? rows[i] : row0 + i), as floats
-template <int T>
+// a dequantized value as the destination holds it: float, or IEEE half rounded to nearest even
+__device__ __forceinline__ void dq_put(float *d, float v) {
+    *d = v;
+}
+__device__ __forceinline__ void dq_put(__half *d, float v) {
+    *d = __float2half_rn(v);
+}
+
+// dst row i = W row (rows ? rows[i] : row0 + i), as floats or halves (O)
+template <int T, typename O>
 __global__ void __launch_bounds__(128)
-    dequant_k(hm_cu_w w, const int32_t *__restrict__ rows, int64_t row0, float *__restrict__ dst) {
+    dequant_k(hm_cu_w w, const int32_t *__restrict__ rows, int64_t row0, O *__restrict__ dst) {
     hm_pdl_start();
     const int64_t i = blockIdx.x;
     const int64_t r = rows ? (int64_t)rows[i] : row0 + i;
     const uint8_t *row = (const uint8_t *)w.data + r * (int64_t)w.row_bytes;
-    float *d = dst + i * w.cols;
+    O *d = dst + i * w.cols;
     if (HM_CU_FLOAT(T)) {
-        for (int64_t j = threadIdx.x; j < w.cols; j += blockDim.x) d[j] = elem<T>(row, j);
+        for (int64_t j = threadIdx.x; j < w.cols; j += blockDim.x) dq_put(d + j, elem<T>(row, j));
     } else {
         for (int64_t c = threadIdx.x; c < w.cols / 32; c += blockDim.x) {
             float v[32];
             hm_dq32(T, row, c, v);
 #pragma unroll
-            for (int e = 0; e < 32; e++) d[c * 32 + e] = v[e];
+            for (int e = 0; e < 32; e++) dq_put(d + c * 32 + e, v[e]);
         }
     }
 }
@@ -427,6 +435,13 @@ extern "C" cudaError_t hm_cu_matvec_multi(const hm_cu_w *w, int nw, const float 
     return matvec_set(&m, x, xs, n, stream);
 }
 
+// f(p0, np) over the pairs in launches of at most 65535 (grid y), each a multiple of x_div so
+// that a token's pairs stay in one
+template <typename F> static void pair_chunks(int n_pairs, int x_div, F f) {
+    const int step = 65535 / x_div * x_div;
+    for (int p0 = 0; p0 < n_pairs; p0 += step) f(p0, n_pairs - p0 < step ? n_pairs - p0 : step);
+}
+
 extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs,
                                             const float *x, int64_t xs, int x_div, float *y,
                                             int64_t ys, cudaStream_t stream) {
@@ -437,23 +452,19 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
     const unsigned gx = (unsigned)((w->rows + per - 1) / per);
     const size_t sm = mv_smem(w->cols, 1);
     const bool sh = mv_stage(sm);
-    // at most 65535 pairs per launch (grid y); x_div divides the chunk so tokens stay aligned
-    const int step = 65535 / x_div * x_div;
-    if (mv_q4k(w, x, xs)) {
-        for (int p0 = 0; p0 < n_pairs; p0 += step) {
-            const int np = n_pairs - p0 < step ? n_pairs - p0 : step;
-            const dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)np);
-            hm_launch(matvec_exp_q4k_k, grid, MV_WARPS * 32, 0, stream, *w, ids + p0,
-                      x + (int64_t)(p0 / x_div) * xs, xs, x_div, y + (int64_t)p0 * ys, ys);
-        }
-        return cudaGetLastError();
-    }
-    for (int p0 = 0; p0 < n_pairs; p0 += step) {
-        const int np = n_pairs - p0 < step ? n_pairs - p0 : step;
-        const dim3 grid(gx, (unsigned)np);
+    if (!hm_cu_type_ok(w->type)) return cudaErrorInvalidValue;
+    const bool q4k = mv_q4k(w, x, xs);
+    pair_chunks(n_pairs, x_div, [&](int p0, int np) {
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *yp = y + (int64_t)p0 * ys;
+        if (q4k) {
+            const dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)np);
+            hm_launch(matvec_exp_q4k_k, grid, MV_WARPS * 32, 0, stream, *w, id, xp, xs, x_div, yp,
+                      ys);
+            return;
+        }
+        const dim3 grid(gx, (unsigned)np);
         switch (w->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
@@ -466,10 +477,8 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
         break;
             HM_CU_TYPES(X)
 #undef X
-        default:
-            return cudaErrorInvalidValue;
         }
-    }
+    });
     return cudaGetLastError();
 }
 
@@ -490,9 +499,8 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
     mv_glu a = {};
     a.w[0] = *wg, a.w[1] = *wu, a.bias[0] = bg, a.bias[1] = bu;
     a.act = act, a.alpha = alpha, a.limit = limit;
-    const int step = 65535 / x_div * x_div;
-    for (int p0 = 0; p0 < n_pairs; p0 += step) {
-        const int np = n_pairs - p0 < step ? n_pairs - p0 : step;
+    if (!hm_cu_type_ok(wg->type)) return cudaErrorInvalidValue;
+    pair_chunks(n_pairs, x_div, [&](int p0, int np) {
         const dim3 grid(gx, (unsigned)np);
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
@@ -500,7 +508,7 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
         if (q4k) {
             hm_launch(matvec_exp_glu_k<HM_TYPE_Q4_K, false, true>, grid, MV_WARPS * 32, 0, stream,
                       a, id, xp, xs, x_div, gp, gs, rpw);
-            continue;
+            return;
         }
         switch (wg->type) {
 #define X(t)                                                                                       \
@@ -514,68 +522,24 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
         break;
             HM_CU_TYPES(X)
 #undef X
-        default:
-            return cudaErrorInvalidValue;
         }
-    }
+    });
     return cudaGetLastError();
 }
 
-// row0 + i of W as IEEE half, rounded to nearest even
-template <int T>
-__global__ void __launch_bounds__(128)
-    dequant_h_k(hm_cu_w w, int64_t row0, __half *__restrict__ dst) {
-    hm_pdl_start();
-    const int64_t i = blockIdx.x;
-    const uint8_t *row = (const uint8_t *)w.data + (row0 + i) * (int64_t)w.row_bytes;
-    __half *d = dst + i * w.cols;
-    if (HM_CU_FLOAT(T)) {
-        for (int64_t j = threadIdx.x; j < w.cols; j += blockDim.x)
-            d[j] = __float2half_rn(elem<T>(row, j));
-    } else {
-        for (int64_t c = threadIdx.x; c < w.cols / 32; c += blockDim.x) {
-            float v[32];
-            hm_dq32(T, row, c, v);
-            __half2 *d2 = (__half2 *)(d + c * 32);
-#pragma unroll
-            for (int e = 0; e < 16; e++) d2[e] = __floats2half2_rn(v[2 * e], v[2 * e + 1]);
-        }
-    }
-}
-
-extern "C" cudaError_t hm_cu_dequant_f16(const hm_cu_w *w, int64_t row0, int64_t nrows,
-                                         uint16_t *dst, cudaStream_t stream) {
-    if (nrows <= 0) return cudaSuccess;
-    if ((!HM_CU_FLOAT(w->type) && w->cols % 32) || w->cols % 2) return cudaErrorInvalidValue;
-    for (int64_t r = 0; r < nrows; r += 1 << 30) {
-        const int64_t nr = nrows - r < (1 << 30) ? nrows - r : (1 << 30);
-        __half *d = (__half *)dst + r * w->cols;
-        switch (w->type) {
-#define X(t)                                                                                       \
-    case t:                                                                                        \
-        hm_launch(dequant_h_k<t>, (unsigned)nr, 128, 0, stream, *w, row0 + r, d);                  \
-        break;
-            HM_CU_TYPES(X)
-#undef X
-        default:
-            return cudaErrorInvalidValue;
-        }
-    }
-    return cudaGetLastError();
-}
-
+template <typename O>
 static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t row0,
-                                  int64_t nrows, float *dst, cudaStream_t stream) {
+                                  int64_t nrows, O *dst, cudaStream_t stream) {
     if (nrows <= 0) return cudaSuccess;
     if (!HM_CU_FLOAT(w->type) && w->cols % 32) return cudaErrorInvalidValue;
     for (int64_t r = 0; r < nrows; r += 1 << 30) { // grid x holds 2^31 - 1 blocks
         const int64_t nr = nrows - r < (1 << 30) ? nrows - r : (1 << 30);
         const int32_t *rr = rows ? rows + r : NULL;
-        float *d = dst + r * w->cols;
+        O *d = dst + r * w->cols;
         switch (w->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
-        hm_launch(dequant_k<t>, (unsigned)nr, 128, 0, stream, *w, rr, row0 + r, d);                \
+        hm_launch(dequant_k<t, O>, (unsigned)nr, 128, 0, stream, *w, rr, row0 + r, d);             \
         break;
             HM_CU_TYPES(X)
 #undef X
@@ -589,6 +553,12 @@ static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t
 extern "C" cudaError_t hm_cu_dequant_f32(const hm_cu_w *w, int64_t row0, int64_t nrows, float *dst,
                                          cudaStream_t stream) {
     return dequant_launch(w, NULL, row0, nrows, dst, stream);
+}
+
+extern "C" cudaError_t hm_cu_dequant_f16(const hm_cu_w *w, int64_t row0, int64_t nrows,
+                                         uint16_t *dst, cudaStream_t stream) {
+    if (nrows > 0 && w->cols % 2) return cudaErrorInvalidValue;
+    return dequant_launch(w, NULL, row0, nrows, (__half *)dst, stream);
 }
 
 extern "C" cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x,

@@ -173,74 +173,56 @@ typedef struct dequant_args {
     hm_cu_w w;
     const int32_t *rows;
     int64_t row0, nrows;
-    float *dst;
+    float *dst;     /* floats, or */
+    uint16_t *dsth; /* IEEE halves rounded to nearest even */
 } dequant_args;
 
 static void dequant_k(const void *p) {
     const dequant_args *g = p;
     const hm_cu_w *w = &g->w;
+    float v[32];
     for (int64_t i = 0; i < g->nrows; i++) {
         const int64_t r = g->rows ? (int64_t)g->rows[i] : g->row0 + i;
         const uint8_t *row = (const uint8_t *)w->data + r * (int64_t)w->row_bytes;
-        float *d = g->dst + i * w->cols;
-        if (FLOAT_TYPE(w->type)) {
-            for (int64_t j = 0; j < w->cols; j++) d[j] = elem(w->type, row, j);
-        } else {
-            for (int64_t c = 0; c < w->cols / 32; c++) hm_dq32(w->type, row, c, d + c * 32);
-        }
-    }
-}
-
-typedef struct dequant_h_args {
-    hm_cu_w w;
-    int64_t row0, nrows;
-    uint16_t *dst;
-} dequant_h_args;
-
-static void dequant_h_k(const void *p) {
-    const dequant_h_args *g = p;
-    const hm_cu_w *w = &g->w;
-    float v[32];
-    for (int64_t i = 0; i < g->nrows; i++) {
-        const uint8_t *row = (const uint8_t *)w->data + (g->row0 + i) * (int64_t)w->row_bytes;
-        uint16_t *d = g->dst + i * w->cols;
-        if (FLOAT_TYPE(w->type)) {
-            for (int64_t j = 0; j < w->cols; j++) d[j] = hm_f32_to_f16(elem(w->type, row, j));
-        } else {
-            for (int64_t c = 0; c < w->cols / 32; c++) {
+        for (int64_t c = 0; c * 32 < w->cols; c++) {
+            const int64_t nv = w->cols - c * 32 < 32 ? w->cols - c * 32 : 32;
+            if (FLOAT_TYPE(w->type))
+                for (int e = 0; e < nv; e++) v[e] = elem(w->type, row, c * 32 + e);
+            else
                 hm_dq32(w->type, row, c, v);
-                for (int e = 0; e < 32; e++) d[c * 32 + e] = hm_f32_to_f16(v[e]);
+            for (int e = 0; e < nv; e++) {
+                const int64_t j = i * w->cols + c * 32 + e;
+                if (g->dsth)
+                    g->dsth[j] = hm_f32_to_f16(v[e]);
+                else
+                    g->dst[j] = v[e];
             }
         }
     }
 }
 
-cudaError_t hm_cu_dequant_f16(const hm_cu_w *w, int64_t row0, int64_t nrows, uint16_t *dst,
-                              cudaStream_t stream) {
+static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t row0,
+                                  int64_t nrows, float *dst, uint16_t *dsth, cudaStream_t stream) {
     if (nrows <= 0) return cudaSuccess;
-    if ((!FLOAT_TYPE(w->type) && w->cols % 32) || w->cols % 2 || !hm_cu_type_ok(w->type))
+    if ((!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type) || (dsth && w->cols % 2))
         return cudaErrorInvalidValue;
-    const dequant_h_args g = {*w, row0, nrows, dst};
-    return hm_host_launch(stream, dequant_h_k, &g, sizeof g);
+    const dequant_args g = {*w, rows, row0, nrows, dst, dsth};
+    return hm_host_launch(stream, dequant_k, &g, sizeof g);
 }
 
-static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t row0,
-                                  int64_t nrows, float *dst, cudaStream_t stream) {
-    if (nrows <= 0) return cudaSuccess;
-    if ((!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
-        return cudaErrorInvalidValue;
-    const dequant_args g = {*w, rows, row0, nrows, dst};
-    return hm_host_launch(stream, dequant_k, &g, sizeof g);
+cudaError_t hm_cu_dequant_f16(const hm_cu_w *w, int64_t row0, int64_t nrows, uint16_t *dst,
+                              cudaStream_t stream) {
+    return dequant_launch(w, NULL, row0, nrows, NULL, dst, stream);
 }
 
 cudaError_t hm_cu_dequant_f32(const hm_cu_w *w, int64_t row0, int64_t nrows, float *dst,
                               cudaStream_t stream) {
-    return dequant_launch(w, NULL, row0, nrows, dst, stream);
+    return dequant_launch(w, NULL, row0, nrows, dst, NULL, stream);
 }
 
 cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x,
                         cudaStream_t stream) {
-    return dequant_launch(e, tok, 0, n, x, stream);
+    return dequant_launch(e, tok, 0, n, x, NULL, stream);
 }
 
 /* ---- mmq.cu ---------------------------------------------------------------------------------- */
