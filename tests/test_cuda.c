@@ -453,19 +453,24 @@ static void check_quantized_gpu(int type, int experts_type) {
         const size_t nv = (size_t)f.len[i] * (size_t)V;
         /* matvec, tiles, hybrid matvec, hybrid tiles, bf16 x 2, streamed with 1 and 0 resident
          * (from 9 tokens: the smallest batch on the tiles), half streamed with 1 and 0; then
-         * tiles and hybrid tiles with the dense matmuls of 9 tokens or more in half on cuBLAS */
-        for (int k = 0; k < 12; k++) {
-            const bool lw = k >= 6 && k < 10, one = !(k & 1) && !lw && k < 10,
-                       hyb = k == 2 || k == 3 || lw || k == 11, bf16 = k == 4 || k == 5,
-                       split = k == 8 || k == 9, hg = k >= 10;
+         * tiles and hybrid tiles with the dense matmuls of 9 tokens or more in half on cuBLAS;
+         * then the whole prompt on the matvec (dense in groups of 8 tokens, experts in tiles of
+         * 8), all on the GPU and hybrid. The tile cases keep batches of 9 tokens or more off the
+         * matvec (HMOE_CUDA_MV_MAX=8). */
+        for (int k = 0; k < 14; k++) {
+            const bool lw = k >= 6 && k < 10, mvb = k >= 12, one = !(k & 1) && !lw && k < 10,
+                       hyb = k == 2 || k == 3 || lw || k == 11 || k == 13, bf16 = k == 4 || k == 5,
+                       split = k == 8 || k == 9, hg = k == 10 || k == 11;
             uint64_t streamed = 0, handed = 0;
             if (split) setenv("HMOE_LW_SPLIT", "0.5", 1);
             if (hg) setenv("HMOE_CUDA_HGEMM_MIN", "9", 1);
+            setenv("HMOE_CUDA_MV_MAX", mvb ? "64" : "8", 1);
             CHECK(gguf_logits_stream(path, &f, i, HM_DEVICE_CUDA, one,
                                      k & 1 && lw ? 0 : (hyb ? 1 : HM_GPU_EXPERTS_FIT), bf16,
                                      lw ? 9 : HM_PREFILL_STREAM_OFF, &streamed, &handed, lg));
             unsetenv("HMOE_LW_SPLIT");
             unsetenv("HMOE_CUDA_HGEMM_MIN");
+            unsetenv("HMOE_CUDA_MV_MAX");
             if (lw && f.len[i] >= 9) {
                 CHECK_MSG(streamed > 0, "cuda %s/%s: a prompt of %d tokens streamed no layer",
                           hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
@@ -482,15 +487,19 @@ static void check_quantized_gpu(int type, int experts_type) {
             printf("  cuda %s/%s %s%s%s%s vs exact kernels on the same weights, prompt %d: rel "
                    "%.2e, KL mean %.2e max %.2e\n",
                    hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
-                   one ? "matvec" : (hg ? "tensor cores, dense in half on cuBLAS" : "tensor cores"),
+                   one   ? "matvec"
+                   : mvb ? "whole prompt on the matvec"
+                   : hg  ? "tensor cores, dense in half on cuBLAS"
+                         : "tensor cores",
                    hyb ? " hybrid" : "", bf16 ? " bf16" : "",
                    lw ? (k & 1 ? (split ? " half streamed (0 resident)" : " streamed (0 resident)")
                                : (split ? " half streamed (1 resident)" : " streamed (1 resident)"))
                       : "",
                    i, e, km, kx);
-            if (k == 0)
-                CHECK_MSG(e <= 1e-3, "cuda %s/%s matvec: rel error %.3g",
-                          hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type), e);
+            if (k == 0 || k == 12)
+                CHECK_MSG(e <= 1e-3, "cuda %s/%s %s: rel error %.3g", hm_type_name((uint32_t)type),
+                          hm_type_name((uint32_t)experts_type),
+                          k ? "whole prompt on the matvec" : "matvec", e);
             else
                 CHECK_MSG(km <= (hyb ? 1e-2 : 3e-3) && kx <= (hyb ? 1e-1 : 3e-2),
                           "cuda %s/%s %s%s%s: KL mean %.3g max %.3g", hm_type_name((uint32_t)type),
@@ -603,8 +612,9 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
     for (int64_t i = 0; i < rows * cols; i++) bad += !same_bits(y[i], ref[i]);
     CHECK_MSG(bad == 0, "%s %lldx%lld: %d dequantized values differ", ti->name, (long long)rows,
               (long long)cols, bad);
-    /* matvec over 1..8 tokens: the double sums of the reference within float rounding */
-    static const int ns[] = {1, 2, 3, 5, 8};
+    /* matvec over 1..8 tokens and batches of groups of 8: the double sums of the reference
+     * within float rounding */
+    static const int ns[] = {1, 2, 3, 5, 8, 9, 17, 40};
     for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
         const int n = ns[k];
         CU(hm_cu_matvec(&cw, dx, cols, n, dy, rows, 0));
@@ -624,6 +634,23 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         CHECK_MSG(worst <= 1e-5, "%s %lldx%lld, %d tokens: matvec error %.3g", ti->name,
                   (long long)rows, (long long)cols, n, worst);
     }
+    /* a batch's groups: the bits of one launch per group */
+    {
+        float *y2 = malloc(sizeof(float) * 17 * (size_t)rows);
+        CU(hm_cu_matvec(&cw, dx, cols, 17, dy, rows, 0));
+        host_copy(y2, dy, sizeof(float) * 17 * (size_t)rows);
+        for (int g = 0; g < 17; g += 8)
+            CU(hm_cu_matvec(&cw, dx + (int64_t)g * cols, cols, 17 - g < 8 ? 17 - g : 8,
+                            dy + (int64_t)g * rows, rows, 0));
+        host_copy(y, dy, sizeof(float) * 17 * (size_t)rows);
+        bad = 0;
+        for (int64_t i = 0; i < 17 * rows; i++) bad += !same_bits(y[i], y2[i]);
+        CHECK_MSG(bad == 0, "%s %lldx%lld: %d values of a 17-token batch differ from its groups'",
+                  ti->name, (long long)rows, (long long)cols, bad);
+        free(y2);
+    }
+    CHECK(hm_cu_matvec(&cw, dx, cols, HM_CU_MATVEC_BATCH + 1, dy, rows, 0) ==
+          cudaErrorInvalidValue);
     /* experts: 7 pairs of 3 tokens (x_div 3) and of 7 inputs (x_div 1) */
     int32_t ids[7];
     for (int p = 0; p < 7; p++) ids[p] = (int32_t)(rnd32() % E);
@@ -666,7 +693,7 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         /* experts: NB tokens x K picks of E, in expert order */
         int32_t pid[NB * K];
         for (int p = 0; p < NB * K; p++) pid[p] = (int32_t)((p * 7 + p / 5) % E);
-        const int mt = hm_cu_moe_max_tiles(NB * K, E);
+        const int mt = hm_cu_moe_max_tiles(NB * K, E, 64);
         int32_t *dpid = dev_copy(pid, sizeof pid);
         int32_t *ob = dev_copy(NULL, sizeof(int32_t) * (size_t)(2 * NB * K + 3 * mt + 1));
         const hm_cu_moe_order o = {ob,
@@ -675,7 +702,7 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
                                    ob + 2 * NB * K + mt,
                                    ob + 2 * NB * K + 2 * mt,
                                    ob + 2 * NB * K + 3 * mt};
-        CU(hm_cu_moe_sort(dpid, NB * K, E, K, &o, 0));
+        CU(hm_cu_moe_sort(dpid, NB * K, E, K, 64, &o, 0));
         const hm_cu_mmq_args ea = {dx,       cols,      o.xrow,   dy,        rows,
                                    o.tile_e, o.tile_i0, o.tile_n, o.n_tiles, NB * K};
         CU(hm_cu_mmq(&cw, &ea, mt, 0));
@@ -701,6 +728,66 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         CHECK(places == NB * K);
         CHECK_MSG(worst <= 2e-3, "%s tensor-core experts: error %.3g", ti->name, worst);
         cudaFree(dpid), cudaFree(ob);
+    }
+    /* experts in tiles of 8 places of one expert on the matvec: 21 tokens x 2 picks of E in
+     * expert order, their activations gathered into place order; each product has the bits of
+     * the per-pair matvec */
+    {
+        enum { NB = 21, K = 2, NP = NB * K };
+        int32_t pid[NP];
+        for (int p = 0; p < NP; p++) pid[p] = (int32_t)(p % 5 ? (p * 7 + p / 5) % E : 1);
+        const int mt = hm_cu_moe_max_tiles(NP, E, HM_CU_MATVEC_MAX);
+        int32_t *dpid = dev_copy(pid, sizeof pid);
+        int32_t *ob = dev_copy(NULL, sizeof(int32_t) * (size_t)(2 * NP + 3 * mt + 1));
+        const hm_cu_moe_order o = {
+            ob, ob + NP, ob + 2 * NP, ob + 2 * NP + mt, ob + 2 * NP + 2 * mt, ob + 2 * NP + 3 * mt};
+        CU(hm_cu_moe_sort(dpid, NP, E, K, HM_CU_MATVEC_MAX, &o, 0));
+        float *dxg = dev_copy(NULL, sizeof(float) * NP * (size_t)cols);
+        float *dz = dev_copy(NULL, sizeof(float) * NP * (size_t)rows);
+        CU(hm_cu_gather_rows(dx, cols, o.xrow, NP, cols, dxg, cols, 0));
+        const hm_cu_mmq_args ea = {dxg,      cols,      NULL,     dy,        rows,
+                                   o.tile_e, o.tile_i0, o.tile_n, o.n_tiles, NP};
+        CU(hm_cu_mmv_tiles(&cw, &ea, mt, 0));
+        CU(hm_cu_matvec_experts(&cw, dpid, NP, dx, cols, K, dz, rows, 0));
+        int32_t pos_of[NP], tn[64], nt = 0;
+        host_copy(pos_of, o.pos_of, sizeof pos_of);
+        host_copy(&nt, o.n_tiles, sizeof nt);
+        CHECK(nt > 0 && nt <= mt && mt <= 64);
+        host_copy(tn, o.tile_n, sizeof(int32_t) * (size_t)mt);
+        int most = 0;
+        for (int t = 0; t < nt && t < 64; t++) most = tn[t] > most ? tn[t] : most;
+        CHECK_MSG(most == HM_CU_MATVEC_MAX, "tiles of 8: the fullest holds %d", most);
+        float *yp = malloc(sizeof(float) * NP * (size_t)rows);
+        host_copy(y, dy, sizeof(float) * NP * (size_t)rows);
+        host_copy(yp, dz, sizeof(float) * NP * (size_t)rows);
+        bad = 0;
+        for (int p = 0; p < NP; p++) {
+            if (pos_of[p] < 0 || pos_of[p] >= NP) {
+                bad++;
+                continue;
+            }
+            for (int64_t r = 0; r < rows; r++)
+                bad += !same_bits(y[(int64_t)pos_of[p] * rows + r], yp[(int64_t)p * rows + r]);
+        }
+        CHECK_MSG(bad == 0,
+                  "%s %lldx%lld experts in tiles of 8: %d values differ from the "
+                  "per-pair matvec",
+                  ti->name, (long long)rows, (long long)cols, bad);
+        /* the gather: rows by place, the inputs' bits */
+        float *xg = malloc(sizeof(float) * NP * (size_t)cols);
+        int32_t xrow[NP];
+        host_copy(xg, dxg, sizeof(float) * NP * (size_t)cols);
+        host_copy(xrow, o.xrow, sizeof xrow);
+        bad = 0;
+        for (int i = 0; i < NP; i++)
+            for (int64_t j = 0; j < cols; j++)
+                bad += !same_bits(xg[i * cols + j], x[(int64_t)xrow[i] * cols + j]);
+        CHECK_MSG(bad == 0, "gather: %d values differ", bad);
+        hm_cu_mmq_args xr = ea; /* rows by xrow: gathered first, not here */
+        xr.xrow = o.xrow;
+        CHECK(hm_cu_mmv_tiles(&cw, &xr, mt, 0) == cudaErrorInvalidValue);
+        free(yp), free(xg);
+        cudaFree(dpid), cudaFree(ob), cudaFree(dxg), cudaFree(dz);
     }
     /* dequantization to half: the reference's values rounded to nearest even */
     if (!(cols % 2)) {

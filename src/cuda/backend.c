@@ -1,13 +1,15 @@
 /* backend.c - the CUDA backend: the model's weights (the routed experts the placement keeps on
  * the GPU), a KV cache and the batch's activation slots in GPU memory, and the forward graph
  * (model/graph.h) walked node by node with the kernels of kernels.h on one stream. Batches of up
- * to HM_CU_MATVEC_MAX tokens run every matmul as a dequantizing matvec; larger ones run
- * quantized weights on the tensor-core tiles (mmq.cu) and float ones (F32/F16/BF16/FP8)
- * dequantized to floats through FP32 cuBLAS, so float and BF16 checkpoints keep the CPU's
- * bounds. Routed experts run per (token, expert) pair for decode and grouped by expert in tiles
- * for batches; the ones on the CPU go to the layer's expert engine from host functions on the
- * stream (run_moe). The embedding gather, the final norm and the output head run on the GPU
- * as well; only the wanted rows of logits are copied back. Decode steps replay CUDA graphs.
+ * to mv_max (63) tokens run every matmul as a dequantizing matvec, 8 tokens per read of the
+ * weights; larger ones run quantized weights in half on cuBLAS (HGEMM) or the tensor-core tiles
+ * (mmq.cu) and float ones (F32/F16/BF16/FP8) dequantized to floats through FP32 cuBLAS, so
+ * float and BF16 checkpoints keep the CPU's bounds. Routed experts run per (token, expert) pair
+ * for decode, grouped by expert in tiles of 8 on the matvec up to mv_max tokens and in tiles of
+ * 64 on the tensor cores above; the ones on the CPU go to the layer's expert engine through
+ * doorbells or host functions on the stream (run_moe). The embedding gather, the final norm and
+ * the output head run on the GPU as well; only the wanted rows of logits are copied back.
+ * Steps of up to mv_max tokens replay CUDA graphs.
  *
  * Everything lives in one device allocation, sized by a first pass over the same layout code,
  * so a model that does not fit is refused with the numbers before anything is copied. */
@@ -193,6 +195,11 @@ struct hm_cuda_ctx {
      * HMOE_CUDA_HGEMM=0: the tile kernel, hm_cu_mmq, for every batch) */
     uint16_t *xh;
     int hgemm_min;
+    /* batches of up to mv_max tokens (HMOE_CUDA_MV_MAX, 63; at most HM_CU_MATVEC_BATCH): the
+     * dense matmuls on the matvec in groups of HM_CU_MATVEC_MAX tokens, the routed experts in
+     * tiles of that many tokens of one expert (hm_cu_mmv_tiles). The tile kernels' blocks each
+     * wait out their loads at this size; the matvec's rows spread over every SM. */
+    int mv_max;
     float *logits; /* [LOGIT_ROWS][vocab] */
     /* hm_cuda_ctx_decode_top: each wanted row's top_k candidates ([n_batch][256] ids, values,
      * a NaN/inf flag per row), and their pinned staging */
@@ -203,10 +210,11 @@ struct hm_cuda_ctx {
     void *h_top;
     hm_cu_kv kv;
     int n_batch, n_ctx, k;
-    /* decode steps (n <= HM_CU_MATVEC_MAX tokens, nw wanted rows) captured once as CUDA graphs
-     * and replayed: every kernel reads the step's tokens and positions from d_in, so one graph
-     * serves every step of its shape. HMOE_CUDA_GRAPHS=0 runs them eagerly (A/B). */
-    cudaGraphExec_t step[HM_CU_MATVEC_MAX + 1][HM_CU_MATVEC_MAX + 1];
+    /* steps of up to mv_max tokens (nw wanted rows; not layerwise prefill) captured once as
+     * CUDA graphs and replayed: every kernel reads the step's tokens and positions from d_in and
+     * the experts' tiles from device counts, so one graph serves every step of its shape.
+     * HMOE_CUDA_GRAPHS=0 runs them eagerly (A/B). */
+    cudaGraphExec_t step[HM_CU_MATVEC_BATCH + 1][HM_CU_MATVEC_BATCH + 1];
     bool no_graphs;
     /* HMOE_CUDA_PROFILE=1: every node timed with events (the stream waits for each), summed per
      * part of the forward pass; steps run eagerly then */
@@ -523,7 +531,7 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->moe_g = take(c, sizeof(float) * (size_t)(B * K * I));
     c->moe_u = take(c, sizeof(float) * (size_t)(B * K * I));
     c->moe_y = take(c, sizeof(float) * (size_t)(B * K * H));
-    c->max_tiles = hm_cu_moe_max_tiles((int)(B * K), (int)E);
+    c->max_tiles = hm_cu_moe_max_tiles((int)(B * K), (int)E, HM_CU_MATVEC_MAX); /* the most */
     c->ord.pos_of = take(c, sizeof(int32_t) * (size_t)(B * K));
     c->ord.xrow = take(c, sizeof(int32_t) * (size_t)(B * K));
     c->ord.tile_e = take(c, sizeof(int32_t) * (size_t)c->max_tiles);
@@ -569,7 +577,7 @@ static hm_status layout(hm_cuda_ctx *c) {
 /* y = W x over n tokens (x rows xs floats apart, y rows ys) */
 static hm_status mm(hm_cuda_ctx *c, const hm_cu_w *w, const float *x, int64_t xs, int n, float *y,
                     int64_t ys) {
-    if (n <= HM_CU_MATVEC_MAX) {
+    if (n <= c->mv_max) {
         CK(hm_cu_matvec(w, x, xs, n, y, ys, c->s), "matvec");
         return HM_OK;
     }
@@ -808,22 +816,32 @@ static cudaError_t glu_biased(hm_cuda_ctx *c, int il, const int32_t *ids, const 
 
 /* The pairs ids (places in ex, -1: none) of n tokens on the tiles, in expert order: gate and up,
  * the activation with layer il's expert biases (none when the layer has none), down, their sum
- * into out. */
+ * into out. Batches of up to mv_max tokens take tiles of HM_CU_MATVEC_MAX places on the matvec
+ * (their activations gathered into place order first, in moe_y, which down overwrites), larger
+ * ones tiles of 64 on the tensor cores. */
 static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const int32_t *ids, int n,
                            const float *x, int64_t xs, float *out, int64_t os) {
     const hm_hparams *hp = &c->m->hp;
-    const int np = n * c->k;
+    const int np = n * c->k, E = (int)hp->n_experts;
     const int64_t I = hp->moe_inter, H = hp->hidden;
-    CK(hm_cu_moe_sort(ids, np, (int)hp->n_experts, c->k, &c->ord, c->s), "experts' order");
+    const bool mv = n <= c->mv_max;
+    const int tile = mv ? HM_CU_MATVEC_MAX : 64, mt = hm_cu_moe_max_tiles(np, E, tile);
+    CK(hm_cu_moe_sort(ids, np, E, c->k, tile, &c->ord, c->s), "experts' order");
     const hm_cu_moe_order *o = &c->ord;
     hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
                         o->tile_e, o->tile_i0, o->tile_n, o->n_tiles, np};
-    CK(hm_cu_mmq(&ex[0], &a, c->max_tiles, c->s), "experts' gate");
+    if (mv) {
+        CK(hm_cu_gather_rows(x, xs, o->xrow, np, H, c->moe_y, H, c->s), "experts' inputs");
+        a.x = c->moe_y, a.xs = H, a.xrow = NULL;
+    }
+    cudaError_t (*const run)(const hm_cu_w *, const hm_cu_mmq_args *, int, cudaStream_t) =
+        mv ? hm_cu_mmv_tiles : hm_cu_mmq;
+    CK(run(&ex[0], &a, mt, c->s), "experts' gate");
     a.y = c->moe_u;
-    CK(hm_cu_mmq(&ex[1], &a, c->max_tiles, c->s), "experts' up");
+    CK(run(&ex[1], &a, mt, c->s), "experts' up");
     CK(glu_biased(c, il, ids, o->pos_of, np), "experts' glu");
     a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
-    CK(hm_cu_mmq(&ex[2], &a, c->max_tiles, c->s), "experts' down");
+    CK(run(&ex[2], &a, mt, c->s), "experts' down");
     CK(hm_cu_expert_bias(c->moe_y, H, o->pos_of, ids, np, c->exb[il * 3 + 2], H, c->s),
        "experts' down bias");
     CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, out, os, c->s), "experts' sum");
@@ -885,13 +903,12 @@ static hm_status run_streamed(hm_cuda_ctx *c, int il, int n, const float *x, int
 }
 
 /* The routed experts of layer nd->il for n tokens (ids and weights in c->ids, c->w). Decode
- * batches: a matvec per (token, expert) pair. Larger ones with quantized experts: the pairs in
- * expert order and the tile kernel, so each expert's weights are read once per 64 of its
- * tokens. Hybrid: the inputs go to pinned memory and the CPU engine (a host function submits),
- * the GPU computes its own experts meanwhile (the CPU's pairs map to slot -1 and add nothing),
- * a second host function waits, and the CPU's sum is copied back and added. A streamed layer
- * (layerwise prefill) adds its streamed experts' sum before that, the CPU computing the others
- * meanwhile where the layer is split. */
+ * batches: a matvec per (token, expert) pair. Larger ones: the pairs in expert order and tiles
+ * (moe_tiles), so each expert's weights are read once per tile of its tokens. Hybrid: the inputs go
+ * to pinned memory and the CPU engine (a host function submits), the GPU computes its own experts
+ * meanwhile (the CPU's pairs map to slot -1 and add nothing), a second host function waits, and the
+ * CPU's sum is copied back and added. A streamed layer (layerwise prefill) adds its streamed
+ * experts' sum before that, the CPU computing the others meanwhile where the layer is split. */
 static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *x, int64_t xs,
                          float *out, int64_t os) {
     const hm_hparams *hp = &c->m->hp;
@@ -933,8 +950,10 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
                "expert slots");
             ids = c->gid;
         }
-        const bool tiles = n > HM_CU_MATVEC_MAX && !c->no_mmq && hm_cu_mmq_type_ok(ex[0].type) &&
-                           hm_cu_mmq_type_ok(ex[1].type) && hm_cu_mmq_type_ok(ex[2].type);
+        const bool tiles =
+            n > HM_CU_MATVEC_MAX &&
+            (n <= c->mv_max || (!c->no_mmq && hm_cu_mmq_type_ok(ex[0].type) &&
+                                hm_cu_mmq_type_ok(ex[1].type) && hm_cu_mmq_type_ok(ex[2].type)));
         if (tiles) {
             hm_status st = moe_tiles(c, il, ex, ids, n, x, xs, out, os);
             if (st) return st;
@@ -1058,9 +1077,9 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
     const hm_hparams *hp = &c->m->hp;
     const int64_t H = hp->hidden;
     const float eps = hp->norm_eps;
-    /* decode batches' kernels launch ahead of their predecessors' ends; a prompt's keep the
-     * plain order, which measured faster for its large kernels */
-    hm_cu_pdl_allow(n <= HM_CU_MATVEC_MAX);
+    /* the matvec batches' kernels launch ahead of their predecessors' ends; larger ones keep
+     * the plain order, which measured faster for a prompt's large kernels */
+    hm_cu_pdl_allow(n <= c->mv_max);
     for (int i = 0; i < g->n; i++) {
         const hm_node *nd = &g->nodes[i];
         float *dst = c->slot[nd->dst], *s0 = c->slot[nd->src0], *s1 = c->slot[nd->src1];
@@ -1085,7 +1104,7 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
         case HM_OP_MATMUL: {
             /* a decode batch's matmuls of the same input that follow (q, k, v) in one launch */
             int nm = 1;
-            while (!c->no_fuse && n <= HM_CU_MATVEC_MAX && nm < HM_CU_MULTI_MAX && i + nm < g->n &&
+            while (!c->no_fuse && n <= c->mv_max && nm < HM_CU_MULTI_MAX && i + nm < g->n &&
                    nd->dst != nd->src0 && fusable(g, i, nm))
                 nm++;
             if (nm > 1) {
@@ -1229,8 +1248,8 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
     if (!c) return;
     if (c->s) cudaStreamSynchronize(c->s);
     if (c->cs) cudaStreamSynchronize(c->cs);
-    for (int i = 0; i <= HM_CU_MATVEC_MAX; i++)
-        for (int j = 0; j <= HM_CU_MATVEC_MAX; j++)
+    for (int i = 0; i <= HM_CU_MATVEC_BATCH; i++)
+        for (int j = 0; j <= HM_CU_MATVEC_BATCH; j++)
             if (c->step[i][j]) cudaGraphExecDestroy(c->step[i][j]);
     if (c->blas) cublasDestroy(c->blas);
     if (c->pev[0]) cudaEventDestroy(c->pev[0]);
@@ -1571,6 +1590,10 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->hgemm_min = eh && !strcmp(eh, "0")                ? INT_MAX
                    : ehm && atoi(ehm) > HM_CU_MATVEC_MAX ? atoi(ehm)
                                                          : 64;
+    const char *emv = getenv("HMOE_CUDA_MV_MAX");
+    c->mv_max = emv && *emv ? atoi(emv) : 63;
+    if (c->mv_max < HM_CU_MATVEC_MAX) c->mv_max = HM_CU_MATVEC_MAX;
+    if (c->mv_max > HM_CU_MATVEC_BATCH) c->mv_max = HM_CU_MATVEC_BATCH;
     const char *eb = getenv("HMOE_CUDA_BELLS");
     c->no_bells = eb && !strcmp(eb, "0");
     const char *eu = getenv("HMOE_CUDA_FUSE");
@@ -1892,7 +1915,7 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
            "rope upload");
     c->top_k = top_k;
     hm_status st;
-    if (n <= HM_CU_MATVEC_MAX && !c->no_graphs && !c->prof) {
+    if (n <= c->mv_max && !c->lw_on && !c->no_graphs && !c->prof) {
         /* a hybrid step hands off through doorbells, rung for this step's epoch */
         c->bells = c->cpu_moe && !c->no_bells && !c->lw_on;
         if (c->bells) {

@@ -76,11 +76,13 @@ static inline bool hm_cu_type_ok(uint32_t type) {
  * later, HMOE_CUDA_PDL=0 turns it off) for the kernels this thread launches from now on. */
 void hm_cu_pdl_allow(bool on);
 
-/* The most tokens hm_cu_matvec takes in one launch. */
-#define HM_CU_MATVEC_MAX 8
+/* The most tokens hm_cu_matvec takes per read of the weights, and in one launch. */
+#define HM_CU_MATVEC_MAX   8
+#define HM_CU_MATVEC_BATCH 64
 
-/* y[t][r] = W[r] . x[t] for n <= HM_CU_MATVEC_MAX tokens: the weights are read once per launch
- * and dequantized in registers (dq.h), the dot products in float. */
+/* y[t][r] = W[r] . x[t] for n <= HM_CU_MATVEC_BATCH tokens: the weights are dequantized in
+ * registers (dq.h), the dot products in float, and read once per group of HM_CU_MATVEC_MAX
+ * tokens (the groups of a row block run side by side: L2 serves all but the first). */
 cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
                          cudaStream_t stream);
 
@@ -329,15 +331,27 @@ cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
 
 /* The experts' order of n_pairs (token, expert) pairs (ids: [n_tokens][k]): pos_of[p] = the
  * pair's place in expert order, xrow[place] = its token, and the tiles (at most
- * hm_cu_moe_max_tiles) of up to 64 places of one expert. n_exp <= 4096. */
+ * hm_cu_moe_max_tiles) of up to `tile` (1..64) places of one expert: 64 for hm_cu_mmq,
+ * HM_CU_MATVEC_MAX for hm_cu_mmv_tiles. n_exp <= 4096. */
 typedef struct hm_cu_moe_order {
     int32_t *pos_of, *xrow;
     int32_t *tile_e, *tile_i0, *tile_n, *n_tiles;
 } hm_cu_moe_order;
 
-cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k,
+cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k, int tile,
                            const hm_cu_moe_order *o, cudaStream_t stream);
-int hm_cu_moe_max_tiles(int n_pairs, int n_exp);
+int hm_cu_moe_max_tiles(int n_pairs, int n_exp, int tile);
+
+/* The experts' tiles of hm_cu_moe_sort with tile HM_CU_MATVEC_MAX on the matvec kernels: y[i] =
+ * W_e . x[i] for the items of each tile (x rows in place order: a->xrow must be NULL; gather
+ * them first with hm_cu_gather_rows), each product as hm_cu_matvec computes it. For batches
+ * whose experts get a few tokens each, where a tile of 64 would be mostly empty. */
+cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
+                            cudaStream_t stream);
+
+/* dst[i] = x[rows[i]] for i < n, rows of cols floats (strides xs, ds) */
+cudaError_t hm_cu_gather_rows(const float *x, int64_t xs, const int32_t *rows, int n, int64_t cols,
+                              float *dst, int64_t ds, cudaStream_t stream);
 
 /* counts[ids[p]] += 1 for the n_pairs pairs whose id is in [0, n_exp) (--dynamic-experts) */
 cudaError_t hm_cu_moe_count(const int32_t *ids, int n_pairs, int n_exp, uint32_t *counts,

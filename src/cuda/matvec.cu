@@ -121,22 +121,28 @@ struct mv_set {
 // would be copied to local memory)
 #define MV_SEL(m, i, f) ((i) == 0 ? (m).f[0] : ((i) == 1 ? (m).f[1] : (m).f[2]))
 
-// MV_WARPS * rpw rows per block, rpw per warp (consecutive warps on consecutive rows)
+// MV_WARPS * rpw rows per block, rpw per warp (consecutive warps on consecutive rows). Batches
+// of more than HM_CU_MATVEC_MAX tokens run as ng groups of up to that many, block b taking
+// group b % ng of row block b / ng: the groups of a row block run side by side, so that the
+// weights come from DRAM once and from L2 for the other groups.
 template <int T, int NT, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_k(mv_set m, const float *__restrict__ x, int64_t xs, int n, int rpw) {
+    matvec_k(mv_set m, const float *__restrict__ x, int64_t xs, int n, int rpw, int ng) {
     hm_pdl_start();
     extern __shared__ float xsh[];
     const int64_t cols = m.w[0].cols;
     const int64_t xst = (cols + 31) / 32 * 33;
+    const unsigned bx = blockIdx.x / (unsigned)ng;
+    const int g0 = (int)(blockIdx.x % (unsigned)ng) * HM_CU_MATVEC_MAX;
+    x += g0 * xs;
+    n = n - g0 < HM_CU_MATVEC_MAX ? n - g0 : HM_CU_MATVEC_MAX;
     if (SH) stage_x(xsh, xst, x, xs, n, cols);
-    const int i =
-        m.nw > 1 && blockIdx.x >= m.b1[0] ? (m.nw > 2 && blockIdx.x >= m.b1[1] ? 2 : 1) : 0;
-    const unsigned blk = blockIdx.x - (i ? MV_SEL(m, i - 1, b1) : 0u);
+    const int i = m.nw > 1 && bx >= m.b1[0] ? (m.nw > 2 && bx >= m.b1[1] ? 2 : 1) : 0;
+    const unsigned blk = bx - (i ? MV_SEL(m, i - 1, b1) : 0u);
     const uint8_t *data = (const uint8_t *)MV_SEL(m, i, w).data;
     const int64_t rows = MV_SEL(m, i, w).rows, rb = (int64_t)MV_SEL(m, i, w).row_bytes,
                   ys = MV_SEL(m, i, ys);
-    float *y = MV_SEL(m, i, y);
+    float *y = MV_SEL(m, i, y) + g0 * ys;
     const int warp = threadIdx.x >> 5;
     for (int q = 0; q < rpw; q++) {
         const int64_t r = ((int64_t)blk * rpw + q) * MV_WARPS + warp;
@@ -255,13 +261,17 @@ __device__ __forceinline__ void q4k_dot(const uint8_t *__restrict__ row, int64_t
     for (int t = 0; t < NT; t++) acc[t] = hm_warp_sum(acc[t]);
 }
 
+// token groups as matvec_k's
 template <int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_q4k_k(hm_cu_w w, const float *__restrict__ x, int64_t xs, int n, float *__restrict__ y,
-                 int64_t ys) {
+                 int64_t ys, int ng) {
     hm_pdl_start();
-    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    const int64_t r = (int64_t)(blockIdx.x / (unsigned)ng) * MV_WARPS + (threadIdx.x >> 5);
     if (r >= w.rows) return;
+    const int g0 = (int)(blockIdx.x % (unsigned)ng) * HM_CU_MATVEC_MAX;
+    x += g0 * xs, y += g0 * ys;
+    n = n - g0 < HM_CU_MATVEC_MAX ? n - g0 : HM_CU_MATVEC_MAX;
     float acc[NT];
     q4k_dot<NT>((const uint8_t *)w.data + r * (int64_t)w.row_bytes, w.cols, x, xs, n, acc);
     if ((threadIdx.x & 31) == 0)
@@ -338,6 +348,38 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
 }
 
+// The experts' tiles of up to HM_CU_MATVEC_MAX places of one expert (hm_cu_moe_sort): block
+// (row block, tile t) takes expert tile_e[t]'s rows against items tile_i0[t] .. + tile_n[t], whose
+// activations are consecutive rows of x. Each product is hm_cu_matvec's.
+template <int T, bool SH, bool Q4K>
+__global__ void __launch_bounds__(MV_WARPS * 32) mmv_tiles_k(hm_cu_w w, hm_cu_mmq_args a, int rpw) {
+    hm_pdl_start();
+    extern __shared__ float xsh[];
+    const int t = blockIdx.y;
+    if (t >= *a.n_tiles) return;
+    const int i0 = a.tile_i0[t], ni = a.tile_n[t];
+    const int64_t cols = w.cols, xst = (cols + 31) / 32 * 33;
+    const float *x = a.x + (int64_t)i0 * a.xs;
+    if (SH) stage_x(xsh, xst, x, a.xs, ni, cols);
+    const uint8_t *base = (const uint8_t *)w.data + (size_t)a.tile_e[t] * w.estride;
+    float *y = a.y + (int64_t)i0 * a.ys;
+    const int warp = threadIdx.x >> 5;
+    for (int q = 0; q < rpw; q++) {
+        const int64_t r = ((int64_t)blockIdx.x * rpw + q) * MV_WARPS + warp;
+        if (r >= w.rows) break;
+        float acc[HM_CU_MATVEC_MAX];
+        if (Q4K)
+            q4k_dot<HM_CU_MATVEC_MAX>(base + r * (int64_t)w.row_bytes, cols, x, a.xs, ni, acc);
+        else
+            row_dot<T, HM_CU_MATVEC_MAX, SH>(base + r * (int64_t)w.row_bytes, cols, SH ? xsh : x,
+                                             SH ? xst : a.xs, ni, acc);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int j = 0; j < HM_CU_MATVEC_MAX; j++)
+                if (j < ni) y[j * a.ys + r] = acc[j];
+    }
+}
+
 // the lane layout above where asked for and the shapes allow it (whole super-blocks, 16-byte
 // aligned rows and activations)
 static bool mv_q4k(const hm_cu_w *w, const float *x, int64_t xs) {
@@ -356,23 +398,25 @@ static size_t mv_smem(int64_t cols, int n) {
 template <int T, int NT>
 static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, cudaStream_t s) {
     const hm_cu_w *w = &m->w[0];
+    const int ng = (n + HM_CU_MATVEC_MAX - 1) / HM_CU_MATVEC_MAX;
     if (T == HM_TYPE_Q4_K && m->nw == 1 && mv_q4k(w, x, xs)) {
-        hm_launch(matvec_q4k_k<NT>, (unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), MV_WARPS * 32,
-                  0, s, *w, x, xs, n, m->y[0], m->ys[0]);
+        hm_launch(matvec_q4k_k<NT>, (unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS * ng),
+                  MV_WARPS * 32, 0, s, *w, x, xs, n, m->y[0], m->ys[0], ng);
         return;
     }
     int64_t rows = 0;
     for (int i = 0; i < m->nw; i++) rows += m->w[i].rows;
-    const int rpw = mv_rpw(rows), per = MV_WARPS * rpw;
+    const int rpw = mv_rpw(rows * ng), per = MV_WARPS * rpw;
     mv_set set = *m;
     unsigned blocks = 0;
     for (int i = 0; i < m->nw; i++)
         set.b1[i] = blocks += (unsigned)((m->w[i].rows + per - 1) / per);
-    const size_t sm = mv_smem(w->cols, n);
+    const size_t sm = mv_smem(w->cols, NT < n ? NT : n);
+    blocks *= (unsigned)ng;
     if (mv_stage(sm))
-        hm_launch(matvec_k<T, NT, true>, blocks, MV_WARPS * 32, sm, s, set, x, xs, n, rpw);
+        hm_launch(matvec_k<T, NT, true>, blocks, MV_WARPS * 32, sm, s, set, x, xs, n, rpw, ng);
     else
-        hm_launch(matvec_k<T, NT, false>, blocks, MV_WARPS * 32, 0, s, set, x, xs, n, rpw);
+        hm_launch(matvec_k<T, NT, false>, blocks, MV_WARPS * 32, 0, s, set, x, xs, n, rpw, ng);
 }
 
 template <int T>
@@ -405,7 +449,7 @@ static cudaError_t matvec_set(const mv_set *m, const float *x, int64_t xs, int n
 extern "C" cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y,
                                     int64_t ys, cudaStream_t stream) {
     if (n <= 0 || w->rows <= 0) return cudaSuccess;
-    if (n > HM_CU_MATVEC_MAX || (!HM_CU_FLOAT(w->type) && w->cols % 32))
+    if (n > HM_CU_MATVEC_BATCH || (!HM_CU_FLOAT(w->type) && w->cols % 32))
         return cudaErrorInvalidValue;
     mv_set m = {};
     m.w[0] = *w, m.y[0] = y, m.ys[0] = ys, m.nw = 1;
@@ -427,7 +471,7 @@ extern "C" cudaError_t hm_cu_matvec_multi(const hm_cu_w *w, int nw, const float 
         }
         return cudaSuccess;
     }
-    if (n > HM_CU_MATVEC_MAX || (!HM_CU_FLOAT(w[0].type) && w[0].cols % 32))
+    if (n > HM_CU_MATVEC_BATCH || (!HM_CU_FLOAT(w[0].type) && w[0].cols % 32))
         return cudaErrorInvalidValue;
     mv_set m = {};
     for (int i = 0; i < nw; i++) m.w[i] = w[i], m.y[i] = y[i], m.ys[i] = ys[i];
@@ -524,6 +568,35 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
 #undef X
         }
     });
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
+                                       cudaStream_t stream) {
+    if (w->rows <= 0 || max_tiles <= 0) return cudaSuccess;
+    if (!a->tile_e || a->xrow || max_tiles > 65535 || (!HM_CU_FLOAT(w->type) && w->cols % 32) ||
+        !hm_cu_type_ok(w->type))
+        return cudaErrorInvalidValue;
+    const int rpw = mv_rpw(w->rows * (max_tiles < 64 ? max_tiles : 64)), per = MV_WARPS * rpw;
+    const dim3 grid((unsigned)((w->rows + per - 1) / per), (unsigned)max_tiles);
+    if (mv_q4k(w, a->x, a->xs)) {
+        const dim3 g4((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)max_tiles);
+        hm_launch(mmv_tiles_k<HM_TYPE_Q4_K, false, true>, g4, MV_WARPS * 32, 0, stream, *w, *a, 1);
+        return cudaGetLastError();
+    }
+    const size_t sm = mv_smem(w->cols, HM_CU_MATVEC_MAX);
+    const bool sh = mv_stage(sm);
+    switch (w->type) {
+#define X(t)                                                                                       \
+    case t:                                                                                        \
+        if (sh)                                                                                    \
+            hm_launch(mmv_tiles_k<t, true, false>, grid, MV_WARPS * 32, sm, stream, *w, *a, rpw);  \
+        else                                                                                       \
+            hm_launch(mmv_tiles_k<t, false, false>, grid, MV_WARPS * 32, 0, stream, *w, *a, rpw);  \
+        break;
+        HM_CU_TYPES(X)
+#undef X
+    }
     return cudaGetLastError();
 }
 

@@ -143,9 +143,9 @@ extern "C" cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int 
 }
 
 // One block: counts per expert, their offsets, every pair's place in expert order, and the
-// tiles of up to TN pairs of one expert.
-__global__ void __launch_bounds__(1024)
-    moe_sort_k(const int32_t *__restrict__ ids, int n_pairs, int n_exp, int k, hm_cu_moe_order o) {
+// tiles of up to `tile` pairs of one expert.
+__global__ void __launch_bounds__(1024) moe_sort_k(const int32_t *__restrict__ ids, int n_pairs,
+                                                   int n_exp, int k, int tile, hm_cu_moe_order o) {
     hm_pdl_start();
     extern __shared__ int sh[]; // counts [n_exp], then offsets [n_exp]
     int *cnt = sh, *off = sh + n_exp;
@@ -158,10 +158,10 @@ __global__ void __launch_bounds__(1024)
         int s = 0, nt = 0;
         for (int e = 0; e < n_exp; e++) {
             off[e] = s;
-            for (int i = 0; i < cnt[e]; i += TN) {
+            for (int i = 0; i < cnt[e]; i += tile) {
                 o.tile_e[nt] = e;
                 o.tile_i0[nt] = s + i;
-                o.tile_n[nt] = cnt[e] - i < TN ? cnt[e] - i : TN;
+                o.tile_n[nt] = cnt[e] - i < tile ? cnt[e] - i : tile;
                 nt++;
             }
             s += cnt[e];
@@ -185,17 +185,17 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
-extern "C" cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k,
+extern "C" cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k, int tile,
                                       const hm_cu_moe_order *o, cudaStream_t stream) {
     if (n_pairs <= 0) return cudaSuccess;
-    if (n_exp < 1 || n_exp > MAX_E || k < 1) return cudaErrorInvalidValue;
+    if (n_exp < 1 || n_exp > MAX_E || k < 1 || tile < 1 || tile > TN) return cudaErrorInvalidValue;
     hm_launch(moe_sort_k, 1, 1024, sizeof(int) * 2 * (size_t)n_exp, stream, ids, n_pairs, n_exp, k,
-              *o);
+              tile, *o);
     return cudaGetLastError();
 }
 
-extern "C" int hm_cu_moe_max_tiles(int n_pairs, int n_exp) {
-    return (n_pairs + TN - 1) / TN + n_exp;
+extern "C" int hm_cu_moe_max_tiles(int n_pairs, int n_exp, int tile) {
+    return (n_pairs + tile - 1) / tile + n_exp;
 }
 
 __global__ void moe_gid_k(const int32_t *__restrict__ ids, int n, const int32_t *__restrict__ slot,

@@ -93,7 +93,7 @@ static void matvec_k(const void *p) {
 cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
                          cudaStream_t stream) {
     if (n <= 0 || w->rows <= 0) return cudaSuccess;
-    if (n > HM_CU_MATVEC_MAX || (!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
+    if (n > HM_CU_MATVEC_BATCH || (!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
         return cudaErrorInvalidValue;
     const matvec_args g = {*w, NULL, x, xs, n, 1, y, ys};
     return hm_host_launch(stream, matvec_k, &g, sizeof g);
@@ -282,13 +282,41 @@ cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
     return hm_host_launch(stream, mmq_k, &g, sizeof g);
 }
 
+typedef struct mmv_args {
+    hm_cu_w w;
+    hm_cu_mmq_args a;
+} mmv_args;
+
+static void mmv_tiles_k(const void *p) {
+    const mmv_args *g = p;
+    const hm_cu_w *w = &g->w;
+    const hm_cu_mmq_args *a = &g->a;
+    for (int t = 0; t < *a->n_tiles; t++) {
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)a->tile_e[t] * w->estride;
+        for (int i = a->tile_i0[t]; i < a->tile_i0[t] + a->tile_n[t]; i++)
+            for (int64_t r = 0; r < w->rows; r++)
+                a->y[(int64_t)i * a->ys + r] = row_dot(w->type, base + r * (int64_t)w->row_bytes,
+                                                       w->cols, a->x + (int64_t)i * a->xs);
+    }
+}
+
+cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
+                            cudaStream_t stream) {
+    if (w->rows <= 0 || max_tiles <= 0) return cudaSuccess;
+    if (!a->tile_e || a->xrow || max_tiles > 65535 || (!FLOAT_TYPE(w->type) && w->cols % 32) ||
+        !hm_cu_type_ok(w->type))
+        return cudaErrorInvalidValue;
+    const mmv_args g = {*w, *a};
+    return hm_host_launch(stream, mmv_tiles_k, &g, sizeof g);
+}
+
 typedef struct sort_args {
     const int32_t *ids;
-    int n_pairs, n_exp, k;
+    int n_pairs, n_exp, k, tile;
     hm_cu_moe_order o;
 } sort_args;
 
-/* counts, offsets, tiles of up to TN places of one expert, then each pair's place (in pair
+/* counts, offsets, tiles of up to `tile` places of one expert, then each pair's place (in pair
  * order within an expert: the CUDA kernel's atomics give some order, and the values do not
  * depend on it) */
 static void sort_k(const void *p) {
@@ -302,10 +330,10 @@ static void sort_k(const void *p) {
     int s = 0, nt = 0;
     for (int e = 0; e < g->n_exp; e++) {
         off[e] = s;
-        for (int i = 0; i < cnt[e]; i += TN) {
+        for (int i = 0; i < cnt[e]; i += g->tile) {
             o->tile_e[nt] = e;
             o->tile_i0[nt] = s + i;
-            o->tile_n[nt] = cnt[e] - i < TN ? cnt[e] - i : TN;
+            o->tile_n[nt] = cnt[e] - i < g->tile ? cnt[e] - i : g->tile;
             nt++;
         }
         s += cnt[e];
@@ -325,16 +353,16 @@ static void sort_k(const void *p) {
     free(cnt);
 }
 
-cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k,
+cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k, int tile,
                            const hm_cu_moe_order *o, cudaStream_t stream) {
     if (n_pairs <= 0) return cudaSuccess;
-    if (n_exp < 1 || n_exp > MAX_E || k < 1) return cudaErrorInvalidValue;
-    const sort_args g = {ids, n_pairs, n_exp, k, *o};
+    if (n_exp < 1 || n_exp > MAX_E || k < 1 || tile < 1 || tile > TN) return cudaErrorInvalidValue;
+    const sort_args g = {ids, n_pairs, n_exp, k, tile, *o};
     return hm_host_launch(stream, sort_k, &g, sizeof g);
 }
 
-int hm_cu_moe_max_tiles(int n_pairs, int n_exp) {
-    return (n_pairs + TN - 1) / TN + n_exp;
+int hm_cu_moe_max_tiles(int n_pairs, int n_exp, int tile) {
+    return (n_pairs + tile - 1) / tile + n_exp;
 }
 
 typedef struct ids_args {
