@@ -747,7 +747,7 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         CU(hm_cu_gather_rows(dx, cols, o.xrow, NP, cols, dxg, cols, 0));
         const hm_cu_mmq_args ea = {dxg,      cols,      NULL,     dy,        rows,
                                    o.tile_e, o.tile_i0, o.tile_n, o.n_tiles, NP};
-        CU(hm_cu_mmv_tiles(&cw, &ea, mt, 0));
+        CU(hm_cu_mmv_tiles(&cw, &ea, HM_CU_MATVEC_MAX, mt, 0));
         CU(hm_cu_matvec_experts(&cw, dpid, NP, dx, cols, K, dz, rows, 0));
         int32_t pos_of[NP], tn[64], nt = 0;
         host_copy(pos_of, o.pos_of, sizeof pos_of);
@@ -785,7 +785,8 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         CHECK_MSG(bad == 0, "gather: %d values differ", bad);
         hm_cu_mmq_args xr = ea; /* rows by xrow: gathered first, not here */
         xr.xrow = o.xrow;
-        CHECK(hm_cu_mmv_tiles(&cw, &xr, mt, 0) == cudaErrorInvalidValue);
+        CHECK(hm_cu_mmv_tiles(&cw, &xr, HM_CU_MATVEC_MAX, mt, 0) == cudaErrorInvalidValue);
+        CHECK(hm_cu_mmv_tiles(&cw, &ea, HM_CU_MATVEC_MAX + 1, mt, 0) == cudaErrorInvalidValue);
         free(yp), free(xg);
         cudaFree(dpid), cudaFree(ob), cudaFree(dxg), cudaFree(dz);
     }

@@ -816,16 +816,24 @@ static cudaError_t glu_biased(hm_cuda_ctx *c, int il, const int32_t *ids, const 
 
 /* The pairs ids (places in ex, -1: none) of n tokens on the tiles, in expert order: gate and up,
  * the activation with layer il's expert biases (none when the layer has none), down, their sum
- * into out. Batches of up to mv_max tokens take tiles of HM_CU_MATVEC_MAX places on the matvec
- * (their activations gathered into place order first, in moe_y, which down overwrites), larger
- * ones tiles of 64 on the tensor cores. */
+ * into out. Batches of up to mv_max tokens take tiles of up to HM_CU_MATVEC_MAX places on the
+ * matvec (hm_cu_mmv_tile's; their activations gathered into place order first, in moe_y, which
+ * down overwrites), larger ones tiles of 64 on the tensor cores. */
 static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const int32_t *ids, int n,
                            const float *x, int64_t xs, float *out, int64_t os) {
     const hm_hparams *hp = &c->m->hp;
     const int np = n * c->k, E = (int)hp->n_experts;
     const int64_t I = hp->moe_inter, H = hp->hidden;
     const bool mv = n <= c->mv_max;
-    const int tile = mv ? HM_CU_MATVEC_MAX : 64, mt = hm_cu_moe_max_tiles(np, E, tile);
+    int tile = 64; /* the matvec's: what all three take at full speed */
+    if (mv) {
+        tile = hm_cu_mmv_tile(&ex[0], c->moe_y, H);
+        const int tu = hm_cu_mmv_tile(&ex[1], c->moe_y, H),
+                  td = hm_cu_mmv_tile(&ex[2], c->moe_g, I);
+        tile = tu < tile ? tu : tile;
+        tile = td < tile ? td : tile;
+    }
+    const int mt = hm_cu_moe_max_tiles(np, E, tile);
     CK(hm_cu_moe_sort(ids, np, E, c->k, tile, &c->ord, c->s), "experts' order");
     const hm_cu_moe_order *o = &c->ord;
     hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
@@ -834,14 +842,14 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
         CK(hm_cu_gather_rows(x, xs, o->xrow, np, H, c->moe_y, H, c->s), "experts' inputs");
         a.x = c->moe_y, a.xs = H, a.xrow = NULL;
     }
-    cudaError_t (*const run)(const hm_cu_w *, const hm_cu_mmq_args *, int, cudaStream_t) =
-        mv ? hm_cu_mmv_tiles : hm_cu_mmq;
-    CK(run(&ex[0], &a, mt, c->s), "experts' gate");
+#define RUN(w) (mv ? hm_cu_mmv_tiles(w, &a, tile, mt, c->s) : hm_cu_mmq(w, &a, mt, c->s))
+    CK(RUN(&ex[0]), "experts' gate");
     a.y = c->moe_u;
-    CK(run(&ex[1], &a, mt, c->s), "experts' up");
+    CK(RUN(&ex[1]), "experts' up");
     CK(glu_biased(c, il, ids, o->pos_of, np), "experts' glu");
     a.x = c->moe_g, a.xs = I, a.xrow = NULL, a.y = c->moe_y, a.ys = H;
-    CK(run(&ex[2], &a, mt, c->s), "experts' down");
+    CK(RUN(&ex[2]), "experts' down");
+#undef RUN
     CK(hm_cu_expert_bias(c->moe_y, H, o->pos_of, ids, np, c->exb[il * 3 + 2], H, c->s),
        "experts' down bias");
     CK(hm_cu_moe_combine(c->moe_y, H, o->pos_of, c->w, n, c->k, H, out, os, c->s), "experts' sum");

@@ -203,10 +203,10 @@ typedef struct hm_cu_attn {
     int window;         /* 0: every position */
 } hm_cu_attn;
 
-/* part (or NULL): scratch of n * n_heads * splits * (head_dim + 2) floats; with splits > 1 the
- * positions are cut into splits of 128, each its own block (a long context's decode then fills
- * the GPU), and merged after (flash-decoding). splits must cover the longest sequence
- * (hm_cu_attention_splits of the cache's positions). */
+/* part (or NULL): scratch of n * n_heads * splits * (head_dim + 2) floats; with splits > 1 each
+ * token's positions are cut into `splits` ranges (whole 32s; hm_cu_attention_splits of the
+ * cache's positions: one per 32, at most 32), each its own block, so that a decode step fills
+ * the GPU at any context, and merged after (flash-decoding). */
 cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, float *part, int splits,
                             cudaStream_t stream);
 int hm_cu_attention_splits(int64_t kv_ctx);
@@ -342,11 +342,14 @@ cudaError_t hm_cu_moe_sort(const int32_t *ids, int n_pairs, int n_exp, int k, in
                            const hm_cu_moe_order *o, cudaStream_t stream);
 int hm_cu_moe_max_tiles(int n_pairs, int n_exp, int tile);
 
-/* The experts' tiles of hm_cu_moe_sort with tile HM_CU_MATVEC_MAX on the matvec kernels: y[i] =
- * W_e . x[i] for the items of each tile (x rows in place order: a->xrow must be NULL; gather
- * them first with hm_cu_gather_rows), each product as hm_cu_matvec computes it. For batches
- * whose experts get a few tokens each, where a tile of 64 would be mostly empty. */
-cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
+/* The experts' tiles of hm_cu_moe_sort with tile <= HM_CU_MATVEC_MAX on the matvec kernels:
+ * y[i] = W_e . x[i] for the items of each tile (x rows in place order: a->xrow must be NULL;
+ * gather them first with hm_cu_gather_rows), each product as hm_cu_matvec computes it. For
+ * batches whose experts get a few tokens each, where a tile of 64 would be mostly empty.
+ * hm_cu_mmv_tile: the largest tile the kernel takes at full speed for these weights and
+ * activations (their rows staged in shared memory, or the Q4_K lane layout). */
+int hm_cu_mmv_tile(const hm_cu_w *w, const float *x, int64_t xs);
+cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int tile, int max_tiles,
                             cudaStream_t stream);
 
 /* dst[i] = x[rows[i]] for i < n, rows of cols floats (strides xs, ds) */

@@ -53,6 +53,14 @@ static bool mv_stage(size_t bytes) {
     return on && bytes <= MV_SMEM;
 }
 
+// Tokens per read of the weights for rows of cols values: the most of 8, 4, 2 and 1 whose
+// activations stage within MV_SMEM (8 where none do, or staging is off)
+static int mv_group(int64_t cols) {
+    for (int g = HM_CU_MATVEC_MAX; g > 1; g /= 2)
+        if (mv_stage(sizeof(float) * (size_t)((cols + 31) / 32 * 33) * (size_t)g)) return g;
+    return mv_stage(sizeof(float) * (size_t)((cols + 31) / 32 * 33)) ? 1 : HM_CU_MATVEC_MAX;
+}
+
 // element j of an activation row: padded in shared memory, plain in global
 template <bool SH> __device__ __forceinline__ int64_t xi(int64_t j) {
     return SH ? (j >> 5) * 33 + (j & 31) : j;
@@ -122,9 +130,9 @@ struct mv_set {
 #define MV_SEL(m, i, f) ((i) == 0 ? (m).f[0] : ((i) == 1 ? (m).f[1] : (m).f[2]))
 
 // MV_WARPS * rpw rows per block, rpw per warp (consecutive warps on consecutive rows). Batches
-// of more than HM_CU_MATVEC_MAX tokens run as ng groups of up to that many, block b taking
-// group b % ng of row block b / ng: the groups of a row block run side by side, so that the
-// weights come from DRAM once and from L2 for the other groups.
+// of more than NT tokens run as ng groups of up to NT, block b taking group b % ng of row block
+// b / ng: the groups of a row block run side by side, so that the weights come from DRAM once
+// and from L2 for the other groups.
 template <int T, int NT, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_k(mv_set m, const float *__restrict__ x, int64_t xs, int n, int rpw, int ng) {
@@ -133,9 +141,9 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     const int64_t cols = m.w[0].cols;
     const int64_t xst = (cols + 31) / 32 * 33;
     const unsigned bx = blockIdx.x / (unsigned)ng;
-    const int g0 = (int)(blockIdx.x % (unsigned)ng) * HM_CU_MATVEC_MAX;
+    const int g0 = (int)(blockIdx.x % (unsigned)ng) * NT;
     x += g0 * xs;
-    n = n - g0 < HM_CU_MATVEC_MAX ? n - g0 : HM_CU_MATVEC_MAX;
+    n = n - g0 < NT ? n - g0 : NT;
     if (SH) stage_x(xsh, xst, x, xs, n, cols);
     const int i = m.nw > 1 && bx >= m.b1[0] ? (m.nw > 2 && bx >= m.b1[1] ? 2 : 1) : 0;
     const unsigned blk = bx - (i ? MV_SEL(m, i - 1, b1) : 0u);
@@ -269,9 +277,9 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     hm_pdl_start();
     const int64_t r = (int64_t)(blockIdx.x / (unsigned)ng) * MV_WARPS + (threadIdx.x >> 5);
     if (r >= w.rows) return;
-    const int g0 = (int)(blockIdx.x % (unsigned)ng) * HM_CU_MATVEC_MAX;
+    const int g0 = (int)(blockIdx.x % (unsigned)ng) * NT;
     x += g0 * xs, y += g0 * ys;
-    n = n - g0 < HM_CU_MATVEC_MAX ? n - g0 : HM_CU_MATVEC_MAX;
+    n = n - g0 < NT ? n - g0 : NT;
     float acc[NT];
     q4k_dot<NT>((const uint8_t *)w.data + r * (int64_t)w.row_bytes, w.cols, x, xs, n, acc);
     if ((threadIdx.x & 31) == 0)
@@ -398,7 +406,7 @@ static size_t mv_smem(int64_t cols, int n) {
 template <int T, int NT>
 static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, cudaStream_t s) {
     const hm_cu_w *w = &m->w[0];
-    const int ng = (n + HM_CU_MATVEC_MAX - 1) / HM_CU_MATVEC_MAX;
+    const int ng = (n + NT - 1) / NT;
     if (T == HM_TYPE_Q4_K && m->nw == 1 && mv_q4k(w, x, xs)) {
         hm_launch(matvec_q4k_k<NT>, (unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS * ng),
                   MV_WARPS * 32, 0, s, *w, x, xs, n, m->y[0], m->ys[0], ng);
@@ -412,6 +420,8 @@ static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, cudaSt
     for (int i = 0; i < m->nw; i++)
         set.b1[i] = blocks += (unsigned)((m->w[i].rows + per - 1) / per);
     const size_t sm = mv_smem(w->cols, NT < n ? NT : n);
+    /* mv_group keeps NT rows within MV_SMEM where they fit: unstaged, each lane reads its own
+     * chunk of every row, a different line per lane */
     blocks *= (unsigned)ng;
     if (mv_stage(sm))
         hm_launch(matvec_k<T, NT, true>, blocks, MV_WARPS * 32, sm, s, set, x, xs, n, rpw, ng);
@@ -421,14 +431,23 @@ static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, cudaSt
 
 template <int T>
 static void matvec_launch(const mv_set *m, const float *x, int64_t xs, int n, cudaStream_t s) {
-    if (n <= 1)
+    const hm_cu_w *w = &m->w[0];
+    const bool lanes = T == HM_TYPE_Q4_K && m->nw == 1 && mv_q4k(w, x, xs);
+    const int g = lanes ? HM_CU_MATVEC_MAX : mv_group(w->cols);
+    const int nt = n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : 8));
+    switch (nt < g ? nt : g) {
+    case 1:
         matvec_nt<T, 1>(m, x, xs, n, s);
-    else if (n <= 2)
+        break;
+    case 2:
         matvec_nt<T, 2>(m, x, xs, n, s);
-    else if (n <= 4)
+        break;
+    case 4:
         matvec_nt<T, 4>(m, x, xs, n, s);
-    else
+        break;
+    default:
         matvec_nt<T, 8>(m, x, xs, n, s);
+    }
 }
 
 static cudaError_t matvec_set(const mv_set *m, const float *x, int64_t xs, int n,
@@ -571,11 +590,15 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
-                                       cudaStream_t stream) {
+extern "C" int hm_cu_mmv_tile(const hm_cu_w *w, const float *x, int64_t xs) {
+    return mv_q4k(w, x, xs) ? HM_CU_MATVEC_MAX : mv_group(w->cols);
+}
+
+extern "C" cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int tile,
+                                       int max_tiles, cudaStream_t stream) {
     if (w->rows <= 0 || max_tiles <= 0) return cudaSuccess;
-    if (!a->tile_e || a->xrow || max_tiles > 65535 || (!HM_CU_FLOAT(w->type) && w->cols % 32) ||
-        !hm_cu_type_ok(w->type))
+    if (!a->tile_e || a->xrow || max_tiles > 65535 || tile < 1 || tile > HM_CU_MATVEC_MAX ||
+        (!HM_CU_FLOAT(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
         return cudaErrorInvalidValue;
     const int rpw = mv_rpw(w->rows * (max_tiles < 64 ? max_tiles : 64)), per = MV_WARPS * rpw;
     const dim3 grid((unsigned)((w->rows + per - 1) / per), (unsigned)max_tiles);
@@ -584,7 +607,7 @@ extern "C" cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a
         hm_launch(mmv_tiles_k<HM_TYPE_Q4_K, false, true>, g4, MV_WARPS * 32, 0, stream, *w, *a, 1);
         return cudaGetLastError();
     }
-    const size_t sm = mv_smem(w->cols, HM_CU_MATVEC_MAX);
+    const size_t sm = mv_smem(w->cols, tile);
     const bool sh = mv_stage(sm);
     switch (w->type) {
 #define X(t)                                                                                       \

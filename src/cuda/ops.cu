@@ -291,10 +291,17 @@ extern "C" cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, 
 
 // One block per (token, query head) and range of positions: the positions in chunks of ATT_T,
 // one per thread for the scores, an online softmax across chunks (twins.h), each thread
-// accumulating head dims tid, tid + ATT_T, ... of the output. Decode splits the positions into
-// ranges of one chunk (ATT_SPLIT), so that a step's few (token, head) pairs still fill the GPU
-// and each block's chain of dependent loads is one chunk long.
-enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT = ATT_T, ATT_KU = 8 };
+// accumulating head dims tid, tid + ATT_T, ... of the output. Decode splits each token's
+// positions into gridDim.z ranges of att_split_len (whole ATT_SPLIT_MIN), so that a step's few
+// (token, head) pairs fill the GPU at any context, and a context of a few hundred positions
+// takes a block per 32 of them; splits past a token's positions exit at once.
+enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT_MIN = 32, ATT_ZMAX = 32, ATT_KU = 8 };
+
+// the positions of one split of a token at P positions cut into z splits
+__device__ __forceinline__ int att_split_len(int P, int z) {
+    const int l = (P + z - 1) / z;
+    return (l + ATT_SPLIT_MIN - 1) / ATT_SPLIT_MIN * ATT_SPLIT_MIN;
+}
 
 // q (in shared memory) against positions [p0, p1) of one cache head: the running state and the
 // unnormalized accumulators of this thread's dims
@@ -360,7 +367,7 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
     }
 }
 
-// blockIdx.z = split s of ATT_SPLIT positions (gridDim.z 1: every position); with splits the
+// blockIdx.z = split s of att_split_len positions (gridDim.z 1: every position); with splits the
 // partial state (m, l, acc) goes to part, merged by attn_merge_k
 template <bool F16>
 __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float *part) {
@@ -370,8 +377,13 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
     const int i = blockIdx.x, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
     const int hd = kv.head_dim, vd = kv.v_dim ? kv.v_dim : hd;
     const int P = a.pos[i] + 1, lo = a.window && P > a.window ? P - a.window : 0;
-    int p0 = gridDim.z > 1 ? s * ATT_SPLIT : 0;
-    const int p1 = gridDim.z > 1 ? (p0 + ATT_SPLIT < P ? p0 + ATT_SPLIT : P) : P;
+    int p0 = 0, p1 = P;
+    if (gridDim.z > 1) {
+        const int len = att_split_len(P, (int)gridDim.z);
+        p0 = s * len;
+        if (p0 >= P) return; /* past the token's positions: the merge reads no such split */
+        p1 = p0 + len < P ? p0 + len : P;
+    }
     p0 = p0 > lo ? p0 : lo;
     float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     hm_osm st = {-INFINITY, 0.0f};
@@ -408,7 +420,8 @@ __global__ void __launch_bounds__(ATT_T)
     hm_pdl_start();
     const int i = blockIdx.x, h = blockIdx.y;
     const float *pp = part + ((int64_t)i * a.n_heads + h) * splits * (hd + 2);
-    const int ns = (a.pos[i] + ATT_SPLIT) / ATT_SPLIT; // splits that saw positions
+    const int P = a.pos[i] + 1, len = att_split_len(P, splits);
+    const int ns = (P + len - 1) / len; // splits that saw positions
     hm_osm st = {-INFINITY, 0.0f};
     float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     for (int s = 0; s < ns; s++) {
@@ -450,7 +463,8 @@ extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, 
 }
 
 extern "C" int hm_cu_attention_splits(int64_t kv_ctx) {
-    return (int)((kv_ctx + ATT_SPLIT - 1) / ATT_SPLIT);
+    const int64_t z = (kv_ctx + ATT_SPLIT_MIN - 1) / ATT_SPLIT_MIN;
+    return (int)(z < 1 ? 1 : (z > (int64_t)ATT_ZMAX ? (int64_t)ATT_ZMAX : z));
 }
 
 // One warp per token: the maximum and the double sum of exp over the lanes' logits, then k

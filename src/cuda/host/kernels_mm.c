@@ -300,11 +300,17 @@ static void mmv_tiles_k(const void *p) {
     }
 }
 
-cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int max_tiles,
+/* shared memory is no limit here: every tile size runs at the same speed */
+int hm_cu_mmv_tile(const hm_cu_w *w, const float *x, int64_t xs) {
+    (void)w, (void)x, (void)xs;
+    return HM_CU_MATVEC_MAX;
+}
+
+cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int tile, int max_tiles,
                             cudaStream_t stream) {
     if (w->rows <= 0 || max_tiles <= 0) return cudaSuccess;
-    if (!a->tile_e || a->xrow || max_tiles > 65535 || (!FLOAT_TYPE(w->type) && w->cols % 32) ||
-        !hm_cu_type_ok(w->type))
+    if (!a->tile_e || a->xrow || max_tiles > 65535 || tile < 1 || tile > HM_CU_MATVEC_MAX ||
+        (!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
         return cudaErrorInvalidValue;
     const mmv_args g = {*w, *a};
     return hm_host_launch(stream, mmv_tiles_k, &g, sizeof g);

@@ -442,8 +442,9 @@ cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, int n, cuda
 
 /* ---- attention over the cache ---------------------------------------------------------------- */
 
-/* the kernel's chunk of positions, its largest head_dim and its split (hm_cu_attention_splits) */
-enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT = 128 };
+/* the kernel's chunk of positions, its largest head_dim, and its splits' smallest length and
+ * most splits (hm_cu_attention_splits) */
+enum { ATT_T = 128, ATT_MAX_HD = 5 * ATT_T, ATT_SPLIT_MIN = 32, ATT_ZMAX = 32 };
 
 typedef struct attn_args {
     hm_cu_attn a;
@@ -508,7 +509,8 @@ cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, floa
 }
 
 int hm_cu_attention_splits(int64_t kv_ctx) {
-    return (int)((kv_ctx + ATT_SPLIT - 1) / ATT_SPLIT);
+    const int64_t z = (kv_ctx + ATT_SPLIT_MIN - 1) / ATT_SPLIT_MIN;
+    return (int)(z < 1 ? 1 : (z > (int64_t)ATT_ZMAX ? (int64_t)ATT_ZMAX : z));
 }
 
 /* hm_cu_attention_tc (fattn.cu): one sequence at consecutive positions, queries, keys, values
