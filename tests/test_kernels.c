@@ -655,6 +655,24 @@ static void test_axpy(void) {
             ops->axpy_f32(n, 0.375f, x, y);
             CHECK_MSG(!memcmp(y, want, sizeof y), "%s axpy n=%lld", ops->name, (long long)n);
         }
+        /* x in 16 bits: halves and BF16 of the same small values (exact in both) */
+        CHECK_MSG(ops->axpy_h != NULL, "%s has no 16-bit axpy", ops->name);
+        if (!ops->axpy_h) continue;
+        for (int bf = 0; bf < 2; bf++)
+            for (int64_t n = 0; n <= 70; n++) {
+                uint16_t x[71];
+                float y[72], want[72];
+                for (int64_t i = 0; i < 72; i++) {
+                    const float v = (float)(i * 7 % 13) - 6.0f + (i % 3) * 0.5f;
+                    if (i < 71) x[i] = bf ? hm_f32_to_bf16(v) : hm_f32_to_f16(v);
+                    y[i] = want[i] = (float)(i % 5) * 0.25f;
+                }
+                for (int64_t i = 0; i < n; i++)
+                    want[i] += -1.625f * (bf ? hm_bf16_to_f32(x[i]) : hm_f16_to_f32(x[i]));
+                ops->axpy_h(n, -1.625f, x, bf, y);
+                CHECK_MSG(!memcmp(y, want, sizeof y), "%s 16-bit axpy (%s) n=%lld", ops->name,
+                          bf ? "bf16" : "f16", (long long)n);
+            }
     }
 }
 

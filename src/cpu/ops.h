@@ -46,6 +46,9 @@ typedef struct hm_cpu_ops {
     hm_vec_dot_46_fn vec_dot_46[HM_TYPE_COUNT];
     /* y[i] += a * x[i] for i < n (attention's weighted sum of V rows) */
     void (*axpy_f32)(int64_t n, float a, const float *x, float *y);
+    /* the same with x in 16 bits: BF16 (bf16) or IEEE half, widened exactly (MLA's k_b / v_b
+     * copies); every variant gives plain C's fmaf bits */
+    void (*axpy_h)(int64_t n, float a, const uint16_t *x, bool bf16, float *y);
     /* Attention blocks of 16 keys (prefill). qk: s[i * s_stride + j] = scale * q_i . k_j for
      * i < nq, j < 16, with q_i = q + i * hd and the keys transposed: kt[d * 16 + j].
      * pv: o[i * o_stride + d] += sum_j p[i * p_stride + j] * v[j * hd + d] for i < nq, d < hd. */

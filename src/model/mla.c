@@ -13,9 +13,19 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu/ops.h"
 #include "model/ctx_int.h"
 #include "model/graph.h"
 #include "quant/fp16.h"
+
+/* the CPU kernel table's vector loops (each variant's, or plain C's where it has none) */
+typedef struct mla_ops {
+    hm_vec_dot_fn dot; /* float . float */
+    void (*axpy)(int64_t n, float a, const float *x, float *y);
+    void (*axpy_h)(int64_t n, float a, const uint16_t *x, bool bf16, float *y);
+    void (*scale)(int64_t n, float a, float *x);
+    void (*f16)(int64_t n, const uint16_t *x, float *y);
+} mla_ops;
 
 typedef struct mla_job {
     hm_ctx *c;
@@ -23,6 +33,7 @@ typedef struct mla_job {
     int il, n;
     float scale;
     size_t scratch; /* floats per participant */
+    mla_ops ops;
 } mla_job;
 
 /* token i: the latent normed, both rotary parts rotated, [c, k_pe] into the cache */
@@ -47,38 +58,28 @@ static void mla_store(hm_ctx *c, int i, void *arg) {
     }
 }
 
+static mla_ops mla_ops_get(void) {
+    const hm_cpu_ops *o = NULL, *r = &hm_ops_ref;
+    if (hm_cpu_ops_get(&o) != HM_OK) o = r;
+    return (mla_ops){o->vec_dot[HM_TYPE_F32] ? o->vec_dot[HM_TYPE_F32] : r->vec_dot[HM_TYPE_F32],
+                     o->axpy_f32 ? o->axpy_f32 : r->axpy_f32, o->axpy_h ? o->axpy_h : r->axpy_h,
+                     o->scale_f32 ? o->scale_f32 : r->scale_f32,
+                     o->f16_to_f32 ? o->f16_to_f32 : r->f16_to_f32};
+}
+
 /* a cache row as floats: the row itself, or converted into tmp */
-static const float *cache_row(const hm_ctx *c, const uint8_t *row, float *tmp) {
+static const float *cache_row(const hm_ctx *c, const mla_ops *op, const uint8_t *row, float *tmp) {
     if (c->kv_elem == 4) return (const float *)row;
-    const uint16_t *h = (const uint16_t *)row;
-    for (size_t d = 0; d < c->kv_dim; d++) tmp[d] = hm_f16_to_f32(h[d]);
+    op->f16((int64_t)c->kv_dim, (const uint16_t *)row, tmp);
     return tmp;
 }
 
-/* x . y with eight running sums (vectorisable without reassociating) */
-static float dot8(const float *x, const float *y, int n) {
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += x[i + k] * y[i + k];
-    float s = 0.0f;
-    for (; i < n; i++) s += x[i] * y[i];
-    for (int k = 0; k < 8; k++) s += acc[k];
-    return s;
-}
-
-/* y[n] += a x[n], x a row of the model's copy of k_b or v_b in type t (model.h): halves widened
- * inline, so that every loop vectorises */
-static void add_scaled_row(float *y, float a, const void *x, uint32_t t, int n) {
-    const uint16_t *b = x;
-    if (t == HM_TYPE_BF16) {
-        for (int i = 0; i < n; i++) y[i] += a * hm_bf16_to_f32(b[i]);
-    } else if (t == HM_TYPE_F16) {
-        for (int i = 0; i < n; i++) y[i] += a * hm_f16_to_f32_branchless(b[i]);
-    } else {
-        const float *f = x;
-        for (int i = 0; i < n; i++) y[i] += a * f[i];
-    }
+/* y[n] += a x[n], x a row of the model's copy of k_b or v_b in type t (model.h) */
+static void add_scaled_row(const mla_ops *op, float *y, float a, const void *x, uint32_t t, int n) {
+    if (t == HM_TYPE_F32)
+        op->axpy(n, a, x, y);
+    else
+        op->axpy_h(n, a, x, t == HM_TYPE_BF16, y);
 }
 
 /* the row of a copy of type t that starts at element i */
@@ -90,6 +91,7 @@ static const void *copy_at(const void *base, uint32_t t, size_t i) {
 static void mla_attend(int ith, int nth, void *arg) {
     const mla_job *j = arg;
     hm_ctx *c = j->c;
+    const mla_ops *op = &j->ops;
     const hm_hparams *hp = &c->m->hp;
     const int kvl = (int)hp->kv_lora_rank, rope = (int)hp->qk_rope_head_dim;
     const int nh = (int)hp->n_heads, hd = (int)hp->head_dim, nope = (int)hp->qk_nope_head_dim;
@@ -102,7 +104,8 @@ static void mla_attend(int ith, int nth, void *arg) {
         const uint32_t kt = j->L->k_b_type, vt = j->L->v_b_type;
         for (int a = 0; a < kvl; a++) qc[a] = 0.0f;
         for (int r = 0; r < nope; r++) /* the absorbed query: q_nope . K_h */
-            add_scaled_row(qc, q[r], copy_at(j->L->k_b, kt, ((size_t)h * nope + r) * kvl), kt, kvl);
+            add_scaled_row(op, qc, q[r], copy_at(j->L->k_b, kt, ((size_t)h * nope + r) * kvl), kt,
+                           kvl);
         /* one pass over the positions with an online softmax: each cache row (converted once
          * when it is in halves) gives its score and its share of the weighted latent */
         const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
@@ -111,24 +114,24 @@ static void mla_attend(int ith, int nth, void *arg) {
         double sum = 0.0;
         for (int a = 0; a < kvl; a++) oc[a] = 0.0f;
         for (int p = 0; p < np; p++) {
-            const float *row = cache_row(c, base + (size_t)p * row_bytes, tmp);
-            const float s = (dot8(qc, row, kvl) + dot8(qpe, row + kvl, rope)) * j->scale;
+            const float *row = cache_row(c, op, base + (size_t)p * row_bytes, tmp);
+            const float s = (op->dot(kvl, row, qc) + op->dot(rope, row + kvl, qpe)) * j->scale;
             if (s > mx) { /* a new maximum: what was summed is rescaled to it */
                 const float r = expf(mx - s);
                 sum *= r;
-                for (int a = 0; a < kvl; a++) oc[a] *= r;
+                op->scale(kvl, r, oc);
                 mx = s;
             }
             const float wp = expf(s - mx);
             sum += wp;
-            for (int a = 0; a < kvl; a++) oc[a] += wp * row[a];
+            op->axpy(kvl, wp, row, oc);
         }
-        const float inv = (float)(1.0 / sum);
-        for (int a = 0; a < kvl; a++) oc[a] *= inv;
+        op->scale(kvl, (float)(1.0 / sum), oc);
         float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
         for (int d = 0; d < vd; d++) out[d] = 0.0f;
         for (int a = 0; a < kvl; a++) /* the head's value: V_h o_c */
-            add_scaled_row(out, oc[a], copy_at(j->L->v_b, vt, ((size_t)h * kvl + a) * vd), vt, vd);
+            add_scaled_row(op, out, oc[a], copy_at(j->L->v_b, vt, ((size_t)h * kvl + a) * vd), vt,
+                           vd);
     }
 }
 
@@ -162,7 +165,7 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
     hm_ctx_matmul(c, &L->wkv_a, xn, n, c->k);
     const float scale = hm_mla_scale(hp);
     /* per participant: the absorbed q, the latent output, a cache row in floats (ctx.c) */
-    mla_job j = {c, L, nd->il, n, scale, 2 * hp->kv_lora_rank + c->kv_dim + 64};
+    mla_job j = {c, L, nd->il, n, scale, 2 * hp->kv_lora_rank + c->kv_dim + 64, mla_ops_get()};
     hm_ctx_for_tokens(c, n, mla_store, &j); /* every token's cache row before any attends */
     hm_pool_run(c->pool, mla_attend, &j);
     return HM_OK;

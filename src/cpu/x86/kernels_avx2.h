@@ -868,6 +868,18 @@ static inline void hm_axpy_f32_avx2(int64_t n, float a, const float *x, float *y
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+static inline void hm_axpy_h_avx2(int64_t n, float a, const uint16_t *x, bool bf16, float *y) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(x + i));
+        const __m256 v = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                              : _mm256_cvtph_ps(h);
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, v, _mm256_loadu_ps(y + i)));
+    }
+    for (; i < n; i++) y[i] = fmaf(a, bf16 ? hm_bf16_to_f32(x[i]) : hm_f16_to_f32(x[i]), y[i]);
+}
+
 /* e^x as hm_exp_ps_avx512, with 2^k built in the exponent bits (k in [-126, 128] after the
  * clamp: 2^128 overflows to inf only where e^x does too, at x > 88.7 clamped to 88.7 -> finite) */
 static inline __m256 hm_exp_ps_avx2(__m256 x) {

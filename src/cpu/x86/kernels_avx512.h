@@ -1124,6 +1124,17 @@ static inline void hm_scale_f32_avx512(int64_t n, float a, float *x) {
 }
 
 /* IEEE half <-> float, 16 at a time, masked tails */
+static inline void hm_axpy_h_avx512(int64_t n, float a, const uint16_t *x, bool bf16, float *y) {
+    const __m512 va = _mm512_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m256i h = _mm256_maskz_loadu_epi16(k, x + i);
+        const __m512 v = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                              : _mm512_cvtph_ps(h);
+        _mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(va, v, _mm512_maskz_loadu_ps(k, y + i)));
+    }
+}
+
 static inline void hm_f16_to_f32_avx512(int64_t n, const uint16_t *x, float *y) {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
@@ -1300,12 +1311,12 @@ static inline double hm_peak_ops_avx512(hm_peak_kind kind, int64_t iters) {
 #define HM_OPS_AVX512_COMMON                                                                       \
     .sum_u64 = hm_sum_u64_avx512, .vec_dot = {HM_VEC_DOTS_AVX512},                                 \
     .vec_dot_n = {HM_VEC_DOTNS_AVX512}, .vec_dot_46 = {HM_VEC_DOT46S_AVX512},                      \
-    .axpy_f32 = hm_axpy_f32_avx512, .silu_mul_f32 = hm_silu_mul_f32_avx512,                        \
-    .expsum_f32 = hm_expsum_f32_avx512, .max_f32 = hm_max_f32_avx512,                              \
-    .scale_f32 = hm_scale_f32_avx512, .f16_to_f32 = hm_f16_to_f32_avx512,                          \
-    .f32_to_f16 = hm_f32_to_f16_avx512, .quant_q8_0 = hm_quant_q8_0_avx512,                        \
-    .quant_q8_K = hm_quant_q8_K_avx512, .rmsnorm_f32 = hm_rmsnorm_f32_avx512,                      \
-    .qk_block16 = hm_qk_block16_avx512, .pv_block16 = hm_pv_block16_avx512,                        \
-    .act_type = hm_act_type_avx512
+    .axpy_f32 = hm_axpy_f32_avx512, .axpy_h = hm_axpy_h_avx512,                                    \
+    .silu_mul_f32 = hm_silu_mul_f32_avx512, .expsum_f32 = hm_expsum_f32_avx512,                    \
+    .max_f32 = hm_max_f32_avx512, .scale_f32 = hm_scale_f32_avx512,                                \
+    .f16_to_f32 = hm_f16_to_f32_avx512, .f32_to_f16 = hm_f32_to_f16_avx512,                        \
+    .quant_q8_0 = hm_quant_q8_0_avx512, .quant_q8_K = hm_quant_q8_K_avx512,                        \
+    .rmsnorm_f32 = hm_rmsnorm_f32_avx512, .qk_block16 = hm_qk_block16_avx512,                      \
+    .pv_block16 = hm_pv_block16_avx512, .act_type = hm_act_type_avx512
 
 #endif
