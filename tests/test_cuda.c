@@ -424,6 +424,53 @@ static void check_fa_model(const char *name) {
     free_fixture(&f);
 }
 
+/* Batches of more than 8 tokens in more shapes (tokens, wanted rows) than the backend keeps
+ * graphs of: the first GRAPHS_BIG (64) shapes are captured, the rest run eagerly, and every
+ * step's wanted logits have the bits of a context that runs every step eagerly. The batches
+ * are rows of sequences 0..3 at their own positions, as a server's mixed batches are. */
+static void check_graph_shapes(const char *name) {
+    fixture f;
+    hm_model *m;
+    if (!fixture_open(name, &f, &m)) return;
+    const int V = f.vocab;
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.device = HM_DEVICE_CUDA, cp.n_ctx = 1024, cp.n_batch = 64, cp.n_seq = 4;
+    hm_ctx *c = NULL, *cx = NULL;
+    setenv("HMOE_CUDA_GRAPHS", "0", 1);
+    CHECK_OK(hm_ctx_create(m, &cp, &cx));
+    unsetenv("HMOE_CUDA_GRAPHS");
+    CHECK_OK(hm_ctx_create(m, &cp, &c));
+    float *lg = malloc(sizeof(float) * 64 * (size_t)V),
+          *lx = malloc(sizeof(float) * 64 * (size_t)V);
+    int32_t tok[64], seq[64];
+    uint8_t want[64];
+    int bad = 0, steps = 0;
+    for (int round = 0; c && cx && round < 2; round++) { /* the second replays or runs eagerly */
+        for (int q = 0; q < 4; q++) hm_ctx_seq_reset(c, q), hm_ctx_seq_reset(cx, q);
+        for (int i = 0; i < 88 && !bad; i++) { /* 44 sizes, all rows or every third wanted */
+            const int n = 9 + i / 2;
+            int w = 0;
+            for (int k = 0; k < n; k++) {
+                tok[k] = (int32_t)((k * 31 + i * 7 + round) % V), seq[k] = k % 4;
+                want[k] = i % 2 == 0 || k % 3 == 0;
+                w += want[k];
+            }
+            CHECK_OK(hm_ctx_decode(c, tok, seq, n, want, lg));
+            CHECK_OK(hm_ctx_decode(cx, tok, seq, n, want, lx));
+            bad += memcmp(lg, lx, sizeof(float) * (size_t)w * (size_t)V) != 0;
+            steps++;
+        }
+    }
+    CHECK_MSG(bad == 0 && steps == 176, "cuda %s: %d of %d batch shapes differ from eager", name,
+              bad, steps);
+    printf("  cuda %s: %d steps of 9-52 tokens in many shapes, graphs or eager: the eager bits\n",
+           name, steps);
+    free(lg), free(lx);
+    hm_ctx_free(c), hm_ctx_free(cx);
+    hm_model_free(m);
+    free_fixture(&f);
+}
+
 /* model q written as a quantized GGUF. The GPU's matvec path (one token at a time) computes in
  * float on the dequantized weights: against the CPU's exact kernels on the same weights written
  * as F32, the fixtures' 1e-3. The tensor-core path (whole prompt; weights and activations
@@ -1509,6 +1556,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model_gpu(models[i], false, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);
     check_model_gpu("q", true, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);
+    check_graph_shapes("a");
     /* hybrid: every routed expert on the CPU, and some on each side under every strategy */
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model_gpu(models[i], false, 0, HM_PLACE_UNIFORM);

@@ -40,6 +40,7 @@
 
 enum { LOGIT_ROWS = 64 };  /* rows of logits computed and copied back per pass */
 enum { BELL_STRIDE = 16 }; /* uint32 words between doorbells: a cache line */
+enum { GRAPHS_BIG = 64 };  /* the most graphs of more than HM_CU_MATVEC_MAX tokens kept */
 /* GPU memory kept free beyond the arena: the CUDA context, cuBLAS's workspace, graphs */
 #define HM_CUDA_MARGIN ((size_t)512 << 20)
 
@@ -215,6 +216,9 @@ struct hm_cuda_ctx {
      * the experts' tiles from device counts, so one graph serves every step of its shape.
      * HMOE_CUDA_GRAPHS=0 runs them eagerly (A/B). */
     cudaGraphExec_t step[HM_CU_MATVEC_BATCH + 1][HM_CU_MATVEC_BATCH + 1];
+    /* graphs of more than HM_CU_MATVEC_MAX tokens captured so far: a server's mixed batches come
+     * in many shapes, so at most GRAPHS_BIG of them are kept and other shapes run eagerly */
+    int n_big;
     bool no_graphs;
     /* HMOE_CUDA_PROFILE=1: every node timed with events (the stream waits for each), summed per
      * part of the forward pass; steps run eagerly then */
@@ -1812,6 +1816,7 @@ static hm_status replay(hm_cuda_ctx *c, int n, int nw) {
         }
         if (g) cudaGraphDestroy(g);
         if (st) return st;
+        c->n_big += n > HM_CU_MATVEC_MAX;
     }
     CK(cudaGraphLaunch(*ex, c->s), "graph launch");
     return HM_OK;
@@ -1923,7 +1928,9 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
            "rope upload");
     c->top_k = top_k;
     hm_status st;
-    if (n <= c->mv_max && !c->lw_on && !c->no_graphs && !c->prof) {
+    const int nwg = logits || top_k ? nw : 0; /* the graph's wanted rows */
+    if (n <= c->mv_max && !c->lw_on && !c->no_graphs && !c->prof &&
+        (n <= HM_CU_MATVEC_MAX || c->step[n][nwg] || c->n_big < GRAPHS_BIG)) {
         /* a hybrid decode step hands off through doorbells, rung for this step's epoch; larger
          * batches through host functions in the graph, which measured faster for them (32
          * sequences on the H100: 42% of the hybrid bound against 36% with doorbells; why is not
@@ -1937,7 +1944,7 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
                                c->s),
                "step number upload");
         }
-        st = replay(c, n, logits || top_k ? nw : 0);
+        st = replay(c, n, nwg);
         if (c->bells) { /* the CPU side, while the GPU runs the step; before any copy to
                            pageable memory, which would wait for the step's end */
             c->bells = false;
