@@ -673,6 +673,33 @@ static void test_axpy(void) {
                 CHECK_MSG(!memcmp(y, want, sizeof y), "%s 16-bit axpy (%s) n=%lld", ops->name,
                           bf ? "bf16" : "f16", (long long)n);
             }
+        /* the transposed product: plain C's bits for widths around every block size */
+        CHECK_MSG(ops->gemv_t_h != NULL, "%s has no transposed 16-bit product", ops->name);
+        if (!ops->gemv_t_h) continue;
+        static const int64_t widths[] = {1, 7, 8, 9, 16, 17, 63, 64, 65, 127, 128, 129, 200, 512};
+        uint64_t sd = 11;
+        for (int bf = 0; bf < 2; bf++)
+            for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
+                for (int64_t rows = 1; rows <= 130; rows += 43) {
+                    const int64_t cols = widths[wi];
+                    uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
+                    float *x = malloc(sizeof(float) * (size_t)rows),
+                          *y = malloc(sizeof(float) * (size_t)(cols + 1)),
+                          *want = malloc(sizeof(float) * (size_t)(cols + 1));
+                    for (int64_t i = 0; i < rows * cols; i++) {
+                        const float v = (float)((int64_t)(hm_rng_next(&sd) % 2001) - 1000) / 97.0f;
+                        w[i] = bf ? hm_f32_to_bf16(v) : hm_f32_to_f16(v);
+                    }
+                    for (int64_t r = 0; r < rows; r++)
+                        x[r] = (float)((int64_t)(hm_rng_next(&sd) % 2001) - 1000) / 89.0f;
+                    y[cols] = want[cols] = 42.0f; /* past the end: untouched */
+                    hm_ops_ref.gemv_t_h(rows, cols, x, w, bf, want);
+                    ops->gemv_t_h(rows, cols, x, w, bf, y);
+                    CHECK_MSG(!memcmp(y, want, sizeof(float) * (size_t)(cols + 1)),
+                              "%s transposed 16-bit product (%s) %lldx%lld", ops->name,
+                              bf ? "bf16" : "f16", (long long)rows, (long long)cols);
+                    free(w), free(x), free(y), free(want);
+                }
     }
 }
 

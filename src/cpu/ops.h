@@ -49,6 +49,11 @@ typedef struct hm_cpu_ops {
     /* the same with x in 16 bits: BF16 (bf16) or IEEE half, widened exactly (MLA's k_b / v_b
      * copies); every variant gives plain C's fmaf bits */
     void (*axpy_h)(int64_t n, float a, const uint16_t *x, bool bf16, float *y);
+    /* y[c] = sum over r < rows of x[r] * w[r * cols + c] for c < cols, w in 16 bits as axpy_h's,
+     * each sum by fmaf in increasing r (every variant gives plain C's bits): the transposed
+     * product of MLA's absorbed query (q_nope against k_b) and of its values (v_b) */
+    void (*gemv_t_h)(int64_t rows, int64_t cols, const float *x, const uint16_t *w, bool bf16,
+                     float *y);
     /* Attention blocks of 16 keys (prefill). qk: s[i * s_stride + j] = scale * q_i . k_j for
      * i < nq, j < 16, with q_i = q + i * hd and the keys transposed: kt[d * 16 + j].
      * pv: o[i * o_stride + d] += sum_j p[i * p_stride + j] * v[j * hd + d] for i < nq, d < hd. */

@@ -217,6 +217,16 @@ static void axpy_h_ref(int64_t n, float a, const uint16_t *x, bool bf16, float *
         y[i] = fmaf(a, bf16 ? hm_bf16_to_f32(x[i]) : hm_f16_to_f32(x[i]), y[i]);
 }
 
+static void gemv_t_h_ref(int64_t rows, int64_t cols, const float *x, const uint16_t *w, bool bf16,
+                         float *y) {
+    for (int64_t c = 0; c < cols; c++) y[c] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            const uint16_t h = w[r * cols + c];
+            y[c] = fmaf(x[r], bf16 ? hm_bf16_to_f32(h) : hm_f16_to_f32(h), y[c]);
+        }
+}
+
 static void silu_mul_f32_ref(int64_t n, float *g, const float *u) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
@@ -285,6 +295,7 @@ static void pv_block16_ref(const float *p, size_t p_stride, int nq, const float 
 const hm_cpu_ops hm_ops_ref = {
     .axpy_f32 = axpy_f32_ref,
     .axpy_h = axpy_h_ref,
+    .gemv_t_h = gemv_t_h_ref,
     .silu_mul_f32 = silu_mul_f32_ref,
     .expsum_f32 = expsum_f32_ref,
     .max_f32 = max_f32_ref,

@@ -23,6 +23,8 @@ typedef struct mla_ops {
     hm_vec_dot_fn dot; /* float . float */
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     void (*axpy_h)(int64_t n, float a, const uint16_t *x, bool bf16, float *y);
+    void (*gemv_t_h)(int64_t rows, int64_t cols, const float *x, const uint16_t *w, bool bf16,
+                     float *y);
     void (*scale)(int64_t n, float a, float *x);
     void (*f16)(int64_t n, const uint16_t *x, float *y);
 } mla_ops;
@@ -62,7 +64,9 @@ static mla_ops mla_ops_get(void) {
     const hm_cpu_ops *o = NULL, *r = &hm_ops_ref;
     if (hm_cpu_ops_get(&o) != HM_OK) o = r;
     return (mla_ops){o->vec_dot[HM_TYPE_F32] ? o->vec_dot[HM_TYPE_F32] : r->vec_dot[HM_TYPE_F32],
-                     o->axpy_f32 ? o->axpy_f32 : r->axpy_f32, o->axpy_h ? o->axpy_h : r->axpy_h,
+                     o->axpy_f32 ? o->axpy_f32 : r->axpy_f32,
+                     o->axpy_h ? o->axpy_h : r->axpy_h,
+                     o->gemv_t_h ? o->gemv_t_h : r->gemv_t_h,
                      o->scale_f32 ? o->scale_f32 : r->scale_f32,
                      o->f16_to_f32 ? o->f16_to_f32 : r->f16_to_f32};
 }
@@ -74,17 +78,17 @@ static const float *cache_row(const hm_ctx *c, const mla_ops *op, const uint8_t 
     return tmp;
 }
 
-/* y[n] += a x[n], x a row of the model's copy of k_b or v_b in type t (model.h) */
-static void add_scaled_row(const mla_ops *op, float *y, float a, const void *x, uint32_t t, int n) {
-    if (t == HM_TYPE_F32)
-        op->axpy(n, a, x, y);
-    else
-        op->axpy_h(n, a, x, t == HM_TYPE_BF16, y);
-}
-
-/* the row of a copy of type t that starts at element i */
-static const void *copy_at(const void *base, uint32_t t, size_t i) {
-    return (const uint8_t *)base + i * (t == HM_TYPE_F32 ? sizeof(float) : sizeof(uint16_t));
+/* y[cols] = x[rows] . W, W the rows x cols block of the model's copy of k_b or v_b (type t,
+ * model.h) that starts at element i */
+static void rows_product(const mla_ops *op, const void *base, uint32_t t, size_t i, int rows,
+                         int cols, const float *x, float *y) {
+    if (t != HM_TYPE_F32) {
+        op->gemv_t_h(rows, cols, x, (const uint16_t *)base + i, t == HM_TYPE_BF16, y);
+        return;
+    }
+    const float *w = (const float *)base + i;
+    for (int c = 0; c < cols; c++) y[c] = 0.0f;
+    for (int r = 0; r < rows; r++) op->axpy(cols, x[r], w + (size_t)r * cols, y);
 }
 
 /* participant ith of nth: (token, head) items ith, ith + nth, ... */
@@ -102,10 +106,8 @@ static void mla_attend(int ith, int nth, void *arg) {
         const int t = item / nh, h = item % nh;
         const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd, *qpe = q + nope;
         const uint32_t kt = j->L->k_b_type, vt = j->L->v_b_type;
-        for (int a = 0; a < kvl; a++) qc[a] = 0.0f;
-        for (int r = 0; r < nope; r++) /* the absorbed query: q_nope . K_h */
-            add_scaled_row(op, qc, q[r], copy_at(j->L->k_b, kt, ((size_t)h * nope + r) * kvl), kt,
-                           kvl);
+        /* the absorbed query: q_nope . K_h */
+        rows_product(op, j->L->k_b, kt, (size_t)h * nope * kvl, nope, kvl, q, qc);
         /* one pass over the positions with an online softmax: each cache row (converted once
          * when it is in halves) gives its score and its share of the weighted latent */
         const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
@@ -128,10 +130,8 @@ static void mla_attend(int ith, int nth, void *arg) {
         }
         op->scale(kvl, (float)(1.0 / sum), oc);
         float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
-        for (int d = 0; d < vd; d++) out[d] = 0.0f;
-        for (int a = 0; a < kvl; a++) /* the head's value: V_h o_c */
-            add_scaled_row(op, out, oc[a], copy_at(j->L->v_b, vt, ((size_t)h * kvl + a) * vd), vt,
-                           vd);
+        /* the head's value: V_h o_c */
+        rows_product(op, j->L->v_b, vt, (size_t)h * kvl * vd, kvl, vd, oc, out);
     }
 }
 

@@ -80,6 +80,7 @@ const hm_cpu_ops hm_ops_avx2 = {
                    [HM_TYPE_F16] = hm_dot46_f16_f32_avx2},
     .axpy_f32 = hm_axpy_f32_avx2,
     .axpy_h = hm_axpy_h_avx2,
+    .gemv_t_h = hm_gemv_t_h_avx2,
     .silu_mul_f32 = hm_silu_mul_f32_avx2,
     .expsum_f32 = hm_expsum_f32_avx2,
     .max_f32 = hm_max_f32_avx2,

@@ -880,6 +880,45 @@ static inline void hm_axpy_h_avx2(int64_t n, float a, const uint16_t *x, bool bf
     for (; i < n; i++) y[i] = fmaf(a, bf16 ? hm_bf16_to_f32(x[i]) : hm_f16_to_f32(x[i]), y[i]);
 }
 
+static inline __m256 hm_load_h8_avx2(const uint16_t *p, bool bf16) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                : _mm256_cvtph_ps(h);
+}
+
+/* ops.h's gemv_t_h: 64 columns at a time in eight accumulators (a row's 128 bytes each), then 8,
+ * then one; every column's sum in increasing r, as plain C's */
+static inline void hm_gemv_t_h_avx2(int64_t rows, int64_t cols, const float *x, const uint16_t *w,
+                                    bool bf16, float *y) {
+    int64_t c0 = 0;
+    for (; c0 + 64 <= cols; c0 += 64) {
+        __m256 acc[8];
+        for (int v = 0; v < 8; v++) acc[v] = _mm256_setzero_ps();
+        for (int64_t r = 0; r < rows; r++) {
+            const __m256 xv = _mm256_set1_ps(x[r]);
+            const uint16_t *wr = w + r * cols + c0;
+            for (int v = 0; v < 8; v++)
+                acc[v] = _mm256_fmadd_ps(xv, hm_load_h8_avx2(wr + 8 * v, bf16), acc[v]);
+        }
+        for (int v = 0; v < 8; v++) _mm256_storeu_ps(y + c0 + 8 * v, acc[v]);
+    }
+    for (; c0 + 8 <= cols; c0 += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t r = 0; r < rows; r++)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(x[r]), hm_load_h8_avx2(w + r * cols + c0, bf16),
+                                  acc);
+        _mm256_storeu_ps(y + c0, acc);
+    }
+    for (; c0 < cols; c0++) {
+        float s = 0.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            const uint16_t h = w[r * cols + c0];
+            s = fmaf(x[r], bf16 ? hm_bf16_to_f32(h) : hm_f16_to_f32(h), s);
+        }
+        y[c0] = s;
+    }
+}
+
 /* e^x as hm_exp_ps_avx512, with 2^k built in the exponent bits (k in [-126, 128] after the
  * clamp: 2^128 overflows to inf only where e^x does too, at x > 88.7 clamped to 88.7 -> finite) */
 static inline __m256 hm_exp_ps_avx2(__m256 x) {

@@ -1135,6 +1135,39 @@ static inline void hm_axpy_h_avx512(int64_t n, float a, const uint16_t *x, bool 
     }
 }
 
+static inline __m512 hm_load_h16_avx512(__mmask16 k, const uint16_t *p, bool bf16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(k, p);
+    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                : _mm512_cvtph_ps(h);
+}
+
+/* ops.h's gemv_t_h: 128 columns at a time in eight accumulators, then 16 (the last masked); every
+ * column's sum in increasing r, as plain C's */
+static inline void hm_gemv_t_h_avx512(int64_t rows, int64_t cols, const float *x, const uint16_t *w,
+                                      bool bf16, float *y) {
+    int64_t c0 = 0;
+    for (; c0 + 128 <= cols; c0 += 128) {
+        __m512 acc[8];
+        for (int v = 0; v < 8; v++) acc[v] = _mm512_setzero_ps();
+        for (int64_t r = 0; r < rows; r++) {
+            const __m512 xv = _mm512_set1_ps(x[r]);
+            const uint16_t *wr = w + r * cols + c0;
+            for (int v = 0; v < 8; v++)
+                acc[v] = _mm512_fmadd_ps(xv, hm_load_h16_avx512(0xFFFF, wr + 16 * v, bf16), acc[v]);
+        }
+        for (int v = 0; v < 8; v++) _mm512_storeu_ps(y + c0 + 16 * v, acc[v]);
+    }
+    for (; c0 < cols; c0 += 16) {
+        const __mmask16 k =
+            cols - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cols - c0)) - 1);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t r = 0; r < rows; r++)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(x[r]),
+                                  hm_load_h16_avx512(k, w + r * cols + c0, bf16), acc);
+        _mm512_mask_storeu_ps(y + c0, k, acc);
+    }
+}
+
 static inline void hm_f16_to_f32_avx512(int64_t n, const uint16_t *x, float *y) {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
@@ -1311,7 +1344,7 @@ static inline double hm_peak_ops_avx512(hm_peak_kind kind, int64_t iters) {
 #define HM_OPS_AVX512_COMMON                                                                       \
     .sum_u64 = hm_sum_u64_avx512, .vec_dot = {HM_VEC_DOTS_AVX512},                                 \
     .vec_dot_n = {HM_VEC_DOTNS_AVX512}, .vec_dot_46 = {HM_VEC_DOT46S_AVX512},                      \
-    .axpy_f32 = hm_axpy_f32_avx512, .axpy_h = hm_axpy_h_avx512,                                    \
+    .axpy_f32 = hm_axpy_f32_avx512, .axpy_h = hm_axpy_h_avx512, .gemv_t_h = hm_gemv_t_h_avx512,    \
     .silu_mul_f32 = hm_silu_mul_f32_avx512, .expsum_f32 = hm_expsum_f32_avx512,                    \
     .max_f32 = hm_max_f32_avx512, .scale_f32 = hm_scale_f32_avx512,                                \
     .f16_to_f32 = hm_f16_to_f32_avx512, .f32_to_f16 = hm_f32_to_f16_avx512,                        \
