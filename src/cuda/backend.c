@@ -1,15 +1,15 @@
 /* backend.c - the CUDA backend: the model's weights (the routed experts the placement keeps on
  * the GPU), a KV cache and the batch's activation slots in GPU memory, and the forward graph
  * (model/graph.h) walked node by node with the kernels of kernels.h on one stream. Batches of up
- * to mv_max (63) tokens run every matmul as a dequantizing matvec, 8 tokens per read of the
- * weights; larger ones run quantized weights in half on cuBLAS (HGEMM) or the tensor-core tiles
+ * to mv_max (63) tokens run every matmul as a dequantizing matvec, up to 8 tokens per read of
+ * the weights; larger ones run quantized weights in half on cuBLAS (HGEMM) or the tensor-core tiles
  * (mmq.cu) and float ones (F32/F16/BF16/FP8) dequantized to floats through FP32 cuBLAS, so
  * float and BF16 checkpoints keep the CPU's bounds. Routed experts run per (token, expert) pair
- * for decode, grouped by expert in tiles of 8 on the matvec up to mv_max tokens and in tiles of
- * 64 on the tensor cores above; the ones on the CPU go to the layer's expert engine through
- * doorbells or host functions on the stream (run_moe). The embedding gather, the final norm and
- * the output head run on the GPU as well; only the wanted rows of logits are copied back.
- * Steps of up to mv_max tokens replay CUDA graphs.
+ * for decode, grouped by expert in tiles of up to 8 on the matvec up to mv_max tokens and in
+ * tiles of 64 on the tensor cores above; the ones on the CPU go to the layer's expert engine
+ * through doorbells or host functions on the stream (run_moe). The embedding gather, the final norm
+ * and the output head run on the GPU as well; only the wanted rows of logits are copied back. Steps
+ * of up to mv_max tokens replay CUDA graphs.
  *
  * Everything lives in one device allocation, sized by a first pass over the same layout code,
  * so a model that does not fit is refused with the numbers before anything is copied. */
@@ -197,9 +197,9 @@ struct hm_cuda_ctx {
     uint16_t *xh;
     int hgemm_min;
     /* batches of up to mv_max tokens (HMOE_CUDA_MV_MAX, 63; at most HM_CU_MATVEC_BATCH): the
-     * dense matmuls on the matvec in groups of HM_CU_MATVEC_MAX tokens, the routed experts in
-     * tiles of that many tokens of one expert (hm_cu_mmv_tiles). The tile kernels' blocks each
-     * wait out their loads at this size; the matvec's rows spread over every SM. */
+     * dense matmuls on the matvec in groups of up to HM_CU_MATVEC_MAX tokens, the routed experts
+     * in tiles of up to that many tokens of one expert (hm_cu_mmv_tiles). The tile kernels' blocks
+     * each wait out their loads at this size; the matvec's rows spread over every SM. */
     int mv_max;
     float *logits; /* [LOGIT_ROWS][vocab] */
     /* hm_cuda_ctx_decode_top: each wanted row's top_k candidates ([n_batch][256] ids, values,
@@ -829,7 +829,7 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
     const int np = n * c->k, E = (int)hp->n_experts;
     const int64_t I = hp->moe_inter, H = hp->hidden;
     const bool mv = n <= c->mv_max;
-    int tile = 64; /* the matvec's: what all three take at full speed */
+    int tile = 64; /* the tensor cores'; on the matvec what all three take at full speed */
     if (mv) {
         tile = hm_cu_mmv_tile(&ex[0], c->moe_y, H);
         const int tu = hm_cu_mmv_tile(&ex[1], c->moe_y, H),
