@@ -1402,7 +1402,8 @@ static void register_experts(hm_cuda_ctx *c) {
 /* Layerwise prefill when the context is made: the layers it streams, its stream and events, and
  * its threshold: the one given, or the batch at which copying the first such layer's CPU
  * experts (timed here, best of two) takes as long as the CPU engine computing that batch
- * through the layer (timed here on a batch of zeros, best of two) would. */
+ * through the layer (timed here on a batch of zeros of up to 256 tokens, best of two) would,
+ * and not below that batch. */
 static hm_status lw_setup(hm_cuda_ctx *c) {
     const hm_hparams *hp = &c->m->hp;
     c->stream_min = 0, c->n_lw = 0;
@@ -1456,7 +1457,10 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
         if (t < cpu_s) cpu_s = t;
     }
     c->lw_bytes = 0;
-    c->stream_min = hm_place_stream_threshold(copy_s, (double)nt / cpu_s, floor);
+    /* not below the batch the CPU was timed on: a smaller batch gives each expert fewer tokens,
+     * and the CPU's time per token grows (32 sequences of a 64-token context streamed every
+     * decode step) */
+    c->stream_min = hm_place_stream_threshold(copy_s, (double)nt / cpu_s, floor > nt ? floor : nt);
     char from[32];
     snprintf(from, sizeof from, c->stream_min == INT_MAX ? "never" : "from %d tokens",
              c->stream_min);
@@ -1931,11 +1935,8 @@ static hm_status step(hm_cuda_ctx *c, int n, const int32_t *tokens, const int32_
     const int nwg = logits || top_k ? nw : 0; /* the graph's wanted rows */
     if (n <= c->mv_max && !c->lw_on && !c->no_graphs && !c->prof &&
         (n <= HM_CU_MATVEC_MAX || c->step[n][nwg] || c->n_big < GRAPHS_BIG)) {
-        /* a hybrid decode step hands off through doorbells, rung for this step's epoch; larger
-         * batches through host functions in the graph, which measured faster for them (32
-         * sequences on the H100: 42% of the hybrid bound against 36% with doorbells; why is not
-         * established) */
-        c->bells = c->cpu_moe && !c->no_bells && !c->lw_on && n <= HM_CU_MATVEC_MAX;
+        /* a hybrid step hands off through doorbells, rung for this step's epoch */
+        c->bells = c->cpu_moe && !c->no_bells && !c->lw_on;
         if (c->bells) {
             *c->h_bell_err = 0;                /* a failed step's timeout is not this one's */
             if (++c->epoch == 0) c->epoch = 1; /* the bells start at 0 */
