@@ -225,6 +225,11 @@ int bench_e2e(int argc, char **argv) {
                    "experts running >= %.3f\n",
                    step - wait, step - span > 0 ? step - span : 0.0);
         }
+        if (tg_perf.hyb_streamed) /* decode steps at or above the layerwise threshold */
+            printf("  layerwise in decode: %llu layers' CPU experts streamed to the GPU over %ld "
+                   "steps, %.2f GB (--gpu-prefill-threshold sets where streaming starts)\n",
+                   (unsigned long long)tg_perf.hyb_streamed, n_gen,
+                   (double)tg_perf.hyb_stream_bytes * 1e-9);
         if (pp_perf.hyb_streamed) /* layerwise prefill: the copies against the prompt's time */
             printf("  layerwise prefill: %llu layers' CPU experts streamed to the GPU, %.2f GB, "
                    "%.1f GB/s over the prompt's time\n",
