@@ -791,7 +791,8 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         CU(hm_cu_moe_sort(dpid, NP, E, K, HM_CU_MATVEC_MAX, &o, 0));
         float *dxg = dev_copy(NULL, sizeof(float) * NP * (size_t)cols);
         float *dz = dev_copy(NULL, sizeof(float) * NP * (size_t)rows);
-        CU(hm_cu_gather_rows(dx, cols, o.xrow, NP, cols, dxg, cols, 0));
+        const hm_cu_w xv = {HM_TYPE_F32, dx, NB, cols, sizeof(float) * (size_t)cols, 0};
+        CU(hm_cu_embed(&xv, o.xrow, NP, dxg, 0)); /* the gather */
         const hm_cu_mmq_args ea = {dxg,      cols,      NULL,     dy,        rows,
                                    o.tile_e, o.tile_i0, o.tile_n, o.n_tiles, NP};
         CU(hm_cu_mmv_tiles(&cw, &ea, HM_CU_MATVEC_MAX, mt, 0));

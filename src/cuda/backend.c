@@ -843,7 +843,8 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
     hm_cu_mmq_args a = {x,         xs,         o->xrow,   c->moe_g,   I,
                         o->tile_e, o->tile_i0, o->tile_n, o->n_tiles, np};
     if (mv) {
-        CK(hm_cu_gather_rows(x, xs, o->xrow, np, H, c->moe_y, H, c->s), "experts' inputs");
+        const hm_cu_w xv = {HM_TYPE_F32, x, n, H, sizeof(float) * (size_t)xs, 0}; /* x's rows */
+        CK(hm_cu_embed(&xv, o->xrow, np, c->moe_y, c->s), "experts' inputs");
         a.x = c->moe_y, a.xs = H, a.xrow = NULL;
     }
 #define RUN(w) (mv ? hm_cu_mmv_tiles(w, &a, tile, mt, c->s) : hm_cu_mmq(w, &a, mt, c->s))

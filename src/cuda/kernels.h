@@ -120,7 +120,8 @@ cudaError_t hm_cu_dequant_f32(const hm_cu_w *w, int64_t row0, int64_t nrows, flo
 cudaError_t hm_cu_dequant_f16(const hm_cu_w *w, int64_t row0, int64_t nrows, uint16_t *dst,
                               cudaStream_t stream);
 
-/* x[i] = the embedding row of token tok[i] (tok in device memory), as floats */
+/* x[i] = the embedding row of token tok[i] (tok in device memory), as floats; over an F32 view
+ * of activations (row_bytes their stride) it gathers rows of floats, bit for bit */
 cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x, cudaStream_t stream);
 
 /* For i < n: with add, x[i] += add[i] first; then, with w, y[i] = rmsnorm(x[r]) * w where r = i, or
@@ -344,17 +345,13 @@ int hm_cu_moe_max_tiles(int n_pairs, int n_exp, int tile);
 
 /* The experts' tiles of hm_cu_moe_sort with tile <= HM_CU_MATVEC_MAX on the matvec kernels:
  * y[i] = W_e . x[i] for the items of each tile (x rows in place order: a->xrow must be NULL;
- * gather them first with hm_cu_gather_rows), each product as hm_cu_matvec computes it. For
- * batches whose experts get a few tokens each, where a tile of 64 would be mostly empty.
+ * gather them first with hm_cu_embed over a float view), each product as hm_cu_matvec computes it.
+ * For batches whose experts get a few tokens each, where a tile of 64 would be mostly empty.
  * hm_cu_mmv_tile: the largest tile the kernel takes at full speed for these weights and
  * activations (their rows staged in shared memory, or the Q4_K lane layout). */
 int hm_cu_mmv_tile(const hm_cu_w *w, const float *x, int64_t xs);
 cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int tile, int max_tiles,
                             cudaStream_t stream);
-
-/* dst[i] = x[rows[i]] for i < n, rows of cols floats (strides xs, ds) */
-cudaError_t hm_cu_gather_rows(const float *x, int64_t xs, const int32_t *rows, int n, int64_t cols,
-                              float *dst, int64_t ds, cudaStream_t stream);
 
 /* counts[ids[p]] += 1 for the n_pairs pairs whose id is in [0, n_exp) (--dynamic-experts) */
 cudaError_t hm_cu_moe_count(const int32_t *ids, int n_pairs, int n_exp, uint32_t *counts,

@@ -174,28 +174,6 @@ extern "C" cudaError_t hm_cu_add_bias(float *y, int64_t ys, const float *b, int 
     return cudaGetLastError();
 }
 
-__global__ void gather_rows_k(const float *__restrict__ x, int64_t xs,
-                              const int32_t *__restrict__ rows, int64_t cols,
-                              float *__restrict__ dst, int64_t ds) {
-    hm_pdl_start();
-    const float *src = x + (int64_t)rows[blockIdx.y] * xs;
-    float *d = dst + (int64_t)blockIdx.y * ds;
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < cols;
-         j += (int64_t)gridDim.x * blockDim.x)
-        d[j] = src[j];
-}
-
-extern "C" cudaError_t hm_cu_gather_rows(const float *x, int64_t xs, const int32_t *rows, int n,
-                                         int64_t cols, float *dst, int64_t ds,
-                                         cudaStream_t stream) {
-    if (n <= 0 || cols <= 0) return cudaSuccess;
-    if (n > 65535) return cudaErrorInvalidValue;
-    const int64_t bx = (cols + 255) / 256;
-    hm_launch(gather_rows_k, dim3((unsigned)(bx < 64 ? bx : 64), (unsigned)n), 256, 0, stream, x,
-              xs, rows, cols, dst, ds);
-    return cudaGetLastError();
-}
-
 __global__ void gated_add_k(float *__restrict__ dst, int64_t ds, const float *__restrict__ src,
                             int64_t ss, const float *__restrict__ xn, int64_t xs,
                             const float *__restrict__ w, int64_t h) {

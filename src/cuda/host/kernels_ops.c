@@ -192,31 +192,6 @@ cudaError_t hm_cu_add_bias(float *y, int64_t ys, const float *b, int n, int64_t 
     return hm_host_launch(stream, add_bias_run, &a, sizeof a);
 }
 
-typedef struct gather_args {
-    const float *x;
-    int64_t xs;
-    const int32_t *rows;
-    int n;
-    int64_t cols;
-    float *dst;
-    int64_t ds;
-} gather_args;
-
-static void gather_run(const void *p) {
-    const gather_args *a = p;
-    for (int i = 0; i < a->n; i++)
-        memcpy(a->dst + (int64_t)i * a->ds, a->x + (int64_t)a->rows[i] * a->xs,
-               sizeof(float) * (size_t)a->cols);
-}
-
-cudaError_t hm_cu_gather_rows(const float *x, int64_t xs, const int32_t *rows, int n, int64_t cols,
-                              float *dst, int64_t ds, cudaStream_t stream) {
-    if (n <= 0 || cols <= 0) return cudaSuccess;
-    if (n > 65535) return cudaErrorInvalidValue;
-    const gather_args a = {x, xs, rows, n, cols, dst, ds};
-    return hm_host_launch(stream, gather_run, &a, sizeof a);
-}
-
 /* ---- the shared expert's gated add (qwen2moe) ------------------------------------------------ */
 
 typedef struct gated_add_args {
