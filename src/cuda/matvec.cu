@@ -403,11 +403,13 @@ static size_t mv_smem(int64_t cols, int n) {
     return sizeof(float) * (size_t)((cols + 31) / 32 * 33) * (size_t)n;
 }
 
+// lanes: the Q4_K lane layout (matvec_launch has asked mv_q4k)
 template <int T, int NT>
-static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, cudaStream_t s) {
+static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, bool lanes,
+                      cudaStream_t s) {
     const hm_cu_w *w = &m->w[0];
     const int ng = (n + NT - 1) / NT;
-    if (T == HM_TYPE_Q4_K && m->nw == 1 && mv_q4k(w, x, xs)) {
+    if (lanes) {
         hm_launch(matvec_q4k_k<NT>, (unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS * ng),
                   MV_WARPS * 32, 0, s, *w, x, xs, n, m->y[0], m->ys[0], ng);
         return;
@@ -419,9 +421,7 @@ static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, cudaSt
     unsigned blocks = 0;
     for (int i = 0; i < m->nw; i++)
         set.b1[i] = blocks += (unsigned)((m->w[i].rows + per - 1) / per);
-    const size_t sm = mv_smem(w->cols, NT < n ? NT : n);
-    /* mv_group keeps NT rows within MV_SMEM where they fit: unstaged, each lane reads its own
-     * chunk of every row, a different line per lane */
+    const size_t sm = mv_smem(w->cols, NT < n ? NT : n); /* within MV_SMEM where mv_group can */
     blocks *= (unsigned)ng;
     if (mv_stage(sm))
         hm_launch(matvec_k<T, NT, true>, blocks, MV_WARPS * 32, sm, s, set, x, xs, n, rpw, ng);
@@ -433,20 +433,21 @@ template <int T>
 static void matvec_launch(const mv_set *m, const float *x, int64_t xs, int n, cudaStream_t s) {
     const hm_cu_w *w = &m->w[0];
     const bool lanes = T == HM_TYPE_Q4_K && m->nw == 1 && mv_q4k(w, x, xs);
+    /* unstaged, each lane reads its own chunk of every row: a line per lane */
     const int g = lanes ? HM_CU_MATVEC_MAX : mv_group(w->cols);
     const int nt = n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : 8));
     switch (nt < g ? nt : g) {
     case 1:
-        matvec_nt<T, 1>(m, x, xs, n, s);
+        matvec_nt<T, 1>(m, x, xs, n, lanes, s);
         break;
     case 2:
-        matvec_nt<T, 2>(m, x, xs, n, s);
+        matvec_nt<T, 2>(m, x, xs, n, lanes, s);
         break;
     case 4:
-        matvec_nt<T, 4>(m, x, xs, n, s);
+        matvec_nt<T, 4>(m, x, xs, n, lanes, s);
         break;
     default:
-        matvec_nt<T, 8>(m, x, xs, n, s);
+        matvec_nt<T, 8>(m, x, xs, n, lanes, s);
     }
 }
 
