@@ -22,7 +22,6 @@
 typedef struct mla_ops {
     hm_vec_dot_fn dot; /* float . float */
     void (*axpy)(int64_t n, float a, const float *x, float *y);
-    void (*axpy_h)(int64_t n, float a, const uint16_t *x, bool bf16, float *y);
     void (*gemv_t_h)(int64_t rows, int64_t cols, const float *x, const uint16_t *w, bool bf16,
                      float *y);
     void (*scale)(int64_t n, float a, float *x);
@@ -63,12 +62,10 @@ static void mla_store(hm_ctx *c, int i, void *arg) {
 static mla_ops mla_ops_get(void) {
     const hm_cpu_ops *o = NULL, *r = &hm_ops_ref;
     if (hm_cpu_ops_get(&o) != HM_OK) o = r;
-    return (mla_ops){o->vec_dot[HM_TYPE_F32] ? o->vec_dot[HM_TYPE_F32] : r->vec_dot[HM_TYPE_F32],
-                     o->axpy_f32 ? o->axpy_f32 : r->axpy_f32,
-                     o->axpy_h ? o->axpy_h : r->axpy_h,
-                     o->gemv_t_h ? o->gemv_t_h : r->gemv_t_h,
-                     o->scale_f32 ? o->scale_f32 : r->scale_f32,
-                     o->f16_to_f32 ? o->f16_to_f32 : r->f16_to_f32};
+    return (mla_ops){
+        o->vec_dot[HM_TYPE_F32] ? o->vec_dot[HM_TYPE_F32] : r->vec_dot[HM_TYPE_F32],
+        o->axpy_f32 ? o->axpy_f32 : r->axpy_f32, o->gemv_t_h ? o->gemv_t_h : r->gemv_t_h,
+        o->scale_f32 ? o->scale_f32 : r->scale_f32, o->f16_to_f32 ? o->f16_to_f32 : r->f16_to_f32};
 }
 
 /* a cache row as floats: the row itself, or converted into tmp */

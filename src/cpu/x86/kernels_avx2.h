@@ -868,22 +868,20 @@ static inline void hm_axpy_f32_avx2(int64_t n, float a, const float *x, float *y
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-static inline void hm_axpy_h_avx2(int64_t n, float a, const uint16_t *x, bool bf16, float *y) {
-    const __m256 va = _mm256_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm_loadu_si128((const __m128i *)(x + i));
-        const __m256 v = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-                              : _mm256_cvtph_ps(h);
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, v, _mm256_loadu_ps(y + i)));
-    }
-    for (; i < n; i++) y[i] = fmaf(a, bf16 ? hm_bf16_to_f32(x[i]) : hm_f16_to_f32(x[i]), y[i]);
-}
-
+/* 8 16-bit values (BF16 or IEEE half) widened to floats */
 static inline __m256 hm_load_h8_avx2(const uint16_t *p, bool bf16) {
     const __m128i h = _mm_loadu_si128((const __m128i *)p);
     return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
                 : _mm256_cvtph_ps(h);
+}
+
+static inline void hm_axpy_h_avx2(int64_t n, float a, const uint16_t *x, bool bf16, float *y) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, hm_load_h8_avx2(x + i, bf16), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, bf16 ? hm_bf16_to_f32(x[i]) : hm_f16_to_f32(x[i]), y[i]);
 }
 
 /* ops.h's gemv_t_h: 64 columns at a time in eight accumulators (a row's 128 bytes each), then 8,

@@ -1123,22 +1123,21 @@ static inline void hm_scale_f32_avx512(int64_t n, float a, float *x) {
     }
 }
 
-/* IEEE half <-> float, 16 at a time, masked tails */
-static inline void hm_axpy_h_avx512(int64_t n, float a, const uint16_t *x, bool bf16, float *y) {
-    const __m512 va = _mm512_set1_ps(a);
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        const __m256i h = _mm256_maskz_loadu_epi16(k, x + i);
-        const __m512 v = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-                              : _mm512_cvtph_ps(h);
-        _mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(va, v, _mm512_maskz_loadu_ps(k, y + i)));
-    }
-}
-
+/* a 16-bit vector (BF16 or IEEE half, the lanes of k) widened to floats */
 static inline __m512 hm_load_h16_avx512(__mmask16 k, const uint16_t *p, bool bf16) {
     const __m256i h = _mm256_maskz_loadu_epi16(k, p);
     return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
                 : _mm512_cvtph_ps(h);
+}
+
+static inline void hm_axpy_h_avx512(int64_t n, float a, const uint16_t *x, bool bf16, float *y) {
+    const __m512 va = _mm512_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, k,
+                              _mm512_fmadd_ps(va, hm_load_h16_avx512(k, x + i, bf16),
+                                              _mm512_maskz_loadu_ps(k, y + i)));
+    }
 }
 
 /* ops.h's gemv_t_h: 128 columns at a time in eight accumulators, then 16 (the last masked); every
@@ -1168,6 +1167,7 @@ static inline void hm_gemv_t_h_avx512(int64_t rows, int64_t cols, const float *x
     }
 }
 
+/* IEEE half <-> float, 16 at a time, masked tails */
 static inline void hm_f16_to_f32_avx512(int64_t n, const uint16_t *x, float *y) {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
