@@ -1481,6 +1481,59 @@ static void check_kernels(void) {
 }
 #endif
 
+/* hmoe bench cuda on small shapes: a row per kernel with a positive rate, and bad shapes
+ * refused with a message */
+static void check_bench(void) {
+    hm_cuda_bench_params p = {.hidden = 256,
+                              .n_heads = 4,
+                              .n_kv_heads = 2,
+                              .head_dim = 64,
+                              .n_experts = 8,
+                              .top_k = 2,
+                              .moe_inter = 256,
+                              .vocab = 1000,
+                              .attn_type = HM_TYPE_Q8_0,
+                              .experts_type = HM_TYPE_Q4_K,
+                              .tokens = 2,
+                              .ctx = 100,
+                              .iters = 3,
+                              .min_bytes = 1 << 20,
+                              .bw_bytes = 8 << 20};
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK_OK(hm_cuda_bench(&p, f));
+    rewind(f);
+    char line[512];
+    int rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *pc = strstr(line, "% of copy)");
+        if (!pc || !strncmp(line, "a layer", 7)) continue;
+        double us = 0, gbs = 0;
+        /* "... copies us/launch GB/s  (P% of copy)": the two numbers before the parenthesis */
+        const char *par = strrchr(line, '(');
+        CHECK(par != NULL);
+        const char *q = par;
+        int fields = 0;
+        while (q > line && fields < 2) {
+            while (q > line && q[-1] == ' ') q--;
+            while (q > line && q[-1] != ' ') q--;
+            fields++;
+        }
+        CHECK(sscanf(q, "%lf %lf", &us, &gbs) == 2);
+        CHECK_MSG(us > 0 && gbs > 0, "bench cuda row: %s", line);
+        rows++;
+    }
+    CHECK_MSG(rows == 7, "bench cuda printed %d kernel rows", rows);
+    fclose(f);
+    p.tokens = 9;
+    CHECK_STATUS(hm_cuda_bench(&p, stdout), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "--tokens 9");
+    p.tokens = 1, p.n_kv_heads = 3;
+    CHECK_STATUS(hm_cuda_bench(&p, stdout), HM_ERR_INVALID_ARG);
+    CHECK_CONTAINS(hm_last_error(), "shapes");
+}
+
 int main(void) {
     int n = -1;
     CHECK_OK(hm_cuda_device_count(&n));
@@ -1537,6 +1590,7 @@ int main(void) {
     check_kernels();
 #endif
     check_auto(true);
+    check_bench();
     static const char *const models[] = {"a",
                                          "b",
                                          "c",

@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "core/status.h"
 #include "model/backend.h"
@@ -36,6 +38,21 @@ hm_status hm_cuda_h2d_bandwidth(int dev, size_t bytes, int reps, double *gbs);
 hm_status hm_cuda_mem_bandwidth(int dev, size_t bytes, int reps, double *gbs);
 /* Runs a small kernel on dev and checks its result against the CPU. */
 hm_status hm_cuda_selftest(int dev);
+
+/* `hmoe bench cuda` (bench.c): the kernels of a decode step of a GQA MoE model of these shapes,
+ * each alone, against the same run's device copy bandwidth; a table to out. */
+typedef struct hm_cuda_bench_params {
+    int device;
+    int64_t hidden, n_heads, n_kv_heads, head_dim, n_experts, top_k, moe_inter, vocab;
+    uint32_t attn_type, experts_type; /* the attention and output head's weights; the experts' */
+    int tokens;                       /* per step, 1..HM_CU_MATVEC_MAX (8) */
+    int ctx;                          /* positions each token attends to */
+    bool kv_f16;
+    int iters;        /* launches per timed graph */
+    size_t min_bytes; /* each case cycles over copies of its weights of at least this; 0: 4 x L2 */
+    size_t bw_bytes;  /* the bandwidth copy's bytes; 0: 1 GiB */
+} hm_cuda_bench_params;
+hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out);
 
 /* ---- the CUDA backend (backend.c): a model on one GPU, routed experts optionally on the CPU - */
 

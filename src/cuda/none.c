@@ -34,6 +34,10 @@ hm_status hm_cuda_mem_bandwidth(int dev, size_t bytes, int reps, double *gbs) {
     *gbs = 0;
     return no_cuda();
 }
+hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
+    (void)p, (void)out;
+    return no_cuda();
+}
 hm_status hm_cuda_selftest(int dev) {
     (void)dev;
     return no_cuda();

@@ -1006,13 +1006,17 @@ static int bench_kernels(int argc, char **argv) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    if (argc < 2) return cli_usage_error("bench: which one? pool | membw | kernels");
+    if (argc < 2)
+        return cli_usage_error(
+            "bench: which one? pool | membw | kernels | moe | e2e | tokenizer | cuda");
     if (!strcmp(argv[1], "pool")) return bench_pool(argc, argv);
     if (!strcmp(argv[1], "membw")) return bench_membw(argc, argv);
     if (!strcmp(argv[1], "kernels")) return bench_kernels(argc, argv);
     if (!strcmp(argv[1], "moe")) return bench_moe(argc, argv);
     if (!strcmp(argv[1], "e2e")) return bench_e2e(argc, argv);
     if (!strcmp(argv[1], "tokenizer")) return bench_tokenizer(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "cuda")) return bench_cuda(argc, argv);
     return cli_usage_error(
-        "bench: unknown benchmark '%s' (pool | membw | kernels | moe | e2e | tokenizer)", argv[1]);
+        "bench: unknown benchmark '%s' (pool | membw | kernels | moe | e2e | tokenizer | cuda)",
+        argv[1]);
 }

@@ -21,6 +21,7 @@ int cmd_profile(int argc, char **argv);
 int bench_tokenizer(int argc, char **argv);
 int bench_moe(int argc, char **argv);
 int bench_e2e(int argc, char **argv);
+int bench_cuda(int argc, char **argv);
 
 /* Parses "123", "64K", "512M", "1G", "2GiB" into bytes. false on malformed or overflowing text. */
 bool cli_parse_size(const char *s, size_t *out);

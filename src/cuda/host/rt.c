@@ -171,6 +171,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev) {
     p->major = 9, p->minor = 0;
     p->multiProcessorCount = 1;
     p->memoryBusWidth = 64;
+    p->l2CacheSize = 1 << 20;
     return cudaSuccess;
 }
 

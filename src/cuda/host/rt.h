@@ -76,6 +76,7 @@ struct cudaDeviceProp {
     int multiProcessorCount;
     int memoryBusWidth;
     int pciBusID, pciDeviceID;
+    int l2CacheSize; /* bytes */
 };
 
 cudaError_t cudaGetDeviceCount(int *n);
