@@ -950,6 +950,40 @@ static void check_fused(uint32_t type, int64_t rows, int64_t cols) {
                                    0) == cudaErrorInvalidValue);
     CHECK(hm_cu_matvec_experts_glu(&wg, &wu, NULL, NULL, did, NP, dx, cols, 3, 3, 0, 0, dy, gs,
                                    0) == cudaErrorInvalidValue);
+    /* down and the weighted sum in one launch (2 tokens of 3 pairs, one on the CPU): the bits
+     * of the two launches, its counters left 0; twice, as a graph's replays */
+    {
+        const float wts[NP] = {0.5f, 0.25f, -1.5f, 2.0f, 0.75f, 1e-3f};
+        const unsigned zc[2] = {0, 0};
+        float *dwt = dev_copy(wts, sizeof wts);
+        unsigned *dc = dev_copy(zc, sizeof zc), hc[2] = {1, 1};
+        const int64_t os = rows + 1;
+        float *do1 = dev_copy(NULL, sizeof(float) * 2 * (size_t)os),
+              *do2 = dev_copy(NULL, sizeof(float) * 2 * (size_t)os);
+        float *o1 = malloc(sizeof(float) * 2 * (size_t)os),
+              *o2 = malloc(sizeof(float) * 2 * (size_t)os);
+        for (int rep = 0; rep < 2; rep++) {
+            CU(hm_cu_matvec_experts_sum(&wg, did, 2, 3, dx, cols, dy, gs, dwt, do1, os, dc, 0));
+            CU(hm_cu_matvec_experts(&wg, did, NP, dx, cols, 1, dz, gs, 0));
+            CU(hm_cu_moe_combine(dz, gs, NULL, dwt, 2, 3, rows, do2, os, 0));
+            host_copy(o1, do1, sizeof(float) * 2 * (size_t)os);
+            host_copy(o2, do2, sizeof(float) * 2 * (size_t)os);
+            host_copy(hc, dc, sizeof hc);
+            int bad = 0;
+            for (int t = 0; t < 2; t++)
+                for (int64_t r = 0; r < rows; r++)
+                    bad += !same_bits(o1[t * os + r], o2[t * os + r]);
+            CHECK_MSG(bad == 0 && hc[0] == 0 && hc[1] == 0,
+                      "%s %lldx%lld: experts' down and sum: %d differ, counters %u %u", ti->name,
+                      (long long)rows, (long long)cols, bad, hc[0], hc[1]);
+        }
+        CHECK(hm_cu_matvec_experts_sum(&wg, did, 9, 3, dx, cols, dy, gs, dwt, do1, os, dc, 0) ==
+              cudaErrorInvalidValue);
+        CHECK(hm_cu_matvec_experts_sum(&wg, did, 2, 3, dx, cols, dy, gs, dwt, do1, os, NULL, 0) ==
+              cudaErrorInvalidValue);
+        cudaFree(dwt), cudaFree(dc), cudaFree(do1), cudaFree(do2);
+        free(o1), free(o2);
+    }
     cudaFree(dw), cudaFree(dx), cudaFree(db), cudaFree(dy), cudaFree(dz), cudaFree(did);
     free(w), free(x), free(b), free(y), free(z);
 }
@@ -1344,6 +1378,12 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
     for (int p = 0; p < P; p++) pos[p] = p, seq[p] = sq;
     int32_t *dpos = dev_copy(pos, sizeof(int32_t) * (size_t)P),
             *dseq = dev_copy(seq, sizeof(int32_t) * (size_t)P);
+    /* the split kernel's own merge (counters) into dout2 */
+    unsigned *zc = calloc((size_t)(8 * nh), sizeof(unsigned));
+    unsigned *dcnt = dev_copy(zc, sizeof(unsigned) * 8 * (size_t)nh);
+    float *dout2 = dev_copy(NULL, sizeof(float) * (size_t)P * qd);
+    CU(cudaMemset(dout2, 0, sizeof(float) * (size_t)P * qd));
+    CU(cudaMemset(dout, 0, sizeof(float) * (size_t)P * qd));
     for (int p0 = 0; p0 < P; p0 += chunk) {
         const int n = P - p0 < chunk ? P - p0 : chunk;
         const hm_cu_qkv a = {dq + (size_t)p0 * qd,
@@ -1372,7 +1412,8 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
                                dseq + p0,
                                il,
                                dsk,
-                               window};
+                               window,
+                               NULL};
         /* decode-sized batches through the split kernel too (splits of 128 positions); with
          * tc, chunks of more than 8 tokens on the tensor cores */
         const int sp = hm_cu_attention_splits(ctx);
@@ -1380,7 +1421,30 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
             CU(hm_cu_attention_tc(&at, &kv, n, sq, p0, 0));
         else
             CU(hm_cu_attention(&at, &kv, n, n <= 8 ? dpart : NULL, sp, 0));
+        if (n <= 8 && sp > 1) {
+            hm_cu_attn a2 = at;
+            a2.out = dout2 + (size_t)p0 * qd, a2.cnt = dcnt;
+            CU(hm_cu_attention(&a2, &kv, n, dpart, sp, 0));
+        }
     }
+    {
+        float *o1 = malloc(sizeof(float) * (size_t)P * qd),
+              *o2 = malloc(sizeof(float) * (size_t)P * qd);
+        host_copy(o1, dout, sizeof(float) * (size_t)P * qd);
+        host_copy(o2, dout2, sizeof(float) * (size_t)P * qd);
+        host_copy(zc, dcnt, sizeof(unsigned) * 8 * (size_t)nh);
+        int bad = 0, left = 0;
+        if (chunk <= 8 && hm_cu_attention_splits(ctx) > 1)
+            for (int i = 0; i < P * qd; i++) bad += !same_bits(o1[i], o2[i]);
+        for (int i = 0; i < 8 * nh; i++) left += zc[i] != 0;
+        CHECK_MSG(bad == 0 && left == 0,
+                  "attention (hd %d, ctx %lld): %d values of the merge by the last split differ "
+                  "from the merge launch's, %d counters left set",
+                  hd, (long long)ctx, bad, left);
+        free(o1), free(o2);
+    }
+    free(zc);
+    cudaFree(dcnt), cudaFree(dout2);
     float *out = malloc(sizeof(float) * (size_t)P * qd),
           *qg = malloc(sizeof(float) * (size_t)P * qd);
     host_copy(out, dout, sizeof(float) * (size_t)P * qd);
@@ -1449,11 +1513,28 @@ static void check_kernels(void) {
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
     check_fused(HM_TYPE_Q4_K, 45, 768);
+    /* one, two (the default) and four rows per warp: tails of 1 and 3 rows */
+    for (int r = 1; r <= 4; r *= 2) {
+        char v[12];
+        snprintf(v, sizeof v, "%d", r);
+        setenv("HMOE_MV_Q4K_R", v, 1);
+        check_matvec(HM_TYPE_Q4_K, 37, 768);
+        check_matvec(HM_TYPE_Q4_K, 7, 2560);
+        check_fused(HM_TYPE_Q4_K, 45, 768);
+    }
+    unsetenv("HMOE_MV_Q4K_R");
     setenv("HMOE_MV_Q4K", "0", 1);
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_fused(HM_TYPE_Q4_K, 45, 768);
     unsetenv("HMOE_MV_Q4K");
+    /* Q8_0 with a warp across eight blocks (the default; rows of 3 blocks leave lanes idle, of
+     * 144 blocks a partial last group), and a lane per block (HMOE_MV_Q8=0) */
+    check_matvec(HM_TYPE_Q8_0, 37, 4608);
     check_fused(HM_TYPE_Q8_0, 37, 256);
+    setenv("HMOE_MV_Q8", "0", 1);
+    check_matvec(HM_TYPE_Q8_0, 37, 4608);
+    check_fused(HM_TYPE_Q8_0, 37, 256);
+    unsetenv("HMOE_MV_Q8");
     check_fused(HM_TYPE_BF16, 21, 96);
     check_fused(HM_TYPE_F32, 9, 75);
     CHECK(!hm_cu_type_ok(HM_TYPE_Q8_K) && !hm_cu_type_ok(HM_TYPE_IQ2_XXS) && !hm_cu_type_ok(9999));
@@ -1505,9 +1586,17 @@ static void check_bench(void) {
     CHECK_OK(hm_cuda_bench(&p, f));
     rewind(f);
     char line[512];
-    int rows = 0;
+    int rows = 0, small = 0;
     while (fgets(line, sizeof line, f)) {
         const char *pc = strstr(line, "% of copy)");
+        if (!strncmp(line, "empty kernel", 12) || !strncmp(line, "add + rmsnorm", 13) ||
+            !strncmp(line, "router top-k", 12) || !strncmp(line, "experts' weighted", 17)) {
+            /* no weights: "- -  us  -" */
+            const char *d = strstr(line, " - ");
+            CHECK_MSG(d && atof(d + 8) >= 0, "bench cuda row: %s", line);
+            small++;
+            continue;
+        }
         if (!pc || !strncmp(line, "a layer", 7)) continue;
         double us = 0, gbs = 0;
         /* "... copies us/launch GB/s  (P% of copy)": the two numbers before the parenthesis */
@@ -1524,7 +1613,8 @@ static void check_bench(void) {
         CHECK_MSG(us > 0 && gbs > 0, "bench cuda row: %s", line);
         rows++;
     }
-    CHECK_MSG(rows == 7, "bench cuda printed %d kernel rows", rows);
+    CHECK_MSG(rows == 7 && small == 4, "bench cuda printed %d kernel rows and %d without weights",
+              rows, small);
     fclose(f);
     p.tokens = 9;
     CHECK_STATUS(hm_cuda_bench(&p, stdout), HM_ERR_INVALID_ARG);

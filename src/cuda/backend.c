@@ -38,7 +38,14 @@
 #include "quant/types.h"
 #include "hmoe_moe.h"
 
-enum { LOGIT_ROWS = 64 };  /* rows of logits computed and copied back per pass */
+enum { LOGIT_ROWS = 64 }; /* rows of logits computed and copied back per pass */
+/* d_cnt: decode attention's counters (one per token and head), the experts' sums' (one per
+ * token) */
+enum {
+    HM_CNT_ATT = 0,
+    HM_CNT_SUM = HM_CNT_ATT + HM_CU_MATVEC_MAX * 128, /* the experts' sums, one per token */
+    HM_CNT_COUNT = HM_CNT_SUM + HM_CU_MATVEC_MAX
+};
 enum { BELL_STRIDE = 16 }; /* uint32 words between doorbells: a cache line */
 enum { GRAPHS_BIG = 64 };  /* the most graphs of more than HM_CU_MATVEC_MAX tokens kept */
 /* GPU memory kept free beyond the arena: the CUDA context, cuBLAS's workspace, graphs */
@@ -187,6 +194,7 @@ struct hm_cuda_ctx {
     bool fa;
     int fa_min, fa_seq, fa_pos0;
     float *att_part; /* decode attention's partial results */
+    unsigned *d_cnt; /* the last-block counters of the fused kernels (HM_CNT_*), zeroed */
     int att_splits;
     float *deq; /* the GEMM path's dequantized rows */
     int64_t deq_elems;
@@ -547,6 +555,7 @@ static hm_status layout(hm_cuda_ctx *c) {
     c->att_part = take(c, sizeof(float) * (size_t)HM_CU_MATVEC_MAX * hp->n_heads *
                               (size_t)c->att_splits * ((size_t)c->kv.head_dim + 2));
     c->cpu_out = c->cpu_moe ? take(c, sizeof(float) * (size_t)(B * H)) : NULL;
+    c->d_cnt = take(c, sizeof(unsigned) * HM_CNT_COUNT);
     /* layerwise prefill's two buffers of the largest layer's CPU experts */
     const bool lw = c->cpu_moe && c->prefill_stream != HM_PREFILL_STREAM_OFF && !c->lw_bad &&
                     c->lw_cap && B > HM_CU_MATVEC_MAX;
@@ -576,6 +585,12 @@ static hm_status layout(hm_cuda_ctx *c) {
     const size_t tsc = hm_cu_top_scratch(B > LOGIT_ROWS ? B : LOGIT_ROWS, (int)hp->vocab_size);
     c->d_top_scratch = tsc ? take(c, tsc) : NULL;
     return HM_OK;
+}
+
+/* decode attention's counters, with which its last split merges (hm_cu_attn.cnt; read only
+ * with splits): NULL where the merge runs as a launch of its own */
+static unsigned *att_cnt(const hm_cuda_ctx *c) {
+    return c->no_fuse || c->m->hp.n_heads > 128 ? NULL : c->d_cnt + HM_CNT_ATT;
 }
 
 /* y = W x over n tokens (x rows xs floats apart, y rows ys) */
@@ -983,12 +998,23 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
                    "experts' up");
                 CK(glu_biased(c, il, ids, NULL, np), "experts' glu");
             }
-            CK(hm_cu_matvec_experts(&ex[2], ids, np, c->moe_g, I, 1, c->moe_y, H, c->s),
-               "experts' down");
-            CK(hm_cu_expert_bias(c->moe_y, H, NULL, ids, np, c->exb[il * 3 + 2], H, c->s),
-               "experts' down bias");
-            CK(hm_cu_moe_combine(c->moe_y, H, NULL, c->w, n, c->k, H, out, os, c->s),
-               "experts' sum");
+            /* down and the weighted sum in one launch where there is no down bias */
+            const cudaError_t e =
+                c->no_fuse || c->exb[il * 3 + 2]
+                    ? cudaErrorInvalidValue
+                    : hm_cu_matvec_experts_sum(&ex[2], ids, n, c->k, c->moe_g, I, c->moe_y, H, c->w,
+                                               out, os, c->d_cnt + HM_CNT_SUM, c->s);
+            if (e == cudaErrorInvalidValue) {
+                cudaGetLastError();
+                CK(hm_cu_matvec_experts(&ex[2], ids, np, c->moe_g, I, 1, c->moe_y, H, c->s),
+                   "experts' down");
+                CK(hm_cu_expert_bias(c->moe_y, H, NULL, ids, np, c->exb[il * 3 + 2], H, c->s),
+                   "experts' down bias");
+                CK(hm_cu_moe_combine(c->moe_y, H, NULL, c->w, n, c->k, H, out, os, c->s),
+                   "experts' sum");
+            } else {
+                CK(e, "experts' down and sum");
+            }
         }
     }
     if (streamed) {
@@ -1056,13 +1082,13 @@ static hm_status run_mla(hm_cuda_ctx *c, const hm_node *nd, int n, float *dst) {
                          nd->il};
     CK(hm_cu_mla_store(&a, &c->kv, n, c->s), "latent cache store");
     CK(hm_cu_mla_absorb(&a, n, c->s), "absorbed queries");
+    const bool split = n <= HM_CU_MATVEC_MAX && c->att_splits > 1;
     const hm_cu_attn at = {c->mla_q, (int64_t)nh * c->kv.head_dim,
                            c->mla_o, (int64_t)nh * kvl,
                            nh,       hm_mla_scale(hp),
                            d_pos(c), d_seq(c),
                            nd->il,   NULL,
-                           0};
-    const bool split = n <= HM_CU_MATVEC_MAX && c->att_splits > 1;
+                           0,        split ? att_cnt(c) : NULL};
     CK(hm_cu_attention(&at, &c->kv, n, split ? c->att_part : NULL, c->att_splits, c->s),
        "latent attention");
     CK(hm_cu_mla_values(&a, n, c->s), "heads' values");
@@ -1170,7 +1196,8 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                                   d_seq(c),
                                   nd->il,
                                   c->nn1[i],
-                                  window_of(hp, nd->il)};
+                                  window_of(hp, nd->il),
+                                  att_cnt(c)};
             /* a prompt's chunk on the tensor cores where the kernel takes the shape; decode
              * batches: the positions split over blocks, merged after */
             const cudaError_t fe =
@@ -1707,6 +1734,7 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     const size_t kv_one = (size_t)hp->n_layers * (size_t)c->kv.n_seq * (size_t)c->kv.n_kv_heads *
                           (size_t)c->kv.kv_ctx * (size_t)c->kv.head_dim * (c->kv.f16 ? 2 : 4);
     FAIL(cudaMemsetAsync(c->kv.k, 0, kv_one, c->s), "KV cache clear");
+    FAIL(cudaMemsetAsync(c->d_cnt, 0, sizeof(unsigned) * HM_CNT_COUNT, c->s), "counters clear");
     FAIL(cudaMemsetAsync(c->kv.v, 0, kv_one, c->s), "KV cache clear");
     if (c->d_counts)
         FAIL(cudaMemsetAsync(c->d_counts, 0,

@@ -42,7 +42,10 @@ struct bcase {
     size_t wbytes[3];
     int nw;
     const int32_t *ids; /* experts: [iters][tokens * top_k] */
-    int kind;           /* 0 matvec(s), 1 experts' gate/up + GLU, 2 experts' down, 3 attention */
+    /* 0 matvec(s), 1 experts' gate/up + GLU, 2 experts' down, 3 attention; no weights: 4 an
+     * empty kernel (256 floats: the launch's own cost), 5 add + rmsnorm, 6 router top-k, 7 the
+     * experts' weighted sum */
+    int kind;
 };
 
 typedef struct bench {
@@ -55,6 +58,9 @@ typedef struct bench {
     void *kv;
     hm_cu_kv cache;
     int splits;
+    float *res, *nw, *wts; /* residual [tokens][hidden], norm weights, top-k weights */
+    int32_t *top;          /* top-k ids */
+    unsigned *cnt;         /* attention's counters: its last split merges, as in decode */
 } bench;
 
 static cudaError_t launch(bench *b, const bcase *c, int i) {
@@ -80,6 +86,16 @@ static cudaError_t launch(bench *b, const bcase *c, int i) {
     case 2:
         return hm_cu_matvec_experts(&w[0], c->ids + (size_t)i * (size_t)(n * p->top_k),
                                     n * (int)p->top_k, b->g, w[0].cols, 1, b->y, w[0].rows, b->s);
+    case 4:
+        return hm_cuda_launch_axpb(b->x, b->g, 1.0f, 0.0f, 256, b->s);
+    case 5:
+        return hm_cu_rmsnorm(b->res, b->y, b->nw, b->g, NULL, n, p->hidden, 1e-6f, b->s);
+    case 6:
+        return hm_cu_router_topk(b->x, p->n_experts, n, (int)p->n_experts, (int)p->top_k, true,
+                                 b->top, b->wts, b->s);
+    case 7:
+        return hm_cu_moe_combine(b->y, p->hidden, NULL, b->wts, n, (int)p->top_k, p->hidden, b->res,
+                                 p->hidden, b->s);
     default: {
         const hm_cu_attn a = {b->q,
                               p->n_heads * p->head_dim,
@@ -91,7 +107,8 @@ static cudaError_t launch(bench *b, const bcase *c, int i) {
                               b->seq,
                               cp,
                               NULL,
-                              0};
+                              0,
+                              b->cnt};
         return hm_cu_attention(&a, &b->cache, n, b->part, b->splits, b->s);
     }
     }
@@ -226,7 +243,8 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
     if (st != HM_OK) return st;
     bench b;
     memset(&b, 0, sizeof b);
-    bcase cs[7];
+    enum { NC = 11 };
+    bcase cs[NC];
     memset(cs, 0, sizeof cs);
     int32_t *hids = NULL;
     void *hkv = NULL;
@@ -278,6 +296,14 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
     pick_ids(hids, p->iters, n, p->n_experts, K, 11);
     CK(cudaMalloc((void **)&b.ids, sizeof(int32_t) * nid), "cudaMalloc");
     CK(cudaMemcpy(b.ids, hids, sizeof(int32_t) * nid, cudaMemcpyHostToDevice), "copy of the ids");
+    CK(cudaMalloc((void **)&b.res, sizeof(float) * (size_t)(n * H)), "cudaMalloc");
+    CK(cudaMalloc((void **)&b.nw, sizeof(float) * (size_t)H), "cudaMalloc");
+    CK(cudaMalloc((void **)&b.wts, sizeof(float) * (size_t)(n * K)), "cudaMalloc");
+    CK(cudaMalloc((void **)&b.top, sizeof(int32_t) * (size_t)(n * K)), "cudaMalloc");
+    CK(cudaMemcpy(b.res, b.x, sizeof(float) * (size_t)(n * H), cudaMemcpyDeviceToDevice), "copy");
+    CK(cudaMemcpy(b.nw, b.x, sizeof(float) * (size_t)H, cudaMemcpyDeviceToDevice), "copy");
+    CK(cudaMemset(b.y, 0, sizeof(float) * (size_t)(n * (ymax > H * K ? ymax : H * K))), "memset");
+    CK(cudaMemset(b.wts, 0, sizeof(float) * (size_t)(n * K)), "memset");
     double avg_distinct = 0;
     for (int i = 0; i < p->iters; i++) avg_distinct += distinct(hids + (size_t)i * n * K, n * K);
     avg_distinct /= p->iters;
@@ -321,9 +347,9 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
             c->ids = b.ids;
             double bytes = 0;
             for (int m = 0; m < c->nw; m++) bytes += (double)c->w[m].row_bytes * c->w[m].rows;
-            if (c->kind) bytes *= avg_distinct; /* the experts a launch touches */
+            if (c->kind == 1 || c->kind == 2) bytes *= avg_distinct; /* the experts touched */
             c->bytes = bytes;
-            if (c->kind)
+            if (c->kind == 1 || c->kind == 2)
                 snprintf(c->shape, sizeof c->shape, "%s %lld of %lldx%lld, top-%d",
                          hm_type_name(def[k].t), (long long)p->n_experts, (long long)def[k].rows[0],
                          (long long)def[k].cols, K);
@@ -341,7 +367,7 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
         const size_t layer = (size_t)n * (size_t)KD * (size_t)p->ctx * es; /* k or v */
         c->copies = (int)copies_for(2 * layer, min_bytes);
         c->bytes = 2.0 * (double)layer;
-        snprintf(c->shape, sizeof c->shape, "%lld/%lld heads x %lld, %d positions, %s",
+        snprintf(c->shape, sizeof c->shape, "%lld/%lld heads x %lld, %d pos, %s, merged",
                  (long long)p->n_heads, (long long)p->n_kv_heads, (long long)p->head_dim, p->ctx,
                  p->kv_f16 ? "f16" : "f32");
         const size_t all = layer * (size_t)c->copies;
@@ -367,9 +393,25 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
         CK(cudaMemcpy(b.seq, hs, sizeof hs, cudaMemcpyHostToDevice), "copy");
         b.q = b.x; /* n x QD floats */
         CK(cudaMalloc((void **)&b.att, sizeof(float) * (size_t)(n * QD)), "cudaMalloc");
+        CK(cudaMalloc((void **)&b.cnt, sizeof(unsigned) * (size_t)(n * p->n_heads)), "cudaMalloc");
+        CK(cudaMemset(b.cnt, 0, sizeof(unsigned) * (size_t)(n * p->n_heads)), "memset");
         CK(cudaMalloc((void **)&b.part,
                       sizeof(float) * (size_t)(n * p->n_heads * b.splits * (p->head_dim + 2))),
            "cudaMalloc");
+    }
+    /* the kernels without weights */
+    static const char *const small[4] = {"empty kernel", "add + rmsnorm", "router top-k",
+                                         "experts' weighted sum"};
+    for (int k = 0; k < 4; k++) {
+        bcase *c = &cs[7 + k];
+        c->name = small[k], c->kind = 4 + k, c->copies = 1;
+        if (k == 0)
+            snprintf(c->shape, sizeof c->shape, "256 floats (the launch's own cost)");
+        else if (k == 2)
+            snprintf(c->shape, sizeof c->shape, "%lld logits, top-%d", (long long)p->n_experts, K);
+        else
+            snprintf(c->shape, sizeof c->shape, "%lld floats%s", (long long)H,
+                     k == 3 ? " x top-k" : "");
     }
     fprintf(out,
             "bench cuda: %s (%d SMs, L2 %.0f MiB); same-run device copy %.1f GB/s (read + "
@@ -380,26 +422,31 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
     fprintf(out, "%-22s %-40s %10s %8s %10s %10s\n", "kernel", "shape", "MB/launch", "copies",
             "us/launch", "GB/s");
     double tot_us = 0, tot_mb = 0;
-    for (int k = 0; k < 7; k++) {
+    for (int k = 0; k < NC; k++) {
         double us = 0;
         st = time_case(&b, &cs[k], &us);
         if (st != HM_OK) goto done;
         const double gbs = cs[k].bytes / (us * 1e-6) * 1e-9;
-        fprintf(out, "%-22s %-40s %10.2f %8d %10.2f %10.1f  (%.1f%% of copy)\n", cs[k].name,
-                cs[k].shape, cs[k].bytes / 1e6, cs[k].copies, us, gbs, 100.0 * gbs / copy_gbs);
-        if (k != 5) tot_us += us, tot_mb += cs[k].bytes / 1e6;
+        if (cs[k].bytes > 0)
+            fprintf(out, "%-22s %-40s %10.2f %8d %10.2f %10.1f  (%.1f%% of copy)\n", cs[k].name,
+                    cs[k].shape, cs[k].bytes / 1e6, cs[k].copies, us, gbs, 100.0 * gbs / copy_gbs);
+        else
+            fprintf(out, "%-22s %-40s %10s %8s %10.2f %10s\n", cs[k].name, cs[k].shape, "-", "-",
+                    us, "-");
+        if (k != 5 && k != 7) tot_us += us, tot_mb += cs[k].bytes / 1e6;
         free_case(&cs[k]);
     }
     fprintf(out,
-            "a layer's matvecs and attention (the rows above but the output head): %.1f us, "
-            "%.2f MB: %.1f GB/s (%.1f%% of copy)\n",
+            "a layer's kernels (the rows above but the output head and the empty kernel; add + "
+            "rmsnorm once): %.1f us, %.2f MB: %.1f GB/s (%.1f%% of copy)\n",
             tot_us, tot_mb, tot_mb / tot_us * 1e3, 100.0 * tot_mb * 1e3 / tot_us / copy_gbs);
     st = HM_OK;
 done:
-    for (int k = 0; k < 7; k++) free_case(&cs[k]);
+    for (int k = 0; k < NC; k++) free_case(&cs[k]);
     if (b.s) cudaStreamSynchronize(b.s), cudaStreamDestroy(b.s);
     cudaFree(b.x), cudaFree(b.y), cudaFree(b.g), cudaFree(b.ids), cudaFree(b.kv);
     cudaFree(b.pos), cudaFree(b.seq), cudaFree(b.att), cudaFree(b.part);
+    cudaFree(b.res), cudaFree(b.nw), cudaFree(b.wts), cudaFree(b.top), cudaFree(b.cnt);
     free(hids);
     free(hkv);
     return st;

@@ -23,6 +23,16 @@ __device__ __forceinline__ void hm_pdl_start() {
 #endif
 }
 
+// [p, p + bytes) into L2 by the block's threads, a 128-byte line each: what a kernel reads that
+// the kernel before it does not write (weights, the cache's older positions), asked for before
+// hm_pdl_start so that the reads overlap the previous kernel's end
+__device__ __forceinline__ void hm_prefetch_l2(const void *p, size_t bytes) {
+    const char *e = (const char *)p + bytes;
+    for (const char *q = (const char *)((uintptr_t)p & ~(uintptr_t)127) + 128 * threadIdx.x; q < e;
+         q += 128 * (size_t)blockDim.x)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(q));
+}
+
 // on a device of compute capability 9.0 or later, unless HMOE_CUDA_PDL=0 (read once), where
 // this thread's hm_cu_pdl_allow last allowed it (ops.cu)
 bool hm_cu_pdl();
@@ -102,6 +112,24 @@ template <bool F16> __device__ __forceinline__ void kv_put(void *c, size_t off, 
 __device__ __forceinline__ size_t kv_head(const hm_cu_kv &kv, int il, int s, int h) {
     return (((size_t)il * (size_t)kv.n_seq + (size_t)s) * (size_t)kv.n_kv_heads + (size_t)h) *
            (size_t)kv.kv_ctx * (size_t)kv.head_dim;
+}
+
+// true in the last of `total` blocks to call it with the same counter (device memory, 0 before
+// the first), which is reset for the next launch; that block's threads then see what every
+// block wrote before its call. Every thread of each block calls it, after hm_pdl_start (a
+// kernel launched early must not count before its predecessor, which may use the same
+// counter, is done).
+__device__ __forceinline__ bool hm_last_block(unsigned *counter, unsigned total) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1u) == total - 1;
+        if (last) atomicExch(counter, 0u);
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
 }
 
 #endif

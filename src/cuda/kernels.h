@@ -101,6 +101,15 @@ cudaError_t hm_cu_matvec_multi(const hm_cu_w *w, int nw, const float *x, int64_t
 cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs, const float *x,
                                  int64_t xs, int x_div, float *y, int64_t ys, cudaStream_t stream);
 
+/* The experts' down projection and their weighted sum in one launch, for a decode batch of
+ * n <= HM_CU_MATVEC_MAX tokens of k pairs each: hm_cu_matvec_experts (x_div 1) into y, then
+ * out[t] = sum_j w[t k + j] y[t k + j] as hm_cu_moe_combine (pos_of NULL) computes it, by the
+ * last of the token's blocks; cnt: n counters as hm_cu_attn.cnt's. Else
+ * cudaErrorInvalidValue, for the caller to launch the two. */
+cudaError_t hm_cu_matvec_experts_sum(const hm_cu_w *w, const int32_t *ids, int n, int k,
+                                     const float *x, int64_t xs, float *y, int64_t ys,
+                                     const float *wts, float *out, int64_t os, unsigned *cnt,
+                                     cudaStream_t stream);
 /* The experts' gate and up projections and their activation in one launch, for each pair p:
  * g[p][r] = act(Wg_e[r] . x[p / x_div] + bg[e][r], Wu_e[r] . x[p / x_div] + bu[e][r]) with
  * e = ids[p] (biases [places][rows] or NULL; act as hm_cu_glu's), 0 where ids[p] < 0. Gate and
@@ -202,6 +211,10 @@ typedef struct hm_cu_attn {
     int il;
     const float *sinks; /* [n_heads] or NULL */
     int window;         /* 0: every position */
+    /* with splits: n * n_heads counters (device memory, 0 before the first launch and left 0 by
+     * each, not used by another kernel in flight) with which the last split of each (token,
+     * head) merges them, in the same launch; NULL: a merge launch of its own */
+    unsigned *cnt;
 } hm_cu_attn;
 
 /* part (or NULL): scratch of n * n_heads * splits * (head_dim + 2) floats; with splits > 1 each

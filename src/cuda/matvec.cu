@@ -31,6 +31,8 @@ template <int T> __device__ __forceinline__ float elem(const uint8_t *row, int64
 // an expert's rows) spread over every SM with as many loads in flight as there are rows; up to
 // MV_RPW_MAX for large ones (the output head), whose blocks each stage the activations once.
 enum { MV_WARPS = 8, MV_RPW_MAX = 4, MV_BLOCKS = 1024, MV_SMEM = 48 * 1024 };
+// the most weight bytes of a launch whose blocks ask L2 for their rows before hm_pdl_start
+#define MV_PF_MAX ((size_t)32 << 20)
 
 // HMOE_MV_RPW=N fixes the rows per warp and HMOE_MV_SMEM=0 reads the activations from global
 // memory instead of staging them: knobs for A/B runs of the launch shape, read once
@@ -114,6 +116,15 @@ __device__ __forceinline__ void stage_x(float *xsh, int64_t xst, const float *__
     __syncthreads();
 }
 
+// rows [r0, r0 + nr) of a matrix of `rows` rows rb bytes apart into L2 (hm_prefetch_l2): a
+// block's weights, asked for before hm_pdl_start
+__device__ __forceinline__ void prefetch_rows(const uint8_t *data, int64_t rb, int64_t r0, int nr,
+                                              int64_t rows) {
+    if (r0 >= rows) return;
+    const int64_t n = rows - r0 < nr ? rows - r0 : nr;
+    hm_prefetch_l2(data + r0 * rb, (size_t)(n * rb));
+}
+
 // Up to HM_CU_MULTI_MAX matrices of one type and width against the same activations, each over
 // its own run of blocks (a layer's q, k and v in one launch): matrix i takes blocks
 // [b1[i - 1], b1[i]).
@@ -135,21 +146,22 @@ struct mv_set {
 // and from L2 for the other groups.
 template <int T, int NT, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_k(mv_set m, const float *__restrict__ x, int64_t xs, int n, int rpw, int ng) {
-    hm_pdl_start();
+    matvec_k(mv_set m, const float *__restrict__ x, int64_t xs, int n, int rpw, int ng, bool pf) {
     extern __shared__ float xsh[];
     const int64_t cols = m.w[0].cols;
     const int64_t xst = (cols + 31) / 32 * 33;
     const unsigned bx = blockIdx.x / (unsigned)ng;
     const int g0 = (int)(blockIdx.x % (unsigned)ng) * NT;
-    x += g0 * xs;
-    n = n - g0 < NT ? n - g0 : NT;
-    if (SH) stage_x(xsh, xst, x, xs, n, cols);
     const int i = m.nw > 1 && bx >= m.b1[0] ? (m.nw > 2 && bx >= m.b1[1] ? 2 : 1) : 0;
     const unsigned blk = bx - (i ? MV_SEL(m, i - 1, b1) : 0u);
     const uint8_t *data = (const uint8_t *)MV_SEL(m, i, w).data;
     const int64_t rows = MV_SEL(m, i, w).rows, rb = (int64_t)MV_SEL(m, i, w).row_bytes,
                   ys = MV_SEL(m, i, ys);
+    if (pf) prefetch_rows(data, rb, (int64_t)blk * rpw * MV_WARPS, rpw * MV_WARPS, rows);
+    hm_pdl_start();
+    x += g0 * xs;
+    n = n - g0 < NT ? n - g0 : NT;
+    if (SH) stage_x(xsh, xst, x, xs, n, cols);
     float *y = MV_SEL(m, i, y) + g0 * ys;
     const int warp = threadIdx.x >> 5;
     for (int q = 0; q < rpw; q++) {
@@ -164,10 +176,34 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
+// The experts' weighted sum on the way out of down (hm_cu_matvec_experts_sum): with cnt, the
+// last of a token's blocks (hm_last_block) writes out[t] = sum over its k pairs of w[p] y[p], as
+// hm_cu_moe_combine computes it.
+struct mv_sum {
+    unsigned *cnt; // per token; NULL: no sum
+    const float *w;
+    int k;
+    float *out;
+    int64_t os;
+};
+
+__device__ __forceinline__ void moe_sum(const mv_sum &s, const float *__restrict__ y, int64_t ys,
+                                        int64_t h, int p) {
+    const int t = p / s.k;
+    if (!hm_last_block(s.cnt + t, gridDim.x * (unsigned)s.k)) return;
+    const float *w = s.w + (int64_t)t * s.k;
+    const float *yt = y + (int64_t)t * s.k * ys;
+    for (int64_t d = threadIdx.x; d < h; d += blockDim.x) {
+        float a = 0.0f;
+        for (int j = 0; j < s.k; j++) a = fmaf(w[j], __ldcg(yt + j * ys + d), a);
+        s.out[t * s.os + d] = a;
+    }
+}
+
 template <int T, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_exp_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
-                 int64_t xs, int x_div, float *__restrict__ y, int64_t ys, int rpw) {
+                 int64_t xs, int x_div, float *__restrict__ y, int64_t ys, int rpw, mv_sum sum) {
     hm_pdl_start();
     extern __shared__ float xsh[];
     const int p = blockIdx.y;
@@ -178,19 +214,20 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
             const int64_t r = ((int64_t)blockIdx.x * rpw + q) * MV_WARPS + warp;
             if (r < w.rows && (threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = 0.0f;
         }
-        return;
+    } else {
+        const float *xp = x + (int64_t)(p / x_div) * xs;
+        if (SH) stage_x(xsh, 0, xp, 0, 1, w.cols);
+        for (int q = 0; q < rpw; q++) {
+            const int64_t r = ((int64_t)blockIdx.x * rpw + q) * MV_WARPS + warp;
+            if (r >= w.rows) break;
+            const uint8_t *row =
+                (const uint8_t *)w.data + (size_t)id * w.estride + r * (int64_t)w.row_bytes;
+            float acc[1];
+            row_dot<T, 1, SH>(row, w.cols, SH ? xsh : xp, 0, 1, acc);
+            if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = acc[0];
+        }
     }
-    const float *xp = x + (int64_t)(p / x_div) * xs;
-    if (SH) stage_x(xsh, 0, xp, 0, 1, w.cols);
-    for (int q = 0; q < rpw; q++) {
-        const int64_t r = ((int64_t)blockIdx.x * rpw + q) * MV_WARPS + warp;
-        if (r >= w.rows) break;
-        const uint8_t *row =
-            (const uint8_t *)w.data + (size_t)id * w.estride + r * (int64_t)w.row_bytes;
-        float acc[1];
-        row_dot<T, 1, SH>(row, w.cols, SH ? xsh : xp, 0, 1, acc);
-        if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = acc[0];
-    }
+    if (sum.cnt) moe_sum(sum, y, ys, w.rows, p);
 }
 
 // a dequantized value as the destination holds it: float, or IEEE half rounded to nearest even
@@ -225,81 +262,240 @@ __global__ void __launch_bounds__(128)
 // Q4_K with the lanes across each super-block (HMOE_MV_Q4K=0 turns it off, for A/B):
 // lane l takes code bytes 4l .. 4l + 3 of the 128, that is values 64j + o .. + 3 (low nibbles,
 // scale 2j) and 64j + 32 + o .. + 3 (high nibbles, scale 2j + 1) with j = l / 8, o = 4 (l % 8);
-// a warp reads a super-block's codes as one 128-byte line and the activations as float4 straight
-// from global memory, coalesced, so nothing is staged. One row per warp.
-template <int NT>
-__device__ __forceinline__ void q4k_dot(const uint8_t *__restrict__ row, int64_t cols,
-                                        const float *__restrict__ x, int64_t xs, int n,
-                                        float acc[NT]) {
+// a warp reads a super-block's codes as one 128-byte line, its 16-byte head (d, dmin, the
+// scales) as one load that every lane shares, and the activations as float4 straight from
+// global memory, coalesced, so nothing is staged. A warp takes R rows at once, the activations
+// loaded once for all of them, and issues the loads of Q4K_SB / R super-blocks of each row before
+// it uses any: Q4K_SB super-blocks (a 2048-value row) in flight per warp, where one at a time
+// waited for each.
+enum { Q4K_SB = 8 };
+
+// the code nibble in byte u of v (0..15) as a float: 2^23's exponent bits joined to it by one
+// byte permute, less 2^23 (exact), where an integer conversion runs at a quarter of the rate
+__device__ __forceinline__ float nib_f(uint32_t v, int u) {
+    return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)u)) - 8388608.0f;
+}
+
+// hm_hd_k4_scale_min of sub-blocks 2j and 2j + 1 from the scale bytes as three words
+__device__ __forceinline__ void k4_pair(uint32_t s0, uint32_t s1, uint32_t s2, int j, int sc[2],
+                                        int m[2]) {
+    const int sh = 16 * (j & 1);
+    const uint32_t a = s0 >> sh, b = s1 >> sh, c = s2 >> sh;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const uint32_t au = (a >> 8 * u) & 0xFF, bu = (b >> 8 * u) & 0xFF, cu = (c >> 8 * u) & 0xFF;
+        sc[u] = j < 2 ? (int)(au & 63) : (int)((cu & 0xF) | (au >> 6) << 4);
+        m[u] = j < 2 ? (int)(bu & 63) : (int)((cu >> 4) | (bu >> 6) << 4);
+    }
+}
+
+// acc[r][t] = row r . x[t] for r < nr (<= R) rows rb bytes apart and t < n (<= NT) tokens; the
+// sums are in every lane. Each value is d * q - m as one fma (within a rounding of the
+// reference's product then difference).
+template <int NT, int R>
+__device__ __forceinline__ void q4k_dot(const uint8_t *__restrict__ row, int64_t rb, int nr,
+                                        int64_t cols, const float *__restrict__ x, int64_t xs,
+                                        int n, float acc[R][NT]) {
+    enum { SB = Q4K_SB / R };
     const int lane = threadIdx.x & 31, j = lane >> 3, o = 4 * (lane & 7);
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     const int64_t nsb = cols / 256;
-#pragma unroll 2
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        const hm_block_q4_K *b = (const hm_block_q4_K *)row + sb;
-        const uint32_t q = *(const uint32_t *)(b->qs + 4 * lane);
-        const float d = hm_hd_f16_to_f32(b->d), dmin = hm_hd_f16_to_f32(b->dmin);
-        int sc0, m0, sc1, m1;
-        hm_hd_k4_scale_min(b->scales, 2 * j, &sc0, &m0);
-        hm_hd_k4_scale_min(b->scales, 2 * j + 1, &sc1, &m1);
-        const float d0 = hm_hd_fmul(d, (float)sc0), n0 = hm_hd_fmul(dmin, (float)m0);
-        const float d1 = hm_hd_fmul(d, (float)sc1), n1 = hm_hd_fmul(dmin, (float)m1);
-        float lo[4], hi[4];
+    for (int64_t s0 = 0; s0 < nsb; s0 += SB) {
+        uint4 hd[R][SB];
+        uint32_t qs[R][SB];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const uint32_t by = (q >> (8 * u)) & 0xFF;
-            lo[u] = hm_hd_fsub(hm_hd_fmul(d0, (float)(by & 0xF)), n0);
-            hi[u] = hm_hd_fsub(hm_hd_fmul(d1, (float)(by >> 4)), n1);
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int u = 0; u < SB; u++) {
+                hd[r][u] = make_uint4(0, 0, 0, 0), qs[r][u] = 0;
+                if (r < nr && s0 + u < nsb) {
+                    const uint8_t *b = row + r * rb + (s0 + u) * (int64_t)sizeof(hm_block_q4_K);
+                    hd[r][u] = __ldg((const uint4 *)b);
+                    qs[r][u] = __ldg((const uint32_t *)(b + 16) + lane);
+                }
+            }
+#pragma unroll
+        for (int u = 0; u < SB; u++) {
+            if (s0 + u >= nsb) break;
+            float w[R][8];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint4 h = hd[r][u];
+                const float d = __half2float(__ushort_as_half((unsigned short)(h.x & 0xFFFF)));
+                const float dm = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
+                int sc[2], m[2];
+                k4_pair(h.y, h.z, h.w, j, sc, m);
+                const float d0 = d * (float)sc[0], n0 = dm * (float)m[0];
+                const float d1 = d * (float)sc[1], n1 = dm * (float)m[1];
+                const uint32_t lo = qs[r][u] & 0x0F0F0F0Fu, hi = (qs[r][u] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    w[r][e] = fmaf(d0, nib_f(lo, e), -n0);
+                    w[r][4 + e] = fmaf(d1, nib_f(hi, e), -n1);
+                }
+            }
+            const int64_t c0 = (s0 + u) * 256 + 64 * j + o;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                const float4 xa = *(const float4 *)(x + t * xs + c0),
+                             xb = *(const float4 *)(x + t * xs + c0 + 32);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float s = acc[r][t];
+                    s = fmaf(w[r][0], xa.x, s), s = fmaf(w[r][1], xa.y, s);
+                    s = fmaf(w[r][2], xa.z, s), s = fmaf(w[r][3], xa.w, s);
+                    s = fmaf(w[r][4], xb.x, s), s = fmaf(w[r][5], xb.y, s);
+                    s = fmaf(w[r][6], xb.z, s), s = fmaf(w[r][7], xb.w, s);
+                    acc[r][t] = s;
+                }
+            }
         }
-        const int64_t c0 = sb * 256 + 64 * j + o;
+    }
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t >= n) break;
-            const float4 xa = *(const float4 *)(x + t * xs + c0),
-                         xb = *(const float4 *)(x + t * xs + c0 + 32);
-            float s = acc[t];
-            s = fmaf(lo[0], xa.x, s), s = fmaf(lo[1], xa.y, s), s = fmaf(lo[2], xa.z, s);
-            s = fmaf(lo[3], xa.w, s), s = fmaf(hi[0], xb.x, s), s = fmaf(hi[1], xb.y, s);
-            s = fmaf(hi[2], xb.z, s), s = fmaf(hi[3], xb.w, s);
-            acc[t] = s;
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = hm_warp_sum(acc[r][t]);
+}
+
+// token groups as matvec_k's; R rows per warp
+template <int NT, int R>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_q4k_k(hm_cu_w w, const float *__restrict__ x, int64_t xs, int n, float *__restrict__ y,
+                 int64_t ys, int ng, bool pf) {
+    if (pf)
+        prefetch_rows((const uint8_t *)w.data, (int64_t)w.row_bytes,
+                      (int64_t)(blockIdx.x / (unsigned)ng) * MV_WARPS * R, MV_WARPS * R, w.rows);
+    hm_pdl_start();
+    const int64_t r0 = ((int64_t)(blockIdx.x / (unsigned)ng) * MV_WARPS + (threadIdx.x >> 5)) * R;
+    if (r0 >= w.rows) return;
+    const int nr = w.rows - r0 < R ? (int)(w.rows - r0) : R;
+    const int g0 = (int)(blockIdx.x % (unsigned)ng) * NT;
+    x += g0 * xs, y += g0 * ys;
+    n = n - g0 < NT ? n - g0 : NT;
+    float acc[R][NT];
+    q4k_dot<NT, R>((const uint8_t *)w.data + r0 * (int64_t)w.row_bytes, (int64_t)w.row_bytes, nr,
+                   w.cols, x, xs, n, acc);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (r < nr && t < n) y[t * ys + r0 + r] = acc[r][t];
+}
+
+template <int R>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_exp_q4k_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                     int64_t xs, int x_div, float *__restrict__ y, int64_t ys, mv_sum sum) {
+    hm_pdl_start();
+    const int p = blockIdx.y, id = ids[p];
+    const int64_t r0 = ((int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+    if (r0 < w.rows) {
+        const int nr = w.rows - r0 < R ? (int)(w.rows - r0) : R;
+        float acc[R][1] = {};
+        if (id >= 0)
+            q4k_dot<1, R>(
+                (const uint8_t *)w.data + (size_t)id * w.estride + r0 * (int64_t)w.row_bytes,
+                (int64_t)w.row_bytes, nr, w.cols, x + (int64_t)(p / x_div) * xs, 0, 1, acc);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++) /* 0: an expert on the CPU */
+                if (r < nr) y[(int64_t)p * ys + r0 + r] = acc[r][0];
+    }
+    if (sum.cnt) moe_sum(sum, y, ys, w.rows, p);
+}
+
+// Q8_0 with a warp across eight 34-byte blocks at a time: lane l takes values 8 (l % 4) .. + 8
+// of block l / 4 (four two-byte code loads and the block's scale), so each load instruction
+// of the warp spans 272 contiguous bytes, where a lane per block spanned 1088; the activations
+// come as float4 from global memory. Q8_U groups of eight blocks are loaded before any is used.
+// A code byte becomes a float as nib_f's do (its sign bit flipped, then less 2^23 + 128); the
+// block's sum of code x activation is scaled once.
+enum { Q8_U = 4, Q8_ROWS_MAX = 32768 };
+
+__device__ __forceinline__ float i8_f(uint32_t v, int u) {
+    return __uint_as_float(__byte_perm(v ^ 0x80808080u, 0x4B000000u, 0x7440u | (unsigned)u)) -
+           8388736.0f;
+}
+
+template <int NT>
+__device__ __forceinline__ void q8_dot(const uint8_t *__restrict__ row, int64_t cols,
+                                       const float *__restrict__ x, int64_t xs, int n,
+                                       float acc[NT]) {
+    const int lane = threadIdx.x & 31, bl = lane >> 2, o = 8 * (lane & 3);
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    const int64_t nb = cols / 32;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8 * Q8_U) {
+        uint32_t c[Q8_U][2];
+        uint16_t dh[Q8_U];
+#pragma unroll
+        for (int u = 0; u < Q8_U; u++) {
+            c[u][0] = c[u][1] = 0, dh[u] = 0;
+            const int64_t b = b0 + 8 * u + bl;
+            if (b < nb) {
+                const uint16_t *q = (const uint16_t *)(row + b * 34);
+                dh[u] = __ldg(q);
+                const uint16_t *v = q + 1 + o / 2;
+                c[u][0] = (uint32_t)__ldg(v) | (uint32_t)__ldg(v + 1) << 16;
+                c[u][1] = (uint32_t)__ldg(v + 2) | (uint32_t)__ldg(v + 3) << 16;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < Q8_U; u++) {
+            const int64_t b = b0 + 8 * u + bl;
+            if (b >= nb)
+                break; /* the lanes past the row's end (the blocks of a lane rise with u) */
+            const float d = __half2float(__ushort_as_half(dh[u]));
+            float v[8];
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] = i8_f(c[u][0], e), v[4 + e] = i8_f(c[u][1], e);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                const float *xp = x + t * xs + b * 32 + o;
+                const float4 xa = *(const float4 *)xp, xb = *(const float4 *)(xp + 4);
+                float s = v[0] * xa.x;
+                s = fmaf(v[1], xa.y, s), s = fmaf(v[2], xa.z, s), s = fmaf(v[3], xa.w, s);
+                s = fmaf(v[4], xb.x, s), s = fmaf(v[5], xb.y, s), s = fmaf(v[6], xb.z, s);
+                s = fmaf(v[7], xb.w, s);
+                acc[t] = fmaf(d, s, acc[t]);
+            }
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = hm_warp_sum(acc[t]);
 }
 
-// token groups as matvec_k's
+// matvec_k's sets and token groups on q8_dot, a row per warp
 template <int NT>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_q4k_k(hm_cu_w w, const float *__restrict__ x, int64_t xs, int n, float *__restrict__ y,
-                 int64_t ys, int ng) {
-    hm_pdl_start();
-    const int64_t r = (int64_t)(blockIdx.x / (unsigned)ng) * MV_WARPS + (threadIdx.x >> 5);
-    if (r >= w.rows) return;
+    matvec_q8_k(mv_set m, const float *__restrict__ x, int64_t xs, int n, int ng, bool pf) {
+    const unsigned bx = blockIdx.x / (unsigned)ng;
     const int g0 = (int)(blockIdx.x % (unsigned)ng) * NT;
-    x += g0 * xs, y += g0 * ys;
+    const int i = m.nw > 1 && bx >= m.b1[0] ? (m.nw > 2 && bx >= m.b1[1] ? 2 : 1) : 0;
+    const unsigned blk = bx - (i ? MV_SEL(m, i - 1, b1) : 0u);
+    if (pf)
+        prefetch_rows((const uint8_t *)MV_SEL(m, i, w).data, (int64_t)MV_SEL(m, i, w).row_bytes,
+                      (int64_t)blk * MV_WARPS, MV_WARPS, MV_SEL(m, i, w).rows);
+    hm_pdl_start();
+    x += g0 * xs;
     n = n - g0 < NT ? n - g0 : NT;
+    const int64_t r = (int64_t)blk * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= MV_SEL(m, i, w).rows) return;
+    const int64_t ys = MV_SEL(m, i, ys);
     float acc[NT];
-    q4k_dot<NT>((const uint8_t *)w.data + r * (int64_t)w.row_bytes, w.cols, x, xs, n, acc);
+    q8_dot<NT>((const uint8_t *)MV_SEL(m, i, w).data + r * (int64_t)MV_SEL(m, i, w).row_bytes,
+               m.w[0].cols, x, xs, n, acc);
+    float *y = MV_SEL(m, i, y) + g0 * ys;
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int t = 0; t < NT; t++)
             if (t < n) y[t * ys + r] = acc[t];
-}
-
-__global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_exp_q4k_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
-                     int64_t xs, int x_div, float *__restrict__ y, int64_t ys) {
-    hm_pdl_start();
-    const int p = blockIdx.y, id = ids[p];
-    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    if (r >= w.rows) return;
-    float acc[1] = {0.0f};
-    if (id >= 0)
-        q4k_dot<1>((const uint8_t *)w.data + (size_t)id * w.estride + r * (int64_t)w.row_bytes,
-                   w.cols, x + (int64_t)(p / x_div) * xs, 0, 1, acc);
-    if ((threadIdx.x & 31) == 0) y[(int64_t)p * ys + r] = acc[0]; /* 0: an expert on the CPU */
 }
 
 // The experts' gate and up in one launch, their activation on the way out: warps 0-3 take
@@ -315,7 +511,7 @@ struct mv_glu {
     float alpha, limit;
 };
 
-template <int T, bool SH, bool Q4K>
+template <int T, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     matvec_exp_glu_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
                      int64_t xs, int x_div, float *__restrict__ g, int64_t gs, int rpw) {
@@ -341,10 +537,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         const int64_t r = r0 + q * GLU_ROWS + wr;
         if (r >= rows) break;
         float acc[1];
-        if (Q4K)
-            q4k_dot<1>(base + r * rb, a.w[0].cols, xp, 0, 1, acc);
-        else
-            row_dot<T, 1, SH>(base + r * rb, a.w[0].cols, SH ? xsh : xp, 0, 1, acc);
+        row_dot<T, 1, SH>(base + r * rb, a.w[0].cols, SH ? xsh : xp, 0, 1, acc);
         if ((threadIdx.x & 31) == 0) {
             float v = acc[0];
             if (bias) v += bias[(int64_t)id * rows + r];
@@ -353,6 +546,46 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
     __syncthreads();
     for (int j = threadIdx.x; j < GLU_ROWS * rpw; j += blockDim.x)
+        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
+}
+
+// the same on the Q4_K lane layout: warp wr of each half takes rows r0 + R wr .. + R at once
+template <int R>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_exp_glu_q4k_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                         int64_t xs, int x_div, float *__restrict__ g, int64_t gs) {
+    hm_pdl_start();
+    __shared__ float res[2][GLU_ROWS * R];
+    const int p = blockIdx.y, id = ids[p];
+    const int warp = threadIdx.x >> 5, h = warp / GLU_ROWS, wr = warp % GLU_ROWS;
+    const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * R * GLU_ROWS;
+    float *gp = g + (int64_t)p * gs;
+    if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
+        for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
+            if (r0 + j < rows) gp[r0 + j] = 0.0f;
+        return;
+    }
+    const int64_t rw = r0 + (int64_t)wr * R;
+    if (rw < rows) {
+        const int nr = rows - rw < R ? (int)(rows - rw) : R;
+        const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
+        const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
+                              (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
+        const float *bias = h ? a.bias[1] : a.bias[0];
+        float acc[R][1];
+        q4k_dot<1, R>(base + rw * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0, 1,
+                      acc);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                if (i >= nr) break;
+                float v = acc[i][0];
+                if (bias) v += bias[(int64_t)id * rows + rw + i];
+                res[h][wr * R + i] = v;
+            }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
         if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
 }
 
@@ -375,16 +608,17 @@ __global__ void __launch_bounds__(MV_WARPS * 32) mmv_tiles_k(hm_cu_w w, hm_cu_mm
     for (int q = 0; q < rpw; q++) {
         const int64_t r = ((int64_t)blockIdx.x * rpw + q) * MV_WARPS + warp;
         if (r >= w.rows) break;
-        float acc[HM_CU_MATVEC_MAX];
+        float acc[1][HM_CU_MATVEC_MAX];
         if (Q4K)
-            q4k_dot<HM_CU_MATVEC_MAX>(base + r * (int64_t)w.row_bytes, cols, x, a.xs, ni, acc);
+            q4k_dot<HM_CU_MATVEC_MAX, 1>(base + r * (int64_t)w.row_bytes, (int64_t)w.row_bytes, 1,
+                                         cols, x, a.xs, ni, acc);
         else
             row_dot<T, HM_CU_MATVEC_MAX, SH>(base + r * (int64_t)w.row_bytes, cols, SH ? xsh : x,
-                                             SH ? xst : a.xs, ni, acc);
+                                             SH ? xst : a.xs, ni, acc[0]);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int j = 0; j < HM_CU_MATVEC_MAX; j++)
-                if (j < ni) y[j * a.ys + r] = acc[j];
+                if (j < ni) y[j * a.ys + r] = acc[0][j];
     }
 }
 
@@ -398,20 +632,74 @@ static bool mv_q4k(const hm_cu_w *w, const float *x, int64_t xs) {
     return !(v && !strcmp(v, "0"));
 }
 
+// q8_dot where the shapes allow it (2-byte aligned blocks, 16-byte aligned activations);
+// HMOE_MV_Q8=0 keeps the chunk per lane (A/B)
+static bool mv_q8(const hm_cu_w *w, const float *x, int64_t xs) {
+    if (w->type != HM_TYPE_Q8_0 || ((uintptr_t)w->data & 1) || w->row_bytes % 2 ||
+        ((uintptr_t)x & 15) || xs % 4)
+        return false;
+    const char *v = getenv("HMOE_MV_Q8");
+    return !(v && !strcmp(v, "0"));
+}
+
+// rows per warp of the Q4_K lane layout for groups of nt tokens: 2 up to two tokens (the
+// activations' loads shared), else 1; HMOE_MV_Q4K_R=1|2|4 fixes it for single tokens (A/B; read
+// per launch as mv_q4k's knob)
+static int q4k_rows(int nt) {
+    const int force = mv_env("HMOE_MV_Q4K_R", 0);
+    if (nt == 1 && (force == 1 || force == 2 || force == 4)) return force;
+    return nt <= 2 ? 2 : 1;
+}
+
+// f<R>() for the rows per warp R of q4k_rows
+#define Q4K_ROWS(nt, F)                                                                            \
+    switch (q4k_rows(nt)) {                                                                        \
+    case 4:                                                                                        \
+        F(4);                                                                                      \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        F(2);                                                                                      \
+        break;                                                                                     \
+    default:                                                                                       \
+        F(1);                                                                                      \
+    }
+
 // shared bytes of n staged activation rows of cols values
 static size_t mv_smem(int64_t cols, int n) {
     return sizeof(float) * (size_t)((cols + 31) / 32 * 33) * (size_t)n;
 }
 
-// lanes: the Q4_K lane layout (matvec_launch has asked mv_q4k)
+// lanes: the Q4_K lane layout, q8: q8_dot (matvec_launch has asked mv_q4k, mv_q8)
 template <int T, int NT>
-static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, bool lanes,
+static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, bool lanes, bool q8,
                       cudaStream_t s) {
     const hm_cu_w *w = &m->w[0];
     const int ng = (n + NT - 1) / NT;
+    /* the weights asked of L2 before the wait where they fit well within it: a layer's
+     * matrices; the output head's requests would only double its traffic */
+    size_t bytes = 0;
+    for (int i = 0; i < m->nw; i++) bytes += (size_t)m->w[i].rows * m->w[i].row_bytes;
+    const bool pf = bytes <= MV_PF_MAX;
+    if constexpr (T == HM_TYPE_Q8_0) {
+        if (q8) {
+            mv_set set = *m;
+            unsigned blocks = 0;
+            for (int i = 0; i < m->nw; i++)
+                set.b1[i] = blocks += (unsigned)((m->w[i].rows + MV_WARPS - 1) / MV_WARPS);
+            hm_launch(matvec_q8_k<NT>, blocks * (unsigned)ng, MV_WARPS * 32, 0, s, set, x, xs, n,
+                      ng, pf);
+            return;
+        }
+    }
     if (lanes) {
-        hm_launch(matvec_q4k_k<NT>, (unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS * ng),
-                  MV_WARPS * 32, 0, s, *w, x, xs, n, m->y[0], m->ys[0], ng);
+#define L(R)                                                                                       \
+    hm_launch(matvec_q4k_k<NT, R>, (unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R) * ng), \
+              MV_WARPS * 32, 0, s, *w, x, xs, n, m->y[0], m->ys[0], ng, pf)
+        if constexpr (NT <= 2) {
+            Q4K_ROWS(NT, L)
+        } else
+            L(1);
+#undef L
         return;
     }
     int64_t rows = 0;
@@ -424,30 +712,35 @@ static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, bool l
     const size_t sm = mv_smem(w->cols, NT < n ? NT : n); /* within MV_SMEM where mv_group can */
     blocks *= (unsigned)ng;
     if (mv_stage(sm))
-        hm_launch(matvec_k<T, NT, true>, blocks, MV_WARPS * 32, sm, s, set, x, xs, n, rpw, ng);
+        hm_launch(matvec_k<T, NT, true>, blocks, MV_WARPS * 32, sm, s, set, x, xs, n, rpw, ng, pf);
     else
-        hm_launch(matvec_k<T, NT, false>, blocks, MV_WARPS * 32, 0, s, set, x, xs, n, rpw, ng);
+        hm_launch(matvec_k<T, NT, false>, blocks, MV_WARPS * 32, 0, s, set, x, xs, n, rpw, ng, pf);
 }
 
 template <int T>
 static void matvec_launch(const mv_set *m, const float *x, int64_t xs, int n, cudaStream_t s) {
     const hm_cu_w *w = &m->w[0];
     const bool lanes = T == HM_TYPE_Q4_K && m->nw == 1 && mv_q4k(w, x, xs);
+    /* q8_dot for a layer's matrices; the output head's many rows run faster staged, 4 a warp */
+    bool q8 = T == HM_TYPE_Q8_0;
+    int64_t rows = 0;
+    for (int i = 0; i < m->nw && q8; i++) q8 = mv_q8(&m->w[i], x, xs), rows += m->w[i].rows;
+    q8 = q8 && rows <= Q8_ROWS_MAX;
     /* unstaged, each lane reads its own chunk of every row: a line per lane */
-    const int g = lanes ? HM_CU_MATVEC_MAX : mv_group(w->cols);
+    const int g = lanes || q8 ? HM_CU_MATVEC_MAX : mv_group(w->cols);
     const int nt = n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : 8));
     switch (nt < g ? nt : g) {
     case 1:
-        matvec_nt<T, 1>(m, x, xs, n, lanes, s);
+        matvec_nt<T, 1>(m, x, xs, n, lanes, q8, s);
         break;
     case 2:
-        matvec_nt<T, 2>(m, x, xs, n, lanes, s);
+        matvec_nt<T, 2>(m, x, xs, n, lanes, q8, s);
         break;
     case 4:
-        matvec_nt<T, 4>(m, x, xs, n, lanes, s);
+        matvec_nt<T, 4>(m, x, xs, n, lanes, q8, s);
         break;
     default:
-        matvec_nt<T, 8>(m, x, xs, n, lanes, s);
+        matvec_nt<T, 8>(m, x, xs, n, lanes, q8, s);
     }
 }
 
@@ -506,9 +799,9 @@ template <typename F> static void pair_chunks(int n_pairs, int x_div, F f) {
     for (int p0 = 0; p0 < n_pairs; p0 += step) f(p0, n_pairs - p0 < step ? n_pairs - p0 : step);
 }
 
-extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs,
-                                            const float *x, int64_t xs, int x_div, float *y,
-                                            int64_t ys, cudaStream_t stream) {
+static cudaError_t experts_launch(const hm_cu_w *w, const int32_t *ids, int n_pairs, const float *x,
+                                  int64_t xs, int x_div, float *y, int64_t ys, const mv_sum &sum,
+                                  cudaStream_t stream) {
     if (n_pairs <= 0 || w->rows <= 0) return cudaSuccess;
     if (x_div < 1 || (!HM_CU_FLOAT(w->type) && w->cols % 32)) return cudaErrorInvalidValue;
     /* the pairs multiply the blocks: rows per warp as the matrix of all of them would have */
@@ -523,9 +816,12 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *yp = y + (int64_t)p0 * ys;
         if (q4k) {
-            const dim3 grid((unsigned)((w->rows + MV_WARPS - 1) / MV_WARPS), (unsigned)np);
-            hm_launch(matvec_exp_q4k_k, grid, MV_WARPS * 32, 0, stream, *w, id, xp, xs, x_div, yp,
-                      ys);
+#define L(R)                                                                                       \
+    hm_launch(matvec_exp_q4k_k<R>,                                                                 \
+              dim3((unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R)), (unsigned)np),       \
+              MV_WARPS * 32, 0, stream, *w, id, xp, xs, x_div, yp, ys, sum)
+            Q4K_ROWS(1, L)
+#undef L
             return;
         }
         const dim3 grid(gx, (unsigned)np);
@@ -534,16 +830,32 @@ extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids
     case t:                                                                                        \
         if (sh)                                                                                    \
             hm_launch(matvec_exp_k<t, true>, grid, MV_WARPS * 32, sm, stream, *w, id, xp, xs,      \
-                      x_div, yp, ys, rpw);                                                         \
+                      x_div, yp, ys, rpw, sum);                                                    \
         else                                                                                       \
             hm_launch(matvec_exp_k<t, false>, grid, MV_WARPS * 32, 0, stream, *w, id, xp, xs,      \
-                      x_div, yp, ys, rpw);                                                         \
+                      x_div, yp, ys, rpw, sum);                                                    \
         break;
             HM_CU_TYPES(X)
 #undef X
         }
     });
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs,
+                                            const float *x, int64_t xs, int x_div, float *y,
+                                            int64_t ys, cudaStream_t stream) {
+    return experts_launch(w, ids, n_pairs, x, xs, x_div, y, ys, mv_sum{}, stream);
+}
+
+extern "C" cudaError_t hm_cu_matvec_experts_sum(const hm_cu_w *w, const int32_t *ids, int n, int k,
+                                                const float *x, int64_t xs, float *y, int64_t ys,
+                                                const float *wts, float *out, int64_t os,
+                                                unsigned *cnt, cudaStream_t stream) {
+    if (n <= 0 || w->rows <= 0) return cudaSuccess;
+    if (n > HM_CU_MATVEC_MAX || k < 1 || k > 64 || !cnt) return cudaErrorInvalidValue;
+    const mv_sum sum = {cnt, wts, k, out, os};
+    return experts_launch(w, ids, n * k, x, xs, 1, y, ys, sum, stream);
 }
 
 extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w *wu,
@@ -570,19 +882,23 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *gp = g + (int64_t)p0 * gs;
         if (q4k) {
-            hm_launch(matvec_exp_glu_k<HM_TYPE_Q4_K, false, true>, grid, MV_WARPS * 32, 0, stream,
-                      a, id, xp, xs, x_div, gp, gs, rpw);
+#define L(R)                                                                                       \
+    hm_launch(matvec_exp_glu_q4k_k<R>,                                                             \
+              dim3((unsigned)((wg->rows + GLU_ROWS * R - 1) / (GLU_ROWS * R)), (unsigned)np),      \
+              MV_WARPS * 32, 0, stream, a, id, xp, xs, x_div, gp, gs)
+            Q4K_ROWS(1, L)
+#undef L
             return;
         }
         switch (wg->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
         if (sh)                                                                                    \
-            hm_launch(matvec_exp_glu_k<t, true, false>, grid, MV_WARPS * 32, sm, stream, a, id,    \
-                      xp, xs, x_div, gp, gs, rpw);                                                 \
+            hm_launch(matvec_exp_glu_k<t, true>, grid, MV_WARPS * 32, sm, stream, a, id, xp, xs,   \
+                      x_div, gp, gs, rpw);                                                         \
         else                                                                                       \
-            hm_launch(matvec_exp_glu_k<t, false, false>, grid, MV_WARPS * 32, 0, stream, a, id,    \
-                      xp, xs, x_div, gp, gs, rpw);                                                 \
+            hm_launch(matvec_exp_glu_k<t, false>, grid, MV_WARPS * 32, 0, stream, a, id, xp, xs,   \
+                      x_div, gp, gs, rpw);                                                         \
         break;
             HM_CU_TYPES(X)
 #undef X

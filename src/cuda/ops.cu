@@ -293,7 +293,7 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
         // the chunk's scores: a warp per position, its lanes over the head dims (coalesced
         // reads of a key row), into pe. A warp takes ATT_KU positions at a time so that their
         // key reads are in flight together (positions past p1 read row p1 - 1 and are dropped).
-        for (int pp0 = warp * ATT_KU; pp0 < ATT_T; pp0 += ATT_T / 32 * ATT_KU) {
+        for (int pp0 = warp * ATT_KU; pp0 < ATT_T && c0 + pp0 < p1; pp0 += ATT_T / 32 * ATT_KU) {
             float dot[ATT_KU];
             size_t kr[ATT_KU];
 #pragma unroll
@@ -316,7 +316,7 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
         }
         __syncthreads();
         const int p = c0 + tid;
-        const float sc = pe[tid];
+        const float sc = p < p1 ? pe[tid] : -INFINITY; /* past p1: no pass wrote it */
         const float cm = hm_block_max(sc, red);
         const float f = hm_osm_rescale(st, cm);
         const float e = p < p1 ? expf(sc - st->m) : 0.0f;
@@ -345,15 +345,45 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
     }
 }
 
+// the splits of token i's head h merged with the online softmax's rescaling, into a.out; the
+// partial results are read from L2 (another block may have written them just before)
+__device__ __forceinline__ void attn_merge(const hm_cu_attn &a, int hd, int vd, int splits,
+                                           const float *__restrict__ part, int i, int h) {
+    const float *pp = part + ((int64_t)i * a.n_heads + h) * splits * (hd + 2);
+    const int P = a.pos[i] + 1, len = att_split_len(P, splits);
+    const int ns = (P + len - 1) / len; // splits that saw positions
+    hm_osm st = {-INFINITY, 0.0f};
+    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < ns; s++) {
+        const float *q = pp + (int64_t)s * (hd + 2);
+        const float qm = __ldcg(q);
+        if (qm == -INFINITY) continue; // a split before the sliding window: no positions
+        const float f = hm_osm_rescale(&st, qm), g = expf(qm - st.m);
+        st.l += __ldcg(q + 1) * g;
+#pragma unroll
+        for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
+            const int d = threadIdx.x + j * ATT_T;
+            if (d < vd) acc[j] = fmaf(__ldcg(q + 2 + d), g, acc[j] * f);
+        }
+    }
+    const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
+    float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * vd;
+#pragma unroll
+    for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
+        const int d = threadIdx.x + j * ATT_T;
+        if (d < vd) o[d] = acc[j] * f / st.l;
+    }
+}
+
 // blockIdx.z = split s of att_split_len positions (gridDim.z 1: every position); with splits the
 // partial state (m, l, acc) goes to part, merged by attn_merge_k
 template <bool F16>
 __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float *part) {
-    hm_pdl_start();
     extern __shared__ float smem[]; // q [hd], then the chunk's exp(score - m) [ATT_T]
     __shared__ float red[32];
     const int i = blockIdx.x, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
     const int hd = kv.head_dim, vd = kv.v_dim ? kv.v_dim : hd;
+    /* positions and sequences come from the host before the step's first kernel */
     const int P = a.pos[i] + 1, lo = a.window && P > a.window ? P - a.window : 0;
     int p0 = 0, p1 = P;
     if (gridDim.z > 1) {
@@ -363,6 +393,16 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
         p1 = p0 + len < P ? p0 + len : P;
     }
     p0 = p0 > lo ? p0 : lo;
+    const int grp = a.n_heads / kv.n_kv_heads;
+    if (p0 < p1 && h % grp == 0) {
+        /* the range's keys and values into L2 while the kernel before ends (only the newest
+         * position is its output: L2 takes that write over the prefetched line) */
+        const size_t es = kv.f16 ? 2 : 4, b0 = kv_head(kv, a.il, a.seq[i], h / grp);
+        const size_t off = (b0 + (size_t)p0 * hd) * es, len = (size_t)(p1 - p0) * hd * es;
+        hm_prefetch_l2((const char *)kv.k + off, len);
+        hm_prefetch_l2((const char *)kv.v + off, len);
+    }
+    hm_pdl_start();
     float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     hm_osm st = {-INFINITY, 0.0f};
     if (p0 < p1) {
@@ -381,6 +421,11 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
             const int d = tid + j * ATT_T;
             if (d < vd) o[2 + d] = acc[j];
         }
+        /* with counters the last of the token's splits merges them (else attn_merge_k) */
+        const int ns =
+            (P + att_split_len(P, (int)gridDim.z) - 1) / att_split_len(P, (int)gridDim.z);
+        if (a.cnt && hm_last_block(a.cnt + (int64_t)i * a.n_heads + h, (unsigned)ns))
+            attn_merge(a, hd, vd, (int)gridDim.z, part, i, h);
         return;
     }
     const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
@@ -392,34 +437,10 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
     }
 }
 
-// the splits of one (token, head) merged with the online softmax's rescaling
 __global__ void __launch_bounds__(ATT_T)
     attn_merge_k(hm_cu_attn a, int hd, int vd, int splits, const float *__restrict__ part) {
     hm_pdl_start();
-    const int i = blockIdx.x, h = blockIdx.y;
-    const float *pp = part + ((int64_t)i * a.n_heads + h) * splits * (hd + 2);
-    const int P = a.pos[i] + 1, len = att_split_len(P, splits);
-    const int ns = (P + len - 1) / len; // splits that saw positions
-    hm_osm st = {-INFINITY, 0.0f};
-    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s = 0; s < ns; s++) {
-        const float *q = pp + (int64_t)s * (hd + 2);
-        if (q[0] == -INFINITY) continue; // a split before the sliding window: no positions
-        const float f = hm_osm_rescale(&st, q[0]), g = expf(q[0] - st.m);
-        st.l += q[1] * g;
-#pragma unroll
-        for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
-            const int d = threadIdx.x + j * ATT_T;
-            if (d < vd) acc[j] = fmaf(q[2 + d], g, acc[j] * f);
-        }
-    }
-    const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
-    float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * vd;
-#pragma unroll
-    for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
-        const int d = threadIdx.x + j * ATT_T;
-        if (d < vd) o[d] = acc[j] * f / st.l;
-    }
+    attn_merge(a, hd, vd, splits, part, blockIdx.x, blockIdx.y);
 }
 
 extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, float *part,
@@ -434,7 +455,7 @@ extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, 
         hm_launch(attn_k<true>, grid, ATT_T, sm, stream, *a, *kv, part);
     else
         hm_launch(attn_k<false>, grid, ATT_T, sm, stream, *a, *kv, part);
-    if (z > 1)
+    if (z > 1 && !a->cnt)
         hm_launch(attn_merge_k, dim3((unsigned)n, (unsigned)a->n_heads), ATT_T, 0, stream, *a,
                   kv->head_dim, kv->v_dim ? kv->v_dim : kv->head_dim, z, part);
     return cudaGetLastError();
@@ -445,17 +466,15 @@ extern "C" int hm_cu_attention_splits(int64_t kv_ctx) {
     return (int)(z < 1 ? 1 : (z > (int64_t)ATT_ZMAX ? (int64_t)ATT_ZMAX : z));
 }
 
-// One warp per token: the maximum and the double sum of exp over the lanes' logits, then k
-// rounds of a warp-wide arg-max over the entries after the last pick in the router's order
-// (twins.h: each lane's hm_hd_pick_after, merged by hm_hd_rank_before), so no mask is kept. The
-// weights are hm_hd_router_weight's (the double sum taken in another order than the CPU's).
-__global__ void __launch_bounds__(128)
-    router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
-             int32_t *__restrict__ ids, float *__restrict__ w) {
-    hm_pdl_start();
-    const int i = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (i >= n) return;
-    const float *v = rl + (int64_t)i * rs;
+// One warp's softmax top-k of a token's e router logits v (k <= 32): the maximum and the
+// double sum of exp over the lanes' logits, then k rounds of a warp-wide arg-max over the entries
+// after the last pick in the router's order (twins.h: each lane's hm_hd_pick_after, merged by
+// hm_hd_rank_before), so no mask is kept. The weights are hm_hd_router_weight's (the double sum
+// taken in another order than the CPU's), renormalized to sum 1 with renorm.
+__device__ __forceinline__ void router_topk_warp(const float *__restrict__ v, int e, int k,
+                                                 bool renorm, int32_t *__restrict__ ids,
+                                                 float *__restrict__ w) {
+    const int lane = threadIdx.x & 31;
     float mx = -INFINITY;
     for (int j = lane; j < e; j += 32) mx = v[j] > mx ? v[j] : mx;
     for (int o = 16; o > 0; o >>= 1) {
@@ -482,9 +501,18 @@ __global__ void __launch_bounds__(128)
         const float wr = hm_hd_router_weight(bv, mx, sum);
         sel += wr;
         if (lane == r) wk = wr;
-        if (lane == 0) ids[(int64_t)i * k + r] = bi;
+        if (lane == 0) ids[r] = bi;
     }
-    if (lane < k) w[(int64_t)i * k + lane] = renorm ? (float)(wk / sel) : wk;
+    if (lane < k) w[lane] = renorm ? (float)(wk / sel) : wk;
+}
+
+__global__ void __launch_bounds__(128)
+    router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
+             int32_t *__restrict__ ids, float *__restrict__ w) {
+    hm_pdl_start();
+    const int i = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (i >= n) return;
+    router_topk_warp(rl + (int64_t)i * rs, e, k, renorm, ids + (int64_t)i * k, w + (int64_t)i * k);
 }
 
 extern "C" cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k,

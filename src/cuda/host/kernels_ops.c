@@ -835,3 +835,15 @@ cudaError_t hm_cu_top_candidates(const float *logits, int64_t ls, int rows, int 
     const top_args a = {logits, ls, rows, V, k, ids, vals, bad};
     return hm_host_launch(stream, top_run, &a, sizeof a);
 }
+
+/* down and the weighted sum: the same two steps in stream order */
+cudaError_t hm_cu_matvec_experts_sum(const hm_cu_w *w, const int32_t *ids, int n, int k,
+                                     const float *x, int64_t xs, float *y, int64_t ys,
+                                     const float *wts, float *out, int64_t os, unsigned *cnt,
+                                     cudaStream_t stream) {
+    if (n <= 0 || w->rows <= 0) return cudaSuccess;
+    if (n > HM_CU_MATVEC_MAX || k < 1 || k > 64 || !cnt) return cudaErrorInvalidValue;
+    const cudaError_t e = hm_cu_matvec_experts(w, ids, n * k, x, xs, 1, y, ys, stream);
+    return e != cudaSuccess ? e
+                            : hm_cu_moe_combine(y, ys, NULL, wts, n, k, w->rows, out, os, stream);
+}
