@@ -376,7 +376,7 @@ __device__ __forceinline__ void attn_merge(const hm_cu_attn &a, int hd, int vd, 
 }
 
 // blockIdx.z = split s of att_split_len positions (gridDim.z 1: every position); with splits the
-// partial state (m, l, acc) goes to part, merged by attn_merge_k
+// partial state (m, l, acc) goes to part, merged by the last split (a.cnt) or by attn_merge_k
 template <bool F16>
 __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float *part) {
     extern __shared__ float smem[]; // q [hd], then the chunk's exp(score - m) [ATT_T]
@@ -466,15 +466,17 @@ extern "C" int hm_cu_attention_splits(int64_t kv_ctx) {
     return (int)(z < 1 ? 1 : (z > (int64_t)ATT_ZMAX ? (int64_t)ATT_ZMAX : z));
 }
 
-// One warp's softmax top-k of a token's e router logits v (k <= 32): the maximum and the
-// double sum of exp over the lanes' logits, then k rounds of a warp-wide arg-max over the entries
-// after the last pick in the router's order (twins.h: each lane's hm_hd_pick_after, merged by
-// hm_hd_rank_before), so no mask is kept. The weights are hm_hd_router_weight's (the double sum
-// taken in another order than the CPU's), renormalized to sum 1 with renorm.
-__device__ __forceinline__ void router_topk_warp(const float *__restrict__ v, int e, int k,
-                                                 bool renorm, int32_t *__restrict__ ids,
-                                                 float *__restrict__ w) {
-    const int lane = threadIdx.x & 31;
+// One warp per token: the maximum and the double sum of exp over the lanes' logits, then k
+// rounds of a warp-wide arg-max over the entries after the last pick in the router's order
+// (twins.h: each lane's hm_hd_pick_after, merged by hm_hd_rank_before), so no mask is kept. The
+// weights are hm_hd_router_weight's (the double sum taken in another order than the CPU's).
+__global__ void __launch_bounds__(128)
+    router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
+             int32_t *__restrict__ ids, float *__restrict__ w) {
+    hm_pdl_start();
+    const int i = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (i >= n) return;
+    const float *v = rl + (int64_t)i * rs;
     float mx = -INFINITY;
     for (int j = lane; j < e; j += 32) mx = v[j] > mx ? v[j] : mx;
     for (int o = 16; o > 0; o >>= 1) {
@@ -501,18 +503,9 @@ __device__ __forceinline__ void router_topk_warp(const float *__restrict__ v, in
         const float wr = hm_hd_router_weight(bv, mx, sum);
         sel += wr;
         if (lane == r) wk = wr;
-        if (lane == 0) ids[r] = bi;
+        if (lane == 0) ids[(int64_t)i * k + r] = bi;
     }
-    if (lane < k) w[lane] = renorm ? (float)(wk / sel) : wk;
-}
-
-__global__ void __launch_bounds__(128)
-    router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
-             int32_t *__restrict__ ids, float *__restrict__ w) {
-    hm_pdl_start();
-    const int i = blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (i >= n) return;
-    router_topk_warp(rl + (int64_t)i * rs, e, k, renorm, ids + (int64_t)i * k, w + (int64_t)i * k);
+    if (lane < k) w[(int64_t)i * k + lane] = renorm ? (float)(wk / sel) : wk;
 }
 
 extern "C" cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k,
