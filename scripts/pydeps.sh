@@ -8,6 +8,8 @@ missing=()
 "$py" -c 'import numpy' 2>/dev/null || missing+=(numpy)
 "$py" -c 'import gguf' 2>/dev/null || missing+=(gguf==0.19.0)
 "$py" -c 'import ml_dtypes' 2>/dev/null || missing+=(ml_dtypes)   # FP8 oracle in quant_python
+# checkpoints written by the tests themselves (gptoss_quant_python's bad and float ones)
+"$py" -c 'import safetensors.numpy' 2>/dev/null || missing+=(safetensors)
 # the official client the server tests talk through (tests/server_python.py)
 "$py" -c 'import openai' 2>/dev/null || missing+=(openai)
 [ ${#missing[@]} -eq 0 ] && exit 0
