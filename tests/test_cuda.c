@@ -681,8 +681,10 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         CHECK_MSG(worst <= 1e-5, "%s %lldx%lld, %d tokens: matvec error %.3g", ti->name,
                   (long long)rows, (long long)cols, n, worst);
     }
-    /* a batch's groups: the bits of one launch per group */
+    /* a batch's groups: the bits of one launch per group (on one path: a Q4_K launch of one
+     * token alone would take the lane layout) */
     {
+        setenv("HMOE_MV_Q4K", "0", 1);
         float *y2 = malloc(sizeof(float) * 17 * (size_t)rows);
         CU(hm_cu_matvec(&cw, dx, cols, 17, dy, rows, 0));
         host_copy(y2, dy, sizeof(float) * 17 * (size_t)rows);
@@ -692,6 +694,7 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         host_copy(y, dy, sizeof(float) * 17 * (size_t)rows);
         bad = 0;
         for (int64_t i = 0; i < 17 * rows; i++) bad += !same_bits(y[i], y2[i]);
+        unsetenv("HMOE_MV_Q4K");
         CHECK_MSG(bad == 0, "%s %lldx%lld: %d values of a 17-token batch differ from its groups'",
                   ti->name, (long long)rows, (long long)cols, bad);
         free(y2);
@@ -796,7 +799,11 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
         const hm_cu_mmq_args ea = {dxg,      cols,      NULL,     dy,        rows,
                                    o.tile_e, o.tile_i0, o.tile_n, o.n_tiles, NP};
         CU(hm_cu_mmv_tiles(&cw, &ea, HM_CU_MATVEC_MAX, mt, 0));
+        /* the per-pair products on the staged path, as the tiles' (a Q4_K pair alone takes the
+         * lane layout, whose sums take another order) */
+        setenv("HMOE_MV_Q4K", "0", 1);
         CU(hm_cu_matvec_experts(&cw, dpid, NP, dx, cols, K, dz, rows, 0));
+        unsetenv("HMOE_MV_Q4K");
         int32_t pos_of[NP], tn[64], nt = 0;
         host_copy(pos_of, o.pos_of, sizeof pos_of);
         host_copy(&nt, o.n_tiles, sizeof nt);

@@ -80,7 +80,8 @@ void hm_cu_pdl_allow(bool on);
 #define HM_CU_MATVEC_MAX   8
 #define HM_CU_MATVEC_BATCH 64
 
-/* y[t][r] = W[r] . x[t] for n <= HM_CU_MATVEC_BATCH tokens: the weights are dequantized in
+/* y[t][r] = W[r] . x[t] for n <= HM_CU_MATVEC_BATCH tokens (Q4_K launches of one or two tokens in
+ * a lane layout of their own, whose sums take another order): the weights are dequantized in
  * registers (dq.h), the dot products in float, and read once per group of HM_CU_MATVEC_MAX
  * tokens (the groups of a row block run side by side: L2 serves all but the first). */
 cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
@@ -358,10 +359,10 @@ int hm_cu_moe_max_tiles(int n_pairs, int n_exp, int tile);
 
 /* The experts' tiles of hm_cu_moe_sort with tile <= HM_CU_MATVEC_MAX on the matvec kernels:
  * y[i] = W_e . x[i] for the items of each tile (x rows in place order: a->xrow must be NULL;
- * gather them first with hm_cu_embed over a float view), each product as hm_cu_matvec computes it.
- * For batches whose experts get a few tokens each, where a tile of 64 would be mostly empty.
- * hm_cu_mmv_tile: the largest tile the kernel takes at full speed for these weights and
- * activations (their rows staged in shared memory, or the Q4_K lane layout). */
+ * gather them first with hm_cu_embed over a float view), each product as hm_cu_matvec computes it
+ * for more than two tokens (one or two of Q4_K take its lane layout). For batches whose experts
+ * get a few tokens each, where a tile of 64 would be mostly empty. hm_cu_mmv_tile: the largest
+ * tile the kernel takes at full speed for these weights (their rows staged in shared memory). */
 int hm_cu_mmv_tile(const hm_cu_w *w, const float *x, int64_t xs);
 cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int tile, int max_tiles,
                             cudaStream_t stream);
