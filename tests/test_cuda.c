@@ -1617,7 +1617,8 @@ static void check_bench(void) {
             fields++;
         }
         CHECK(sscanf(q, "%lf %lf", &us, &gbs) == 2);
-        CHECK_MSG(us > 0 && gbs > 0, "bench cuda row: %s", line);
+        /* a slow host GPU (sanitizers) prints 0.0 GB/s: the time is what must be there */
+        CHECK_MSG(us > 0 && gbs >= 0, "bench cuda row: %s", line);
         rows++;
     }
     CHECK_MSG(rows == 7 && small == 4, "bench cuda printed %d kernel rows and %d without weights",
