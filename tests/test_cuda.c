@@ -1678,7 +1678,12 @@ int main(void) {
         CHECK_OK(hm_cuda_selftest(d));
         double gbs = 0;
         CHECK_OK(hm_cuda_h2d_bandwidth(d, 64 << 20, 3, &gbs));
+#ifdef HM_CUDA_HOST
+        /* the host GPU's copy is a memcpy, under the sanitizers beside other tests below 1 GB/s */
+        CHECK_MSG(gbs > 0.0, "pinned H2D %.2f GB/s", gbs);
+#else
         CHECK_MSG(gbs > 1.0, "pinned H2D %.2f GB/s", gbs);
+#endif
         printf("GPU %d: %s sm_%d%d, %.1f GiB, H2D %.1f GB/s\n", d, info.name, info.cc_major,
                info.cc_minor, (double)info.mem_total / (1 << 30), gbs);
     }
