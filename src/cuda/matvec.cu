@@ -638,18 +638,16 @@ static bool mv_q8(const hm_cu_w *w, const float *x, int64_t xs) {
     return !(v && !strcmp(v, "0"));
 }
 
-// rows per warp of the Q4_K lane layout for groups of nt tokens: 2 up to two tokens (the
-// activations' loads shared), else 1; HMOE_MV_Q4K_R=1|2|4 fixes it for single tokens (A/B; read
-// per launch as mv_q4k's knob)
-static int q4k_rows(int nt) {
+// rows per warp of the Q4_K lane layout for single tokens: 2 (HMOE_MV_Q4K_R=1|4 fixes it, for
+// A/B; read per launch as mv_q4k's knob); two tokens always take 2
+static int q4k_rows(void) {
     const int force = mv_env("HMOE_MV_Q4K_R", 0);
-    if (nt == 1 && (force == 1 || force == 2 || force == 4)) return force;
-    return nt <= 2 ? 2 : 1;
+    return force == 1 || force == 4 ? force : 2;
 }
 
-// f<R>() for the rows per warp R of q4k_rows
-#define Q4K_ROWS(nt, F)                                                                            \
-    switch (q4k_rows(nt)) {                                                                        \
+// F(R) for the rows per warp R of q4k_rows
+#define Q4K_ROWS(F)                                                                                \
+    switch (q4k_rows()) {                                                                          \
     case 4:                                                                                        \
         F(4);                                                                                      \
         break;                                                                                     \
@@ -692,7 +690,11 @@ static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, bool l
 #define L(R)                                                                                       \
     hm_launch(matvec_q4k_k<NT, R>, (unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R) * ng), \
               MV_WARPS * 32, 0, s, *w, x, xs, n, m->y[0], m->ys[0], ng, pf)
-            Q4K_ROWS(NT, L)
+            if constexpr (NT == 1) {
+                Q4K_ROWS(L)
+            } else {
+                L(2);
+            }
 #undef L
             return;
         }
@@ -817,7 +819,7 @@ static cudaError_t experts_launch(const hm_cu_w *w, const int32_t *ids, int n_pa
     hm_launch(matvec_exp_q4k_k<R>,                                                                 \
               dim3((unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R)), (unsigned)np),       \
               MV_WARPS * 32, 0, stream, *w, id, xp, xs, x_div, yp, ys, sum)
-            Q4K_ROWS(1, L)
+            Q4K_ROWS(L)
 #undef L
             return;
         }
@@ -883,7 +885,7 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
     hm_launch(matvec_exp_glu_q4k_k<R>,                                                             \
               dim3((unsigned)((wg->rows + GLU_ROWS * R - 1) / (GLU_ROWS * R)), (unsigned)np),      \
               MV_WARPS * 32, 0, stream, a, id, xp, xs, x_div, gp, gs)
-            Q4K_ROWS(1, L)
+            Q4K_ROWS(L)
 #undef L
             return;
         }
