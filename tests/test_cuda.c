@@ -1292,11 +1292,11 @@ static void check_norm_glu_router(void) {
         cudaFree(dyb), cudaFree(dbb), cudaFree(did), cudaFree(dpo);
     }
     /* softmax top-k: the CPU router's ids, its weights to float rounding */
-    static const int es[] = {128, 60, 8};
-    for (size_t t = 0; t < 3; t++) {
-        const int E = es[t], K = E < 8 ? E : 8;
-        float rl[7 * 128], wg[7 * 8], wr[8];
-        int32_t id[7 * 8], ir[8];
+    static const int es[] = {128, 60, 8, 300, 512};
+    for (size_t t = 0; t < 5; t++) {
+        const int E = es[t], K = E < 8 ? E : E == 512 ? 32 : 8;
+        float rl[7 * 512], wg[7 * 32], wr[32];
+        int32_t id[7 * 32], ir[32];
         for (int i = 0; i < 7 * E; i++) rl[i] = rndf() * 4;
         rl[3 * E + 1] = rl[3 * E + 2]; /* a tie: the lower index first */
         float *drl = dev_copy(rl, sizeof(float) * 7 * (size_t)E), *dwg = dev_copy(NULL, sizeof wg);

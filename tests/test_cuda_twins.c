@@ -285,26 +285,56 @@ static void test_supported(void) {
     }
 }
 
-/* The GPU router's steps (twins.h) run in one lane over all n logits: k picks after the last,
- * the weights from the maximum and the double sum in index order, renormalised over the k;
- * false for k outside [1, n]. */
+/* The GPU router's steps (twins.h) over all n logits: each logit's place in the router's order,
+ * the weights from the maximum and the double sum in index order, renormalised over the k in pick
+ * order; false for k outside [1, n]. */
 static bool twin_topk(const float *lg, int n, int k, bool renorm, int32_t *ids, float *w) {
-    if (n < 1 || k < 1 || k > n) return false;
-    float mx = lg[0];
+    if (n < 1 || k < 1 || k > n || k > 64) return false;
+    float mx = lg[0], pv[64];
     for (int i = 1; i < n; i++) mx = lg[i] > mx ? lg[i] : mx;
     double sum = 0, sel = 0;
     for (int i = 0; i < n; i++) sum += exp((double)lg[i] - mx);
-    float pv = INFINITY;
-    int pi = -1;
+    for (int j = 0; j < k; j++) ids[j] = -1, pv[j] = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        const int r = lg[i] == lg[i] ? hm_hd_router_rank(lg, n, i) : k;
+        if (r < k) ids[r] = i, pv[r] = lg[i];
+    }
     for (int j = 0; j < k; j++) {
-        hm_hd_pick_after(lg, 0, n, 1, pv, pi, &pv, &pi);
-        ids[j] = pi;
-        w[j] = hm_hd_router_weight(pv, mx, sum);
+        w[j] = hm_hd_router_weight(pv[j], mx, sum);
         sel += w[j];
     }
     if (renorm)
         for (int j = 0; j < k; j++) w[j] = (float)(w[j] / sel);
     return true;
+}
+
+/* The places hm_hd_router_rank gives, against k calls of hm_hd_pick_after, with ties, infinities
+ * and NaNs (never picked: the places past the last number stay -1 in both) */
+static void test_router_rank(void) {
+    uint64_t s = 11;
+    for (int it = 0; it < 100; it++) {
+        const int n = 1 + (int)(it * 53 % 200);
+        float v[200];
+        for (int i = 0; i < n; i++) {
+            const int c = (int)(hm_rng_next(&s) % 16);
+            v[i] = c == 0   ? NAN
+                   : c == 1 ? INFINITY
+                   : c == 2 ? -INFINITY
+                   : c == 3 ? 0.5f
+                            : gauss(&s);
+        }
+        int32_t by_rank[200], by_pick[200];
+        for (int i = 0; i < n; i++) by_rank[i] = -1;
+        for (int i = 0; i < n; i++)
+            if (v[i] == v[i]) by_rank[hm_hd_router_rank(v, n, i)] = i;
+        float pv = INFINITY;
+        int pi = -1;
+        for (int r = 0; r < n; r++) {
+            if (r == 0 || by_pick[r - 1] >= 0) hm_hd_pick_after(v, 0, n, 1, pv, pi, &pv, &pi);
+            by_pick[r] = r == 0 || by_pick[r - 1] >= 0 ? pi : -1; /* nothing left: stays so */
+        }
+        CHECK_MSG(memcmp(by_rank, by_pick, sizeof(int32_t) * (size_t)n) == 0, "n %d", n);
+    }
 }
 
 /* twins.h against the CPU backend's own ops */
@@ -501,5 +531,6 @@ int main(void) {
     printf("  %ld NaN values with a payload other than the reference's (NaN both)\n",
            g_nan_payload_diffs);
     test_op_twins();
+    test_router_rank();
     return test_done("cuda_twins");
 }

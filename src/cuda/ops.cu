@@ -466,53 +466,65 @@ extern "C" int hm_cu_attention_splits(int64_t kv_ctx) {
     return (int)(z < 1 ? 1 : (z > (int64_t)ATT_ZMAX ? (int64_t)ATT_ZMAX : z));
 }
 
-// One warp per token: the maximum and the double sum of exp over the lanes' logits, then k
-// rounds of a warp-wide arg-max over the entries after the last pick in the router's order
-// (twins.h: each lane's hm_hd_pick_after, merged by hm_hd_rank_before), so no mask is kept. The
-// weights are hm_hd_router_weight's (the double sum taken in another order than the CPU's).
-__global__ void __launch_bounds__(128)
-    router_k(const float *__restrict__ rl, int64_t rs, int n, int e, int k, bool renorm,
+// the larger of two logits; a NaN never wins (v > mx, as the CPU's router takes the maximum)
+struct router_op_max {
+    __device__ __forceinline__ float operator()(float a, float b) const { return b > a ? b : a; }
+};
+
+// A block of ROUTER_T threads per token, its logits in shared memory. Each logit's rank in the
+// router's order (hm_hd_rank_before: larger first, ties to the lower index) is the number of
+// logits before it, counted by its own thread; a rank below k is that pick's place. No round
+// waits for the one before, so a decode step's token costs a pass over the logits per thread
+// instead of k warp-wide arg-max rounds. A NaN is never picked (no logit comes after it, and it
+// comes before none), as hm_hd_pick_after skips it; places left without a pick get id -1. The
+// weights are hm_hd_router_weight's (the double sum of exp taken in another order than the
+// CPU's), renormalised by their double sum in pick order, as the CPU's.
+#define ROUTER_T 128
+__global__ void __launch_bounds__(ROUTER_T)
+    router_k(const float *__restrict__ rl, int64_t rs, int e, int k, bool renorm,
              int32_t *__restrict__ ids, float *__restrict__ w) {
+    __shared__ float v[HM_HD_ROUTER_MAX], pv[32], fred[32];
+    __shared__ int pi[32];
+    __shared__ double dred[32];
     hm_pdl_start();
-    const int i = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (i >= n) return;
-    const float *v = rl + (int64_t)i * rs;
+    const int64_t i = blockIdx.x;
+    const int tid = threadIdx.x;
+    const float *x = rl + i * rs;
     float mx = -INFINITY;
-    for (int j = lane; j < e; j += 32) mx = v[j] > mx ? v[j] : mx;
-    for (int o = 16; o > 0; o >>= 1) {
-        const float t = __shfl_xor_sync(0xffffffffu, mx, o);
+    for (int j = tid; j < e; j += ROUTER_T) {
+        const float t = x[j];
+        v[j] = t;
         mx = t > mx ? t : mx;
     }
-    double sum = 0;
-    for (int j = lane; j < e; j += 32) sum += exp((double)v[j] - mx);
-    sum = hm_warp_sum_d(sum);
-    float pv = INFINITY; // the last pick: nothing picked yet comes before (inf, -1)
-    int pi = -1;
-    double sel = 0;
-    float wk = 0.0f; // this lane's weight, lane j holding pick j (k <= 32)
-    for (int r = 0; r < k; r++) {
-        float bv;
-        int bi;
-        hm_hd_pick_after(v, lane, e, 32, pv, pi, &bv, &bi);
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (oi >= 0 && (bi < 0 || hm_hd_rank_before(ov, oi, bv, bi))) bv = ov, bi = oi;
-        }
-        pv = bv, pi = bi;
-        const float wr = hm_hd_router_weight(bv, mx, sum);
-        sel += wr;
-        if (lane == r) wk = wr;
-        if (lane == 0) ids[(int64_t)i * k + r] = bi;
+    if (tid < k) pv[tid] = -INFINITY, pi[tid] = -1;
+    mx = hm_block_reduce(mx, -INFINITY, router_op_max(), fred); /* syncs: v is written */
+    double s = 0;
+    for (int j = tid; j < e; j += ROUTER_T) {
+        const float a = v[j];
+        s += exp((double)a - mx);
+        if (a != a) continue;
+        const int r = hm_hd_router_rank(v, e, j);
+        if (r < k) pv[r] = a, pi[r] = j;
     }
-    if (lane < k) w[(int64_t)i * k + lane] = renorm ? (float)(wk / sel) : wk;
+    const double sum = hm_block_sum_d(s, dred); /* syncs: the picks are written */
+    if (tid >= 32) return;
+    const float wk = tid < k ? hm_hd_router_weight(pv[tid], mx, sum) : 0.0f;
+    if (tid < k) pv[tid] = wk;
+    __syncwarp();
+    double sel = 0;
+    if (renorm)
+        for (int r = 0; r < k; r++) sel += pv[r];
+    if (tid < k) {
+        ids[i * k + tid] = pi[tid];
+        w[i * k + tid] = renorm ? (float)(wk / sel) : wk;
+    }
 }
 
 extern "C" cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k,
                                          bool renorm, int32_t *ids, float *w, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    if (k < 1 || k > e || k > 32) return cudaErrorInvalidValue;
-    hm_launch(router_k, (unsigned)((n + 3) / 4), 128, 0, stream, rl, rs, n, e, k, renorm, ids, w);
+    if (k < 1 || k > e || k > 32 || e > HM_HD_ROUTER_MAX) return cudaErrorInvalidValue;
+    hm_launch(router_k, (unsigned)n, ROUTER_T, 0, stream, rl, rs, e, k, renorm, ids, w);
     return cudaGetLastError();
 }
 

@@ -94,6 +94,20 @@ HM_HD void hm_hd_pick_after(const float *v, int begin, int end, int stride, floa
             *bv = v[j], *bi = j;
 }
 
+/* v[j]'s place in the router's order among v[0..n): how many entries come before it. A NaN
+ * comes before none, and hm_hd_pick_after never picks one: callers skip NaNs. The entries that
+ * are not NaN take the places 0, 1, ... in the order k calls of hm_hd_pick_after give; the GPU's
+ * router counts each entry's place in its own thread. */
+HM_HD int hm_hd_router_rank(const float *v, int n, int j) {
+    const float a = v[j];
+    int r = 0;
+#ifdef __CUDA_ARCH__
+#pragma unroll 8
+#endif
+    for (int q = 0; q < n; q++) r += hm_hd_rank_before(v[q], q, a, j);
+    return r;
+}
+
 /* A picked expert's softmax weight from the logits' maximum and their double sum of exp(v - mx),
  * as hm_router_softmax_topk computes it. */
 HM_HD float hm_hd_router_weight(float v, float mx, double sum) {

@@ -292,25 +292,28 @@ typedef struct router_topk_args {
     float *w;
 } router_topk_args;
 
-/* The kernel's steps for each token: the maximum, the double sum of exp, k picks in the router's
- * order (hm_hd_pick_after over all entries), the weights by hm_hd_router_weight. */
+/* The kernel's steps for each token: the maximum, the double sum of exp, each entry's place in
+ * the router's order (hm_hd_router_rank; a NaN never picked), a place below k its pick, the
+ * weights by hm_hd_router_weight, renormalised by their double sum in pick order. */
 static void router_topk_run(const void *p) {
     const router_topk_args *a = p;
     for (int i = 0; i < a->n; i++) {
         const float *v = a->rl + (int64_t)i * a->rs;
         int32_t *ids = a->ids + (int64_t)i * a->k;
-        float *w = a->w + (int64_t)i * a->k;
+        float *w = a->w + (int64_t)i * a->k, pv[32];
         float mx = -INFINITY;
         for (int j = 0; j < a->e; j++) mx = v[j] > mx ? v[j] : mx;
         double sum = 0;
-        for (int j = 0; j < a->e; j++) sum += exp((double)v[j] - mx);
-        float pv = INFINITY; /* the last pick: nothing picked yet comes before (inf, -1) */
-        int pi = -1;
+        for (int r = 0; r < a->k; r++) ids[r] = -1, pv[r] = -INFINITY;
+        for (int j = 0; j < a->e; j++) {
+            sum += exp((double)v[j] - mx);
+            if (v[j] != v[j]) continue;
+            const int r = hm_hd_router_rank(v, a->e, j);
+            if (r < a->k) ids[r] = j, pv[r] = v[j];
+        }
         double sel = 0;
         for (int r = 0; r < a->k; r++) {
-            hm_hd_pick_after(v, 0, a->e, 1, pv, pi, &pv, &pi);
-            ids[r] = pi;
-            w[r] = hm_hd_router_weight(pv, mx, sum);
+            w[r] = hm_hd_router_weight(pv[r], mx, sum);
             sel += w[r];
         }
         if (a->renorm)
@@ -321,7 +324,7 @@ static void router_topk_run(const void *p) {
 cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, bool renorm,
                               int32_t *ids, float *w, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    if (k < 1 || k > e || k > 32) return cudaErrorInvalidValue;
+    if (k < 1 || k > e || k > 32 || e > HM_HD_ROUTER_MAX) return cudaErrorInvalidValue;
     const router_topk_args a = {rl, rs, n, e, k, renorm, ids, w};
     return hm_host_launch(stream, router_topk_run, &a, sizeof a);
 }
