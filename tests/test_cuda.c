@@ -478,8 +478,8 @@ static void check_graph_shapes(const char *name) {
  * the CPU does, without AMX here) within KL bounds of that reference; so is --gpu-dtype bf16
  * (non-expert weights rounded to BF16; batches with BF16 activations on cuBLAS); so is layerwise
  * prefill (the CPU's experts streamed to the GPU and computed on its tiles), with none or one
- * expert per layer resident, all of them streamed or half (HMOE_LW_SPLIT; the CPU computes the
- * rest meanwhile). */
+ * expert per layer resident, all of them streamed or half (HMOE_LW_SPLIT, set for both instead of
+ * the split the context times; the CPU computes the rest meanwhile). */
 static void check_quantized_gpu(int type, int experts_type) {
     fixture f;
     CHECK(load_fixture("q", &f));
@@ -509,7 +509,7 @@ static void check_quantized_gpu(int type, int experts_type) {
                        hyb = k == 2 || k == 3 || lw || k == 11 || k == 13, bf16 = k == 4 || k == 5,
                        split = k == 8 || k == 9, hg = k == 10 || k == 11;
             uint64_t streamed = 0, handed = 0;
-            if (split) setenv("HMOE_LW_SPLIT", "0.5", 1);
+            if (lw) setenv("HMOE_LW_SPLIT", split ? "0.5" : "1", 1); /* not the timed split */
             if (hg) setenv("HMOE_CUDA_HGEMM_MIN", "9", 1);
             setenv("HMOE_CUDA_MV_MAX", mvb ? "64" : "8", 1);
             CHECK(gguf_logits_stream(path, &f, i, HM_DEVICE_CUDA, one,

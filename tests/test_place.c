@@ -70,6 +70,20 @@ static void check_stream_threshold(void) {
     CHECK(hm_place_stream_threshold(0.01, NAN, 9) == INT_MAX);
     CHECK(hm_place_stream_threshold(-1.0, 1000.0, 9) == INT_MAX);
     CHECK(hm_place_stream_threshold(1e9, 1e9, 9) == INT_MAX);
+    /* the split: the CPU's time for a batch against the copy's (the H100 machine's pp512: a
+     * 6.3 ms copy, 3.8 ms of CPU experts: 0.376 streams) */
+    const double r = 512 / 3.8e-3;
+    CHECK(fabs(hm_place_stream_split(6.3e-3, r, 512) - 3.8 / 10.1) < 1e-9);
+    CHECK(hm_place_stream_split(6.3e-3, r, 4096) == 1.0); /* the CPU 5x slower: all */
+    CHECK(hm_place_stream_split(6.3e-3, r, 64) == 0.0);   /* too little to pay for itself */
+    /* the threshold for a fifth streams no batch below a fifth */
+    const int t = hm_place_stream_threshold(6.3e-3 / 4, r, 9);
+    CHECK(hm_place_stream_split(6.3e-3, r, t) >= 0.2 &&
+          hm_place_stream_split(6.3e-3, r, t - 1) == 0);
+    CHECK(hm_place_stream_split(0, r, 512) == 0 && hm_place_stream_split(6.3e-3, 0, 512) == 0);
+    CHECK(hm_place_stream_split(6.3e-3, NAN, 512) == 0 &&
+          hm_place_stream_split(INFINITY, r, 9) == 0);
+    CHECK(hm_place_stream_split(6.3e-3, r, 0) == 0);
 }
 
 /* dynamic placement: the layer whose hottest CPU expert beats its coldest GPU one by the most */

@@ -109,9 +109,9 @@ struct hm_cuda_ctx {
      * pinned h_sslot per batch): the place where it is below lw_ns, else -1; s_ids: a split
      * layer's pairs left to the CPU. lw_w: a layer's CPU experts as the buffer holds them
      * (data: the offset in it). lw_bad: the experts cannot stream (biases, or a type without
-     * tiles). Every CPU expert streams unless HMOE_LW_SPLIT sets the fraction that does
-     * (lw_force; the split measured slower than both streaming all and not streaming, see
-     * bench/RESULTS.md, 2026-12-05). */
+     * tiles). The fraction that streams is hm_place_stream_split's for the batch, from the copy
+     * of a layer's CPU experts (lw_copy_s) and the CPU engine's tokens per second through them
+     * (lw_rate), both timed when the context is made; HMOE_LW_SPLIT sets it instead (lw_force). */
     int prefill_stream; /* hm_cuda_ctx_params' */
     int stream_min;
     bool lw_on, lw_bad;
@@ -119,7 +119,7 @@ struct hm_cuda_ctx {
     int *lw_order, *lw_idx;
     int32_t *cslot, *sslot_of, *h_sslot, *s_ids;
     int *lw_nc, *lw_ns;
-    double lw_force;
+    double lw_force, lw_copy_s, lw_rate;
     /* the host memory of the CPU experts, registered with CUDA (page-locked, read-only) so that
      * their copies run as DMA at the link's rate instead of being staged through a pinned
      * buffer by the CPU (HMOE_CUDA_REGISTER=0: not) */
@@ -881,14 +881,12 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
  * of the batch's kernels. */
 static hm_status lw_plan(hm_cuda_ctx *c, int n) {
     const int L = (int)c->m->hp.n_layers, E = (int)c->m->hp.n_experts;
+    double f = c->lw_force > 0 ? c->lw_force : hm_place_stream_split(c->lw_copy_s, c->lw_rate, n);
+    if (!(f > 0)) f = 1; /* a threshold given below the split's: stream them all */
     for (int j = 0; j < c->n_lw; j++) {
         const int il = c->lw_order[j], nc = c->lw_nc[il];
-        int ns = nc;
-        if (c->lw_force > 0) {
-            ns = (int)lround(c->lw_force * nc);
-            ns = ns < 1 ? 1 : (ns > nc ? nc : ns);
-        }
-        c->lw_ns[il] = ns;
+        const int ns = (int)lround(f * nc);
+        c->lw_ns[il] = ns < 1 ? 1 : (ns > nc ? nc : ns);
     }
     for (int il = 0; il < L; il++)
         for (int e = 0; e < E; e++) {
@@ -1427,11 +1425,12 @@ static void register_experts(hm_cuda_ctx *c) {
     free(r);
 }
 
-/* Layerwise prefill when the context is made: the layers it streams, its stream and events, and
- * its threshold: the one given, or the batch at which copying the first such layer's CPU
- * experts (timed here, best of two) takes as long as the CPU engine computing that batch
- * through the layer (timed here on a batch of zeros of up to 256 tokens, best of two) would,
- * and not below that batch. */
+/* Layerwise prefill when the context is made: the layers it streams, its stream and events,
+ * the copy of the first such layer's CPU experts (timed here, best of two) and the CPU engine's
+ * rate through them (timed on a batch of zeros of up to 512 tokens, best of two), which set each
+ * batch's split (lw_plan), and the threshold: the one given, or the batch from which the split
+ * streams a fifth of the CPU experts, not below 256 tokens (or the context's batch): a smaller
+ * batch gives each expert fewer tokens and the CPU's time per token grows. */
 static hm_status lw_setup(hm_cuda_ctx *c) {
     const hm_hparams *hp = &c->m->hp;
     c->stream_min = 0, c->n_lw = 0;
@@ -1446,13 +1445,6 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
         CK(cudaEventCreateWithFlags(&c->lw_ready[b], cudaEventDisableTiming), "cudaEventCreate");
         CK(cudaEventCreateWithFlags(&c->lw_free[b], cudaEventDisableTiming), "cudaEventCreate");
     }
-    const int floor = HM_CU_MATVEC_MAX + 1;
-    if (c->prefill_stream > 0) {
-        c->stream_min = c->prefill_stream > floor ? c->prefill_stream : floor;
-        hm_log(HM_LOG_INFO, "cuda: layerwise prefill from %d tokens (%d layers' CPU experts)",
-               c->stream_min, c->n_lw);
-        return HM_OK;
-    }
     double copy_s = INFINITY, cpu_s = INFINITY;
     for (int r = 0; r < 2; r++) {
         const uint64_t t0 = hm_time_ns();
@@ -1464,7 +1456,7 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
     }
     const size_t bytes = (size_t)(c->lw_bytes / 2);
     const int il = c->lw_order[0], E = (int)hp->n_experts, K = c->k;
-    const int nt = c->n_batch < 256 ? c->n_batch : 256;
+    const int nt = c->n_batch < 512 ? c->n_batch : 512;
     const uint8_t *mask = c->gpu_mask ? c->gpu_mask + (size_t)il * (size_t)E : NULL;
     int cpu[4096], nc = 0;
     for (int e = 0; e < E && e < 4096; e++)
@@ -1485,19 +1477,22 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
         if (t < cpu_s) cpu_s = t;
     }
     c->lw_bytes = 0;
-    /* not below the batch the CPU was timed on: a smaller batch gives each expert fewer tokens,
-     * and the CPU's time per token grows (32 sequences of a 64-token context streamed every
-     * decode step) */
-    c->stream_min = hm_place_stream_threshold(copy_s, (double)nt / cpu_s, floor > nt ? floor : nt);
-    char from[32];
-    snprintf(from, sizeof from, c->stream_min == INT_MAX ? "never" : "from %d tokens",
-             c->stream_min);
+    c->lw_copy_s = copy_s, c->lw_rate = (double)nt / cpu_s;
+    const int floor = HM_CU_MATVEC_MAX + 1, fl = c->n_batch < 256 ? c->n_batch : 256;
+    if (c->prefill_stream > 0)
+        c->stream_min = c->prefill_stream > floor ? c->prefill_stream : floor;
+    else
+        c->stream_min = hm_place_stream_threshold(copy_s / 4, c->lw_rate, fl > floor ? fl : floor);
+    char from[48];
+    snprintf(from, sizeof from, c->stream_min == INT_MAX ? "never" : "from %d tokens%s",
+             c->stream_min, c->prefill_stream > 0 ? " (given)" : "");
+    const int n512 = c->n_batch < 512 ? c->n_batch : 512;
     hm_log(HM_LOG_INFO,
            "cuda: layerwise prefill %s: a layer's CPU experts (%.0f MB) copy to the GPU in %.1f "
-           "ms (%.1f GB/s), the CPU computes %d tokens of them in %.1f ms "
-           "(--gpu-prefill-threshold overrides)",
-           from, (double)bytes * 1e-6, copy_s * 1e3, (double)bytes / copy_s * 1e-9, nt,
-           cpu_s * 1e3);
+           "ms (%.1f GB/s), the CPU computes %d tokens of them in %.1f ms; a batch of %d streams "
+           "%.0f%% of them (--gpu-prefill-threshold overrides)",
+           from, (double)bytes * 1e-6, copy_s * 1e3, (double)bytes / copy_s * 1e-9, nt, cpu_s * 1e3,
+           n512, 100 * hm_place_stream_split(copy_s, c->lw_rate, n512));
     if (c->stream_min == INT_MAX) c->stream_min = 0;
     return HM_OK;
 }

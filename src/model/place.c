@@ -369,6 +369,13 @@ int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens) {
     return (int)n > min_tokens ? (int)n : min_tokens;
 }
 
+double hm_place_stream_split(double copy_s, double cpu_tok_s, int n) {
+    if (!(copy_s > 0) || !(cpu_tok_s > 0) || !isfinite(copy_s) || !isfinite(cpu_tok_s) || n < 1)
+        return 0;
+    const double p = (double)n / cpu_tok_s, f = p / (copy_s + p);
+    return f > 2.0 / 3.0 ? 1.0 : f < 0.2 - 1e-9 ? 0.0 : f;
+}
+
 bool hm_dyn_pick(const double *counts, const uint8_t *gpu, int n_layers, int n_experts,
                  double min_gain, int *il, int *in, int *out) {
     double best = 0;

@@ -74,6 +74,15 @@ int hm_defer_split(const int32_t *ids, const float *w, int n, int k, const uint8
  * finite: INT_MAX, never). */
 int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens);
 
+/* Layerwise prefill's split: the fraction of a layer's CPU experts a batch of n tokens streams to
+ * the GPU, the CPU computing the others meanwhile. P / (copy_s + P), P = n / cpu_tok_s the CPU's
+ * time for all of them, so that the copy and the CPU take as long; 1 (all) above 2/3, where the
+ * CPU's share no longer pays for its hand-off and for the GPU's work it waits behind; 0 (none)
+ * below 1/5. 0 for rates that are not positive and finite. The CPU's experts and the copies read
+ * the same memory: on the H100 machine this fraction, 0.38 at pp512, was the fastest measured
+ * (bench/RESULTS.md, 2026-12-06). */
+double hm_place_stream_split(double copy_s, double cpu_tok_s, int n);
+
 /* Dynamic placement (--dynamic-experts): of the layers with routed experts on both sides (gpu:
  * [n_layers][n_experts], nonzero on the GPU), the swap that gains the most: the layer's CPU
  * expert of the highest count for its GPU expert of the lowest, where the first count exceeds
