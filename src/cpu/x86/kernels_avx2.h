@@ -173,8 +173,8 @@ static inline __m256i hm_dot_s8_pairs_avx2(__m256i w, __m256i x) {
 
 /* The 32 4-bit codes of a 16-byte 32-block (low nibbles elements 0-15, high 16-31) as bytes. */
 static inline __m256i hm_nibbles32_avx2(const uint8_t *qs) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i b = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    const __m256i b = _mm256_srlv_epi64(q, _mm256_set_epi64x(4, 4, 0, 0));
     return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
 }
 
@@ -507,6 +507,24 @@ static inline __attribute__((always_inline)) __m256i hm_b32_codes_avx2(int kind,
     }
 }
 
+/* the unsigned codes of block i of Q4_0 (0-15), Q5_0 (0-31), Q4_1 or Q5_1 */
+static inline __attribute__((always_inline)) __m256i hm_b32_ucodes_avx2(int kind, const void *vw,
+                                                                        int64_t i) {
+    switch (kind) {
+    case HM_B32_Q4_0:
+        return hm_nibbles32_avx2(((const hm_block_q4_0 *)vw)[i].qs);
+    case HM_B32_Q4_1:
+        return hm_nibbles32_avx2(((const hm_block_q4_1 *)vw)[i].qs);
+    case HM_B32_Q5_0: {
+        const hm_block_q5_0 *b = (const hm_block_q5_0 *)vw + i;
+        return _mm256_or_si256(hm_nibbles32_avx2(b->qs),
+                               _mm256_and_si256(hm_q5_0_hmask_avx2(b->qh), _mm256_set1_epi8(16)));
+    }
+    default:
+        return hm_b32_codes_avx2(kind, vw, i, _mm256_setzero_si256()); /* Q5_1 */
+    }
+}
+
 /* the mins of blocks i .. i + 3 of Q4_1 / Q5_1 (cnt < 4: the first cnt, the others 0; m is the
  * second half of both blocks) */
 static inline __m128 hm_b32_m4(int kind, const void *vw, int64_t i, int cnt) {
@@ -555,6 +573,12 @@ static inline __attribute__((always_inline)) void hm_b32_rows_avx2(int kind, int
     const __m256i table =
         hm_table16_avx2(kind == HM_B32_MXFP4 ? hm_kvalues_mxfp4 : hm_kvalues_iq4nl);
     const __m256i ones = _mm256_set1_epi16(1);
+    /* codes stored with an offset (Q4_0, Q5_0) or unsigned (Q4_1, Q5_1) multiply as unsigned
+     * bytes; the offset times the activations' pair sums is taken off in int16 */
+    const bool uns =
+        kind == HM_B32_Q4_0 || kind == HM_B32_Q5_0 || kind == HM_B32_Q4_1 || kind == HM_B32_Q5_1;
+    const int off = kind == HM_B32_Q4_0 ? 8 : kind == HM_B32_Q5_0 ? 16 : 0;
+    const __m256i voff = _mm256_set1_epi8((char)off);
     const uint8_t *wb = vw;
     __m256 acc0[4], acc1[4];
     for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
@@ -565,8 +589,12 @@ static inline __attribute__((always_inline)) void hm_b32_rows_avx2(int kind, int
         hm_prefetch_w((const char *)(wb + (size_t)i * bb) + 64);
         __m256i wq[4], aw[4];
         for (int k = 0; k < 4; k++) {
-            wq[k] = hm_b32_codes_avx2(kind, vw, i + k, table);
-            aw[k] = _mm256_sign_epi8(wq[k], wq[k]);
+            if (uns) {
+                aw[k] = hm_b32_ucodes_avx2(kind, vw, i + k);
+            } else {
+                wq[k] = hm_b32_codes_avx2(kind, vw, i + k, table);
+                aw[k] = _mm256_sign_epi8(wq[k], wq[k]);
+            }
         }
         const __m128 wd = hm_b32_d4(kind, vw, i, 4);
         const __m128 wm = kind == HM_B32_Q4_1 || kind == HM_B32_Q5_1 ? hm_b32_m4(kind, vw, i, 4)
@@ -575,9 +603,15 @@ static inline __attribute__((always_inline)) void hm_b32_rows_avx2(int kind, int
             const hm_block_q8_0 *x = (const hm_block_q8_0 *)vx[t] + i;
             __m256 p[4];
             for (int k = 0; k < 4; k++) { /* |w|, |x| <= 127: pair sums fit int16 */
-                const __m256i sx =
-                    _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x[k].qs), wq[k]);
-                p[k] = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], sx), ones));
+                const __m256i xq = _mm256_loadu_si256((const __m256i *)x[k].qs);
+                __m256i pr;
+                if (uns) { /* codes 0-31, minus the offset times the activations */
+                    pr = _mm256_maddubs_epi16(aw[k], xq);
+                    if (off) pr = _mm256_sub_epi16(pr, _mm256_maddubs_epi16(voff, xq));
+                } else {
+                    pr = _mm256_maddubs_epi16(aw[k], _mm256_sign_epi8(xq, wq[k]));
+                }
+                p[k] = _mm256_cvtepi32_ps(_mm256_madd_epi16(pr, ones));
             }
             const __m128 xd = hm_q8_0_d4(x);
             hm_fmadd4_avx2(_mm_mul_ps(wd, xd), p[0], p[1], p[2], p[3], &acc0[t], &acc1[t]);
