@@ -1550,7 +1550,10 @@ static void check_kernels(void) {
     check_handoff();
     check_router_sigmoid();
     check_norm_glu_router();
-    for (int f16 = 0; f16 < 2; f16++) {
+    for (int r = 0; r < 4; r++) {
+        /* f32 and f16 caches; then head dims 64 and 128 on attn_k instead of the warp kernel */
+        const bool f16 = r & 1;
+        if (r == 2) setenv("HMOE_CUDA_ATT_WARP", "0", 1);
         check_attention(4, 2, 64, 64, 40, 40, f16, 0, false, false); /* a prompt in one batch */
         check_attention(8, 1, 72, 32, 300, 7, f16, 0, false, false); /* partial rope, odd hd */
         check_attention(2, 2, 128, 128, 1100, 500, f16, 0, false, false); /* several chunks */
@@ -1565,7 +1568,10 @@ static void check_kernels(void) {
         check_attention(2, 2, 128, 128, 1100, 500, f16, 0, false, true);
         check_attention(8, 2, 64, 64, 700, 333, f16, 128, true, true);
         check_attention(16, 2, 128, 64, 130, 130, f16, 0, true, true);
+        check_attention(6, 3, 128, 128, 90, 1, f16, 0, false,
+                        false); /* heads not a multiple of 4 */
     }
+    unsetenv("HMOE_CUDA_ATT_WARP");
 }
 #endif
 

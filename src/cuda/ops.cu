@@ -437,10 +437,157 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
     }
 }
 
+// D consecutive values of a cache row from element off (16- or 8-byte aligned for D 4)
+template <bool F16, int D>
+__device__ __forceinline__ void kv_getd(const void *c, size_t off, float *v) {
+    if (F16) {
+        const __half2 *p = (const __half2 *)((const __half *)c + off);
+#pragma unroll
+        for (int k = 0; k < D / 2; k++) {
+            const float2 f = __half22float2(p[k]);
+            v[2 * k] = f.x, v[2 * k + 1] = f.y;
+        }
+    } else if (D == 4) {
+        const float4 f = *(const float4 *)((const float *)c + off);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else {
+        const float2 f = *(const float2 *)((const float *)c + off);
+        v[0] = f.x, v[1] = f.y;
+    }
+}
+
+// Decode attention for head dims of 32 * D (D 2 or 4, values as wide): a warp per (token, query
+// head, split), so that no step waits for a whole block. A chunk of 32 positions: each lane
+// takes D dims of the query and of every key row (coalesced), its 32 partial dot products are
+// summed across the lanes by halving exchanges (31 shuffles; lane j ends with position j's
+// score), an online softmax over the chunks (twins.h), and each lane accumulates its D dims of
+// the values. A block's ATT_WH warps are consecutive query heads, which share a cache head where
+// the group allows, so that its rows meet in L1. The splits' partial states and their merge are
+// attn_k's (the last warp of a (token, head) merges where there are counters).
+enum { ATT_WH = 4 };
+
+// one halving exchange: of each pair (j, j + O) of a lane's partial sums it keeps the one its bit
+// O picks and adds the partner lane's; after O = 16, 8, .. 1, v[0] is position lane's whole sum
+template <int O> __device__ __forceinline__ void att_halve(float *v, int lane) {
+    const bool up = lane & O;
+#pragma unroll
+    for (int j = 0; j < O; j++) {
+        const float send = up ? v[j] : v[j + O], keep = up ? v[j + O] : v[j];
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+}
+template <bool F16, int D>
+__global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv kv, float *part) {
+    const int lane = threadIdx.x & 31, i = blockIdx.x, s = blockIdx.z;
+    const int h = blockIdx.y * ATT_WH + (threadIdx.x >> 5), hd = 32 * D;
+    const int P = a.pos[i] + 1, lo = a.window && P > a.window ? P - a.window : 0;
+    int p0 = 0, p1 = P;
+    if (gridDim.z > 1) {
+        const int len = att_split_len(P, (int)gridDim.z);
+        p0 = s * len;
+        if (p0 >= P) return; /* past the token's positions: the merge reads no such split */
+        p1 = p0 + len < P ? p0 + len : P;
+    }
+    p0 = p0 > lo ? p0 : lo;
+    const int grp = a.n_heads / kv.n_kv_heads;
+    if (h >= a.n_heads) return;
+    const size_t base = kv_head(kv, a.il, a.seq[i], h / grp);
+    if (p0 < p1 && h % grp == 0 && lane == 0) { /* into L2 while the kernel before ends */
+        const size_t es = kv.f16 ? 2 : 4, off = (base + (size_t)p0 * hd) * es,
+                     len = (size_t)(p1 - p0) * hd * es;
+        for (size_t o = 0; o < len; o += 128) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)kv.k + off + o));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)kv.v + off + o));
+        }
+    }
+    hm_pdl_start();
+    float q[D], acc[D];
+    const float *qp = a.q + (int64_t)i * a.q_stride + (int64_t)h * hd + lane * D;
+#pragma unroll
+    for (int k = 0; k < D; k++) q[k] = qp[k], acc[k] = 0.0f;
+    hm_osm st = {-INFINITY, 0.0f};
+    for (int c0 = p0; c0 < p1; c0 += 32) {
+        float v[32];
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            const int p = c0 + j < p1 ? c0 + j : p1 - 1;
+            float kr[D];
+            kv_getd<F16, D>(kv.k, base + (size_t)p * hd + lane * D, kr);
+            v[j] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < D; k++) v[j] = fmaf(q[k], kr[k], v[j]);
+        }
+        att_halve<16>(v, lane);
+        att_halve<8>(v, lane);
+        att_halve<4>(v, lane);
+        att_halve<2>(v, lane);
+        att_halve<1>(v, lane);
+        const float sc = c0 + lane < p1 ? v[0] * a.scale : -INFINITY;
+        const float cm = hm_warp_reduce(sc, hm_op_max());
+        const float f = hm_osm_rescale(&st, cm);
+        const float e = c0 + lane < p1 ? expf(sc - st.m) : 0.0f;
+        st.l += hm_warp_sum(e);
+        const int np = p1 - c0 < 32 ? p1 - c0 : 32;
+#pragma unroll
+        for (int k = 0; k < D; k++) acc[k] *= f;
+#pragma unroll 8
+        for (int j = 0; j < np; j++) {
+            const float pj = __shfl_sync(0xffffffffu, e, j);
+            float vr[D];
+            kv_getd<F16, D>(kv.v, base + (size_t)(c0 + j) * hd + lane * D, vr);
+#pragma unroll
+            for (int k = 0; k < D; k++) acc[k] = fmaf(pj, vr[k], acc[k]);
+        }
+    }
+    if (gridDim.z > 1) {
+        float *o = part + (((int64_t)i * a.n_heads + h) * gridDim.z + s) * (hd + 2);
+        if (lane == 0) o[0] = st.m, o[1] = st.l;
+#pragma unroll
+        for (int k = 0; k < D; k++) o[2 + lane * D + k] = acc[k];
+        if (!a.cnt) return; /* attn_merge_k merges */
+        const int len = att_split_len(P, (int)gridDim.z), ns = (P + len - 1) / len;
+        unsigned *cnt = a.cnt + (int64_t)i * a.n_heads + h;
+        int last = 0;
+        __threadfence();
+        __syncwarp();
+        if (lane == 0) {
+            last = atomicAdd(cnt, 1u) == (unsigned)ns - 1;
+            if (last) atomicExch(cnt, 0u);
+        }
+        if (!__shfl_sync(0xffffffffu, last, 0)) return;
+        __threadfence();
+        const float *pp = part + ((int64_t)i * a.n_heads + h) * gridDim.z * (hd + 2);
+        st = {-INFINITY, 0.0f};
+#pragma unroll
+        for (int k = 0; k < D; k++) acc[k] = 0.0f;
+        for (int t = 0; t < ns; t++) {
+            const float *qq = pp + (int64_t)t * (hd + 2);
+            const float qm = __ldcg(qq);
+            if (qm == -INFINITY) continue; // a split before the sliding window: no positions
+            const float fr = hm_osm_rescale(&st, qm), g = expf(qm - st.m);
+            st.l += __ldcg(qq + 1) * g;
+#pragma unroll
+            for (int k = 0; k < D; k++)
+                acc[k] = fmaf(__ldcg(qq + 2 + lane * D + k), g, acc[k] * fr);
+        }
+    }
+    const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
+    float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * hd + lane * D;
+#pragma unroll
+    for (int k = 0; k < D; k++) o[k] = acc[k] * f / st.l;
+}
+
 __global__ void __launch_bounds__(ATT_T)
     attn_merge_k(hm_cu_attn a, int hd, int vd, int splits, const float *__restrict__ part) {
     hm_pdl_start();
     attn_merge(a, hd, vd, splits, part, blockIdx.x, blockIdx.y);
+}
+
+// the warp kernel for head dims 64 and 128 unless HMOE_CUDA_ATT_WARP=0 (read on each launch: a
+// graph reads it once, at capture; the tests toggle it)
+static bool att_warp() {
+    const char *e = getenv("HMOE_CUDA_ATT_WARP");
+    return !(e && !strcmp(e, "0"));
 }
 
 extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, float *part,
@@ -449,6 +596,20 @@ extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, 
     if (kv->head_dim > ATT_MAX_HD || kv->n_kv_heads < 1 || a->n_heads % kv->n_kv_heads)
         return cudaErrorInvalidValue;
     const int z = part && splits > 1 ? splits : 1;
+    const int vd = kv->v_dim ? kv->v_dim : kv->head_dim;
+    if (vd == kv->head_dim && (vd == 64 || vd == 128) && att_warp()) {
+        const dim3 g((unsigned)n, (unsigned)((a->n_heads + ATT_WH - 1) / ATT_WH), (unsigned)z);
+        if (kv->f16)
+            hm_launch(vd == 64 ? attn_w_k<true, 2> : attn_w_k<true, 4>, g, ATT_WH * 32, 0, stream,
+                      *a, *kv, part);
+        else
+            hm_launch(vd == 64 ? attn_w_k<false, 2> : attn_w_k<false, 4>, g, ATT_WH * 32, 0, stream,
+                      *a, *kv, part);
+        if (z > 1 && !a->cnt)
+            hm_launch(attn_merge_k, dim3((unsigned)n, (unsigned)a->n_heads), ATT_T, 0, stream, *a,
+                      kv->head_dim, vd, z, part);
+        return cudaGetLastError();
+    }
     const dim3 grid((unsigned)n, (unsigned)a->n_heads, (unsigned)z);
     const size_t sm = sizeof(float) * (size_t)(kv->head_dim + ATT_T);
     if (kv->f16)
