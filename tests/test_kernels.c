@@ -676,7 +676,8 @@ static void test_axpy(void) {
         /* the transposed product: plain C's bits for widths around every block size */
         CHECK_MSG(ops->gemv_t_h != NULL, "%s has no transposed 16-bit product", ops->name);
         if (!ops->gemv_t_h) continue;
-        static const int64_t widths[] = {1, 7, 8, 9, 16, 17, 63, 64, 65, 127, 128, 129, 200, 512};
+        static const int64_t widths[] = {1,  7,   8,   9,   16,  17,  63,  64,
+                                         65, 127, 128, 129, 200, 512, 4104};
         uint64_t sd = 11;
         for (int bf = 0; bf < 2; bf++)
             for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
