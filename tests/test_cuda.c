@@ -1568,8 +1568,11 @@ static void check_kernels(void) {
         check_attention(2, 2, 128, 128, 1100, 500, f16, 0, false, true);
         check_attention(8, 2, 64, 64, 700, 333, f16, 128, true, true);
         check_attention(16, 2, 128, 64, 130, 130, f16, 0, true, true);
-        check_attention(6, 3, 128, 128, 90, 1, f16, 0, false,
-                        false); /* heads not a multiple of 4 */
+        /* heads not a multiple of 4; then splits of more than two chunks at the cache's
+         * length, where a block's warps share a head */
+        check_attention(6, 3, 128, 128, 90, 1, f16, 0, false, false);
+        check_attention(2, 1, 128, 128, 2600, 2597, f16, 0, false, false);
+        check_attention(4, 2, 64, 64, 2200, 2195, f16, 1000, true, false);
     }
     unsetenv("HMOE_CUDA_ATT_WARP");
 }

@@ -462,8 +462,9 @@ __device__ __forceinline__ void kv_getd(const void *c, size_t off, float *v) {
 // summed across the lanes by halving exchanges (31 shuffles; lane j ends with position j's
 // score), an online softmax over the chunks (twins.h), and each lane accumulates its D dims of
 // the values. A block's ATT_WH warps are consecutive query heads, which share a cache head where
-// the group allows, so that its rows meet in L1. The splits' partial states and their merge are
-// attn_k's (the last warp of a (token, head) merges where there are counters).
+// the group allows, so that its rows meet in L1; where splits are long (WC 4), one head's,
+// taking every fourth chunk and merging their states at the end. The splits' partial states and
+// their merge are attn_k's (the last warp of a (token, head) merges where there are counters).
 enum { ATT_WH = 4 };
 
 // one halving exchange: of each pair (j, j + O) of a lane's partial sums it keeps the one its bit
@@ -476,10 +477,11 @@ template <int O> __device__ __forceinline__ void att_halve(float *v, int lane) {
         v[j] = keep + __shfl_xor_sync(0xffffffffu, send, O);
     }
 }
-template <bool F16, int D>
+template <bool F16, int D, int WC>
 __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv kv, float *part) {
-    const int lane = threadIdx.x & 31, i = blockIdx.x, s = blockIdx.z;
-    const int h = blockIdx.y * ATT_WH + (threadIdx.x >> 5), hd = 32 * D;
+    __shared__ float cm_[ATT_WH], cl_[ATT_WH], ca_[WC > 1 ? ATT_WH * 32 * D : 1];
+    const int lane = threadIdx.x & 31, i = blockIdx.x, s = blockIdx.z, w = threadIdx.x >> 5;
+    const int h = blockIdx.y * (ATT_WH / WC) + w / WC, cw = w % WC, hd = 32 * D;
     const int P = a.pos[i] + 1, lo = a.window && P > a.window ? P - a.window : 0;
     int p0 = 0, p1 = P;
     if (gridDim.z > 1) {
@@ -492,7 +494,7 @@ __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv k
     const int grp = a.n_heads / kv.n_kv_heads;
     if (h >= a.n_heads) return;
     const size_t base = kv_head(kv, a.il, a.seq[i], h / grp);
-    if (p0 < p1 && h % grp == 0 && lane == 0) { /* into L2 while the kernel before ends */
+    if (p0 < p1 && h % grp == 0 && cw == 0 && lane == 0) { /* into L2 meanwhile */
         const size_t es = kv.f16 ? 2 : 4, off = (base + (size_t)p0 * hd) * es,
                      len = (size_t)(p1 - p0) * hd * es;
         for (size_t o = 0; o < len; o += 128) {
@@ -506,7 +508,7 @@ __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv k
 #pragma unroll
     for (int k = 0; k < D; k++) q[k] = qp[k], acc[k] = 0.0f;
     hm_osm st = {-INFINITY, 0.0f};
-    for (int c0 = p0; c0 < p1; c0 += 32) {
+    for (int c0 = p0 + 32 * cw; c0 < p1; c0 += 32 * WC) {
         float v[32];
 #pragma unroll
         for (int j = 0; j < 32; j++) {
@@ -537,6 +539,22 @@ __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv k
             kv_getd<F16, D>(kv.v, base + (size_t)(c0 + j) * hd + lane * D, vr);
 #pragma unroll
             for (int k = 0; k < D; k++) acc[k] = fmaf(pj, vr[k], acc[k]);
+        }
+    }
+    if (WC > 1) { /* the head's warps' states into the first's */
+        if (lane == 0) cm_[w] = st.m, cl_[w] = st.l;
+#pragma unroll
+        for (int k = 0; k < D; k++) ca_[w * 32 * D + lane * D + k] = acc[k];
+        __syncthreads();
+        if (cw) return;
+        for (int u = 1; u < WC; u++) {
+            const float um = cm_[w + u];
+            if (um == -INFINITY) continue; /* no chunk */
+            const float fr = hm_osm_rescale(&st, um), g = expf(um - st.m);
+            st.l += cl_[w + u] * g;
+#pragma unroll
+            for (int k = 0; k < D; k++)
+                acc[k] = fmaf(ca_[(w + u) * 32 * D + lane * D + k], g, acc[k] * fr);
         }
     }
     if (gridDim.z > 1) {
@@ -598,13 +616,18 @@ extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, 
     const int z = part && splits > 1 ? splits : 1;
     const int vd = kv->v_dim ? kv->v_dim : kv->head_dim;
     if (vd == kv->head_dim && (vd == 64 || vd == 128) && att_warp()) {
-        const dim3 g((unsigned)n, (unsigned)((a->n_heads + ATT_WH - 1) / ATT_WH), (unsigned)z);
-        if (kv->f16)
-            hm_launch(vd == 64 ? attn_w_k<true, 2> : attn_w_k<true, 4>, g, ATT_WH * 32, 0, stream,
-                      *a, *kv, part);
-        else
-            hm_launch(vd == 64 ? attn_w_k<false, 2> : attn_w_k<false, 4>, g, ATT_WH * 32, 0, stream,
-                      *a, *kv, part);
+        /* a warp per head where a split is at most two chunks at the cache's length, else a
+         * block's warps share a head's split, so that long contexts keep as many warps */
+        const int64_t per = (kv->kv_ctx + z - 1) / z;
+        const bool wide = per > 64, f = kv->f16, d2 = vd == 64;
+        const int hb = wide ? 1 : ATT_WH;
+        const dim3 g((unsigned)n, (unsigned)((a->n_heads + hb - 1) / hb), (unsigned)z);
+        void (*k)(hm_cu_attn, hm_cu_kv, float *) =
+            wide ? (f ? (d2 ? attn_w_k<true, 2, 4> : attn_w_k<true, 4, 4>)
+                      : (d2 ? attn_w_k<false, 2, 4> : attn_w_k<false, 4, 4>))
+                 : (f ? (d2 ? attn_w_k<true, 2, 1> : attn_w_k<true, 4, 1>)
+                      : (d2 ? attn_w_k<false, 2, 1> : attn_w_k<false, 4, 1>));
+        hm_launch(k, g, ATT_WH * 32, 0, stream, *a, *kv, part);
         if (z > 1 && !a->cnt)
             hm_launch(attn_merge_k, dim3((unsigned)n, (unsigned)a->n_heads), ATT_T, 0, stream, *a,
                       kv->head_dim, vd, z, part);
