@@ -1551,9 +1551,9 @@ static void check_kernels(void) {
     check_router_sigmoid();
     check_norm_glu_router();
     for (int r = 0; r < 4; r++) {
-        /* f32 and f16 caches; then head dims 64 and 128 on attn_k instead of the warp kernel */
+        /* f32 and f16 caches, head dims 64 and 128 on the warp kernel, then on attn_k */
         const bool f16 = r & 1;
-        if (r == 2) setenv("HMOE_CUDA_ATT_WARP", "0", 1);
+        setenv("HMOE_CUDA_ATT_WARP", r < 2 ? "1" : "0", 1);
         check_attention(4, 2, 64, 64, 40, 40, f16, 0, false, false); /* a prompt in one batch */
         check_attention(8, 1, 72, 32, 300, 7, f16, 0, false, false); /* partial rope, odd hd */
         check_attention(2, 2, 128, 128, 1100, 500, f16, 0, false, false); /* several chunks */
