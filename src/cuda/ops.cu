@@ -601,12 +601,11 @@ __global__ void __launch_bounds__(ATT_T)
     attn_merge(a, hd, vd, splits, part, blockIdx.x, blockIdx.y);
 }
 
-// the warp kernel for head dims 64 and 128 with HMOE_CUDA_ATT_WARP=1 (read on each launch: a
-// graph reads it once, at capture; the tests toggle it). Off by default until a GPU has run it:
-// test_cuda checks both kernels.
+// the warp kernel for head dims 64 and 128 unless HMOE_CUDA_ATT_WARP=0 (read on each launch: a
+// graph reads it once, at capture; test_cuda checks both kernels)
 static bool att_warp() {
     const char *e = getenv("HMOE_CUDA_ATT_WARP");
-    return e && !strcmp(e, "1");
+    return !(e && !strcmp(e, "0"));
 }
 
 extern "C" cudaError_t hm_cu_attention(const hm_cu_attn *a, const hm_cu_kv *kv, int n, float *part,
