@@ -281,6 +281,21 @@ __device__ __forceinline__ int att_split_len(int P, int z) {
     return (l + ATT_SPLIT_MIN - 1) / ATT_SPLIT_MIN * ATT_SPLIT_MIN;
 }
 
+// token i's positions in split s of gridDim.z (1: all of them), from the sliding window's start:
+// [*p0, *p1); false past the token's positions (the merge reads no such split)
+__device__ __forceinline__ bool att_range(const hm_cu_attn &a, int i, int s, int *p0, int *p1) {
+    const int P = a.pos[i] + 1, lo = a.window && P > a.window ? P - a.window : 0;
+    int b = 0, e = P;
+    if (gridDim.z > 1) {
+        const int len = att_split_len(P, (int)gridDim.z);
+        b = s * len;
+        if (b >= P) return false;
+        e = b + len < P ? b + len : P;
+    }
+    *p0 = b > lo ? b : lo, *p1 = e;
+    return true;
+}
+
 // q (in shared memory) against positions [p0, p1) of one cache head: the running state and the
 // unnormalized accumulators of this thread's dims
 template <bool F16>
@@ -384,15 +399,9 @@ __global__ void __launch_bounds__(ATT_T) attn_k(hm_cu_attn a, hm_cu_kv kv, float
     const int i = blockIdx.x, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
     const int hd = kv.head_dim, vd = kv.v_dim ? kv.v_dim : hd;
     /* positions and sequences come from the host before the step's first kernel */
-    const int P = a.pos[i] + 1, lo = a.window && P > a.window ? P - a.window : 0;
-    int p0 = 0, p1 = P;
-    if (gridDim.z > 1) {
-        const int len = att_split_len(P, (int)gridDim.z);
-        p0 = s * len;
-        if (p0 >= P) return; /* past the token's positions: the merge reads no such split */
-        p1 = p0 + len < P ? p0 + len : P;
-    }
-    p0 = p0 > lo ? p0 : lo;
+    const int P = a.pos[i] + 1;
+    int p0, p1;
+    if (!att_range(a, i, s, &p0, &p1)) return;
     const int grp = a.n_heads / kv.n_kv_heads;
     if (p0 < p1 && h % grp == 0) {
         /* the range's keys and values into L2 while the kernel before ends (only the newest
@@ -482,15 +491,9 @@ __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv k
     __shared__ float cm_[ATT_WH], cl_[ATT_WH], ca_[WC > 1 ? ATT_WH * 32 * D : 1];
     const int lane = threadIdx.x & 31, i = blockIdx.x, s = blockIdx.z, w = threadIdx.x >> 5;
     const int h = blockIdx.y * (ATT_WH / WC) + w / WC, cw = w % WC, hd = 32 * D;
-    const int P = a.pos[i] + 1, lo = a.window && P > a.window ? P - a.window : 0;
-    int p0 = 0, p1 = P;
-    if (gridDim.z > 1) {
-        const int len = att_split_len(P, (int)gridDim.z);
-        p0 = s * len;
-        if (p0 >= P) return; /* past the token's positions: the merge reads no such split */
-        p1 = p0 + len < P ? p0 + len : P;
-    }
-    p0 = p0 > lo ? p0 : lo;
+    const int P = a.pos[i] + 1;
+    int p0, p1;
+    if (!att_range(a, i, s, &p0, &p1)) return;
     const int grp = a.n_heads / kv.n_kv_heads;
     if (h >= a.n_heads) return;
     const size_t base = kv_head(kv, a.il, a.seq[i], h / grp);
