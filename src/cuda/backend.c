@@ -1427,7 +1427,7 @@ static void register_experts(hm_cuda_ctx *c) {
 
 /* Layerwise prefill when the context is made: the layers it streams, its stream and events,
  * the copy of the first such layer's CPU experts (timed here, best of two) and the CPU engine's
- * rate through them (timed on a batch of zeros of up to 512 tokens, best of two), which set each
+ * rate through them (timed on a batch of up to 512 tokens, best of three), which set each
  * batch's split (lw_plan), and the threshold: the one given, or the batch from which the split
  * streams a fifth of the CPU experts, not below 256 tokens (or the context's batch): a smaller
  * batch gives each expert fewer tokens and the CPU's time per token grows. */
