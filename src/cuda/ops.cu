@@ -486,6 +486,7 @@ template <int O> __device__ __forceinline__ void att_halve(float *v, int lane) {
         v[j] = keep + __shfl_xor_sync(0xffffffffu, send, O);
     }
 }
+
 template <bool F16, int D, int WC>
 __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv kv, float *part) {
     __shared__ float cm_[ATT_WH], cl_[ATT_WH], ca_[WC > 1 ? ATT_WH * 32 * D : 1];
