@@ -846,9 +846,8 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
     const bool mv = n <= c->mv_max;
     int tile = 64; /* the tensor cores'; on the matvec what all three take at full speed */
     if (mv) {
-        tile = hm_cu_mmv_tile(&ex[0], c->moe_y, H);
-        const int tu = hm_cu_mmv_tile(&ex[1], c->moe_y, H),
-                  td = hm_cu_mmv_tile(&ex[2], c->moe_g, I);
+        tile = hm_cu_mmv_tile(&ex[0]);
+        const int tu = hm_cu_mmv_tile(&ex[1]), td = hm_cu_mmv_tile(&ex[2]);
         tile = tu < tile ? tu : tile;
         tile = td < tile ? td : tile;
     }

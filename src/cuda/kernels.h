@@ -360,10 +360,11 @@ int hm_cu_moe_max_tiles(int n_pairs, int n_exp, int tile);
 /* The experts' tiles of hm_cu_moe_sort with tile <= HM_CU_MATVEC_MAX on the matvec kernels:
  * y[i] = W_e . x[i] for the items of each tile (x rows in place order: a->xrow must be NULL;
  * gather them first with hm_cu_embed over a float view), each product as hm_cu_matvec computes it
- * for more than two tokens (one or two of Q4_K take its lane layout). For batches whose experts
- * get a few tokens each, where a tile of 64 would be mostly empty. hm_cu_mmv_tile: the largest
- * tile the kernel takes at full speed for these weights (their rows staged in shared memory). */
-int hm_cu_mmv_tile(const hm_cu_w *w, const float *x, int64_t xs);
+ * for more than two tokens (the staged path, whatever the tile's tokens). For batches whose
+ * experts get a few tokens each, where a tile of 64 would be mostly empty. hm_cu_mmv_tile: the
+ * largest tile the kernel takes at full speed for these weights (their rows staged in shared
+ * memory). */
+int hm_cu_mmv_tile(const hm_cu_w *w);
 cudaError_t hm_cu_mmv_tiles(const hm_cu_w *w, const hm_cu_mmq_args *a, int tile, int max_tiles,
                             cudaStream_t stream);
 

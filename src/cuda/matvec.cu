@@ -906,8 +906,7 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
     return cudaGetLastError();
 }
 
-extern "C" int hm_cu_mmv_tile(const hm_cu_w *w, const float *x, int64_t xs) {
-    (void)x, (void)xs;
+extern "C" int hm_cu_mmv_tile(const hm_cu_w *w) {
     return mv_group(w->cols);
 }
 
