@@ -498,10 +498,10 @@ __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv k
     const int grp = a.n_heads / kv.n_kv_heads;
     if (h >= a.n_heads) return;
     const size_t base = kv_head(kv, a.il, a.seq[i], h / grp);
-    if (p0 < p1 && h % grp == 0 && cw == 0 && lane == 0) { /* into L2 meanwhile */
+    if (p0 < p1 && h % grp == 0 && cw == 0) { /* into L2 meanwhile, a line per lane at a time */
         const size_t es = kv.f16 ? 2 : 4, off = (base + (size_t)p0 * hd) * es,
                      len = (size_t)(p1 - p0) * hd * es;
-        for (size_t o = 0; o < len; o += 128) {
+        for (size_t o = 128 * (size_t)lane; o < len; o += 128 * 32) {
             asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)kv.k + off + o));
             asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)kv.v + off + o));
         }
