@@ -463,6 +463,12 @@ static inline __m256i hm_q5_0_hmask_avx2(const uint8_t qh[4]) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
 }
 
+/* a Q5_0 / Q5_1 block's unsigned 5-bit codes: the nibble plus 16 where the 5th bit is set */
+static inline __m256i hm_q5_u8_avx2(const uint8_t qs[16], const uint8_t qh[4]) {
+    return _mm256_or_si256(hm_nibbles32_avx2(qs),
+                           _mm256_and_si256(hm_q5_0_hmask_avx2(qh), _mm256_set1_epi8(16)));
+}
+
 /* Q5_0 code minus 16 = nibble where the 5th bit is set, nibble - 16 (nibble | 0xF0) where not. */
 static inline __m256i hm_q5_0_s8_avx2(const hm_block_q5_0 *b) {
     return _mm256_or_si256(hm_nibbles32_avx2(b->qs),
@@ -499,10 +505,9 @@ static inline __attribute__((always_inline)) __m256i hm_b32_codes_avx2(int kind,
         return hm_q5_0_s8_avx2((const hm_block_q5_0 *)vw + i);
     case HM_B32_Q4_1:
         return hm_nibbles32_avx2(((const hm_block_q4_1 *)vw)[i].qs);
-    default: { /* Q5_1: the nibble plus 16 where the 5th bit is set */
+    default: { /* Q5_1 */
         const hm_block_q5_1 *b = (const hm_block_q5_1 *)vw + i;
-        return _mm256_or_si256(hm_nibbles32_avx2(b->qs),
-                               _mm256_and_si256(hm_q5_0_hmask_avx2(b->qh), _mm256_set1_epi8(16)));
+        return hm_q5_u8_avx2(b->qs, b->qh);
     }
     }
 }
@@ -517,8 +522,7 @@ static inline __attribute__((always_inline)) __m256i hm_b32_ucodes_avx2(int kind
         return hm_nibbles32_avx2(((const hm_block_q4_1 *)vw)[i].qs);
     case HM_B32_Q5_0: {
         const hm_block_q5_0 *b = (const hm_block_q5_0 *)vw + i;
-        return _mm256_or_si256(hm_nibbles32_avx2(b->qs),
-                               _mm256_and_si256(hm_q5_0_hmask_avx2(b->qh), _mm256_set1_epi8(16)));
+        return hm_q5_u8_avx2(b->qs, b->qh);
     }
     default:
         return hm_b32_codes_avx2(kind, vw, i, _mm256_setzero_si256()); /* Q5_1 */
