@@ -84,6 +84,25 @@ static void check_stream_threshold(void) {
     CHECK(hm_place_stream_split(6.3e-3, NAN, 512) == 0 &&
           hm_place_stream_split(INFINITY, r, 9) == 0);
     CHECK(hm_place_stream_split(6.3e-3, r, 0) == 0);
+    /* the rate learned from a batch: a CPU that took 2.5 ms for 60% of them at 512 tokens ran
+     * all of them at 512 / 4.1667 ms; halfway between in time per token from 6.8 ms */
+    const double r0 = 512 / 6.8e-3, seen = 512 / (2.5e-3 / 0.6);
+    const double r1 = hm_place_rate_update(r0, 512, 2.5e-3, 0.6);
+    CHECK(fabs(1 / r1 - 0.5 * (1 / r0 + 1 / seen)) < 1e-12);
+    CHECK(fabs(hm_place_rate_update(0, 512, 2.5e-3, 0.6) - seen) < 1e-6 * seen);
+    CHECK(hm_place_rate_update(NAN, 512, 2.5e-3, 0.6) > 0);
+    /* repeated batches converge on the observed rate, and the split follows */
+    double rr = r0;
+    for (int i = 0; i < 40; i++) rr = hm_place_rate_update(rr, 512, 2.5e-3, 0.6);
+    CHECK(fabs(rr - seen) < 1e-6 * seen);
+    CHECK(hm_place_stream_split(6.3e-3, rr, 512) < hm_place_stream_split(6.3e-3, r0, 512));
+    /* what is not an observation leaves the rate alone */
+    CHECK(hm_place_rate_update(r0, 512, 0, 0.6) == r0 &&
+          hm_place_rate_update(r0, 0, 1e-3, 1) == r0);
+    CHECK(hm_place_rate_update(r0, 512, 1e-3, 0) == r0 &&
+          hm_place_rate_update(r0, 512, 1e-3, 1.5) == r0);
+    CHECK(hm_place_rate_update(r0, 512, INFINITY, 1) == r0 &&
+          hm_place_rate_update(r0, 512, NAN, 1) == r0);
 }
 
 /* dynamic placement: the layer whose hottest CPU expert beats its coldest GPU one by the most */

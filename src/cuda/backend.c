@@ -58,6 +58,7 @@ typedef struct hyb_cb {
     bool pending;
     bool defer;     /* some of its CPU experts deferred to the next layer */
     uint64_t t_sub; /* when its CPU experts were submitted */
+    double prof0;   /* a split layer's: its engine's phase seconds before the submit */
 } hyb_cb;
 
 struct hm_cuda_ctx {
@@ -111,7 +112,10 @@ struct hm_cuda_ctx {
      * (data: the offset in it). lw_bad: the experts cannot stream (biases, or a type without
      * tiles). The fraction that streams is hm_place_stream_split's for the batch, from the copy
      * of a layer's CPU experts (lw_copy_s) and the CPU engine's tokens per second through them
-     * (lw_rate), both timed when the context is made; HMOE_LW_SPLIT sets it instead (lw_force). */
+     * (lw_rate), both timed when the context is made; HMOE_LW_SPLIT sets it instead (lw_force).
+     * The rate then follows what the split layers' CPU experts take in the batches themselves,
+     * next to the copies (lw_obs_s: their seconds over their share, summed over lw_obs layers of
+     * a batch of lw_obs_tok tokens; hm_place_rate_update at the next plan). */
     int prefill_stream; /* hm_cuda_ctx_params' */
     int stream_min;
     bool lw_on, lw_bad;
@@ -120,6 +124,8 @@ struct hm_cuda_ctx {
     int32_t *cslot, *sslot_of, *h_sslot, *s_ids;
     int *lw_nc, *lw_ns;
     double lw_force, lw_copy_s, lw_rate;
+    double lw_obs_s;
+    int lw_obs, lw_obs_tok;
     /* the host memory of the CPU experts, registered with CUDA (page-locked, read-only) so that
      * their copies run as DMA at the link's rate instead of being staged through a pinned
      * buffer by the CPU (HMOE_CUDA_REGISTER=0: not) */
@@ -697,6 +703,15 @@ static uint32_t *bell_in(const hm_cuda_ctx *c, int il) {
     return c->h_bell + ((size_t)c->m->hp.n_layers + (size_t)il) * BELL_STRIDE;
 }
 
+/* the seconds an expert engine's batches have taken (its phases, which add up to the wall time)
+ * since its profile's last reset */
+static double moe_seconds(hm_moe *m) {
+    double sec[HM_MOE_PROF_N], t = 0;
+    hm_moe_profile(m, sec, false);
+    for (int k = 0; k < HM_MOE_PROF_N; k++) t += sec[k];
+    return t;
+}
+
 /* Host functions of the hybrid step (they run on a CUDA thread, in stream order, and must not
  * call CUDA): the layer's CPU experts submitted to its engine's async pool, and waited for. */
 static void CUDART_CB submit_cb(void *arg) {
@@ -715,6 +730,7 @@ static void CUDART_CB submit_cb(void *arg) {
         c->defer > 0 && !c->lw_on && il + 1 < (int)c->m->hp.n_layers && c->cpu_moe[il + 1];
     const int32_t *ids = c->h_ids;
     if (c->lw_on && c->lw_ns[il] < c->lw_nc[il]) { /* split: the experts not streamed */
+        h->prof0 = moe_seconds(c->cpu_moe[il]);
         const int32_t *cs = c->cslot + (size_t)il * (size_t)E;
         const int ns = c->lw_ns[il];
         for (int q = 0; q < c->cur_n * c->k; q++) {
@@ -756,6 +772,14 @@ static void CUDART_CB wait_cb(void *arg) {
     c->hyb_span_ns += (blocked ? t1 : t0) - h->t_sub;
     c->hyb_layers++;
     c->hyb_blocked += blocked;
+    const int il = h->il, nc = c->lw_on ? c->lw_nc[il] : 0, ns = c->lw_on ? c->lw_ns[il] : 0;
+    if (ns < nc) { /* a split layer: what its share took, for the rate (lw_plan) */
+        const double t = moe_seconds(c->cpu_moe[il]) - h->prof0;
+        if (t > 0) {
+            c->lw_obs_s += t * (double)nc / (double)(nc - ns);
+            c->lw_obs++, c->lw_obs_tok = c->cur_n;
+        }
+    }
     const size_t nh = (size_t)c->cur_n * c->m->hp.hidden;
     if (c->def_pend >= 0) { /* the previous layer's deferred experts join this layer's sum */
         for (size_t i = 0; i < nh; i++) c->h_out[i] += c->h_def[i];
@@ -880,6 +904,16 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
  * of the batch's kernels. */
 static hm_status lw_plan(hm_cuda_ctx *c, int n) {
     const int L = (int)c->m->hp.n_layers, E = (int)c->m->hp.n_experts;
+    if (c->lw_obs) { /* the last split batch's CPU experts (its step has ended) */
+        const double r =
+            hm_place_rate_update(c->lw_rate, c->lw_obs_tok, c->lw_obs_s / c->lw_obs, 1);
+        hm_log(HM_LOG_DEBUG,
+               "cuda: layerwise prefill: the CPU took %.2f ms a layer for all of its experts (%d "
+               "layers of %d tokens): %.0f -> %.0f tokens/s",
+               1e3 * c->lw_obs_s / c->lw_obs, c->lw_obs, c->lw_obs_tok, c->lw_rate, r);
+        c->lw_rate = r;
+        c->lw_obs_s = 0, c->lw_obs = 0;
+    }
     double f = c->lw_force > 0 ? c->lw_force : hm_place_stream_split(c->lw_copy_s, c->lw_rate, n);
     if (!(f > 0)) f = 1; /* a threshold given below the split's: stream them all */
     for (int j = 0; j < c->n_lw; j++) {
@@ -1696,7 +1730,7 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
         c->h_w = c->h_out + B * H;
         c->h_ids = (int32_t *)(c->h_w + B * K);
         for (uint32_t il = 0; il < hp->n_layers; il++)
-            c->cb[il] = (hyb_cb){c, (int)il, false, false, 0};
+            c->cb[il] = (hyb_cb){c, (int)il, false, false, 0, 0};
         const size_t nb = (2 * (size_t)hp->n_layers + 2) * BELL_STRIDE;
         FAIL(cudaMallocHost((void **)&c->h_bell, sizeof(uint32_t) * nb),
              "cudaMallocHost (doorbells)");

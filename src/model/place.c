@@ -376,6 +376,13 @@ double hm_place_stream_split(double copy_s, double cpu_tok_s, int n) {
     return f > 2.0 / 3.0 ? 1.0 : f < 0.2 - 1e-9 ? 0.0 : f;
 }
 
+double hm_place_rate_update(double rate, int n, double cpu_s, double share) {
+    if (n < 1 || !(cpu_s > 0) || !isfinite(cpu_s) || !(share > 0) || share > 1) return rate;
+    const double t = cpu_s / share / (double)n; /* seconds per token through all of them */
+    if (!(rate > 0) || !isfinite(rate)) return 1.0 / t;
+    return 2.0 / (1.0 / rate + t);
+}
+
 bool hm_dyn_pick(const double *counts, const uint8_t *gpu, int n_layers, int n_experts,
                  double min_gain, int *il, int *in, int *out) {
     double best = 0;

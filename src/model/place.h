@@ -83,6 +83,13 @@ int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens);
  * (bench/RESULTS.md, 2026-12-06). */
 double hm_place_stream_split(double copy_s, double cpu_tok_s, int n);
 
+/* The CPU's rate through a layer's CPU experts (tokens per second) after a layerwise batch of n
+ * tokens in which the CPU took cpu_s for the fraction `share` (0, 1] of them: the mean of the
+ * time per token before (from rate) and the one observed (cpu_s / share / n), so a batch moves
+ * the estimate halfway and a single slow batch does not swing it. An observation that is not
+ * positive and finite leaves rate as it is; a rate that is not sets it. */
+double hm_place_rate_update(double rate, int n, double cpu_s, double share);
+
 /* Dynamic placement (--dynamic-experts): of the layers with routed experts on both sides (gpu:
  * [n_layers][n_experts], nonzero on the GPU), the swap that gains the most: the layer's CPU
  * expert of the highest count for its GPU expert of the lowest, where the first count exceeds
