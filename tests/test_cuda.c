@@ -1337,6 +1337,84 @@ static void check_norm_glu_router(void) {
     cudaFree(dx), cudaFree(da), cudaFree(dw), cudaFree(dy), cudaFree(dr);
 }
 
+/* the router's matvec and softmax top-k in one launch: its logits against a double product, its
+ * picks against the CPU router's on those logits; twice on the same counters (the last block
+ * resets them); shapes it refuses launch nothing */
+static void check_router_fused(void) {
+    static const int es[] = {128, 60, 8, 300, 512}, cs[] = {2048, 64, 4096, 264};
+    for (size_t ie = 0; ie < 5; ie++)
+        for (size_t ic = 0; ic < 4; ic++) {
+            const int E = es[ie], C = cs[ic],
+                      K = E < 8      ? E
+                          : E == 512 ? 32
+                                     : 8,
+                      N = 1 + (int)ie, XS = C + 4, RS = E + 3;
+            float *wt = malloc(sizeof(float) * (size_t)E * C), *x = malloc(sizeof(float) * 8 * XS);
+            float rl[8 * 515], wg[8 * 32], wr[32];
+            int32_t id[8 * 32], ir[32];
+            for (int i = 0; i < E * C; i++) wt[i] = rndf();
+            float *dwt = dev_copy(wt, sizeof(float) * (size_t)E * C);
+            float *dx = dev_copy(NULL, sizeof(float) * 8 * XS), *drl = dev_copy(NULL, sizeof rl);
+            float *dwg = dev_copy(NULL, sizeof wg);
+            int32_t *did = dev_copy(NULL, sizeof id);
+            unsigned *dcnt = dev_copy(NULL, sizeof(unsigned) * HM_CU_MATVEC_MAX);
+            CU(cudaMemset(dcnt, 0, sizeof(unsigned) * HM_CU_MATVEC_MAX));
+            const hm_cu_w w = {HM_TYPE_F32, dwt, E, C, sizeof(float) * (size_t)C, 0};
+            for (int rep = 0; rep < 2; rep++) {
+                for (int i = 0; i < 8 * XS; i++) x[i] = rndf();
+                CU(cudaMemcpy(dx, x, sizeof(float) * 8 * XS, cudaMemcpyHostToDevice));
+                const bool renorm = rep == 1;
+                CU(hm_cu_router_fused(&w, dx, XS, N, K, renorm, drl, RS, did, dwg, dcnt, 0));
+                host_copy(rl, drl, sizeof(float) * (size_t)N * RS);
+                host_copy(id, did, sizeof(int32_t) * (size_t)N * K);
+                host_copy(wg, dwg, sizeof(float) * (size_t)N * K);
+                double worst = 0;
+                for (int t = 0; t < N; t++) {
+                    for (int r = 0; r < E; r++) {
+                        double d = 0, a = 0;
+                        for (int j = 0; j < C; j++) {
+                            d += (double)wt[r * C + j] * x[t * XS + j];
+                            a += fabs((double)wt[r * C + j] * x[t * XS + j]);
+                        }
+                        worst = fmax(worst, fabs(rl[t * RS + r] - d) / (a + 1e-30));
+                    }
+                    CHECK_OK(hm_router_softmax_topk(rl + t * RS, E, K, renorm, ir, wr));
+                    CHECK_MSG(memcmp(ir, id + t * K, sizeof(int32_t) * K) == 0,
+                              "fused router E %d cols %d token %d: ids", E, C, t);
+                    for (int j = 0; j < K; j++)
+                        CHECK(fabsf(wr[j] - wg[t * K + j]) <= 1e-6f * fabsf(wr[j]));
+                }
+                CHECK_MSG(worst <= 1e-6, "fused router E %d cols %d: logits error %.3g", E, C,
+                          worst);
+            }
+            free(wt), free(x);
+            cudaFree(dwt), cudaFree(dx), cudaFree(drl), cudaFree(dwg), cudaFree(did);
+            cudaFree(dcnt);
+        }
+    /* shapes the kernel does not take: nothing launched, the caller's two kernels instead */
+    float *d = dev_copy(NULL, sizeof(float) * 64 * 8200);
+    unsigned *dcnt = dev_copy(NULL, sizeof(unsigned) * HM_CU_MATVEC_MAX);
+    int32_t *did = dev_copy(NULL, sizeof(int32_t) * 64);
+    const hm_cu_w odd = {HM_TYPE_F32, d, 64, 100, 400, 0},
+                  wide = {HM_TYPE_F32, d, 8, 8192, 32768, 0},
+                  q8 = {HM_TYPE_Q8_0, d, 64, 256, 272, 0}, ok = {HM_TYPE_F32, d, 64, 256, 1024, 0};
+    CHECK(hm_cu_router_fused(&odd, d, 100, 1, 8, true, d, 64, did, d, dcnt, 0) ==
+          cudaErrorInvalidValue);
+    CHECK(hm_cu_router_fused(&wide, d, 8192, 1, 8, true, d, 64, did, d, dcnt, 0) ==
+          cudaErrorInvalidValue);
+    CHECK(hm_cu_router_fused(&q8, d, 256, 1, 8, true, d, 64, did, d, dcnt, 0) ==
+          cudaErrorInvalidValue);
+    CHECK(hm_cu_router_fused(&ok, d, 256, 9, 8, true, d, 64, did, d, dcnt, 0) ==
+          cudaErrorInvalidValue);
+    CHECK(hm_cu_router_fused(&ok, d, 256, 1, 8, true, d, 64, did, d, NULL, 0) ==
+          cudaErrorInvalidValue);
+    CHECK(hm_cu_router_fused(&ok, d + 1, 256, 1, 8, true, d, 64, did, d, dcnt, 0) ==
+          cudaErrorInvalidValue);
+    CHECK(hm_cu_router_fused(&ok, d, 256, 1, 65, true, d, 64, did, d, dcnt, 0) ==
+          cudaErrorInvalidValue);
+    cudaFree(d), cudaFree(dcnt), cudaFree(did);
+}
+
 /* q/k norms, rope and the cache store, then attention, against the CPU's ops and a double
  * softmax: a prompt of P tokens in batches of `chunk` on sequence 1 of 2 */
 static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, bool f16, int window,
@@ -1550,6 +1628,7 @@ static void check_kernels(void) {
     check_handoff();
     check_router_sigmoid();
     check_norm_glu_router();
+    check_router_fused();
     for (int r = 0; r < 4; r++) {
         /* f32 and f16 caches, head dims 64 and 128 on the warp kernel, then on attn_k */
         const bool f16 = r & 1;

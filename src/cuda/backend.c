@@ -44,7 +44,8 @@ enum { LOGIT_ROWS = 64 }; /* rows of logits computed and copied back per pass */
 enum {
     HM_CNT_ATT = 0,
     HM_CNT_SUM = HM_CNT_ATT + HM_CU_MATVEC_MAX * 128, /* the experts' sums, one per token */
-    HM_CNT_COUNT = HM_CNT_SUM + HM_CU_MATVEC_MAX
+    HM_CNT_ROUTER = HM_CNT_SUM + HM_CU_MATVEC_MAX,    /* the fused router's, one per token */
+    HM_CNT_COUNT = HM_CNT_ROUTER + HM_CU_MATVEC_MAX
 };
 enum { BELL_STRIDE = 16 }; /* uint32 words between doorbells: a cache line */
 enum { GRAPHS_BIG = 64 };  /* the most graphs of more than HM_CU_MATVEC_MAX tokens kept */
@@ -193,7 +194,8 @@ struct hm_cuda_ctx {
     bool no_mmq; /* HMOE_CUDA_MMQ=0: quantized batches dequantize to floats for cuBLAS (A/B) */
     /* HMOE_CUDA_FUSE=0: decode batches launch q, k and v, and the experts' gate, up and
      * activation, one kernel each instead of one for each group (A/B) */
-    bool no_fuse;
+    bool no_fuse, no_rfuse; /* HMOE_CUDA_FUSE=0: no fused kernels; HMOE_CUDA_FUSE_ROUTER=0: the
+                               router's two launches */
     /* prefill attention on the tensor cores (hm_cu_attention_tc) for batches of fa_min tokens or
      * more that are one sequence at consecutive positions (fa_seq, fa_pos0; fa_seq -1: not);
      * HMOE_CUDA_FA=0 turns it off (A/B), HMOE_CUDA_FA_MIN sets fa_min (128) */
@@ -1143,6 +1145,17 @@ static bool fusable(const hm_graph *g, int i, int m) {
     return true;
 }
 
+/* Whether node i (a matmul) and the softmax top-k of its logits that follows run as one kernel
+ * (hm_cu_router_fused): decode batches, no bias, softmax without groups or a scale. */
+static bool router_fusable(const hm_cuda_ctx *c, const hm_graph *g, int i, int n) {
+    const hm_hparams *hp = &c->m->hp;
+    const hm_node *nd = &g->nodes[i];
+    if (c->no_rfuse || n > HM_CU_MATVEC_MAX || i + 1 >= g->n || c->nb[i]) return false;
+    const hm_node *nx = &g->nodes[i + 1];
+    return nx->op == HM_OP_ROUTER_TOPK && nx->src0 == nd->dst && nd->dst != nd->src0 &&
+           hp->gating != HM_GATING_SIGMOID && hp->n_group <= 1 && hp->routed_scaling == 1.0f;
+}
+
 static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
     const hm_hparams *hp = &c->m->hp;
     const int64_t H = hp->hidden;
@@ -1172,6 +1185,18 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
             break;
         }
         case HM_OP_MATMUL: {
+            /* a decode batch's router and its softmax top-k in one launch, where it takes them */
+            if (router_fusable(c, g, i, n)) {
+                const cudaError_t e = hm_cu_router_fused(
+                    &c->nw[i], s0, c->cols[nd->src0], n, c->k, hp->norm_topk_prob, dst,
+                    c->cols[nd->dst], c->ids, c->w, c->d_cnt + HM_CNT_ROUTER, c->s);
+                if (e != cudaErrorInvalidValue) {
+                    CK(e, "router and top-k");
+                    i++;
+                    break;
+                }
+                cudaGetLastError(); /* the shape is not the kernel's: the two below */
+            }
             /* a decode batch's matmuls of the same input that follow (q, k, v) in one launch */
             int nm = 1;
             while (!c->no_fuse && n <= c->mv_max && nm < HM_CU_MULTI_MAX && i + nm < g->n &&
@@ -1671,6 +1696,8 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->no_bells = eb && !strcmp(eb, "0");
     const char *eu = getenv("HMOE_CUDA_FUSE");
     c->no_fuse = eu && !strcmp(eu, "0");
+    const char *er = getenv("HMOE_CUDA_FUSE_ROUTER");
+    c->no_rfuse = c->no_fuse || (er && !strcmp(er, "0"));
     const char *ef = getenv("HMOE_CUDA_FA"), *efm = getenv("HMOE_CUDA_FA_MIN");
     c->fa = !(ef && !strcmp(ef, "0"));
     c->fa_min = efm && atoi(efm) > HM_CU_MATVEC_MAX ? atoi(efm) : 128;

@@ -44,7 +44,7 @@ struct bcase {
     const int32_t *ids; /* experts: [iters][tokens * top_k] */
     /* 0 matvec(s), 1 experts' gate/up + GLU, 2 experts' down, 3 attention; no weights: 4 an
      * empty kernel (256 floats: the launch's own cost), 5 add + rmsnorm, 6 router top-k, 7 the
-     * experts' weighted sum */
+     * experts' weighted sum; 8 the router's matvec and top-k in one launch (as decode runs them) */
     int kind;
 };
 
@@ -61,6 +61,7 @@ typedef struct bench {
     float *res, *nw, *wts; /* residual [tokens][hidden], norm weights, top-k weights */
     int32_t *top;          /* top-k ids */
     unsigned *cnt;         /* attention's counters: its last split merges, as in decode */
+    unsigned *rcnt;        /* the fused router's */
 } bench;
 
 static cudaError_t launch(bench *b, const bcase *c, int i) {
@@ -96,6 +97,9 @@ static cudaError_t launch(bench *b, const bcase *c, int i) {
     case 7:
         return hm_cu_moe_combine(b->y, p->hidden, NULL, b->wts, n, (int)p->top_k, p->hidden, b->res,
                                  p->hidden, b->s);
+    case 8:
+        return hm_cu_router_fused(&w[0], b->x, w[0].cols, n, (int)p->top_k, true, b->y, w[0].rows,
+                                  b->top, b->wts, b->rcnt, b->s);
     default: {
         const hm_cu_attn a = {b->q,
                               p->n_heads * p->head_dim,
@@ -243,7 +247,7 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
     if (st != HM_OK) return st;
     bench b;
     memset(&b, 0, sizeof b);
-    enum { NC = 11 };
+    enum { NC = 12 };
     bcase cs[NC];
     memset(cs, 0, sizeof cs);
     int32_t *hids = NULL;
@@ -316,7 +320,7 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
             int kind, nw;
             int64_t rows[3], cols, count;
             uint32_t t;
-        } def[6] = {
+        } def[7] = {
             {"q, k, v", 0, 3, {QD, KD, KD}, H, 1, p->attn_type},
             {"o", 0, 1, {H}, QD, 1, p->attn_type},
             {"router", 0, 1, {p->n_experts}, H, 1, HM_TYPE_F32},
@@ -329,9 +333,10 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
              p->experts_type},
             {"experts down", 2, 1, {H}, p->moe_inter, p->n_experts, p->experts_type},
             {"output head", 0, 1, {p->vocab}, H, 1, p->attn_type},
+            {"router + top-k", 8, 1, {p->n_experts}, H, 1, HM_TYPE_F32},
         };
-        for (int k = 0; k < 6; k++) {
-            bcase *c = &cs[k];
+        for (int k = 0; k < 7; k++) {
+            bcase *c = &cs[k < 6 ? k : 11];
             c->name = def[k].name, c->kind = def[k].kind, c->nw = def[k].nw;
             size_t one = 0;
             for (int m = 0; m < c->nw; m++) {
@@ -395,6 +400,8 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
         CK(cudaMalloc((void **)&b.att, sizeof(float) * (size_t)(n * QD)), "cudaMalloc");
         CK(cudaMalloc((void **)&b.cnt, sizeof(unsigned) * (size_t)(n * p->n_heads)), "cudaMalloc");
         CK(cudaMemset(b.cnt, 0, sizeof(unsigned) * (size_t)(n * p->n_heads)), "memset");
+        CK(cudaMalloc((void **)&b.rcnt, sizeof(unsigned) * (size_t)n), "cudaMalloc");
+        CK(cudaMemset(b.rcnt, 0, sizeof(unsigned) * (size_t)n), "memset");
         CK(cudaMalloc((void **)&b.part,
                       sizeof(float) * (size_t)(n * p->n_heads * b.splits * (p->head_dim + 2))),
            "cudaMalloc");
@@ -433,12 +440,14 @@ hm_status hm_cuda_bench(const hm_cuda_bench_params *p, FILE *out) {
         else
             fprintf(out, "%-22s %-40s %10s %8s %10.2f %10s\n", cs[k].name, cs[k].shape, "-", "-",
                     us, "-");
-        if (k != 5 && k != 7) tot_us += us, tot_mb += cs[k].bytes / 1e6;
+        /* a decode layer runs the router and its top-k as the fused launch (11) */
+        if (k != 5 && k != 7 && k != 2 && k != 9) tot_us += us, tot_mb += cs[k].bytes / 1e6;
         free_case(&cs[k]);
     }
     fprintf(out,
-            "a layer's kernels (the rows above but the output head and the empty kernel; add + "
-            "rmsnorm once): %.1f us, %.2f MB: %.1f GB/s (%.1f%% of copy)\n",
+            "a layer's kernels (the rows above but the output head, the empty kernel and the "
+            "router's two unfused launches; add + rmsnorm once): %.1f us, %.2f MB: %.1f GB/s "
+            "(%.1f%% of copy)\n",
             tot_us, tot_mb, tot_mb / tot_us * 1e3, 100.0 * tot_mb * 1e3 / tot_us / copy_gbs);
     st = HM_OK;
 done:
@@ -447,6 +456,7 @@ done:
     cudaFree(b.x), cudaFree(b.y), cudaFree(b.g), cudaFree(b.ids), cudaFree(b.kv);
     cudaFree(b.pos), cudaFree(b.seq), cudaFree(b.att), cudaFree(b.part);
     cudaFree(b.res), cudaFree(b.nw), cudaFree(b.wts), cudaFree(b.top), cudaFree(b.cnt);
+    cudaFree(b.rcnt);
     free(hids);
     free(hkv);
     return st;

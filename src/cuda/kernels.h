@@ -304,6 +304,16 @@ size_t hm_cu_top_scratch(int rows, int V);
 cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, bool renorm,
                               int32_t *ids, float *w, cudaStream_t stream);
 
+/* The router's F32 matvec and its softmax top-k in one launch, for a decode batch (n <=
+ * HM_CU_MATVEC_MAX): rl[t][r] = row r of wr (e rows) . x[t], then hm_cu_router_topk's ids and
+ * weights, picked by the last block of each token. cnt: n counters of hm_last_block's, zero.
+ * cudaErrorInvalidValue, launching nothing, where the kernel does not take the shape (wr not F32,
+ * cols not a multiple of 8 or above 4096, rows or x not 16-byte aligned, or the top-k's own
+ * limits): the caller then runs hm_cu_matvec and hm_cu_router_topk. */
+cudaError_t hm_cu_router_fused(const hm_cu_w *wr, const float *x, int64_t xs, int n, int k,
+                               bool renorm, float *rl, int64_t rs, int32_t *ids, float *w,
+                               unsigned *cnt, cudaStream_t stream);
+
 /* The sigmoid router (DeepSeek-V3, GLM-4.5) of n tokens: hm_hd_router_sigmoid per token (one
  * thread each); bias [e] or NULL. */
 cudaError_t hm_cu_router_sigmoid(const float *rl, int64_t rs, int n, int e, const float *bias,

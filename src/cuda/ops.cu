@@ -668,19 +668,15 @@ struct router_op_max {
 // weights are hm_hd_router_weight's (the double sum of exp taken in another order than the
 // CPU's), renormalised by their double sum in pick order, as the CPU's.
 #define ROUTER_T 128
-__global__ void __launch_bounds__(ROUTER_T)
-    router_k(const float *__restrict__ rl, int64_t rs, int e, int k, bool renorm,
-             int32_t *__restrict__ ids, float *__restrict__ w) {
+__device__ __forceinline__ void router_pick(const float *__restrict__ x, int e, int k, bool renorm,
+                                            int32_t *__restrict__ ids, float *__restrict__ w) {
     __shared__ float v[HM_HD_ROUTER_MAX], pv[32], fred[32];
     __shared__ int pi[32];
     __shared__ double dred[32];
-    hm_pdl_start();
-    const int64_t i = blockIdx.x;
     const int tid = threadIdx.x;
-    const float *x = rl + i * rs;
     float mx = -INFINITY;
     for (int j = tid; j < e; j += ROUTER_T) {
-        const float t = x[j];
+        const float t = __ldcg(x + j); /* written by other blocks of a fused router */
         v[j] = t;
         mx = t > mx ? t : mx;
     }
@@ -703,9 +699,81 @@ __global__ void __launch_bounds__(ROUTER_T)
     if (renorm)
         for (int r = 0; r < k; r++) sel += pv[r];
     if (tid < k) {
-        ids[i * k + tid] = pi[tid];
-        w[i * k + tid] = renorm ? (float)(wk / sel) : wk;
+        ids[tid] = pi[tid];
+        w[tid] = renorm ? (float)(wk / sel) : wk;
     }
+}
+
+__global__ void __launch_bounds__(ROUTER_T)
+    router_k(const float *__restrict__ rl, int64_t rs, int e, int k, bool renorm,
+             int32_t *__restrict__ ids, float *__restrict__ w) {
+    hm_pdl_start();
+    const int64_t i = blockIdx.x;
+    router_pick(rl + i * rs, e, k, renorm, ids + i * k, w + i * k);
+}
+
+// The router's F32 matvec and its top-k in one launch (a decode batch's): block (b, t) computes
+// logits RMV_ROWS b .. + RMV_ROWS of token t, RMV_SEG warps per row over consecutive column
+// segments of nq float4 each, a lane's float4 lane, lane + 32, ... (up to RMV_V) loaded before
+// hm_pdl_start (the weights do not depend on the kernel before); the last block of token t
+// (hm_last_block) picks as router_k.
+enum { RMV_SEG = 2, RMV_ROWS = ROUTER_T / 32 / RMV_SEG, RMV_V = 16 };
+
+__global__ void __launch_bounds__(ROUTER_T)
+    router_mv_k(const float *__restrict__ wr, int64_t wrs, int nq, const float *__restrict__ x,
+                int64_t xs, int e, int k, bool renorm, float *__restrict__ rl, int64_t rs,
+                int32_t *__restrict__ ids, float *__restrict__ w, unsigned *__restrict__ cnt) {
+    __shared__ float part[ROUTER_T / 32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = blockIdx.y;
+    const int r = blockIdx.x * RMV_ROWS + warp / RMV_SEG, sg = warp % RMV_SEG;
+    float4 wv[RMV_V];
+    if (r < e) {
+        const float4 *wp = (const float4 *)(wr + r * wrs) + (int64_t)sg * nq;
+#pragma unroll
+        for (int u = 0; u < RMV_V; u++)
+            if (lane + 32 * u < nq) wv[u] = __ldg(wp + lane + 32 * u);
+    }
+    hm_pdl_start();
+    float acc = 0.0f;
+    if (r < e) {
+        const float4 *xp = (const float4 *)(x + t * xs) + (int64_t)sg * nq;
+#pragma unroll
+        for (int u = 0; u < RMV_V; u++) {
+            if (lane + 32 * u >= nq) break;
+            const float4 a = xp[lane + 32 * u];
+            acc = fmaf(wv[u].x, a.x, acc), acc = fmaf(wv[u].y, a.y, acc);
+            acc = fmaf(wv[u].z, a.z, acc), acc = fmaf(wv[u].w, a.w, acc);
+        }
+    }
+    acc = hm_warp_sum(acc);
+    if (lane == 0) part[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x < RMV_ROWS) {
+        const int rr = blockIdx.x * RMV_ROWS + threadIdx.x;
+        float sum = 0.0f;
+#pragma unroll
+        for (int q = 0; q < RMV_SEG; q++) sum += part[threadIdx.x * RMV_SEG + q];
+        if (rr < e) rl[t * rs + rr] = sum;
+    }
+    if (!hm_last_block(cnt + t, gridDim.x)) return;
+    router_pick(rl + t * rs, e, k, renorm, ids + (int64_t)t * k, w + (int64_t)t * k);
+}
+
+extern "C" cudaError_t hm_cu_router_fused(const hm_cu_w *wr, const float *x, int64_t xs, int n,
+                                          int k, bool renorm, float *rl, int64_t rs, int32_t *ids,
+                                          float *w, unsigned *cnt, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    const int e = (int)wr->rows;
+    const int64_t nq = wr->cols / (4 * RMV_SEG); /* float4 per segment */
+    if (wr->type != HM_TYPE_F32 || n > HM_CU_MATVEC_MAX || !cnt || k < 1 || k > e || k > 32 ||
+        e > HM_HD_ROUTER_MAX || wr->cols % (4 * RMV_SEG) || nq > 32 * RMV_V || wr->row_bytes % 16 ||
+        ((uintptr_t)wr->data & 15) || ((uintptr_t)x & 15) || xs % 4)
+        return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)((e + RMV_ROWS - 1) / RMV_ROWS), (unsigned)n);
+    hm_launch(router_mv_k, grid, ROUTER_T, 0, stream, (const float *)wr->data,
+              (int64_t)(wr->row_bytes / sizeof(float)), (int)nq, x, xs, e, k, renorm, rl, rs, ids,
+              w, cnt);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k,
