@@ -1709,7 +1709,7 @@ static void check_bench(void) {
         CHECK_MSG(us > 0 && gbs >= 0, "bench cuda row: %s", line);
         rows++;
     }
-    CHECK_MSG(rows == 7 && small == 4, "bench cuda printed %d kernel rows and %d without weights",
+    CHECK_MSG(rows == 8 && small == 4, "bench cuda printed %d kernel rows and %d without weights",
               rows, small);
     fclose(f);
     p.tokens = 9;

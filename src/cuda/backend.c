@@ -114,9 +114,13 @@ struct hm_cuda_ctx {
      * tiles). The fraction that streams is hm_place_stream_split's for the batch, from the copy
      * of a layer's CPU experts (lw_copy_s) and the CPU engine's tokens per second through them
      * (lw_rate), both timed when the context is made; HMOE_LW_SPLIT sets it instead (lw_force).
-     * The rate then follows what the split layers' CPU experts take in the batches themselves,
-     * next to the copies (lw_obs_s: their seconds over their share, summed over lw_obs layers of
-     * a batch of lw_obs_tok tokens; hm_place_rate_update at the next plan). */
+     * Both then follow what the split layers take in the batches themselves, where the copies
+     * and the CPU's share read the same memory: the CPU's share (its engine's phase seconds) and
+     * the GPU's (from the submit to the wait, which covers the streamed experts' copy and
+     * tiles), each over its fraction of the layer's CPU experts, summed over lw_obs layers of a
+     * batch of lw_obs_tok tokens into lw_obs_s and lw_obs_g, move lw_rate and lw_copy_s halfway
+     * at the next plan (hm_place_rate_update). The split they give balances the two sides
+     * wherever each side's time is affine in its fraction. */
     int prefill_stream; /* hm_cuda_ctx_params' */
     int stream_min;
     bool lw_on, lw_bad;
@@ -125,7 +129,7 @@ struct hm_cuda_ctx {
     int32_t *cslot, *sslot_of, *h_sslot, *s_ids;
     int *lw_nc, *lw_ns;
     double lw_force, lw_copy_s, lw_rate;
-    double lw_obs_s;
+    double lw_obs_s, lw_obs_g;
     int lw_obs, lw_obs_tok;
     /* the host memory of the CPU experts, registered with CUDA (page-locked, read-only) so that
      * their copies run as DMA at the link's rate instead of being staged through a pinned
@@ -775,10 +779,12 @@ static void CUDART_CB wait_cb(void *arg) {
     c->hyb_layers++;
     c->hyb_blocked += blocked;
     const int il = h->il, nc = c->lw_on ? c->lw_nc[il] : 0, ns = c->lw_on ? c->lw_ns[il] : 0;
-    if (ns < nc) { /* a split layer: what its share took, for the rate (lw_plan) */
-        const double t = moe_seconds(c->cpu_moe[il]) - h->prof0;
-        if (t > 0) {
+    if (ns < nc && ns > 0) { /* a split layer: what each side's share took (lw_plan) */
+        const double t = moe_seconds(c->cpu_moe[il]) - h->prof0,
+                     gs = (double)(t0 - h->t_sub) * 1e-9;
+        if (t > 0 && gs > 0) {
             c->lw_obs_s += t * (double)nc / (double)(nc - ns);
+            c->lw_obs_g += gs * (double)nc / (double)ns;
             c->lw_obs++, c->lw_obs_tok = c->cur_n;
         }
     }
@@ -906,15 +912,18 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
  * of the batch's kernels. */
 static hm_status lw_plan(hm_cuda_ctx *c, int n) {
     const int L = (int)c->m->hp.n_layers, E = (int)c->m->hp.n_experts;
-    if (c->lw_obs) { /* the last split batch's CPU experts (its step has ended) */
-        const double r =
-            hm_place_rate_update(c->lw_rate, c->lw_obs_tok, c->lw_obs_s / c->lw_obs, 1);
+    if (c->lw_obs) { /* the last split batch's layers (its step has ended) */
+        const double cpu = c->lw_obs_s / c->lw_obs, gpu = c->lw_obs_g / c->lw_obs;
+        const double r = hm_place_rate_update(c->lw_rate, c->lw_obs_tok, cpu, 1);
+        const double g = 1.0 / hm_place_rate_update(1.0 / c->lw_copy_s, 1, gpu, 1);
         hm_log(HM_LOG_DEBUG,
-               "cuda: layerwise prefill: the CPU took %.2f ms a layer for all of its experts (%d "
-               "layers of %d tokens): %.0f -> %.0f tokens/s",
-               1e3 * c->lw_obs_s / c->lw_obs, c->lw_obs, c->lw_obs_tok, c->lw_rate, r);
-        c->lw_rate = r;
-        c->lw_obs_s = 0, c->lw_obs = 0;
+               "cuda: layerwise prefill: %d layers of %d tokens, as if all of a layer's CPU "
+               "experts: the CPU %.2f ms, the GPU (copy and tiles) %.2f ms; the rate %.0f -> %.0f "
+               "tokens/s, the GPU's side %.2f -> %.2f ms",
+               c->lw_obs, c->lw_obs_tok, 1e3 * cpu, 1e3 * gpu, c->lw_rate, r, 1e3 * c->lw_copy_s,
+               1e3 * g);
+        c->lw_rate = r, c->lw_copy_s = g;
+        c->lw_obs_s = c->lw_obs_g = 0, c->lw_obs = 0;
     }
     double f = c->lw_force > 0 ? c->lw_force : hm_place_stream_split(c->lw_copy_s, c->lw_rate, n);
     if (!(f > 0)) f = 1; /* a threshold given below the split's: stream them all */
