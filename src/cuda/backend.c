@@ -115,12 +115,12 @@ struct hm_cuda_ctx {
      * of a layer's CPU experts (lw_copy_s) and the CPU engine's tokens per second through them
      * (lw_rate), both timed when the context is made; HMOE_LW_SPLIT sets it instead (lw_force).
      * Both then follow what the split layers take in the batches themselves, where the copies
-     * and the CPU's share read the same memory: the CPU's share (its engine's phase seconds) and
-     * the GPU's (from the submit to the wait, which covers the streamed experts' copy and
-     * tiles), each over its fraction of the layer's CPU experts, summed over lw_obs layers of a
-     * batch of lw_obs_tok tokens into lw_obs_s and lw_obs_g, move lw_rate and lw_copy_s halfway
-     * at the next plan (hm_place_rate_update). The split they give balances the two sides
-     * wherever each side's time is affine in its fraction. */
+     * and the CPU's share read the same memory: the CPU's share (its engine's phase seconds, over
+     * lw_obs layers of a batch of lw_obs_tok tokens, in lw_obs_s) and each streamed share's copy
+     * (timed by lw_tev on the copy stream), each over its fraction of the layer's CPU experts,
+     * move lw_rate and lw_copy_s halfway at the next plan (hm_place_rate_update). The copies run
+     * ahead of the layers that use them, so the copy stream and the CPU are the two sides to
+     * balance; the split they give does so wherever each side's time is affine in its fraction. */
     int prefill_stream; /* hm_cuda_ctx_params' */
     int stream_min;
     bool lw_on, lw_bad;
@@ -129,7 +129,7 @@ struct hm_cuda_ctx {
     int32_t *cslot, *sslot_of, *h_sslot, *s_ids;
     int *lw_nc, *lw_ns;
     double lw_force, lw_copy_s, lw_rate;
-    double lw_obs_s, lw_obs_g;
+    double lw_obs_s;
     int lw_obs, lw_obs_tok;
     /* the host memory of the CPU experts, registered with CUDA (page-locked, read-only) so that
      * their copies run as DMA at the link's rate instead of being staged through a pinned
@@ -142,6 +142,7 @@ struct hm_cuda_ctx {
     size_t lw_cap, lw_full; /* the largest layer's CPU experts; all its experts */
     cudaStream_t cs;
     cudaEvent_t lw_ready[2], lw_free[2];
+    cudaEvent_t *lw_tev; /* [2 n_lw]: the start and end of each layer's copy (timed) */
     uint64_t lw_layers, lw_bytes;
     /* --dynamic-experts: every step's routing counted per layer on the GPU (d_counts [L][E]);
      * every dyn_every steps the counts join their decayed sum (dyn_cnt) and hm_dyn_pick chooses
@@ -779,12 +780,10 @@ static void CUDART_CB wait_cb(void *arg) {
     c->hyb_layers++;
     c->hyb_blocked += blocked;
     const int il = h->il, nc = c->lw_on ? c->lw_nc[il] : 0, ns = c->lw_on ? c->lw_ns[il] : 0;
-    if (ns < nc && ns > 0) { /* a split layer: what each side's share took (lw_plan) */
-        const double t = moe_seconds(c->cpu_moe[il]) - h->prof0,
-                     gs = (double)(t0 - h->t_sub) * 1e-9;
-        if (t > 0 && gs > 0) {
+    if (ns < nc) { /* a split layer: what the CPU's share took (lw_plan) */
+        const double t = moe_seconds(c->cpu_moe[il]) - h->prof0;
+        if (t > 0) {
             c->lw_obs_s += t * (double)nc / (double)(nc - ns);
-            c->lw_obs_g += gs * (double)nc / (double)ns;
             c->lw_obs++, c->lw_obs_tok = c->cur_n;
         }
     }
@@ -819,6 +818,7 @@ static hm_status lw_copy(hm_cuda_ctx *c, int j) {
     int lim = 0; /* past the last streamed expert: the first lw_ns of the CPU ones */
     for (int nc = 0; lim < E && nc < c->lw_ns[il]; lim++) nc += !(mask && mask[lim]);
     CK(cudaStreamWaitEvent(c->cs, c->lw_free[b], 0), "layerwise prefill: buffer");
+    if (c->lw_tev) CK(cudaEventRecord(c->lw_tev[2 * j], c->cs), "layerwise prefill: copy timing");
     for (int p = 0; p < 3; p++) {
         const hm_cu_w *w = &c->lw_w[il * 3 + p];
         uint8_t *dst = c->lw_buf[b] + (uintptr_t)w->data;
@@ -847,6 +847,8 @@ static hm_status lw_copy(hm_cuda_ctx *c, int j) {
         }
     }
     CK(cudaEventRecord(c->lw_ready[b], c->cs), "layerwise prefill: copy");
+    if (c->lw_tev)
+        CK(cudaEventRecord(c->lw_tev[2 * j + 1], c->cs), "layerwise prefill: copy timing");
     return HM_OK;
 }
 
@@ -912,18 +914,30 @@ static hm_status moe_tiles(hm_cuda_ctx *c, int il, const hm_cu_w ex[3], const in
  * of the batch's kernels. */
 static hm_status lw_plan(hm_cuda_ctx *c, int n) {
     const int L = (int)c->m->hp.n_layers, E = (int)c->m->hp.n_experts;
-    if (c->lw_obs) { /* the last split batch's layers (its step has ended) */
-        const double cpu = c->lw_obs_s / c->lw_obs, gpu = c->lw_obs_g / c->lw_obs;
+    if (c->lw_obs) { /* the last split batch's layers (its step has ended; lw_ns is its) */
+        double gsum = 0;
+        int gn = 0;
+        for (int j = 0; j < c->n_lw && c->lw_tev; j++) {
+            const int il = c->lw_order[j];
+            float ms = 0;
+            if (c->lw_ns[il] < 1 ||
+                cudaEventElapsedTime(&ms, c->lw_tev[2 * j], c->lw_tev[2 * j + 1]) != cudaSuccess) {
+                cudaGetLastError();
+                continue;
+            }
+            gsum += 1e-3 * ms * (double)c->lw_nc[il] / (double)c->lw_ns[il], gn++;
+        }
+        const double cpu = c->lw_obs_s / c->lw_obs, gpu = gn ? gsum / gn : c->lw_copy_s;
         const double r = hm_place_rate_update(c->lw_rate, c->lw_obs_tok, cpu, 1);
         const double g = 1.0 / hm_place_rate_update(1.0 / c->lw_copy_s, 1, gpu, 1);
         hm_log(HM_LOG_DEBUG,
                "cuda: layerwise prefill: %d layers of %d tokens, as if all of a layer's CPU "
-               "experts: the CPU %.2f ms, the GPU (copy and tiles) %.2f ms; the rate %.0f -> %.0f "
-               "tokens/s, the GPU's side %.2f -> %.2f ms",
+               "experts: the CPU %.2f ms, the copy %.2f ms; the rate %.0f -> %.0f tokens/s, the "
+               "copy %.2f -> %.2f ms",
                c->lw_obs, c->lw_obs_tok, 1e3 * cpu, 1e3 * gpu, c->lw_rate, r, 1e3 * c->lw_copy_s,
                1e3 * g);
         c->lw_rate = r, c->lw_copy_s = g;
-        c->lw_obs_s = c->lw_obs_g = 0, c->lw_obs = 0;
+        c->lw_obs_s = 0, c->lw_obs = 0;
     }
     double f = c->lw_force > 0 ? c->lw_force : hm_place_stream_split(c->lw_copy_s, c->lw_rate, n);
     if (!(f > 0)) f = 1; /* a threshold given below the split's: stream them all */
@@ -1372,6 +1386,9 @@ void hm_cuda_ctx_free(hm_cuda_ctx *c) {
         if (c->lw_ready[b]) cudaEventDestroy(c->lw_ready[b]);
         if (c->lw_free[b]) cudaEventDestroy(c->lw_free[b]);
     }
+    for (int j = 0; c->lw_tev && j < 2 * c->n_lw; j++)
+        if (c->lw_tev[j]) cudaEventDestroy(c->lw_tev[j]);
+    free(c->lw_tev);
     if (c->cs) cudaStreamDestroy(c->cs);
     if (c->sw_done) cudaEventDestroy(c->sw_done);
     if (c->h_tab) cudaFreeHost(c->h_tab);
@@ -1512,6 +1529,9 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
         CK(cudaEventCreateWithFlags(&c->lw_ready[b], cudaEventDisableTiming), "cudaEventCreate");
         CK(cudaEventCreateWithFlags(&c->lw_free[b], cudaEventDisableTiming), "cudaEventCreate");
     }
+    c->lw_tev = calloc(2 * (size_t)c->n_lw, sizeof *c->lw_tev);
+    if (!c->lw_tev) return hm_errorf(HM_ERR_NO_MEMORY, "cuda: out of memory (layerwise prefill)");
+    for (int j = 0; j < 2 * c->n_lw; j++) CK(cudaEventCreate(&c->lw_tev[j]), "cudaEventCreate");
     double copy_s = INFINITY, cpu_s = INFINITY;
     for (int r = 0; r < 2; r++) {
         const uint64_t t0 = hm_time_ns();
