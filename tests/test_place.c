@@ -96,6 +96,14 @@ static void check_stream_threshold(void) {
     for (int i = 0; i < 40; i++) rr = hm_place_rate_update(rr, 512, 2.5e-3, 0.6);
     CHECK(fabs(rr - seen) < 1e-6 * seen);
     CHECK(hm_place_stream_split(6.3e-3, rr, 512) < hm_place_stream_split(6.3e-3, r0, 512));
+    /* the plan: forced, split, all (after a split was seen), two thirds before one was */
+    CHECK(hm_place_stream_plan(6.3e-3, r, 512, 0.38, false) == 0.38);
+    CHECK(hm_place_stream_plan(6.3e-3, r, 512, 0, false) == hm_place_stream_split(6.3e-3, r, 512));
+    CHECK(hm_place_stream_plan(6.3e-3, r, 4096, 0, true) == 1.0);
+    CHECK(hm_place_stream_plan(6.3e-3, r, 4096, 0, false) == 2.0 / 3.0);
+    CHECK(hm_place_stream_plan(6.3e-3, r, 64, 0, true) == 1.0); /* below the split's threshold */
+    CHECK(hm_place_stream_plan(6.3e-3, r, 512, 1.5, true) == hm_place_stream_split(6.3e-3, r, 512));
+    CHECK(hm_place_stream_plan(0, r, 512, 0, true) == 1.0);
     /* what is not an observation leaves the rate alone */
     CHECK(hm_place_rate_update(r0, 512, 0, 0.6) == r0 &&
           hm_place_rate_update(r0, 0, 1e-3, 1) == r0);

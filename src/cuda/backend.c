@@ -131,6 +131,7 @@ struct hm_cuda_ctx {
     double lw_force, lw_copy_s, lw_rate;
     double lw_obs_s;
     int lw_obs, lw_obs_tok;
+    bool lw_seen; /* a split batch has been observed */
     /* the host memory of the CPU experts, registered with CUDA (page-locked, read-only) so that
      * their copies run as DMA at the link's rate instead of being staged through a pinned
      * buffer by the CPU (HMOE_CUDA_REGISTER=0: not) */
@@ -936,11 +937,10 @@ static hm_status lw_plan(hm_cuda_ctx *c, int n) {
                "copy %.2f -> %.2f ms",
                c->lw_obs, c->lw_obs_tok, 1e3 * cpu, 1e3 * gpu, c->lw_rate, r, 1e3 * c->lw_copy_s,
                1e3 * g);
-        c->lw_rate = r, c->lw_copy_s = g;
+        c->lw_rate = r, c->lw_copy_s = g, c->lw_seen = true;
         c->lw_obs_s = 0, c->lw_obs = 0;
     }
-    double f = c->lw_force > 0 ? c->lw_force : hm_place_stream_split(c->lw_copy_s, c->lw_rate, n);
-    if (!(f > 0)) f = 1; /* a threshold given below the split's: stream them all */
+    const double f = hm_place_stream_plan(c->lw_copy_s, c->lw_rate, n, c->lw_force, c->lw_seen);
     for (int j = 0; j < c->n_lw; j++) {
         const int il = c->lw_order[j], nc = c->lw_nc[il];
         const int ns = (int)lround(f * nc);

@@ -376,6 +376,13 @@ double hm_place_stream_split(double copy_s, double cpu_tok_s, int n) {
     return f > 2.0 / 3.0 ? 1.0 : f < 0.2 - 1e-9 ? 0.0 : f;
 }
 
+double hm_place_stream_plan(double copy_s, double cpu_tok_s, int n, double force, bool seen) {
+    if (force > 0 && force <= 1) return force;
+    double f = hm_place_stream_split(copy_s, cpu_tok_s, n);
+    if (!(f > 0)) f = 1;
+    return f >= 1 && !seen ? 2.0 / 3.0 : f;
+}
+
 double hm_place_rate_update(double rate, int n, double cpu_s, double share) {
     if (n < 1 || !(cpu_s > 0) || !isfinite(cpu_s) || !(share > 0) || share > 1) return rate;
     const double t = cpu_s / share / (double)n; /* seconds per token through all of them */

@@ -83,6 +83,14 @@ int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens);
  * (bench/RESULTS.md, 2026-12-06). */
 double hm_place_stream_split(double copy_s, double cpu_tok_s, int n);
 
+/* The fraction a layerwise batch of n tokens streams: `force` where it is in (0, 1]; else
+ * hm_place_stream_split's, all where that is none (the batch passed a threshold given below the
+ * split's). Until a split batch has been seen (`seen`), all becomes two thirds: the context's
+ * own timing has read the CPU slower than it runs in a batch (12-14 against 8-10 ms on the H100
+ * machine), so that batch measures both sides and the next ones split by what it saw; where all
+ * was right (a prompt of thousands of tokens in one batch) it costs one batch. */
+double hm_place_stream_plan(double copy_s, double cpu_tok_s, int n, double force, bool seen);
+
 /* The CPU's rate through a layer's CPU experts (tokens per second) after a layerwise batch of n
  * tokens in which the CPU took cpu_s for the fraction `share` (0, 1] of them: the mean of the
  * time per token before (from rate) and the one observed (cpu_s / share / n), so a batch moves
