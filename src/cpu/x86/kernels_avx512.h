@@ -575,10 +575,11 @@ static const uint8_t hm_q8_0_perm_avx512[3][64] __attribute__((aligned(64))) = {
             HM_NIB4_R(bb, off, q0, 6), HM_NIB4_R(bb, off, q0, 7)                                   \
     }
 /* [0]: MXFP4 (17-byte blocks, codes from byte 1); [1]: Q4_0, IQ4_NL (18 bytes, from byte 2);
- * each the pairs of blocks 0-1 and 2-3 */
-static const uint8_t hm_nib4_idx_avx512[2][2][64] __attribute__((aligned(64))) = {
+ * [2]: Q5_0's low four bits (22 bytes, from byte 6); each the pairs of blocks 0-1 and 2-3 */
+static const uint8_t hm_nib4_idx_avx512[3][2][64] __attribute__((aligned(64))) = {
     {HM_NIB4_PAIR(17, 1, 0), HM_NIB4_PAIR(17, 1, 2)},
     {HM_NIB4_PAIR(18, 2, 0), HM_NIB4_PAIR(18, 2, 2)},
+    {HM_NIB4_PAIR(22, 6, 0), HM_NIB4_PAIR(22, 6, 2)},
 };
 #undef HM_NIB4_PAIR
 #undef HM_NIB4_R
@@ -693,8 +694,9 @@ static inline __attribute__((always_inline)) void hm_x4_rows_avx512(int kind, in
     const __m512i i01 = _mm512_load_si512(hm_q8_0_perm_avx512[0]);
     const __m512i i23 = _mm512_load_si512(hm_q8_0_perm_avx512[1]);
     const __m512i id = _mm512_load_si512(hm_q8_0_perm_avx512[2]);
-    const bool nib4 = kind == HM_B32_MXFP4 || kind == HM_B32_Q4_0 || kind == HM_B32_IQ4_NL;
-    const int cls = kind == HM_B32_MXFP4 ? 0 : 1;
+    const bool nib4 = kind == HM_B32_MXFP4 || kind == HM_B32_Q4_0 || kind == HM_B32_IQ4_NL,
+               q5 = kind == HM_B32_Q5_0;
+    const int cls = kind == HM_B32_MXFP4 ? 0 : q5 ? 2 : 1;
     const __m512i ni01 = _mm512_load_si512(hm_nib4_idx_avx512[cls][0]);
     const __m512i ni23 = _mm512_load_si512(hm_nib4_idx_avx512[cls][1]);
     const __m512i nctl = _mm512_load_si512(hm_nib4_ctrl_avx512);
@@ -703,6 +705,9 @@ static inline __attribute__((always_inline)) void hm_x4_rows_avx512(int kind, in
     const __m512i se = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
     const __m512i sh = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                         0, 0, 0, 0, 0, 0, 0, 0, 0x3736, 0x2524, 0x1312, 0x0100);
+    /* Q5_0's halves at 0, 22, 44 and 66 (byte 42 of the second load, at 24) */
+    const __m512i s5 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 0x6B6A, 0x2D2C, 0x1716, 0x0100);
 #endif
     const uint8_t *x[4];
     __m512 acc[4];
@@ -735,6 +740,26 @@ static inline __attribute__((always_inline)) void hm_x4_rows_avx512(int kind, in
             else
                 d4 = _mm_cvtph_ps(
                     _mm512_castsi512_si128(_mm512_maskz_permutexvar_epi8(0xFF, sh, r0)));
+        } else if (q5) {
+            /* the low four bits as Q4_0's; the fifth (bit j of a block's qh is code j's) spread
+             * to the interleaved lanes (code 4m + r of block q at byte 8m + 4q + r), and the
+             * codes without it less 16 */
+            const __m512i r0 = _mm512_loadu_si512(p), r1 = _mm512_loadu_si512(p + 24);
+            const __m512i lo = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+            uint32_t qh[4];
+            for (int q = 0; q < 4; q++) memcpy(&qh[q], p + 22 * q + 2, 4);
+            const __mmask64 h01 = _cvtu64_mask64(_pdep_u64(qh[0], 0x0F0F0F0F0F0F0F0Full) |
+                                                 _pdep_u64(qh[1], 0xF0F0F0F0F0F0F0F0ull));
+            const __mmask64 h23 = _cvtu64_mask64(_pdep_u64(qh[2], 0x0F0F0F0F0F0F0F0Full) |
+                                                 _pdep_u64(qh[3], 0xF0F0F0F0F0F0F0F0ull));
+            const __m512i c01 = _mm512_and_si512(
+                _mm512_multishift_epi64_epi8(nctl, _mm512_permutex2var_epi8(r0, ni01, r1)), lo);
+            const __m512i c23 = _mm512_and_si512(
+                _mm512_multishift_epi64_epi8(nctl, _mm512_permutex2var_epi8(r0, ni23, r1)), lo);
+            a01 = _mm512_mask_sub_epi8(c01, _knot_mask64(h01), c01, sixteen);
+            a23 = _mm512_mask_sub_epi8(c23, _knot_mask64(h23), c23, sixteen);
+            d4 = _mm_cvtph_ps(
+                _mm512_castsi512_si128(_mm512_maskz_permutex2var_epi8(0xFF, r0, s5, r1)));
         } else
 #endif
         {
