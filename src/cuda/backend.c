@@ -198,10 +198,9 @@ struct hm_cuda_ctx {
     hm_cu_moe_order ord; /* batches: the pairs in expert order, and their tiles */
     int max_tiles;
     bool no_mmq; /* HMOE_CUDA_MMQ=0: quantized batches dequantize to floats for cuBLAS (A/B) */
-    /* HMOE_CUDA_FUSE=0: decode batches launch q, k and v, and the experts' gate, up and
-     * activation, one kernel each instead of one for each group (A/B) */
-    bool no_fuse, no_rfuse; /* HMOE_CUDA_FUSE=0: no fused kernels; HMOE_CUDA_FUSE_ROUTER=0: the
-                               router's two launches */
+    /* HMOE_CUDA_FUSE=0: decode batches launch each fused group's kernels one by one (A/B);
+     * HMOE_CUDA_FUSE_ROUTER=0 (no_rfuse): only the router's matvec and top-k */
+    bool no_fuse, no_rfuse;
     /* prefill attention on the tensor cores (hm_cu_attention_tc) for batches of fa_min tokens or
      * more that are one sequence at consecutive positions (fa_seq, fa_pos0; fa_seq -1: not);
      * HMOE_CUDA_FA=0 turns it off (A/B), HMOE_CUDA_FA_MIN sets fa_min (128) */

@@ -15,4 +15,7 @@
 #define HM_HD_UNROLL
 #endif
 
+/* the most experts the GPU's routers take (twins.h, kernels.h) */
+#define HM_HD_ROUTER_MAX 512
+
 #endif

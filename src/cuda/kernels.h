@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/hd.h"
 #include "quant/types.h"
 
 #ifdef HM_CUDA_HOST
@@ -313,6 +314,17 @@ cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, 
 cudaError_t hm_cu_router_fused(const hm_cu_w *wr, const float *x, int64_t xs, int n, int k,
                                bool renorm, float *rl, int64_t rs, int32_t *ids, float *w,
                                unsigned *cnt, cudaStream_t stream);
+
+/* whether hm_cu_router_fused takes the shape (its CUDA kernel and the host GPU alike): two warps
+ * per row over halves of at most 16 float4 a lane */
+static inline bool hm_cu_router_fused_ok(const hm_cu_w *wr, const float *x, int64_t xs, int n,
+                                         int k) {
+    const int64_t e = wr->rows;
+    return wr->type == HM_TYPE_F32 && n <= HM_CU_MATVEC_MAX && k >= 1 && k <= e && k <= 32 &&
+           e <= HM_HD_ROUTER_MAX && wr->cols % 8 == 0 && wr->cols <= 4096 &&
+           wr->row_bytes % 16 == 0 && ((uintptr_t)wr->data & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
+           xs % 4 == 0;
+}
 
 /* The sigmoid router (DeepSeek-V3, GLM-4.5) of n tokens: hm_hd_router_sigmoid per token (one
  * thread each); bias [e] or NULL. */

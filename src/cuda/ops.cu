@@ -763,12 +763,11 @@ extern "C" cudaError_t hm_cu_router_fused(const hm_cu_w *wr, const float *x, int
                                           int k, bool renorm, float *rl, int64_t rs, int32_t *ids,
                                           float *w, unsigned *cnt, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
+    static_assert(RMV_SEG * 4 == 8 && RMV_SEG * 4 * 32 * RMV_V == 4096,
+                  "hm_cu_router_fused_ok's limits are the kernel's");
+    if (!cnt || !hm_cu_router_fused_ok(wr, x, xs, n, k)) return cudaErrorInvalidValue;
     const int e = (int)wr->rows;
     const int64_t nq = wr->cols / (4 * RMV_SEG); /* float4 per segment */
-    if (wr->type != HM_TYPE_F32 || n > HM_CU_MATVEC_MAX || !cnt || k < 1 || k > e || k > 32 ||
-        e > HM_HD_ROUTER_MAX || wr->cols % (4 * RMV_SEG) || nq > 32 * RMV_V || wr->row_bytes % 16 ||
-        ((uintptr_t)wr->data & 15) || ((uintptr_t)x & 15) || xs % 4)
-        return cudaErrorInvalidValue;
     const dim3 grid((unsigned)((e + RMV_ROWS - 1) / RMV_ROWS), (unsigned)n);
     hm_launch(router_mv_k, grid, ROUTER_T, 0, stream, (const float *)wr->data,
               (int64_t)(wr->row_bytes / sizeof(float)), (int)nq, x, xs, e, k, renorm, rl, rs, ids,

@@ -119,8 +119,7 @@ HM_HD float hm_hd_router_weight(float v, float mx, double sum) {
  * best choices; the topk_group best groups kept; the k best choices among their experts (every
  * selection descending, ties to the lower index); weights s[id], renormalised when renorm (sum in
  * double, + 1e-20), times scale. n <= HM_HD_ROUTER_MAX, n_group <= 64. The CUDA kernel runs it
- * per token. */
-#define HM_HD_ROUTER_MAX 512
+ * per token. (HM_HD_ROUTER_MAX, the most experts a router takes, is hd.h's.) */
 
 /* index of the largest v[i] over i in [0, n) with !taken[i] (ties: the lower i) */
 HM_HD int hm_hd_argmax_free(const float *v, const bool *taken, int n) {

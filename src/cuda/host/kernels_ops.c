@@ -329,19 +329,16 @@ cudaError_t hm_cu_router_topk(const float *rl, int64_t rs, int n, int e, int k, 
     return hm_host_launch(stream, router_topk_run, &a, sizeof a);
 }
 
-/* The fused router's limits are the CUDA kernel's (two warps per row, up to 16 float4 a lane);
- * the host computes the matvec and the picks as the two kernels it stands for. */
+/* the host computes the matvec and the picks as the two kernels the fused one stands for */
 cudaError_t hm_cu_router_fused(const hm_cu_w *wr, const float *x, int64_t xs, int n, int k,
                                bool renorm, float *rl, int64_t rs, int32_t *ids, float *w,
                                unsigned *cnt, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    const int64_t e = wr->rows;
-    if (wr->type != HM_TYPE_F32 || n > HM_CU_MATVEC_MAX || !cnt || k < 1 || k > e || k > 32 ||
-        e > HM_HD_ROUTER_MAX || wr->cols % 8 || wr->cols > 4096 || wr->row_bytes % 16 ||
-        ((uintptr_t)wr->data & 15) || ((uintptr_t)x & 15) || xs % 4)
-        return cudaErrorInvalidValue;
+    if (!cnt || !hm_cu_router_fused_ok(wr, x, xs, n, k)) return cudaErrorInvalidValue;
     const cudaError_t st = hm_cu_matvec(wr, x, xs, n, rl, rs, stream);
-    return st != cudaSuccess ? st : hm_cu_router_topk(rl, rs, n, (int)e, k, renorm, ids, w, stream);
+    return st != cudaSuccess
+               ? st
+               : hm_cu_router_topk(rl, rs, n, (int)wr->rows, k, renorm, ids, w, stream);
 }
 
 /* ---- the experts' weighted sum --------------------------------------------------------------- */
