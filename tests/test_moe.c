@@ -582,6 +582,72 @@ static void test_repack(hm_pool *pool, const model *m, int n) {
     env_pop("HMOE_TILE_MIN_TOKENS", env);
 }
 
+/* A decode-sized batch (32 tokens, top-4 of 64: ~2 per expert) in which one expert has 6 tokens
+ * (past the repacked crossover of 5, below the per-call one) keeps that expert on the matvec
+ * kernels and takes the decode path: the repacked engine gives the per-call engine's bits and
+ * no tile work; with HMOE_MOE_DECODE_MV=0 it takes the tiles and the phased path. */
+static void test_decode_mv(hm_pool *pool) {
+    model m;
+    model_init(&m, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 256, 256, 64, 4, HM_MOE_SILU, false, 17);
+    hm_moe_params p = hm_moe_default_params();
+    p.n_experts = m.E, p.hidden = m.H, p.inter = m.I, p.experts = m.ex, p.act = m.act;
+    p.pool = pool, p.max_tokens = 64, p.repack = true;
+    if (hm_moe_repack_bytes(&p) == 0) { /* no int8 tiles here */
+        model_free(&m);
+        return;
+    }
+    const int n = 32;
+    hm_moe *a = NULL, *b = NULL, *c = NULL;
+    CHECK_OK(hm_moe_create(&p, &a));
+    char *old = env_push("HMOE_MOE_DECODE_MV", "0");
+    CHECK_OK(hm_moe_create(&p, &c));
+    env_pop("HMOE_MOE_DECODE_MV", old);
+    p.repack = false;
+    CHECK_OK(hm_moe_create(&p, &b));
+    inputs in = inputs_make(&m, n, 91, 92);
+    int cnt[64] = {0};
+    for (int t = 0; t < 6; t++) { /* expert 0 in slot 0 of the first 6 tokens */
+        for (int j = 1; j < m.k; j++)
+            if (in.ids[t * m.k + j] == 0) in.ids[t * m.k + j] = in.ids[t * m.k];
+        in.ids[t * m.k] = 0;
+    }
+    int busiest = 0;
+    for (int i = 0; i < n * m.k; i++)
+        busiest = ++cnt[in.ids[i]] > busiest ? cnt[in.ids[i]] : busiest;
+    CHECK_MSG(cnt[0] >= 6 && busiest < 11, "decode mv: expert 0 %d tokens, busiest %d", cnt[0],
+              busiest);
+    float *oa = fbuf64((size_t)(n * m.H)), *ob = fbuf64((size_t)(n * m.H)),
+          *oc = fbuf64((size_t)(n * m.H));
+    hm_moe *e3[3] = {a, b, c};
+    float *o3[3] = {oa, ob, oc};
+    hm_moe_kernel_stats st[3];
+    for (int i = 0; i < 3 && a && b && c; i++) {
+        hm_moe_kernel_stats_get(e3[i], NULL, true);
+        CHECK_OK(
+            hm_moe_submit(e3[i], in.x, HM_MOE_F32, in.ids, in.w, n, m.k, o3[i], HM_MOE_F32, false));
+        hm_moe_wait(e3[i]);
+        hm_moe_kernel_stats_get(e3[i], &st[i], false);
+    }
+    if (a && b && c) {
+        int64_t diff = 0;
+        for (int64_t i = 0; i < n * m.H; i++) diff += memcmp(&oa[i], &ob[i], sizeof(float)) != 0;
+        CHECK_MSG(diff == 0, "decode mv: %lld outputs differ from the per-call engine's",
+                  (long long)diff);
+        CHECK_MSG(st[0].dec_jobs > 0 && st[0].down_ops == 0 && st[0].glu_ops == 0,
+                  "decode mv: %llu decode participations, %.0f / %.0f tile ops",
+                  (unsigned long long)st[0].dec_jobs, st[0].glu_ops, st[0].down_ops);
+        const hm_cpu_ops *ops = NULL;
+        if (hm_cpu_ops_get(&ops) == HM_OK && ops->i8_down_acc)
+            CHECK_MSG(st[2].dec_jobs == 0 && st[2].down_ops > 0,
+                      "HMOE_MOE_DECODE_MV=0: %llu decode participations, %.0f down tile ops",
+                      (unsigned long long)st[2].dec_jobs, st[2].down_ops);
+    }
+    free(oa), free(ob), free(oc);
+    inputs_free(&in);
+    hm_moe_free(a), hm_moe_free(b), hm_moe_free(c);
+    model_free(&m);
+}
+
 /* The hidden rows packed for down by the gate/up claims themselves (one scale group per claim)
  * give bit for bit what the separate packing phase gives (HMOE_MOE_FUSE_H=0), with repacked
  * weights (the SiLU-GLU kernel) and without (two matmuls per claim through the float tile). */
@@ -1061,6 +1127,7 @@ int main(int argc, char **argv) {
     test_same_bits(pool, &m, 64);
     test_route_small(pool, &m);
     test_decode_stats(pool, &m);
+    test_decode_mv(pool);
     {
         model d; /* small, with biases: 150 assignments per expert, on the tiles where they exist */
         model_init(&d, HM_TYPE_Q4_K, HM_TYPE_Q4_K, 256, 256, 4, 2, HM_MOE_SILU, true, 13);

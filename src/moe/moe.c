@@ -136,6 +136,7 @@ hm_status hm_moe_create_one(const hm_moe_params *p, hm_barrier *bar, hm_moe **ou
     m->dn_done = calloc((size_t)hu, sizeof *m->dn_done);
     m->no_decode_path = env_is("HMOE_MOE_DECODE", "0");
     m->route_full = env_is("HMOE_MOE_ROUTE", "full");
+    m->no_mv_only = env_is("HMOE_MOE_DECODE_MV", "0");
     m->no_fused_h = env_is("HMOE_MOE_FUSE_H", "0");
     m->no_direct_out = env_is("HMOE_MOE_DIRECT_OUT", "0");
     m->no_flow = env_is("HMOE_MOE_FLOW", "0");

@@ -169,9 +169,13 @@ struct hm_moe {
     bool pre_done;   /* decode of 1-2 tokens: the caller converted x before the job (no barrier) */
     bool route_full; /* HMOE_MOE_ROUTE=full: the counting sort for every batch (A/B, tests) */
     bool no_decode_path; /* HMOE_MOE_DECODE=0: always the phased path (A/B benchmarks) */
-    bool no_fused_h;     /* HMOE_MOE_FUSE_H=0: h packed in its own phase (A/B, tests) */
-    bool no_direct_out;  /* HMOE_MOE_DIRECT_OUT=0: sums always in s->acc, then copied (A/B) */
-    bool no_flow;        /* HMOE_MOE_FLOW=0: a barrier between gate/up and down (A/B) */
+    /* this batch keeps its repacked experts on the matvec kernels below the per-call crossover
+     * (tile_min[0]) so that it takes the decode path (hm_moe_prepare); HMOE_MOE_DECODE_MV=0: the
+     * repacked crossover always (A/B) */
+    bool mv_only, no_mv_only;
+    bool no_fused_h;    /* HMOE_MOE_FUSE_H=0: h packed in its own phase (A/B, tests) */
+    bool no_direct_out; /* HMOE_MOE_DIRECT_OUT=0: sums always in s->acc, then copied (A/B) */
+    bool no_flow;       /* HMOE_MOE_FLOW=0: a barrier between gate/up and down (A/B) */
     /* NUMA slices: child engines over slices of inter [sl_i0[i], sl_i0[i + 1]), each run by one
      * group of the pool's participants [gstart[i], gstart[i + 1]) with its own barrier, into its
      * own output; with slice_copy, each slice's share of the experts' weights in wcopy[i] */

@@ -18,7 +18,7 @@ static int by_tokens_desc(const void *pa, const void *pb) {
 /* whether expert e, with cnt tokens in this batch, takes the AMX path (hm_tile_min_tokens:
  * the matvec kernels below that many tokens) */
 static bool expert_amx(const hm_moe *m, int e, int cnt) {
-    return m->amx && cnt >= m->tile_min[m->packed && m->packed[e]];
+    return m->amx && cnt >= m->tile_min[m->packed && m->packed[e] && !m->mv_only];
 }
 
 /* Batches of up to MATVEC_MAX tokens and SMALL_ASG assignments (decode) are routed by
@@ -133,6 +133,7 @@ hm_status hm_moe_prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
      * sort of the unmasked assignments by expert */
     int32_t ord[SMALL_ASG];
     int n_parts = 0;
+    m->mv_only = false;
     const int n_small = n_tok <= MATVEC_MAX && (int64_t)n_tok * k <= SMALL_ASG && !m->route_full
                             ? small_order(m, ids, n_tok * k, ord, &n_parts)
                             : -1;
@@ -140,8 +141,22 @@ hm_status hm_moe_prepare(hm_moe *m, const void *x, hm_moe_dtype x_type, const in
     if (n_small < 0) {
         memset(m->cnt, 0, sizeof *m->cnt * (size_t)E);
         n_asg = 0;
+        int busiest = 0;
         for (int64_t i = 0; i < (int64_t)n_tok * k; i++)
-            if (ids[i] >= 0 && !m->mask[ids[i]]) m->cnt[ids[i]]++, n_asg++;
+            if (ids[i] >= 0 && !m->mask[ids[i]]) {
+                const int c = ++m->cnt[ids[i]];
+                busiest = c > busiest ? c : busiest;
+                n_asg++;
+            }
+        /* A decode-sized batch (several sequences' tokens spread over most experts, 1-3 each)
+         * whose few busier repacked experts would cross to the AMX tiles (from 5 tokens) would
+         * lose the decode path for all of them; below the per-call crossover those experts stay
+         * on the matvec kernels, which read their original weights twice for 5-8 tokens, about
+         * the int8 copy's bytes. Development machine (2 threads, Qwen3-30B-A3B Q4_K, --repack,
+         * three alternations): 32 tokens 12.9-13.2 against 13.8-14.0 ms per 4 layers. */
+        m->mv_only = m->amx && m->packed && !m->no_mv_only && !m->no_decode_path &&
+                     n_asg <= DECODE_ROWS_MAX && n_asg <= (int64_t)m->p.max_tokens * 8 &&
+                     busiest < m->tile_min[0];
         /* an AMX expert with more tokens than a tile block (hm_tile_token_block) runs as parts
          * of consecutive tokens, each an active expert of its own: a part's packed activations
          * then fit the L2 of the cores that take its claims, and its claims get the fused path */
