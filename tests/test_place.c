@@ -73,17 +73,25 @@ static void check_stream_threshold(void) {
     /* the split: the CPU's time for a batch against the copy's (the H100 machine's pp512: a
      * 6.3 ms copy, 3.8 ms of CPU experts: 0.376 streams) */
     const double r = 512 / 3.8e-3;
-    CHECK(fabs(hm_place_stream_split(6.3e-3, r, 512) - 3.8 / 10.1) < 1e-9);
-    CHECK(hm_place_stream_split(6.3e-3, r, 4096) == 1.0); /* the CPU 5x slower: all */
-    CHECK(hm_place_stream_split(6.3e-3, r, 64) == 0.0);   /* too little to pay for itself */
+    CHECK(fabs(hm_place_stream_split(6.3e-3, r, 0, 512) - 3.8 / 10.1) < 1e-9);
+    /* the GPU's own 1 ms of the layer, before the CPU can start: (3.8 + 1) / 10.1 */
+    CHECK(fabs(hm_place_stream_split(6.3e-3, r, 1e-3 / 512, 512) - 4.8 / 10.1) < 1e-9);
+    CHECK(fabs(hm_place_stream_split(6.3e-3, r, 2e-3 / 256, 256) - 3.9 / 8.2) < 1e-9);
+    CHECK(hm_place_stream_split(6.3e-3, r, 6e-3 / 512, 512) == 1.0); /* 0.97: all */
+    CHECK(hm_place_stream_split(6.3e-3, r, NAN, 512) == hm_place_stream_split(6.3e-3, r, 0, 512));
+    CHECK(hm_place_stream_split(6.3e-3, r, -1, 512) == hm_place_stream_split(6.3e-3, r, 0, 512));
+    CHECK(fabs(hm_place_stream_split(6.3e-3, r, 0, 4096) - 30.4 / 36.7) < 1e-9); /* 0.83 */
+    CHECK(hm_place_stream_split(6.3e-3, r, 0, 16384) == 1.0); /* the CPU 19x slower: all */
+    CHECK(hm_place_stream_split(6.3e-3, r, 0, 64) == 0.0);    /* too little to pay for itself */
     /* the threshold for a fifth streams no batch below a fifth */
     const int t = hm_place_stream_threshold(6.3e-3 / 4, r, 9);
-    CHECK(hm_place_stream_split(6.3e-3, r, t) >= 0.2 &&
-          hm_place_stream_split(6.3e-3, r, t - 1) == 0);
-    CHECK(hm_place_stream_split(0, r, 512) == 0 && hm_place_stream_split(6.3e-3, 0, 512) == 0);
-    CHECK(hm_place_stream_split(6.3e-3, NAN, 512) == 0 &&
-          hm_place_stream_split(INFINITY, r, 9) == 0);
-    CHECK(hm_place_stream_split(6.3e-3, r, 0) == 0);
+    CHECK(hm_place_stream_split(6.3e-3, r, 0, t) >= 0.2 &&
+          hm_place_stream_split(6.3e-3, r, 0, t - 1) == 0);
+    CHECK(hm_place_stream_split(0, r, 0, 512) == 0 &&
+          hm_place_stream_split(6.3e-3, 0, 0, 512) == 0);
+    CHECK(hm_place_stream_split(6.3e-3, NAN, 0, 512) == 0 &&
+          hm_place_stream_split(INFINITY, r, 0, 9) == 0);
+    CHECK(hm_place_stream_split(6.3e-3, r, 0, 0) == 0);
     /* the rate learned from a batch: a CPU that took 2.5 ms for 60% of them at 512 tokens ran
      * all of them at 512 / 4.1667 ms; halfway between in time per token from 6.8 ms */
     const double r0 = 512 / 6.8e-3, seen = 512 / (2.5e-3 / 0.6);
@@ -95,15 +103,18 @@ static void check_stream_threshold(void) {
     double rr = r0;
     for (int i = 0; i < 40; i++) rr = hm_place_rate_update(rr, 512, 2.5e-3, 0.6);
     CHECK(fabs(rr - seen) < 1e-6 * seen);
-    CHECK(hm_place_stream_split(6.3e-3, rr, 512) < hm_place_stream_split(6.3e-3, r0, 512));
+    CHECK(hm_place_stream_split(6.3e-3, rr, 0, 512) < hm_place_stream_split(6.3e-3, r0, 0, 512));
     /* the plan: forced, split, all (after a split was seen), two thirds before one was */
-    CHECK(hm_place_stream_plan(6.3e-3, r, 512, 0.38, false) == 0.38);
-    CHECK(hm_place_stream_plan(6.3e-3, r, 512, 0, false) == hm_place_stream_split(6.3e-3, r, 512));
-    CHECK(hm_place_stream_plan(6.3e-3, r, 4096, 0, true) == 1.0);
-    CHECK(hm_place_stream_plan(6.3e-3, r, 4096, 0, false) == 2.0 / 3.0);
-    CHECK(hm_place_stream_plan(6.3e-3, r, 64, 0, true) == 1.0); /* below the split's threshold */
-    CHECK(hm_place_stream_plan(6.3e-3, r, 512, 1.5, true) == hm_place_stream_split(6.3e-3, r, 512));
-    CHECK(hm_place_stream_plan(0, r, 512, 0, true) == 1.0);
+    const double g = 1e-3 / 512;
+    CHECK(hm_place_stream_plan(6.3e-3, r, g, 512, 0.38, false) == 0.38);
+    CHECK(hm_place_stream_plan(6.3e-3, r, g, 512, 0, false) ==
+          hm_place_stream_split(6.3e-3, r, g, 512));
+    CHECK(hm_place_stream_plan(6.3e-3, r, g, 16384, 0, true) == 1.0);
+    CHECK(hm_place_stream_plan(6.3e-3, r, g, 16384, 0, false) == 2.0 / 3.0);
+    CHECK(hm_place_stream_plan(6.3e-3, r, 0, 64, 0, true) == 1.0); /* below the split's threshold */
+    CHECK(hm_place_stream_plan(6.3e-3, r, g, 512, 1.5, true) ==
+          hm_place_stream_split(6.3e-3, r, g, 512));
+    CHECK(hm_place_stream_plan(0, r, g, 512, 0, true) == 1.0);
     /* what is not an observation leaves the rate alone */
     CHECK(hm_place_rate_update(r0, 512, 0, 0.6) == r0 &&
           hm_place_rate_update(r0, 0, 1e-3, 1) == r0);

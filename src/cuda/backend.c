@@ -120,7 +120,11 @@ struct hm_cuda_ctx {
      * (timed by lw_tev on the copy stream), each over its fraction of the layer's CPU experts,
      * move lw_rate and lw_copy_s halfway at the next plan (hm_place_rate_update). The copies run
      * ahead of the layers that use them, so the copy stream and the CPU are the two sides to
-     * balance; the split they give does so wherever each side's time is affine in its fraction. */
+     * balance; the CPU's side of a layer also holds the GPU's own part before its submit
+     * (attention, router, the hand-off: from the previous layer's wait to this layer's submit,
+     * summed in lw_gap_s over lw_gap_n pairs of consecutive split layers, lw_done_ns / lw_done_il
+     * the last wait's end), whose seconds per token (lw_gpu_tok) move halfway likewise. The split
+     * they give balances the two wherever each side's time is affine in its fraction. */
     int prefill_stream; /* hm_cuda_ctx_params' */
     int stream_min;
     bool lw_on, lw_bad;
@@ -129,8 +133,9 @@ struct hm_cuda_ctx {
     int32_t *cslot, *sslot_of, *h_sslot, *s_ids;
     int *lw_nc, *lw_ns;
     double lw_force, lw_copy_s, lw_rate;
-    double lw_obs_s;
-    int lw_obs, lw_obs_tok;
+    double lw_obs_s, lw_gap_s, lw_gpu_tok;
+    int lw_obs, lw_obs_tok, lw_gap_n, lw_done_il;
+    uint64_t lw_done_ns;
     bool lw_seen; /* a split batch has been observed */
     /* the host memory of the CPU experts, registered with CUDA (page-locked, read-only) so that
      * their copies run as DMA at the link's rate instead of being staged through a pinned
@@ -736,7 +741,9 @@ static void CUDART_CB submit_cb(void *arg) {
     const bool defer =
         c->defer > 0 && !c->lw_on && il + 1 < (int)c->m->hp.n_layers && c->cpu_moe[il + 1];
     const int32_t *ids = c->h_ids;
-    if (c->lw_on && c->lw_ns[il] < c->lw_nc[il]) { /* split: the experts not streamed */
+    if (c->lw_on && c->lw_ns[il] < c->lw_nc[il]) {    /* split: the experts not streamed */
+        if (c->lw_done_ns && c->lw_done_il == il - 1) /* the GPU's own part of this layer */
+            c->lw_gap_s += (double)(hm_time_ns() - c->lw_done_ns) * 1e-9, c->lw_gap_n++;
         h->prof0 = moe_seconds(c->cpu_moe[il]);
         const int32_t *cs = c->cslot + (size_t)il * (size_t)E;
         const int ns = c->lw_ns[il];
@@ -786,6 +793,7 @@ static void CUDART_CB wait_cb(void *arg) {
             c->lw_obs_s += t * (double)nc / (double)(nc - ns);
             c->lw_obs++, c->lw_obs_tok = c->cur_n;
         }
+        c->lw_done_ns = hm_time_ns(), c->lw_done_il = il;
     }
     const size_t nh = (size_t)c->cur_n * c->m->hp.hidden;
     if (c->def_pend >= 0) { /* the previous layer's deferred experts join this layer's sum */
@@ -930,16 +938,25 @@ static hm_status lw_plan(hm_cuda_ctx *c, int n) {
         const double cpu = c->lw_obs_s / c->lw_obs, gpu = gn ? gsum / gn : c->lw_copy_s;
         const double r = hm_place_rate_update(c->lw_rate, c->lw_obs_tok, cpu, 1);
         const double g = 1.0 / hm_place_rate_update(1.0 / c->lw_copy_s, 1, gpu, 1);
+        /* the GPU's own part, in seconds per token, moves halfway too (set by the first) */
+        const double own = c->lw_gap_n ? c->lw_gap_s / c->lw_gap_n : 0,
+                     own_tok = own / c->lw_obs_tok,
+                     gt = !c->lw_gap_n        ? c->lw_gpu_tok
+                          : c->lw_gpu_tok > 0 ? 0.5 * (c->lw_gpu_tok + own_tok)
+                                              : own_tok;
         hm_log(HM_LOG_DEBUG,
                "cuda: layerwise prefill: %d layers of %d tokens, as if all of a layer's CPU "
-               "experts: the CPU %.2f ms, the copy %.2f ms; the rate %.0f -> %.0f tokens/s, the "
-               "copy %.2f -> %.2f ms",
-               c->lw_obs, c->lw_obs_tok, 1e3 * cpu, 1e3 * gpu, c->lw_rate, r, 1e3 * c->lw_copy_s,
-               1e3 * g);
-        c->lw_rate = r, c->lw_copy_s = g, c->lw_seen = true;
+               "experts: the CPU %.2f ms, the copy %.2f ms, the GPU's own part %.2f ms; the rate "
+               "%.0f -> %.0f tokens/s, the copy %.2f -> %.2f ms, the GPU's part %.2f -> %.2f us "
+               "a token",
+               c->lw_obs, c->lw_obs_tok, 1e3 * cpu, 1e3 * gpu, 1e3 * own, c->lw_rate, r,
+               1e3 * c->lw_copy_s, 1e3 * g, 1e6 * c->lw_gpu_tok, 1e6 * gt);
+        c->lw_rate = r, c->lw_copy_s = g, c->lw_gpu_tok = gt, c->lw_seen = true;
         c->lw_obs_s = 0, c->lw_obs = 0;
     }
-    const double f = hm_place_stream_plan(c->lw_copy_s, c->lw_rate, n, c->lw_force, c->lw_seen);
+    c->lw_gap_s = 0, c->lw_gap_n = 0, c->lw_done_ns = 0;
+    const double f =
+        hm_place_stream_plan(c->lw_copy_s, c->lw_rate, c->lw_gpu_tok, n, c->lw_force, c->lw_seen);
     for (int j = 0; j < c->n_lw; j++) {
         const int il = c->lw_order[j], nc = c->lw_nc[il];
         const int ns = (int)lround(f * nc);
@@ -1579,7 +1596,7 @@ static hm_status lw_setup(hm_cuda_ctx *c) {
            "ms (%.1f GB/s), the CPU computes %d tokens of them in %.1f ms; a batch of %d streams "
            "%.0f%% of them (--gpu-prefill-threshold overrides)",
            from, (double)bytes * 1e-6, copy_s * 1e3, (double)bytes / copy_s * 1e-9, nt, cpu_s * 1e3,
-           n512, 100 * hm_place_stream_split(copy_s, c->lw_rate, n512));
+           n512, 100 * hm_place_stream_split(copy_s, c->lw_rate, 0, n512));
     if (c->stream_min == INT_MAX) c->stream_min = 0;
     return HM_OK;
 }

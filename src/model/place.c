@@ -369,16 +369,19 @@ int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens) {
     return (int)n > min_tokens ? (int)n : min_tokens;
 }
 
-double hm_place_stream_split(double copy_s, double cpu_tok_s, int n) {
+double hm_place_stream_split(double copy_s, double cpu_tok_s, double gpu_s_tok, int n) {
     if (!(copy_s > 0) || !(cpu_tok_s > 0) || !isfinite(copy_s) || !isfinite(cpu_tok_s) || n < 1)
         return 0;
-    const double p = (double)n / cpu_tok_s, f = p / (copy_s + p);
-    return f > 2.0 / 3.0 ? 1.0 : f < 0.2 - 1e-9 ? 0.0 : f;
+    const double p = (double)n / cpu_tok_s,
+                 g = gpu_s_tok > 0 && isfinite(gpu_s_tok) ? (double)n * gpu_s_tok : 0,
+                 f = (p + g) / (copy_s + p);
+    return f > 0.9 ? 1.0 : f < 0.2 - 1e-9 ? 0.0 : f;
 }
 
-double hm_place_stream_plan(double copy_s, double cpu_tok_s, int n, double force, bool seen) {
+double hm_place_stream_plan(double copy_s, double cpu_tok_s, double gpu_s_tok, int n, double force,
+                            bool seen) {
     if (force > 0 && force <= 1) return force;
-    double f = hm_place_stream_split(copy_s, cpu_tok_s, n);
+    double f = hm_place_stream_split(copy_s, cpu_tok_s, gpu_s_tok, n);
     if (!(f > 0)) f = 1;
     return f >= 1 && !seen ? 2.0 / 3.0 : f;
 }

@@ -75,13 +75,16 @@ int hm_defer_split(const int32_t *ids, const float *w, int n, int k, const uint8
 int hm_place_stream_threshold(double copy_s, double cpu_tok_s, int min_tokens);
 
 /* Layerwise prefill's split: the fraction of a layer's CPU experts a batch of n tokens streams to
- * the GPU, the CPU computing the others meanwhile. P / (copy_s + P), P = n / cpu_tok_s the CPU's
- * time for all of them, so that the copy and the CPU take as long; 1 (all) above 2/3, where the
- * CPU's share no longer pays for its hand-off and for the GPU's work it waits behind; 0 (none)
- * below 1/5. 0 for rates that are not positive and finite. The CPU's experts and the copies read
- * the same memory: on the H100 machine this fraction, 0.38 at pp512, was the fastest measured
- * (bench/RESULTS.md, 2026-12-06). */
-double hm_place_stream_split(double copy_s, double cpu_tok_s, int n);
+ * the GPU, the CPU computing the others meanwhile. Per layer the copy stream works all the time
+ * (the copies run a layer ahead) but the CPU only after the GPU's own part of the layer (its
+ * attention, router and hand-off: gpu_s_tok seconds per token, 0 where unknown), so both sides
+ * take as long where f copy_s = G + (1 - f) P, G = n gpu_s_tok and P = n / cpu_tok_s the CPU's
+ * time for all of them: f = (P + G) / (copy_s + P). 1 (all) above 0.9, where the CPU's share no
+ * longer pays for its hand-off; 0 (none) below 1/5. 0 for rates that are not positive and finite
+ * (a gpu_s_tok that is not counts as 0). On the H100 machine the copies slow the CPU's share to
+ * half its lone rate (both read the same memory: bench/RESULTS.md, 2026-12-06), which the rates
+ * learned in-run (hm_place_rate_update) carry. */
+double hm_place_stream_split(double copy_s, double cpu_tok_s, double gpu_s_tok, int n);
 
 /* The fraction a layerwise batch of n tokens streams: `force` where it is in (0, 1]; else
  * hm_place_stream_split's, all where that is none (the batch passed a threshold given below the
@@ -89,7 +92,8 @@ double hm_place_stream_split(double copy_s, double cpu_tok_s, int n);
  * own timing has read the CPU slower than it runs in a batch (12-14 against 8-10 ms on the H100
  * machine), so that batch measures both sides and the next ones split by what it saw; where all
  * was right (a prompt of thousands of tokens in one batch) it costs one batch. */
-double hm_place_stream_plan(double copy_s, double cpu_tok_s, int n, double force, bool seen);
+double hm_place_stream_plan(double copy_s, double cpu_tok_s, double gpu_s_tok, int n, double force,
+                            bool seen);
 
 /* The CPU's rate through a layer's CPU experts (tokens per second) after a layerwise batch of n
  * tokens in which the CPU took cpu_s for the fraction `share` (0, 1] of them: the mean of the
