@@ -101,6 +101,14 @@ template <bool F16> __device__ __forceinline__ float kv_get(const void *c, size_
     if (F16) return __half2float(((const __half *)c)[off]);
     return ((const float *)c)[off];
 }
+// four consecutive values of a cache row (off a multiple of 4) as IEEE half bits, each rounded
+// to nearest as __float2half_rn rounds one (an f16 cache's are already half: copied)
+template <bool F16> __device__ __forceinline__ uint2 kv_get4h(const void *c, size_t off) {
+    if (F16) return *(const uint2 *)((const __half *)c + off);
+    const float4 f = *(const float4 *)((const float *)c + off);
+    const __half2 a = __floats2half2_rn(f.x, f.y), b = __floats2half2_rn(f.z, f.w);
+    return make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+}
 template <bool F16> __device__ __forceinline__ void kv_put(void *c, size_t off, float v) {
     if (F16)
         ((__half *)c)[off] = __float2half_rn(v);
