@@ -62,6 +62,17 @@ HM_HD float hm_hd_fsub(float a, float b) {
 #endif
 }
 
+/* (float)v for a code |v| < 2^22, the same value: on the device as 1.5 * 2^23 + v's bits less
+ * 1.5 * 2^23 (an integer add and a float subtract, both exact) instead of an int-to-float
+ * conversion, which runs at a quarter of the float rate and bounded the dequantizing kernels */
+HM_HD float hm_hd_code_f32(int v) {
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(__int_as_float(0x4B400000 + v), 12582912.0f);
+#else
+    return (float)v;
+#endif
+}
+
 /* uint16 number i of p (2-byte aligned on the device) */
 HM_HD uint16_t hm_hd_ld_u16(const void *p, int64_t i) {
 #ifdef __CUDA_ARCH__
@@ -199,8 +210,8 @@ HM_HD void hm_dq32_q4_0(const void *row, int64_t c, float out[32]) {
     HM_HD_UNROLL
     for (int l = 0; l < 16; l++) {
         const int q = b->qs[l];
-        out[l] = hm_hd_fmul((float)((q & 0xF) - 8), d);
-        out[l + 16] = hm_hd_fmul((float)((q >> 4) - 8), d);
+        out[l] = hm_hd_fmul(hm_hd_code_f32((q & 0xF) - 8), d);
+        out[l + 16] = hm_hd_fmul(hm_hd_code_f32((q >> 4) - 8), d);
     }
 }
 
@@ -210,8 +221,8 @@ HM_HD void hm_dq32_q4_1(const void *row, int64_t c, float out[32]) {
     HM_HD_UNROLL
     for (int l = 0; l < 16; l++) {
         const int q = b->qs[l];
-        out[l] = hm_hd_fadd(hm_hd_fmul((float)(q & 0xF), d), m);
-        out[l + 16] = hm_hd_fadd(hm_hd_fmul((float)(q >> 4), d), m);
+        out[l] = hm_hd_fadd(hm_hd_fmul(hm_hd_code_f32(q & 0xF), d), m);
+        out[l + 16] = hm_hd_fadd(hm_hd_fmul(hm_hd_code_f32(q >> 4), d), m);
     }
 }
 
@@ -229,8 +240,8 @@ HM_HD void hm_dq32_q5_0(const void *row, int64_t c, float out[32]) {
         const int q = b->qs[l];
         const int lo = (q & 0xF) | (int)((h >> l) & 1) << 4;
         const int hi = (q >> 4) | (int)((h >> (l + 16)) & 1) << 4;
-        out[l] = hm_hd_fmul((float)(lo - 16), d);
-        out[l + 16] = hm_hd_fmul((float)(hi - 16), d);
+        out[l] = hm_hd_fmul(hm_hd_code_f32(lo - 16), d);
+        out[l + 16] = hm_hd_fmul(hm_hd_code_f32(hi - 16), d);
     }
 }
 
@@ -243,8 +254,8 @@ HM_HD void hm_dq32_q5_1(const void *row, int64_t c, float out[32]) {
         const int q = b->qs[l];
         const int lo = (q & 0xF) | (int)((h >> l) & 1) << 4;
         const int hi = (q >> 4) | (int)((h >> (l + 16)) & 1) << 4;
-        out[l] = hm_hd_fadd(hm_hd_fmul((float)lo, d), m);
-        out[l + 16] = hm_hd_fadd(hm_hd_fmul((float)hi, d), m);
+        out[l] = hm_hd_fadd(hm_hd_fmul(hm_hd_code_f32(lo), d), m);
+        out[l + 16] = hm_hd_fadd(hm_hd_fmul(hm_hd_code_f32(hi), d), m);
     }
 }
 
@@ -257,8 +268,8 @@ HM_HD void hm_dq32_q8_0(const void *row, int64_t c, float out[32]) {
     HM_HD_UNROLL
     for (int l = 0; l < 16; l++) {
         const uint16_t v = q2[l];
-        out[2 * l] = hm_hd_fmul((float)(int8_t)(v & 0xFF), d);
-        out[2 * l + 1] = hm_hd_fmul((float)(int8_t)(v >> 8), d);
+        out[2 * l] = hm_hd_fmul(hm_hd_code_f32((int8_t)(v & 0xFF)), d);
+        out[2 * l + 1] = hm_hd_fmul(hm_hd_code_f32((int8_t)(v >> 8)), d);
     }
 #else
     HM_HD_UNROLL
@@ -280,7 +291,7 @@ HM_HD void hm_dq32_q2_K(const void *row, int64_t c, float out[32]) {
         const float dl = hm_hd_fmul(d, (float)(sc & 0xF)), ml = hm_hd_fmul(dmin, (float)(sc >> 4));
         HM_HD_UNROLL
         for (int l = 16 * s; l < 16 * s + 16; l++)
-            out[l] = hm_hd_fsub(hm_hd_fmul(dl, (float)((q[l] >> shift) & 3)), ml);
+            out[l] = hm_hd_fsub(hm_hd_fmul(dl, hm_hd_code_f32((q[l] >> shift) & 3)), ml);
     }
 }
 
@@ -295,7 +306,7 @@ HM_HD void hm_dq32_q3_K(const void *row, int64_t c, float out[32]) {
         HM_HD_UNROLL
         for (int l = 16 * s; l < 16 * s + 16; l++) {
             const int lo = (q[l] >> shift) & 3, hbit = (b->hmask[l] >> p) & 1; /* clear: -4 */
-            out[l] = hm_hd_fmul(dl, (float)(lo - (hbit ? 0 : 4)));
+            out[l] = hm_hd_fmul(dl, hm_hd_code_f32(lo - (hbit ? 0 : 4)));
         }
     }
 }
@@ -319,14 +330,14 @@ HM_HD void hm_dq32_q4_K(const void *row, int64_t c, float out[32]) {
         HM_HD_UNROLL
         for (int l = 0; l < 32; l++)
             out[l] = hm_hd_fsub(
-                hm_hd_fmul(d1, (float)((((w[l >> 2] >> (8 * (l & 3))) & 0xFF) >> shift) & 0xF)),
+                hm_hd_fmul(d1, hm_hd_code_f32((int)((w[l >> 2] >> (8 * (l & 3) + shift)) & 0xF))),
                 m1);
         return;
     }
 #endif
     HM_HD_UNROLL
     for (int l = 0; l < 32; l++)
-        out[l] = hm_hd_fsub(hm_hd_fmul(d1, (float)((q[l] >> shift) & 0xF)), m1);
+        out[l] = hm_hd_fsub(hm_hd_fmul(d1, hm_hd_code_f32((q[l] >> shift) & 0xF)), m1);
 }
 
 HM_HD void hm_dq32_q5_K(const void *row, int64_t c, float out[32]) {
@@ -340,7 +351,7 @@ HM_HD void hm_dq32_q5_K(const void *row, int64_t c, float out[32]) {
     HM_HD_UNROLL
     for (int l = 0; l < 32; l++) {
         const int v = ((q[l] >> shift) & 0xF) | ((b->qh[l] >> p) & 1) << 4;
-        out[l] = hm_hd_fsub(hm_hd_fmul(d1, (float)v), m1);
+        out[l] = hm_hd_fsub(hm_hd_fmul(d1, hm_hd_code_f32(v)), m1);
     }
 }
 
@@ -358,7 +369,7 @@ HM_HD void hm_dq32_q6_K(const void *row, int64_t c, float out[32]) {
         HM_HD_UNROLL
         for (int l = 16 * s; l < 16 * s + 16; l++) {
             const int q = (((ql[l] >> lshift) & 0xF) | ((qh[l] >> hshift) & 3) << 4) - 32;
-            out[l] = hm_hd_fmul(ds, (float)q);
+            out[l] = hm_hd_fmul(ds, hm_hd_code_f32(q));
         }
     }
 }
@@ -369,8 +380,8 @@ HM_HD void hm_dq32_iq4_nl(const void *row, int64_t c, float out[32]) {
     HM_HD_UNROLL
     for (int l = 0; l < 16; l++) {
         const int q = b->qs[l];
-        out[l] = hm_hd_fmul(d, (float)hm_hd_iq4nl_value(q & 0xF));
-        out[l + 16] = hm_hd_fmul(d, (float)hm_hd_iq4nl_value(q >> 4));
+        out[l] = hm_hd_fmul(d, hm_hd_code_f32(hm_hd_iq4nl_value(q & 0xF)));
+        out[l + 16] = hm_hd_fmul(d, hm_hd_code_f32(hm_hd_iq4nl_value(q >> 4)));
     }
 }
 
@@ -384,8 +395,8 @@ HM_HD void hm_dq32_iq4_xs(const void *row, int64_t c, float out[32]) {
     HM_HD_UNROLL
     for (int l = 0; l < 16; l++) {
         const int q = qs[l];
-        out[l] = hm_hd_fmul(dl, (float)hm_hd_iq4nl_value(q & 0xF));
-        out[l + 16] = hm_hd_fmul(dl, (float)hm_hd_iq4nl_value(q >> 4));
+        out[l] = hm_hd_fmul(dl, hm_hd_code_f32(hm_hd_iq4nl_value(q & 0xF)));
+        out[l + 16] = hm_hd_fmul(dl, hm_hd_code_f32(hm_hd_iq4nl_value(q >> 4)));
     }
 }
 
@@ -395,8 +406,8 @@ HM_HD void hm_dq32_mxfp4(const void *row, int64_t c, float out[32]) {
     HM_HD_UNROLL
     for (int l = 0; l < 16; l++) {
         const int q = b->qs[l];
-        out[l] = hm_hd_fmul(d, (float)hm_hd_mxfp4_value(q & 0xF));
-        out[l + 16] = hm_hd_fmul(d, (float)hm_hd_mxfp4_value(q >> 4));
+        out[l] = hm_hd_fmul(d, hm_hd_code_f32(hm_hd_mxfp4_value(q & 0xF)));
+        out[l + 16] = hm_hd_fmul(d, hm_hd_code_f32(hm_hd_mxfp4_value(q >> 4)));
     }
 }
 

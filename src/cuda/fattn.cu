@@ -8,6 +8,8 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
@@ -15,29 +17,33 @@
 
 using namespace nvcuda;
 
-enum { FA_Q = 64, FA_K = 64, FA_T = 128 };
+enum { FA_K = 64 };
+// QB query rows a block, 16 a warp: 128 (8 warps) by default, which reads each key and value
+// tile once for twice the rows of 64 (HMOE_CUDA_FA_Q=64: 64, for A/B)
 
 // 32-byte aligned rows for the fragments (pads of 8 halves / 4 floats); o, the output tile as
 // floats, reuses the key and value tiles once the last tile is done
-template <int HD> struct fa_smem {
+template <int HD, int QB> struct fa_smem {
     union {
         struct {
             __half k[FA_K][HD + 8];
             __half v[FA_K][HD + 8];
         } kv;
-        float o[FA_Q][HD + 4];
+        float o[QB][HD + 4];
     } u;
-    __half q[FA_Q][HD + 8];
-    float s[FA_Q][FA_K + 4];
-    __half p[FA_Q][FA_K + 8];
-    float m[FA_Q], l[FA_Q];
+    __half q[QB][HD + 8];
+    float s[QB][FA_K + 4];
+    __half p[QB][FA_K + 8];
+    float m[QB], l[QB];
 };
 
-template <int HD, bool F16>
-__global__ void __launch_bounds__(FA_T) fa_k(hm_cu_attn a, hm_cu_kv kv, int n, int seq, int pos0) {
+template <int HD, bool F16, int QB>
+__global__ void __launch_bounds__(2 * QB)
+    fa_k(hm_cu_attn a, hm_cu_kv kv, int n, int seq, int pos0) {
+    enum { FA_Q = QB, FA_T = 2 * QB };
     hm_pdl_start();
     extern __shared__ __align__(128) unsigned char fa_raw[];
-    fa_smem<HD> &sm = *reinterpret_cast<fa_smem<HD> *>(fa_raw);
+    fa_smem<HD, QB> &sm = *reinterpret_cast<fa_smem<HD, QB> *>(fa_raw);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int i0 = blockIdx.x * FA_Q, h = blockIdx.y;
     const int nq = n - i0 < FA_Q ? n - i0 : FA_Q;
@@ -135,16 +141,28 @@ __global__ void __launch_bounds__(FA_T) fa_k(hm_cu_attn a, hm_cu_kv kv, int n, i
     }
 }
 
-template <int HD, bool F16>
+template <int HD, bool F16, int QB>
 static cudaError_t fa_launch(const hm_cu_attn *a, const hm_cu_kv *kv, int n, int seq, int pos0,
                              cudaStream_t stream) {
-    const int bytes = (int)sizeof(fa_smem<HD>);
+    const int bytes = (int)sizeof(fa_smem<HD, QB>);
     const cudaError_t e =
-        cudaFuncSetAttribute(fa_k<HD, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        cudaFuncSetAttribute(fa_k<HD, F16, QB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
-    const dim3 grid((unsigned)((n + FA_Q - 1) / FA_Q), (unsigned)a->n_heads);
-    hm_launch(fa_k<HD, F16>, grid, FA_T, bytes, stream, *a, *kv, n, seq, pos0);
+    const dim3 grid((unsigned)((n + QB - 1) / QB), (unsigned)a->n_heads);
+    hm_launch(fa_k<HD, F16, QB>, grid, 2 * QB, bytes, stream, *a, *kv, n, seq, pos0);
     return cudaGetLastError();
+}
+
+template <int HD, bool F16>
+static cudaError_t fa_pick(const hm_cu_attn *a, const hm_cu_kv *kv, int n, int seq, int pos0,
+                           cudaStream_t stream) {
+    static int q64 = -1; /* HMOE_CUDA_FA_Q=64, read once */
+    if (q64 < 0) {
+        const char *v = getenv("HMOE_CUDA_FA_Q");
+        q64 = v && !strcmp(v, "64");
+    }
+    return q64 ? fa_launch<HD, F16, 64>(a, kv, n, seq, pos0, stream)
+               : fa_launch<HD, F16, 128>(a, kv, n, seq, pos0, stream);
 }
 
 extern "C" cudaError_t hm_cu_attention_tc(const hm_cu_attn *a, const hm_cu_kv *kv, int n, int seq,
@@ -155,8 +173,8 @@ extern "C" cudaError_t hm_cu_attention_tc(const hm_cu_attn *a, const hm_cu_kv *k
         seq < 0 || seq >= kv->n_seq || pos0 < 0 || (int64_t)pos0 + n > kv->kv_ctx)
         return cudaErrorInvalidValue;
     if (hd == 64)
-        return kv->f16 ? fa_launch<64, true>(a, kv, n, seq, pos0, stream)
-                       : fa_launch<64, false>(a, kv, n, seq, pos0, stream);
-    return kv->f16 ? fa_launch<128, true>(a, kv, n, seq, pos0, stream)
-                   : fa_launch<128, false>(a, kv, n, seq, pos0, stream);
+        return kv->f16 ? fa_pick<64, true>(a, kv, n, seq, pos0, stream)
+                       : fa_pick<64, false>(a, kv, n, seq, pos0, stream);
+    return kv->f16 ? fa_pick<128, true>(a, kv, n, seq, pos0, stream)
+                   : fa_pick<128, false>(a, kv, n, seq, pos0, stream);
 }
