@@ -238,6 +238,36 @@ __device__ __forceinline__ void dq_put(__half *d, float v) {
     *d = __float2half_rn(v);
 }
 
+// 32 dequantized values as the destination holds them, in 16-byte stores where it is aligned
+// (a lane's 32 scalar stores, 64 or 128 bytes apart across the warp, each touched a sector of
+// their own)
+__device__ __forceinline__ void dq_put32(float *d, const float v[32]) {
+    if (((uintptr_t)d & 15) == 0) {
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            ((float4 *)d)[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 32; e++) d[e] = v[e];
+}
+__device__ __forceinline__ void dq_put32(__half *d, const float v[32]) {
+    if (((uintptr_t)d & 15) == 0) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            __half2 h[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                h[u] = __floats2half2_rn(v[8 * q + 2 * u], v[8 * q + 2 * u + 1]);
+            ((uint4 *)d)[q] = make_uint4(*(const uint32_t *)&h[0], *(const uint32_t *)&h[1],
+                                         *(const uint32_t *)&h[2], *(const uint32_t *)&h[3]);
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 32; e++) d[e] = __float2half_rn(v[e]);
+}
+
 // dst row i = W row (rows ? rows[i] : row0 + i), as floats or halves (O)
 template <int T, typename O>
 __global__ void __launch_bounds__(128)
@@ -253,8 +283,7 @@ __global__ void __launch_bounds__(128)
         for (int64_t c = threadIdx.x; c < w.cols / 32; c += blockDim.x) {
             float v[32];
             hm_dq32(T, row, c, v);
-#pragma unroll
-            for (int e = 0; e < 32; e++) dq_put(d + c * 32 + e, v[e]);
+            dq_put32(d + c * 32, v);
         }
     }
 }
@@ -939,6 +968,10 @@ static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t
                                   int64_t nrows, O *dst, cudaStream_t stream) {
     if (nrows <= 0) return cudaSuccess;
     if (!HM_CU_FLOAT(w->type) && w->cols % 32) return cudaErrorInvalidValue;
+    /* a thread per 32-value chunk of a row (whole warps, at most 128): no idle warps where rows
+     * are short (2048 columns: 64 chunks) */
+    const int64_t per = HM_CU_FLOAT(w->type) ? w->cols : w->cols / 32;
+    const int nt = per >= 128 ? 128 : (int)((per + 31) / 32 * 32);
     for (int64_t r = 0; r < nrows; r += 1 << 30) { // grid x holds 2^31 - 1 blocks
         const int64_t nr = nrows - r < (1 << 30) ? nrows - r : (1 << 30);
         const int32_t *rr = rows ? rows + r : NULL;
@@ -946,7 +979,7 @@ static cudaError_t dequant_launch(const hm_cu_w *w, const int32_t *rows, int64_t
         switch (w->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
-        hm_launch(dequant_k<t, O>, (unsigned)nr, 128, 0, stream, *w, rr, row0 + r, d);             \
+        hm_launch(dequant_k<t, O>, (unsigned)nr, nt, 0, stream, *w, rr, row0 + r, d);              \
         break;
             HM_CU_TYPES(X)
 #undef X
