@@ -1798,6 +1798,7 @@ int main(void) {
                                          "deepseek/v3a",
                                          "deepseek/v3b",
                                          "deepseek/v2a",
+                                         "deepseek/v2b",
                                          "deepseek/kimi"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         check_model_gpu(models[i], false, HM_GPU_EXPERTS_FIT, HM_PLACE_UNIFORM);

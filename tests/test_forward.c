@@ -228,6 +228,44 @@ static bool logits_of(const char *path, const fixture *f, int prompt, float *lg,
 /* Writes src's tensors dequantized to F32 (metadata copied): the same weights for exact kernels. */
 /* The fixture written to GGUF by hm_convert_hf: same logits when kept in its dtype; quantized
  * versions within the KL bounds documented in docs/models.md. */
+/* A DeepSeek GGUF converted to Q8_0 (attn_k_b / attn_v_b split per head, as llama.cpp writes
+ * them) keeps both in Q8_0 for the CPU's latent attention (model.c bind_mla_quant: k_bq, v_bq);
+ * one converted to F32 has none (the copies serve). The logits of both are checked elsewhere. */
+static void check_mla_quant(const char *name) {
+    fixture f;
+    CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
+    if (!f.n_prompts) return;
+    for (int q = 0; q < 2; q++) {
+        char dir[] = "/tmp/hmoe-forward-XXXXXX", path[256];
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof path, "%s/m.gguf", dir);
+        hm_convert_params p = hm_convert_default_params();
+        p.type = q ? HM_TYPE_Q8_0 : HM_TYPE_F32;
+        p.n_threads = 2;
+        CHECK_OK(hm_convert_hf(f.dir, path, &p, NULL));
+        hm_model *m = NULL;
+        CHECK_OK(hm_model_load(path, &m));
+        if (m) {
+            const hm_hparams *hp = &m->hp;
+            int with = 0;
+            for (unsigned il = 0; il < hp->n_layers; il++) {
+                const hm_layer *L = &m->layers[il];
+                with += L->k_bq.rows == (int64_t)(hp->n_heads * hp->kv_lora_rank) &&
+                        L->k_bq.cols == (int64_t)hp->qk_nope_head_dim &&
+                        L->v_bq.rows == (int64_t)(hp->n_heads * hp->v_head_dim) &&
+                        L->v_bq.cols == (int64_t)hp->kv_lora_rank && L->k_bq.type == HM_TYPE_Q8_0;
+                CHECK_MSG(q || (!L->k_bq.rows && !L->v_bq.rows), "%s F32: layer %u has k_bq", name,
+                          il);
+            }
+            CHECK_MSG(!q || with == (int)hp->n_layers, "%s Q8_0: %d of %u layers with k_bq / v_bq",
+                      name, with, hp->n_layers);
+            hm_model_free(m);
+        }
+        unlink(path);
+        rmdir(dir);
+    }
+}
+
 static void check_converted(const char *name, int type, int experts_type, double tol,
                             double kl_mean_max, double kl_max_max) {
     fixture f;
@@ -942,6 +980,7 @@ int main(void) {
     check_model("deepseek/v3a", 1, true, HM_LOAD_MMAP, true);
     check_model("deepseek/v3b", 2, false, HM_LOAD_AUTO, false);
     check_model("deepseek/v2a", 2, false, HM_LOAD_COPY, false);
+    check_model("deepseek/v2b", 2, false, HM_LOAD_AUTO, false);
     /* Kimi-K2's layout (model_type kimi_k2): one group, scale 2.827, YaRN with mscale 1 */
     check_model("deepseek/kimi", 2, false, HM_LOAD_AUTO, false);
     check_model("deepseek/kimi", 1, true, HM_LOAD_MMAP, true);
@@ -975,6 +1014,8 @@ int main(void) {
     check_converted("glm4moe/b", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_converted("deepseek/v3a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_converted("deepseek/v2a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
+    check_converted("deepseek/v2b", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
+    check_mla_quant("deepseek/v2b");
     check_converted("deepseek/kimi", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     /* in F16: MLA's copies of attn_k_b / attn_v_b stay halves (model.c); rounded to bf16 they
      * would be 1.1e-3 to 3.8e-2 from transformers instead of 4-6e-4 */

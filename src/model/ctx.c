@@ -560,7 +560,7 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->sh = fbuf(B * H, "ctx shared expert");
     c->qa = fbuf(B * (hp->q_lora_rank ? hp->q_lora_rank : 1), "ctx q latent");
     /* MLA, per participant: the absorbed q, the latent output and a cache row in floats */
-    c->mla_scratch = fbuf(mla ? (size_t)c->nth * (2 * hp->kv_lora_rank + c->kv_dim + 64) : 1,
+    c->mla_scratch = fbuf(mla ? (size_t)c->nth * hm_mla_scratch_floats(hp, c->kv_dim) : 1,
                           "ctx latent attention");
     size_t K = hp->n_experts_used ? hp->n_experts_used : 1;
     c->w = calloc(B * K, sizeof(float));

@@ -11,8 +11,10 @@
  * rounding. scale = qk_head_dim^-0.5, times mscale^2 under YaRN with mscale_all_dim. The rotary
  * dimensions are interleaved pairs (transformers' rope_interleave, llama.cpp's deepseek2). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cpu/matvec.h"
 #include "cpu/ops.h"
 #include "model/ctx_int.h"
 #include "model/graph.h"
@@ -35,7 +37,15 @@ typedef struct mla_job {
     float scale;
     size_t scratch; /* floats per participant */
     mla_ops ops;
+    hm_vec_dot_fn kdot, vdot; /* the quantized k_bq / v_bq's kernels (NULL: the copies) */
 } mla_job;
+
+/* Floats of a participant's scratch: the absorbed q and the latent output (kv_lora each), a
+ * cache row in floats, and an activation converted for k_bq / v_bq (at most kv_lora floats' bytes
+ * for every activation type of a whole number of blocks; checked in hm_ctx_run_mla) */
+size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim) {
+    return 3 * (size_t)hp->kv_lora_rank + kv_dim + 128;
+}
 
 /* token i: the latent normed, both rotary parts rotated, [c, k_pe] into the cache */
 static void mla_store(hm_ctx *c, int i, void *arg) {
@@ -97,14 +107,22 @@ static void mla_attend(int ith, int nth, void *arg) {
     const int kvl = (int)hp->kv_lora_rank, rope = (int)hp->qk_rope_head_dim;
     const int nh = (int)hp->n_heads, hd = (int)hp->head_dim, nope = (int)hp->qk_nope_head_dim;
     const int vd = (int)hp->v_head_dim;
-    float *qc = c->mla_scratch + (size_t)ith * j->scratch, *oc = qc + kvl, *tmp = oc + kvl;
+    float *qc = c->mla_scratch + (size_t)ith * j->scratch, *oc = qc + kvl, *tmp = oc + kvl,
+          *xq = tmp + c->kv_dim + 64;
+    const hm_matrix *kq = &j->L->k_bq, *vq = &j->L->v_bq;
     const size_t row_bytes = c->kv_dim * c->kv_elem;
     for (int item = ith; item < j->n * nh; item += nth) {
         const int t = item / nh, h = item % nh;
         const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd, *qpe = q + nope;
         const uint32_t kt = j->L->k_b_type, vt = j->L->v_b_type;
-        /* the absorbed query: q_nope . K_h */
-        rows_product(op, j->L->k_b, kt, (size_t)h * nope * kvl, nope, kvl, q, qc);
+        /* the absorbed query: q_nope . K_h (row r of the file's head is K_h's column r) */
+        if (j->kdot) {
+            (void)hm_act_convert(kq->type, q, xq, nope); /* whole blocks: bind_mla_quant */
+            const uint8_t *w = (const uint8_t *)kq->data + (size_t)h * kvl * kq->row_bytes;
+            for (int r = 0; r < kvl; r++) qc[r] = j->kdot(nope, w + (size_t)r * kq->row_bytes, xq);
+        } else {
+            rows_product(op, j->L->k_b, kt, (size_t)h * nope * kvl, nope, kvl, q, qc);
+        }
         /* one pass over the positions with an online softmax: each cache row (converted once
          * when it is in halves) gives its score and its share of the weighted latent */
         const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
@@ -128,7 +146,13 @@ static void mla_attend(int ith, int nth, void *arg) {
         op->scale(kvl, (float)(1.0 / sum), oc);
         float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
         /* the head's value: V_h o_c */
-        rows_product(op, j->L->v_b, vt, (size_t)h * kvl * vd, kvl, vd, oc, out);
+        if (j->vdot) {
+            (void)hm_act_convert(vq->type, oc, xq, kvl);
+            const uint8_t *w = (const uint8_t *)vq->data + (size_t)h * vd * vq->row_bytes;
+            for (int d = 0; d < vd; d++) out[d] = j->vdot(kvl, w + (size_t)d * vq->row_bytes, xq);
+        } else {
+            rows_product(op, j->L->v_b, vt, (size_t)h * kvl * vd, kvl, vd, oc, out);
+        }
     }
 }
 
@@ -161,8 +185,23 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
     }
     hm_ctx_matmul(c, &L->wkv_a, xn, n, c->k);
     const float scale = hm_mla_scale(hp);
-    /* per participant: the absorbed q, the latent output, a cache row in floats (ctx.c) */
-    mla_job j = {c, L, nd->il, n, scale, 2 * hp->kv_lora_rank + c->kv_dim + 64, mla_ops_get()};
+    mla_job j = {c,    L,   nd->il, n, scale, hm_mla_scratch_floats(hp, c->kv_dim), mla_ops_get(),
+                 NULL, NULL};
+    static int off = -1; /* HMOE_MLA_QUANT=0: the copies always (A/B), read once */
+    if (off < 0) {
+        const char *e = getenv("HMOE_MLA_QUANT");
+        off = e && !strcmp(e, "0");
+    }
+    if (!off && L->k_bq.rows && L->v_bq.rows) { /* the quantized split tensors, where they fit */
+        const size_t room = sizeof(float) * (size_t)(hp->kv_lora_rank + 64);
+        const hm_cpu_ops *o = hm_cpu_ops_or_ref();
+        if (hm_act_bytes(L->k_bq.type, hp->qk_nope_head_dim) <= room &&
+            hm_act_bytes(L->v_bq.type, hp->kv_lora_rank) <= room) {
+            j.kdot = hm_vec_dot_for(o, L->k_bq.type);
+            j.vdot = hm_vec_dot_for(o, L->v_bq.type);
+            if (!j.kdot || !j.vdot) j.kdot = j.vdot = NULL;
+        }
+    }
     hm_ctx_for_tokens(c, n, mla_store, &j); /* every token's cache row before any attends */
     hm_pool_run(c->pool, mla_attend, &j);
     return HM_OK;

@@ -434,6 +434,40 @@ static void mla_copy_store(void *dst, uint32_t t, uint64_t at, const float *x, u
         b[i] = t == HM_TYPE_F16 ? hm_f32_to_f16(x[i]) : hm_f32_to_bf16(x[i]);
 }
 
+/* The split attn_k_b (nh heads of kvl rows of nope) and attn_v_b (nh heads of vd rows of kvl) as
+ * two quantized matrices of stacked heads (L->k_bq, L->v_bq), where both are of a quantized type
+ * with CPU kernels and whole blocks per row; else neither (rows 0) and mla.c uses the copies. */
+static hm_status bind_mla_quant(hm_model *m, hm_layer *L, const tview *kb, const tview *vb) {
+    const hm_hparams *hp = &m->hp;
+    const uint64_t nh = hp->n_heads, kvl = hp->kv_lora_rank, nope = hp->qk_nope_head_dim,
+                   vd = hp->v_head_dim;
+    const tview *v[2] = {kb, vb};
+    const uint64_t rows[2] = {nh * kvl, nh * vd}, cols[2] = {nope, kvl};
+    hm_matrix *out[2] = {&L->k_bq, &L->v_bq};
+    const void *base[2];
+    for (int i = 0; i < 2; i++) {
+        const uint32_t t = v[i]->type;
+        uint64_t rb, ab;
+        if (t == HM_TYPE_F32 || t == HM_TYPE_F16 || t == HM_TYPE_BF16 ||
+            hm_kernel_check(t, v[i]->name) != HM_OK || !hm_type_row_bytes(t, cols[i], &rb) ||
+            !hm_type_row_bytes(hm_act_type(t), cols[i], &ab)) {
+            hm_error_clear();
+            return HM_OK;
+        }
+        base[i] = aligned_data(m, v[i], v[i]->data, (size_t)rb * (size_t)rows[i]);
+        if (!base[i]) return HM_ERR_NO_MEMORY;
+    }
+    hm_matrix k, vv;
+    hm_status st = hm_matrix_init(&k, kb->type, base[0], (int64_t)rows[0], (int64_t)cols[0]);
+    if (!st) st = hm_matrix_init(&vv, vb->type, base[1], (int64_t)rows[1], (int64_t)cols[1]);
+    if (st) {
+        hm_error_clear();
+        return HM_OK;
+    }
+    *out[0] = k, *out[1] = vv;
+    return HM_OK;
+}
+
 /* MLA's attention tensors (model.h): q (or its low-rank pair), the latent's projection and norm,
  * and per head the key's up-projection transposed and the value's, as 32- or 16-bit copies: from
  * llama.cpp's split attn_k_b / attn_v_b, or from one kv_b ([heads * (nope + v)][kv_lora]: HF's
@@ -473,6 +507,7 @@ static hm_status bind_mla(hm_model *m, hm_layer *L, unsigned il) {
             return st;
     }
     if (m->checking) return HM_OK;
+    if (split && (st = bind_mla_quant(m, L, &kb, &vb))) return st;
     /* k_b[h] [nope][kv_lora] (the key's up-projection as HF stores it) and v_b[h] [kv_lora][v]
      * (the value's, transposed): both read row by row in mla.c's inner loops, every token */
     const uint32_t kt = mla_copy_type(split ? kb.type : kv.type);

@@ -38,6 +38,10 @@ typedef struct hm_layer {
     const float *q_a_norm, *kv_a_norm;
     const void *k_b, *v_b;
     uint32_t k_b_type, v_b_type; /* HM_TYPE_F32, HM_TYPE_F16 or HM_TYPE_BF16 */
+    /* a GGUF's split attn_k_b [heads * kv_lora][nope] and attn_v_b [heads * v_head][kv_lora] as
+     * the file holds them, where both are quantized types the CPU kernels multiply (rows 0:
+     * not): the CPU's latent attention multiplies these, half the bytes of the BF16 copies */
+    hm_matrix k_bq, v_bq;
     bool moe;
     hm_matrix router;        /* [n_experts][hidden] */
     const float *exp_bias;   /* [n_experts] e_score_correction_bias (sigmoid routers), or NULL */
@@ -71,6 +75,8 @@ typedef struct hm_model {
 /* MLA's score scale: qk_head_dim^-0.5, times mscale^2 under YaRN with mscale_all_dim (every
  * backend's latent attention uses it; mla.c) */
 float hm_mla_scale(const hm_hparams *hp);
+/* floats of each thread's scratch for the CPU's latent attention (mla.c) */
+size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim);
 
 /* ---- context: KV cache + forward ------------------------------------------------------------ */
 

@@ -72,6 +72,15 @@ MODELS = {
         n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=2, first_k_dense_replace=1,
         topk_method="greedy", routed_scaling_factor=2.0, norm_topk_prob=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # V2 with 32-wide nope and value heads and a 64-wide latent: converted to Q8_0, attn_k_b and
+    # attn_v_b have whole 32-value blocks per row, so the CPU multiplies them quantized
+    "v2b": (DeepseekV2Config, DeepseekV2ForCausalLM, dict(
+        seed=55, vocab_size=320, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
+        kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
+        n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+        topk_method="greedy", routed_scaling_factor=1.0, norm_topk_prob=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
 }
 
 def make(name, entry):
