@@ -9,8 +9,6 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cuda/common.cuh"
 #include "cuda/dq.h"
@@ -34,16 +32,7 @@ struct smem_t {
 
 // 8 warps as 4 (rows) x 2 (tokens), each 32 x 32 of the 128 x 64 tile in 2 x 2 fragments; per 64
 // columns every thread dequantizes one 32-value chunk of the weights and converts 16 activations
-// pf: the block's 128 rows asked of L2 at its start (a dense matrix's before hm_pdl_start, an
-// expert's once the tile names it), so that the K steps' loads find them there instead of each
-// waiting for memory in turn
-template <int T>
-__global__ void __launch_bounds__(MMQ_T) mmq_k(hm_cu_w w, hm_cu_mmq_args a, bool pf) {
-    const int64_t r0 = (int64_t)blockIdx.x * TM;
-    const int64_t nrow = w.rows - r0 < TM ? w.rows - r0 : TM;
-    if (pf && !a.tile_e)
-        hm_prefetch_l2((const uint8_t *)w.data + r0 * (int64_t)w.row_bytes,
-                       (size_t)nrow * w.row_bytes);
+template <int T> __global__ void __launch_bounds__(MMQ_T) mmq_k(hm_cu_w w, hm_cu_mmq_args a) {
     hm_pdl_start();
     __shared__ __align__(32) smem_t sm;
     const int tid = threadIdx.x, warp = tid >> 5;
@@ -56,8 +45,8 @@ __global__ void __launch_bounds__(MMQ_T) mmq_k(hm_cu_w w, hm_cu_mmq_args a, bool
         i0 = blockIdx.y * TN;
         ni = a.n_items - i0 < TN ? a.n_items - i0 : TN;
     }
+    const int64_t r0 = (int64_t)blockIdx.x * TM;
     const uint8_t *wb = (const uint8_t *)w.data + (size_t)e * w.estride;
-    if (pf && a.tile_e) hm_prefetch_l2(wb + r0 * (int64_t)w.row_bytes, (size_t)nrow * w.row_bytes);
     if (tid < TN) sm.xrow[tid] = tid < ni ? (a.xrow ? a.xrow[i0 + tid] : i0 + tid) : -1;
     __syncthreads();
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
@@ -140,15 +129,10 @@ extern "C" cudaError_t hm_cu_mmq(const hm_cu_w *w, const hm_cu_mmq_args *a, int 
     const int tiles = a->tile_e ? max_tiles : (a->n_items + TN - 1) / TN;
     if (tiles <= 0) return cudaSuccess;
     const dim3 grid((unsigned)((w->rows + TM - 1) / TM), (unsigned)tiles);
-    static int pf = -1; /* HMOE_CUDA_MMQ_PF=0: no L2 prefetch (A/B), read once */
-    if (pf < 0) {
-        const char *v = getenv("HMOE_CUDA_MMQ_PF");
-        pf = !(v && !strcmp(v, "0"));
-    }
     switch (w->type) {
 #define X(t)                                                                                       \
     case t:                                                                                        \
-        hm_launch(mmq_k<t>, grid, MMQ_T, 0, stream, *w, *a, pf != 0);                              \
+        hm_launch(mmq_k<t>, grid, MMQ_T, 0, stream, *w, *a);                                       \
         break;
         HM_MMQ_TYPES(X)
 #undef X
