@@ -16,6 +16,7 @@
 
 #include "cpu/matvec.h"
 #include "cpu/ops.h"
+#include "core/pool.h"
 #include "model/ctx_int.h"
 #include "model/graph.h"
 #include "quant/fp16.h"
@@ -38,13 +39,20 @@ typedef struct mla_job {
     size_t scratch; /* floats per participant */
     mla_ops ops;
     hm_vec_dot_fn kdot, vdot; /* the quantized k_bq / v_bq's kernels (NULL: the copies) */
+    int group;                /* heads an item takes (1..MLA_GROUP) */
 } mla_job;
 
-/* Floats of a participant's scratch: the absorbed q and the latent output (kv_lora each), a
- * cache row in floats, and an activation converted for k_bq / v_bq (at most kv_lora floats' bytes
- * for every activation type of a whole number of blocks; checked in hm_ctx_run_mla) */
+/* the most heads an item takes, and the positions a block holds (mla_attend) */
+#define MLA_GROUP 16
+#define MLA_BLOCK 16
+
+/* Floats of a participant's scratch: per head of a group its joined query (kv_dim) and latent
+ * output (kv_lora) and a block's scores, a block of cache rows in floats, and an activation
+ * converted for k_bq / v_bq (at most kv_lora + 64 floats' bytes for every activation type of a
+ * whole number of blocks; checked in hm_ctx_run_mla) */
 size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim) {
-    return 3 * (size_t)hp->kv_lora_rank + kv_dim + 128;
+    return MLA_GROUP * (kv_dim + (size_t)hp->kv_lora_rank + MLA_BLOCK) + MLA_BLOCK * kv_dim +
+           (size_t)hp->kv_lora_rank + 128;
 }
 
 /* token i: the latent normed, both rotary parts rotated, [c, k_pe] into the cache */
@@ -98,7 +106,11 @@ static void rows_product(const mla_ops *op, const void *base, uint32_t t, size_t
     for (int r = 0; r < rows; r++) op->axpy(cols, x[r], w + (size_t)r * cols, y);
 }
 
-/* participant ith of nth: (token, head) items ith, ith + nth, ... */
+/* Items are (token, group of up to `group` heads): ith, ith + nth, ... Each head's query is
+ * absorbed into the latent and joined by its rotary part (qcat: [head][kv_dim], the cache row's
+ * layout), then the group walks the token's positions in blocks of MLA_BLOCK: each cache row is
+ * read (converted once when it is in halves) for all the group's heads while it is in L1, and
+ * each head's online softmax rescales at most once a block. Then each head's value V_h o_c. */
 static void mla_attend(int ith, int nth, void *arg) {
     const mla_job *j = arg;
     hm_ctx *c = j->c;
@@ -106,52 +118,76 @@ static void mla_attend(int ith, int nth, void *arg) {
     const hm_hparams *hp = &c->m->hp;
     const int kvl = (int)hp->kv_lora_rank, rope = (int)hp->qk_rope_head_dim;
     const int nh = (int)hp->n_heads, hd = (int)hp->head_dim, nope = (int)hp->qk_nope_head_dim;
-    const int vd = (int)hp->v_head_dim;
-    float *qc = c->mla_scratch + (size_t)ith * j->scratch, *oc = qc + kvl, *tmp = oc + kvl,
-          *xq = tmp + c->kv_dim + 64;
+    const int vd = (int)hp->v_head_dim, G = j->group, ng = (nh + G - 1) / G;
+    const size_t kd = c->kv_dim, row_bytes = kd * c->kv_elem;
+    float *qcat = c->mla_scratch + (size_t)ith * j->scratch, *oc = qcat + (size_t)MLA_GROUP * kd,
+          *sc = oc + (size_t)MLA_GROUP * kvl, *tmp = sc + MLA_GROUP * MLA_BLOCK,
+          *xq = tmp + (size_t)MLA_BLOCK * kd;
+    float mx[MLA_GROUP];
+    double sum[MLA_GROUP];
     const hm_matrix *kq = &j->L->k_bq, *vq = &j->L->v_bq;
-    const size_t row_bytes = c->kv_dim * c->kv_elem;
-    for (int item = ith; item < j->n * nh; item += nth) {
-        const int t = item / nh, h = item % nh;
-        const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd, *qpe = q + nope;
-        const uint32_t kt = j->L->k_b_type, vt = j->L->v_b_type;
-        /* the absorbed query: q_nope . K_h (row r of the file's head is K_h's column r) */
-        if (j->kdot) {
-            (void)hm_act_convert(kq->type, q, xq, nope); /* whole blocks: bind_mla_quant */
-            const uint8_t *w = (const uint8_t *)kq->data + (size_t)h * kvl * kq->row_bytes;
-            for (int r = 0; r < kvl; r++) qc[r] = j->kdot(nope, w + (size_t)r * kq->row_bytes, xq);
-        } else {
-            rows_product(op, j->L->k_b, kt, (size_t)h * nope * kvl, nope, kvl, q, qc);
+    const uint32_t kt = j->L->k_b_type, vt = j->L->v_b_type;
+    for (int item = ith; item < j->n * ng; item += nth) {
+        const int t = item / ng, h0 = item % ng * G, nh_g = nh - h0 < G ? nh - h0 : G;
+        for (int g = 0; g < nh_g; g++) {
+            const int h = h0 + g;
+            const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
+            float *qc = qcat + (size_t)g * kd;
+            /* the absorbed query: q_nope . K_h (row r of the file's head is K_h's column r) */
+            if (j->kdot) {
+                (void)hm_act_convert(kq->type, q, xq, nope); /* whole blocks: bind_mla_quant */
+                const uint8_t *w = (const uint8_t *)kq->data + (size_t)h * kvl * kq->row_bytes;
+                for (int r = 0; r < kvl; r++)
+                    qc[r] = j->kdot(nope, w + (size_t)r * kq->row_bytes, xq);
+            } else {
+                rows_product(op, j->L->k_b, kt, (size_t)h * nope * kvl, nope, kvl, q, qc);
+            }
+            memcpy(qc + kvl, q + nope, sizeof(float) * (size_t)rope);
+            mx[g] = -INFINITY, sum[g] = 0.0;
+            memset(oc + (size_t)g * kvl, 0, sizeof(float) * (size_t)kvl);
         }
-        /* one pass over the positions with an online softmax: each cache row (converted once
-         * when it is in halves) gives its score and its share of the weighted latent */
         const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
         const int np = c->pos[t] + 1;
-        float mx = -INFINITY;
-        double sum = 0.0;
-        for (int a = 0; a < kvl; a++) oc[a] = 0.0f;
-        for (int p = 0; p < np; p++) {
-            const float *row = cache_row(c, op, base + (size_t)p * row_bytes, tmp);
-            const float s = (op->dot(kvl, row, qc) + op->dot(rope, row + kvl, qpe)) * j->scale;
-            if (s > mx) { /* a new maximum: what was summed is rescaled to it */
-                const float r = expf(mx - s);
-                sum *= r;
-                op->scale(kvl, r, oc);
-                mx = s;
+        for (int p0 = 0; p0 < np; p0 += MLA_BLOCK) {
+            const int nb = np - p0 < MLA_BLOCK ? np - p0 : MLA_BLOCK;
+            const float *row[MLA_BLOCK];
+            for (int b = 0; b < nb; b++)
+                row[b] =
+                    cache_row(c, op, base + (size_t)(p0 + b) * row_bytes, tmp + (size_t)b * kd);
+            for (int g = 0; g < nh_g; g++) {
+                const float *qc = qcat + (size_t)g * kd;
+                float *s = sc + g * MLA_BLOCK, *o = oc + (size_t)g * kvl, bm = -INFINITY;
+                for (int b = 0; b < nb; b++) {
+                    s[b] = op->dot((int64_t)kd, row[b], qc) * j->scale;
+                    bm = s[b] > bm ? s[b] : bm;
+                }
+                if (bm > mx[g]) { /* a new maximum: what was summed is rescaled to it */
+                    const float r = expf(mx[g] - bm);
+                    sum[g] *= r;
+                    op->scale(kvl, r, o);
+                    mx[g] = bm;
+                }
+                for (int b = 0; b < nb; b++) {
+                    const float wp = expf(s[b] - mx[g]);
+                    sum[g] += wp;
+                    op->axpy(kvl, wp, row[b], o);
+                }
             }
-            const float wp = expf(s - mx);
-            sum += wp;
-            op->axpy(kvl, wp, row, oc);
         }
-        op->scale(kvl, (float)(1.0 / sum), oc);
-        float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
-        /* the head's value: V_h o_c */
-        if (j->vdot) {
-            (void)hm_act_convert(vq->type, oc, xq, kvl);
-            const uint8_t *w = (const uint8_t *)vq->data + (size_t)h * vd * vq->row_bytes;
-            for (int d = 0; d < vd; d++) out[d] = j->vdot(kvl, w + (size_t)d * vq->row_bytes, xq);
-        } else {
-            rows_product(op, j->L->v_b, vt, (size_t)h * kvl * vd, kvl, vd, oc, out);
+        for (int g = 0; g < nh_g; g++) {
+            const int h = h0 + g;
+            float *o = oc + (size_t)g * kvl;
+            op->scale(kvl, (float)(1.0 / sum[g]), o);
+            float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
+            /* the head's value: V_h o_c */
+            if (j->vdot) {
+                (void)hm_act_convert(vq->type, o, xq, kvl);
+                const uint8_t *w = (const uint8_t *)vq->data + (size_t)h * vd * vq->row_bytes;
+                for (int d = 0; d < vd; d++)
+                    out[d] = j->vdot(kvl, w + (size_t)d * vq->row_bytes, xq);
+            } else {
+                rows_product(op, j->L->v_b, vt, (size_t)h * kvl * vd, kvl, vd, o, out);
+            }
         }
     }
 }
@@ -185,8 +221,22 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
     }
     hm_ctx_matmul(c, &L->wkv_a, xn, n, c->k);
     const float scale = hm_mla_scale(hp);
-    mla_job j = {c,    L,   nd->il, n, scale, hm_mla_scratch_floats(hp, c->kv_dim), mla_ops_get(),
-                 NULL, NULL};
+    /* heads per item: as many as leave every thread an item (decode on 2 threads: 8 heads read
+     * each cache row once, where each head read it alone), at most MLA_GROUP */
+    const int nth = hm_pool_size(c->pool);
+    const long per = (long)hp->n_heads * n / (nth > 0 ? nth : 1);
+    mla_job j = {c,
+                 L,
+                 nd->il,
+                 n,
+                 scale,
+                 hm_mla_scratch_floats(hp, c->kv_dim),
+                 mla_ops_get(),
+                 NULL,
+                 NULL,
+                 per < 1           ? 1
+                 : per > MLA_GROUP ? MLA_GROUP
+                                   : (int)per};
     static int off = -1; /* HMOE_MLA_QUANT=0: the copies always (A/B), read once */
     if (off < 0) {
         const char *e = getenv("HMOE_MLA_QUANT");
