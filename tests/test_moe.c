@@ -633,11 +633,15 @@ static void test_decode_mv(hm_pool *pool) {
         for (int64_t i = 0; i < n * m.H; i++) diff += memcmp(&oa[i], &ob[i], sizeof(float)) != 0;
         CHECK_MSG(diff == 0, "decode mv: %lld outputs differ from the per-call engine's",
                   (long long)diff);
-        CHECK_MSG(st[0].dec_jobs > 0 && st[0].down_ops == 0 && st[0].glu_ops == 0,
-                  "decode mv: %llu decode participations, %.0f / %.0f tile ops",
-                  (unsigned long long)st[0].dec_jobs, st[0].glu_ops, st[0].down_ops);
+        /* below the per-call crossover (HMOE_TILE_MIN_TOKENS=5, moe_tiles: at it, so both
+         * engines take the tiles, which give the same bits: test_repack) */
         const hm_cpu_ops *ops = NULL;
-        if (hm_cpu_ops_get(&ops) == HM_OK && ops->i8_down_acc)
+        const bool got = hm_cpu_ops_get(&ops) == HM_OK;
+        if (got && busiest < hm_tile_min_tokens(ops, HM_TYPE_Q4_K, false))
+            CHECK_MSG(st[0].dec_jobs > 0 && st[0].down_ops == 0 && st[0].glu_ops == 0,
+                      "decode mv: %llu decode participations, %.0f / %.0f tile ops",
+                      (unsigned long long)st[0].dec_jobs, st[0].glu_ops, st[0].down_ops);
+        if (got && ops->i8_down_acc)
             CHECK_MSG(st[2].dec_jobs == 0 && st[2].down_ops > 0,
                       "HMOE_MOE_DECODE_MV=0: %llu decode participations, %.0f down tile ops",
                       (unsigned long long)st[2].dec_jobs, st[2].down_ops);
