@@ -234,7 +234,7 @@ static bool logits_of(const char *path, const fixture *f, int prompt, float *lg,
 static void check_mla_quant(const char *name) {
     fixture f;
     CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
-    if (!f.n_prompts) return;
+    if (!f.n_prompts) return free_fixture(&f);
     for (int q = 0; q < 2; q++) {
         char dir[] = "/tmp/hmoe-forward-XXXXXX", path[256];
         CHECK(mkdtemp(dir) != NULL);
@@ -264,6 +264,7 @@ static void check_mla_quant(const char *name) {
         unlink(path);
         rmdir(dir);
     }
+    free_fixture(&f);
 }
 
 static void check_converted(const char *name, int type, int experts_type, double tol,
