@@ -29,6 +29,8 @@ typedef struct mla_ops {
                      float *y);
     void (*scale)(int64_t n, float a, float *x);
     void (*f16)(int64_t n, const uint16_t *x, float *y);
+    void (*pv)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
+               size_t o_stride);
 } mla_ops;
 
 typedef struct mla_job {
@@ -46,13 +48,14 @@ typedef struct mla_job {
 #define MLA_GROUP 16
 #define MLA_BLOCK 16
 
-/* Floats of a participant's scratch: per head of a group its joined query (kv_dim) and latent
- * output (kv_lora) and a block's scores, a block of cache rows in floats, and an activation
- * converted for k_bq / v_bq (at most kv_lora + 64 floats' bytes for every activation type of a
- * whole number of blocks; checked in hm_ctx_run_mla) */
+/* Floats of a participant's scratch: per head of a group its joined query and its latent output
+ * (kv_dim each: a whole block's weighted rows are summed over the full row, whose rotary tail is
+ * not used) and a block's scores, a block of cache rows in floats, and an activation converted
+ * for k_bq / v_bq (at most kv_lora + 64 floats' bytes for every activation type of a whole
+ * number of blocks; checked in hm_ctx_run_mla) */
 size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim) {
-    return MLA_GROUP * (kv_dim + (size_t)hp->kv_lora_rank + MLA_BLOCK) + MLA_BLOCK * kv_dim +
-           (size_t)hp->kv_lora_rank + 128;
+    return MLA_GROUP * (2 * kv_dim + MLA_BLOCK) + MLA_BLOCK * kv_dim + (size_t)hp->kv_lora_rank +
+           128;
 }
 
 /* token i: the latent normed, both rotary parts rotated, [c, k_pe] into the cache */
@@ -80,10 +83,12 @@ static void mla_store(hm_ctx *c, int i, void *arg) {
 static mla_ops mla_ops_get(void) {
     const hm_cpu_ops *o = NULL, *r = &hm_ops_ref;
     if (hm_cpu_ops_get(&o) != HM_OK) o = r;
-    return (mla_ops){
-        o->vec_dot[HM_TYPE_F32] ? o->vec_dot[HM_TYPE_F32] : r->vec_dot[HM_TYPE_F32],
-        o->axpy_f32 ? o->axpy_f32 : r->axpy_f32, o->gemv_t_h ? o->gemv_t_h : r->gemv_t_h,
-        o->scale_f32 ? o->scale_f32 : r->scale_f32, o->f16_to_f32 ? o->f16_to_f32 : r->f16_to_f32};
+    return (mla_ops){o->vec_dot[HM_TYPE_F32] ? o->vec_dot[HM_TYPE_F32] : r->vec_dot[HM_TYPE_F32],
+                     o->axpy_f32 ? o->axpy_f32 : r->axpy_f32,
+                     o->gemv_t_h ? o->gemv_t_h : r->gemv_t_h,
+                     o->scale_f32 ? o->scale_f32 : r->scale_f32,
+                     o->f16_to_f32 ? o->f16_to_f32 : r->f16_to_f32,
+                     o->pv_block16 ? o->pv_block16 : r->pv_block16};
 }
 
 /* a cache row as floats: the row itself, or converted into tmp */
@@ -121,7 +126,7 @@ static void mla_attend(int ith, int nth, void *arg) {
     const int vd = (int)hp->v_head_dim, G = j->group, ng = (nh + G - 1) / G;
     const size_t kd = c->kv_dim, row_bytes = kd * c->kv_elem;
     float *qcat = c->mla_scratch + (size_t)ith * j->scratch, *oc = qcat + (size_t)MLA_GROUP * kd,
-          *sc = oc + (size_t)MLA_GROUP * kvl, *tmp = sc + MLA_GROUP * MLA_BLOCK,
+          *sc = oc + (size_t)MLA_GROUP * kd, *tmp = sc + MLA_GROUP * MLA_BLOCK,
           *xq = tmp + (size_t)MLA_BLOCK * kd;
     float mx[MLA_GROUP];
     double sum[MLA_GROUP];
@@ -144,7 +149,7 @@ static void mla_attend(int ith, int nth, void *arg) {
             }
             memcpy(qc + kvl, q + nope, sizeof(float) * (size_t)rope);
             mx[g] = -INFINITY, sum[g] = 0.0;
-            memset(oc + (size_t)g * kvl, 0, sizeof(float) * (size_t)kvl);
+            memset(oc + (size_t)g * kd, 0, sizeof(float) * kd);
         }
         const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
         const int np = c->pos[t] + 1;
@@ -156,7 +161,7 @@ static void mla_attend(int ith, int nth, void *arg) {
                     cache_row(c, op, base + (size_t)(p0 + b) * row_bytes, tmp + (size_t)b * kd);
             for (int g = 0; g < nh_g; g++) {
                 const float *qc = qcat + (size_t)g * kd;
-                float *s = sc + g * MLA_BLOCK, *o = oc + (size_t)g * kvl, bm = -INFINITY;
+                float *s = sc + g * MLA_BLOCK, *o = oc + (size_t)g * kd, bm = -INFINITY;
                 for (int b = 0; b < nb; b++) {
                     s[b] = op->dot((int64_t)kd, row[b], qc) * j->scale;
                     bm = s[b] > bm ? s[b] : bm;
@@ -167,16 +172,19 @@ static void mla_attend(int ith, int nth, void *arg) {
                     op->scale(kvl, r, o);
                     mx[g] = bm;
                 }
-                for (int b = 0; b < nb; b++) {
-                    const float wp = expf(s[b] - mx[g]);
-                    sum[g] += wp;
-                    op->axpy(kvl, wp, row[b], o);
+                for (int b = 0; b < nb; b++) { /* the block's weights, in s */
+                    s[b] = expf(s[b] - mx[g]);
+                    sum[g] += s[b];
+                    if (nb < MLA_BLOCK) op->axpy(kvl, s[b], row[b], o);
                 }
             }
+            /* a whole block: its 16 rows lie one after another (the cache's, or tmp's), and
+             * every head's weighted sum of them is one call with the accumulators in registers */
+            if (nb == MLA_BLOCK) op->pv(sc, MLA_BLOCK, nh_g, row[0], (int)kd, oc, kd);
         }
         for (int g = 0; g < nh_g; g++) {
             const int h = h0 + g;
-            float *o = oc + (size_t)g * kvl;
+            float *o = oc + (size_t)g * kd;
             op->scale(kvl, (float)(1.0 / sum[g]), o);
             float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
             /* the head's value: V_h o_c */
