@@ -23,7 +23,8 @@
 
 /* the CPU kernel table's vector loops (each variant's, or plain C's where it has none) */
 typedef struct mla_ops {
-    hm_vec_dot_fn dot; /* float . float */
+    hm_vec_dot_fn dot;    /* float . float */
+    hm_vec_dot_n_fn dotn; /* one float row . up to 4 float vectors (NULL: dot per vector) */
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     void (*gemv_t_h)(int64_t rows, int64_t cols, const float *x, const uint16_t *w, bool bf16,
                      float *y);
@@ -84,6 +85,7 @@ static mla_ops mla_ops_get(void) {
     const hm_cpu_ops *o = NULL, *r = &hm_ops_ref;
     if (hm_cpu_ops_get(&o) != HM_OK) o = r;
     return (mla_ops){o->vec_dot[HM_TYPE_F32] ? o->vec_dot[HM_TYPE_F32] : r->vec_dot[HM_TYPE_F32],
+                     o->vec_dot[HM_TYPE_F32] ? o->vec_dot_n[HM_TYPE_F32] : NULL,
                      o->axpy_f32 ? o->axpy_f32 : r->axpy_f32,
                      o->gemv_t_h ? o->gemv_t_h : r->gemv_t_h,
                      o->scale_f32 ? o->scale_f32 : r->scale_f32,
@@ -130,6 +132,8 @@ static void mla_attend(int ith, int nth, void *arg) {
           *xq = tmp + (size_t)MLA_BLOCK * kd;
     float mx[MLA_GROUP];
     double sum[MLA_GROUP];
+    const void *qv[MLA_GROUP]; /* the group's joined queries */
+    for (int g = 0; g < MLA_GROUP; g++) qv[g] = qcat + (size_t)g * kd;
     const hm_matrix *kq = &j->L->k_bq, *vq = &j->L->v_bq;
     const uint32_t kt = j->L->k_b_type, vt = j->L->v_b_type;
     for (int item = ith; item < j->n * ng; item += nth) {
@@ -156,16 +160,18 @@ static void mla_attend(int ith, int nth, void *arg) {
         for (int p0 = 0; p0 < np; p0 += MLA_BLOCK) {
             const int nb = np - p0 < MLA_BLOCK ? np - p0 : MLA_BLOCK;
             const float *row[MLA_BLOCK];
-            for (int b = 0; b < nb; b++)
+            /* each row's scores for the group's heads, four heads a load of the row (dotn: the
+             * same bits as dot's) */
+            for (int b = 0; b < nb; b++) {
                 row[b] =
                     cache_row(c, op, base + (size_t)(p0 + b) * row_bytes, tmp + (size_t)b * kd);
+                float d[MLA_GROUP];
+                hm_dot_rows(op->dot, op->dotn, (int64_t)kd, row[b], qv, nh_g, d);
+                for (int g = 0; g < nh_g; g++) sc[g * MLA_BLOCK + b] = d[g] * j->scale;
+            }
             for (int g = 0; g < nh_g; g++) {
-                const float *qc = qcat + (size_t)g * kd;
                 float *s = sc + g * MLA_BLOCK, *o = oc + (size_t)g * kd, bm = -INFINITY;
-                for (int b = 0; b < nb; b++) {
-                    s[b] = op->dot((int64_t)kd, row[b], qc) * j->scale;
-                    bm = s[b] > bm ? s[b] : bm;
-                }
+                for (int b = 0; b < nb; b++) bm = s[b] > bm ? s[b] : bm;
                 if (bm > mx[g]) { /* a new maximum: what was summed is rescaled to it */
                     const float r = expf(mx[g] - bm);
                     sum[g] *= r;
