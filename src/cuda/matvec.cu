@@ -249,7 +249,7 @@ __device__ __forceinline__ void dq_put32(float *d, const float v[32]) {
         return;
     }
 #pragma unroll
-    for (int e = 0; e < 32; e++) d[e] = v[e];
+    for (int e = 0; e < 32; e++) dq_put(d + e, v[e]);
 }
 __device__ __forceinline__ void dq_put32(__half *d, const float v[32]) {
     if (((uintptr_t)d & 15) == 0) {
@@ -265,7 +265,7 @@ __device__ __forceinline__ void dq_put32(__half *d, const float v[32]) {
         return;
     }
 #pragma unroll
-    for (int e = 0; e < 32; e++) d[e] = __float2half_rn(v[e]);
+    for (int e = 0; e < 32; e++) dq_put(d + e, v[e]);
 }
 
 // dst row i = W row (rows ? rows[i] : row0 + i), as floats or halves (O)

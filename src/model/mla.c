@@ -113,6 +113,16 @@ static void rows_product(const mla_ops *op, const void *base, uint32_t t, size_t
     for (int r = 0; r < rows; r++) op->axpy(cols, x[r], w + (size_t)r * cols, y);
 }
 
+/* y[rows] = head h's rows of m (the file's quantized attn_k_b or attn_v_b, rows per head) times
+ * x, converted into xq for m's kernels (whole blocks: bind_mla_quant) */
+static void head_product(const hm_matrix *m, hm_vec_dot_fn dot, int h, int rows, const float *x,
+                         void *xq, float *y) {
+    hm_matrix v = *m;
+    v.data = (const uint8_t *)m->data + (size_t)h * (size_t)rows * m->row_bytes, v.rows = rows;
+    (void)hm_act_convert(m->type, x, xq, m->cols);
+    hm_matvec_rows(dot, NULL, NULL, &v, xq, 0, 1, y, 0, 0, rows);
+}
+
 /* Items are (token, group of up to `group` heads): ith, ith + nth, ... Each head's query is
  * absorbed into the latent and joined by its rotary part (qcat: [head][kv_dim], the cache row's
  * layout), then the group walks the token's positions in blocks of MLA_BLOCK: each cache row is
@@ -144,10 +154,7 @@ static void mla_attend(int ith, int nth, void *arg) {
             float *qc = qcat + (size_t)g * kd;
             /* the absorbed query: q_nope . K_h (row r of the file's head is K_h's column r) */
             if (j->kdot) {
-                (void)hm_act_convert(kq->type, q, xq, nope); /* whole blocks: bind_mla_quant */
-                const uint8_t *w = (const uint8_t *)kq->data + (size_t)h * kvl * kq->row_bytes;
-                for (int r = 0; r < kvl; r++)
-                    qc[r] = j->kdot(nope, w + (size_t)r * kq->row_bytes, xq);
+                head_product(kq, j->kdot, h, kvl, q, xq, qc);
             } else {
                 rows_product(op, j->L->k_b, kt, (size_t)h * nope * kvl, nope, kvl, q, qc);
             }
@@ -195,10 +202,7 @@ static void mla_attend(int ith, int nth, void *arg) {
             float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
             /* the head's value: V_h o_c */
             if (j->vdot) {
-                (void)hm_act_convert(vq->type, o, xq, kvl);
-                const uint8_t *w = (const uint8_t *)vq->data + (size_t)h * vd * vq->row_bytes;
-                for (int d = 0; d < vd; d++)
-                    out[d] = j->vdot(kvl, w + (size_t)d * vq->row_bytes, xq);
+                head_product(vq, j->vdot, h, vd, o, xq, out);
             } else {
                 rows_product(op, j->L->v_b, vt, (size_t)h * kvl * vd, kvl, vd, o, out);
             }
