@@ -933,8 +933,9 @@ static void check_fused(uint32_t type, int64_t rows, int64_t cols) {
         for (int bias = 0; bias < 2; bias++) {
             const float *bg = bias ? db : NULL, *bu = bias ? db + E * rows : NULL;
             cudaMemset(dy, 0, sizeof(float) * ny), cudaMemset(dz, 0, sizeof(float) * ny);
+            /* with the prefetch of a down matrix (wu's shape) on every other case */
             CU(hm_cu_matvec_experts_glu(&wg, &wu, bg, bu, did, NP, dx, cols, 3, act, 1.702f, 7.0f,
-                                        dy, gs, 0));
+                                        dy, gs, act % 2 ? &wu : NULL, 0));
             float *du = dz + (size_t)NP * (size_t)gs;
             CU(hm_cu_matvec_experts(&wg, did, NP, dx, cols, 3, dz, gs, 0));
             CU(hm_cu_matvec_experts(&wu, did, NP, dx, cols, 3, du, gs, 0));
@@ -954,9 +955,9 @@ static void check_fused(uint32_t type, int64_t rows, int64_t cols) {
     hm_cu_w wx = wu;
     wx.rows--;
     CHECK(hm_cu_matvec_experts_glu(&wg, &wx, NULL, NULL, did, NP, dx, cols, 3, 0, 0, 0, dy, gs,
-                                   0) == cudaErrorInvalidValue);
+                                   NULL, 0) == cudaErrorInvalidValue);
     CHECK(hm_cu_matvec_experts_glu(&wg, &wu, NULL, NULL, did, NP, dx, cols, 3, 3, 0, 0, dy, gs,
-                                   0) == cudaErrorInvalidValue);
+                                   NULL, 0) == cudaErrorInvalidValue);
     /* down and the weighted sum in one launch (2 tokens of 3 pairs, one on the CPU): the bits
      * of the two launches, its counters left 0; twice, as a graph's replays */
     {
@@ -1420,7 +1421,8 @@ static void check_router_fused(void) {
 static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, bool f16, int window,
                             bool sinks, bool tc) {
     const int qd = nh * hd, kd = nkv * hd, L = 2, S = 2, il = 1, sq = 1;
-    const bool inter = hd == 72; /* that case with the interleaved rotation (GGUF Mixtral) */
+    /* those cases with the interleaved rotation (GGUF Mixtral) */
+    const bool inter = hd == 72 || (hd == 64 && rd == 32);
     const int64_t ctx = P + 3;
     float *q = malloc(sizeof(float) * (size_t)P * qd), *k = malloc(sizeof(float) * (size_t)P * kd),
           *v = malloc(sizeof(float) * (size_t)P * kd), *cs = malloc(sizeof(float) * (size_t)P * rd);
@@ -1635,6 +1637,7 @@ static void check_kernels(void) {
         setenv("HMOE_CUDA_ATT_WARP", r < 2 ? "1" : "0", 1);
         check_attention(4, 2, 64, 64, 40, 40, f16, 0, false, false); /* a prompt in one batch */
         check_attention(8, 1, 72, 32, 300, 7, f16, 0, false, false); /* partial rope, odd hd */
+        check_attention(4, 2, 64, 32, 60, 3, f16, 0, false, false);  /* the same, hd 64 */
         check_attention(2, 2, 128, 128, 1100, 500, f16, 0, false, false); /* several chunks */
         check_attention(4, 4, 8, 8, 20, 1, f16, 0, false, false);         /* one token at a time */
         /* gpt-oss: sinks, and a window shorter than the context (splits before it empty) */

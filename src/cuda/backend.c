@@ -206,6 +206,12 @@ struct hm_cuda_ctx {
     /* HMOE_CUDA_FUSE=0: decode batches launch each fused group's kernels one by one (A/B);
      * HMOE_CUDA_FUSE_ROUTER=0 (no_rfuse): only the router's matvec and top-k */
     bool no_fuse, no_rfuse;
+    /* HMOE_CUDA_SKIP=op[,op..] (hm_op_name's names): decode batches launch no kernel for those
+     * graph nodes, so that a timed step shows what each kind of node costs on the step's
+     * critical path (its results are then wrong: a measurement, never a run) */
+    unsigned skip_ops;
+    /* HMOE_CUDA_EXP_PF=0: the experts' gate/up launch does not ask L2 for their down rows (A/B) */
+    bool no_exp_pf;
     /* prefill attention on the tensor cores (hm_cu_attention_tc) for batches of fa_min tokens or
      * more that are one sequence at consecutive positions (fa_seq, fa_pos0; fa_seq -1: not);
      * HMOE_CUDA_FA=0 turns it off (A/B), HMOE_CUDA_FA_MIN sets fa_min (128) */
@@ -1061,7 +1067,8 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
             if (!c->no_fuse && ex[0].type == ex[1].type) {
                 CK(hm_cu_matvec_experts_glu(&ex[0], &ex[1], c->exb[il * 3], c->exb[il * 3 + 1], ids,
                                             np, x, xs, c->k, (int)hp->act, hp->swiglu_alpha,
-                                            hp->swiglu_limit, c->moe_g, I, c->s),
+                                            hp->swiglu_limit, c->moe_g, I,
+                                            c->no_exp_pf ? NULL : &ex[2], c->s),
                    "experts' gate, up and glu");
             } else {
                 CK(hm_cu_matvec_experts(&ex[0], ids, np, x, xs, c->k, c->moe_g, I, c->s),
@@ -1201,6 +1208,23 @@ static bool router_fusable(const hm_cuda_ctx *c, const hm_graph *g, int i, int n
            hp->gating != HM_GATING_SIGMOID && hp->n_group <= 1 && hp->routed_scaling == 1.0f;
 }
 
+/* the ops named in a comma-separated list (HMOE_CUDA_SKIP) as a mask of 1 << op */
+static unsigned skip_ops(const char *list) {
+    unsigned m = 0;
+    for (const char *p = list; p && *p;) {
+        const size_t len = strcspn(p, ",");
+        for (int op = 0; op < HM_OP_COUNT; op++)
+            if (strlen(hm_op_name((hm_op)op)) == len && !strncmp(p, hm_op_name((hm_op)op), len))
+                m |= 1u << op;
+        p += len + (p[len] == ',');
+    }
+    if (m)
+        hm_log(HM_LOG_WARN,
+               "cuda: HMOE_CUDA_SKIP=%s: decode steps skip those nodes; their output is wrong",
+               list);
+    return m;
+}
+
 static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
     const hm_hparams *hp = &c->m->hp;
     const int64_t H = hp->hidden;
@@ -1211,6 +1235,7 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
     for (int i = 0; i < g->n; i++) {
         const hm_node *nd = &g->nodes[i];
         float *dst = c->slot[nd->dst], *s0 = c->slot[nd->src0], *s1 = c->slot[nd->src1];
+        if ((c->skip_ops >> nd->op & 1u) && n <= c->mv_max) continue;
         prof_start(c);
         switch (nd->op) {
         case HM_OP_NORM:
@@ -1748,6 +1773,9 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     const char *eu = getenv("HMOE_CUDA_FUSE");
     c->no_fuse = eu && !strcmp(eu, "0");
     const char *er = getenv("HMOE_CUDA_FUSE_ROUTER");
+    c->skip_ops = skip_ops(getenv("HMOE_CUDA_SKIP"));
+    const char *epf = getenv("HMOE_CUDA_EXP_PF");
+    c->no_exp_pf = epf && !strcmp(epf, "0");
     c->no_rfuse = c->no_fuse || (er && !strcmp(er, "0"));
     const char *ef = getenv("HMOE_CUDA_FA"), *efm = getenv("HMOE_CUDA_FA_MIN");
     c->fa = !(ef && !strcmp(ef, "0"));

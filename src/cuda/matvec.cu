@@ -538,7 +538,28 @@ struct mv_glu {
     const float *bias[2]; // [places][rows] or NULL
     int act;
     float alpha, limit;
+    hm_cu_w wd; // the experts' down (data NULL: none), whose rows glu_prefetch asks L2 for
 };
+
+// Once a block knows its pair's expert: its own gate and up rows [r0, r0 + nr) into L2 (the
+// warps' later super-blocks then come from there), and the block's share of the expert's down
+// rows, which the down launch that follows then reads from L2: it cannot ask for them before its
+// hm_pdl_start, as the expert ids come from the router two launches before.
+__device__ __forceinline__ void glu_prefetch(const mv_glu &a, int id, int64_t r0, int64_t nr) {
+    const int64_t rows = a.w[0].rows, n = rows - r0 < nr ? rows - r0 : nr;
+    if (n > 0)
+        for (int h = 0; h < 2; h++)
+            hm_prefetch_l2((const uint8_t *)a.w[h].data + (size_t)id * a.w[h].estride +
+                               r0 * (int64_t)a.w[h].row_bytes,
+                           (size_t)(n * (int64_t)a.w[h].row_bytes));
+    if (!a.wd.data) return;
+    const int64_t d0 = a.wd.rows * blockIdx.x / gridDim.x,
+                  d1 = a.wd.rows * (blockIdx.x + 1) / gridDim.x;
+    if (d1 > d0)
+        hm_prefetch_l2((const uint8_t *)a.wd.data + (size_t)id * a.wd.estride +
+                           d0 * (int64_t)a.wd.row_bytes,
+                       (size_t)((d1 - d0) * (int64_t)a.wd.row_bytes));
+}
 
 template <int T, bool SH>
 __global__ void __launch_bounds__(MV_WARPS * 32)
@@ -556,6 +577,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
             if (r0 + j < rows) gp[r0 + j] = 0.0f;
         return;
     }
+    glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * rpw);
     const float *xp = x + (int64_t)(p / x_div) * xs;
     if (SH) stage_x(xsh, 0, xp, 0, 1, a.w[0].cols);
     const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
@@ -594,6 +616,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
             if (r0 + j < rows) gp[r0 + j] = 0.0f;
         return;
     }
+    glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * R);
     const int64_t rw = r0 + (int64_t)wr * R;
     if (rw < rows) {
         const int nr = rows - rw < R ? (int)(rows - rw) : R;
@@ -891,7 +914,7 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
                                                 const int32_t *ids, int n_pairs, const float *x,
                                                 int64_t xs, int x_div, int act, float alpha,
                                                 float limit, float *g, int64_t gs,
-                                                cudaStream_t stream) {
+                                                const hm_cu_w *wd, cudaStream_t stream) {
     if (n_pairs <= 0 || wg->rows <= 0) return cudaSuccess;
     if (x_div < 1 || act < 0 || act > 2 || wu->type != wg->type || wu->rows != wg->rows ||
         wu->cols != wg->cols || (!HM_CU_FLOAT(wg->type) && wg->cols % 32))
@@ -903,6 +926,7 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
     mv_glu a = {};
     a.w[0] = *wg, a.w[1] = *wu, a.bias[0] = bg, a.bias[1] = bu;
     a.act = act, a.alpha = alpha, a.limit = limit;
+    if (wd && wd->data) a.wd = *wd;
     if (!hm_cu_type_ok(wg->type)) return cudaErrorInvalidValue;
     pair_chunks(n_pairs, x_div, [&](int p0, int np) {
         const dim3 grid(gx, (unsigned)np);

@@ -32,8 +32,10 @@ bool hm_cu_pdl() {
 
 // One block of RN_T threads per token: a decode step's norms are one token each, so the block's
 // width is what hides the loads' latency; the plain residual add (no weights) spreads over
-// blocks of ADD_T values instead.
-enum { RN_T = 1024, ADD_T = 256 };
+// blocks of ADD_T values instead. Rows of up to RN_T * RN_V values stay in registers from the
+// loads to the stores (one round of loads: the weights before hm_pdl_start, the row and its
+// addend after), longer ones are walked three times.
+enum { RN_T = 1024, RN_V = 8, ADD_T = 256 };
 
 __global__ void __launch_bounds__(ADD_T) add_k(float *__restrict__ x, const float *__restrict__ add,
                                                const int32_t *__restrict__ rows, int64_t h) {
@@ -44,24 +46,58 @@ __global__ void __launch_bounds__(ADD_T) add_k(float *__restrict__ x, const floa
 }
 
 __global__ void __launch_bounds__(RN_T)
-    rmsnorm_k(float *__restrict__ x, const float *__restrict__ add, const float *__restrict__ w,
-              float *__restrict__ y, const int32_t *__restrict__ rows, int64_t h, float eps) {
-    hm_pdl_start();
+    rmsnorm_k(float *x, const float *__restrict__ add, const float *__restrict__ w, float *y,
+              const int32_t *__restrict__ rows, int64_t h, float eps) {
     __shared__ double sh[32];
+    const int tid = threadIdx.x;
+    const bool regs = h <= (int64_t)RN_T * RN_V;
+    float wv[RN_V], xv[RN_V];
+    if (w && regs)
+#pragma unroll
+        for (int j = 0; j < RN_V; j++)
+            wv[j] = tid + j * RN_T < h ? __ldg(w + tid + j * RN_T) : 0.0f;
+    hm_pdl_start();
     const int64_t i = blockIdx.x;
     const int64_t r = rows ? (int64_t)rows[i] : i;
     float *xr = x + r * h;
+    if (regs) { /* the same sums in the same order as the loops below */
+        double ss = 0;
+#pragma unroll
+        for (int j = 0; j < RN_V; j++) {
+            const int64_t d = tid + j * RN_T;
+            xv[j] = d < h ? xr[d] : 0.0f;
+            if (add && d < h) xv[j] += add[r * h + d];
+        }
+#pragma unroll
+        for (int j = 0; j < RN_V; j++) {
+            const int64_t d = tid + j * RN_T;
+            if (d < h) {
+                if (add) xr[d] = xv[j];
+                ss += (double)xv[j] * xv[j];
+            }
+        }
+        if (!w) return;
+        ss = hm_block_sum_d(ss, sh);
+        const float sc = hm_hd_rms_scale(ss, h, eps);
+        float *yr = y + i * h;
+#pragma unroll
+        for (int j = 0; j < RN_V; j++) {
+            const int64_t d = tid + j * RN_T;
+            if (d < h) yr[d] = xv[j] * sc * wv[j];
+        }
+        return;
+    }
     if (add) {
         const float *ar = add + r * h;
-        for (int64_t d = threadIdx.x; d < h; d += blockDim.x) xr[d] += ar[d];
+        for (int64_t d = tid; d < h; d += blockDim.x) xr[d] += ar[d];
     }
     if (!w) return;
     double ss = 0;
-    for (int64_t d = threadIdx.x; d < h; d += blockDim.x) ss += (double)xr[d] * xr[d];
+    for (int64_t d = tid; d < h; d += blockDim.x) ss += (double)xr[d] * xr[d];
     ss = hm_block_sum_d(ss, sh);
     const float sc = hm_hd_rms_scale(ss, h, eps);
     float *yr = y + i * h;
-    for (int64_t d = threadIdx.x; d < h; d += blockDim.x) yr[d] = xr[d] * sc * w[d];
+    for (int64_t d = tid; d < h; d += blockDim.x) yr[d] = xr[d] * sc * w[d];
 }
 
 extern "C" cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w, float *y,
@@ -256,14 +292,89 @@ template <bool F16> __global__ void qk_rope_kv_k(hm_cu_qkv a, hm_cu_kv kv) {
     }
 }
 
+// The same with a head's values in registers, lane l holding dims l + 32 j (j < NJ, head dims
+// 32 NJ), for rotations whose pairs a lane holds (NeoX halves of a multiple of 32 values) or its
+// neighbour (interleaved, one shuffle): one round of loads (the norm weights and the rotation's
+// factors before hm_pdl_start, the head and its values after) where qk_rope_kv_k reads the head
+// back after each step. The sum of squares is qk_rope_kv_k's, in its order.
+template <bool F16, int NJ> __global__ void qk_rope_kv_r_k(hm_cu_qkv a, hm_cu_kv kv) {
+    const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const bool isq = h < a.n_heads;
+    const int hh = isq ? h : h - a.n_heads, half = a.rope_dim / 2;
+    const float *nw = isq ? a.qn : a.kn, *cs = a.cs + (int64_t)i * a.rope_dim;
+    float wv[NJ], c[NJ], sn[NJ], xv[NJ], vv[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int d = lane + 32 * j;
+        wv[j] = nw ? __ldg(nw + d) : 1.0f;
+        const int f = a.interleaved ? d / 2 : (d < half ? d : d - half);
+        c[j] = d < a.rope_dim ? __ldg(cs + f) : 1.0f;
+        sn[j] = d < a.rope_dim ? __ldg(cs + half + f) : 0.0f;
+    }
+    hm_pdl_start();
+    float *x = isq ? a.q + (int64_t)i * a.q_stride + (int64_t)hh * 32 * NJ
+                   : a.k + (int64_t)i * a.kv_stride + (int64_t)hh * 32 * NJ;
+    const float *v = a.v + (int64_t)i * a.kv_stride + (int64_t)hh * 32 * NJ;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        xv[j] = x[lane + 32 * j];
+        if (!isq) vv[j] = v[lane + 32 * j];
+    }
+    if (nw) {
+        double ss = 0;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) ss += (double)xv[j] * xv[j];
+        ss = hm_warp_sum_d(ss);
+        const float sc = hm_hd_rms_scale(ss, 32 * NJ, a.eps);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) xv[j] = xv[j] * sc * wv[j];
+    }
+    if (a.interleaved) {
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const float o = __shfl_xor_sync(0xffffffffu, xv[j], 1);
+            if (lane + 32 * j >= a.rope_dim) continue;
+            float p0 = lane & 1 ? o : xv[j], p1 = lane & 1 ? xv[j] : o;
+            hm_hd_rope_pair(&p0, &p1, c[j], sn[j]);
+            xv[j] = lane & 1 ? p1 : p0;
+        }
+    } else {
+        const int off = half / 32;
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int k = j + 1; k < NJ; k++)
+                if (k == j + off && 32 * j < half) hm_hd_rope_pair(&xv[j], &xv[k], c[j], sn[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) x[lane + 32 * j] = xv[j];
+    if (isq) return;
+    const size_t off = kv_head(kv, a.il, a.seq[i], hh) + (size_t)a.pos[i] * (size_t)(32 * NJ);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        kv_put<F16>(kv.k, off + lane + 32 * j, xv[j]);
+        kv_put<F16>(kv.v, off + lane + 32 * j, vv[j]);
+    }
+}
+
 extern "C" cudaError_t hm_cu_qk_rope_kv(const hm_cu_qkv *a, const hm_cu_kv *kv, int n,
                                         cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
     const dim3 grid((unsigned)n, (unsigned)(a->n_heads + kv->n_kv_heads));
-    if (kv->f16)
+    const int hd = kv->head_dim, rd = a->rope_dim;
+    const bool regs = (hd == 64 || hd == 128 || hd == 256) && rd <= hd && rd % 2 == 0 &&
+                      (a->interleaved || rd % 64 == 0);
+    if (regs) {
+        void (*k)(hm_cu_qkv, hm_cu_kv) =
+            hd == 64    ? (kv->f16 ? qk_rope_kv_r_k<true, 2> : qk_rope_kv_r_k<false, 2>)
+            : hd == 128 ? (kv->f16 ? qk_rope_kv_r_k<true, 4> : qk_rope_kv_r_k<false, 4>)
+                        : (kv->f16 ? qk_rope_kv_r_k<true, 8> : qk_rope_kv_r_k<false, 8>);
+        hm_launch(k, grid, 32, 0, stream, *a, *kv);
+    } else if (kv->f16) {
         hm_launch(qk_rope_kv_k<true>, grid, 32, 0, stream, *a, *kv);
-    else
+    } else {
         hm_launch(qk_rope_kv_k<false>, grid, 32, 0, stream, *a, *kv);
+    }
     return cudaGetLastError();
 }
 
@@ -536,13 +647,30 @@ __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv k
         const int np = p1 - c0 < 32 ? p1 - c0 : 32;
 #pragma unroll
         for (int k = 0; k < D; k++) acc[k] *= f;
-#pragma unroll 8
-        for (int j = 0; j < np; j++) {
-            const float pj = __shfl_sync(0xffffffffu, e, j);
-            float vr[D];
-            kv_getd<F16, D>(kv.v, base + (size_t)(c0 + j) * hd + lane * D, vr);
+        if (np ==
+            32) { /* a whole chunk: the value rows 16 at a time, their loads issued together */
 #pragma unroll
-            for (int k = 0; k < D; k++) acc[k] = fmaf(pj, vr[k], acc[k]);
+            for (int j0 = 0; j0 < 32; j0 += 16) {
+                float vr[16][D];
+#pragma unroll
+                for (int u = 0; u < 16; u++)
+                    kv_getd<F16, D>(kv.v, base + (size_t)(c0 + j0 + u) * hd + lane * D, vr[u]);
+#pragma unroll
+                for (int u = 0; u < 16; u++) {
+                    const float pj = __shfl_sync(0xffffffffu, e, j0 + u);
+#pragma unroll
+                    for (int k = 0; k < D; k++) acc[k] = fmaf(pj, vr[u][k], acc[k]);
+                }
+            }
+        } else {
+#pragma unroll 8
+            for (int j = 0; j < np; j++) {
+                const float pj = __shfl_sync(0xffffffffu, e, j);
+                float vr[D];
+                kv_getd<F16, D>(kv.v, base + (size_t)(c0 + j) * hd + lane * D, vr);
+#pragma unroll
+                for (int k = 0; k < D; k++) acc[k] = fmaf(pj, vr[k], acc[k]);
+            }
         }
     }
     if (WC > 1) { /* the head's warps' states into the first's */
