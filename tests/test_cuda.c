@@ -1195,6 +1195,41 @@ static void check_bias_gated_add(void) {
     cudaFree(dd), cudaFree(ds), cudaFree(dx), cudaFree(db), cudaFree(dw);
 }
 
+/* the experts' weighted sum added by the norm (hm_cu_rmsnorm_moe) against the sum's launch and
+ * the residual add + norm (hm_cu_moe_combine, hm_cu_rmsnorm): the same bits, with and without
+ * the norm */
+static void check_norm_moe(int64_t h) {
+    enum { N = 3, K = 4 };
+    const size_t nx = (size_t)N * (size_t)h, ny = nx * K;
+    float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny), wt[N * K];
+    float *w = malloc(sizeof(float) * (size_t)h), *r1 = malloc(sizeof(float) * nx * 2),
+          *r2 = malloc(sizeof(float) * nx * 2);
+    for (size_t i = 0; i < nx; i++) x[i] = rndf() * 3;
+    for (size_t i = 0; i < ny; i++) y[i] = rndf();
+    for (int i = 0; i < N * K; i++) wt[i] = rndf() * 0.5f + 0.5f;
+    for (int64_t d = 0; d < h; d++) w[d] = 1 + rndf() * 0.5f;
+    float *dx1 = dev_copy(x, sizeof(float) * nx), *dx2 = dev_copy(x, sizeof(float) * nx);
+    float *dy = dev_copy(y, sizeof(float) * ny), *dwt = dev_copy(wt, sizeof wt),
+          *dw = dev_copy(w, sizeof(float) * (size_t)h);
+    float *ds = dev_copy(NULL, sizeof(float) * nx), *dn1 = dev_copy(NULL, sizeof(float) * nx),
+          *dn2 = dev_copy(NULL, sizeof(float) * nx);
+    for (int norm = 0; norm < 2; norm++) {
+        CU(hm_cu_moe_combine(dy, h, NULL, dwt, N, K, h, ds, h, 0));
+        CU(hm_cu_rmsnorm(dx1, ds, norm ? dw : NULL, dn1, NULL, N, h, 1e-6f, 0));
+        CU(hm_cu_rmsnorm_moe(dx2, dy, h, dwt, K, norm ? dw : NULL, dn2, N, h, 1e-6f, 0));
+        host_copy(r1, dx1, sizeof(float) * nx), host_copy(r2, dx2, sizeof(float) * nx);
+        host_copy(r1 + nx, dn1, sizeof(float) * nx), host_copy(r2 + nx, dn2, sizeof(float) * nx);
+        int bad = 0;
+        for (size_t i = 0; i < (norm ? 2 * nx : nx); i++) bad += !same_bits(r1[i], r2[i]);
+        CHECK_MSG(bad == 0, "experts' sum + residual add%s (h %lld): %d values differ",
+                  norm ? " + rmsnorm" : "", (long long)h, bad);
+    }
+    CHECK(hm_cu_rmsnorm_moe(dx2, dy, h, dwt, 0, dw, dn2, N, h, 1e-6f, 0) == cudaErrorInvalidValue);
+    cudaFree(dx1), cudaFree(dx2), cudaFree(dy), cudaFree(dwt), cudaFree(dw);
+    cudaFree(ds), cudaFree(dn1), cudaFree(dn2);
+    free(x), free(y), free(w), free(r1), free(r2);
+}
+
 static void check_norm_glu_router(void) {
     enum { N = 5, H = 300 };
     float x[N * H], add[N * H], w[H], y[N * H], ref[N * H];
@@ -1225,6 +1260,8 @@ static void check_norm_glu_router(void) {
             worst = fmax(worst, fabs(y[i * H + d] - ref[rows[i] * H + d]) /
                                     (fabs(ref[rows[i] * H + d]) + 1e-6));
     CHECK_MSG(worst <= 1e-6, "gathered rmsnorm: error %.3g", worst);
+    check_norm_moe(H);
+    check_norm_moe(8200); /* past the kernel's rows in registers */
     /* the GLU of every activation against the twin (hm_hd_glu), on the stream x + add */
     for (int act = 0; act < 3; act++) {
         float xs[N * H];

@@ -212,6 +212,9 @@ struct hm_cuda_ctx {
     unsigned skip_ops;
     /* HMOE_CUDA_EXP_PF=0: the experts' gate/up launch does not ask L2 for their down rows (A/B) */
     bool no_exp_pf;
+    /* a decode batch's MOE node left its weighted sum to the residual add that follows it
+     * (sum_left; HMOE_CUDA_SUM_NEXT=0: never, for A/B) */
+    bool sum_left, no_sum_next;
     /* prefill attention on the tensor cores (hm_cu_attention_tc) for batches of fa_min tokens or
      * more that are one sequence at consecutive positions (fa_seq, fa_pos0; fa_seq -1: not);
      * HMOE_CUDA_FA=0 turns it off (A/B), HMOE_CUDA_FA_MIN sets fa_min (128) */
@@ -1016,7 +1019,7 @@ static hm_status run_streamed(hm_cuda_ctx *c, int il, int n, const float *x, int
  * CPU's sum is copied back and added. A streamed layer (layerwise prefill) adds its streamed
  * experts' sum before that, the CPU computing the others meanwhile where the layer is split. */
 static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *x, int64_t xs,
-                         float *out, int64_t os) {
+                         float *out, int64_t os, bool sum_next) {
     const hm_hparams *hp = &c->m->hp;
     const int il = nd->il;
     const hm_cu_w *ex = &c->ex[il * 3];
@@ -1077,7 +1080,15 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
                    "experts' up");
                 CK(glu_biased(c, il, ids, NULL, np), "experts' glu");
             }
-            /* down and the weighted sum in one launch where there is no down bias */
+            /* the weighted sum left to the residual add that follows (hm_cu_rmsnorm_moe) where
+             * the layer's experts are all here, else down and the sum in one launch where there
+             * is no down bias */
+            if (sum_next && !on_cpu && !streamed && !c->exb[il * 3 + 2]) {
+                CK(hm_cu_matvec_experts(&ex[2], ids, np, c->moe_g, I, 1, c->moe_y, H, c->s),
+                   "experts' down");
+                c->sum_left = true;
+                return HM_OK;
+            }
             const cudaError_t e =
                 c->no_fuse || c->exb[il * 3 + 2]
                     ? cudaErrorInvalidValue
@@ -1232,6 +1243,7 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
     /* the matvec batches' kernels launch ahead of their predecessors' ends; larger ones keep
      * the plain order, which measured faster for a prompt's large kernels */
     hm_cu_pdl_allow(n <= c->mv_max);
+    c->sum_left = false;
     for (int i = 0; i < g->n; i++) {
         const hm_node *nd = &g->nodes[i];
         float *dst = c->slot[nd->dst], *s0 = c->slot[nd->src0], *s1 = c->slot[nd->src1];
@@ -1245,12 +1257,20 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
             CK(hm_cu_rmsnorm(s0, s1, c->nn1[i], dst, NULL, n, H, eps, c->s), "add + rmsnorm");
             break;
         case HM_OP_ADD: {
-            /* with the norm of the same stream that follows */
+            /* with the norm of the same stream that follows; the experts' sum where the MOE
+             * node before left it (its dst is s0) */
             const hm_node *nx = i + 1 < g->n ? &g->nodes[i + 1] : NULL;
             const bool fuse = nx && nx->op == HM_OP_NORM && nx->src0 == nd->dst;
-            CK(hm_cu_rmsnorm(dst, s0, fuse ? c->nn1[i + 1] : NULL, fuse ? c->slot[nx->dst] : NULL,
-                             NULL, n, H, eps, c->s),
-               "residual add");
+            if (c->sum_left) {
+                c->sum_left = false;
+                CK(hm_cu_rmsnorm_moe(dst, c->moe_y, H, c->w, c->k, fuse ? c->nn1[i + 1] : NULL,
+                                     fuse ? c->slot[nx->dst] : NULL, n, H, eps, c->s),
+                   "experts' sum, residual add");
+            } else {
+                CK(hm_cu_rmsnorm(dst, s0, fuse ? c->nn1[i + 1] : NULL,
+                                 fuse ? c->slot[nx->dst] : NULL, NULL, n, H, eps, c->s),
+                   "residual add");
+            }
             i += fuse;
             break;
         }
@@ -1369,7 +1389,13 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
                "glu");
             break;
         case HM_OP_MOE: {
-            hm_status st = run_moe(c, nd, n, s0, c->cols[nd->src0], dst, c->cols[nd->dst]);
+            /* a decode batch's sum may go to the residual add that follows */
+            const hm_node *nx = i + 1 < g->n ? &g->nodes[i + 1] : NULL;
+            const bool sum_next = !c->no_fuse && !c->no_sum_next && n <= HM_CU_MATVEC_MAX && nx &&
+                                  nx->op == HM_OP_ADD && nx->src0 == nd->dst &&
+                                  c->cols[nd->dst] == H && !(c->skip_ops >> HM_OP_ADD & 1u);
+            hm_status st =
+                run_moe(c, nd, n, s0, c->cols[nd->src0], dst, c->cols[nd->dst], sum_next);
             if (st) return st;
             break;
         }
@@ -1776,6 +1802,8 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->skip_ops = skip_ops(getenv("HMOE_CUDA_SKIP"));
     const char *epf = getenv("HMOE_CUDA_EXP_PF");
     c->no_exp_pf = epf && !strcmp(epf, "0");
+    const char *esn = getenv("HMOE_CUDA_SUM_NEXT");
+    c->no_sum_next = esn && !strcmp(esn, "0");
     c->no_rfuse = c->no_fuse || (er && !strcmp(er, "0"));
     const char *ef = getenv("HMOE_CUDA_FA"), *efm = getenv("HMOE_CUDA_FA_MIN");
     c->fa = !(ef && !strcmp(ef, "0"));

@@ -142,6 +142,14 @@ cudaError_t hm_cu_embed(const hm_cu_w *e, const int32_t *tok, int n, float *x, c
 cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w, float *y, const int32_t *rows,
                           int n, int64_t h, float eps, cudaStream_t stream);
 
+/* hm_cu_rmsnorm whose addend is the experts' weighted sum: for token i < n, x[i] += s[i] with
+ * s[i] = sum over j < k of ew[i k + j] ey[i k + j] (ey rows eys floats apart), formed as
+ * hm_cu_moe_combine (pos_of NULL) forms it, so that x takes the bits of that sum's add; then,
+ * with w, y[i] = rmsnorm(x[i]) * w. */
+cudaError_t hm_cu_rmsnorm_moe(float *x, const float *ey, int64_t eys, const float *ew, int k,
+                              const float *w, float *y, int n, int64_t h, float eps,
+                              cudaStream_t stream);
+
 /* y[t][0..cols) += b over n tokens (row stride ys): a matmul's bias */
 cudaError_t hm_cu_add_bias(float *y, int64_t ys, const float *b, int n, int64_t cols,
                            cudaStream_t stream);

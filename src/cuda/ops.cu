@@ -45,9 +45,24 @@ __global__ void __launch_bounds__(ADD_T) add_k(float *__restrict__ x, const floa
     if (d < h) x[r * h + d] += add[r * h + d];
 }
 
+// the experts' outputs whose weighted sum is the addend (hm_cu_rmsnorm_moe; y NULL: none)
+struct rn_moe {
+    const float *y;
+    int64_t ys;
+    const float *w;
+    int k;
+};
+
+// the weighted sum of token i's k expert rows at d, as moe_sum and hm_cu_moe_combine form it
+__device__ __forceinline__ float rn_moe_sum(const rn_moe &m, int64_t i, int64_t d) {
+    float a = 0.0f;
+    for (int j = 0; j < m.k; j++) a = fmaf(m.w[i * m.k + j], m.y[(i * m.k + j) * m.ys + d], a);
+    return a;
+}
+
 __global__ void __launch_bounds__(RN_T)
     rmsnorm_k(float *x, const float *__restrict__ add, const float *__restrict__ w, float *y,
-              const int32_t *__restrict__ rows, int64_t h, float eps) {
+              const int32_t *__restrict__ rows, int64_t h, float eps, rn_moe m) {
     __shared__ double sh[32];
     const int tid = threadIdx.x;
     const bool regs = h <= (int64_t)RN_T * RN_V;
@@ -67,12 +82,13 @@ __global__ void __launch_bounds__(RN_T)
             const int64_t d = tid + j * RN_T;
             xv[j] = d < h ? xr[d] : 0.0f;
             if (add && d < h) xv[j] += add[r * h + d];
+            if (m.y && d < h) xv[j] += rn_moe_sum(m, r, d);
         }
 #pragma unroll
         for (int j = 0; j < RN_V; j++) {
             const int64_t d = tid + j * RN_T;
             if (d < h) {
-                if (add) xr[d] = xv[j];
+                if (add || m.y) xr[d] = xv[j];
                 ss += (double)xv[j] * xv[j];
             }
         }
@@ -91,6 +107,8 @@ __global__ void __launch_bounds__(RN_T)
         const float *ar = add + r * h;
         for (int64_t d = tid; d < h; d += blockDim.x) xr[d] += ar[d];
     }
+    if (m.y)
+        for (int64_t d = tid; d < h; d += blockDim.x) xr[d] += rn_moe_sum(m, r, d);
     if (!w) return;
     double ss = 0;
     for (int64_t d = tid; d < h; d += blockDim.x) ss += (double)xr[d] * xr[d];
@@ -109,8 +127,19 @@ extern "C" cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w,
         hm_launch(add_k, dim3((unsigned)((h + ADD_T - 1) / ADD_T), (unsigned)n), ADD_T, 0, stream,
                   x, add, rows, h);
     } else {
-        hm_launch(rmsnorm_k, (unsigned)n, RN_T, 0, stream, x, add, w, y, rows, h, eps);
+        hm_launch(rmsnorm_k, (unsigned)n, RN_T, 0, stream, x, add, w, y, rows, h, eps, rn_moe{});
     }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_rmsnorm_moe(float *x, const float *ey, int64_t eys, const float *ew,
+                                         int k, const float *w, float *y, int n, int64_t h,
+                                         float eps, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (k < 1 || k > 64 || !ey || !ew) return cudaErrorInvalidValue;
+    const rn_moe m = {ey, eys, ew, k};
+    hm_launch(rmsnorm_k, (unsigned)n, RN_T, 0, stream, x, (const float *)NULL, w, y,
+              (const int32_t *)NULL, h, eps, m);
     return cudaGetLastError();
 }
 

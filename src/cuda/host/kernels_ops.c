@@ -72,6 +72,38 @@ static void rmsnorm_run(const void *p) {
     }
 }
 
+typedef struct rmsnorm_moe_args {
+    rmsnorm_args n;
+    const float *ey, *ew;
+    int64_t eys;
+    int k;
+} rmsnorm_moe_args;
+
+static void rmsnorm_moe_run(const void *p) {
+    const rmsnorm_moe_args *a = p;
+    for (int i = 0; i < a->n.n; i++) {
+        float *xr = a->n.x + (int64_t)i * a->n.h;
+        for (int64_t d = 0; d < a->n.h; d++) {
+            float s = 0.0f;
+            for (int j = 0; j < a->k; j++)
+                s = fmaf(a->ew[i * a->k + j], a->ey[((int64_t)i * a->k + j) * a->eys + d], s);
+            xr[d] += s;
+        }
+    }
+    rmsnorm_args n = a->n;
+    n.add = NULL;
+    rmsnorm_run(&n);
+}
+
+cudaError_t hm_cu_rmsnorm_moe(float *x, const float *ey, int64_t eys, const float *ew, int k,
+                              const float *w, float *y, int n, int64_t h, float eps,
+                              cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (k < 1 || k > 64 || !ey || !ew) return cudaErrorInvalidValue;
+    const rmsnorm_moe_args a = {{x, NULL, w, y, NULL, n, h, eps}, ey, ew, eys, k};
+    return hm_host_launch(stream, rmsnorm_moe_run, &a, sizeof a);
+}
+
 cudaError_t hm_cu_rmsnorm(float *x, const float *add, const float *w, float *y, const int32_t *rows,
                           int n, int64_t h, float eps, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
