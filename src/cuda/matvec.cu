@@ -321,7 +321,7 @@ __device__ __forceinline__ void k4_pair(uint32_t s0, uint32_t s1, uint32_t s2, i
 // acc[r][t] = row r . x[t] for r < nr (<= R) rows rb bytes apart and t < n (<= NT) tokens; the
 // sums are in every lane. Each value is d * q - m as one fma (within a rounding of the
 // reference's product then difference).
-template <int NT, int R>
+template <int NT, int R, bool SM = false>
 __device__ __forceinline__ void q4k_dot(const uint8_t *__restrict__ row, int64_t rb, int nr,
                                         int64_t cols, const float *__restrict__ x, int64_t xs,
                                         int n, float acc[R][NT]) {
@@ -342,8 +342,9 @@ __device__ __forceinline__ void q4k_dot(const uint8_t *__restrict__ row, int64_t
                 hd[r][u] = make_uint4(0, 0, 0, 0), qs[r][u] = 0;
                 if (r < nr && s0 + u < nsb) {
                     const uint8_t *b = row + r * rb + (s0 + u) * (int64_t)sizeof(hm_block_q4_K);
-                    hd[r][u] = __ldg((const uint4 *)b);
-                    qs[r][u] = __ldg((const uint32_t *)(b + 16) + lane);
+                    hd[r][u] = SM ? *(const uint4 *)b : __ldg((const uint4 *)b);
+                    qs[r][u] = SM ? ((const uint32_t *)(b + 16))[lane]
+                                  : __ldg((const uint32_t *)(b + 16) + lane);
                 }
             }
 #pragma unroll
@@ -417,7 +418,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 }
 
 template <int R>
-__global__ void __launch_bounds__(MV_WARPS * 32)
+__global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_exp_q4k_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
                      int64_t xs, int x_div, float *__restrict__ y, int64_t ys, mv_sum sum) {
     hm_pdl_start();
@@ -602,7 +603,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 
 // the same on the Q4_K lane layout: warp wr of each half takes rows r0 + R wr .. + R at once
 template <int R>
-__global__ void __launch_bounds__(MV_WARPS * 32)
+__global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_exp_glu_q4k_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
                          int64_t xs, int x_div, float *__restrict__ g, int64_t gs) {
     hm_pdl_start();
@@ -627,6 +628,77 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         float acc[R][1];
         q4k_dot<1, R>(base + rw * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0, 1,
                       acc);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                if (i >= nr) break;
+                float v = acc[i][0];
+                if (bias) v += bias[(int64_t)id * rows + rw + i];
+                res[h][wr * R + i] = v;
+            }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
+        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
+}
+
+// bytes [0, n) of src into dst (shared memory) by the block's threads, 16 at a time (both
+// 16-byte aligned, n a multiple of 16), asynchronously: cp_wait makes them visible
+__device__ __forceinline__ void cp_block(void *dst, const void *src, int64_t n) {
+    for (int64_t o = (int64_t)threadIdx.x * 16; o < n; o += (int64_t)blockDim.x * 16) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        const unsigned sa = (unsigned)__cvta_generic_to_shared((char *)dst + o);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa),
+                     "l"((const char *)src + o)
+                     : "memory");
+#else
+        *(uint4 *)((char *)dst + o) = *(const uint4 *)((const char *)src + o);
+#endif
+    }
+}
+
+__device__ __forceinline__ void cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+#endif
+    __syncthreads();
+}
+
+// matvec_exp_glu_q4k_k with the block's gate and up rows copied into shared memory first
+// (cp.async), every block's bytes in flight at once: a block's warps then read them there, where
+// each warp's registers held at most eight super-blocks' loads at a time, so that a decode step's
+// experts stream at the copy rate rather than at a few super-blocks per warp and latency. Same
+// arithmetic, in the same order, as matvec_exp_glu_q4k_k.
+template <int R>
+__global__ void __launch_bounds__(MV_WARPS * 32, 4)
+    matvec_exp_glu_q4k_s_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                           int64_t xs, int x_div, float *__restrict__ g, int64_t gs) {
+    extern __shared__ uint4 wsm[];
+    __shared__ float res[2][GLU_ROWS * R];
+    hm_pdl_start();
+    const int p = blockIdx.y, id = ids[p];
+    const int warp = threadIdx.x >> 5, h = warp / GLU_ROWS, wr = warp % GLU_ROWS;
+    const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * R * GLU_ROWS;
+    float *gp = g + (int64_t)p * gs;
+    if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
+        for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
+            if (r0 + j < rows) gp[r0 + j] = 0.0f;
+        return;
+    }
+    const int64_t rb = (int64_t)a.w[0].row_bytes,
+                  nb = rows - r0 < GLU_ROWS * R ? rows - r0 : GLU_ROWS * R;
+    uint8_t *sg = (uint8_t *)wsm, *su = sg + (int64_t)GLU_ROWS * R * rb;
+    cp_block(sg, (const uint8_t *)a.w[0].data + (size_t)id * a.w[0].estride + r0 * rb, nb * rb);
+    cp_block(su, (const uint8_t *)a.w[1].data + (size_t)id * a.w[1].estride + r0 * rb, nb * rb);
+    glu_prefetch(a, id, rows, 0); /* only the down rows' share */
+    cp_wait();
+    const int64_t rw = r0 + (int64_t)wr * R;
+    if (rw < rows) {
+        const int nr = rows - rw < R ? (int)(rows - rw) : R;
+        const float *bias = h ? a.bias[1] : a.bias[0];
+        float acc[R][1];
+        q4k_dot<1, R, true>((h ? su : sg) + (int64_t)wr * R * rb, rb, nr, a.w[0].cols,
+                            x + (int64_t)(p / x_div) * xs, 0, 1, acc);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int i = 0; i < R; i++) {
@@ -688,6 +760,12 @@ static bool mv_q8(const hm_cu_w *w, const float *x, int64_t xs) {
         return false;
     const char *v = getenv("HMOE_MV_Q8");
     return !(v && !strcmp(v, "0"));
+}
+
+// the experts' gate/up Q4_K kernel staging its rows in shared memory (matvec_exp_glu_q4k_s_k)
+// unless HMOE_MV_Q4K_SMEM=0 (read per launch, as mv_q4k's knob; A/B)
+static bool q4k_smem(void) {
+    return mv_env("HMOE_MV_Q4K_SMEM", 1) != 0;
 }
 
 // rows per warp of the Q4_K lane layout for single tokens: 2 (HMOE_MV_Q4K_R=1|4 fixes it, for
@@ -928,11 +1006,23 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
     a.act = act, a.alpha = alpha, a.limit = limit;
     if (wd && wd->data) a.wd = *wd;
     if (!hm_cu_type_ok(wg->type)) return cudaErrorInvalidValue;
+    /* the shared-memory kernel's bytes: two halves of GLU_ROWS * 2 rows (0: not taken) */
+    const size_t gsm = q4k && q4k_smem() && wu->row_bytes == wg->row_bytes &&
+                               2 * GLU_ROWS * 2 * wg->row_bytes <= MV_SMEM
+                           ? 2 * GLU_ROWS * 2 * wg->row_bytes
+                           : 0;
     pair_chunks(n_pairs, x_div, [&](int p0, int np) {
         const dim3 grid(gx, (unsigned)np);
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *gp = g + (int64_t)p0 * gs;
+        if (q4k && gsm) {
+            hm_launch(
+                matvec_exp_glu_q4k_s_k<2>,
+                dim3((unsigned)((wg->rows + GLU_ROWS * 2 - 1) / (GLU_ROWS * 2)), (unsigned)np),
+                MV_WARPS * 32, gsm, stream, a, id, xp, xs, x_div, gp, gs);
+            return;
+        }
         if (q4k) {
 #define L(R)                                                                                       \
     hm_launch(matvec_exp_glu_q4k_k<R>,                                                             \
