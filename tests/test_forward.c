@@ -231,6 +231,50 @@ static bool logits_of(const char *path, const fixture *f, int prompt, float *lg,
 /* A DeepSeek GGUF converted to Q8_0 (attn_k_b / attn_v_b split per head, as llama.cpp writes
  * them) keeps both in Q8_0 for the CPU's latent attention (model.c bind_mla_quant: k_bq, v_bq);
  * one converted to F32 has none (the copies serve). The logits of both are checked elsewhere. */
+/* Where the split tensors are bound the model keeps no copies of them (unless HMOE_MLA_QUANT=0),
+ * and the copies a GPU backend builds (hm_model_mla_copies) hold every head's k_b [nope][kv_lora]
+ * and v_b [kv_lora][v] as bf16 of the file's rows (k_bq's row h kv_lora + j is K_h's column j,
+ * v_bq's row h v + d is V_h's row d) */
+static void check_mla_copies(const hm_model *m, const char *name) {
+    const hm_hparams *hp = &m->hp;
+    const char *e = getenv("HMOE_MLA_QUANT");
+    const int64_t nh = hp->n_heads, kvl = hp->kv_lora_rank, nope = hp->qk_nope_head_dim,
+                  vd = hp->v_head_dim;
+    for (unsigned il = 0; il < hp->n_layers; il++) {
+        const hm_layer *L = &m->layers[il];
+        CHECK_MSG((e && !strcmp(e, "0")) || (!L->k_b && !L->v_b), "%s: layer %u keeps copies", name,
+                  il);
+        void *kb = NULL, *vb = NULL;
+        uint32_t kt = 0, vt = 0;
+        CHECK_OK(hm_model_mla_copies(m, (int)il, &kb, &kt, &vb, &vt));
+        if (!kb || !vb) continue;
+        CHECK(kt == HM_TYPE_BF16 && vt == HM_TYPE_BF16);
+        float *row = malloc(sizeof(float) * (size_t)(nope > kvl ? nope : kvl));
+        int bad = 0;
+        for (int64_t h = 0; h < nh; h++) {
+            for (int64_t j = 0; j < kvl; j++) {
+                CHECK_OK(hm_dequantize_row(L->k_bq.type,
+                                           (const uint8_t *)L->k_bq.data +
+                                               (size_t)(h * kvl + j) * L->k_bq.row_bytes,
+                                           row, nope));
+                for (int64_t r = 0; r < nope; r++)
+                    bad +=
+                        ((const uint16_t *)kb)[(h * nope + r) * kvl + j] != hm_f32_to_bf16(row[r]);
+            }
+            for (int64_t d = 0; d < vd; d++) {
+                CHECK_OK(hm_dequantize_row(L->v_bq.type,
+                                           (const uint8_t *)L->v_bq.data +
+                                               (size_t)(h * vd + d) * L->v_bq.row_bytes,
+                                           row, kvl));
+                for (int64_t j = 0; j < kvl; j++)
+                    bad += ((const uint16_t *)vb)[(h * kvl + j) * vd + d] != hm_f32_to_bf16(row[j]);
+            }
+        }
+        CHECK_MSG(bad == 0, "%s layer %u: %d values of the built copies differ", name, il, bad);
+        free(row), free(kb), free(vb);
+    }
+}
+
 static void check_mla_quant(const char *name) {
     fixture f;
     CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
@@ -259,6 +303,7 @@ static void check_mla_quant(const char *name) {
             }
             CHECK_MSG(!q || with == (int)hp->n_layers, "%s Q8_0: %d of %u layers with k_bq / v_bq",
                       name, with, hp->n_layers);
+            if (q && with) check_mla_copies(m, name);
             hm_model_free(m);
         }
         unlink(path);

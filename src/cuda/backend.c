@@ -487,11 +487,22 @@ static hm_status put_mla(hm_cuda_ctx *c, int il) {
         return st;
     }
     if ((st = put_hm_matrix(c, &L->wkv_a, what, &w->wkv_a)) ||
-        (st = put_floats(c, L->kv_a_norm, kvl, &w->kv_a_norm)) ||
-        (st = put_raw(c, L->k_b, L->k_b_type, nh * nope * kvl, what, &w->k_b)) ||
-        (st = put_raw(c, L->v_b, L->v_b_type, nh * kvl * hp->v_head_dim, what, &w->v_b)))
+        (st = put_floats(c, L->kv_a_norm, kvl, &w->kv_a_norm)))
         return st;
-    return HM_OK;
+    /* the model's copies, or (where the CPU multiplies the file's split tensors and the model
+     * keeps none) copies built for the upload: 16-bit, their bytes known in the sizing pass */
+    const void *kb = L->k_b, *vb = L->v_b;
+    uint32_t kt = L->k_b_type, vt = L->v_b_type;
+    void *own[2] = {NULL, NULL};
+    if (!kb) {
+        kt = vt = HM_TYPE_BF16;
+        if (c->arena && (st = hm_model_mla_copies(c->m, il, &own[0], &kt, &own[1], &vt))) return st;
+        kb = own[0], vb = own[1];
+    }
+    st = put_raw(c, kb, kt, nh * nope * kvl, what, &w->k_b);
+    if (!st) st = put_raw(c, vb, vt, nh * kvl * hp->v_head_dim, what, &w->v_b);
+    free(own[0]), free(own[1]);
+    return st;
 }
 
 /* Lays out (sizing pass: arena NULL) or fills the device memory: weights, KV cache, scratch. */

@@ -54,6 +54,10 @@ typedef struct mla_job {
  * not used) and a block's scores, a block of cache rows in floats, and an activation converted
  * for k_bq / v_bq (at most kv_lora + 64 floats' bytes for every activation type of a whole
  * number of blocks; checked in hm_ctx_run_mla) */
+size_t hm_mla_act_room(const hm_hparams *hp) {
+    return sizeof(float) * (size_t)(hp->kv_lora_rank + 64);
+}
+
 size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim) {
     return MLA_GROUP * (2 * kv_dim + MLA_BLOCK) + MLA_BLOCK * kv_dim + (size_t)hp->kv_lora_rank +
            128;
@@ -260,16 +264,19 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
         const char *e = getenv("HMOE_MLA_QUANT");
         off = e && !strcmp(e, "0");
     }
-    if (!off && L->k_bq.rows && L->v_bq.rows) { /* the quantized split tensors, where they fit */
-        const size_t room = sizeof(float) * (size_t)(hp->kv_lora_rank + 64);
+    /* the quantized split tensors where they are bound (model.c binds them only where they fit
+     * hm_mla_act_room and have kernels, and then keeps no copies unless HMOE_MLA_QUANT=0) */
+    if ((!off || !L->k_b) && L->k_bq.rows && L->v_bq.rows) {
         const hm_cpu_ops *o = hm_cpu_ops_or_ref();
-        if (hm_act_bytes(L->k_bq.type, hp->qk_nope_head_dim) <= room &&
-            hm_act_bytes(L->v_bq.type, hp->kv_lora_rank) <= room) {
-            j.kdot = hm_vec_dot_for(o, L->k_bq.type);
-            j.vdot = hm_vec_dot_for(o, L->v_bq.type);
-            if (!j.kdot || !j.vdot) j.kdot = j.vdot = NULL;
-        }
+        j.kdot = hm_vec_dot_for(o, L->k_bq.type);
+        j.vdot = hm_vec_dot_for(o, L->v_bq.type);
+        if (!j.kdot || !j.vdot) j.kdot = j.vdot = NULL;
     }
+    if (!j.kdot && !L->k_b)
+        return hm_errorf(HM_ERR_INTERNAL,
+                         "mla: layer %d has neither kernels for its split "
+                         "attn_k_b / attn_v_b nor their copies",
+                         nd->il);
     hm_ctx_for_tokens(c, n, mla_store, &j); /* every token's cache row before any attends */
     hm_pool_run(c->pool, mla_attend, &j);
     return HM_OK;

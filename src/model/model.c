@@ -11,6 +11,7 @@
 #include "core/cpu.h"
 #include "core/log.h"
 #include "core/pool.h"
+#include "cpu/ops.h"
 #include "model/arch.h"
 #include "model/names.h"
 #include "quant/fp16.h"
@@ -436,7 +437,8 @@ static void mla_copy_store(void *dst, uint32_t t, uint64_t at, const float *x, u
 
 /* The split attn_k_b (nh heads of kvl rows of nope) and attn_v_b (nh heads of vd rows of kvl) as
  * two quantized matrices of stacked heads (L->k_bq, L->v_bq), where both are of a quantized type
- * with CPU kernels and whole blocks per row; else neither (rows 0) and mla.c uses the copies. */
+ * with CPU kernels, whole blocks per row and activations that fit mla.c's scratch row; else
+ * neither (rows 0) and mla.c uses the copies. */
 static hm_status bind_mla_quant(hm_model *m, hm_layer *L, const tview *kb, const tview *vb) {
     const hm_hparams *hp = &m->hp;
     const uint64_t nh = hp->n_heads, kvl = hp->kv_lora_rank, nope = hp->qk_nope_head_dim,
@@ -450,7 +452,8 @@ static hm_status bind_mla_quant(hm_model *m, hm_layer *L, const tview *kb, const
         uint64_t rb, ab;
         if (t == HM_TYPE_F32 || t == HM_TYPE_F16 || t == HM_TYPE_BF16 ||
             hm_kernel_check(t, v[i]->name) != HM_OK || !hm_type_row_bytes(t, cols[i], &rb) ||
-            !hm_type_row_bytes(hm_act_type(t), cols[i], &ab)) {
+            !hm_type_row_bytes(hm_act_type(t), cols[i], &ab) ||
+            hm_act_bytes(t, (int64_t)cols[i]) > hm_mla_act_room(hp)) {
             hm_error_clear();
             return HM_OK;
         }
@@ -465,6 +468,63 @@ static hm_status bind_mla_quant(hm_model *m, hm_layer *L, const tview *kb, const
         return HM_OK;
     }
     *out[0] = k, *out[1] = vv;
+    return HM_OK;
+}
+
+/* HMOE_MLA_QUANT=0: the copies are built and used even where the file's split tensors are bound
+ * (A/B of mla.c's two paths), read once */
+static bool mla_copies_forced(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("HMOE_MLA_QUANT");
+        on = e && !strcmp(e, "0");
+    }
+    return on;
+}
+
+hm_status hm_model_mla_copies(const hm_model *m, int il, void **k_b, uint32_t *kt, void **v_b,
+                              uint32_t *vt) {
+    const hm_hparams *hp = &m->hp;
+    const hm_layer *L = &m->layers[il];
+    const uint64_t nh = hp->n_heads, kvl = hp->kv_lora_rank, nope = hp->qk_nope_head_dim,
+                   vd = hp->v_head_dim;
+    *k_b = *v_b = NULL;
+    if (!L->k_bq.rows || !L->v_bq.rows)
+        return hm_errorf(HM_ERR_INTERNAL, "%s: layer %d has no split attn_k_b / attn_v_b", m->path,
+                         il);
+    *kt = mla_copy_type(L->k_bq.type), *vt = mla_copy_type(L->v_bq.type);
+    const uint64_t most = (nope > vd ? nope : vd) * kvl;
+    void *kc = malloc(mla_copy_elem(*kt) * nh * nope * kvl);
+    void *vc = malloc(mla_copy_elem(*vt) * nh * kvl * vd);
+    float *rows = malloc(sizeof(float) * 2 * most), *head = rows ? rows + most : NULL;
+    hm_status st =
+        kc && vc && rows ? HM_OK : hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+    for (uint64_t h = 0; h < nh && !st; h++) {
+        /* k_bq's head h: kvl rows of nope, into [nope][kvl]; v_bq's: vd rows of kvl, into
+         * [kvl][vd] (the layouts of bind_mla's copies) */
+        for (uint64_t j = 0; j < kvl && !st; j++)
+            st = hm_dequantize_row(
+                L->k_bq.type, (const uint8_t *)L->k_bq.data + (h * kvl + j) * L->k_bq.row_bytes,
+                rows + j * nope, (int64_t)nope);
+        if (st) break;
+        for (uint64_t j = 0; j < kvl; j++)
+            for (uint64_t r = 0; r < nope; r++) head[r * kvl + j] = rows[j * nope + r];
+        mla_copy_store(kc, *kt, h * nope * kvl, head, nope * kvl);
+        for (uint64_t d = 0; d < vd && !st; d++)
+            st = hm_dequantize_row(L->v_bq.type,
+                                   (const uint8_t *)L->v_bq.data + (h * vd + d) * L->v_bq.row_bytes,
+                                   rows + d * kvl, (int64_t)kvl);
+        if (st) break;
+        for (uint64_t d = 0; d < vd; d++)
+            for (uint64_t j = 0; j < kvl; j++) head[j * vd + d] = rows[d * kvl + j];
+        mla_copy_store(vc, *vt, h * kvl * vd, head, kvl * vd);
+    }
+    free(rows);
+    if (st) {
+        free(kc), free(vc);
+        return st;
+    }
+    *k_b = kc, *v_b = vc;
     return HM_OK;
 }
 
@@ -508,6 +568,9 @@ static hm_status bind_mla(hm_model *m, hm_layer *L, unsigned il) {
     }
     if (m->checking) return HM_OK;
     if (split && (st = bind_mla_quant(m, L, &kb, &vb))) return st;
+    /* the CPU multiplies the bound tensors themselves: no copies (a GPU backend builds its own,
+     * hm_model_mla_copies) */
+    if (L->k_bq.rows && !mla_copies_forced()) return HM_OK;
     /* k_b[h] [nope][kv_lora] (the key's up-projection as HF stores it) and v_b[h] [kv_lora][v]
      * (the value's, transposed): both read row by row in mla.c's inner loops, every token */
     const uint32_t kt = mla_copy_type(split ? kb.type : kv.type);

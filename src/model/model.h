@@ -77,6 +77,14 @@ typedef struct hm_model {
 float hm_mla_scale(const hm_hparams *hp);
 /* floats of each thread's scratch for the CPU's latent attention (mla.c) */
 size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim);
+/* the most bytes of a quantized activation row that the CPU's latent attention holds for the
+ * split attn_k_b / attn_v_b products (mla.c): larger ones take the copies */
+size_t hm_mla_act_room(const hm_hparams *hp);
+/* Layer il's k_b / v_b copies (hm_layer's layouts, 16-bit) built from the split quantized
+ * tensors it has bound (k_bq, v_bq), in malloc'd memory the caller frees: for a backend that
+ * reads copies where the model keeps none (the CPU multiplies the file's tensors). */
+hm_status hm_model_mla_copies(const hm_model *m, int il, void **k_b, uint32_t *kt, void **v_b,
+                              uint32_t *vt);
 
 /* ---- context: KV cache + forward ------------------------------------------------------------ */
 
