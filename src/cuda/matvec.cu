@@ -664,6 +664,36 @@ __device__ __forceinline__ void cp_wait() {
     __syncthreads();
 }
 
+// matvec_exp_q4k_k with the block's rows copied into shared memory first, as
+// matvec_exp_glu_q4k_s_k does for gate and up: the same rows per warp, arithmetic and sum
+template <int R>
+__global__ void __launch_bounds__(MV_WARPS * 32, 4)
+    matvec_exp_q4k_s_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                       int64_t xs, int x_div, float *__restrict__ y, int64_t ys, mv_sum sum) {
+    extern __shared__ uint4 wsm[];
+    hm_pdl_start();
+    const int p = blockIdx.y, id = ids[p];
+    const int64_t rb = (int64_t)w.row_bytes, rblk = (int64_t)blockIdx.x * MV_WARPS * R;
+    if (id >= 0) { /* id is the block's: every thread reaches cp_wait's barrier or none */
+        const int64_t nb = w.rows - rblk < MV_WARPS * R ? w.rows - rblk : MV_WARPS * R;
+        cp_block(wsm, (const uint8_t *)w.data + (size_t)id * w.estride + rblk * rb, nb * rb);
+        cp_wait();
+    }
+    const int64_t r0 = rblk + (int64_t)(threadIdx.x >> 5) * R;
+    if (r0 < w.rows) {
+        const int nr = w.rows - r0 < R ? (int)(w.rows - r0) : R;
+        float acc[R][1] = {};
+        if (id >= 0)
+            q4k_dot<1, R, true>((const uint8_t *)wsm + (r0 - rblk) * rb, rb, nr, w.cols,
+                                x + (int64_t)(p / x_div) * xs, 0, 1, acc);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++) /* 0: an expert on the CPU */
+                if (r < nr) y[(int64_t)p * ys + r0 + r] = acc[r][0];
+    }
+    if (sum.cnt) moe_sum(sum, y, ys, w.rows, p);
+}
+
 // matvec_exp_glu_q4k_k with the block's gate and up rows copied into shared memory first
 // (cp.async), every block's bytes in flight at once: a block's warps then read them there, where
 // each warp's registers held at most eight super-blocks' loads at a time, so that a decode step's
@@ -762,8 +792,8 @@ static bool mv_q8(const hm_cu_w *w, const float *x, int64_t xs) {
     return !(v && !strcmp(v, "0"));
 }
 
-// the experts' gate/up Q4_K kernel staging its rows in shared memory (matvec_exp_glu_q4k_s_k)
-// unless HMOE_MV_Q4K_SMEM=0 (read per launch, as mv_q4k's knob; A/B)
+// the experts' Q4_K kernels staging their rows in shared memory (matvec_exp_glu_q4k_s_k,
+// matvec_exp_q4k_s_k) unless HMOE_MV_Q4K_SMEM=0 (read per launch, as mv_q4k's knob; A/B)
 static bool q4k_smem(void) {
     return mv_env("HMOE_MV_Q4K_SMEM", 1) != 0;
 }
@@ -940,10 +970,20 @@ static cudaError_t experts_launch(const hm_cu_w *w, const int32_t *ids, int n_pa
     const bool sh = mv_stage(sm);
     if (!hm_cu_type_ok(w->type)) return cudaErrorInvalidValue;
     const bool q4k = mv_q4k(w, x, xs);
+    /* the shared-memory kernel's bytes: MV_WARPS * 2 rows (0: not taken) */
+    const size_t ssm = q4k && q4k_smem() && MV_WARPS * 2 * w->row_bytes <= MV_SMEM
+                           ? MV_WARPS * 2 * w->row_bytes
+                           : 0;
     pair_chunks(n_pairs, x_div, [&](int p0, int np) {
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *yp = y + (int64_t)p0 * ys;
+        if (q4k && ssm) {
+            hm_launch(matvec_exp_q4k_s_k<2>,
+                      dim3((unsigned)((w->rows + MV_WARPS * 2 - 1) / (MV_WARPS * 2)), (unsigned)np),
+                      MV_WARPS * 32, ssm, stream, *w, id, xp, xs, x_div, yp, ys, sum);
+            return;
+        }
         if (q4k) {
 #define L(R)                                                                                       \
     hm_launch(matvec_exp_q4k_k<R>,                                                                 \
