@@ -417,20 +417,54 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
                 if (r < nr && t < n) y[t * ys + r0 + r] = acc[r][t];
 }
 
-template <int R>
-__global__ void __launch_bounds__(MV_WARPS * 32, 2)
+// bytes [0, n) of src into dst (shared memory) by the block's threads, 16 at a time (both
+// 16-byte aligned, n a multiple of 16), asynchronously: cp_wait makes them visible
+__device__ __forceinline__ void cp_block(void *dst, const void *src, int64_t n) {
+    for (int64_t o = (int64_t)threadIdx.x * 16; o < n; o += (int64_t)blockDim.x * 16) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        const unsigned sa = (unsigned)__cvta_generic_to_shared((char *)dst + o);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa),
+                     "l"((const char *)src + o)
+                     : "memory");
+#else
+        *(uint4 *)((char *)dst + o) = *(const uint4 *)((const char *)src + o);
+#endif
+    }
+}
+
+__device__ __forceinline__ void cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+#endif
+    __syncthreads();
+}
+
+// The experts' Q4_K kernels take their rows from global memory, each warp's registers holding
+// at most eight super-blocks' loads at a time (S false: launch bounds of two blocks per SM, so
+// that those loads issue together), or (S true, the default) copy the block's rows into shared
+// memory first with cp.async, every resident block's bytes in flight at once, and read them
+// there: the same lane layout and arithmetic either way.
+template <int R, bool S>
+__global__ void __launch_bounds__(MV_WARPS * 32, S ? 4 : 2)
     matvec_exp_q4k_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
                      int64_t xs, int x_div, float *__restrict__ y, int64_t ys, mv_sum sum) {
+    extern __shared__ uint4 wsm[];
     hm_pdl_start();
     const int p = blockIdx.y, id = ids[p];
-    const int64_t r0 = ((int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+    const int64_t rb = (int64_t)w.row_bytes, rblk = (int64_t)blockIdx.x * MV_WARPS * R;
+    const uint8_t *base = (const uint8_t *)w.data + (size_t)(id < 0 ? 0 : id) * w.estride;
+    if (S && id >= 0) { /* id is the block's: every thread reaches cp_wait's barrier or none */
+        const int64_t nb = w.rows - rblk < MV_WARPS * R ? w.rows - rblk : MV_WARPS * R;
+        cp_block(wsm, base + rblk * rb, nb * rb);
+        cp_wait();
+    }
+    const int64_t r0 = rblk + (int64_t)(threadIdx.x >> 5) * R;
     if (r0 < w.rows) {
         const int nr = w.rows - r0 < R ? (int)(w.rows - r0) : R;
         float acc[R][1] = {};
         if (id >= 0)
-            q4k_dot<1, R>(
-                (const uint8_t *)w.data + (size_t)id * w.estride + r0 * (int64_t)w.row_bytes,
-                (int64_t)w.row_bytes, nr, w.cols, x + (int64_t)(p / x_div) * xs, 0, 1, acc);
+            q4k_dot<1, R, S>(S ? (const uint8_t *)wsm + (r0 - rblk) * rb : base + r0 * rb, rb, nr,
+                             w.cols, x + (int64_t)(p / x_div) * xs, 0, 1, acc);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int r = 0; r < R; r++) /* 0: an expert on the CPU */
@@ -601,13 +635,15 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
 }
 
-// the same on the Q4_K lane layout: warp wr of each half takes rows r0 + R wr .. + R at once
-template <int R>
-__global__ void __launch_bounds__(MV_WARPS * 32, 2)
+// the same on the Q4_K lane layout (S: matvec_exp_q4k_k's): warp wr of each half takes rows
+// r0 + R wr .. + R at once
+template <int R, bool S>
+__global__ void __launch_bounds__(MV_WARPS * 32, S ? 4 : 2)
     matvec_exp_glu_q4k_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
                          int64_t xs, int x_div, float *__restrict__ g, int64_t gs) {
-    hm_pdl_start();
+    extern __shared__ uint4 wsm[];
     __shared__ float res[2][GLU_ROWS * R];
+    hm_pdl_start();
     const int p = blockIdx.y, id = ids[p];
     const int warp = threadIdx.x >> 5, h = warp / GLU_ROWS, wr = warp % GLU_ROWS;
     const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * R * GLU_ROWS;
@@ -617,118 +653,29 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
             if (r0 + j < rows) gp[r0 + j] = 0.0f;
         return;
     }
-    glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * R);
-    const int64_t rw = r0 + (int64_t)wr * R;
-    if (rw < rows) {
-        const int nr = rows - rw < R ? (int)(rows - rw) : R;
-        const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
-        const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
-                              (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
-        const float *bias = h ? a.bias[1] : a.bias[0];
-        float acc[R][1];
-        q4k_dot<1, R>(base + rw * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0, 1,
-                      acc);
-        if ((threadIdx.x & 31) == 0)
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                if (i >= nr) break;
-                float v = acc[i][0];
-                if (bias) v += bias[(int64_t)id * rows + rw + i];
-                res[h][wr * R + i] = v;
-            }
-    }
-    __syncthreads();
-    for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
-        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
-}
-
-// bytes [0, n) of src into dst (shared memory) by the block's threads, 16 at a time (both
-// 16-byte aligned, n a multiple of 16), asynchronously: cp_wait makes them visible
-__device__ __forceinline__ void cp_block(void *dst, const void *src, int64_t n) {
-    for (int64_t o = (int64_t)threadIdx.x * 16; o < n; o += (int64_t)blockDim.x * 16) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        const unsigned sa = (unsigned)__cvta_generic_to_shared((char *)dst + o);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa),
-                     "l"((const char *)src + o)
-                     : "memory");
-#else
-        *(uint4 *)((char *)dst + o) = *(const uint4 *)((const char *)src + o);
-#endif
-    }
-}
-
-__device__ __forceinline__ void cp_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-#endif
-    __syncthreads();
-}
-
-// matvec_exp_q4k_k with the block's rows copied into shared memory first, as
-// matvec_exp_glu_q4k_s_k does for gate and up: the same rows per warp, arithmetic and sum
-template <int R>
-__global__ void __launch_bounds__(MV_WARPS * 32, 4)
-    matvec_exp_q4k_s_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
-                       int64_t xs, int x_div, float *__restrict__ y, int64_t ys, mv_sum sum) {
-    extern __shared__ uint4 wsm[];
-    hm_pdl_start();
-    const int p = blockIdx.y, id = ids[p];
-    const int64_t rb = (int64_t)w.row_bytes, rblk = (int64_t)blockIdx.x * MV_WARPS * R;
-    if (id >= 0) { /* id is the block's: every thread reaches cp_wait's barrier or none */
-        const int64_t nb = w.rows - rblk < MV_WARPS * R ? w.rows - rblk : MV_WARPS * R;
-        cp_block(wsm, (const uint8_t *)w.data + (size_t)id * w.estride + rblk * rb, nb * rb);
+    const int64_t rb = (int64_t)a.w[0].row_bytes; /* up's too (the launch checks) */
+    /* this warp's half's rows r0 .. in global memory, or (S) at 0 .. in shared memory */
+    const uint8_t *b = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
+                       (size_t)id * (h ? a.w[1].estride : a.w[0].estride) + r0 * rb;
+    if (S) {
+        const int64_t nb = rows - r0 < GLU_ROWS * R ? rows - r0 : GLU_ROWS * R;
+        uint8_t *sm = (uint8_t *)wsm;
+        cp_block(sm, (const uint8_t *)a.w[0].data + (size_t)id * a.w[0].estride + r0 * rb, nb * rb);
+        cp_block(sm + (int64_t)GLU_ROWS * R * rb,
+                 (const uint8_t *)a.w[1].data + (size_t)id * a.w[1].estride + r0 * rb, nb * rb);
+        glu_prefetch(a, id, rows, 0); /* only the down rows' share */
         cp_wait();
+        b = sm + (int64_t)h * GLU_ROWS * R * rb;
+    } else {
+        glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * R);
     }
-    const int64_t r0 = rblk + (int64_t)(threadIdx.x >> 5) * R;
-    if (r0 < w.rows) {
-        const int nr = w.rows - r0 < R ? (int)(w.rows - r0) : R;
-        float acc[R][1] = {};
-        if (id >= 0)
-            q4k_dot<1, R, true>((const uint8_t *)wsm + (r0 - rblk) * rb, rb, nr, w.cols,
-                                x + (int64_t)(p / x_div) * xs, 0, 1, acc);
-        if ((threadIdx.x & 31) == 0)
-#pragma unroll
-            for (int r = 0; r < R; r++) /* 0: an expert on the CPU */
-                if (r < nr) y[(int64_t)p * ys + r0 + r] = acc[r][0];
-    }
-    if (sum.cnt) moe_sum(sum, y, ys, w.rows, p);
-}
-
-// matvec_exp_glu_q4k_k with the block's gate and up rows copied into shared memory first
-// (cp.async), every block's bytes in flight at once: a block's warps then read them there, where
-// each warp's registers held at most eight super-blocks' loads at a time, so that a decode step's
-// experts stream at the copy rate rather than at a few super-blocks per warp and latency. Same
-// arithmetic, in the same order, as matvec_exp_glu_q4k_k.
-template <int R>
-__global__ void __launch_bounds__(MV_WARPS * 32, 4)
-    matvec_exp_glu_q4k_s_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
-                           int64_t xs, int x_div, float *__restrict__ g, int64_t gs) {
-    extern __shared__ uint4 wsm[];
-    __shared__ float res[2][GLU_ROWS * R];
-    hm_pdl_start();
-    const int p = blockIdx.y, id = ids[p];
-    const int warp = threadIdx.x >> 5, h = warp / GLU_ROWS, wr = warp % GLU_ROWS;
-    const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * R * GLU_ROWS;
-    float *gp = g + (int64_t)p * gs;
-    if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
-        for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
-            if (r0 + j < rows) gp[r0 + j] = 0.0f;
-        return;
-    }
-    const int64_t rb = (int64_t)a.w[0].row_bytes,
-                  nb = rows - r0 < GLU_ROWS * R ? rows - r0 : GLU_ROWS * R;
-    uint8_t *sg = (uint8_t *)wsm, *su = sg + (int64_t)GLU_ROWS * R * rb;
-    cp_block(sg, (const uint8_t *)a.w[0].data + (size_t)id * a.w[0].estride + r0 * rb, nb * rb);
-    cp_block(su, (const uint8_t *)a.w[1].data + (size_t)id * a.w[1].estride + r0 * rb, nb * rb);
-    glu_prefetch(a, id, rows, 0); /* only the down rows' share */
-    cp_wait();
     const int64_t rw = r0 + (int64_t)wr * R;
     if (rw < rows) {
         const int nr = rows - rw < R ? (int)(rows - rw) : R;
         const float *bias = h ? a.bias[1] : a.bias[0];
         float acc[R][1];
-        q4k_dot<1, R, true>((h ? su : sg) + (int64_t)wr * R * rb, rb, nr, a.w[0].cols,
-                            x + (int64_t)(p / x_div) * xs, 0, 1, acc);
+        q4k_dot<1, R, S>(b + (rw - r0) * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0,
+                         1, acc);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int i = 0; i < R; i++) {
@@ -792,8 +739,8 @@ static bool mv_q8(const hm_cu_w *w, const float *x, int64_t xs) {
     return !(v && !strcmp(v, "0"));
 }
 
-// the experts' Q4_K kernels staging their rows in shared memory (matvec_exp_glu_q4k_s_k,
-// matvec_exp_q4k_s_k) unless HMOE_MV_Q4K_SMEM=0 (read per launch, as mv_q4k's knob; A/B)
+// the experts' Q4_K kernels staging their rows in shared memory (matvec_exp_glu_q4k_k,
+// matvec_exp_q4k_k with S) unless HMOE_MV_Q4K_SMEM=0 (read per launch, as mv_q4k's knob; A/B)
 static bool q4k_smem(void) {
     return mv_env("HMOE_MV_Q4K_SMEM", 1) != 0;
 }
@@ -979,14 +926,14 @@ static cudaError_t experts_launch(const hm_cu_w *w, const int32_t *ids, int n_pa
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *yp = y + (int64_t)p0 * ys;
         if (q4k && ssm) {
-            hm_launch(matvec_exp_q4k_s_k<2>,
+            hm_launch(matvec_exp_q4k_k<2, true>,
                       dim3((unsigned)((w->rows + MV_WARPS * 2 - 1) / (MV_WARPS * 2)), (unsigned)np),
                       MV_WARPS * 32, ssm, stream, *w, id, xp, xs, x_div, yp, ys, sum);
             return;
         }
         if (q4k) {
 #define L(R)                                                                                       \
-    hm_launch(matvec_exp_q4k_k<R>,                                                                 \
+    hm_launch(matvec_exp_q4k_k<R, false>,                                                          \
               dim3((unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R)), (unsigned)np),       \
               MV_WARPS * 32, 0, stream, *w, id, xp, xs, x_div, yp, ys, sum)
             Q4K_ROWS(L)
@@ -1058,14 +1005,14 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
         float *gp = g + (int64_t)p0 * gs;
         if (q4k && gsm) {
             hm_launch(
-                matvec_exp_glu_q4k_s_k<2>,
+                matvec_exp_glu_q4k_k<2, true>,
                 dim3((unsigned)((wg->rows + GLU_ROWS * 2 - 1) / (GLU_ROWS * 2)), (unsigned)np),
                 MV_WARPS * 32, gsm, stream, a, id, xp, xs, x_div, gp, gs);
             return;
         }
         if (q4k) {
 #define L(R)                                                                                       \
-    hm_launch(matvec_exp_glu_q4k_k<R>,                                                             \
+    hm_launch(matvec_exp_glu_q4k_k<R, false>,                                                      \
               dim3((unsigned)((wg->rows + GLU_ROWS * R - 1) / (GLU_ROWS * R)), (unsigned)np),      \
               MV_WARPS * 32, 0, stream, a, id, xp, xs, x_div, gp, gs)
             Q4K_ROWS(L)
