@@ -676,8 +676,8 @@ __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv k
         const int np = p1 - c0 < 32 ? p1 - c0 : 32;
 #pragma unroll
         for (int k = 0; k < D; k++) acc[k] *= f;
-        if (np ==
-            32) { /* a whole chunk: the value rows 16 at a time, their loads issued together */
+        /* a whole chunk: the value rows 16 at a time, their loads issued together */
+        if (np == 32) {
 #pragma unroll
             for (int j0 = 0; j0 < 32; j0 += 16) {
                 float vr[16][D];
