@@ -653,7 +653,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32, S ? 4 : 2)
             if (r0 + j < rows) gp[r0 + j] = 0.0f;
         return;
     }
-    const int64_t rb = (int64_t)a.w[0].row_bytes; /* up's too (the launch checks) */
+    /* this half's row bytes (with S gate's and up's are equal: the launch checks) */
+    const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
     /* this warp's half's rows r0 .. in global memory, or (S) at 0 .. in shared memory */
     const uint8_t *b = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
                        (size_t)id * (h ? a.w[1].estride : a.w[0].estride) + r0 * rb;
