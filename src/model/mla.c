@@ -54,10 +54,6 @@ typedef struct mla_job {
  * not used) and a block's scores, a block of cache rows in floats, and an activation converted
  * for k_bq / v_bq (at most kv_lora + 64 floats' bytes for every activation type of a whole
  * number of blocks; checked in hm_ctx_run_mla) */
-size_t hm_mla_act_room(const hm_hparams *hp) {
-    return sizeof(float) * (size_t)(hp->kv_lora_rank + 64);
-}
-
 size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim) {
     return MLA_GROUP * (2 * kv_dim + MLA_BLOCK) + MLA_BLOCK * kv_dim + (size_t)hp->kv_lora_rank +
            128;

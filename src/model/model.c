@@ -435,6 +435,11 @@ static void mla_copy_store(void *dst, uint32_t t, uint64_t at, const float *x, u
         b[i] = t == HM_TYPE_F16 ? hm_f32_to_f16(x[i]) : hm_f32_to_bf16(x[i]);
 }
 
+/* (here rather than in mla.c, whose use of the context would tie the model's loader to it) */
+size_t hm_mla_act_room(const hm_hparams *hp) {
+    return sizeof(float) * (size_t)(hp->kv_lora_rank + 64);
+}
+
 /* The split attn_k_b (nh heads of kvl rows of nope) and attn_v_b (nh heads of vd rows of kvl) as
  * two quantized matrices of stacked heads (L->k_bq, L->v_bq), where both are of a quantized type
  * with CPU kernels, whole blocks per row and activations that fit mla.c's scratch row; else

@@ -77,8 +77,8 @@ typedef struct hm_model {
 float hm_mla_scale(const hm_hparams *hp);
 /* floats of each thread's scratch for the CPU's latent attention (mla.c) */
 size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim);
-/* the most bytes of a quantized activation row that the CPU's latent attention holds for the
- * split attn_k_b / attn_v_b products (mla.c): larger ones take the copies */
+/* the most bytes of a quantized activation row that the CPU's latent attention (mla.c) holds
+ * for the split attn_k_b / attn_v_b products: larger ones take the copies (model.c) */
 size_t hm_mla_act_room(const hm_hparams *hp);
 /* Layer il's k_b / v_b copies (hm_layer's layouts, 16-bit) built from the split quantized
  * tensors it has bound (k_bq, v_bq), in malloc'd memory the caller frees: for a backend that
