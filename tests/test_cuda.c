@@ -1637,9 +1637,12 @@ static void check_kernels(void) {
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
     check_fused(HM_TYPE_Q4_K, 45, 768);
-    /* one, two (the default) and four rows per warp: tails of 1 and 3 rows; the experts' gate/up
-     * in registers instead of shared memory (HMOE_MV_Q4K_SMEM=0) */
-    setenv("HMOE_MV_Q4K_SMEM", "0", 1);
+    /* the experts' rows through shared memory (HMOE_MV_Q4K_SMEM=1) */
+    setenv("HMOE_MV_Q4K_SMEM", "1", 1);
+    check_matvec(HM_TYPE_Q4_K, 37, 768);
+    check_matvec(HM_TYPE_Q4_K, 7, 2560);
+    unsetenv("HMOE_MV_Q4K_SMEM");
+    /* one, two (the default) and four rows per warp: tails of 1 and 3 rows */
     for (int r = 1; r <= 4; r *= 2) {
         char v[12];
         snprintf(v, sizeof v, "%d", r);
@@ -1649,7 +1652,6 @@ static void check_kernels(void) {
         check_fused(HM_TYPE_Q4_K, 45, 768);
     }
     unsetenv("HMOE_MV_Q4K_R");
-    unsetenv("HMOE_MV_Q4K_SMEM");
     setenv("HMOE_MV_Q4K", "0", 1);
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_fused(HM_TYPE_Q4_K, 45, 768);

@@ -440,8 +440,8 @@ __device__ __forceinline__ void cp_wait() {
 }
 
 // The experts' Q4_K kernels take their rows from global memory, each warp's registers holding
-// at most eight super-blocks' loads at a time (S false: launch bounds of two blocks per SM, so
-// that those loads issue together), or (S true, the default) copy the block's rows into shared
+// at most eight super-blocks' loads at a time (S false, the default: launch bounds of two blocks
+// per SM, so that those loads issue together), or (S true) copy the block's rows into shared
 // memory first with cp.async, every resident block's bytes in flight at once, and read them
 // there: the same lane layout and arithmetic either way.
 template <int R, bool S>
@@ -741,9 +741,11 @@ static bool mv_q8(const hm_cu_w *w, const float *x, int64_t xs) {
 }
 
 // the experts' Q4_K kernels staging their rows in shared memory (matvec_exp_glu_q4k_k,
-// matvec_exp_q4k_k with S) unless HMOE_MV_Q4K_SMEM=0 (read per launch, as mv_q4k's knob; A/B)
+// matvec_exp_q4k_k with S) where HMOE_MV_Q4K_SMEM=1 (read per launch, as mv_q4k's knob; A/B):
+// on the H100 machine decode ran 1% slower with them (tg64 243.0 / 242.6 against 245.1 / 245.7
+// tok/s from registers, interleaved)
 static bool q4k_smem(void) {
-    return mv_env("HMOE_MV_Q4K_SMEM", 1) != 0;
+    return mv_env("HMOE_MV_Q4K_SMEM", 0) != 0;
 }
 
 // rows per warp of the Q4_K lane layout for single tokens: 2 (HMOE_MV_Q4K_R=1|4 fixes it, for
