@@ -255,14 +255,10 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
                  per < 1           ? 1
                  : per > MLA_GROUP ? MLA_GROUP
                                    : (int)per};
-    static int off = -1; /* HMOE_MLA_QUANT=0: the copies always (A/B), read once */
-    if (off < 0) {
-        const char *e = getenv("HMOE_MLA_QUANT");
-        off = e && !strcmp(e, "0");
-    }
-    /* the quantized split tensors where they are bound (model.c binds them only where they fit
-     * hm_mla_act_room and have kernels, and then keeps no copies unless HMOE_MLA_QUANT=0) */
-    if ((!off || !L->k_b) && L->k_bq.rows && L->v_bq.rows) {
+    /* the quantized split tensors where the model keeps no copies of them (model.c binds them
+     * only where they fit hm_mla_act_room and have kernels, and keeps the copies beside them only
+     * under HMOE_MLA_QUANT=0, whose A/B then takes the copies) */
+    if (!L->k_b && L->k_bq.rows && L->v_bq.rows) {
         const hm_cpu_ops *o = hm_cpu_ops_or_ref();
         j.kdot = hm_vec_dot_for(o, L->k_bq.type);
         j.vdot = hm_vec_dot_for(o, L->v_bq.type);

@@ -487,6 +487,21 @@ static bool mla_copies_forced(void) {
     return on;
 }
 
+/* Head h of the copies (hm_layer's layouts): k_b[h] [nope][kv_lora] from kr, the file's
+ * [kv_lora][nope] rows transposed (kr NULL: head already holds [nope][kv_lora]), and v_b[h]
+ * [kv_lora][v] from vr's [v][kv_lora] rows; head is scratch of nope * kv_lora and kv_lora * v */
+static void mla_store_head(void *kc, uint32_t kt, void *vc, uint32_t vt, uint64_t h, uint64_t nope,
+                           uint64_t kvl, uint64_t vd, const float *kr, const float *vr,
+                           float *head) {
+    if (kr)
+        for (uint64_t j = 0; j < kvl; j++)
+            for (uint64_t r = 0; r < nope; r++) head[r * kvl + j] = kr[j * nope + r];
+    mla_copy_store(kc, kt, h * nope * kvl, head, nope * kvl);
+    for (uint64_t d = 0; d < vd; d++)
+        for (uint64_t j = 0; j < kvl; j++) head[j * vd + d] = vr[d * kvl + j];
+    mla_copy_store(vc, vt, h * kvl * vd, head, kvl * vd);
+}
+
 hm_status hm_model_mla_copies(const hm_model *m, int il, void **k_b, uint32_t *kt, void **v_b,
                               uint32_t *vt) {
     const hm_hparams *hp = &m->hp;
@@ -501,30 +516,23 @@ hm_status hm_model_mla_copies(const hm_model *m, int il, void **k_b, uint32_t *k
     const uint64_t most = (nope > vd ? nope : vd) * kvl;
     void *kc = malloc(mla_copy_elem(*kt) * nh * nope * kvl);
     void *vc = malloc(mla_copy_elem(*vt) * nh * kvl * vd);
-    float *rows = malloc(sizeof(float) * 2 * most), *head = rows ? rows + most : NULL;
+    float *kr = malloc(sizeof(float) * 3 * most), *vr = kr ? kr + most : NULL,
+          *head = kr ? kr + 2 * most : NULL;
     hm_status st =
-        kc && vc && rows ? HM_OK : hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
+        kc && vc && kr ? HM_OK : hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
     for (uint64_t h = 0; h < nh && !st; h++) {
-        /* k_bq's head h: kvl rows of nope, into [nope][kvl]; v_bq's: vd rows of kvl, into
-         * [kvl][vd] (the layouts of bind_mla's copies) */
+        /* k_bq's head h: kvl rows of nope; v_bq's: vd rows of kvl */
         for (uint64_t j = 0; j < kvl && !st; j++)
             st = hm_dequantize_row(
                 L->k_bq.type, (const uint8_t *)L->k_bq.data + (h * kvl + j) * L->k_bq.row_bytes,
-                rows + j * nope, (int64_t)nope);
-        if (st) break;
-        for (uint64_t j = 0; j < kvl; j++)
-            for (uint64_t r = 0; r < nope; r++) head[r * kvl + j] = rows[j * nope + r];
-        mla_copy_store(kc, *kt, h * nope * kvl, head, nope * kvl);
+                kr + j * nope, (int64_t)nope);
         for (uint64_t d = 0; d < vd && !st; d++)
             st = hm_dequantize_row(L->v_bq.type,
                                    (const uint8_t *)L->v_bq.data + (h * vd + d) * L->v_bq.row_bytes,
-                                   rows + d * kvl, (int64_t)kvl);
-        if (st) break;
-        for (uint64_t d = 0; d < vd; d++)
-            for (uint64_t j = 0; j < kvl; j++) head[j * vd + d] = rows[d * kvl + j];
-        mla_copy_store(vc, *vt, h * kvl * vd, head, kvl * vd);
+                                   vr + d * kvl, (int64_t)kvl);
+        if (!st) mla_store_head(kc, *kt, vc, *vt, h, nope, kvl, vd, kr, vr, head);
     }
-    free(rows);
+    free(kr);
     if (st) {
         free(kc), free(vc);
         return st;
@@ -583,29 +591,27 @@ static hm_status bind_mla(hm_model *m, hm_layer *L, unsigned il) {
     const uint64_t most = (nope > vd ? nope : vd) * kvl;
     void *k_b = own_bytes(m, mla_copy_elem(kt) * nh * nope * kvl);
     void *v_b = own_bytes(m, mla_copy_elem(vt) * nh * kvl * vd);
-    float *rows = malloc(sizeof(float) * 2 * most), *head = rows ? rows + most : NULL;
-    if (!k_b || !v_b || !rows) {
-        free(rows);
+    float *kr = malloc(sizeof(float) * 3 * most), *vr = kr ? kr + most : NULL,
+          *head = kr ? kr + 2 * most : NULL;
+    if (!k_b || !v_b || !kr) {
+        free(kr);
         return hm_errorf(HM_ERR_NO_MEMORY, "%s: out of memory", m->path);
     }
     for (uint64_t h = 0; h < nh && !st; h++) {
         if (split) { /* llama.cpp: attn_k_b[h] [kv_lora][nope], attn_v_b[h] [v][kv_lora] */
-            if ((st = rows_f32(m, &kb, nope, h * kvl, kvl, rows))) break;
-            for (uint64_t j = 0; j < kvl; j++)
-                for (uint64_t r = 0; r < nope; r++) head[r * kvl + j] = rows[j * nope + r];
-            if ((st = rows_f32(m, &vb, kvl, h * vd, vd, rows))) break;
-        } else { /* kv_b [heads * (nope + v)][kv_lora] */
+            if ((st = rows_f32(m, &kb, nope, h * kvl, kvl, kr)) ||
+                (st = rows_f32(m, &vb, kvl, h * vd, vd, vr)))
+                break;
+            mla_store_head(k_b, kt, v_b, vt, h, nope, kvl, vd, kr, vr, head);
+        } else { /* kv_b [heads * (nope + v)][kv_lora]: k's rows are k_b[h] as it is */
             const uint64_t r0 = h * (nope + vd);
             if ((st = rows_f32(m, &kv, kvl, r0, nope, head)) ||
-                (st = rows_f32(m, &kv, kvl, r0 + nope, vd, rows)))
+                (st = rows_f32(m, &kv, kvl, r0 + nope, vd, vr)))
                 break;
+            mla_store_head(k_b, kt, v_b, vt, h, nope, kvl, vd, NULL, vr, head);
         }
-        mla_copy_store(k_b, kt, h * nope * kvl, head, nope * kvl);
-        for (uint64_t d = 0; d < vd; d++) /* rows holds [v][kv_lora] */
-            for (uint64_t j = 0; j < kvl; j++) head[j * vd + d] = rows[d * kvl + j];
-        mla_copy_store(v_b, vt, h * kvl * vd, head, kvl * vd);
     }
-    free(rows);
+    free(kr);
     if (st) return st;
     L->k_b_type = kt, L->v_b_type = vt;
     L->k_b = k_b, L->v_b = v_b;
