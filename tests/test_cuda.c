@@ -933,9 +933,8 @@ static void check_fused(uint32_t type, int64_t rows, int64_t cols) {
         for (int bias = 0; bias < 2; bias++) {
             const float *bg = bias ? db : NULL, *bu = bias ? db + E * rows : NULL;
             cudaMemset(dy, 0, sizeof(float) * ny), cudaMemset(dz, 0, sizeof(float) * ny);
-            /* with the prefetch of a down matrix (wu's shape) on every other case */
             CU(hm_cu_matvec_experts_glu(&wg, &wu, bg, bu, did, NP, dx, cols, 3, act, 1.702f, 7.0f,
-                                        dy, gs, act % 2 ? &wu : NULL, 0));
+                                        dy, gs, 0));
             float *du = dz + (size_t)NP * (size_t)gs;
             CU(hm_cu_matvec_experts(&wg, did, NP, dx, cols, 3, dz, gs, 0));
             CU(hm_cu_matvec_experts(&wu, did, NP, dx, cols, 3, du, gs, 0));
@@ -955,9 +954,9 @@ static void check_fused(uint32_t type, int64_t rows, int64_t cols) {
     hm_cu_w wx = wu;
     wx.rows--;
     CHECK(hm_cu_matvec_experts_glu(&wg, &wx, NULL, NULL, did, NP, dx, cols, 3, 0, 0, 0, dy, gs,
-                                   NULL, 0) == cudaErrorInvalidValue);
+                                   0) == cudaErrorInvalidValue);
     CHECK(hm_cu_matvec_experts_glu(&wg, &wu, NULL, NULL, did, NP, dx, cols, 3, 3, 0, 0, dy, gs,
-                                   NULL, 0) == cudaErrorInvalidValue);
+                                   0) == cudaErrorInvalidValue);
     /* down and the weighted sum in one launch (2 tokens of 3 pairs, one on the CPU): the bits
      * of the two launches, its counters left 0; twice, as a graph's replays */
     {
@@ -1637,11 +1636,6 @@ static void check_kernels(void) {
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
     check_fused(HM_TYPE_Q4_K, 45, 768);
-    /* the experts' rows through shared memory (HMOE_MV_Q4K_SMEM=1) */
-    setenv("HMOE_MV_Q4K_SMEM", "1", 1);
-    check_matvec(HM_TYPE_Q4_K, 37, 768);
-    check_matvec(HM_TYPE_Q4_K, 7, 2560);
-    unsetenv("HMOE_MV_Q4K_SMEM");
     /* one, two (the default) and four rows per warp: tails of 1 and 3 rows */
     for (int r = 1; r <= 4; r *= 2) {
         char v[12];

@@ -210,9 +210,6 @@ struct hm_cuda_ctx {
      * graph nodes, so that a timed step shows what each kind of node costs on the step's
      * critical path (its results are then wrong: a measurement, never a run) */
     unsigned skip_ops;
-    /* HMOE_CUDA_EXP_PF=1: the experts' gate/up launch asks L2 for their down rows (A/B; no
-     * change on the H100 machine: tg64 242.5 / 242.6 with it, 243.0 without) */
-    bool exp_pf;
     /* a decode batch's MOE node left its weighted sum to the residual add that follows it
      * (sum_left; HMOE_CUDA_SUM_NEXT=0: never, for A/B) */
     bool sum_left, no_sum_next;
@@ -1082,8 +1079,7 @@ static hm_status run_moe(hm_cuda_ctx *c, const hm_node *nd, int n, const float *
             if (!c->no_fuse && ex[0].type == ex[1].type) {
                 CK(hm_cu_matvec_experts_glu(&ex[0], &ex[1], c->exb[il * 3], c->exb[il * 3 + 1], ids,
                                             np, x, xs, c->k, (int)hp->act, hp->swiglu_alpha,
-                                            hp->swiglu_limit, c->moe_g, I,
-                                            c->exp_pf ? &ex[2] : NULL, c->s),
+                                            hp->swiglu_limit, c->moe_g, I, c->s),
                    "experts' gate, up and glu");
             } else {
                 CK(hm_cu_matvec_experts(&ex[0], ids, np, x, xs, c->k, c->moe_g, I, c->s),
@@ -1812,8 +1808,6 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->no_fuse = eu && !strcmp(eu, "0");
     const char *er = getenv("HMOE_CUDA_FUSE_ROUTER");
     c->skip_ops = skip_ops(getenv("HMOE_CUDA_SKIP"));
-    const char *epf = getenv("HMOE_CUDA_EXP_PF");
-    c->exp_pf = epf && !strcmp(epf, "1");
     const char *esn = getenv("HMOE_CUDA_SUM_NEXT");
     c->no_sum_next = esn && !strcmp(esn, "0");
     c->no_rfuse = c->no_fuse || (er && !strcmp(er, "0"));

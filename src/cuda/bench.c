@@ -83,7 +83,7 @@ static cudaError_t launch(bench *b, const bcase *c, int i) {
         return hm_cu_matvec_experts_glu(&w[0], &w[1], NULL, NULL,
                                         c->ids + (size_t)i * (size_t)(n * p->top_k),
                                         n * (int)p->top_k, b->x, w[0].cols, (int)p->top_k, 0, 0.0f,
-                                        0.0f, b->g, w[0].rows, NULL, b->s);
+                                        0.0f, b->g, w[0].rows, b->s);
     case 2:
         return hm_cu_matvec_experts(&w[0], c->ids + (size_t)i * (size_t)(n * p->top_k),
                                     n * (int)p->top_k, b->g, w[0].cols, 1, b->y, w[0].rows, b->s);

@@ -116,13 +116,11 @@ cudaError_t hm_cu_matvec_experts_sum(const hm_cu_w *w, const int32_t *ids, int n
  * g[p][r] = act(Wg_e[r] . x[p / x_div] + bg[e][r], Wu_e[r] . x[p / x_div] + bu[e][r]) with
  * e = ids[p] (biases [places][rows] or NULL; act as hm_cu_glu's), 0 where ids[p] < 0. Gate and
  * up share a type and shape. The bits are those of hm_cu_matvec_experts, hm_cu_expert_bias and
- * hm_cu_glu in turn. With wd (the experts' down; NULL: none), the launch's blocks also ask L2 for
- * each pair's down rows, a share per block, so that the down that follows reads them from L2. */
+ * hm_cu_glu in turn. */
 cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w *wu, const float *bg,
                                      const float *bu, const int32_t *ids, int n_pairs,
                                      const float *x, int64_t xs, int x_div, int act, float alpha,
-                                     float limit, float *g, int64_t gs, const hm_cu_w *wd,
-                                     cudaStream_t stream);
+                                     float limit, float *g, int64_t gs, cudaStream_t stream);
 
 /* rows [row0, row0 + nrows) of W as floats, [nrows][cols] at dst */
 cudaError_t hm_cu_dequant_f32(const hm_cu_w *w, int64_t row0, int64_t nrows, float *dst,

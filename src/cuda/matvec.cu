@@ -321,7 +321,7 @@ __device__ __forceinline__ void k4_pair(uint32_t s0, uint32_t s1, uint32_t s2, i
 // acc[r][t] = row r . x[t] for r < nr (<= R) rows rb bytes apart and t < n (<= NT) tokens; the
 // sums are in every lane. Each value is d * q - m as one fma (within a rounding of the
 // reference's product then difference).
-template <int NT, int R, bool SM = false>
+template <int NT, int R>
 __device__ __forceinline__ void q4k_dot(const uint8_t *__restrict__ row, int64_t rb, int nr,
                                         int64_t cols, const float *__restrict__ x, int64_t xs,
                                         int n, float acc[R][NT]) {
@@ -342,9 +342,8 @@ __device__ __forceinline__ void q4k_dot(const uint8_t *__restrict__ row, int64_t
                 hd[r][u] = make_uint4(0, 0, 0, 0), qs[r][u] = 0;
                 if (r < nr && s0 + u < nsb) {
                     const uint8_t *b = row + r * rb + (s0 + u) * (int64_t)sizeof(hm_block_q4_K);
-                    hd[r][u] = SM ? *(const uint4 *)b : __ldg((const uint4 *)b);
-                    qs[r][u] = SM ? ((const uint32_t *)(b + 16))[lane]
-                                  : __ldg((const uint32_t *)(b + 16) + lane);
+                    hd[r][u] = __ldg((const uint4 *)b);
+                    qs[r][u] = __ldg((const uint32_t *)(b + 16) + lane);
                 }
             }
 #pragma unroll
@@ -417,54 +416,24 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
                 if (r < nr && t < n) y[t * ys + r0 + r] = acc[r][t];
 }
 
-// bytes [0, n) of src into dst (shared memory) by the block's threads, 16 at a time (both
-// 16-byte aligned, n a multiple of 16), asynchronously: cp_wait makes them visible
-__device__ __forceinline__ void cp_block(void *dst, const void *src, int64_t n) {
-    for (int64_t o = (int64_t)threadIdx.x * 16; o < n; o += (int64_t)blockDim.x * 16) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        const unsigned sa = (unsigned)__cvta_generic_to_shared((char *)dst + o);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa),
-                     "l"((const char *)src + o)
-                     : "memory");
-#else
-        *(uint4 *)((char *)dst + o) = *(const uint4 *)((const char *)src + o);
-#endif
-    }
-}
-
-__device__ __forceinline__ void cp_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-#endif
-    __syncthreads();
-}
-
-// The experts' Q4_K kernels take their rows from global memory, each warp's registers holding
-// at most eight super-blocks' loads at a time (S false, the default: launch bounds of two blocks
-// per SM, so that those loads issue together), or (S true) copy the block's rows into shared
-// memory first with cp.async, every resident block's bytes in flight at once, and read them
-// there: the same lane layout and arithmetic either way.
-template <int R, bool S>
-__global__ void __launch_bounds__(MV_WARPS * 32, S ? 4 : 2)
+// The experts' rows: a warp's registers hold at most eight super-blocks' loads at a time;
+// launch bounds of two blocks per SM leave room for all of them to issue together (at 64
+// registers the gate/up kernel issued the second to fourth only after the first one's
+// arithmetic).
+template <int R>
+__global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_exp_q4k_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
                      int64_t xs, int x_div, float *__restrict__ y, int64_t ys, mv_sum sum) {
-    extern __shared__ uint4 wsm[];
     hm_pdl_start();
     const int p = blockIdx.y, id = ids[p];
-    const int64_t rb = (int64_t)w.row_bytes, rblk = (int64_t)blockIdx.x * MV_WARPS * R;
-    const uint8_t *base = (const uint8_t *)w.data + (size_t)(id < 0 ? 0 : id) * w.estride;
-    if (S && id >= 0) { /* id is the block's: every thread reaches cp_wait's barrier or none */
-        const int64_t nb = w.rows - rblk < MV_WARPS * R ? w.rows - rblk : MV_WARPS * R;
-        cp_block(wsm, base + rblk * rb, nb * rb);
-        cp_wait();
-    }
-    const int64_t r0 = rblk + (int64_t)(threadIdx.x >> 5) * R;
+    const int64_t r0 = ((int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
     if (r0 < w.rows) {
         const int nr = w.rows - r0 < R ? (int)(w.rows - r0) : R;
         float acc[R][1] = {};
         if (id >= 0)
-            q4k_dot<1, R, S>(S ? (const uint8_t *)wsm + (r0 - rblk) * rb : base + r0 * rb, rb, nr,
-                             w.cols, x + (int64_t)(p / x_div) * xs, 0, 1, acc);
+            q4k_dot<1, R>(
+                (const uint8_t *)w.data + (size_t)id * w.estride + r0 * (int64_t)w.row_bytes,
+                (int64_t)w.row_bytes, nr, w.cols, x + (int64_t)(p / x_div) * xs, 0, 1, acc);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int r = 0; r < R; r++) /* 0: an expert on the CPU */
@@ -573,13 +542,10 @@ struct mv_glu {
     const float *bias[2]; // [places][rows] or NULL
     int act;
     float alpha, limit;
-    hm_cu_w wd; // the experts' down (data NULL: none), whose rows glu_prefetch asks L2 for
 };
 
-// Once a block knows its pair's expert: its own gate and up rows [r0, r0 + nr) into L2 (the
-// warps' later super-blocks then come from there), and the block's share of the expert's down
-// rows, which the down launch that follows then reads from L2: it cannot ask for them before its
-// hm_pdl_start, as the expert ids come from the router two launches before.
+// Once a block knows its pair's expert: its own gate and up rows [r0, r0 + nr) into L2, so that
+// the warps' later super-blocks come from there.
 __device__ __forceinline__ void glu_prefetch(const mv_glu &a, int id, int64_t r0, int64_t nr) {
     const int64_t rows = a.w[0].rows, n = rows - r0 < nr ? rows - r0 : nr;
     if (n > 0)
@@ -587,13 +553,6 @@ __device__ __forceinline__ void glu_prefetch(const mv_glu &a, int id, int64_t r0
             hm_prefetch_l2((const uint8_t *)a.w[h].data + (size_t)id * a.w[h].estride +
                                r0 * (int64_t)a.w[h].row_bytes,
                            (size_t)(n * (int64_t)a.w[h].row_bytes));
-    if (!a.wd.data) return;
-    const int64_t d0 = a.wd.rows * blockIdx.x / gridDim.x,
-                  d1 = a.wd.rows * (blockIdx.x + 1) / gridDim.x;
-    if (d1 > d0)
-        hm_prefetch_l2((const uint8_t *)a.wd.data + (size_t)id * a.wd.estride +
-                           d0 * (int64_t)a.wd.row_bytes,
-                       (size_t)((d1 - d0) * (int64_t)a.wd.row_bytes));
 }
 
 template <int T, bool SH>
@@ -635,13 +594,12 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
 }
 
-// the same on the Q4_K lane layout (S: matvec_exp_q4k_k's): warp wr of each half takes rows
-// r0 + R wr .. + R at once
-template <int R, bool S>
-__global__ void __launch_bounds__(MV_WARPS * 32, S ? 4 : 2)
+// the same on the Q4_K lane layout (launch bounds as matvec_exp_q4k_k's): warp wr of each half
+// takes rows r0 + R wr .. + R at once
+template <int R>
+__global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_exp_glu_q4k_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
                          int64_t xs, int x_div, float *__restrict__ g, int64_t gs) {
-    extern __shared__ uint4 wsm[];
     __shared__ float res[2][GLU_ROWS * R];
     hm_pdl_start();
     const int p = blockIdx.y, id = ids[p];
@@ -653,30 +611,17 @@ __global__ void __launch_bounds__(MV_WARPS * 32, S ? 4 : 2)
             if (r0 + j < rows) gp[r0 + j] = 0.0f;
         return;
     }
-    /* this half's row bytes (with S gate's and up's are equal: the launch checks) */
-    const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
-    /* this warp's half's rows r0 .. in global memory, or (S) at 0 .. in shared memory */
-    const uint8_t *b = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
-                       (size_t)id * (h ? a.w[1].estride : a.w[0].estride) + r0 * rb;
-    if (S) {
-        const int64_t nb = rows - r0 < GLU_ROWS * R ? rows - r0 : GLU_ROWS * R;
-        uint8_t *sm = (uint8_t *)wsm;
-        cp_block(sm, (const uint8_t *)a.w[0].data + (size_t)id * a.w[0].estride + r0 * rb, nb * rb);
-        cp_block(sm + (int64_t)GLU_ROWS * R * rb,
-                 (const uint8_t *)a.w[1].data + (size_t)id * a.w[1].estride + r0 * rb, nb * rb);
-        glu_prefetch(a, id, rows, 0); /* only the down rows' share */
-        cp_wait();
-        b = sm + (int64_t)h * GLU_ROWS * R * rb;
-    } else {
-        glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * R);
-    }
+    glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * R);
     const int64_t rw = r0 + (int64_t)wr * R;
     if (rw < rows) {
         const int nr = rows - rw < R ? (int)(rows - rw) : R;
+        const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
+        const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
+                              (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
         const float *bias = h ? a.bias[1] : a.bias[0];
         float acc[R][1];
-        q4k_dot<1, R, S>(b + (rw - r0) * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0,
-                         1, acc);
+        q4k_dot<1, R>(base + rw * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0, 1,
+                      acc);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int i = 0; i < R; i++) {
@@ -738,14 +683,6 @@ static bool mv_q8(const hm_cu_w *w, const float *x, int64_t xs) {
         return false;
     const char *v = getenv("HMOE_MV_Q8");
     return !(v && !strcmp(v, "0"));
-}
-
-// the experts' Q4_K kernels staging their rows in shared memory (matvec_exp_glu_q4k_k,
-// matvec_exp_q4k_k with S) where HMOE_MV_Q4K_SMEM=1 (read per launch, as mv_q4k's knob; A/B):
-// on the H100 machine decode ran 1% slower with them (tg64 243.0 / 242.6 against 245.1 / 245.7
-// tok/s from registers, interleaved)
-static bool q4k_smem(void) {
-    return mv_env("HMOE_MV_Q4K_SMEM", 0) != 0;
 }
 
 // rows per warp of the Q4_K lane layout for single tokens: 2 (HMOE_MV_Q4K_R=1|4 fixes it, for
@@ -920,23 +857,13 @@ static cudaError_t experts_launch(const hm_cu_w *w, const int32_t *ids, int n_pa
     const bool sh = mv_stage(sm);
     if (!hm_cu_type_ok(w->type)) return cudaErrorInvalidValue;
     const bool q4k = mv_q4k(w, x, xs);
-    /* the shared-memory kernel's bytes: MV_WARPS * 2 rows (0: not taken) */
-    const size_t ssm = q4k && q4k_smem() && MV_WARPS * 2 * w->row_bytes <= MV_SMEM
-                           ? MV_WARPS * 2 * w->row_bytes
-                           : 0;
     pair_chunks(n_pairs, x_div, [&](int p0, int np) {
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *yp = y + (int64_t)p0 * ys;
-        if (q4k && ssm) {
-            hm_launch(matvec_exp_q4k_k<2, true>,
-                      dim3((unsigned)((w->rows + MV_WARPS * 2 - 1) / (MV_WARPS * 2)), (unsigned)np),
-                      MV_WARPS * 32, ssm, stream, *w, id, xp, xs, x_div, yp, ys, sum);
-            return;
-        }
         if (q4k) {
 #define L(R)                                                                                       \
-    hm_launch(matvec_exp_q4k_k<R, false>,                                                          \
+    hm_launch(matvec_exp_q4k_k<R>,                                                                 \
               dim3((unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R)), (unsigned)np),       \
               MV_WARPS * 32, 0, stream, *w, id, xp, xs, x_div, yp, ys, sum)
             Q4K_ROWS(L)
@@ -982,7 +909,7 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
                                                 const int32_t *ids, int n_pairs, const float *x,
                                                 int64_t xs, int x_div, int act, float alpha,
                                                 float limit, float *g, int64_t gs,
-                                                const hm_cu_w *wd, cudaStream_t stream) {
+                                                cudaStream_t stream) {
     if (n_pairs <= 0 || wg->rows <= 0) return cudaSuccess;
     if (x_div < 1 || act < 0 || act > 2 || wu->type != wg->type || wu->rows != wg->rows ||
         wu->cols != wg->cols || (!HM_CU_FLOAT(wg->type) && wg->cols % 32))
@@ -994,28 +921,15 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
     mv_glu a = {};
     a.w[0] = *wg, a.w[1] = *wu, a.bias[0] = bg, a.bias[1] = bu;
     a.act = act, a.alpha = alpha, a.limit = limit;
-    if (wd && wd->data) a.wd = *wd;
     if (!hm_cu_type_ok(wg->type)) return cudaErrorInvalidValue;
-    /* the shared-memory kernel's bytes: two halves of GLU_ROWS * 2 rows (0: not taken) */
-    const size_t gsm = q4k && q4k_smem() && wu->row_bytes == wg->row_bytes &&
-                               2 * GLU_ROWS * 2 * wg->row_bytes <= MV_SMEM
-                           ? 2 * GLU_ROWS * 2 * wg->row_bytes
-                           : 0;
     pair_chunks(n_pairs, x_div, [&](int p0, int np) {
         const dim3 grid(gx, (unsigned)np);
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *gp = g + (int64_t)p0 * gs;
-        if (q4k && gsm) {
-            hm_launch(
-                matvec_exp_glu_q4k_k<2, true>,
-                dim3((unsigned)((wg->rows + GLU_ROWS * 2 - 1) / (GLU_ROWS * 2)), (unsigned)np),
-                MV_WARPS * 32, gsm, stream, a, id, xp, xs, x_div, gp, gs);
-            return;
-        }
         if (q4k) {
 #define L(R)                                                                                       \
-    hm_launch(matvec_exp_glu_q4k_k<R, false>,                                                      \
+    hm_launch(matvec_exp_glu_q4k_k<R>,                                                             \
               dim3((unsigned)((wg->rows + GLU_ROWS * R - 1) / (GLU_ROWS * R)), (unsigned)np),      \
               MV_WARPS * 32, 0, stream, a, id, xp, xs, x_div, gp, gs)
             Q4K_ROWS(L)

@@ -158,9 +158,7 @@ static void matvec_glu_k(const void *p) {
 cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w *wu, const float *bg,
                                      const float *bu, const int32_t *ids, int n_pairs,
                                      const float *x, int64_t xs, int x_div, int act, float alpha,
-                                     float limit, float *g, int64_t gs, const hm_cu_w *wd,
-                                     cudaStream_t stream) {
-    (void)wd; /* an L2 prefetch: nothing to do here */
+                                     float limit, float *g, int64_t gs, cudaStream_t stream) {
     if (n_pairs <= 0 || wg->rows <= 0) return cudaSuccess;
     if (x_div < 1 || act < 0 || act > 2 || wu->type != wg->type || wu->rows != wg->rows ||
         wu->cols != wg->cols || (!FLOAT_TYPE(wg->type) && wg->cols % 32) ||
