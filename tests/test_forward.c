@@ -312,6 +312,60 @@ static void check_mla_quant(const char *name) {
     free_fixture(&f);
 }
 
+/* The latent attention's split decode (mla.c: spans of positions over the threads, merged) gives
+ * the logits of the one-thread walk over every position: two sequences of 300 and 90 positions,
+ * decoded one token each alone (spans: 8 on 8 threads) and both in one batch (4), f32 and f16
+ * caches. The one-thread path is checked against transformers in check_model. */
+static void check_mla_split(const char *name) {
+    fixture f;
+    CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
+    if (!f.n_prompts) return;
+    hm_model *m = NULL;
+    CHECK_OK(hm_model_load(f.model, &m));
+    if (!m) return free_fixture(&f);
+    const int V = f.vocab, len[2] = {300, 90};
+    int32_t *ids = malloc(sizeof(int32_t) * 300);
+    for (int i = 0; i < 300; i++) ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
+    float *lg[2][3];
+    for (int kv16 = 0; kv16 < 2; kv16++) {
+        for (int v = 0; v < 2; v++) {
+            hm_ctx_params cp = hm_ctx_default_params();
+            cp.n_threads = v ? 8 : 1;
+            cp.n_ctx = 320;
+            cp.n_seq = 2;
+            cp.n_batch = 64;
+            cp.kv_f16 = kv16;
+            hm_ctx *c = NULL;
+            CHECK_OK(hm_ctx_create(m, &cp, &c));
+            if (!c) continue;
+            for (int s = 0; s < 2; s++) {
+                const int32_t seq[64] = {0};
+                int32_t sq[64];
+                for (int i = 0; i < 64; i++) sq[i] = s + seq[i];
+                for (int p = 0; p < len[s]; p += 64)
+                    CHECK_OK(hm_ctx_decode(c, ids + p, sq, len[s] - p < 64 ? len[s] - p : 64, NULL,
+                                           NULL));
+            }
+            for (int k = 0; k < 3; k++) lg[v][k] = malloc(sizeof(float) * 2 * (size_t)V);
+            const int32_t t1 = ids[5], s0 = 0, s1 = 1, both_t[2] = {ids[9], ids[11]},
+                          both_s[2] = {0, 1};
+            CHECK_OK(hm_ctx_decode(c, &t1, &s0, 1, NULL, lg[v][0]));
+            CHECK_OK(hm_ctx_decode(c, &t1, &s1, 1, NULL, lg[v][1]));
+            CHECK_OK(hm_ctx_decode(c, both_t, both_s, 2, NULL, lg[v][2]));
+            hm_ctx_free(c);
+        }
+        for (int k = 0; k < 3; k++) {
+            const double e = rel_err(lg[1][k], lg[0][k], (size_t)V * (k == 2 ? 2 : 1));
+            CHECK_MSG(e <= 1e-5, "%s%s: split decode %d: rel error %.3g vs one thread", name,
+                      kv16 ? " f16 KV" : "", k, e);
+            free(lg[0][k]), free(lg[1][k]);
+        }
+    }
+    free(ids);
+    hm_model_free(m);
+    free_fixture(&f);
+}
+
 static void check_converted(const char *name, int type, int experts_type, double tol,
                             double kl_mean_max, double kl_max_max) {
     fixture f;
@@ -1062,6 +1116,8 @@ int main(void) {
     check_converted("deepseek/v2a", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_converted("deepseek/v2b", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     check_mla_quant("deepseek/v2b");
+    check_mla_split("deepseek/v2b");
+    check_mla_split("deepseek/v3a");
     check_converted("deepseek/kimi", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     /* in F16: MLA's copies of attn_k_b / attn_v_b stay halves (model.c); rounded to bf16 they
      * would be 1.1e-3 to 3.8e-2 from transformers instead of 4-6e-4 */

@@ -559,8 +559,9 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->u = fbuf(B * c->ffn_max, "ctx up");
     c->sh = fbuf(B * H, "ctx shared expert");
     c->qa = fbuf(B * (hp->q_lora_rank ? hp->q_lora_rank : 1), "ctx q latent");
-    /* MLA, per participant: the absorbed q, the latent output and a cache row in floats */
-    c->mla_scratch = fbuf(mla ? (size_t)c->nth * hm_mla_scratch_floats(hp, c->kv_dim) : 1,
+    /* MLA: per participant the absorbed q, the latent output and a cache row in floats; the
+     * split decode's shared rows */
+    c->mla_scratch = fbuf(mla ? hm_mla_scratch_floats(hp, c->kv_dim, c->nth) : 1,
                           "ctx latent attention");
     size_t K = hp->n_experts_used ? hp->n_experts_used : 1;
     c->w = calloc(B * K, sizeof(float));

@@ -11,6 +11,7 @@
  * rounding. scale = qk_head_dim^-0.5, times mscale^2 under YaRN with mscale_all_dim. The rotary
  * dimensions are interleaved pairs (transformers' rope_interleave, llama.cpp's deepseek2). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +40,6 @@ typedef struct mla_job {
     const hm_layer *L;
     int il, n;
     float scale;
-    size_t scratch; /* floats per participant */
     mla_ops ops;
     hm_vec_dot_fn kdot, vdot; /* the quantized k_bq / v_bq's kernels (NULL: the copies) */
     int group;                /* heads an item takes (1..MLA_GROUP) */
@@ -48,15 +48,31 @@ typedef struct mla_job {
 /* the most heads an item takes, and the positions a block holds (mla_attend) */
 #define MLA_GROUP 16
 #define MLA_BLOCK 16
+/* the fewest positions a decode span takes (mla_split) */
+#define MLA_SPAN_MIN 32
 
 /* Floats of a participant's scratch: per head of a group its joined query and its latent output
  * (kv_dim each: a whole block's weighted rows are summed over the full row, whose rotary tail is
  * not used) and a block's scores, a block of cache rows in floats, and an activation converted
  * for k_bq / v_bq (at most kv_lora + 64 floats' bytes for every activation type of a whole
  * number of blocks; checked in hm_ctx_run_mla) */
-size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim) {
+static size_t part_floats(const hm_hparams *hp, size_t kv_dim) {
     return MLA_GROUP * (2 * kv_dim + MLA_BLOCK) + MLA_BLOCK * kv_dim + (size_t)hp->kv_lora_rank +
            128;
+}
+
+/* The split decode's shared rows (mla_split): the absorbed queries of at most 8 nth (token,
+ * head)s and the partial states of at most 16 nth (token, span, head)s, kv_dim floats each, and
+ * the partials' maxima and sums. Split only where tokens x groups x 2 <= nth, so tokens x heads
+ * <= 8 nth and tokens x spans x heads <= 16 nth. */
+static size_t split_rows(int nth) {
+    return (size_t)16 * (size_t)(nth > 0 ? nth : 1);
+}
+
+size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim, int nth) {
+    const size_t r = split_rows(nth);
+    return (size_t)(nth > 0 ? nth : 1) * part_floats(hp, kv_dim) + r / 2 * kv_dim + r * kv_dim +
+           3 * r + 1;
 }
 
 /* token i: the latent normed, both rotary parts rotated, [c, k_pe] into the cache */
@@ -123,90 +139,203 @@ static void head_product(const hm_matrix *m, hm_vec_dot_fn dot, int h, int rows,
     hm_matvec_rows(dot, NULL, NULL, &v, xq, 0, 1, y, 0, 0, rows);
 }
 
-/* Items are (token, group of up to `group` heads): ith, ith + nth, ... Each head's query is
- * absorbed into the latent and joined by its rotary part (qcat: [head][kv_dim], the cache row's
- * layout), then the group walks the token's positions in blocks of MLA_BLOCK: each cache row is
- * read (converted once when it is in halves) for all the group's heads while it is in L1, and
- * each head's online softmax rescales at most once a block. Then each head's value V_h o_c. */
-static void mla_attend(int ith, int nth, void *arg) {
-    const mla_job *j = arg;
-    hm_ctx *c = j->c;
-    const mla_ops *op = &j->ops;
+/* qc[kv_dim] = head h of token t's query absorbed into the latent (q_nope . K_h: row r of the
+ * file's head is K_h's column r) and joined by its rotary part: the cache row's layout */
+static void absorb(const mla_job *j, int t, int h, float *qc, void *xq) {
+    const hm_ctx *c = j->c;
     const hm_hparams *hp = &c->m->hp;
     const int kvl = (int)hp->kv_lora_rank, rope = (int)hp->qk_rope_head_dim;
-    const int nh = (int)hp->n_heads, hd = (int)hp->head_dim, nope = (int)hp->qk_nope_head_dim;
-    const int vd = (int)hp->v_head_dim, G = j->group, ng = (nh + G - 1) / G;
+    const int hd = (int)hp->head_dim, nope = (int)hp->qk_nope_head_dim;
+    const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
+    if (j->kdot) {
+        head_product(&j->L->k_bq, j->kdot, h, kvl, q, xq, qc);
+    } else {
+        rows_product(&j->ops, j->L->k_b, j->L->k_b_type, (size_t)h * nope * kvl, nope, kvl, q, qc);
+    }
+    memcpy(qc + kvl, q + nope, sizeof(float) * (size_t)rope);
+}
+
+/* head h of token t's output from its latent sum o (kv_lora floats, scaled here by 1/sum):
+ * V_h o_c into att's row (wo's rows: heads x v) */
+static void finish(const mla_job *j, int t, int h, float *o, double sum, void *xq) {
+    const hm_ctx *c = j->c;
+    const hm_hparams *hp = &c->m->hp;
+    const int kvl = (int)hp->kv_lora_rank, nh = (int)hp->n_heads, vd = (int)hp->v_head_dim;
+    j->ops.scale(kvl, (float)(1.0 / sum), o);
+    float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd;
+    if (j->vdot) {
+        head_product(&j->L->v_bq, j->vdot, h, vd, o, xq, out);
+    } else {
+        rows_product(&j->ops, j->L->v_b, j->L->v_b_type, (size_t)h * kvl * vd, kvl, vd, o, out);
+    }
+}
+
+/* Token t's positions [p0, p1) (p0 a multiple of MLA_BLOCK) for nq heads, whose joined queries
+ * are qv and whose unnormalized latent sums (oc + g kv_dim), maxima and sums go on from what
+ * they hold: a block of MLA_BLOCK cache rows at a time, each row read (converted once when it
+ * is in halves) for all the heads while it is in L1, and each head's online softmax rescaled at
+ * most once a block. sc and tmp: a participant's block of scores and of rows in floats. */
+static void attend_span(const mla_job *j, int t, const void *const *qv, int nq, int p0, int p1,
+                        float *oc, float *mx, double *sum, float *sc, float *tmp) {
+    hm_ctx *c = j->c;
+    const mla_ops *op = &j->ops;
+    const int kvl = (int)c->m->hp.kv_lora_rank;
     const size_t kd = c->kv_dim, row_bytes = kd * c->kv_elem;
-    float *qcat = c->mla_scratch + (size_t)ith * j->scratch, *oc = qcat + (size_t)MLA_GROUP * kd,
-          *sc = oc + (size_t)MLA_GROUP * kd, *tmp = sc + MLA_GROUP * MLA_BLOCK,
-          *xq = tmp + (size_t)MLA_BLOCK * kd;
+    const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
+    for (int b0 = p0; b0 < p1; b0 += MLA_BLOCK) {
+        const int nb = p1 - b0 < MLA_BLOCK ? p1 - b0 : MLA_BLOCK;
+        const float *row[MLA_BLOCK];
+        /* each row's scores for the heads, four heads a load of the row (dotn: the same bits as
+         * dot's) */
+        for (int b = 0; b < nb; b++) {
+            row[b] = cache_row(c, op, base + (size_t)(b0 + b) * row_bytes, tmp + (size_t)b * kd);
+            float d[MLA_GROUP];
+            hm_dot_rows(op->dot, op->dotn, (int64_t)kd, row[b], qv, nq, d);
+            for (int g = 0; g < nq; g++) sc[g * MLA_BLOCK + b] = d[g] * j->scale;
+        }
+        for (int g = 0; g < nq; g++) {
+            float *s = sc + g * MLA_BLOCK, *o = oc + (size_t)g * kd, bm = -INFINITY;
+            for (int b = 0; b < nb; b++) bm = s[b] > bm ? s[b] : bm;
+            if (bm > mx[g]) { /* a new maximum: what was summed is rescaled to it */
+                const float r = expf(mx[g] - bm);
+                sum[g] *= r;
+                op->scale(kvl, r, o);
+                mx[g] = bm;
+            }
+            for (int b = 0; b < nb; b++) { /* the block's weights, in s */
+                s[b] = expf(s[b] - mx[g]);
+                sum[g] += s[b];
+                if (nb < MLA_BLOCK) op->axpy(kvl, s[b], row[b], o);
+            }
+        }
+        /* a whole block: its 16 rows lie one after another (the cache's, or tmp's), and every
+         * head's weighted sum of them is one call with the accumulators in registers */
+        if (nb == MLA_BLOCK) op->pv(sc, MLA_BLOCK, nq, row[0], (int)kd, oc, kd);
+    }
+}
+
+/* a participant's scratch (part_floats) */
+typedef struct mla_part {
+    float *qcat, *oc, *sc, *tmp;
+    void *xq;
+} mla_part;
+
+static mla_part part_of(const mla_job *j, int ith) {
+    const size_t kd = j->c->kv_dim;
+    mla_part p;
+    p.qcat = j->c->mla_scratch + (size_t)ith * part_floats(&j->c->m->hp, kd);
+    p.oc = p.qcat + (size_t)MLA_GROUP * kd;
+    p.sc = p.oc + (size_t)MLA_GROUP * kd;
+    p.tmp = p.sc + MLA_GROUP * MLA_BLOCK;
+    p.xq = p.tmp + (size_t)MLA_BLOCK * kd;
+    return p;
+}
+
+/* Items are (token, group of up to `group` heads): ith, ith + nth, ... The group's queries are
+ * absorbed, walk all the token's positions, and become the heads' outputs. */
+static void mla_attend(int ith, int nth, void *arg) {
+    const mla_job *j = arg;
+    const hm_ctx *c = j->c;
+    const int nh = (int)c->m->hp.n_heads, G = j->group, ng = (nh + G - 1) / G;
+    const size_t kd = c->kv_dim;
+    const mla_part P = part_of(j, ith);
     float mx[MLA_GROUP];
     double sum[MLA_GROUP];
     const void *qv[MLA_GROUP]; /* the group's joined queries */
-    for (int g = 0; g < MLA_GROUP; g++) qv[g] = qcat + (size_t)g * kd;
-    const hm_matrix *kq = &j->L->k_bq, *vq = &j->L->v_bq;
-    const uint32_t kt = j->L->k_b_type, vt = j->L->v_b_type;
+    for (int g = 0; g < MLA_GROUP; g++) qv[g] = P.qcat + (size_t)g * kd;
     for (int item = ith; item < j->n * ng; item += nth) {
         const int t = item / ng, h0 = item % ng * G, nh_g = nh - h0 < G ? nh - h0 : G;
         for (int g = 0; g < nh_g; g++) {
-            const int h = h0 + g;
-            const float *q = c->q + (size_t)t * c->q_dim + (size_t)h * hd;
-            float *qc = qcat + (size_t)g * kd;
-            /* the absorbed query: q_nope . K_h (row r of the file's head is K_h's column r) */
-            if (j->kdot) {
-                head_product(kq, j->kdot, h, kvl, q, xq, qc);
-            } else {
-                rows_product(op, j->L->k_b, kt, (size_t)h * nope * kvl, nope, kvl, q, qc);
-            }
-            memcpy(qc + kvl, q + nope, sizeof(float) * (size_t)rope);
+            absorb(j, t, h0 + g, P.qcat + (size_t)g * kd, P.xq);
             mx[g] = -INFINITY, sum[g] = 0.0;
-            memset(oc + (size_t)g * kd, 0, sizeof(float) * kd);
         }
-        const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
-        const int np = c->pos[t] + 1;
-        for (int p0 = 0; p0 < np; p0 += MLA_BLOCK) {
-            const int nb = np - p0 < MLA_BLOCK ? np - p0 : MLA_BLOCK;
-            const float *row[MLA_BLOCK];
-            /* each row's scores for the group's heads, four heads a load of the row (dotn: the
-             * same bits as dot's) */
-            for (int b = 0; b < nb; b++) {
-                row[b] =
-                    cache_row(c, op, base + (size_t)(p0 + b) * row_bytes, tmp + (size_t)b * kd);
-                float d[MLA_GROUP];
-                hm_dot_rows(op->dot, op->dotn, (int64_t)kd, row[b], qv, nh_g, d);
-                for (int g = 0; g < nh_g; g++) sc[g * MLA_BLOCK + b] = d[g] * j->scale;
-            }
-            for (int g = 0; g < nh_g; g++) {
-                float *s = sc + g * MLA_BLOCK, *o = oc + (size_t)g * kd, bm = -INFINITY;
-                for (int b = 0; b < nb; b++) bm = s[b] > bm ? s[b] : bm;
-                if (bm > mx[g]) { /* a new maximum: what was summed is rescaled to it */
-                    const float r = expf(mx[g] - bm);
-                    sum[g] *= r;
-                    op->scale(kvl, r, o);
-                    mx[g] = bm;
-                }
-                for (int b = 0; b < nb; b++) { /* the block's weights, in s */
-                    s[b] = expf(s[b] - mx[g]);
-                    sum[g] += s[b];
-                    if (nb < MLA_BLOCK) op->axpy(kvl, s[b], row[b], o);
-                }
-            }
-            /* a whole block: its 16 rows lie one after another (the cache's, or tmp's), and
-             * every head's weighted sum of them is one call with the accumulators in registers */
-            if (nb == MLA_BLOCK) op->pv(sc, MLA_BLOCK, nh_g, row[0], (int)kd, oc, kd);
+        memset(P.oc, 0, sizeof(float) * kd * (size_t)nh_g);
+        attend_span(j, t, qv, nh_g, 0, c->pos[t] + 1, P.oc, mx, sum, P.sc, P.tmp);
+        for (int g = 0; g < nh_g; g++) finish(j, t, h0 + g, P.oc + (size_t)g * kd, sum[g], P.xq);
+    }
+}
+
+/* The split decode (few tokens, many threads): the attention above read each token's cache once
+ * per group of heads, so with a group of one head per thread every thread read a layer's whole
+ * cache. Here (1) every (token, head)'s query is absorbed into the shared rows; (2) items
+ * (token, span of positions, group of MLA_GROUP heads) each walk one span for the whole group
+ * and leave each head's partial state (unnormalized latent sum, maximum, sum); (3) items (token,
+ * head) merge the spans' states and form the output. A token whose positions fit one span gets
+ * the bits of mla_attend's with a group of MLA_GROUP. */
+typedef struct mla_split {
+    const mla_job *j;
+    int spans, ng;
+    float *qabs, *po, *pm; /* [t][h] rows; [t][span][h] rows and maxima */
+    double *pl;            /* [t][span][h] sums */
+} mla_split;
+
+static void split_absorb(int ith, int nth, void *arg) {
+    const mla_split *s = arg;
+    const int nh = (int)s->j->c->m->hp.n_heads;
+    const mla_part P = part_of(s->j, ith);
+    for (int item = ith; item < s->j->n * nh; item += nth)
+        absorb(s->j, item / nh, item % nh, s->qabs + (size_t)item * s->j->c->kv_dim, P.xq);
+}
+
+/* token t's span length: its positions over the spans, whole blocks, at least MLA_SPAN_MIN */
+static int span_len(const mla_split *s, int t) {
+    const int np = s->j->c->pos[t] + 1;
+    int len = (np + s->spans - 1) / s->spans;
+    len = (len + MLA_BLOCK - 1) / MLA_BLOCK * MLA_BLOCK;
+    return len < MLA_SPAN_MIN ? MLA_SPAN_MIN : len;
+}
+
+static void split_span(int ith, int nth, void *arg) {
+    const mla_split *s = arg;
+    const mla_job *j = s->j;
+    const hm_ctx *c = j->c;
+    const int nh = (int)c->m->hp.n_heads;
+    const size_t kd = c->kv_dim;
+    const mla_part P = part_of(j, ith);
+    for (int item = ith; item < j->n * s->spans * s->ng; item += nth) {
+        const int g0 = item % s->ng, ts = item / s->ng, t = ts / s->spans, sp = ts % s->spans;
+        const int h0 = g0 * MLA_GROUP, nq = nh - h0 < MLA_GROUP ? nh - h0 : MLA_GROUP;
+        const int len = span_len(s, t), np = c->pos[t] + 1, p0 = sp * len;
+        const int p1 = p0 + len < np ? p0 + len : np;
+        const size_t r0 = (size_t)ts * nh + h0; /* the group's first partial row */
+        float mx[MLA_GROUP];
+        double sum[MLA_GROUP];
+        const void *qv[MLA_GROUP];
+        for (int g = 0; g < nq; g++)
+            qv[g] = s->qabs + ((size_t)t * nh + h0 + g) * kd, mx[g] = -INFINITY, sum[g] = 0.0;
+        float *oc = s->po + r0 * kd;
+        if (p0 < p1) {
+            memset(oc, 0, sizeof(float) * kd * (size_t)nq);
+            attend_span(j, t, qv, nq, p0, p1, oc, mx, sum, P.sc, P.tmp);
         }
-        for (int g = 0; g < nh_g; g++) {
-            const int h = h0 + g;
-            float *o = oc + (size_t)g * kd;
-            op->scale(kvl, (float)(1.0 / sum[g]), o);
-            float *out = c->att + (size_t)t * nh * vd + (size_t)h * vd; /* wo's rows: heads x v */
-            /* the head's value: V_h o_c */
-            if (j->vdot) {
-                head_product(vq, j->vdot, h, vd, o, xq, out);
-            } else {
-                rows_product(op, j->L->v_b, vt, (size_t)h * kvl * vd, kvl, vd, o, out);
-            }
+        for (int g = 0; g < nq; g++) s->pm[r0 + g] = mx[g], s->pl[r0 + g] = sum[g];
+    }
+}
+
+static void split_merge(int ith, int nth, void *arg) {
+    const mla_split *s = arg;
+    const mla_job *j = s->j;
+    const hm_ctx *c = j->c;
+    const int nh = (int)c->m->hp.n_heads, kvl = (int)c->m->hp.kv_lora_rank;
+    const size_t kd = c->kv_dim;
+    const mla_part P = part_of(j, ith);
+    for (int item = ith; item < j->n * nh; item += nth) {
+        const int t = item / nh, h = item % nh;
+        float m = -INFINITY;
+        for (int sp = 0; sp < s->spans; sp++) {
+            const size_t r = ((size_t)t * s->spans + sp) * nh + h;
+            if (s->pl[r] > 0 && s->pm[r] > m) m = s->pm[r];
         }
+        double sum = 0.0;
+        memset(P.oc, 0, sizeof(float) * (size_t)kvl);
+        for (int sp = 0; sp < s->spans; sp++) {
+            const size_t r = ((size_t)t * s->spans + sp) * nh + h;
+            if (!(s->pl[r] > 0)) continue; /* an empty span (past the token's positions) */
+            const float w = expf(s->pm[r] - m);
+            sum += w * s->pl[r];
+            j->ops.axpy(kvl, w, s->po + r * kd, P.oc);
+        }
+        finish(j, t, h, P.oc, sum, P.xq);
     }
 }
 
@@ -239,22 +368,12 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
     }
     hm_ctx_matmul(c, &L->wkv_a, xn, n, c->k);
     const float scale = hm_mla_scale(hp);
-    /* heads per item: as many as leave every thread an item (decode on 2 threads: 8 heads read
-     * each cache row once, where each head read it alone), at most MLA_GROUP */
+    /* mla_attend's heads per item: as many as leave every thread an item, at most MLA_GROUP */
     const int nth = hm_pool_size(c->pool);
     const long per = (long)hp->n_heads * n / (nth > 0 ? nth : 1);
-    mla_job j = {c,
-                 L,
-                 nd->il,
-                 n,
-                 scale,
-                 hm_mla_scratch_floats(hp, c->kv_dim),
-                 mla_ops_get(),
-                 NULL,
-                 NULL,
-                 per < 1           ? 1
-                 : per > MLA_GROUP ? MLA_GROUP
-                                   : (int)per};
+    mla_job j = {c,    L,     nd->il,
+                 n,    scale, mla_ops_get(),
+                 NULL, NULL,  per < 1 ? 1 : per > MLA_GROUP ? MLA_GROUP : (int)per};
     /* the quantized split tensors where the model keeps no copies of them (model.c binds them
      * only where they fit hm_mla_act_room and have kernels, and keeps the copies beside them only
      * under HMOE_MLA_QUANT=0, whose A/B then takes the copies) */
@@ -270,6 +389,22 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
                          "attn_k_b / attn_v_b nor their copies",
                          nd->il);
     hm_ctx_for_tokens(c, n, mla_store, &j); /* every token's cache row before any attends */
+    /* Spans where the (token, group of MLA_GROUP heads) items are at most half the threads
+     * (decode): each thread then walks one span for a whole group, where mla_attend would have
+     * each of a token's threads read all of its cache rows. split_rows' bound holds. */
+    const int ng = (int)((hp->n_heads + MLA_GROUP - 1) / MLA_GROUP);
+    const int spans = nth / (n * ng);
+    if (spans >= 2) {
+        const size_t kd = c->kv_dim, r = split_rows(nth);
+        float *sh = c->mla_scratch + (size_t)nth * part_floats(hp, kd);
+        mla_split s = {&j, spans, ng, sh, sh + r / 2 * kd, sh + r / 2 * kd + r * kd, NULL};
+        const uintptr_t a = (uintptr_t)(s.pm + r); /* one float of room for the alignment */
+        s.pl = (double *)(a + (a & 7));
+        hm_pool_run(c->pool, split_absorb, &s);
+        hm_pool_run(c->pool, split_span, &s);
+        hm_pool_run(c->pool, split_merge, &s);
+        return HM_OK;
+    }
     hm_pool_run(c->pool, mla_attend, &j);
     return HM_OK;
 }

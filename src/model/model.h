@@ -75,8 +75,8 @@ typedef struct hm_model {
 /* MLA's score scale: qk_head_dim^-0.5, times mscale^2 under YaRN with mscale_all_dim (every
  * backend's latent attention uses it; mla.c) */
 float hm_mla_scale(const hm_hparams *hp);
-/* floats of each thread's scratch for the CPU's latent attention (mla.c) */
-size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim);
+/* floats of the scratch of the CPU's latent attention on nth threads (mla.c) */
+size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim, int nth);
 /* the most bytes of a quantized activation row that the CPU's latent attention (mla.c) holds
  * for the split attn_k_b / attn_v_b products: larger ones take the copies (model.c) */
 size_t hm_mla_act_room(const hm_hparams *hp);
