@@ -366,6 +366,52 @@ static void check_mla_split(const char *name) {
     free_fixture(&f);
 }
 
+/* The latent attention's batched path (mla.c mla_by_rows: per-head matmuls over the quantized
+ * split attn_k_b / attn_v_b, from 16 tokens) gives the logits of batches of 8 tokens (each
+ * token's own products): a Q8_0 conversion, 64 tokens in one batch against 8 of 8, without AMX
+ * tiles. The fixture's shapes keep every matmul on the per-row kernels: the same bits. */
+static void check_mla_rows(const char *name) {
+    fixture f;
+    CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
+    if (!f.n_prompts) return;
+    char dir[] = "/tmp/hmoe-forward-XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    hm_convert_params p = hm_convert_default_params();
+    p.type = HM_TYPE_Q8_0;
+    p.n_threads = 2;
+    CHECK_OK(hm_convert_hf(f.dir, path, &p, NULL));
+    hm_model *m = NULL;
+    CHECK_OK(hm_model_load(path, &m));
+    const int V = f.vocab;
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = (int32_t)((i * 7919u + 5u) % (unsigned)V);
+    float *lg[2] = {malloc(sizeof(float) * 64 * (size_t)V), malloc(sizeof(float) * 64 * (size_t)V)};
+    hm_ctx_params cp = hm_ctx_default_params();
+    cp.n_threads = 1;
+    cp.n_ctx = 64;
+    cp.n_batch = 64;
+    cp.no_amx = true; /* AMX tiles re-quantize the weights per 256 values (check_converted) */
+    hm_ctx *c = NULL;
+    if (m) CHECK_OK(hm_ctx_create(m, &cp, &c));
+    if (c && lg[0] && lg[1]) {
+        CHECK(m->layers[0].k_bq.rows > 0 && !m->layers[0].k_b);
+        CHECK_OK(hm_ctx_decode(c, ids, NULL, 64, NULL, lg[0]));
+        hm_ctx_seq_reset(c, 0);
+        for (int b = 0; b < 64; b += 8)
+            CHECK_OK(hm_ctx_decode(c, ids + b, NULL, 8, NULL, lg[1] + (size_t)b * V));
+        const double e = rel_err(lg[0], lg[1], (size_t)64 * V);
+        printf("  %s Q8_0: latent attention batched vs per token: rel error %.2e\n", name, e);
+        CHECK_MSG(e <= 1e-5, "%s Q8_0: batched latent attention: rel error %.3g", name, e);
+    }
+    hm_ctx_free(c);
+    hm_model_free(m);
+    free(lg[0]), free(lg[1]);
+    unlink(path);
+    rmdir(dir);
+    free_fixture(&f);
+}
+
 static void check_converted(const char *name, int type, int experts_type, double tol,
                             double kl_mean_max, double kl_max_max) {
     fixture f;
@@ -1118,6 +1164,7 @@ int main(void) {
     check_mla_quant("deepseek/v2b");
     check_mla_split("deepseek/v2b");
     check_mla_split("deepseek/v3a");
+    check_mla_rows("deepseek/v2b"); /* the fixture whose heads have whole Q8_0 blocks */
     check_converted("deepseek/kimi", HM_TYPE_Q8_0, HM_CONVERT_SAME, 0, 1e-2, 1e-1);
     /* in F16: MLA's copies of attn_k_b / attn_v_b stay halves (model.c); rounded to bf16 they
      * would be 1.1e-3 to 3.8e-2 from transformers instead of 4-6e-4 */

@@ -273,7 +273,7 @@ void hm_ctx_free(hm_ctx *c) {
     hm_free(c->rope_cs);
     hm_free(c->x), hm_free(c->xn), hm_free(c->q), hm_free(c->k), hm_free(c->v);
     hm_free(c->att), hm_free(c->tmp), hm_free(c->rl), hm_free(c->g), hm_free(c->u), hm_free(c->sh),
-        hm_free(c->qa), hm_free(c->mla_scratch);
+        hm_free(c->qa), hm_free(c->mla_scratch), hm_free(c->mla_rows);
     free(c->w), free(c->ids), free(c->pos), free(c->seq), free(c->kvv);
     hm_free(c->attn_scratch), hm_free(c->mm_scratch);
     free(c);
@@ -561,8 +561,9 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->qa = fbuf(B * (hp->q_lora_rank ? hp->q_lora_rank : 1), "ctx q latent");
     /* MLA: per participant the absorbed q, the latent output and a cache row in floats; the
      * split decode's shared rows */
-    c->mla_scratch = fbuf(mla ? hm_mla_scratch_floats(hp, c->kv_dim, c->nth) : 1,
-                          "ctx latent attention");
+    c->mla_scratch =
+        fbuf(mla ? hm_mla_scratch_floats(hp, c->kv_dim, c->nth) : 1, "ctx latent attention");
+    c->mla_rows = fbuf(mla ? hm_mla_rows_floats(hp, c->kv_dim, p.n_batch) : 1, "ctx latent rows");
     size_t K = hp->n_experts_used ? hp->n_experts_used : 1;
     c->w = calloc(B * K, sizeof(float));
     c->ids = calloc(B * K, sizeof(int32_t));
@@ -578,7 +579,8 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
     c->attn_scratch = fbuf(attn_floats, "ctx attention");
     if (!c->seq_len || !c->seq_next || !c->inv_freq || !c->rope_cs || !c->x || !c->xn || !c->tmp ||
         !c->q || !c->att || !c->k || !c->v || !c->rl || !c->g || !c->u || !c->sh || !c->qa ||
-        !c->mla_scratch || !c->w || !c->ids || !c->pos || !c->seq || !c->kvv || !c->attn_scratch) {
+        !c->mla_scratch || !c->mla_rows || !c->w || !c->ids || !c->pos || !c->seq || !c->kvv ||
+        !c->attn_scratch) {
         st = hm_errorf(HM_ERR_NO_MEMORY,
                        "context: out of memory (KV cache %zu MiB for %d positions x %d sequences)",
                        kv_floats * 2 * c->kv_elem >> 20, p.n_ctx, p.n_seq);
@@ -689,6 +691,12 @@ hm_status hm_ctx_create(const hm_model *m, const hm_ctx_params *params, hm_ctx *
         mmb = mm_need(c, &L->wk, mmb);
         mmb = mm_need(c, &L->wv, mmb);
         mmb = mm_need(c, &L->wo, mmb);
+        if (L->k_bq.rows && L->v_bq.rows) { /* mla.c's per-head views of them */
+            hm_matrix k = L->k_bq, v = L->v_bq;
+            k.rows = hp->kv_lora_rank, v.rows = hp->v_head_dim;
+            mmb = mm_need(c, &k, mmb);
+            mmb = mm_need(c, &v, mmb);
+        }
         if (!L->moe) {
             mmb = mm_need(c, &L->ffn_gate, mmb);
             mmb = mm_need(c, &L->ffn_up, mmb);

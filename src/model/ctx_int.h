@@ -35,6 +35,7 @@ struct hm_ctx {
     /* scratch for n_batch tokens */
     float *x, *xn, *q, *k, *v, *att, *tmp, *rl, *g, *u, *w, *sh;
     float *qa, *mla_scratch; /* MLA: the q latent [n_batch][q_lora]; per-thread scratch */
+    float *mla_rows;         /* MLA: a chunk's per-head rows for the batched path (mla.c) */
     int32_t *ids, *pos, *seq;
     hm_nn_kv *kvv;
     float *attn_scratch;

@@ -339,6 +339,88 @@ static void split_merge(int ith, int nth, void *arg) {
     }
 }
 
+/* The prompt (or any batch the spans do not take) with the quantized split k_bq / v_bq: the
+ * absorption and the value products are per head matmuls over a chunk of tokens (tiles or AMX
+ * from MLA_MM_MIN tokens on), where one token at a time multiplied each head's rows by one
+ * vector. rows: [chunk][heads][kv_dim], each head's absorbed query, then its latent output. */
+#define MLA_MM_MIN      16
+#define MLA_ROWS_FLOATS ((size_t)4 << 20)
+
+static int chunk_tokens(const hm_hparams *hp, size_t kv_dim, int n_batch) {
+    const size_t per = (size_t)hp->n_heads * kv_dim, fit = MLA_ROWS_FLOATS / (per ? per : 1);
+    return fit < 1 ? 1 : fit < (size_t)n_batch ? (int)fit : n_batch;
+}
+
+size_t hm_mla_rows_floats(const hm_hparams *hp, size_t kv_dim, int n_batch) {
+    return n_batch >= MLA_MM_MIN ? (size_t)chunk_tokens(hp, kv_dim, n_batch) * hp->n_heads * kv_dim
+                                 : 1;
+}
+
+typedef struct mla_rows {
+    const mla_job *j;
+    int t0, m; /* the chunk's first token and its tokens */
+    float *rows;
+} mla_rows;
+
+/* items (token of the chunk, group of MLA_GROUP heads): the rotary parts joined to the absorbed
+ * queries, every position walked, each head's latent output normalized into its row */
+static void rows_attend(int ith, int nth, void *arg) {
+    const mla_rows *s = arg;
+    const mla_job *j = s->j;
+    const hm_ctx *c = j->c;
+    const hm_hparams *hp = &c->m->hp;
+    const int nh = (int)hp->n_heads, kvl = (int)hp->kv_lora_rank, hd = (int)hp->head_dim;
+    const int nope = (int)hp->qk_nope_head_dim, rope = (int)hp->qk_rope_head_dim;
+    const int ng = (nh + MLA_GROUP - 1) / MLA_GROUP;
+    const size_t kd = c->kv_dim;
+    const mla_part P = part_of(j, ith);
+    for (int item = ith; item < s->m * ng; item += nth) {
+        const int i = item / ng, t = s->t0 + i, h0 = item % ng * MLA_GROUP;
+        const int nq = nh - h0 < MLA_GROUP ? nh - h0 : MLA_GROUP;
+        float *r0 = s->rows + ((size_t)i * nh + h0) * kd;
+        float mx[MLA_GROUP];
+        double sum[MLA_GROUP];
+        const void *qv[MLA_GROUP];
+        for (int g = 0; g < nq; g++) {
+            const float *q = c->q + (size_t)t * c->q_dim + (size_t)(h0 + g) * hd;
+            memcpy(r0 + (size_t)g * kd + kvl, q + nope, sizeof(float) * (size_t)rope);
+            qv[g] = r0 + (size_t)g * kd, mx[g] = -INFINITY, sum[g] = 0.0;
+        }
+        memset(P.oc, 0, sizeof(float) * kd * (size_t)nq);
+        attend_span(j, t, qv, nq, 0, c->pos[t] + 1, P.oc, mx, sum, P.sc, P.tmp);
+        for (int g = 0; g < nq; g++) {
+            float *o = P.oc + (size_t)g * kd;
+            j->ops.scale(kvl, (float)(1.0 / sum[g]), o);
+            memcpy(r0 + (size_t)g * kd, o, sizeof(float) * (size_t)kvl);
+        }
+    }
+}
+
+static void mla_by_rows(hm_ctx *c, const mla_job *j) {
+    const hm_hparams *hp = &c->m->hp;
+    const int nh = (int)hp->n_heads, kvl = (int)hp->kv_lora_rank, vd = (int)hp->v_head_dim;
+    const int hd = (int)hp->head_dim, ch = chunk_tokens(hp, c->kv_dim, c->p.n_batch);
+    const size_t kd = c->kv_dim, rs = (size_t)nh * kd;
+    const unsigned flags = hm_ctx_mm_flags(c);
+    for (int t0 = 0; t0 < j->n; t0 += ch) {
+        mla_rows s = {j, t0, j->n - t0 < ch ? j->n - t0 : ch, c->mla_rows};
+        for (int h = 0; h < nh; h++) { /* K_h^T q_nope for every token of the chunk */
+            hm_matrix k = j->L->k_bq;
+            k.data = (const uint8_t *)k.data + (size_t)h * (size_t)kvl * k.row_bytes, k.rows = kvl;
+            hm_nn_matmul(c->pool, &k, c->q + (size_t)t0 * c->q_dim + (size_t)h * hd, c->q_dim, s.m,
+                         s.rows + (size_t)h * kd, rs, c->mm_scratch, flags);
+        }
+        hm_pool_run(c->pool, rows_attend, &s);
+        for (int h = 0; h < nh; h++) { /* V_h o_c into att's rows (heads x v) */
+            hm_matrix v = j->L->v_bq;
+            v.data = (const uint8_t *)v.data + (size_t)h * (size_t)vd * v.row_bytes, v.rows = vd;
+            hm_nn_matmul(c->pool, &v, s.rows + (size_t)h * kd, rs, s.m,
+                         c->att + (size_t)t0 * nh * vd + (size_t)h * vd, (size_t)nh * vd,
+                         c->mm_scratch, flags);
+        }
+    }
+}
+
 static void qa_norm(hm_ctx *c, int i, void *arg) {
     const hm_layer *L = arg;
     const int64_t ql = c->m->hp.q_lora_rank;
@@ -403,6 +485,10 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
         hm_pool_run(c->pool, split_absorb, &s);
         hm_pool_run(c->pool, split_span, &s);
         hm_pool_run(c->pool, split_merge, &s);
+        return HM_OK;
+    }
+    if (j.kdot && n >= MLA_MM_MIN) {
+        mla_by_rows(c, &j);
         return HM_OK;
     }
     hm_pool_run(c->pool, mla_attend, &j);

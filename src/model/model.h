@@ -77,6 +77,8 @@ typedef struct hm_model {
 float hm_mla_scale(const hm_hparams *hp);
 /* floats of the scratch of the CPU's latent attention on nth threads (mla.c) */
 size_t hm_mla_scratch_floats(const hm_hparams *hp, size_t kv_dim, int nth);
+/* floats of its rows for batches of up to n_batch tokens (mla.c) */
+size_t hm_mla_rows_floats(const hm_hparams *hp, size_t kv_dim, int n_batch);
 /* the most bytes of a quantized activation row that the CPU's latent attention (mla.c) holds
  * for the split attn_k_b / attn_v_b products: larger ones take the copies (model.c) */
 size_t hm_mla_act_room(const hm_hparams *hp);
