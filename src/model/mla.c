@@ -342,9 +342,11 @@ static void split_merge(int ith, int nth, void *arg) {
 /* The prompt (or any batch the spans do not take) with the quantized split k_bq / v_bq: the
  * absorption and the value products are per head matmuls over a chunk of tokens (tiles or AMX
  * from MLA_MM_MIN tokens on), where one token at a time multiplied each head's rows by one
- * vector. rows: [chunk][heads][kv_dim], each head's absorbed query, then its latent output. */
+ * vector. rows: [chunk][heads][kv_dim], each head's absorbed query, then its latent output; up
+ * to 64 MB (DeepSeek-V3's 128 heads: 227 tokens a chunk), as each chunk costs two pool jobs a
+ * head (locally faster than per-item products over the row kernels, even at 128 heads). */
 #define MLA_MM_MIN      16
-#define MLA_ROWS_FLOATS ((size_t)4 << 20)
+#define MLA_ROWS_FLOATS ((size_t)16 << 20)
 
 static int chunk_tokens(const hm_hparams *hp, size_t kv_dim, int n_batch) {
     const size_t per = (size_t)hp->n_heads * kv_dim, fit = MLA_ROWS_FLOATS / (per ? per : 1);
