@@ -1390,10 +1390,10 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
             }
             break;
         case HM_OP_GLU:
-            /* the whole row: the dense MLP's or the shared expert's width (the next matmul reads
-             * its own columns) */
-            CK(hm_cu_glu(dst, c->cols[nd->dst], s0, c->cols[nd->src0], n, c->cols[nd->dst],
-                         (int)hp->act, hp->swiglu_alpha, hp->swiglu_limit, c->s),
+            /* the layer's width: the dense MLP's or the shared expert's (the gate's rows) */
+            CK(hm_cu_glu(dst, c->cols[nd->dst], s0, c->cols[nd->src0], n,
+                         nd->w ? nd->w->rows : c->cols[nd->dst], (int)hp->act, hp->swiglu_alpha,
+                         hp->swiglu_limit, c->s),
                "glu");
             break;
         case HM_OP_MOE: {

@@ -79,7 +79,8 @@ hm_status hm_build_dense_mlp(hm_graph *g, const hm_layer *L, int il) {
         .prof = HM_PROF_DENSE);
     ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_U, .src0 = HM_SLOT_XN, .w = &L->ffn_up, .il = il,
         .prof = HM_PROF_DENSE);
-    ADD(.op = HM_OP_GLU, .dst = HM_SLOT_G, .src0 = HM_SLOT_U, .il = il, .prof = HM_PROF_DENSE);
+    ADD(.op = HM_OP_GLU, .dst = HM_SLOT_G, .src0 = HM_SLOT_U, .w = &L->ffn_gate, .il = il,
+        .prof = HM_PROF_DENSE);
     ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_G, .w = &L->ffn_down, .il = il,
         .prof = HM_PROF_DENSE);
     return HM_OK;
@@ -90,7 +91,8 @@ hm_status hm_build_shared_expert(hm_graph *g, const hm_layer *L, int il) {
         .prof = HM_PROF_DENSE);
     ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_U, .src0 = HM_SLOT_XN, .w = &L->sh_up, .il = il,
         .prof = HM_PROF_DENSE);
-    ADD(.op = HM_OP_GLU, .dst = HM_SLOT_G, .src0 = HM_SLOT_U, .il = il, .prof = HM_PROF_DENSE);
+    ADD(.op = HM_OP_GLU, .dst = HM_SLOT_G, .src0 = HM_SLOT_U, .w = &L->sh_gate, .il = il,
+        .prof = HM_PROF_DENSE);
     ADD(.op = HM_OP_MATMUL, .dst = HM_SLOT_SH, .src0 = HM_SLOT_G, .w = &L->sh_down, .il = il,
         .prof = HM_PROF_DENSE);
     ADD(.op = HM_OP_GATED_ADD, .dst = HM_SLOT_TMP, .src0 = HM_SLOT_SH, .src1 = HM_SLOT_XN,

@@ -189,13 +189,13 @@ static void gated_tok(hm_ctx *c, int i, void *arg) {
 typedef struct glu_arg {
     float *g;
     const float *u;
-    size_t F;
+    size_t F, width; /* row stride, values a row */
 } glu_arg;
 
 static void glu_tok(hm_ctx *c, int i, void *arg) {
     (void)c;
     const glu_arg *a = arg;
-    hm_silu_mul(a->g + (size_t)i * a->F, a->u + (size_t)i * a->F, (int64_t)a->F);
+    hm_silu_mul(a->g + (size_t)i * a->F, a->u + (size_t)i * a->F, (int64_t)a->width);
 }
 
 /* softmax top-k routing of one token (the tokens of a batch in parallel on the pool, not on the
@@ -243,13 +243,26 @@ static void route_tok(hm_ctx *c, int i, void *arg) {
     if (st) atomic_compare_exchange_strong(&r->failed, &none, (int)st);
 }
 
-/* The matmuls after node i (skipping other ops) that one job would run: 1, or 3 of one input
- * (q/k/v). */
+/* nodes i..i+2 are a gate and an up matmul of one input without biases and the GLU of their
+ * outputs (the dense MLP's, a shared expert's): one job (run_gate_up) */
+static bool gate_up_at(const hm_graph *g, int i) {
+    const hm_node *nd = g->nodes + i;
+    return i + 2 < g->n && nd[0].op == HM_OP_MATMUL && nd[1].op == HM_OP_MATMUL &&
+           nd[2].op == HM_OP_GLU && nd[1].src0 == nd[0].src0 && nd[2].dst == nd[0].dst &&
+           nd[2].src0 == nd[1].dst && !nd[0].bias && !nd[1].bias && nd[0].w->rows == nd[1].w->rows;
+}
+
+/* The matmuls after node i (skipping other ops) that one job would run: 1, 2 (gate and up) or 3
+ * of one input (q/k/v). */
 static int matmul_group(const hm_graph *g, int i, const hm_matrix **w) {
     const hm_node *nd = g->nodes;
     int j = i;
     while (j < g->n && nd[j].op != HM_OP_MATMUL) j++;
     if (j == g->n) return 0;
+    if (gate_up_at(g, j)) {
+        w[0] = nd[j].w, w[1] = nd[j + 1].w;
+        return 2;
+    }
     int k = 1;
     while (k < 3 && j + k < g->n && nd[j + k].op == HM_OP_MATMUL && nd[j + k].src0 == nd[j].src0)
         k++;
@@ -290,6 +303,56 @@ static void run_qkv(hm_ctx *c, const hm_graph *g, int i, int n, uint64_t *t0) {
         hm_ctx_prof(c, nd[0].prof, t0);
         hm_ctx_for_tokens(c, n, qk_rope_store, (void *)&nd[3]);
     }
+}
+
+/* SiLU-GLU of a group of rows once both its gate and its up rows are done (run_gate_up) */
+typedef struct glu_ep {
+    float *g;
+    const float *u;
+    size_t gs, us;
+    int n, rows, gr;
+    atomic_int arrived[HM_NN_EP_MAX]; /* per group: its gate and up rows done (0, 1, 2) */
+} glu_ep;
+
+static void glu_group_done(void *arg, int m, int grp) {
+    (void)m;
+    glu_ep *e = arg;
+    if (atomic_fetch_add_explicit(&e->arrived[grp], 1, memory_order_acq_rel) != 1) return;
+    const int r0 = grp * e->gr, nr = e->rows - r0 < e->gr ? e->rows - r0 : e->gr;
+    for (int t = 0; t < e->n; t++)
+        hm_silu_mul(e->g + (size_t)t * e->gs + r0, e->u + (size_t)t * e->us + r0, nr);
+}
+
+/* gate, up and their GLU (nodes i..i+2, gate_up_at) as one job: decode applies the GLU inside it,
+ * to each group of rows on the thread that finished it, where the calling thread alone walked
+ * every row after two jobs (the rows written on the other cores) */
+static void run_gate_up(hm_ctx *c, const hm_graph *g, int i, int n, uint64_t *t0) {
+    const hm_node *nd = g->nodes + i;
+    const hm_matrix *w[2] = {nd[0].w, nd[1].w};
+    /* rows packed (stride: the width), as hm_ctx_matmul writes them and down reads them */
+    float *const y[2] = {slot(c, nd[0].dst), slot(c, nd[1].dst)};
+    const size_t ys[2] = {(size_t)w[0]->rows, (size_t)w[1]->rows};
+    const float *x = slot(c, nd[0].src0);
+    const size_t xs = (size_t)w[0]->cols;
+    hint_next(c, g, i + 3, n); /* down's rows, while gate and up finish */
+    if (n <= 4) {
+        /* groups that tile the rows (hm_nn_matmul_multi_ep's groups are whole), at most
+         * HM_NN_EP_MAX of both matrices; one group of every row where nothing else tiles */
+        glu_ep e = {.g = y[0], .u = y[1], .gs = ys[0], .us = ys[1], .n = n};
+        e.rows = (int)w[0]->rows, e.gr = 64;
+        while (e.gr > 8 && e.rows % e.gr) e.gr /= 2;
+        while (e.rows % e.gr == 0 && 2 * (e.rows / e.gr) > HM_NN_EP_MAX) e.gr *= 2;
+        if (e.rows % e.gr) e.gr = e.rows;
+        for (int k = 0; k < HM_NN_EP_MAX; k++) atomic_init(&e.arrived[k], 0);
+        const hm_nn_epilogue ep = {e.gr, glu_group_done, &e};
+        hm_nn_matmul_multi_ep(c->pool, w, 2, x, xs, n, y, ys, c->mm_scratch, hm_ctx_mm_flags(c),
+                              &ep);
+    } else {
+        hm_nn_matmul_multi(c->pool, w, 2, x, xs, n, y, ys, c->mm_scratch, hm_ctx_mm_flags(c));
+        glu_arg a = {y[0], y[1], ys[0], (size_t)w[0]->rows};
+        hm_ctx_for_tokens(c, n, glu_tok, &a);
+    }
+    hm_ctx_prof(c, nd[0].prof, t0);
 }
 
 /* Attention with per-head sink logits and/or a sliding window (gpt-oss), one (token, head) per
@@ -430,6 +493,11 @@ hm_status hm_ctx_run_graph(hm_ctx *c, const hm_graph *g, int n) {
                 used = 4;
                 break;
             }
+            if (gate_up_at(g, i)) {
+                run_gate_up(c, g, i, n, &t0);
+                used = 3;
+                break;
+            }
             /* the attention output's projection: the FFN's first matmul on after it */
             if (nd->src0 == HM_SLOT_ATT) hint_next(c, g, i + 1, n);
             hm_ctx_matmul(c, nd->w, slot(c, nd->src0), n, slot(c, nd->dst));
@@ -445,7 +513,10 @@ hm_status hm_ctx_run_graph(hm_ctx *c, const hm_graph *g, int n) {
             st = run_route(c, nd, n);
             break;
         case HM_OP_GLU: {
-            glu_arg a = {slot(c, nd->dst), slot(c, nd->src0), c->ffn_max};
+            /* the layer's width (a dense first layer's may be several times the shared
+             * expert's), the rows packed as hm_ctx_matmul wrote them */
+            const size_t wd = nd->w ? (size_t)nd->w->rows : c->ffn_max;
+            glu_arg a = {slot(c, nd->dst), slot(c, nd->src0), wd, wd};
             hm_ctx_for_tokens(c, n, glu_tok, &a);
             break;
         }

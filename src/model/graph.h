@@ -62,7 +62,7 @@ typedef enum hm_op {
 typedef struct hm_node {
     hm_op op;
     hm_slot dst, src0, src1;
-    const hm_matrix *w;    /* MATMUL */
+    const hm_matrix *w;    /* MATMUL; GLU: the gate matrix, whose rows are the width */
     const float *bias;     /* MATMUL: [w->rows] added to every row of dst, or NULL */
     const float *nw, *nw2; /* NORM, ADD_NORM: w; QK_ROPE_KV: q and k norms (or NULL); GATED_ADD:
                               the gate's [hidden] weights (or NULL) */
