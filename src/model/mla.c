@@ -442,15 +442,16 @@ float hm_mla_scale(const hm_hparams *hp) {
 hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
     const hm_hparams *hp = &c->m->hp;
     const hm_layer *L = &c->layers[nd->il];
-    const float *xn = c->xn;
+    /* the query's first matmul and kv_a, of the same input: one job */
+    const hm_matrix *w[2] = {hp->q_lora_rank ? &L->wq_a : &L->wq, &L->wkv_a};
+    float *const y[2] = {hp->q_lora_rank ? c->qa : c->q, c->k};
+    const size_t ys[2] = {(size_t)w[0]->rows, (size_t)w[1]->rows};
+    hm_nn_matmul_multi(c->pool, w, 2, c->xn, (size_t)hp->hidden, n, y, ys, c->mm_scratch,
+                       hm_ctx_mm_flags(c));
     if (hp->q_lora_rank) {
-        hm_ctx_matmul(c, &L->wq_a, xn, n, c->qa);
         hm_ctx_for_tokens(c, n, qa_norm, (void *)L);
         hm_ctx_matmul(c, &L->wq_b, c->qa, n, c->q);
-    } else {
-        hm_ctx_matmul(c, &L->wq, xn, n, c->q);
     }
-    hm_ctx_matmul(c, &L->wkv_a, xn, n, c->k);
     const float scale = hm_mla_scale(hp);
     /* mla_attend's heads per item: as many as leave every thread an item, at most MLA_GROUP */
     const int nth = hm_pool_size(c->pool);
