@@ -409,6 +409,7 @@ static void mla_by_rows(hm_ctx *c, const mla_job *j) {
         for (int h = 0; h < nh; h++) { /* K_h^T q_nope for every token of the chunk */
             hm_matrix k = j->L->k_bq;
             k.data = (const uint8_t *)k.data + (size_t)h * (size_t)kvl * k.row_bytes, k.rows = kvl;
+            k.wpack = NULL; /* a whole matrix's int8 units do not serve a view */
             hm_nn_matmul(c->pool, &k, c->q + (size_t)t0 * c->q_dim + (size_t)h * hd, c->q_dim, s.m,
                          s.rows + (size_t)h * kd, rs, c->mm_scratch, flags);
         }
@@ -416,6 +417,7 @@ static void mla_by_rows(hm_ctx *c, const mla_job *j) {
         for (int h = 0; h < nh; h++) { /* V_h o_c into att's rows (heads x v) */
             hm_matrix v = j->L->v_bq;
             v.data = (const uint8_t *)v.data + (size_t)h * (size_t)vd * v.row_bytes, v.rows = vd;
+            v.wpack = NULL;
             hm_nn_matmul(c->pool, &v, s.rows + (size_t)h * kd, rs, s.m,
                          c->att + (size_t)t0 * nh * vd + (size_t)h * vd, (size_t)nh * vd,
                          c->mm_scratch, flags);
