@@ -620,8 +620,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
                               (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
         const float *bias = h ? a.bias[1] : a.bias[0];
         float acc[R][1];
-        q4k_dot<1, R, S>(base + rw * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0,
-                         1, acc);
+        q4k_dot<1, R, S>(base + rw * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0, 1,
+                         acc);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int i = 0; i < R; i++) {
