@@ -225,12 +225,6 @@ static bool logits_of(const char *path, const fixture *f, int prompt, float *lg,
     return logits_rp(path, f, prompt, lg, no_amx, HM_REPACK_AUTO);
 }
 
-/* Writes src's tensors dequantized to F32 (metadata copied): the same weights for exact kernels. */
-/* The fixture written to GGUF by hm_convert_hf: same logits when kept in its dtype; quantized
- * versions within the KL bounds documented in docs/models.md. */
-/* A DeepSeek GGUF converted to Q8_0 (attn_k_b / attn_v_b split per head, as llama.cpp writes
- * them) keeps both in Q8_0 for the CPU's latent attention (model.c bind_mla_quant: k_bq, v_bq);
- * one converted to F32 has none (the copies serve). The logits of both are checked elsewhere. */
 /* Where the split tensors are bound the model keeps no copies of them (unless HMOE_MLA_QUANT=0),
  * and the copies a GPU backend builds (hm_model_mla_copies) hold every head's k_b [nope][kv_lora]
  * and v_b [kv_lora][v] as bf16 of the file's rows (k_bq's row h kv_lora + j is K_h's column j,
@@ -275,18 +269,32 @@ static void check_mla_copies(const hm_model *m, const char *name) {
     }
 }
 
+/* the fixture converted to a GGUF of type in a fresh temporary directory (dir: a mkdtemp
+ * template), at path; drop_tmp removes both */
+static void convert_tmp(const fixture *f, int type, char *dir, char *path, size_t cap) {
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, cap, "%s/m.gguf", dir);
+    hm_convert_params p = hm_convert_default_params();
+    p.type = type;
+    p.n_threads = 2;
+    CHECK_OK(hm_convert_hf(f->dir, path, &p, NULL));
+}
+
+static void drop_tmp(const char *dir, const char *path) {
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A DeepSeek GGUF converted to Q8_0 (attn_k_b / attn_v_b split per head, as llama.cpp writes
+ * them) keeps both in Q8_0 for the CPU's latent attention (model.c bind_mla_quant: k_bq, v_bq);
+ * one converted to F32 has none (the copies serve). The logits of both are checked elsewhere. */
 static void check_mla_quant(const char *name) {
     fixture f;
     CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
     if (!f.n_prompts) return free_fixture(&f);
     for (int q = 0; q < 2; q++) {
         char dir[] = "/tmp/hmoe-forward-XXXXXX", path[256];
-        CHECK(mkdtemp(dir) != NULL);
-        snprintf(path, sizeof path, "%s/m.gguf", dir);
-        hm_convert_params p = hm_convert_default_params();
-        p.type = q ? HM_TYPE_Q8_0 : HM_TYPE_F32;
-        p.n_threads = 2;
-        CHECK_OK(hm_convert_hf(f.dir, path, &p, NULL));
+        convert_tmp(&f, q ? HM_TYPE_Q8_0 : HM_TYPE_F32, dir, path, sizeof path);
         hm_model *m = NULL;
         CHECK_OK(hm_model_load(path, &m));
         if (m) {
@@ -306,8 +314,7 @@ static void check_mla_quant(const char *name) {
             if (q && with) check_mla_copies(m, name);
             hm_model_free(m);
         }
-        unlink(path);
-        rmdir(dir);
+        drop_tmp(dir, path);
     }
     free_fixture(&f);
 }
@@ -375,12 +382,7 @@ static void check_mla_rows(const char *name) {
     CHECK_MSG(load_fixture(name, &f), "fixture %s", name);
     if (!f.n_prompts) return;
     char dir[] = "/tmp/hmoe-forward-XXXXXX", path[256];
-    CHECK(mkdtemp(dir) != NULL);
-    snprintf(path, sizeof path, "%s/m.gguf", dir);
-    hm_convert_params p = hm_convert_default_params();
-    p.type = HM_TYPE_Q8_0;
-    p.n_threads = 2;
-    CHECK_OK(hm_convert_hf(f.dir, path, &p, NULL));
+    convert_tmp(&f, HM_TYPE_Q8_0, dir, path, sizeof path);
     hm_model *m = NULL;
     CHECK_OK(hm_model_load(path, &m));
     const int V = f.vocab;
@@ -407,11 +409,12 @@ static void check_mla_rows(const char *name) {
     hm_ctx_free(c);
     hm_model_free(m);
     free(lg[0]), free(lg[1]);
-    unlink(path);
-    rmdir(dir);
+    drop_tmp(dir, path);
     free_fixture(&f);
 }
 
+/* The fixture written to GGUF by hm_convert_hf: same logits when kept in its dtype; quantized
+ * versions within the KL bounds documented in docs/models.md. */
 static void check_converted(const char *name, int type, int experts_type, double tol,
                             double kl_mean_max, double kl_max_max) {
     fixture f;

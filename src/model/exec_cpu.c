@@ -343,7 +343,7 @@ static void run_gate_up(hm_ctx *c, const hm_graph *g, int i, int n, uint64_t *t0
         while (e.gr > 8 && e.rows % e.gr) e.gr /= 2;
         while (e.rows % e.gr == 0 && 2 * (e.rows / e.gr) > HM_NN_EP_MAX) e.gr *= 2;
         if (e.rows % e.gr) e.gr = e.rows;
-        for (int k = 0; k < HM_NN_EP_MAX; k++) atomic_init(&e.arrived[k], 0);
+        for (int k = 0; k < e.rows / e.gr; k++) atomic_init(&e.arrived[k], 0);
         const hm_nn_epilogue ep = {e.gr, glu_group_done, &e};
         hm_nn_matmul_multi_ep(c->pool, w, 2, x, xs, n, y, ys, c->mm_scratch, hm_ctx_mm_flags(c),
                               &ep);

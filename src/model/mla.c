@@ -131,10 +131,18 @@ static void rows_product(const mla_ops *op, const void *base, uint32_t t, size_t
 
 /* y[rows] = head h's rows of m (the file's quantized attn_k_b or attn_v_b, rows per head) times
  * x, converted into xq for m's kernels (whole blocks: bind_mla_quant) */
-static void head_product(const hm_matrix *m, hm_vec_dot_fn dot, int h, int rows, const float *x,
-                         void *xq, float *y) {
+/* head h's rows of m (rows per head) as a matrix of its own; a whole matrix's int8 units (none
+ * are made for k_bq / v_bq) would not serve it */
+static hm_matrix head_view(const hm_matrix *m, int h, int rows) {
     hm_matrix v = *m;
     v.data = (const uint8_t *)m->data + (size_t)h * (size_t)rows * m->row_bytes, v.rows = rows;
+    v.wpack = NULL;
+    return v;
+}
+
+static void head_product(const hm_matrix *m, hm_vec_dot_fn dot, int h, int rows, const float *x,
+                         void *xq, float *y) {
+    const hm_matrix v = head_view(m, h, rows);
     (void)hm_act_convert(m->type, x, xq, m->cols);
     hm_matvec_rows(dot, NULL, NULL, &v, xq, 0, 1, y, 0, 0, rows);
 }
@@ -407,17 +415,13 @@ static void mla_by_rows(hm_ctx *c, const mla_job *j) {
     for (int t0 = 0; t0 < j->n; t0 += ch) {
         mla_rows s = {j, t0, j->n - t0 < ch ? j->n - t0 : ch, c->mla_rows};
         for (int h = 0; h < nh; h++) { /* K_h^T q_nope for every token of the chunk */
-            hm_matrix k = j->L->k_bq;
-            k.data = (const uint8_t *)k.data + (size_t)h * (size_t)kvl * k.row_bytes, k.rows = kvl;
-            k.wpack = NULL; /* a whole matrix's int8 units do not serve a view */
+            const hm_matrix k = head_view(&j->L->k_bq, h, kvl);
             hm_nn_matmul(c->pool, &k, c->q + (size_t)t0 * c->q_dim + (size_t)h * hd, c->q_dim, s.m,
                          s.rows + (size_t)h * kd, rs, c->mm_scratch, flags);
         }
         hm_pool_run(c->pool, rows_attend, &s);
         for (int h = 0; h < nh; h++) { /* V_h o_c into att's rows (heads x v) */
-            hm_matrix v = j->L->v_bq;
-            v.data = (const uint8_t *)v.data + (size_t)h * (size_t)vd * v.row_bytes, v.rows = vd;
-            v.wpack = NULL;
+            const hm_matrix v = head_view(&j->L->v_bq, h, vd);
             hm_nn_matmul(c->pool, &v, s.rows + (size_t)h * kd, rs, s.m,
                          c->att + (size_t)t0 * nh * vd + (size_t)h * vd, (size_t)nh * vd,
                          c->mm_scratch, flags);
