@@ -416,10 +416,9 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
                 if (r < nr && t < n) y[t * ys + r0 + r] = acc[r][t];
 }
 
-// The experts' rows: a warp's registers hold at most eight super-blocks' loads at a time;
-// launch bounds of two blocks per SM leave room for all of them to issue together (at 64
-// registers the gate/up kernel issued the second to fourth only after the first one's
-// arithmetic).
+// The experts' rows: a warp's registers hold S super-blocks' loads at a time (q4k_sb); launch
+// bounds of two blocks per SM leave room for all of them to issue together (at 64 registers the
+// gate/up kernel issued the second to fourth only after the first one's arithmetic).
 template <int R, int S>
 __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_exp_q4k_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
@@ -692,17 +691,17 @@ static int q4k_rows(void) {
     return force == 1 || force == 4 ? force : 2;
 }
 
-// F(R) for the rows per warp R of q4k_rows
-#define Q4K_ROWS(F)                                                                                \
+// F(R, S) for the rows per warp R of q4k_rows (S passed through)
+#define Q4K_ROWS(F, S)                                                                             \
     switch (q4k_rows()) {                                                                          \
     case 4:                                                                                        \
-        F(4);                                                                                      \
+        F(4, S);                                                                                   \
         break;                                                                                     \
     case 2:                                                                                        \
-        F(2);                                                                                      \
+        F(2, S);                                                                                   \
         break;                                                                                     \
     default:                                                                                       \
-        F(1);                                                                                      \
+        F(1, S);                                                                                   \
     }
 
 // the experts' kernels: super-blocks in flight per warp, 8 (HMOE_MV_Q4K_SB=16: 16 with two
@@ -716,16 +715,7 @@ static int q4k_sb(void) {
     if (q4k_sb() == 16) {                                                                          \
         F(2, 16);                                                                                  \
     } else {                                                                                       \
-        switch (q4k_rows()) {                                                                      \
-        case 4:                                                                                    \
-            F(4, Q4K_SB);                                                                          \
-            break;                                                                                 \
-        case 2:                                                                                    \
-            F(2, Q4K_SB);                                                                          \
-            break;                                                                                 \
-        default:                                                                                   \
-            F(1, Q4K_SB);                                                                          \
-        }                                                                                          \
+        Q4K_ROWS(F, Q4K_SB)                                                                        \
     }
 
 // shared bytes of n staged activation rows of cols values
@@ -757,13 +747,13 @@ static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, bool l
     }
     if constexpr (NT <= 2) { /* matvec_launch takes the lanes for one or two tokens only */
         if (lanes) {
-#define L(R)                                                                                       \
+#define L(R, S)                                                                                    \
     hm_launch(matvec_q4k_k<NT, R>, (unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R) * ng), \
               MV_WARPS * 32, 0, s, *w, x, xs, n, m->y[0], m->ys[0], ng, pf)
             if constexpr (NT == 1) {
-                Q4K_ROWS(L)
+                Q4K_ROWS(L, Q4K_SB)
             } else {
-                L(2);
+                L(2, Q4K_SB); /* S: matvec_q4k_k keeps q4k_dot's default */
             }
 #undef L
             return;
