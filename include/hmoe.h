@@ -311,6 +311,11 @@ enum {
     HM_PROF_COUNT
 };
 #define HM_PERF_MOE_PHASES 16
+/* The phases of latent attention (HM_OP_MLA) the context times: the q / q_a / kv_a projections
+ * (and q_b), the cache rows' norm, rope and store, the queries absorbed into the latent, the
+ * positions walked, and the values' products (the split decode's merge). Where one job does
+ * several (a batch's per-item walk), its time is the positions'. */
+enum { HM_MLA_PROJ = 0, HM_MLA_STORE, HM_MLA_ABSORB, HM_MLA_WALK, HM_MLA_VALUES, HM_MLA_PHASES };
 
 /* What a context measured since it was made or since hm_ctx_perf_reset. */
 typedef struct hm_ctx_perf {
@@ -326,6 +331,8 @@ typedef struct hm_ctx_perf {
     const char *moe_phase_name[HM_PERF_MOE_PHASES];
     uint64_t moe_batches;
     double moe_tokens, moe_active, moe_busiest;
+    /* latent attention (MLA models; zeros elsewhere): each phase's time summed over layers */
+    double mla_phase_s[HM_MLA_PHASES];
     /* hybrid (HM_DEVICE_CUDA with routed experts on the CPU): the GPU waiting for the CPU's
      * experts, the CPU experts' span from submit to done (where the GPU did not wait, up to the
      * wait: an upper bound), layers handed off, and of them those the GPU waited for */
@@ -336,7 +343,8 @@ typedef struct hm_ctx_perf {
     uint64_t hyb_swaps; /* --dynamic-experts: experts swapped between the GPU and the CPU */
 } hm_ctx_perf;
 
-const char *hm_prof_name(int part); /* "embedding", "norms+residual", ... */
+const char *hm_prof_name(int part);       /* "embedding", "norms+residual", ... */
+const char *hm_mla_phase_name(int phase); /* "projections", "cache", ... */
 void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out);
 void hm_ctx_perf_reset(hm_ctx *c);
 

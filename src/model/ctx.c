@@ -42,6 +42,13 @@ const char *hm_prof_name(int part) {
     return part >= 0 && part < HM_PROF_COUNT ? prof_names[part] : "?";
 }
 
+static const char *const mla_names[HM_MLA_PHASES] = {"projections", "cache", "queries", "positions",
+                                                     "values"};
+
+const char *hm_mla_phase_name(int phase) {
+    return phase >= 0 && phase < HM_MLA_PHASES ? mla_names[phase] : "?";
+}
+
 void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out) {
     memset(out, 0, sizeof *out);
     for (int k = 0; k < HM_PROF_COUNT; k++) {
@@ -49,6 +56,7 @@ void hm_ctx_perf_get(hm_ctx *c, hm_ctx_perf *out) {
         out->alone_s[k] = (double)c->prof_alone_ns[k] * 1e-9;
         out->wait_s[k] = (double)c->prof_wait_ns[k] * 1e-9;
     }
+    for (int k = 0; k < HM_MLA_PHASES; k++) out->mla_phase_s[k] = (double)c->mla_ns[k] * 1e-9;
     hm_pool_stats ps;
     hm_pool_stats_get(c->pool, &ps);
     out->pool_jobs = ps.jobs;
@@ -86,6 +94,7 @@ void hm_ctx_perf_reset(hm_ctx *c) {
     memset(c->prof_ns, 0, sizeof c->prof_ns);
     memset(c->prof_alone_ns, 0, sizeof c->prof_alone_ns);
     memset(c->prof_wait_ns, 0, sizeof c->prof_wait_ns);
+    memset(c->mla_ns, 0, sizeof c->mla_ns);
     for (uint32_t il = 0; il < c->m->hp.n_layers; il++)
         if (c->moe && c->moe[il]) hm_moe_profile(c->moe[il], NULL, true);
     c->route_batches = 0;

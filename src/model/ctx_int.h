@@ -48,6 +48,7 @@ struct hm_ctx {
     uint64_t prof_alone_ns[HM_PROF_COUNT];  /* of it, outside the pool's jobs */
     uint64_t prof_wait_ns[HM_PROF_COUNT];   /* of it, dispatch and waiting for the slowest */
     uint64_t prof_pool_mark, prof_own_mark; /* the pool's run_ns, own_ns at the last prof */
+    uint64_t mla_ns[HM_MLA_PHASES];         /* latent attention's phases, summed (hm_ctx_perf) */
     size_t repacked;     /* bytes of the experts' and dense matrices' int8 tile copies */
     int n_slices;        /* NUMA slices of the experts (1: none) */
     size_t slice_copied; /* bytes of their weight copies */

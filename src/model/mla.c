@@ -18,6 +18,7 @@
 #include "cpu/matvec.h"
 #include "cpu/ops.h"
 #include "core/pool.h"
+#include "core/timer.h"
 #include "model/ctx_int.h"
 #include "model/graph.h"
 #include "quant/fp16.h"
@@ -406,7 +407,14 @@ static void rows_attend(int ith, int nth, void *arg) {
     }
 }
 
-static void mla_by_rows(hm_ctx *c, const mla_job *j) {
+/* the time since *t booked to phase ph (hm_ctx_perf's mla_phase_s); *t is now */
+static void mla_mark(hm_ctx *c, int ph, uint64_t *t) {
+    const uint64_t now = hm_time_ns();
+    c->mla_ns[ph] += now - *t;
+    *t = now;
+}
+
+static void mla_by_rows(hm_ctx *c, const mla_job *j, uint64_t *t) {
     const hm_hparams *hp = &c->m->hp;
     const int nh = (int)hp->n_heads, kvl = (int)hp->kv_lora_rank, vd = (int)hp->v_head_dim;
     const int hd = (int)hp->head_dim, ch = chunk_tokens(hp, c->kv_dim, c->p.n_batch);
@@ -419,13 +427,16 @@ static void mla_by_rows(hm_ctx *c, const mla_job *j) {
             hm_nn_matmul(c->pool, &k, c->q + (size_t)t0 * c->q_dim + (size_t)h * hd, c->q_dim, s.m,
                          s.rows + (size_t)h * kd, rs, c->mm_scratch, flags);
         }
+        mla_mark(c, HM_MLA_ABSORB, t);
         hm_pool_run(c->pool, rows_attend, &s);
+        mla_mark(c, HM_MLA_WALK, t);
         for (int h = 0; h < nh; h++) { /* V_h o_c into att's rows (heads x v) */
             const hm_matrix v = head_view(&j->L->v_bq, h, vd);
             hm_nn_matmul(c->pool, &v, s.rows + (size_t)h * kd, rs, s.m,
                          c->att + (size_t)t0 * nh * vd + (size_t)h * vd, (size_t)nh * vd,
                          c->mm_scratch, flags);
         }
+        mla_mark(c, HM_MLA_VALUES, t);
     }
 }
 
@@ -448,6 +459,7 @@ float hm_mla_scale(const hm_hparams *hp) {
 hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
     const hm_hparams *hp = &c->m->hp;
     const hm_layer *L = &c->layers[nd->il];
+    uint64_t t = hm_time_ns();
     /* the query's first matmul and kv_a, of the same input: one job */
     const hm_matrix *w[2] = {hp->q_lora_rank ? &L->wq_a : &L->wq, &L->wkv_a};
     float *const y[2] = {hp->q_lora_rank ? c->qa : c->q, c->k};
@@ -458,6 +470,7 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
         hm_ctx_for_tokens(c, n, qa_norm, (void *)L);
         hm_ctx_matmul(c, &L->wq_b, c->qa, n, c->q);
     }
+    mla_mark(c, HM_MLA_PROJ, &t);
     const float scale = hm_mla_scale(hp);
     /* mla_attend's heads per item: as many as leave every thread an item, at most MLA_GROUP */
     const int nth = hm_pool_size(c->pool);
@@ -480,6 +493,7 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
                          "attn_k_b / attn_v_b nor their copies",
                          nd->il);
     hm_ctx_for_tokens(c, n, mla_store, &j); /* every token's cache row before any attends */
+    mla_mark(c, HM_MLA_STORE, &t);
     /* Spans where the (token, group of MLA_GROUP heads) items are at most half the threads
      * (decode): each thread then walks one span for a whole group, where mla_attend would have
      * each of a token's threads read all of its cache rows. split_rows' bound holds. */
@@ -492,14 +506,18 @@ hm_status hm_ctx_run_mla(hm_ctx *c, const hm_node *nd, int n) {
         const uintptr_t a = (uintptr_t)(s.pm + r); /* one float of room for the alignment */
         s.pl = (double *)(a + (a & 7));
         hm_pool_run(c->pool, split_absorb, &s);
+        mla_mark(c, HM_MLA_ABSORB, &t);
         hm_pool_run(c->pool, split_span, &s);
+        mla_mark(c, HM_MLA_WALK, &t);
         hm_pool_run(c->pool, split_merge, &s);
+        mla_mark(c, HM_MLA_VALUES, &t);
         return HM_OK;
     }
     if (j.kdot && n >= MLA_MM_MIN) {
-        mla_by_rows(c, &j);
+        mla_by_rows(c, &j, &t);
         return HM_OK;
     }
     hm_pool_run(c->pool, mla_attend, &j);
+    mla_mark(c, HM_MLA_WALK, &t);
     return HM_OK;
 }

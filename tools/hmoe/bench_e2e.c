@@ -211,6 +211,16 @@ int bench_e2e(int argc, char **argv) {
                    tg_perf.pool_own_s * per, (tg_perf.pool_run_s - tg_perf.pool_own_s) * per,
                    (t2 - t1d) * 1e3 / (double)n_gen - tg_perf.pool_run_s * per);
         }
+        double mla_pp = 0, mla_tg = 0;
+        for (int k = 0; k < HM_MLA_PHASES; k++)
+            mla_pp += pp_perf.mla_phase_s[k], mla_tg += tg_perf.mla_phase_s[k];
+        if (mla_pp > 0 || mla_tg > 0) { /* the latent attention's phases (in "attention") */
+            printf("  latent attention (prompt ms / ms per token):");
+            for (int k = 0; k < HM_MLA_PHASES; k++)
+                printf(" %s %.1f / %.3f", hm_mla_phase_name(k), pp_perf.mla_phase_s[k] * 1e3,
+                       tg_perf.mla_phase_s[k] * pt);
+            printf("\n");
+        }
         if (tg_perf.hyb_layers && n_gen) { /* the hybrid hand-off, per decode step */
             const double per = 1e3 / (double)n_gen;
             const double step = (t2 - t1d) * per, wait = tg_perf.hyb_gpu_wait_s * per,
