@@ -1646,13 +1646,6 @@ static void check_kernels(void) {
         check_fused(HM_TYPE_Q4_K, 45, 768);
     }
     unsetenv("HMOE_MV_Q4K_R");
-    /* the experts' kernels with 16 super-blocks in flight a warp (2560 values: a round of 8
-     * and one of 2 a row) */
-    setenv("HMOE_MV_Q4K_SB", "16", 1);
-    check_matvec(HM_TYPE_Q4_K, 37, 768);
-    check_matvec(HM_TYPE_Q4_K, 7, 2560);
-    check_fused(HM_TYPE_Q4_K, 45, 768);
-    unsetenv("HMOE_MV_Q4K_SB");
     setenv("HMOE_MV_Q4K", "0", 1);
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_fused(HM_TYPE_Q4_K, 45, 768);

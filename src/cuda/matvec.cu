@@ -321,11 +321,11 @@ __device__ __forceinline__ void k4_pair(uint32_t s0, uint32_t s1, uint32_t s2, i
 // acc[r][t] = row r . x[t] for r < nr (<= R) rows rb bytes apart and t < n (<= NT) tokens; the
 // sums are in every lane. Each value is d * q - m as one fma (within a rounding of the
 // reference's product then difference).
-template <int NT, int R, int S = Q4K_SB>
+template <int NT, int R>
 __device__ __forceinline__ void q4k_dot(const uint8_t *__restrict__ row, int64_t rb, int nr,
                                         int64_t cols, const float *__restrict__ x, int64_t xs,
                                         int n, float acc[R][NT]) {
-    enum { SB = S / R };
+    enum { SB = Q4K_SB / R };
     const int lane = threadIdx.x & 31, j = lane >> 3, o = 4 * (lane & 7);
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -416,10 +416,11 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
                 if (r < nr && t < n) y[t * ys + r0 + r] = acc[r][t];
 }
 
-// The experts' rows: a warp's registers hold S super-blocks' loads at a time (q4k_sb); launch
-// bounds of two blocks per SM leave room for all of them to issue together (at 64 registers the
-// gate/up kernel issued the second to fourth only after the first one's arithmetic).
-template <int R, int S>
+// The experts' rows: a warp's registers hold at most eight super-blocks' loads at a time;
+// launch bounds of two blocks per SM leave room for all of them to issue together (at 64
+// registers the gate/up kernel issued the second to fourth only after the first one's
+// arithmetic).
+template <int R>
 __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_exp_q4k_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
                      int64_t xs, int x_div, float *__restrict__ y, int64_t ys, mv_sum sum) {
@@ -430,7 +431,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
         const int nr = w.rows - r0 < R ? (int)(w.rows - r0) : R;
         float acc[R][1] = {};
         if (id >= 0)
-            q4k_dot<1, R, S>(
+            q4k_dot<1, R>(
                 (const uint8_t *)w.data + (size_t)id * w.estride + r0 * (int64_t)w.row_bytes,
                 (int64_t)w.row_bytes, nr, w.cols, x + (int64_t)(p / x_div) * xs, 0, 1, acc);
         if ((threadIdx.x & 31) == 0)
@@ -595,7 +596,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 
 // the same on the Q4_K lane layout (launch bounds as matvec_exp_q4k_k's): warp wr of each half
 // takes rows r0 + R wr .. + R at once
-template <int R, int S>
+template <int R>
 __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_exp_glu_q4k_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
                          int64_t xs, int x_div, float *__restrict__ g, int64_t gs) {
@@ -619,8 +620,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
                               (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
         const float *bias = h ? a.bias[1] : a.bias[0];
         float acc[R][1];
-        q4k_dot<1, R, S>(base + rw * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0, 1,
-                         acc);
+        q4k_dot<1, R>(base + rw * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0, 1,
+                      acc);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int i = 0; i < R; i++) {
@@ -691,31 +692,17 @@ static int q4k_rows(void) {
     return force == 1 || force == 4 ? force : 2;
 }
 
-// F(R, S) for the rows per warp R of q4k_rows (S passed through)
-#define Q4K_ROWS(F, S)                                                                             \
+// F(R) for the rows per warp R of q4k_rows
+#define Q4K_ROWS(F)                                                                                \
     switch (q4k_rows()) {                                                                          \
     case 4:                                                                                        \
-        F(4, S);                                                                                   \
+        F(4);                                                                                      \
         break;                                                                                     \
     case 2:                                                                                        \
-        F(2, S);                                                                                   \
+        F(2);                                                                                      \
         break;                                                                                     \
     default:                                                                                       \
-        F(1, S);                                                                                   \
-    }
-
-// the experts' kernels: super-blocks in flight per warp, 8 (HMOE_MV_Q4K_SB=16: 16 with two
-// rows a warp, a 2048-value row pair in one round of loads; A/B, read per launch)
-static int q4k_sb(void) {
-    return q4k_rows() == 2 && mv_env("HMOE_MV_Q4K_SB", Q4K_SB) == 16 ? 16 : Q4K_SB;
-}
-
-// F(R, S) for the experts' rows per warp R and super-blocks in flight S
-#define Q4K_EXP(F)                                                                                 \
-    if (q4k_sb() == 16) {                                                                          \
-        F(2, 16);                                                                                  \
-    } else {                                                                                       \
-        Q4K_ROWS(F, Q4K_SB)                                                                        \
+        F(1);                                                                                      \
     }
 
 // shared bytes of n staged activation rows of cols values
@@ -747,13 +734,13 @@ static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, bool l
     }
     if constexpr (NT <= 2) { /* matvec_launch takes the lanes for one or two tokens only */
         if (lanes) {
-#define L(R, S)                                                                                    \
+#define L(R)                                                                                       \
     hm_launch(matvec_q4k_k<NT, R>, (unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R) * ng), \
               MV_WARPS * 32, 0, s, *w, x, xs, n, m->y[0], m->ys[0], ng, pf)
             if constexpr (NT == 1) {
-                Q4K_ROWS(L, Q4K_SB)
+                Q4K_ROWS(L)
             } else {
-                L(2, Q4K_SB); /* S: matvec_q4k_k keeps q4k_dot's default */
+                L(2);
             }
 #undef L
             return;
@@ -875,11 +862,11 @@ static cudaError_t experts_launch(const hm_cu_w *w, const int32_t *ids, int n_pa
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *yp = y + (int64_t)p0 * ys;
         if (q4k) {
-#define L(R, S)                                                                                    \
-    hm_launch(matvec_exp_q4k_k<R, S>,                                                              \
+#define L(R)                                                                                       \
+    hm_launch(matvec_exp_q4k_k<R>,                                                                 \
               dim3((unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R)), (unsigned)np),       \
               MV_WARPS * 32, 0, stream, *w, id, xp, xs, x_div, yp, ys, sum)
-            Q4K_EXP(L)
+            Q4K_ROWS(L)
 #undef L
             return;
         }
@@ -941,11 +928,11 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *gp = g + (int64_t)p0 * gs;
         if (q4k) {
-#define L(R, S)                                                                                    \
-    hm_launch(matvec_exp_glu_q4k_k<R, S>,                                                          \
+#define L(R)                                                                                       \
+    hm_launch(matvec_exp_glu_q4k_k<R>,                                                             \
               dim3((unsigned)((wg->rows + GLU_ROWS * R - 1) / (GLU_ROWS * R)), (unsigned)np),      \
               MV_WARPS * 32, 0, stream, a, id, xp, xs, x_div, gp, gs)
-            Q4K_EXP(L)
+            Q4K_ROWS(L)
 #undef L
             return;
         }
