@@ -27,6 +27,8 @@
 typedef struct mla_ops {
     hm_vec_dot_fn dot;    /* float . float */
     hm_vec_dot_n_fn dotn; /* one float row . up to 4 float vectors (NULL: dot per vector) */
+    float (*max)(int64_t n, const float *x);
+    float (*expsum)(int64_t n, float *x, float m);
     void (*axpy)(int64_t n, float a, const float *x, float *y);
     void (*gemv_t_h)(int64_t rows, int64_t cols, const float *x, const uint16_t *w, bool bf16,
                      float *y);
@@ -103,6 +105,8 @@ static mla_ops mla_ops_get(void) {
     if (hm_cpu_ops_get(&o) != HM_OK) o = r;
     return (mla_ops){o->vec_dot[HM_TYPE_F32] ? o->vec_dot[HM_TYPE_F32] : r->vec_dot[HM_TYPE_F32],
                      o->vec_dot[HM_TYPE_F32] ? o->vec_dot_n[HM_TYPE_F32] : NULL,
+                     o->max_f32 ? o->max_f32 : r->max_f32,
+                     o->expsum_f32 ? o->expsum_f32 : r->expsum_f32,
                      o->axpy_f32 ? o->axpy_f32 : r->axpy_f32,
                      o->gemv_t_h ? o->gemv_t_h : r->gemv_t_h,
                      o->scale_f32 ? o->scale_f32 : r->scale_f32,
@@ -183,7 +187,8 @@ static void finish(const mla_job *j, int t, int h, float *o, double sum, void *x
  * are qv and whose unnormalized latent sums (oc + g kv_dim), maxima and sums go on from what
  * they hold: a block of MLA_BLOCK cache rows at a time, each row read (converted once when it
  * is in halves) for all the heads while it is in L1, and each head's online softmax rescaled at
- * most once a block. sc and tmp: a participant's block of scores and of rows in floats. */
+ * most once a block (its weights one vector exponential). sc and tmp: a participant's block of
+ * scores and of rows in floats. */
 static void attend_span(const mla_job *j, int t, const void *const *qv, int nq, int p0, int p1,
                         float *oc, float *mx, double *sum, float *sc, float *tmp) {
     hm_ctx *c = j->c;
@@ -195,7 +200,7 @@ static void attend_span(const mla_job *j, int t, const void *const *qv, int nq, 
         const int nb = p1 - b0 < MLA_BLOCK ? p1 - b0 : MLA_BLOCK;
         const float *row[MLA_BLOCK];
         /* each row's scores for the heads, four heads a load of the row (dotn: the same bits as
-         * dot's) */
+         * dot's); row by row: blocks of 4 rows x 6 heads (d46) were slower on a cold cache */
         for (int b = 0; b < nb; b++) {
             row[b] = cache_row(c, op, base + (size_t)(b0 + b) * row_bytes, tmp + (size_t)b * kd);
             float d[MLA_GROUP];
@@ -203,19 +208,17 @@ static void attend_span(const mla_job *j, int t, const void *const *qv, int nq, 
             for (int g = 0; g < nq; g++) sc[g * MLA_BLOCK + b] = d[g] * j->scale;
         }
         for (int g = 0; g < nq; g++) {
-            float *s = sc + g * MLA_BLOCK, *o = oc + (size_t)g * kd, bm = -INFINITY;
-            for (int b = 0; b < nb; b++) bm = s[b] > bm ? s[b] : bm;
-            if (bm > mx[g]) { /* a new maximum: what was summed is rescaled to it */
+            float *s = sc + g * MLA_BLOCK, *o = oc + (size_t)g * kd;
+            const float bm = op->max(nb, s); /* NaNs skipped, at least -FLT_MAX */
+            if (bm > mx[g]) {                /* a new maximum: what was summed is rescaled to it */
                 const float r = expf(mx[g] - bm);
                 sum[g] *= r;
                 op->scale(kvl, r, o);
                 mx[g] = bm;
             }
-            for (int b = 0; b < nb; b++) { /* the block's weights, in s */
-                s[b] = expf(s[b] - mx[g]);
-                sum[g] += s[b];
-                if (nb < MLA_BLOCK) op->axpy(kvl, s[b], row[b], o);
-            }
+            sum[g] += op->expsum(nb, s, mx[g]); /* the block's weights, in s */
+            if (nb < MLA_BLOCK)
+                for (int b = 0; b < nb; b++) op->axpy(kvl, s[b], row[b], o);
         }
         /* a whole block: its 16 rows lie one after another (the cache's, or tmp's), and every
          * head's weighted sum of them is one call with the accumulators in registers */
