@@ -1048,40 +1048,44 @@ static void check_router_sigmoid(void) {
 
 /* The hybrid step's hand-off through pinned memory: the rows, ids and weights written to the
  * host and the out flag rung with the step's number; the in side waiting for its flag (rung
- * here before the launch), then adding or assigning the host's sum. */
-static void check_handoff(void) {
-    enum { N = 3, H = 70, XS = 75, K = 4 };
-    float x[N * XS], w[N * K], out[N * XS], sum[N * H];
-    int32_t ids[N * K];
-    for (int i = 0; i < N * XS; i++) x[i] = rndf(), out[i] = rndf();
-    for (int i = 0; i < N * K; i++) ids[i] = (int32_t)(rnd32() % 100) - 1, w[i] = rndf();
-    for (int i = 0; i < N * H; i++) sum[i] = rndf();
-    float *dx = dev_copy(x, sizeof x), *dw = dev_copy(w, sizeof w),
-          *dout = dev_copy(out, sizeof out);
-    int32_t *di = dev_copy(ids, sizeof ids);
+ * here before the launch), then adding or assigning the host's sum. N rows of H values, XS
+ * apart on the device: whole float4s or not, one block's loads or many. */
+static void check_handoff_case(int N, int H, int XS, int K) {
+    const size_t nx = (size_t)N * XS, nh = (size_t)N * H, nk = (size_t)N * K;
+    float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * nk);
+    float *out = malloc(sizeof(float) * nx), *sum = malloc(sizeof(float) * nh);
+    float *got = malloc(sizeof(float) * nx);
+    int32_t *ids = malloc(sizeof(int32_t) * nk);
+    for (size_t i = 0; i < nx; i++) x[i] = rndf(), out[i] = rndf();
+    for (size_t i = 0; i < nk; i++) ids[i] = (int32_t)(rnd32() % 100) - 1, w[i] = rndf();
+    for (size_t i = 0; i < nh; i++) sum[i] = rndf();
+    float *dx = dev_copy(x, sizeof(float) * nx), *dw = dev_copy(w, sizeof(float) * nk),
+          *dout = dev_copy(out, sizeof(float) * nx);
+    int32_t *di = dev_copy(ids, sizeof(int32_t) * nk);
     const uint32_t ep = 7;
     uint32_t *dep = dev_copy(&ep, sizeof ep);
     void *hb = NULL;
-    const size_t hbytes = sizeof(float) * (2 * N * H + N * K) + sizeof(int32_t) * (N * K + 3);
+    const size_t hbytes = sizeof(float) * (2 * nh + nk) + sizeof(int32_t) * (nk + 3);
     CU(cudaMallocHost(&hb, hbytes));
     memset(hb, 0, hbytes);
-    float *hx = hb, *hout = hx + N * H, *hw = hout + N * H;
-    int32_t *hid = (int32_t *)(hw + N * K);
-    uint32_t *ring = (uint32_t *)(hid + N * K), *err = ring + 2;
-    memcpy(hout, sum, sizeof sum);
-    CU(hm_cu_handoff_out(dx, XS, N, H, di, dw, N * K, hx, hid, hw, ring, dep, 0));
+    float *hx = hb, *hout = hx + nh, *hw = hout + nh;
+    int32_t *hid = (int32_t *)(hw + nk);
+    uint32_t *ring = (uint32_t *)(hid + nk), *err = ring + 2;
+    memcpy(hout, sum, sizeof(float) * nh);
+    CU(hm_cu_handoff_out(dx, XS, N, H, di, dw, (int)nk, hx, hid, hw, ring, dep, 0));
     CU(cudaDeviceSynchronize());
     int bad = 0;
     for (int t = 0; t < N; t++)
         for (int j = 0; j < H; j++) bad += !same_bits(hx[t * H + j], x[t * XS + j]);
-    bad += memcmp(hid, ids, sizeof ids) != 0 || memcmp(hw, w, sizeof w) != 0;
-    CHECK_MSG(bad == 0 && ring[0] == ep, "hand-off out: %d wrong, ring %u", bad, ring[0]);
+    bad += memcmp(hid, ids, sizeof(int32_t) * nk) != 0 || memcmp(hw, w, sizeof(float) * nk) != 0;
+    CHECK_MSG(bad == 0 && ring[0] == ep, "hand-off out (%d x %d): %d wrong, ring %u", N, H, bad,
+              ring[0]);
     for (int add = 0; add < 2; add++) {
         ring[1] = ep;
-        float *o2 = dev_copy(out, sizeof out), got[N * XS];
+        float *o2 = dev_copy(out, sizeof(float) * nx);
         CU(hm_cu_handoff_in(ring + 1, dep, hout, N, H, add, o2, XS, err, 0));
         CU(cudaDeviceSynchronize());
-        host_copy(got, o2, sizeof got);
+        host_copy(got, o2, sizeof(float) * nx);
         bad = 0;
         for (int t = 0; t < N; t++)
             for (int j = 0; j < XS; j++) {
@@ -1089,7 +1093,8 @@ static void check_handoff(void) {
                                          : out[t * XS + j];
                 bad += !same_bits(got[t * XS + j], want);
             }
-        CHECK_MSG(bad == 0 && *err == 0, "hand-off in (add %d): %d wrong, err %u", add, bad, *err);
+        CHECK_MSG(bad == 0 && *err == 0, "hand-off in (%d x %d, add %d): %d wrong, err %u", N, H,
+                  add, bad, *err);
         cudaFree(o2);
     }
     CHECK(hm_cu_handoff_out(dx, XS, -1, H, di, dw, 0, hx, hid, hw, ring, dep, 0) ==
@@ -1098,6 +1103,13 @@ static void check_handoff(void) {
           cudaErrorInvalidValue);
     cudaFreeHost(hb);
     cudaFree(dx), cudaFree(dw), cudaFree(dout), cudaFree(di), cudaFree(dep);
+    free(x), free(w), free(out), free(sum), free(got), free(ids);
+}
+
+static void check_handoff(void) {
+    check_handoff_case(3, 70, 75, 4);      /* odd rows: single floats */
+    check_handoff_case(33, 2048, 2112, 8); /* a decode batch: float4s over many blocks */
+    check_handoff_case(5, 2880, 2884, 4);  /* whole float4s, rows 4 floats apart */
 }
 
 /* the sampler's candidates against a sort: the k largest, ties to the lower token, in token
