@@ -1202,9 +1202,9 @@ extern "C" cudaError_t hm_cu_handoff_in(const uint32_t *flag, const uint32_t *ep
     const bool vec =
         h % 4 == 0 && os % 4 == 0 && (uintptr_t)hout % 16 == 0 && (uintptr_t)out % 16 == 0;
     const int64_t loads = (int64_t)n * (vec ? h / 4 : h);
-    const int64_t nb = loads < 1 ? 1 : (loads + HI_T - 1) / HI_T;
-    hm_launch(handoff_in_k, (unsigned)(nb < HI_MAX_BLOCKS ? nb : HI_MAX_BLOCKS), HI_T, 0, stream,
-              flag, epoch, hout, n, h, add, out, os, err, vec);
+    const int64_t nb = loads < 1 ? 1 : (loads + HI_T - 1) / HI_T, most = HI_MAX_BLOCKS;
+    hm_launch(handoff_in_k, (unsigned)(nb < most ? nb : most), HI_T, 0, stream, flag, epoch, hout,
+              n, h, add, out, os, err, vec);
     return cudaGetLastError();
 }
 
