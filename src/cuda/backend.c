@@ -640,7 +640,6 @@ static bool dense_on_tiles(const hm_cuda_ctx *c, const hm_cu_w *w, int n) {
 }
 
 /* y = W x over n tokens (x rows xs floats apart, y rows ys) */
-
 static hm_status mm(hm_cuda_ctx *c, const hm_cu_w *w, const float *x, int64_t xs, int n, float *y,
                     int64_t ys) {
     if (n <= c->mv_max && !dense_on_tiles(c, w, n)) {

@@ -1140,16 +1140,15 @@ __global__ void __launch_bounds__(HO_T)
     if (threadIdx.x == 0) ho_store_release(flag, *epoch);
 }
 
-// The in side reads the host's sum over PCIe, where each read waits a round trip: one block of
-// one-float loads had 32 warps' 128 bytes in flight and took ~64 round trips for a batch of 32
-// 2048-value rows. Blocks of HI_T threads over the rows, four floats a load where rows, strides
-// and pointers allow, put all of it in flight at once; every block waits for the flag itself.
+// The in side: one thread waits for the flag (the only one polling the host: many pollers'
+// PCIe reads would snoop the CPU's caches while its experts run), then blocks of HI_T threads
+// over the rows read the host's sum, four floats a load where rows, strides and pointers allow.
+// Each read over PCIe waits a round trip: one block of one-float loads (32 warps' 128 bytes in
+// flight) took ~64 of them for a batch of 32 2048-value rows.
 enum { HI_T = 256, HI_MAX_BLOCKS = 256 };
 
-__global__ void __launch_bounds__(HI_T)
-    handoff_in_k(const uint32_t *flag, const uint32_t *__restrict__ epoch, const float *hout, int n,
-                 int64_t h, bool add, float *__restrict__ out, int64_t os, uint32_t *err,
-                 bool vec) {
+__global__ void __launch_bounds__(32)
+    handoff_wait_k(const uint32_t *flag, const uint32_t *__restrict__ epoch, uint32_t *err) {
     hm_pdl_start();
     if (threadIdx.x == 0) {
         const uint32_t want = *epoch;
@@ -1161,7 +1160,12 @@ __global__ void __launch_bounds__(HI_T)
             }
         __threadfence_system();
     }
-    __syncthreads();
+}
+
+__global__ void __launch_bounds__(HI_T)
+    handoff_in_k(const float *hout, int n, int64_t h, bool add, float *__restrict__ out, int64_t os,
+                 bool vec) {
+    hm_pdl_start(); // after handoff_wait_k: the flag seen, the sum written before it
     const int64_t step = (int64_t)gridDim.x * HI_T,
                   first = (int64_t)blockIdx.x * HI_T + threadIdx.x;
     if (vec) { // h, os and both pointers whole float4s
@@ -1203,8 +1207,9 @@ extern "C" cudaError_t hm_cu_handoff_in(const uint32_t *flag, const uint32_t *ep
         h % 4 == 0 && os % 4 == 0 && (uintptr_t)hout % 16 == 0 && (uintptr_t)out % 16 == 0;
     const int64_t loads = (int64_t)n * (vec ? h / 4 : h);
     const int64_t nb = loads < 1 ? 1 : (loads + HI_T - 1) / HI_T, most = HI_MAX_BLOCKS;
-    hm_launch(handoff_in_k, (unsigned)(nb < most ? nb : most), HI_T, 0, stream, flag, epoch, hout,
-              n, h, add, out, os, err, vec);
+    hm_launch(handoff_wait_k, 1, 32, 0, stream, flag, epoch, err);
+    hm_launch(handoff_in_k, (unsigned)(nb < most ? nb : most), HI_T, 0, stream, hout, n, h, add,
+              out, os, vec);
     return cudaGetLastError();
 }
 
