@@ -134,8 +134,6 @@ static void rows_product(const mla_ops *op, const void *base, uint32_t t, size_t
     for (int r = 0; r < rows; r++) op->axpy(cols, x[r], w + (size_t)r * cols, y);
 }
 
-/* y[rows] = head h's rows of m (the file's quantized attn_k_b or attn_v_b, rows per head) times
- * x, converted into xq for m's kernels (whole blocks: bind_mla_quant) */
 /* head h's rows of m (rows per head) as a matrix of its own; a whole matrix's int8 units (none
  * are made for k_bq / v_bq) would not serve it */
 static hm_matrix head_view(const hm_matrix *m, int h, int rows) {
@@ -145,6 +143,8 @@ static hm_matrix head_view(const hm_matrix *m, int h, int rows) {
     return v;
 }
 
+/* y[rows] = head h's rows of m (the file's quantized attn_k_b or attn_v_b, rows per head) times
+ * x, converted into xq for m's kernels (whole blocks: bind_mla_quant) */
 static void head_product(const hm_matrix *m, hm_vec_dot_fn dot, int h, int rows, const float *x,
                          void *xq, float *y) {
     const hm_matrix v = head_view(m, h, rows);
