@@ -1072,32 +1072,34 @@ static void test_rmsnorm(void) {
     }
 }
 
-/* attention block kernels of every variant against plain double sums */
+/* attention block kernels of every variant against plain double sums: qk over transposed keys
+ * and over key rows (odd counts of queries and keys, strides wider than the rows), pv with the
+ * value rows' stride wider than the values summed (MLA's rotary tails) */
 static void test_attn_blocks(void) {
     const hm_cpu_features *f = hm_cpu_features_get();
-    const int hds[] = {8, 64, 72, 128, 200};
+    const int hds[] = {8, 64, 72, 128, 200, 576};
     for (int isa = 0; isa < HM_ISA_COUNT; isa++) {
         const hm_cpu_ops *ops = hm_cpu_ops_for((hm_isa)isa);
         if (!ops || !hm_isa_supported(f, (hm_isa)isa)) continue;
-        CHECK_MSG(ops->qk_block16 && ops->pv_block16, "%s has no attention blocks", ops->name);
-        if (!ops->qk_block16 || !ops->pv_block16) continue;
+        CHECK_MSG(ops->qk_block16 && ops->pv_block16 && ops->qk_rows16,
+                  "%s has no attention blocks", ops->name);
+        if (!ops->qk_block16 || !ops->pv_block16 || !ops->qk_rows16) continue;
         for (size_t h = 0; h < sizeof hds / sizeof *hds; h++)
-            for (int nq = 1; nq <= 9; nq += 4) {
-                const int hd = hds[h];
-                float *q = malloc(sizeof(float) * (size_t)nq * hd),
+            for (int nq = 1; nq <= 17; nq += 4) {
+                const int hd = hds[h], vs = hd + 5, qs = hd + 3;
+                float *q = malloc(sizeof(float) * (size_t)nq * qs),
                       *kt = malloc(sizeof(float) * 16 * (size_t)hd);
-                float *v = malloc(sizeof(float) * 16 * (size_t)hd),
+                float *v = malloc(sizeof(float) * 16 * (size_t)vs),
                       *o = malloc(sizeof(float) * (size_t)nq * (hd + 3));
-                float s[9 * 20], p[9 * 17];
-                for (int i = 0; i < nq * hd; i++) q[i] = (float)((i * 7) % 11) * 0.125f - 0.5f;
-                for (int i = 0; i < 16 * hd; i++) {
-                    kt[i] = (float)((i * 5) % 13) * 0.0625f - 0.25f;
-                    v[i] = (float)((i * 3) % 7) * 0.25f - 0.75f;
-                }
+                float s[17 * 20], p[17 * 17];
+                for (int i = 0; i < nq * qs; i++) q[i] = (float)((i * 7) % 11) * 0.125f - 0.5f;
+                for (int i = 0; i < 16 * hd; i++) kt[i] = (float)((i * 5) % 13) * 0.0625f - 0.25f;
+                for (int i = 0; i < 16 * vs; i++) v[i] = (float)((i * 3) % 7) * 0.25f - 0.75f;
                 for (int i = 0; i < nq * 17; i++) p[i] = (float)((i * 9) % 17) / 16.0f;
                 for (int i = 0; i < nq * (hd + 3); i++) o[i] = (float)(i % 3);
+                /* qk_block16 reads q_i at i hd: the first nq rows of hd */
                 ops->qk_block16(q, nq, hd, kt, 0.5f, s, 20);
-                ops->pv_block16(p, 17, nq, v, hd, o, (size_t)hd + 3);
+                ops->pv_block16(p, 17, nq, v, (size_t)vs, hd, o, (size_t)hd + 3);
                 int bad = 0;
                 for (int i = 0; i < nq; i++) {
                     for (int j = 0; j < 16; j++) {
@@ -1107,12 +1109,33 @@ static void test_attn_blocks(void) {
                     }
                     for (int d = 0; d < hd; d++) {
                         double e = (double)((i * (hd + 3) + d) % 3);
-                        for (int j = 0; j < 16; j++) e += (double)p[i * 17 + j] * v[j * hd + d];
+                        for (int j = 0; j < 16; j++) e += (double)p[i * 17 + j] * v[j * vs + d];
                         bad += fabs(o[i * (hd + 3) + d] - e) > 1e-4;
                     }
                 }
                 CHECK_MSG(bad == 0, "%s attention blocks hd %d nq %d: %d values off", ops->name, hd,
                           nq, bad);
+                /* qk_rows16: keys in rows of stride vs, queries of stride qs, 1..16 keys */
+                for (int nk = 1; nk <= 16; nk += 5) {
+                    for (int i = 0; i < 17 * 20; i++) s[i] = -7.0f;
+                    ops->qk_rows16(q, (size_t)qs, nq, v, (size_t)vs, nk, hd, 0.25f, s, 20);
+                    bad = 0;
+                    for (int i = 0; i < 17; i++)
+                        for (int j = 0; j < 20; j++) {
+                            if (i >= nq || j >= nk) { /* nothing written past the block */
+                                bad += s[i * 20 + j] != -7.0f;
+                                continue;
+                            }
+                            double e = 0, a = 0;
+                            for (int d = 0; d < hd; d++) {
+                                e += (double)q[i * qs + d] * v[j * vs + d];
+                                a += fabs((double)q[i * qs + d] * v[j * vs + d]);
+                            }
+                            bad += fabs(s[i * 20 + j] - 0.25 * e) > 1e-6 * a + 1e-6;
+                        }
+                    CHECK_MSG(bad == 0, "%s qk_rows16 hd %d nq %d nk %d: %d values off", ops->name,
+                              hd, nq, nk, bad);
+                }
                 free(q), free(kt), free(v), free(o);
             }
     }

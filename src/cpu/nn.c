@@ -644,8 +644,8 @@ typedef struct attn_job {
     bool blocked;     /* prefill: blocked over query tokens */
     void (*qk)(const float *q, int nq, int hd, const float *kt, float scale, float *s,
                size_t s_stride);
-    void (*pv)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
-               size_t o_stride);
+    void (*pv)(const float *p, size_t p_stride, int nq, const float *v, size_t v_stride, int hd,
+               float *o, size_t o_stride);
     float (*expsum)(int64_t n, float *x, float m);
     float (*max)(int64_t n, const float *x);
     void (*scale)(int64_t n, float a, float *x);
@@ -698,8 +698,8 @@ static void attn_span(const attn_job *j, const float *q, size_t q_ts, int nt, in
         const int nk = len - b < 16 ? len - b : 16;
         const float *vblk = v_block(a, j->f16, vh, (size_t)(p0 + b), nk, vb);
         for (int i = 0; i < nt; i++)
-            j->pv(S + (size_t)i * tok_rows + b, ss, group, vblk, hd, o + (size_t)i * o_ts,
-                  (size_t)hd);
+            j->pv(S + (size_t)i * tok_rows + b, ss, group, vblk, (size_t)hd, hd,
+                  o + (size_t)i * o_ts, (size_t)hd);
     }
 }
 

@@ -56,11 +56,17 @@ typedef struct hm_cpu_ops {
                      float *y);
     /* Attention blocks of 16 keys (prefill). qk: s[i * s_stride + j] = scale * q_i . k_j for
      * i < nq, j < 16, with q_i = q + i * hd and the keys transposed: kt[d * 16 + j].
-     * pv: o[i * o_stride + d] += sum_j p[i * p_stride + j] * v[j * hd + d] for i < nq, d < hd. */
+     * pv: o[i * o_stride + d] += sum_j p[i * p_stride + j] * v[j * v_stride + d] for i < nq,
+     * d < hd. */
     void (*qk_block16)(const float *q, int nq, int hd, const float *kt, float scale, float *s,
                        size_t s_stride);
-    void (*pv_block16)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
-                       size_t o_stride);
+    void (*pv_block16)(const float *p, size_t p_stride, int nq, const float *v, size_t v_stride,
+                       int hd, float *o, size_t o_stride);
+    /* qk over keys in rows (MLA's latent cache, not transposed): s[i * s_stride + j] = scale *
+     * q_i . k_j for i < nq, j < nk <= 16, with q_i = q + i * q_stride and k_j = k + j * k_stride,
+     * hd values each. The variants sum in different orders (within float rounding). */
+    void (*qk_rows16)(const float *q, size_t q_stride, int nq, const float *k, size_t k_stride,
+                      int nk, int hd, float scale, float *s, size_t s_stride);
     /* g[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u for i < n (SiLU-GLU); the SIMD variants
      * compute e^-g with a degree-6 polynomial, within 4e-7 relative of the plain-C expf form */
     void (*silu_mul_f32)(int64_t n, float *g, const float *u);

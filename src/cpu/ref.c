@@ -283,12 +283,24 @@ static void qk_block16_ref(const float *q, int nq, int hd, const float *kt, floa
     }
 }
 
-static void pv_block16_ref(const float *p, size_t p_stride, int nq, const float *v, int hd,
-                           float *o, size_t o_stride) {
+static void pv_block16_ref(const float *p, size_t p_stride, int nq, const float *v, size_t v_stride,
+                           int hd, float *o, size_t o_stride) {
     for (int i = 0; i < nq; i++)
         for (int j = 0; j < 16; j++) {
             const float w = p[(size_t)i * p_stride + j];
-            for (int d = 0; d < hd; d++) o[(size_t)i * o_stride + d] += w * v[(size_t)j * hd + d];
+            for (int d = 0; d < hd; d++)
+                o[(size_t)i * o_stride + d] += w * v[(size_t)j * v_stride + d];
+        }
+}
+
+static void qk_rows16_ref(const float *q, size_t q_stride, int nq, const float *k, size_t k_stride,
+                          int nk, int hd, float scale, float *s, size_t s_stride) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < nk; j++) {
+            float acc = 0.0f;
+            for (int d = 0; d < hd; d++)
+                acc += q[(size_t)i * q_stride + d] * k[(size_t)j * k_stride + d];
+            s[(size_t)i * s_stride + j] = acc * scale;
         }
 }
 
@@ -307,6 +319,7 @@ const hm_cpu_ops hm_ops_ref = {
     .quant_q8_K = hm_quantize_row_q8_K_ref,
     .qk_block16 = qk_block16_ref,
     .pv_block16 = pv_block16_ref,
+    .qk_rows16 = qk_rows16_ref,
     .isa = HM_ISA_REF,
     .name = "ref",
     .sum_u64 = sum_u64_ref,

@@ -25,8 +25,8 @@
 
 /* the CPU kernel table's vector loops (each variant's, or plain C's where it has none) */
 typedef struct mla_ops {
-    hm_vec_dot_fn dot;    /* float . float */
-    hm_vec_dot_n_fn dotn; /* one float row . up to 4 float vectors (NULL: dot per vector) */
+    void (*qk)(const float *q, size_t q_stride, int nq, const float *k, size_t k_stride, int nk,
+               int hd, float scale, float *s, size_t s_stride);
     float (*max)(int64_t n, const float *x);
     float (*expsum)(int64_t n, float *x, float m);
     void (*axpy)(int64_t n, float a, const float *x, float *y);
@@ -34,8 +34,8 @@ typedef struct mla_ops {
                      float *y);
     void (*scale)(int64_t n, float a, float *x);
     void (*f16)(int64_t n, const uint16_t *x, float *y);
-    void (*pv)(const float *p, size_t p_stride, int nq, const float *v, int hd, float *o,
-               size_t o_stride);
+    void (*pv)(const float *p, size_t p_stride, int nq, const float *v, size_t v_stride, int hd,
+               float *o, size_t o_stride);
 } mla_ops;
 
 typedef struct mla_job {
@@ -55,10 +55,9 @@ typedef struct mla_job {
 #define MLA_SPAN_MIN 32
 
 /* Floats of a participant's scratch: per head of a group its joined query and its latent output
- * (kv_dim each: a whole block's weighted rows are summed over the full row, whose rotary tail is
- * not used) and a block's scores, a block of cache rows in floats, and an activation converted
- * for k_bq / v_bq (at most kv_lora + 64 floats' bytes for every activation type of a whole
- * number of blocks; checked in hm_ctx_run_mla) */
+ * (kv_dim each; the output's rotary tail is not used) and a block's scores, a block of cache rows
+ * in floats, and an activation converted for k_bq / v_bq (at most kv_lora + 64 floats' bytes for
+ * every activation type of a whole number of blocks; checked in hm_ctx_run_mla) */
 static size_t part_floats(const hm_hparams *hp, size_t kv_dim) {
     return MLA_GROUP * (2 * kv_dim + MLA_BLOCK) + MLA_BLOCK * kv_dim + (size_t)hp->kv_lora_rank +
            128;
@@ -103,8 +102,7 @@ static void mla_store(hm_ctx *c, int i, void *arg) {
 static mla_ops mla_ops_get(void) {
     const hm_cpu_ops *o = NULL, *r = &hm_ops_ref;
     if (hm_cpu_ops_get(&o) != HM_OK) o = r;
-    return (mla_ops){o->vec_dot[HM_TYPE_F32] ? o->vec_dot[HM_TYPE_F32] : r->vec_dot[HM_TYPE_F32],
-                     o->vec_dot[HM_TYPE_F32] ? o->vec_dot_n[HM_TYPE_F32] : NULL,
+    return (mla_ops){o->qk_rows16 ? o->qk_rows16 : r->qk_rows16,
                      o->max_f32 ? o->max_f32 : r->max_f32,
                      o->expsum_f32 ? o->expsum_f32 : r->expsum_f32,
                      o->axpy_f32 ? o->axpy_f32 : r->axpy_f32,
@@ -112,13 +110,6 @@ static mla_ops mla_ops_get(void) {
                      o->scale_f32 ? o->scale_f32 : r->scale_f32,
                      o->f16_to_f32 ? o->f16_to_f32 : r->f16_to_f32,
                      o->pv_block16 ? o->pv_block16 : r->pv_block16};
-}
-
-/* a cache row as floats: the row itself, or converted into tmp */
-static const float *cache_row(const hm_ctx *c, const mla_ops *op, const uint8_t *row, float *tmp) {
-    if (c->kv_elem == 4) return (const float *)row;
-    op->f16((int64_t)c->kv_dim, (const uint16_t *)row, tmp);
-    return tmp;
 }
 
 /* y[cols] = x[rows] . W, W the rows x cols block of the model's copy of k_b or v_b (type t,
@@ -183,14 +174,15 @@ static void finish(const mla_job *j, int t, int h, float *o, double sum, void *x
     }
 }
 
-/* Token t's positions [p0, p1) (p0 a multiple of MLA_BLOCK) for nq heads, whose joined queries
- * are qv and whose unnormalized latent sums (oc + g kv_dim), maxima and sums go on from what
- * they hold: a block of MLA_BLOCK cache rows at a time, each row read (converted once when it
- * is in halves) for all the heads while it is in L1, and each head's online softmax rescaled at
- * most once a block (its weights one vector exponential). sc and tmp: a participant's block of
- * scores and of rows in floats. */
-static void attend_span(const mla_job *j, int t, const void *const *qv, int nq, int p0, int p1,
-                        float *oc, float *mx, double *sum, float *sc, float *tmp) {
+/* Token t's positions [p0, p1) for nq heads, whose joined queries
+ * start at q (kv_dim apart) and whose unnormalized latent sums (oc + g kv_dim), maxima and sums
+ * go on from what they hold: a block of MLA_BLOCK cache rows at a time (converted once when they
+ * are in halves), all the heads' scores of the block in one call (tiles of rows x heads), each
+ * head's online softmax rescaled at most once a block (its weights one vector exponential), and
+ * the block's weighted latents summed for every head in one call. sc and tmp: a participant's
+ * block of scores and of rows in floats. */
+static void attend_span(const mla_job *j, int t, const float *q, int nq, int p0, int p1, float *oc,
+                        float *mx, double *sum, float *sc, float *tmp) {
     hm_ctx *c = j->c;
     const mla_ops *op = &j->ops;
     const int kvl = (int)c->m->hp.kv_lora_rank;
@@ -198,15 +190,14 @@ static void attend_span(const mla_job *j, int t, const void *const *qv, int nq, 
     const uint8_t *base = hm_ctx_kv_k(c, j->il, c->seq[t]);
     for (int b0 = p0; b0 < p1; b0 += MLA_BLOCK) {
         const int nb = p1 - b0 < MLA_BLOCK ? p1 - b0 : MLA_BLOCK;
-        const float *row[MLA_BLOCK];
-        /* each row's scores for the heads, four heads a load of the row (dotn: the same bits as
-         * dot's); row by row: blocks of 4 rows x 6 heads (d46) were slower on a cold cache */
-        for (int b = 0; b < nb; b++) {
-            row[b] = cache_row(c, op, base + (size_t)(b0 + b) * row_bytes, tmp + (size_t)b * kd);
-            float d[MLA_GROUP];
-            hm_dot_rows(op->dot, op->dotn, (int64_t)kd, row[b], qv, nq, d);
-            for (int g = 0; g < nq; g++) sc[g * MLA_BLOCK + b] = d[g] * j->scale;
+        const float *blk = (const float *)(base + (size_t)b0 * row_bytes);
+        if (c->kv_elem != 4) {
+            for (int b = 0; b < nb; b++)
+                op->f16((int64_t)kd, (const uint16_t *)(base + (size_t)(b0 + b) * row_bytes),
+                        tmp + (size_t)b * kd);
+            blk = tmp;
         }
+        op->qk(q, kd, nq, blk, kd, nb, (int)kd, j->scale, sc, MLA_BLOCK);
         for (int g = 0; g < nq; g++) {
             float *s = sc + g * MLA_BLOCK, *o = oc + (size_t)g * kd;
             const float bm = op->max(nb, s); /* NaNs skipped, at least -FLT_MAX */
@@ -218,11 +209,11 @@ static void attend_span(const mla_job *j, int t, const void *const *qv, int nq, 
             }
             sum[g] += op->expsum(nb, s, mx[g]); /* the block's weights, in s */
             if (nb < MLA_BLOCK)
-                for (int b = 0; b < nb; b++) op->axpy(kvl, s[b], row[b], o);
+                for (int b = 0; b < nb; b++) op->axpy(kvl, s[b], blk + (size_t)b * kd, o);
         }
-        /* a whole block: its 16 rows lie one after another (the cache's, or tmp's), and every
-         * head's weighted sum of them is one call with the accumulators in registers */
-        if (nb == MLA_BLOCK) op->pv(sc, MLA_BLOCK, nq, row[0], (int)kd, oc, kd);
+        /* a whole block: every head's weighted sum of its latents (the rotary tails left out)
+         * is one call with the accumulators in registers */
+        if (nb == MLA_BLOCK) op->pv(sc, MLA_BLOCK, nq, blk, kd, kvl, oc, kd);
     }
 }
 
@@ -253,8 +244,6 @@ static void mla_attend(int ith, int nth, void *arg) {
     const mla_part P = part_of(j, ith);
     float mx[MLA_GROUP];
     double sum[MLA_GROUP];
-    const void *qv[MLA_GROUP]; /* the group's joined queries */
-    for (int g = 0; g < MLA_GROUP; g++) qv[g] = P.qcat + (size_t)g * kd;
     for (int item = ith; item < j->n * ng; item += nth) {
         const int t = item / ng, h0 = item % ng * G, nh_g = nh - h0 < G ? nh - h0 : G;
         for (int g = 0; g < nh_g; g++) {
@@ -262,7 +251,7 @@ static void mla_attend(int ith, int nth, void *arg) {
             mx[g] = -INFINITY, sum[g] = 0.0;
         }
         memset(P.oc, 0, sizeof(float) * kd * (size_t)nh_g);
-        attend_span(j, t, qv, nh_g, 0, c->pos[t] + 1, P.oc, mx, sum, P.sc, P.tmp);
+        attend_span(j, t, P.qcat, nh_g, 0, c->pos[t] + 1, P.oc, mx, sum, P.sc, P.tmp);
         for (int g = 0; g < nh_g; g++) finish(j, t, h0 + g, P.oc + (size_t)g * kd, sum[g], P.xq);
     }
 }
@@ -289,11 +278,13 @@ static void split_absorb(int ith, int nth, void *arg) {
         absorb(s->j, item / nh, item % nh, s->qabs + (size_t)item * s->j->c->kv_dim, P.xq);
 }
 
-/* token t's span length: its positions over the spans, whole blocks, at least MLA_SPAN_MIN */
+/* token t's span length: its positions over the spans, at least MLA_SPAN_MIN. Not rounded to
+ * whole blocks: 576 positions over 16 spans are 36 each on 16 threads, where spans of 48 left 4
+ * threads idle and the rest a third longer; a span's last block may then be short (its weighted
+ * sum row by row). */
 static int span_len(const mla_split *s, int t) {
     const int np = s->j->c->pos[t] + 1;
-    int len = (np + s->spans - 1) / s->spans;
-    len = (len + MLA_BLOCK - 1) / MLA_BLOCK * MLA_BLOCK;
+    const int len = (np + s->spans - 1) / s->spans;
     return len < MLA_SPAN_MIN ? MLA_SPAN_MIN : len;
 }
 
@@ -312,13 +303,12 @@ static void split_span(int ith, int nth, void *arg) {
         const size_t r0 = (size_t)ts * nh + h0; /* the group's first partial row */
         float mx[MLA_GROUP];
         double sum[MLA_GROUP];
-        const void *qv[MLA_GROUP];
-        for (int g = 0; g < nq; g++)
-            qv[g] = s->qabs + ((size_t)t * nh + h0 + g) * kd, mx[g] = -INFINITY, sum[g] = 0.0;
+        for (int g = 0; g < nq; g++) mx[g] = -INFINITY, sum[g] = 0.0;
         float *oc = s->po + r0 * kd;
         if (p0 < p1) {
             memset(oc, 0, sizeof(float) * kd * (size_t)nq);
-            attend_span(j, t, qv, nq, p0, p1, oc, mx, sum, P.sc, P.tmp);
+            attend_span(j, t, s->qabs + ((size_t)t * nh + h0) * kd, nq, p0, p1, oc, mx, sum, P.sc,
+                        P.tmp);
         }
         for (int g = 0; g < nq; g++) s->pm[r0 + g] = mx[g], s->pl[r0 + g] = sum[g];
     }
@@ -394,14 +384,13 @@ static void rows_attend(int ith, int nth, void *arg) {
         float *r0 = s->rows + ((size_t)i * nh + h0) * kd;
         float mx[MLA_GROUP];
         double sum[MLA_GROUP];
-        const void *qv[MLA_GROUP];
         for (int g = 0; g < nq; g++) {
             const float *q = c->q + (size_t)t * c->q_dim + (size_t)(h0 + g) * hd;
             memcpy(r0 + (size_t)g * kd + kvl, q + nope, sizeof(float) * (size_t)rope);
-            qv[g] = r0 + (size_t)g * kd, mx[g] = -INFINITY, sum[g] = 0.0;
+            mx[g] = -INFINITY, sum[g] = 0.0;
         }
         memset(P.oc, 0, sizeof(float) * kd * (size_t)nq);
-        attend_span(j, t, qv, nq, 0, c->pos[t] + 1, P.oc, mx, sum, P.sc, P.tmp);
+        attend_span(j, t, r0, nq, 0, c->pos[t] + 1, P.oc, mx, sum, P.sc, P.tmp);
         for (int g = 0; g < nq; g++) {
             float *o = P.oc + (size_t)g * kd;
             j->ops.scale(kvl, (float)(1.0 / sum[g]), o);

@@ -91,6 +91,7 @@ const hm_cpu_ops hm_ops_avx2 = {
     .quant_q8_K = hm_quant_q8_K_avx2,
     .qk_block16 = hm_qk_block16_avx2,
     .pv_block16 = hm_pv_block16_avx2,
+    .qk_rows16 = hm_qk_rows16_avx2,
     .peak_ops = peak_ops_avx2,
     .peak_names = {[HM_PEAK_I8] = "VPMADDUBSW + VPMADDWD + VPADDD, AVX2",
                    [HM_PEAK_BF16] = "FMA on 256-bit vectors",

@@ -1060,7 +1060,7 @@ static inline void hm_qk_block16_avx2(const float *q, int nq, int hd, const floa
             _mm256_loadu_ps(oi + d0 + 8 * c);                                                      \
         for (int j = 0; j < 16; j++) {                                                             \
             const __m256 pb = _mm256_set1_ps(pi[j]);                                               \
-            const float *vj = v + (size_t)j * hd + d0;                                             \
+            const float *vj = v + (size_t)j * v_stride + d0;                                       \
             _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =                          \
                 _mm256_fmadd_ps(pb, _mm256_loadu_ps(vj + 8 * c), acc[c]);                          \
         }                                                                                          \
@@ -1069,7 +1069,7 @@ static inline void hm_qk_block16_avx2(const float *q, int nq, int hd, const floa
     } while (0)
 
 static inline void hm_pv_block16_avx2(const float *p, size_t p_stride, int nq, const float *v,
-                                      int hd, float *o, size_t o_stride) {
+                                      size_t v_stride, int hd, float *o, size_t o_stride) {
     for (int i = 0; i < nq; i++) {
         const float *pi = p + (size_t)i * p_stride;
         float *oi = o + (size_t)i * o_stride;
@@ -1078,10 +1078,25 @@ static inline void hm_pv_block16_avx2(const float *p, size_t p_stride, int nq, c
         for (; d0 + 32 <= hd; d0 += 32) HM_PV8_CHUNKS(4);
         for (; d0 + 8 <= hd; d0 += 8) HM_PV8_CHUNKS(1);
         for (; d0 < hd; d0++)
-            for (int j = 0; j < 16; j++) oi[d0] += pi[j] * v[(size_t)j * hd + d0];
+            for (int j = 0; j < 16; j++) oi[d0] += pi[j] * v[(size_t)j * v_stride + d0];
     }
 }
 #undef HM_PV8_CHUNKS
+
+/* hm_cpu_ops.qk_rows16: each key row against up to 4 queries at a time (the one-row kernel) */
+static inline void hm_qk_rows16_avx2(const float *q, size_t q_stride, int nq, const float *k,
+                                     size_t k_stride, int nk, int hd, float scale, float *s,
+                                     size_t s_stride) {
+    for (int j = 0; j < nk; j++)
+        for (int i0 = 0; i0 < nq; i0 += 4) {
+            const int n = nq - i0 < 4 ? nq - i0 : 4;
+            const void *x[4];
+            float d[4];
+            for (int i = 0; i < n; i++) x[i] = q + (size_t)(i0 + i) * q_stride;
+            hm_dotn_f32_f32_avx2(hd, k + (size_t)j * k_stride, x, n, d);
+            for (int i = 0; i < n; i++) s[(size_t)(i0 + i) * s_stride + j] = d[i] * scale;
+        }
+}
 
 /* x[i] = e^(x[i] - m) for i < n; returns their sum */
 static inline float hm_expsum_f32_avx2(int64_t n, float *x, float m) {

@@ -1084,7 +1084,7 @@ static inline void hm_qk_block16_avx512(const float *q, int nq, int hd, const fl
             _mm512_loadu_ps(oi + d0 + 16 * c);                                                     \
         for (int j = 0; j < 16; j++) {                                                             \
             const __m512 pb = _mm512_set1_ps(pi[j]);                                               \
-            const float *vj = v + (size_t)j * hd + d0;                                             \
+            const float *vj = v + (size_t)j * v_stride + d0;                                       \
             _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[c] =                          \
                 _mm512_fmadd_ps(pb, _mm512_loadu_ps(vj + 16 * c), acc[c]);                         \
         }                                                                                          \
@@ -1092,26 +1092,115 @@ static inline void hm_qk_block16_avx512(const float *q, int nq, int hd, const fl
             _mm512_storeu_ps(oi + d0 + 16 * c, acc[c]);                                            \
     } while (0)
 
+/* the column chunks outside the rows i: a chunk of the 16 value rows (8 KB at 128 columns)
+ * stays in L1 for every row i, where a whole block (36 KB for MLA's 576) did not beside them */
 static inline void hm_pv_block16_avx512(const float *p, size_t p_stride, int nq, const float *v,
-                                        int hd, float *o, size_t o_stride) {
-    for (int i = 0; i < nq; i++) {
-        const float *pi = p + (size_t)i * p_stride;
-        float *oi = o + (size_t)i * o_stride;
-        int d0 = 0;
-        for (; d0 + 128 <= hd; d0 += 128) HM_PV_CHUNKS(8);
-        for (; d0 + 64 <= hd; d0 += 64) HM_PV_CHUNKS(4);
-        for (; d0 + 16 <= hd; d0 += 16) HM_PV_CHUNKS(1);
-        if (d0 < hd) {
-            const __mmask16 m = (__mmask16)((1u << (hd - d0)) - 1);
+                                        size_t v_stride, int hd, float *o, size_t o_stride) {
+    int d0 = 0;
+    for (; d0 + 128 <= hd; d0 += 128)
+        for (int i = 0; i < nq; i++) {
+            const float *pi = p + (size_t)i * p_stride;
+            float *oi = o + (size_t)i * o_stride;
+            HM_PV_CHUNKS(8);
+        }
+    for (; d0 + 64 <= hd; d0 += 64)
+        for (int i = 0; i < nq; i++) {
+            const float *pi = p + (size_t)i * p_stride;
+            float *oi = o + (size_t)i * o_stride;
+            HM_PV_CHUNKS(4);
+        }
+    for (; d0 + 16 <= hd; d0 += 16)
+        for (int i = 0; i < nq; i++) {
+            const float *pi = p + (size_t)i * p_stride;
+            float *oi = o + (size_t)i * o_stride;
+            HM_PV_CHUNKS(1);
+        }
+    if (d0 < hd) {
+        const __mmask16 m = (__mmask16)((1u << (hd - d0)) - 1);
+        for (int i = 0; i < nq; i++) {
+            const float *pi = p + (size_t)i * p_stride;
+            float *oi = o + (size_t)i * o_stride;
             __m512 acc = _mm512_maskz_loadu_ps(m, oi + d0);
             for (int j = 0; j < 16; j++)
                 acc = _mm512_fmadd_ps(_mm512_set1_ps(pi[j]),
-                                      _mm512_maskz_loadu_ps(m, v + (size_t)j * hd + d0), acc);
+                                      _mm512_maskz_loadu_ps(m, v + (size_t)j * v_stride + d0), acc);
             _mm512_mask_storeu_ps(oi + d0, m, acc);
         }
     }
 }
 #undef HM_PV_CHUNKS
+
+/* sixteen vectors' sums in one: lane 4 h + b holds the sum of a[4 b + h]'s lanes (halves, then
+ * quarters, then pairs and single lanes of pairs of vectors added, 30 shuffles and adds where
+ * sixteen reductions take 64 of each) */
+static inline __m512 hm_sum16_avx512(const __m512 *a) {
+    __m512 b[8], c[4], d[2];
+    for (int i = 0; i < 8; i++) {
+        const __m512 x = a[2 * i], y = a[2 * i + 1];
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xee));
+    }
+    for (int i = 0; i < 4; i++) {
+        const __m512 x = b[2 * i], y = b[2 * i + 1];
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xdd));
+    }
+    for (int i = 0; i < 2; i++) {
+        const __m512 x = c[2 * i], y = c[2 * i + 1];
+        d[i] = _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44), _mm512_shuffle_ps(x, y, 0xee));
+    }
+    return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xdd));
+}
+
+/* hm_cpu_ops.qk_rows16: tiles of 4 keys x 4 queries, 16 accumulators fed by 8 loads a 16-value
+ * step (the one-row kernel with 4 queries takes 20 loads for its 16), summed by hm_sum16_avx512.
+ * Short tiles repeat their last key or query and store only the real ones. */
+static inline void hm_qk_rows16_avx512(const float *q, size_t q_stride, int nq, const float *k,
+                                       size_t k_stride, int nk, int hd, float scale, float *s,
+                                       size_t s_stride) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    const int n16 = hd / 16 * 16;
+    const __mmask16 tail = (__mmask16)((1u << (hd - n16)) - 1);
+    for (int j0 = 0; j0 < nk; j0 += 4) {
+        const int kn = nk - j0 < 4 ? nk - j0 : 4;
+        const float *kr[4];
+        for (int b = 0; b < 4; b++) kr[b] = k + (size_t)(j0 + (b < kn ? b : kn - 1)) * k_stride;
+        for (int i0 = 0; i0 < nq; i0 += 4) {
+            const int qn = nq - i0 < 4 ? nq - i0 : 4;
+            const float *qr[4];
+            for (int h = 0; h < 4; h++) qr[h] = q + (size_t)(i0 + (h < qn ? h : qn - 1)) * q_stride;
+            __m512 a[16];
+#pragma GCC unroll 16
+            for (int u = 0; u < 16; u++) a[u] = _mm512_setzero_ps();
+            for (int d = 0; d < n16; d += 16) {
+                __m512 kv[4], qv[4];
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++) kv[b] = _mm512_loadu_ps(kr[b] + d);
+#pragma GCC unroll 4
+                for (int h = 0; h < 4; h++) qv[h] = _mm512_loadu_ps(qr[h] + d);
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++)
+#pragma GCC unroll 4
+                    for (int h = 0; h < 4; h++)
+                        a[4 * b + h] = _mm512_fmadd_ps(qv[h], kv[b], a[4 * b + h]);
+            }
+            if (tail) {
+                __m512 kv[4], qv[4];
+                for (int b = 0; b < 4; b++) kv[b] = _mm512_maskz_loadu_ps(tail, kr[b] + n16);
+                for (int h = 0; h < 4; h++) qv[h] = _mm512_maskz_loadu_ps(tail, qr[h] + n16);
+                for (int b = 0; b < 4; b++)
+                    for (int h = 0; h < 4; h++)
+                        a[4 * b + h] = _mm512_fmadd_ps(qv[h], kv[b], a[4 * b + h]);
+            }
+            /* lane 4 h + b: query i0 + h against key j0 + b */
+            const __m512 r = _mm512_mul_ps(hm_sum16_avx512(a), sc);
+            const __mmask8 m = (__mmask8)((1u << kn) - 1);
+            float *o = s + (size_t)i0 * s_stride + j0;
+            _mm_mask_storeu_ps(o, m, _mm512_extractf32x4_ps(r, 0));
+            if (qn > 1) _mm_mask_storeu_ps(o + s_stride, m, _mm512_extractf32x4_ps(r, 1));
+            if (qn > 2) _mm_mask_storeu_ps(o + 2 * s_stride, m, _mm512_extractf32x4_ps(r, 2));
+            if (qn > 3) _mm_mask_storeu_ps(o + 3 * s_stride, m, _mm512_extractf32x4_ps(r, 3));
+        }
+    }
+}
 
 /* x[i] = e^(x[i] - m) for i < n; returns their sum (softmax numerators) */
 static inline float hm_expsum_f32_avx512(int64_t n, float *x, float m) {
@@ -1375,6 +1464,7 @@ static inline double hm_peak_ops_avx512(hm_peak_kind kind, int64_t iters) {
     .f16_to_f32 = hm_f16_to_f32_avx512, .f32_to_f16 = hm_f32_to_f16_avx512,                        \
     .quant_q8_0 = hm_quant_q8_0_avx512, .quant_q8_K = hm_quant_q8_K_avx512,                        \
     .rmsnorm_f32 = hm_rmsnorm_f32_avx512, .qk_block16 = hm_qk_block16_avx512,                      \
-    .pv_block16 = hm_pv_block16_avx512, .act_type = hm_act_type_avx512
+    .pv_block16 = hm_pv_block16_avx512, .qk_rows16 = hm_qk_rows16_avx512,                          \
+    .act_type = hm_act_type_avx512
 
 #endif
