@@ -1092,34 +1092,17 @@ static inline void hm_qk_block16_avx512(const float *q, int nq, int hd, const fl
             _mm512_storeu_ps(oi + d0 + 16 * c, acc[c]);                                            \
     } while (0)
 
-/* the column chunks outside the rows i: a chunk of the 16 value rows (8 KB at 128 columns)
- * stays in L1 for every row i, where a whole block (36 KB for MLA's 576) did not beside them */
 static inline void hm_pv_block16_avx512(const float *p, size_t p_stride, int nq, const float *v,
                                         size_t v_stride, int hd, float *o, size_t o_stride) {
-    int d0 = 0;
-    for (; d0 + 128 <= hd; d0 += 128)
-        for (int i = 0; i < nq; i++) {
-            const float *pi = p + (size_t)i * p_stride;
-            float *oi = o + (size_t)i * o_stride;
-            HM_PV_CHUNKS(8);
-        }
-    for (; d0 + 64 <= hd; d0 += 64)
-        for (int i = 0; i < nq; i++) {
-            const float *pi = p + (size_t)i * p_stride;
-            float *oi = o + (size_t)i * o_stride;
-            HM_PV_CHUNKS(4);
-        }
-    for (; d0 + 16 <= hd; d0 += 16)
-        for (int i = 0; i < nq; i++) {
-            const float *pi = p + (size_t)i * p_stride;
-            float *oi = o + (size_t)i * o_stride;
-            HM_PV_CHUNKS(1);
-        }
-    if (d0 < hd) {
-        const __mmask16 m = (__mmask16)((1u << (hd - d0)) - 1);
-        for (int i = 0; i < nq; i++) {
-            const float *pi = p + (size_t)i * p_stride;
-            float *oi = o + (size_t)i * o_stride;
+    for (int i = 0; i < nq; i++) {
+        const float *pi = p + (size_t)i * p_stride;
+        float *oi = o + (size_t)i * o_stride;
+        int d0 = 0;
+        for (; d0 + 128 <= hd; d0 += 128) HM_PV_CHUNKS(8);
+        for (; d0 + 64 <= hd; d0 += 64) HM_PV_CHUNKS(4);
+        for (; d0 + 16 <= hd; d0 += 16) HM_PV_CHUNKS(1);
+        if (d0 < hd) {
+            const __mmask16 m = (__mmask16)((1u << (hd - d0)) - 1);
             __m512 acc = _mm512_maskz_loadu_ps(m, oi + d0);
             for (int j = 0; j < 16; j++)
                 acc = _mm512_fmadd_ps(_mm512_set1_ps(pi[j]),
