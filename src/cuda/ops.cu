@@ -500,27 +500,38 @@ __device__ __forceinline__ void attn_range(const float *qs, float *pe, float *re
     }
 }
 
-// the splits of token i's head h merged with the online softmax's rescaling, into a.out; the
-// partial results are read from L2 (another block may have written them just before)
+// A merge of splits' partial states: each split's weight against the largest of their maxima M
+// (0 for a split that saw no positions: before a sliding window). The sum l and the weighted
+// values are then summed over the splits in order, by fmaf, so that the block's merge below and
+// the warp kernel's, whose loads of every split are in flight together, give the same bits.
+__device__ __forceinline__ float att_split_w(float m, float M) {
+    return m == -INFINITY ? 0.0f : expf(m - M);
+}
+
+// the splits of token i's head h merged into a.out; the partial results are read from L2
+// (another block may have written them just before)
 __device__ __forceinline__ void attn_merge(const hm_cu_attn &a, int hd, int vd, int splits,
                                            const float *__restrict__ part, int i, int h) {
     const float *pp = part + ((int64_t)i * a.n_heads + h) * splits * (hd + 2);
     const int P = a.pos[i] + 1, len = att_split_len(P, splits);
     const int ns = (P + len - 1) / len; // splits that saw positions
-    hm_osm st = {-INFINITY, 0.0f};
-    float acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++) {
+        const float m = __ldcg(pp + (int64_t)s * (hd + 2));
+        M = m > M ? m : M; // a NaN never wins (its weight is NaN)
+    }
+    float L = 0.0f, acc[ATT_MAX_HD / ATT_T] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     for (int s = 0; s < ns; s++) {
         const float *q = pp + (int64_t)s * (hd + 2);
-        const float qm = __ldcg(q);
-        if (qm == -INFINITY) continue; // a split before the sliding window: no positions
-        const float f = hm_osm_rescale(&st, qm), g = expf(qm - st.m);
-        st.l += __ldcg(q + 1) * g;
+        const float g = att_split_w(__ldcg(q), M);
+        L = fmaf(__ldcg(q + 1), g, L);
 #pragma unroll
         for (int j = 0; j < ATT_MAX_HD / ATT_T; j++) {
             const int d = threadIdx.x + j * ATT_T;
-            if (d < vd) acc[j] = fmaf(__ldcg(q + 2 + d), g, acc[j] * f);
+            if (d < vd) acc[j] = fmaf(__ldcg(q + 2 + d), g, acc[j]);
         }
     }
+    hm_osm st = {M, L};
     const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
     float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * vd;
 #pragma unroll
@@ -735,20 +746,26 @@ __global__ void __launch_bounds__(ATT_WH * 32) attn_w_k(hm_cu_attn a, hm_cu_kv k
         }
         if (!__shfl_sync(0xffffffffu, last, 0)) return;
         __threadfence();
+        /* attn_merge's arithmetic: lane t reads split t's maximum and sum (ns <= ATT_ZMAX), and
+         * the splits' values are read eight splits at a time, where one split after another
+         * waited for L2 each */
         const float *pp = part + ((int64_t)i * a.n_heads + h) * gridDim.z * (hd + 2);
-        st = {-INFINITY, 0.0f};
+        const float mt = lane < ns ? __ldcg(pp + (int64_t)lane * (hd + 2)) : -INFINITY;
+        const float lt = lane < ns ? __ldcg(pp + (int64_t)lane * (hd + 2) + 1) : 0.0f;
+        const float M = hm_warp_reduce(mt == mt ? mt : -INFINITY, hm_op_max());
+        const float gt = att_split_w(mt, M);
+        float L = 0.0f;
 #pragma unroll
         for (int k = 0; k < D; k++) acc[k] = 0.0f;
+#pragma unroll 8
         for (int t = 0; t < ns; t++) {
-            const float *qq = pp + (int64_t)t * (hd + 2);
-            const float qm = __ldcg(qq);
-            if (qm == -INFINITY) continue; // a split before the sliding window: no positions
-            const float fr = hm_osm_rescale(&st, qm), g = expf(qm - st.m);
-            st.l += __ldcg(qq + 1) * g;
+            const float g = __shfl_sync(0xffffffffu, gt, t);
+            L = fmaf(__shfl_sync(0xffffffffu, lt, t), g, L);
+            const float *qq = pp + (int64_t)t * (hd + 2) + 2 + lane * D;
 #pragma unroll
-            for (int k = 0; k < D; k++)
-                acc[k] = fmaf(__ldcg(qq + 2 + lane * D + k), g, acc[k] * fr);
+            for (int k = 0; k < D; k++) acc[k] = fmaf(__ldcg(qq + k), g, acc[k]);
         }
+        st = {M, L};
     }
     const float f = a.sinks ? hm_osm_sink(&st, a.sinks[h]) : 1.0f;
     float *o = a.out + (int64_t)i * a.out_stride + (int64_t)h * hd + lane * D;
