@@ -502,25 +502,21 @@ static void check_quantized_gpu(int type, int experts_type) {
          * (from 9 tokens: the smallest batch on the tiles), half streamed with 1 and 0; then
          * tiles and hybrid tiles with the dense matmuls of 9 tokens or more in half on cuBLAS;
          * then the whole prompt on the matvec (dense in groups of 8 tokens, experts in tiles of
-         * 8), all on the GPU and hybrid; then the same with the dense matmuls of 9 tokens or
-         * more on the tiles (HMOE_CUDA_DENSE_TILES=9). The tile cases keep batches of 9 tokens
-         * or more off the matvec (HMOE_CUDA_MV_MAX=8). */
-        for (int k = 0; k < 16; k++) {
+         * 8), all on the GPU and hybrid. The tile cases keep batches of 9 tokens or more off the
+         * matvec (HMOE_CUDA_MV_MAX=8). */
+        for (int k = 0; k < 14; k++) {
             const bool lw = k >= 6 && k < 10, mvb = k >= 12, one = !(k & 1) && !lw && k < 10,
-                       hyb = k == 2 || k == 3 || lw || k == 11 || k == 13 || k == 15,
-                       bf16 = k == 4 || k == 5, split = k == 8 || k == 9, hg = k == 10 || k == 11,
-                       dt = k >= 14;
+                       hyb = k == 2 || k == 3 || lw || k == 11 || k == 13, bf16 = k == 4 || k == 5,
+                       split = k == 8 || k == 9, hg = k == 10 || k == 11;
             uint64_t streamed = 0, handed = 0;
             if (lw) setenv("HMOE_LW_SPLIT", split ? "0.5" : "1", 1); /* not the timed split */
             if (hg) setenv("HMOE_CUDA_HGEMM_MIN", "9", 1);
-            if (dt) setenv("HMOE_CUDA_DENSE_TILES", "9", 1);
             setenv("HMOE_CUDA_MV_MAX", mvb ? "64" : "8", 1);
             CHECK(gguf_logits_stream(path, &f, i, HM_DEVICE_CUDA, one,
                                      k & 1 && lw ? 0 : (hyb ? 1 : HM_GPU_EXPERTS_FIT), bf16,
                                      lw ? 9 : HM_PREFILL_STREAM_OFF, &streamed, &handed, lg));
             unsetenv("HMOE_LW_SPLIT");
             unsetenv("HMOE_CUDA_HGEMM_MIN");
-            unsetenv("HMOE_CUDA_DENSE_TILES");
             unsetenv("HMOE_CUDA_MV_MAX");
             if (lw && f.len[i] >= 9) {
                 CHECK_MSG(streamed > 0, "cuda %s/%s: a prompt of %d tokens streamed no layer",
@@ -539,7 +535,6 @@ static void check_quantized_gpu(int type, int experts_type) {
                    "%.2e, KL mean %.2e max %.2e\n",
                    hm_type_name((uint32_t)type), hm_type_name((uint32_t)experts_type),
                    one   ? "matvec"
-                   : dt  ? "whole prompt on the matvec, dense on the tiles"
                    : mvb ? "whole prompt on the matvec"
                    : hg  ? "tensor cores, dense in half on cuBLAS"
                          : "tensor cores",

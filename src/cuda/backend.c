@@ -234,11 +234,6 @@ struct hm_cuda_ctx {
      * in tiles of up to that many tokens of one expert (hm_cu_mmv_tiles). The tile kernels' blocks
      * each wait out their loads at this size; the matvec's rows spread over every SM. */
     int mv_max;
-    /* HMOE_CUDA_DENSE_TILES=N (A/B, off by default): within mv_max, the dense matmuls of N tokens
-     * or more on the quantized tiles (hm_cu_mmq: the weights read once) while the routed experts
-     * stay on the matvec. At 32 tokens the matvec's passes of 8 took ~11 of a hybrid step's
-     * 19 ms of GPU work (H100, HMOE_CUDA_SKIP=matmul). */
-    int dense_tiles;
     float *logits; /* [LOGIT_ROWS][vocab] */
     /* hm_cuda_ctx_decode_top: each wanted row's top_k candidates ([n_batch][256] ids, values,
      * a NaN/inf flag per row), and their pinned staging */
@@ -634,15 +629,10 @@ static unsigned *att_cnt(const hm_cuda_ctx *c) {
     return c->no_fuse || c->m->hp.n_heads > 128 ? NULL : c->d_cnt + HM_CNT_ATT;
 }
 
-/* whether a dense matmul of w over n tokens within mv_max goes to the tiles (dense_tiles) */
-static bool dense_on_tiles(const hm_cuda_ctx *c, const hm_cu_w *w, int n) {
-    return n >= c->dense_tiles && !c->no_mmq && hm_cu_mmq_type_ok(w->type);
-}
-
 /* y = W x over n tokens (x rows xs floats apart, y rows ys) */
 static hm_status mm(hm_cuda_ctx *c, const hm_cu_w *w, const float *x, int64_t xs, int n, float *y,
                     int64_t ys) {
-    if (n <= c->mv_max && !dense_on_tiles(c, w, n)) {
+    if (n <= c->mv_max) {
         CK(hm_cu_matvec(w, x, xs, n, y, ys, c->s), "matvec");
         return HM_OK;
     }
@@ -1307,9 +1297,8 @@ static hm_status run_graph(hm_cuda_ctx *c, const hm_graph *g, int n) {
             }
             /* a decode batch's matmuls of the same input that follow (q, k, v) in one launch */
             int nm = 1;
-            while (!c->no_fuse && n <= c->mv_max && !dense_on_tiles(c, &c->nw[i], n) &&
-                   nm < HM_CU_MULTI_MAX && i + nm < g->n && nd->dst != nd->src0 &&
-                   fusable(g, i, nm))
+            while (!c->no_fuse && n <= c->mv_max && nm < HM_CU_MULTI_MAX && i + nm < g->n &&
+                   nd->dst != nd->src0 && fusable(g, i, nm))
                 nm++;
             if (nm > 1) {
                 float *ys[HM_CU_MULTI_MAX];
@@ -1813,8 +1802,6 @@ hm_status hm_cuda_ctx_create(const hm_model *m, const hm_graph *g, const hm_cuda
     c->mv_max = emv && *emv ? atoi(emv) : 63;
     if (c->mv_max < HM_CU_MATVEC_MAX) c->mv_max = HM_CU_MATVEC_MAX;
     if (c->mv_max > HM_CU_MATVEC_BATCH) c->mv_max = HM_CU_MATVEC_BATCH;
-    const char *edt = getenv("HMOE_CUDA_DENSE_TILES");
-    c->dense_tiles = edt && atoi(edt) > HM_CU_MATVEC_MAX ? atoi(edt) : INT_MAX;
     const char *eb = getenv("HMOE_CUDA_BELLS");
     c->no_bells = eb && !strcmp(eb, "0");
     const char *eu = getenv("HMOE_CUDA_FUSE");
