@@ -174,13 +174,13 @@ static void finish(const mla_job *j, int t, int h, float *o, double sum, void *x
     }
 }
 
-/* Token t's positions [p0, p1) for nq heads, whose joined queries
- * start at q (kv_dim apart) and whose unnormalized latent sums (oc + g kv_dim), maxima and sums
- * go on from what they hold: a block of MLA_BLOCK cache rows at a time (converted once when they
- * are in halves), all the heads' scores of the block in one call (tiles of rows x heads), each
- * head's online softmax rescaled at most once a block (its weights one vector exponential), and
- * the block's weighted latents summed for every head in one call. sc and tmp: a participant's
- * block of scores and of rows in floats. */
+/* Token t's positions [p0, p1) for nq heads, whose joined queries start at q (kv_dim apart) and
+ * whose unnormalized latent sums (oc + g kv_dim), maxima and sums go on from what they hold: a
+ * block of MLA_BLOCK cache rows at a time (converted once when they are in halves), all the
+ * heads' scores of the block in one call (tiles of rows x heads), each head's online softmax
+ * rescaled at most once a block (its weights one vector exponential), and the block's weighted
+ * latents summed for every head in one call. sc and tmp: a participant's block of scores and of
+ * rows in floats. */
 static void attend_span(const mla_job *j, int t, const float *q, int nq, int p0, int p1, float *oc,
                         float *mx, double *sum, float *sc, float *tmp) {
     hm_ctx *c = j->c;

@@ -1114,8 +1114,8 @@ static inline void hm_pv_block16_avx512(const float *p, size_t p_stride, int nq,
 #undef HM_PV_CHUNKS
 
 /* sixteen vectors' sums in one: lane 4 h + b holds the sum of a[4 b + h]'s lanes (halves, then
- * quarters, then pairs and single lanes of pairs of vectors added, 30 shuffles and adds where
- * sixteen reductions take 64 of each) */
+ * quarters, then pairs and single lanes of pairs of vectors added: 30 shuffles and 15 adds, where
+ * sixteen reductions take about 64 of each) */
 static inline __m512 hm_sum16_avx512(const __m512 *a) {
     __m512 b[8], c[4], d[2];
     for (int i = 0; i < 8; i++) {
