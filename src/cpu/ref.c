@@ -293,15 +293,13 @@ static void pv_block16_ref(const float *p, size_t p_stride, int nq, const float 
         }
 }
 
+/* each score by the plain float dot (the one the latent walk took per row before qk_rows16) */
 static void qk_rows16_ref(const float *q, size_t q_stride, int nq, const float *k, size_t k_stride,
                           int nk, int hd, float scale, float *s, size_t s_stride) {
     for (int i = 0; i < nq; i++)
-        for (int j = 0; j < nk; j++) {
-            float acc = 0.0f;
-            for (int d = 0; d < hd; d++)
-                acc += q[(size_t)i * q_stride + d] * k[(size_t)j * k_stride + d];
-            s[(size_t)i * s_stride + j] = acc * scale;
-        }
+        for (int j = 0; j < nk; j++)
+            s[(size_t)i * s_stride + j] =
+                dot_f32_ref(hd, k + (size_t)j * k_stride, q + (size_t)i * q_stride) * scale;
 }
 
 const hm_cpu_ops hm_ops_ref = {
