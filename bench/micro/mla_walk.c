@@ -66,8 +66,11 @@ int main(int argc, char **argv) {
         if (ns < best) best = ns;
     }
     printf("%s: %d positions, %s rows, %s: %.1f ns a position (sum %.3g)\n", o->name, P,
-           cold ? "cold" : "hot", mode == 1 ? "scores" : mode == 2 ? "pv" : "walk", best / P,
-           sum[0] + oc[0]);
+           cold ? "cold" : "hot",
+           mode == 1   ? "scores"
+           : mode == 2 ? "pv"
+                       : "walk",
+           best / P, sum[0] + oc[0]);
     free(cache), free(q), free(oc);
     return 0;
 }
