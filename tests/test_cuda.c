@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include "cpu/nn.h"
+#include "cpu/ops.h"
 #include "hmoe_moe.h"
 #include "cuda/cuda.h"
+#include "cuda/dq.h"
 #include "cuda/twins.h"
 #include "model/convert.h"
 #include "model/model.h"
@@ -473,7 +475,8 @@ static void check_graph_shapes(const char *name) {
 
 /* model q written as a quantized GGUF. The GPU's matvec path (one token at a time) computes in
  * float on the dequantized weights: against the CPU's exact kernels on the same weights written
- * as F32, the fixtures' 1e-3. The tensor-core path (whole prompt; weights and activations
+ * as F32, the fixtures' 1e-3 (Q4_K experts, which multiply Q8_K activations as the CPU's do:
+ * the hybrid bounds). The tensor-core path (whole prompt; weights and activations
  * rounded to half) and the hybrid placement (the CPU's experts quantize their activations as
  * the CPU does, without AMX here) within KL bounds of that reference; so is --gpu-dtype bf16
  * (non-expert weights rounded to BF16; batches with BF16 activations on cuBLAS); so is layerwise
@@ -493,6 +496,9 @@ static void check_quantized_gpu(int type, int experts_type) {
     CHECK_OK(hm_convert_hf(f.dir, path, &p, NULL));
     CHECK(write_dequantized(path, fpath));
     const int V = f.vocab;
+    /* Q4_K experts multiply activations quantized to Q8_K on the GPU's matvec as on the CPU
+     * (kernels.h): those cases take the hybrid bounds rather than the exact kernels' */
+    const bool q8k = experts_type == HM_TYPE_Q4_K;
     float *lf = malloc(sizeof(float) * 64 * (size_t)V),
           *lg = malloc(sizeof(float) * 64 * (size_t)V);
     for (int i = 0; i < f.n_prompts; i++) {
@@ -543,12 +549,12 @@ static void check_quantized_gpu(int type, int experts_type) {
                                : (split ? " half streamed (1 resident)" : " streamed (1 resident)"))
                       : "",
                    i, e, km, kx);
-            if (k == 0 || k == 12)
+            if ((k == 0 || k == 12) && !q8k)
                 CHECK_MSG(e <= 1e-3, "cuda %s/%s %s: rel error %.3g", hm_type_name((uint32_t)type),
                           hm_type_name((uint32_t)experts_type),
                           k ? "whole prompt on the matvec" : "matvec", e);
             else
-                CHECK_MSG(km <= (hyb ? 1e-2 : 3e-3) && kx <= (hyb ? 1e-1 : 3e-2),
+                CHECK_MSG(km <= (hyb || q8k ? 1e-2 : 3e-3) && kx <= (hyb || q8k ? 1e-1 : 3e-2),
                           "cuda %s/%s %s%s%s: KL mean %.3g max %.3g", hm_type_name((uint32_t)type),
                           hm_type_name((uint32_t)experts_type), one ? "matvec" : "tiles",
                           hyb ? " hybrid" : "", bf16 ? " bf16" : "", km, kx);
@@ -701,14 +707,26 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
     }
     CHECK(hm_cu_matvec(&cw, dx, cols, HM_CU_MATVEC_BATCH + 1, dy, rows, 0) ==
           cudaErrorInvalidValue);
-    /* experts: 7 pairs of 3 tokens (x_div 3) and of 7 inputs (x_div 1) */
+    /* experts: 7 pairs of 3 tokens (x_div 3) and of 7 inputs (x_div 1). Q4_K in whole
+     * super-blocks multiplies x quantized to Q8_K: each product has the bits of
+     * hm_hd_q4k_q8k_row and equals the CPU engine's (dot_q4_K_ref) within float rounding; the
+     * float reference within the codes' rounding (half a step of at most 1/127 of the block's
+     * largest value, against values of mean magnitude 1/2) */
+    const char *i8e = getenv("HMOE_MV_Q4K"), *i8f = getenv("HMOE_MV_Q4K_I8");
+    const bool i8 = type == HM_TYPE_Q4_K && cols % 256 == 0 && !(i8e && !strcmp(i8e, "0")) &&
+                    !(i8f && !strcmp(i8f, "0"));
+    const int64_t nsb = cols / 256;
+    hm_block_q8_K *xq = i8 ? malloc(sizeof(hm_block_q8_K) * 7 * (size_t)nsb) : NULL;
+    for (int t = 0; i8 && t < 7; t++)
+        hm_quantize_row_q8_K_ref(x + (int64_t)t * cols, xq + t * nsb, cols);
     int32_t ids[7];
     for (int p = 0; p < 7; p++) ids[p] = (int32_t)(rnd32() % E);
     int32_t *did = dev_copy(ids, sizeof ids);
     for (int xd = 1; xd <= 3; xd += 2) {
         CU(hm_cu_matvec_experts(&cw, did, 7, dx, cols, xd, dy, rows, 0));
         host_copy(y, dy, sizeof(float) * 7 * (size_t)rows);
-        double worst = 0;
+        double worst = 0, worst_cpu = 0;
+        int bad_i8 = 0;
         for (int p = 0; p < 7; p++)
             for (int64_t r = 0; r < rows; r++) {
                 const float *wr = ref + ((int64_t)ids[p] * rows + r) * cols;
@@ -719,9 +737,23 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
                 if (!isfinite(s)) continue;
                 const double e = fabs(y[p * rows + r] - s) / (a + 1e-30);
                 if (!(e <= worst)) worst = e;
+                if (!i8) continue;
+                const uint8_t *row = w + ((size_t)ids[p] * (size_t)rows + (size_t)r) * rb;
+                const hm_block_q8_K *xt = xq + (p / xd) * nsb;
+                bad_i8 += !same_bits(y[p * rows + r],
+                                     hm_hd_q4k_q8k_row((const hm_block_q4_K *)row, xt, (int)nsb));
+                const double c = hm_ops_ref.vec_dot[HM_TYPE_Q4_K](cols, row, xt);
+                const double ec = fabs(y[p * rows + r] - c) / (a + 1e-30);
+                if (!(ec <= worst_cpu)) worst_cpu = ec;
             }
-        CHECK_MSG(worst <= 1e-5, "%s experts (x_div %d): error %.3g", ti->name, xd, worst);
+        CHECK_MSG(worst <= (i8 ? 8e-3 : 1e-5), "%s experts (x_div %d): error %.3g", ti->name, xd,
+                  worst);
+        CHECK_MSG(bad_i8 == 0 && worst_cpu <= 1e-5,
+                  "%s %lldx%lld experts on Q8_K (x_div %d): %d differ from hm_hd_q4k_q8k_row, "
+                  "%.3g from the CPU's",
+                  ti->name, (long long)rows, (long long)cols, xd, bad_i8, worst_cpu);
     }
+    free(xq);
     /* batches on the tensor cores (quantized types): half-rounded weights and activations */
     if (hm_cu_mmq_type_ok(type)) {
         enum { NB = 37, K = 2 };
@@ -1628,6 +1660,41 @@ static void check_attention(int nh, int nkv, int hd, int rd, int P, int chunk, b
         free(pos), free(seq);
 }
 
+/* hm_cu_quant_q8_K: the bytes of hm_quantize_row_q8_K_ref, with ties of magnitude (the first
+ * wins), NaNs, infinities, a zero block and -0 */
+static void check_quant_q8k(void) {
+    enum { N = 5, C = 1024, NSB = C / 256 };
+    float *x = malloc(sizeof(float) * N * C);
+    for (int i = 0; i < N * C; i++) x[i] = rndf() * (float)(1 + i % 7);
+    for (int j = 0; j < 256; j++) x[C + j] = 0.0f; /* row 1: a zero block */
+    x[C + 7] = -0.0f;
+    x[C + 300] = 9.0f, x[C + 301] = -9.0f; /* row 1: ties, the first positive */
+    x[C + 600] = -9.5f, x[C + 777] = 9.5f; /* the first negative, in another lane */
+    x[2 * C + 3] = NAN, x[2 * C + 260] = INFINITY, x[2 * C + 513] = -INFINITY;
+    x[3 * C + 100] = 1e-40f, x[3 * C + 101] = -3e-39f; /* subnormals */
+    for (int j = 768; j < 1024; j++) x[3 * C + j] = NAN;
+    uint8_t *ref = malloc(sizeof(hm_block_q8_K) * N * NSB),
+            *got = malloc(sizeof(hm_block_q8_K) * N * NSB);
+    for (int t = 0; t < N; t++)
+        hm_quantize_row_q8_K_ref(x + t * C, ref + sizeof(hm_block_q8_K) * NSB * t, C);
+    float *dx = dev_copy(x, sizeof(float) * N * C);
+    uint8_t *dq = dev_copy(NULL, sizeof(hm_block_q8_K) * N * NSB);
+    CU(hm_cu_quant_q8_K(dx, C, N, C, dq, 0));
+    host_copy(got, dq, sizeof(hm_block_q8_K) * N * NSB);
+    int bad = 0;
+    for (int b = 0; b < N * NSB; b++)
+        bad += memcmp(ref + sizeof(hm_block_q8_K) * b, got + sizeof(hm_block_q8_K) * b,
+                      sizeof(hm_block_q8_K)) != 0;
+    CHECK_MSG(bad == 0, "Q8_K quantization: %d of %d blocks differ", bad, N * NSB);
+    CHECK(hm_cu_quant_q8_K(dx, C, N, 1000, dq, 0) == cudaErrorInvalidValue);
+    CHECK(hm_cu_quant_q8_K(dx + 1, C, N, C, dq, 0) == cudaErrorInvalidValue);
+    CHECK(hm_cu_quant_q8_K(dx, C - 4, N, C, dq, 0) == cudaErrorInvalidValue);
+    CHECK(hm_cu_quant_q8_K(dx, 65536, 1, 65536, dq, 0) == cudaErrorInvalidValue);
+    CU(hm_cu_quant_q8_K(dx, C, 0, C, dq, 0));
+    cudaFree(dx), cudaFree(dq);
+    free(x), free(ref), free(got);
+}
+
 static void check_kernels(void) {
     static const uint32_t types[] = {
         HM_TYPE_F32,  HM_TYPE_F16,    HM_TYPE_BF16,   HM_TYPE_Q4_0,  HM_TYPE_Q4_1,    HM_TYPE_Q5_0,
@@ -1658,6 +1725,23 @@ static void check_kernels(void) {
         check_fused(HM_TYPE_Q4_K, 45, 768);
     }
     unsetenv("HMOE_MV_Q4K_R");
+    /* the experts on Q8_K activations with 1, 2 (gate/up's default) and 4 (down's) rows per
+     * warp, and on float activations (HMOE_MV_Q4K_I8=0) */
+    for (int r = 1; r <= 4; r *= 2) {
+        char v[12];
+        snprintf(v, sizeof v, "%d", r);
+        setenv("HMOE_MV_I8_RG", v, 1), setenv("HMOE_MV_I8_RD", v, 1);
+        check_matvec(HM_TYPE_Q4_K, 37, 768);
+        check_matvec(HM_TYPE_Q4_K, 7, 2560);
+        check_fused(HM_TYPE_Q4_K, 45, 768);
+        check_fused(HM_TYPE_Q4_K, 13, 2816);
+    }
+    unsetenv("HMOE_MV_I8_RG"), unsetenv("HMOE_MV_I8_RD");
+    setenv("HMOE_MV_Q4K_I8", "0", 1);
+    check_matvec(HM_TYPE_Q4_K, 37, 768);
+    check_fused(HM_TYPE_Q4_K, 45, 768);
+    unsetenv("HMOE_MV_Q4K_I8");
+    check_quant_q8k();
     setenv("HMOE_MV_Q4K", "0", 1);
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_fused(HM_TYPE_Q4_K, 45, 768);

@@ -19,6 +19,7 @@
 #ifndef HM_CUDA_DQ_H
 #define HM_CUDA_DQ_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -479,6 +480,82 @@ HM_HD bool hm_dq32(uint32_t type, const void *row, int64_t c, float out[32]) {
     default:
         return false;
     }
+}
+
+/* ---- Q4_K rows times Q8_K activations ------------------------------------------------------ */
+/* The CPU multiplies K-quant rows by activations quantized per super-block of 256 values
+ * (hm_quantize_row_q8_K_ref: the value of largest magnitude, the first of equals, maps to -127;
+ * codes clamped to -128..127, a NaN codes 0; d = 1 / iscale; sums of 16 codes) and takes integer
+ * dot products (ref.c's dot_q4_K_ref). The GPU's Q4_K experts do the same (matvec.cu). */
+
+/* One Q8_K code: x at the block's inverse scale, rounded to nearest even */
+HM_HD int hm_hd_q8k_code(float iscale, float x) {
+    const float f = hm_hd_fmul(iscale, x);
+    if (!(f == f)) return 0;
+    const float v = rintf(f);
+    return v > 127.0f ? 127 : (v < -128.0f ? -128 : (int)v);
+}
+
+/* sum of a's bytes times b's bytes, both signed (a's are 0..15 here), plus c: __dp4a */
+HM_HD int hm_hd_dp4a(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a((int)a, (int)b, c);
+#else
+    for (int i = 0; i < 4; i++)
+        c += (int)(int8_t)(uint8_t)(a >> 8 * i) * (int)(int8_t)(uint8_t)(b >> 8 * i);
+    return c;
+#endif
+}
+
+/* The share of lane (j, h), j < 4, h < 2, in a Q4_K super-block's product with a Q8_K block:
+ * q = code bytes 32 j + 16 h .. + 16 (low nibbles: values 64 j + 16 h .. + 16, high nibbles the
+ * same + 32), xl / xh = the activation codes of those values, bl / bh = their sums (the Q8_K
+ * block's bsums 4 j + h and 4 j + 2 + h), sc / m = the scales and mins of sub-blocks 2 j and
+ * 2 j + 1 (hm_hd_k4_scale_min), d / dmin the block's, xd the activations'. The eight shares'
+ * integers add up to dot_q4_K_ref's sumi and summ of the block; each share is scaled apart, so
+ * their sum equals the block's term within float rounding. */
+HM_HD float hm_hd_q4k_q8k_share(float d, float dmin, int sc0, int m0, int sc1, int m1,
+                                const uint32_t q[4], const uint32_t xl[4], const uint32_t xh[4],
+                                int bl, int bh, float xd) {
+    int lo = 0, hi = 0;
+    HM_HD_UNROLL
+    for (int i = 0; i < 4; i++) {
+        lo = hm_hd_dp4a(q[i] & 0x0F0F0F0Fu, xl[i], lo);
+        hi = hm_hd_dp4a((q[i] >> 4) & 0x0F0F0F0Fu, xh[i], hi);
+    }
+    const int isum = sc0 * lo + sc1 * hi, imin = m0 * bl + m1 * bh;
+    return hm_hd_fmul(xd, hm_hd_fsub(hm_hd_fmul(d, (float)isum), hm_hd_fmul(dmin, (float)imin)));
+}
+
+/* A Q4_K row of nsb super-blocks times Q8_K activations as the GPU's experts sum it: lane
+ * (j, h) of group g takes super-blocks g, g + 4, .. in order, its sum starting at 0; the 32
+ * lanes' sums are then added in a butterfly (lane l with l ^ 16, then ^ 8, .. ^ 1). */
+HM_HD float hm_hd_q4k_q8k_row(const hm_block_q4_K *w, const hm_block_q8_K *x, int nsb) {
+    float lane[32];
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 3, j = (l >> 1) & 3, h = l & 1;
+        float acc = 0.0f;
+        for (int s = g; s < nsb; s += 4) {
+            int sc[2], m[2];
+            hm_hd_k4_scale_min(w[s].scales, 2 * j, &sc[0], &m[0]);
+            hm_hd_k4_scale_min(w[s].scales, 2 * j + 1, &sc[1], &m[1]);
+            uint32_t q[4], xl[4], xh[4];
+            memcpy(q, w[s].qs + 32 * j + 16 * h, 16);
+            memcpy(xl, x[s].qs + 64 * j + 16 * h, 16);
+            memcpy(xh, x[s].qs + 64 * j + 32 + 16 * h, 16);
+            acc = hm_hd_fadd(acc, hm_hd_q4k_q8k_share(hm_hd_f16_to_f32(w[s].d),
+                                                      hm_hd_f16_to_f32(w[s].dmin), sc[0], m[0],
+                                                      sc[1], m[1], q, xl, xh, x[s].bsums[4 * j + h],
+                                                      x[s].bsums[4 * j + 2 + h], x[s].d));
+        }
+        lane[l] = acc;
+    }
+    for (int o = 16; o; o >>= 1) {
+        float nx[32];
+        for (int l = 0; l < 32; l++) nx[l] = hm_hd_fadd(lane[l], lane[l ^ o]);
+        memcpy(lane, nx, sizeof nx);
+    }
+    return lane[0];
 }
 
 /* Whether hm_dq32 handles the type. */

@@ -99,9 +99,17 @@ cudaError_t hm_cu_matvec_multi(const hm_cu_w *w, int nw, const float *x, int64_t
 
 /* Experts: for each of n_pairs (token, expert) pairs p, y[p][r] = W_{ids[p]}[r] . x[p / x_div]
  * (x_div = k for the gate and up projections of a token's k experts, 1 for down); 0 where
- * ids[p] < 0. */
+ * ids[p] < 0. Q4_K experts in whole super-blocks multiply x quantized to Q8_K as the CPU's
+ * engine does (hm_cu_quant_q8_K's codes; each row's sum has the bits of dq.h's
+ * hm_hd_q4k_q8k_row); HMOE_MV_Q4K_I8=0 or HMOE_MV_Q4K=0 multiply the float activations. */
 cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs, const float *x,
                                  int64_t xs, int x_div, float *y, int64_t ys, cudaStream_t stream);
+
+/* x's n rows (xs floats apart, 16-byte aligned; cols a multiple of 256, at most 38656) as Q8_K
+ * blocks (hm_block_q8_K, cols / 256 a row) into out: bit for bit hm_quantize_row_q8_K_ref, as
+ * the Q4_K experts quantize their activations. */
+cudaError_t hm_cu_quant_q8_K(const float *x, int64_t xs, int n, int64_t cols, void *out,
+                             cudaStream_t stream);
 
 /* The experts' down projection and their weighted sum in one launch, for a decode batch of
  * n <= HM_CU_MATVEC_MAX tokens of k pairs each: hm_cu_matvec_experts (x_div 1) into y, then

@@ -636,6 +636,211 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
         if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
 }
 
+// ---- Q4_K experts on Q8_K activations ------------------------------------------------------
+// The CPU's expert engine multiplies Q4_K rows by activations quantized to Q8_K (dq.h's
+// Q4_K x Q8_K section); these kernels do the same. Each block first quantizes its pair's
+// activations into shared memory, bit for bit the CPU's codes. Then a lane takes 16 code bytes
+// of a super-block in eight 4-byte integer products (dp4a) and scales them once
+// (hm_hd_q4k_q8k_share): about a fifth of the float kernels' instructions a weight, whose
+// dequantization kept one token's experts well below the memory's rate. A row's sum has the bits
+// of hm_hd_q4k_q8k_row whatever the rows per warp.
+struct q8k_sh {
+    const int8_t *qs; // [nsb][256] codes
+    const float *d;   // [nsb]
+    const int *bs;    // [nsb][16] sums of 16 codes
+};
+
+// shared bytes of q8k_stage's form of cols values
+static size_t q8k_smem(int64_t cols) {
+    return (size_t)(cols / 256) * (256 + sizeof(float) + 16 * sizeof(int));
+}
+
+// x (nsb super-blocks, 16-byte aligned) as Q8_K codes in shared memory: warp w quantizes
+// super-blocks w, w + warps, .., lane l its values 8 l .. 8 l + 7; the block must reach it
+// together (it ends at a barrier)
+__device__ __forceinline__ q8k_sh q8k_stage(uint8_t *sh, const float *__restrict__ x, int nsb) {
+    int8_t *qs = (int8_t *)sh;
+    float *d = (float *)(sh + 256 * nsb);
+    int *bs = (int *)(d + nsb);
+    const int lane = threadIdx.x & 31;
+    for (int s = threadIdx.x >> 5; s < nsb; s += blockDim.x >> 5) {
+        const float4 a = *(const float4 *)(x + 256 * s + 8 * lane),
+                     b = *(const float4 *)(x + 256 * s + 8 * lane + 4);
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float am = 0.0f, mx = 0.0f; /* the largest magnitude, the first value of it */
+        int ai = 256;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            if (fabsf(v[e]) > am) am = fabsf(v[e]), mx = v[e], ai = 8 * lane + e;
+#pragma unroll
+        for (int o = 16; o; o >>= 1) {
+            const float oa = __shfl_xor_sync(0xffffffffu, am, o),
+                        om = __shfl_xor_sync(0xffffffffu, mx, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, ai, o);
+            if (oa > am || (oa == am && oi < ai)) am = oa, mx = om, ai = oi;
+        }
+        const float is = am == 0.0f ? 0.0f : -127.0f / mx;
+        uint32_t c[2] = {0, 0};
+        int sum = 0;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int q = hm_hd_q8k_code(is, v[e]);
+            c[e >> 2] |= (uint32_t)(q & 0xFF) << 8 * (e & 3);
+            sum += q;
+        }
+        *(uint2 *)(qs + 256 * s + 8 * lane) = make_uint2(c[0], c[1]);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        if (!(lane & 1)) bs[16 * s + lane / 2] = sum;
+        if (!lane) d[s] = am == 0.0f ? 0.0f : 1.0f / is;
+    }
+    __syncthreads();
+    return q8k_sh{qs, d, bs};
+}
+
+// acc[r] = row r . x for a warp's nr (<= R) rows rb bytes apart of nsb super-blocks (every lane
+// holds the sums): lane (j, h) of group g takes super-blocks g, g + 4, .. of each row, their loads
+// U of a row at a time for all rows together. Lanes of j >= 2 read their activations' high half
+// first, so that each of a group's two 16-byte shared loads falls on 32 distinct banks.
+template <int R, int U>
+__device__ __forceinline__ void q4k_i8_dot(const uint8_t *__restrict__ row, int64_t rb, int nr,
+                                           int nsb, const q8k_sh &x, float acc[R]) {
+    const int lane = threadIdx.x & 31, g = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    for (int s0 = 0; s0 < nsb; s0 += 4 * U) {
+        uint4 hd[R][U], q[R][U];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int s = s0 + 4 * u + g;
+                hd[r][u] = q[r][u] = make_uint4(0, 0, 0, 0);
+                if (r < nr && s < nsb) {
+                    const uint8_t *b = row + r * rb + (int64_t)s * (int64_t)sizeof(hm_block_q4_K);
+                    hd[r][u] = __ldg((const uint4 *)b);
+                    q[r][u] = __ldg((const uint4 *)(b + 16 + 32 * j + 16 * h));
+                }
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int s = s0 + 4 * u + g;
+            if (s >= nsb) break;
+            const int8_t *xq = x.qs + 256 * s + 64 * j + 16 * h;
+            const uint4 xa = *(const uint4 *)(xq + (j >= 2 ? 32 : 0)),
+                        xb = *(const uint4 *)(xq + (j >= 2 ? 0 : 32));
+            const uint4 l4 = j >= 2 ? xb : xa, h4 = j >= 2 ? xa : xb;
+            const uint32_t xl[4] = {l4.x, l4.y, l4.z, l4.w}, xh[4] = {h4.x, h4.y, h4.z, h4.w};
+            const int bl = x.bs[16 * s + 4 * j + h], bh = x.bs[16 * s + 4 * j + 2 + h];
+            const float xd = x.d[s];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r >= nr) break;
+                const uint4 w = hd[r][u];
+                int sc[2], m[2];
+                k4_pair(w.y, w.z, w.w, j, sc, m);
+                const uint32_t qw[4] = {q[r][u].x, q[r][u].y, q[r][u].z, q[r][u].w};
+                acc[r] += hm_hd_q4k_q8k_share(
+                    __half2float(__ushort_as_half((unsigned short)(w.x & 0xFFFF))),
+                    __half2float(__ushort_as_half((unsigned short)(w.x >> 16))), sc[0], m[0], sc[1],
+                    m[1], qw, xl, xh, bl, bh, xd);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = hm_warp_sum(acc[r]);
+}
+
+// The experts' gate and up with their activation as matvec_exp_glu_q4k_k (warp wr of each half
+// takes rows r0 + R wr .. + R), on Q8_K activations
+template <int R>
+__global__ void __launch_bounds__(MV_WARPS * 32, 2)
+    matvec_exp_glu_i8_k(mv_glu a, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                        int64_t xs, int x_div, float *__restrict__ g, int64_t gs) {
+    extern __shared__ __align__(16) uint8_t q8s[];
+    __shared__ float res[2][GLU_ROWS * R];
+    hm_pdl_start();
+    const int p = blockIdx.y, id = ids[p];
+    const int warp = threadIdx.x >> 5, h = warp / GLU_ROWS, wr = warp % GLU_ROWS;
+    const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * R * GLU_ROWS;
+    float *gp = g + (int64_t)p * gs;
+    if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
+        for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
+            if (r0 + j < rows) gp[r0 + j] = 0.0f;
+        return;
+    }
+    glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * R);
+    const int nsb = (int)(a.w[0].cols / 256);
+    const q8k_sh xq = q8k_stage(q8s, x + (int64_t)(p / x_div) * xs, nsb);
+    const int64_t rw = r0 + (int64_t)wr * R;
+    if (rw < rows) {
+        const int nr = rows - rw < R ? (int)(rows - rw) : R;
+        const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
+        const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
+                              (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
+        const float *bias = h ? a.bias[1] : a.bias[0];
+        float acc[R];
+        q4k_i8_dot<R, 2>(base + rw * rb, rb, nr, nsb, xq, acc);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                if (i >= nr) break;
+                float v = acc[i];
+                if (bias) v += bias[(int64_t)id * rows + rw + i];
+                res[h][wr * R + i] = v;
+            }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
+        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
+}
+
+// The experts' rows as matvec_exp_q4k_k's (R a warp), on Q8_K activations; the block's rows
+// asked of L2 before the activations are quantized
+template <int R>
+__global__ void __launch_bounds__(MV_WARPS * 32, 2)
+    matvec_exp_i8_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
+                    int64_t xs, int x_div, float *__restrict__ y, int64_t ys, mv_sum sum) {
+    extern __shared__ __align__(16) uint8_t q8s[];
+    hm_pdl_start();
+    const int p = blockIdx.y, id = ids[p];
+    const int64_t rb0 = (int64_t)blockIdx.x * MV_WARPS * R;
+    const int64_t r0 = rb0 + (int64_t)(threadIdx.x >> 5) * R;
+    const int nsb = (int)(w.cols / 256);
+    if (id >= 0) {
+        const uint8_t *base = (const uint8_t *)w.data + (size_t)id * w.estride;
+        const int64_t nb = w.rows - rb0 < MV_WARPS * R ? w.rows - rb0 : MV_WARPS * R;
+        hm_prefetch_l2(base + rb0 * (int64_t)w.row_bytes, (size_t)(nb * (int64_t)w.row_bytes));
+        const q8k_sh xq = q8k_stage(q8s, x + (int64_t)(p / x_div) * xs, nsb);
+        if (r0 < w.rows) {
+            const int nr = w.rows - r0 < R ? (int)(w.rows - r0) : R;
+            float acc[R];
+            q4k_i8_dot<R, 1>(base + r0 * (int64_t)w.row_bytes, (int64_t)w.row_bytes, nr, nsb, xq,
+                             acc);
+            if ((threadIdx.x & 31) == 0)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (r < nr) y[(int64_t)p * ys + r0 + r] = acc[r];
+        }
+    } else if (r0 < w.rows && (threadIdx.x & 31) == 0) { /* an expert on the CPU */
+        for (int r = 0; r < R && r0 + r < w.rows; r++) y[(int64_t)p * ys + r0 + r] = 0.0f;
+    }
+    if (sum.cnt) moe_sum(sum, y, ys, w.rows, p);
+}
+
+// x's rows as Q8_K blocks (hm_block_q8_K), one block of 256 threads per row: q8k_stage's codes
+__global__ void __launch_bounds__(256) quant_q8k_k(const float *__restrict__ x, int64_t xs,
+                                                   int64_t cols, hm_block_q8_K *__restrict__ out) {
+    extern __shared__ __align__(16) uint8_t q8s[];
+    hm_pdl_start();
+    const int nsb = (int)(cols / 256);
+    const q8k_sh q = q8k_stage(q8s, x + (int64_t)blockIdx.x * xs, nsb);
+    hm_block_q8_K *o = out + (int64_t)blockIdx.x * nsb;
+    for (int i = threadIdx.x; i < nsb * 256; i += blockDim.x) o[i / 256].qs[i % 256] = q.qs[i];
+    for (int i = threadIdx.x; i < nsb * 16; i += blockDim.x)
+        o[i / 16].bsums[i % 16] = (int16_t)q.bs[i];
+    for (int i = threadIdx.x; i < nsb; i += blockDim.x) o[i].d = q.d[i];
+}
+
 // The experts' tiles of up to HM_CU_MATVEC_MAX places of one expert (hm_cu_moe_sort): block
 // (row block, tile t) takes expert tile_e[t]'s rows against items tile_i0[t] .. + tile_n[t], whose
 // activations are consecutive rows of x. Each product is hm_cu_matvec's for more than two tokens.
@@ -691,6 +896,28 @@ static int q4k_rows(void) {
     const int force = mv_env("HMOE_MV_Q4K_R", 0);
     return force == 1 || force == 4 ? force : 2;
 }
+
+// The Q4_K lane layout's experts on Q8_K activations (matvec_exp_i8_k, matvec_exp_glu_i8_k)
+// where mv_q4k takes the shapes and the codes fit in shared memory; HMOE_MV_Q4K_I8=0 keeps the
+// float kernels (A/B; read per launch). HMOE_MV_I8_RG / HMOE_MV_I8_RD = 1, 2 or 4 fix the rows
+// per warp of gate/up (default 2) and down (default 4).
+static bool mv_i8(const hm_cu_w *w) {
+    if (q8k_smem(w->cols) > 32 * 1024) return false;
+    const char *v = getenv("HMOE_MV_Q4K_I8");
+    return !(v && !strcmp(v, "0"));
+}
+
+#define I8_ROWS(F, ENV, DEF)                                                                       \
+    switch (mv_env(ENV, DEF)) {                                                                    \
+    case 4:                                                                                        \
+        F(4);                                                                                      \
+        break;                                                                                     \
+    case 1:                                                                                        \
+        F(1);                                                                                      \
+        break;                                                                                     \
+    default:                                                                                       \
+        F(2);                                                                                      \
+    }
 
 // F(R) for the rows per warp R of q4k_rows
 #define Q4K_ROWS(F)                                                                                \
@@ -856,11 +1083,20 @@ static cudaError_t experts_launch(const hm_cu_w *w, const int32_t *ids, int n_pa
     const size_t sm = mv_smem(w->cols, 1);
     const bool sh = mv_stage(sm);
     if (!hm_cu_type_ok(w->type)) return cudaErrorInvalidValue;
-    const bool q4k = mv_q4k(w, x, xs);
+    const bool q4k = mv_q4k(w, x, xs), i8 = q4k && mv_i8(w);
     pair_chunks(n_pairs, x_div, [&](int p0, int np) {
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *yp = y + (int64_t)p0 * ys;
+        if (q4k && i8) {
+#define L(R)                                                                                       \
+    hm_launch(matvec_exp_i8_k<R>,                                                                  \
+              dim3((unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R)), (unsigned)np),       \
+              MV_WARPS * 32, q8k_smem(w->cols), stream, *w, id, xp, xs, x_div, yp, ys, sum)
+            I8_ROWS(L, "HMOE_MV_I8_RD", 4)
+#undef L
+            return;
+        }
         if (q4k) {
 #define L(R)                                                                                       \
     hm_launch(matvec_exp_q4k_k<R>,                                                                 \
@@ -918,6 +1154,7 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
     const unsigned gx = (unsigned)((wg->rows + per - 1) / per);
     const size_t sm = mv_smem(wg->cols, 1);
     const bool sh = mv_stage(sm), q4k = mv_q4k(wg, x, xs) && mv_q4k(wu, x, xs);
+    const bool i8 = q4k && mv_i8(wg);
     mv_glu a = {};
     a.w[0] = *wg, a.w[1] = *wu, a.bias[0] = bg, a.bias[1] = bu;
     a.act = act, a.alpha = alpha, a.limit = limit;
@@ -927,6 +1164,15 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *gp = g + (int64_t)p0 * gs;
+        if (q4k && i8) {
+#define L(R)                                                                                       \
+    hm_launch(matvec_exp_glu_i8_k<R>,                                                              \
+              dim3((unsigned)((wg->rows + GLU_ROWS * R - 1) / (GLU_ROWS * R)), (unsigned)np),      \
+              MV_WARPS * 32, q8k_smem(wg->cols), stream, a, id, xp, xs, x_div, gp, gs)
+            I8_ROWS(L, "HMOE_MV_I8_RG", 2)
+#undef L
+            return;
+        }
         if (q4k) {
 #define L(R)                                                                                       \
     hm_launch(matvec_exp_glu_q4k_k<R>,                                                             \
@@ -950,6 +1196,17 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
 #undef X
         }
     });
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hm_cu_quant_q8_K(const float *x, int64_t xs, int n, int64_t cols, void *out,
+                                        cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (cols <= 0 || cols % 256 || q8k_smem(cols) > MV_SMEM || ((uintptr_t)x & 15) || xs % 4 ||
+        xs < cols || ((uintptr_t)out & 3))
+        return cudaErrorInvalidValue;
+    hm_launch(quant_q8k_k, (unsigned)n, 256, q8k_smem(cols), stream, x, xs, cols,
+              (hm_block_q8_K *)out);
     return cudaGetLastError();
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/ops.h"
 #include "cuda/dq.h"
 #include "cuda/kernels.h"
 #include "cuda/twins.h"
@@ -63,6 +64,29 @@ static float row_dot(uint32_t type, const uint8_t *row, int64_t cols, const floa
     return acc;
 }
 
+/* Q4_K experts on Q8_K activations where matvec.cu takes them (its mv_q4k and mv_i8: whole
+ * super-blocks, the codes within 32 KiB of shared memory, neither HMOE_MV_Q4K nor
+ * HMOE_MV_Q4K_I8 0), each row as dq.h's hm_hd_q4k_q8k_row sums it */
+static bool experts_i8(const hm_cu_w *w) {
+    if (w->type != HM_TYPE_Q4_K || w->cols % 256 || w->cols / 256 * 324 > 32 * 1024) return false;
+    const char *a = getenv("HMOE_MV_Q4K"), *b = getenv("HMOE_MV_Q4K_I8");
+    return !(a && !strcmp(a, "0")) && !(b && !strcmp(b, "0"));
+}
+
+/* row . x as the experts compute it: on xq (x as Q8_K) where experts_i8, else row_dot */
+static float expert_dot(const hm_cu_w *w, const uint8_t *row, const float *x,
+                        const hm_block_q8_K *xq) {
+    return xq ? hm_hd_q4k_q8k_row((const hm_block_q4_K *)row, xq, (int)(w->cols / 256))
+              : row_dot(w->type, row, w->cols, x);
+}
+
+/* the pair's activations as Q8_K into buf (cols / 256 blocks) where i8, else NULL */
+static const hm_block_q8_K *expert_x(bool i8, const float *x, int64_t cols, hm_block_q8_K *buf) {
+    if (!i8) return NULL;
+    hm_quantize_row_q8_K_ref(x, buf, cols);
+    return buf;
+}
+
 typedef struct matvec_args {
     hm_cu_w w;
     const int32_t *ids; /* experts' form, else NULL */
@@ -71,11 +95,14 @@ typedef struct matvec_args {
     int n, x_div;
     float *y;
     int64_t ys;
+    bool i8; /* experts_i8 at the launch */
 } matvec_args;
 
 static void matvec_k(const void *p) {
     const matvec_args *g = p;
     const hm_cu_w *w = &g->w;
+    const bool i8 = g->i8;
+    hm_block_q8_K *buf = i8 ? malloc(sizeof(hm_block_q8_K) * (size_t)(w->cols / 256)) : NULL;
     for (int t = 0; t < g->n; t++) {
         const int id = g->ids ? g->ids[t] : 0;
         float *y = g->y + (int64_t)t * g->ys;
@@ -84,10 +111,12 @@ static void matvec_k(const void *p) {
             continue;
         }
         const float *x = g->x + (int64_t)(t / g->x_div) * g->xs;
+        const hm_block_q8_K *xq = expert_x(i8 && buf, x, w->cols, buf);
         const uint8_t *base = (const uint8_t *)w->data + (size_t)id * w->estride;
         for (int64_t r = 0; r < w->rows; r++)
-            y[r] = row_dot(w->type, base + r * (int64_t)w->row_bytes, w->cols, x);
+            y[r] = expert_dot(w, base + r * (int64_t)w->row_bytes, x, xq);
     }
+    free(buf);
 }
 
 cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, float *y, int64_t ys,
@@ -95,7 +124,7 @@ cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, fl
     if (n <= 0 || w->rows <= 0) return cudaSuccess;
     if (n > HM_CU_MATVEC_BATCH || (!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
         return cudaErrorInvalidValue;
-    const matvec_args g = {*w, NULL, x, xs, n, 1, y, ys};
+    const matvec_args g = {*w, NULL, x, xs, n, 1, y, ys, false};
     return hm_host_launch(stream, matvec_k, &g, sizeof g);
 }
 
@@ -104,7 +133,7 @@ cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pai
     if (n_pairs <= 0 || w->rows <= 0) return cudaSuccess;
     if (x_div < 1 || (!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
         return cudaErrorInvalidValue;
-    const matvec_args g = {*w, ids, x, xs, n_pairs, x_div, y, ys};
+    const matvec_args g = {*w, ids, x, xs, n_pairs, x_div, y, ys, experts_i8(w)};
     return hm_host_launch(stream, matvec_k, &g, sizeof g);
 }
 
@@ -128,11 +157,14 @@ typedef struct glu_mv_args {
     float alpha, limit;
     float *g;
     int64_t gs;
+    bool i8; /* experts_i8 at the launch */
 } glu_mv_args;
 
 static void matvec_glu_k(const void *p) {
     const glu_mv_args *a = p;
     const int64_t rows = a->w[0].rows, cols = a->w[0].cols;
+    const bool i8 = a->i8;
+    hm_block_q8_K *buf = i8 ? malloc(sizeof(hm_block_q8_K) * (size_t)(cols / 256)) : NULL;
     for (int t = 0; t < a->n; t++) {
         const int id = a->ids[t];
         float *g = a->g + (int64_t)t * a->gs;
@@ -141,13 +173,14 @@ static void matvec_glu_k(const void *p) {
             continue;
         }
         const float *x = a->x + (int64_t)(t / a->x_div) * a->xs;
+        const hm_block_q8_K *xq = expert_x(i8 && buf, x, cols, buf);
         for (int64_t r = 0; r < rows; r++) {
             float v[2];
             for (int h = 0; h < 2; h++) {
                 const hm_cu_w *w = &a->w[h];
                 const uint8_t *row =
                     (const uint8_t *)w->data + (size_t)id * w->estride + r * (int64_t)w->row_bytes;
-                v[h] = row_dot(w->type, row, cols, x);
+                v[h] = expert_dot(w, row, x, xq);
                 if (a->bias[h]) v[h] += a->bias[h][(int64_t)id * rows + r];
             }
             g[r] = hm_hd_glu(a->act, v[0], v[1], a->alpha, a->limit);
@@ -164,9 +197,33 @@ cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w *wu, const
         wu->cols != wg->cols || (!FLOAT_TYPE(wg->type) && wg->cols % 32) ||
         !hm_cu_type_ok(wg->type))
         return cudaErrorInvalidValue;
-    const glu_mv_args a = {{*wg, *wu}, {bg, bu}, ids,   x,     xs, n_pairs,
-                           x_div,      act,      alpha, limit, g,  gs};
+    const glu_mv_args a = {{*wg, *wu}, {bg, bu}, ids,   x, xs, n_pairs,       x_div,
+                           act,        alpha,    limit, g, gs, experts_i8(wg)};
     return hm_host_launch(stream, matvec_glu_k, &a, sizeof a);
+}
+
+typedef struct quant_args {
+    const float *x;
+    int64_t xs, cols;
+    int n;
+    hm_block_q8_K *out;
+} quant_args;
+
+static void quant_k(const void *p) {
+    const quant_args *a = p;
+    for (int t = 0; t < a->n; t++)
+        hm_quantize_row_q8_K_ref(a->x + (int64_t)t * a->xs, a->out + (int64_t)t * (a->cols / 256),
+                                 a->cols);
+}
+
+cudaError_t hm_cu_quant_q8_K(const float *x, int64_t xs, int n, int64_t cols, void *out,
+                             cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (cols <= 0 || cols % 256 || cols / 256 * 324 > 48 * 1024 || ((uintptr_t)x & 15) || xs % 4 ||
+        xs < cols || ((uintptr_t)out & 3))
+        return cudaErrorInvalidValue;
+    const quant_args a = {x, xs, cols, n, out};
+    return hm_host_launch(stream, quant_k, &a, sizeof a);
 }
 
 typedef struct dequant_args {
