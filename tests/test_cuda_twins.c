@@ -3,11 +3,13 @@
  * handle: rows from the quantizers, from hm_synth_fill, from random bytes (with and without
  * finite scales), and every encoding of the scalar formats (all F16 / BF16 / FP8 codes, all
  * MXFP4 scales). The other kernels' arithmetic (src/cuda/twins.h) against the CPU backend's ops:
- * top-k routing, the NeoX rotation, RMSNorm's factor, the online softmax. */
+ * top-k routing, the NeoX rotation, RMSNorm's factor, the online softmax; the Q4_K experts'
+ * integer products on Q8_K activations against the CPU's quantizer and dot product. */
 #include <math.h>
 #include <stddef.h>
 
 #include "cpu/nn.h"
+#include "cpu/ops.h"
 #include "cuda/dq.h"
 #include "cuda/twins.h"
 #include "hmoe_moe.h"
@@ -520,6 +522,51 @@ static void test_op_twins(void) {
           fabsf(hm_hd_silu_mul(2.0f, 3.0f) - 2.0f / (1.0f + expf(-2.0f)) * 3.0f) == 0.0f);
 }
 
+/* Q4_K rows times Q8_K activations (dq.h): hm_hd_q8k_code at a block's inverse scale gives the
+ * CPU quantizer's codes; hm_hd_dp4a sums signed bytes; a row's sum in the GPU's lane order
+ * (hm_hd_q4k_q8k_row) equals the CPU's dot_q4_K_ref within float rounding, on quantized rows
+ * of 1..11 super-blocks and on activations with a zero block. */
+static void test_q4k_q8k(void) {
+    uint64_t s = 77;
+    enum { NSB = 11, N = NSB * 256 };
+    float *x = xmalloc(sizeof(float) * N), *wf = xmalloc(sizeof(float) * N);
+    hm_block_q8_K *xq = xmalloc(sizeof(hm_block_q8_K) * NSB);
+    hm_block_q4_K *w = xmalloc(sizeof(hm_block_q4_K) * NSB);
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < N; i++)
+            x[i] = gauss(&s) * (float)(1 + rep % 5), wf[i] = gauss(&s) * 0.02f;
+        if (rep % 4 == 1)
+            for (int i = 256; i < 512; i++) x[i] = 0.0f;
+        hm_quantize_row_q8_K_ref(x, xq, N);
+        CHECK_OK(hm_quantize_row(HM_TYPE_Q4_K, wf, w, N));
+        /* the codes: the block's first value of largest magnitude maps to -127 */
+        int bad = 0;
+        for (int b = 0; b < NSB; b++) {
+            float amax = 0, mx = 0;
+            for (int j = 0; j < 256; j++)
+                if (fabsf(x[256 * b + j]) > amax) amax = fabsf(x[256 * b + j]), mx = x[256 * b + j];
+            const float is = amax == 0 ? 0 : -127.0f / mx;
+            for (int j = 0; j < 256; j++) bad += hm_hd_q8k_code(is, x[256 * b + j]) != xq[b].qs[j];
+        }
+        CHECK_MSG(bad == 0, "Q8_K codes: %d differ from the CPU quantizer's", bad);
+        for (int nsb = 1 + rep % NSB; nsb <= NSB; nsb += 5) {
+            const double c = hm_ops_ref.vec_dot[HM_TYPE_Q4_K](256 * (int64_t)nsb, w, xq);
+            const float g = hm_hd_q4k_q8k_row(w, xq, nsb);
+            double a = 0; /* the size of the terms: |w| . |x| */
+            for (int i = 0; i < 256 * nsb; i++) a += fabs((double)wf[i] * x[i]);
+            CHECK_MSG(fabs(g - c) <= 1e-5 * a + 1e-30,
+                      "Q4_K x Q8_K, %d super-blocks: %.9g against the CPU's %.9g (terms %.3g)", nsb,
+                      (double)g, c, a);
+        }
+    }
+    const uint32_t a = 0x0F00080Fu, b = 0x80FF7F01u; /* bytes 15, 8, 0, 15 by 1, 127, -1, -128 */
+    CHECK(hm_hd_dp4a(a, b, 5) == 5 + 15 * 1 + 8 * 127 + 0 * -1 + 15 * -128);
+    CHECK(hm_hd_q8k_code(-1.0f, NAN) == 0 && hm_hd_q8k_code(-0.0f, INFINITY) == 0 &&
+          hm_hd_q8k_code(1.0f, 127.5f) == 127 && hm_hd_q8k_code(1.0f, -200.0f) == -128 &&
+          hm_hd_q8k_code(1.0f, 2.5f) == 2 && hm_hd_q8k_code(1.0f, -3.5f) == -4);
+    free(x), free(wf), free(xq), free(w);
+}
+
 int main(void) {
     test_supported();
     test_scalars();
@@ -532,5 +579,6 @@ int main(void) {
            g_nan_payload_diffs);
     test_op_twins();
     test_router_rank();
+    test_q4k_q8k();
     return test_done("cuda_twins");
 }
