@@ -697,18 +697,18 @@ __device__ __forceinline__ q8k_sh q8k_stage(uint8_t *sh, const float *__restrict
     return q8k_sh{qs, d, bs};
 }
 
-// acc[r] = row r . x for a warp's nr (<= R) rows rb bytes apart of nsb super-blocks (every lane
-// holds the sums): lane (j, h) of group g takes super-blocks g, g + 4, .. of each row, their loads
-// U of a row at a time for all rows together. Lanes of j >= 2 read their activations' high half
-// first, so that each of a group's two 16-byte shared loads falls on 32 distinct banks.
-template <int R, int U>
-__device__ __forceinline__ void q4k_i8_dot(const uint8_t *__restrict__ row, int64_t rb, int nr,
-                                           int nsb, const q8k_sh &x, float acc[R]) {
-    const int lane = threadIdx.x & 31, g = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
-#pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = 0.0f;
-    for (int s0 = 0; s0 < nsb; s0 += 4 * U) {
-        uint4 hd[R][U], q[R][U];
+// A warp's nr (<= R) rows rb bytes apart of nsb super-blocks times x: lane (j, h) of group g
+// takes super-blocks g, g + 4, .. of each row, U of a row at a time for all rows together
+// (load, then add). The kernels issue the first round's loads before they quantize the
+// activations. Lanes of j >= 2 read their activations' high half first, so that each of a
+// group's two 16-byte shared loads falls on 32 distinct banks.
+template <int R, int U> struct q4k_i8 {
+    uint4 hd[R][U], q[R][U];
+    float acc[R];
+
+    __device__ __forceinline__ void load(const uint8_t *__restrict__ row, int64_t rb, int nr,
+                                         int nsb, int s0) {
+        const int lane = threadIdx.x & 31, g = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -721,6 +721,10 @@ __device__ __forceinline__ void q4k_i8_dot(const uint8_t *__restrict__ row, int6
                     q[r][u] = __ldg((const uint4 *)(b + 16 + 32 * j + 16 * h));
                 }
             }
+    }
+
+    __device__ __forceinline__ void add(int nr, int nsb, int s0, const q8k_sh &x) {
+        const int lane = threadIdx.x & 31, g = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int s = s0 + 4 * u + g;
@@ -746,9 +750,21 @@ __device__ __forceinline__ void q4k_i8_dot(const uint8_t *__restrict__ row, int6
             }
         }
     }
+
+    // after the first round's load: every round's sums, then acc[r] = row r . x in every lane
+    __device__ __forceinline__ void finish(const uint8_t *__restrict__ row, int64_t rb, int nr,
+                                           int nsb, const q8k_sh &x) {
 #pragma unroll
-    for (int r = 0; r < R; r++) acc[r] = hm_warp_sum(acc[r]);
-}
+        for (int r = 0; r < R; r++) acc[r] = 0.0f;
+        add(nr, nsb, 0, x);
+        for (int s0 = 4 * U; s0 < nsb; s0 += 4 * U) {
+            load(row, rb, nr, nsb, s0);
+            add(nr, nsb, s0, x);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = hm_warp_sum(acc[r]);
+    }
+};
 
 // The experts' gate and up with their activation as matvec_exp_glu_q4k_k (warp wr of each half
 // takes rows r0 + R wr .. + R), on Q8_K activations
@@ -770,21 +786,22 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     }
     glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * R);
     const int nsb = (int)(a.w[0].cols / 256);
-    const q8k_sh xq = q8k_stage(q8s, x + (int64_t)(p / x_div) * xs, nsb);
     const int64_t rw = r0 + (int64_t)wr * R;
-    if (rw < rows) {
-        const int nr = rows - rw < R ? (int)(rows - rw) : R;
-        const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
-        const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
-                              (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
+    const int nr = rw >= rows ? 0 : (rows - rw < R ? (int)(rows - rw) : R);
+    const int64_t rb = (int64_t)(h ? a.w[1].row_bytes : a.w[0].row_bytes);
+    const uint8_t *row = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
+                         (size_t)id * (h ? a.w[1].estride : a.w[0].estride) + rw * rb;
+    q4k_i8<R, 2> k;
+    k.load(row, rb, nr, nsb, 0);
+    const q8k_sh xq = q8k_stage(q8s, x + (int64_t)(p / x_div) * xs, nsb);
+    if (nr > 0) {
         const float *bias = h ? a.bias[1] : a.bias[0];
-        float acc[R];
-        q4k_i8_dot<R, 2>(base + rw * rb, rb, nr, nsb, xq, acc);
+        k.finish(row, rb, nr, nsb, xq);
         if ((threadIdx.x & 31) == 0)
 #pragma unroll
             for (int i = 0; i < R; i++) {
                 if (i >= nr) break;
-                float v = acc[i];
+                float v = k.acc[i];
                 if (bias) v += bias[(int64_t)id * rows + rw + i];
                 res[h][wr * R + i] = v;
             }
@@ -795,7 +812,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
 }
 
 // The experts' rows as matvec_exp_q4k_k's (R a warp), on Q8_K activations; the block's rows
-// asked of L2 before the activations are quantized
+// asked of L2 and each warp's first loads issued before the activations are quantized
 template <int R>
 __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_exp_i8_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
@@ -810,16 +827,17 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
         const uint8_t *base = (const uint8_t *)w.data + (size_t)id * w.estride;
         const int64_t nb = w.rows - rb0 < MV_WARPS * R ? w.rows - rb0 : MV_WARPS * R;
         hm_prefetch_l2(base + rb0 * (int64_t)w.row_bytes, (size_t)(nb * (int64_t)w.row_bytes));
+        const int nr = r0 >= w.rows ? 0 : (w.rows - r0 < R ? (int)(w.rows - r0) : R);
+        const uint8_t *row = base + r0 * (int64_t)w.row_bytes;
+        q4k_i8<R, 1> k;
+        k.load(row, (int64_t)w.row_bytes, nr, nsb, 0);
         const q8k_sh xq = q8k_stage(q8s, x + (int64_t)(p / x_div) * xs, nsb);
-        if (r0 < w.rows) {
-            const int nr = w.rows - r0 < R ? (int)(w.rows - r0) : R;
-            float acc[R];
-            q4k_i8_dot<R, 1>(base + r0 * (int64_t)w.row_bytes, (int64_t)w.row_bytes, nr, nsb, xq,
-                             acc);
+        if (nr > 0) {
+            k.finish(row, (int64_t)w.row_bytes, nr, nsb, xq);
             if ((threadIdx.x & 31) == 0)
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    if (r < nr) y[(int64_t)p * ys + r0 + r] = acc[r];
+                    if (r < nr) y[(int64_t)p * ys + r0 + r] = k.acc[r];
         }
     } else if (r0 < w.rows && (threadIdx.x & 31) == 0) { /* an expert on the CPU */
         for (int r = 0; r < R && r0 + r < w.rows; r++) y[(int64_t)p * ys + r0 + r] = 0.0f;
