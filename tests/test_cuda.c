@@ -667,12 +667,21 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
               (long long)cols, bad);
     /* matvec over 1..8 tokens and batches of groups of 8: the double sums of the reference
      * within float rounding */
+    /* (HMOE_MV_Q8_I8=1: Q8_0 rows on Q8_0 activations, each product with the bits of
+     * hm_hd_q8_0_q8_0_row, the CPU's dot_q8_0_ref within float rounding, the float reference
+     * within the codes' rounding) */
     static const int ns[] = {1, 2, 3, 5, 8, 9, 17, 40};
+    const char *q8e = getenv("HMOE_MV_Q8_I8");
+    const bool q8i = type == HM_TYPE_Q8_0 && q8e && !strcmp(q8e, "1");
+    hm_block_q8_0 *x80 = q8i ? malloc(sizeof(hm_block_q8_0) * (size_t)(NT * cols / 32)) : NULL;
+    for (int t = 0; q8i && t < NT; t++)
+        hm_quantize_row_q8_0_ref(x + (int64_t)t * cols, x80 + t * (cols / 32), cols);
     for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
         const int n = ns[k];
         CU(hm_cu_matvec(&cw, dx, cols, n, dy, rows, 0));
         host_copy(y, dy, sizeof(float) * (size_t)n * (size_t)rows);
-        double worst = 0;
+        double worst = 0, worst_cpu = 0;
+        int bad_i8 = 0;
         for (int t = 0; t < n; t++)
             for (int64_t r = 0; r < rows; r++) {
                 double s = 0, a = 0;
@@ -683,10 +692,22 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
                 if (!isfinite(s)) continue;
                 const double e = fabs(y[t * rows + r] - s) / (a + 1e-30);
                 if (!(e <= worst)) worst = e;
+                if (!q8i) continue;
+                const hm_block_q8_0 *wr = (const hm_block_q8_0 *)(w + (size_t)r * rb);
+                const hm_block_q8_0 *xt = x80 + t * (cols / 32);
+                bad_i8 += !same_bits(y[t * rows + r], hm_hd_q8_0_q8_0_row(wr, xt, cols / 32));
+                const double c = hm_ops_ref.vec_dot[HM_TYPE_Q8_0](cols, wr, xt);
+                const double ec = fabs(y[t * rows + r] - c) / (a + 1e-30);
+                if (!(ec <= worst_cpu)) worst_cpu = ec;
             }
-        CHECK_MSG(worst <= 1e-5, "%s %lldx%lld, %d tokens: matvec error %.3g", ti->name,
-                  (long long)rows, (long long)cols, n, worst);
+        CHECK_MSG(worst <= (q8i ? 8e-3 : 1e-5), "%s %lldx%lld, %d tokens: matvec error %.3g",
+                  ti->name, (long long)rows, (long long)cols, n, worst);
+        CHECK_MSG(bad_i8 == 0 && worst_cpu <= 1e-5,
+                  "%s %lldx%lld, %d tokens on Q8_0 activations: %d differ from "
+                  "hm_hd_q8_0_q8_0_row, %.3g from the CPU's",
+                  ti->name, (long long)rows, (long long)cols, n, bad_i8, worst_cpu);
     }
+    free(x80);
     /* a batch's groups: the bits of one launch per group (on one path: a Q4_K launch of one
      * token alone would take the lane layout) */
     {
@@ -1750,6 +1771,13 @@ static void check_kernels(void) {
      * 144 blocks a partial last group), and a lane per block (HMOE_MV_Q8=0) */
     check_matvec(HM_TYPE_Q8_0, 37, 4608);
     check_fused(HM_TYPE_Q8_0, 37, 256);
+    /* and on Q8_0 activations (HMOE_MV_Q8_I8=1): rows of 3, 32 and 144 blocks */
+    setenv("HMOE_MV_Q8_I8", "1", 1);
+    check_matvec(HM_TYPE_Q8_0, 37, 96);
+    check_matvec(HM_TYPE_Q8_0, 5, 1024);
+    check_matvec(HM_TYPE_Q8_0, 37, 4608);
+    check_fused(HM_TYPE_Q8_0, 37, 256);
+    unsetenv("HMOE_MV_Q8_I8");
     setenv("HMOE_MV_Q8", "0", 1);
     check_matvec(HM_TYPE_Q8_0, 37, 4608);
     check_fused(HM_TYPE_Q8_0, 37, 256);

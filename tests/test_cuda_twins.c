@@ -522,10 +522,10 @@ static void test_op_twins(void) {
           fabsf(hm_hd_silu_mul(2.0f, 3.0f) - 2.0f / (1.0f + expf(-2.0f)) * 3.0f) == 0.0f);
 }
 
-/* Q4_K rows times Q8_K activations (dq.h): hm_hd_q8k_code at a block's inverse scale gives the
- * CPU quantizer's codes; hm_hd_dp4a sums signed bytes; a row's sum in the GPU's lane order
- * (hm_hd_q4k_q8k_row) equals the CPU's dot_q4_K_ref within float rounding, on quantized rows
- * of 1..11 super-blocks and on activations with a zero block. */
+/* Q4_K rows times Q8_K activations and Q8_0 rows times Q8_0 (dq.h): hm_hd_q8k_code at a block's
+ * inverse scale gives the CPU quantizer's codes; hm_hd_dp4a sums signed bytes; a row's sum in the
+ * GPU's lane order (hm_hd_q4k_q8k_row) equals the CPU's dot_q4_K_ref within float rounding, on
+ * quantized rows of 1..11 super-blocks and on activations with a zero block. */
 static void test_q4k_q8k(void) {
     uint64_t s = 77;
     enum { NSB = 11, N = NSB * 256 };
@@ -558,6 +558,38 @@ static void test_q4k_q8k(void) {
                       "Q4_K x Q8_K, %d super-blocks: %.9g against the CPU's %.9g (terms %.3g)", nsb,
                       (double)g, c, a);
         }
+    }
+    /* Q8_0 rows on Q8_0 activations: the codes at 1 / (amax / 127), the row's sum in the lanes'
+     * order against dot_q8_0_ref */
+    {
+        enum { NB = 77 };
+        hm_block_q8_0 *x8 = xmalloc(sizeof(hm_block_q8_0) * NB),
+                      *w8 = xmalloc(sizeof(hm_block_q8_0) * NB);
+        for (int rep = 0; rep < 20; rep++) {
+            for (int i = 0; i < NB * 32; i++) x[i] = gauss(&s) * (float)(1 + rep % 3);
+            if (rep % 3 == 1)
+                for (int i = 64; i < 96; i++) x[i] = 0.0f;
+            hm_quantize_row_q8_0_ref(x, x8, NB * 32);
+            hm_quantize_row_q8_0_ref(wf, w8, NB * 32);
+            int bad = 0;
+            for (int b = 0; b < NB; b++) {
+                float amax = 0;
+                for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * b + j]));
+                const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                for (int j = 0; j < 32; j++)
+                    bad += hm_hd_q8k_code(id, x[32 * b + j]) != x8[b].qs[j];
+            }
+            CHECK_MSG(bad == 0, "Q8_0 codes: %d differ from the CPU quantizer's", bad);
+            for (int nb = 1 + rep % 9; nb <= NB; nb += 19) {
+                const double c = hm_ops_ref.vec_dot[HM_TYPE_Q8_0](32 * (int64_t)nb, w8, x8);
+                const float g = hm_hd_q8_0_q8_0_row(w8, x8, nb);
+                double a = 0;
+                for (int i = 0; i < 32 * nb; i++) a += fabs((double)wf[i] * x[i]);
+                CHECK_MSG(fabs(g - c) <= 1e-5 * a + 1e-30,
+                          "Q8_0 x Q8_0, %d blocks: %.9g against the CPU's %.9g", nb, (double)g, c);
+            }
+        }
+        free(x8), free(w8);
     }
     const uint32_t a = 0x0F00080Fu, b = 0x80FF7F01u; /* bytes 15, 8, 0, 15 by 1, 127, -1, -128 */
     CHECK(hm_hd_dp4a(a, b, 5) == 5 + 15 * 1 + 8 * 127 + 0 * -1 + 15 * -128);

@@ -558,6 +558,45 @@ HM_HD float hm_hd_q4k_q8k_row(const hm_block_q4_K *w, const hm_block_q8_K *x, in
     return lane[0];
 }
 
+/* ---- Q8_0 rows times Q8_0 activations ------------------------------------------------------ */
+/* The CPU quantizes activations for Q8_0 rows per 32 values (hm_quantize_row_q8_0_ref: d =
+ * amax / 127 rounded to a half, codes at 1 / d before that rounding, as hm_hd_q8k_code) and
+ * sums d_w d_x (code products) per block (ref.c's dot_q8_0_ref). */
+
+/* Lane (bl, o) of a warp's share of one block: w / x = 8 weight / activation codes (values
+ * o .. o + 7), dw / dx the blocks' scales */
+HM_HD float hm_hd_q8_0_share(float dw, float dx, uint32_t w0, uint32_t w1, uint32_t x0,
+                             uint32_t x1) {
+    const int s = hm_hd_dp4a(w1, x1, hm_hd_dp4a(w0, x0, 0));
+    return hm_hd_fmul(hm_hd_fmul(dw, dx), (float)s);
+}
+
+/* A Q8_0 row of nb blocks times Q8_0 activations as the GPU's matvec sums it: lane l takes
+ * values 8 (l % 4) .. + 8 of blocks l / 4, l / 4 + 8, .. in order, its sum starting at 0; the 32
+ * lanes' sums then added in a butterfly */
+HM_HD float hm_hd_q8_0_q8_0_row(const hm_block_q8_0 *w, const hm_block_q8_0 *x, int64_t nb) {
+    float lane[32];
+    for (int l = 0; l < 32; l++) {
+        const int bl = l >> 2, o = 8 * (l & 3);
+        float acc = 0.0f;
+        for (int64_t b = bl; b < nb; b += 8) {
+            uint32_t wv[2], xv[2];
+            memcpy(wv, w[b].qs + o, 8);
+            memcpy(xv, x[b].qs + o, 8);
+            acc =
+                hm_hd_fadd(acc, hm_hd_q8_0_share(hm_hd_f16_to_f32(w[b].d), hm_hd_f16_to_f32(x[b].d),
+                                                 wv[0], wv[1], xv[0], xv[1]));
+        }
+        lane[l] = acc;
+    }
+    for (int o = 16; o; o >>= 1) {
+        float nx[32];
+        for (int l = 0; l < 32; l++) nx[l] = hm_hd_fadd(lane[l], lane[l ^ o]);
+        memcpy(lane, nx, sizeof nx);
+    }
+    return lane[0];
+}
+
 /* Whether hm_dq32 handles the type. */
 HM_HD bool hm_dq32_supported(uint32_t type) {
     switch (type) {

@@ -531,6 +531,115 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
             if (t < n) y[t * ys + r] = acc[t];
 }
 
+// matvec_q8_k on Q8_0 activations, as the CPU multiplies Q8_0 rows (dq.h's Q8_0 x Q8_0
+// section): each block quantizes its tokens' activations into shared memory (the CPU's codes
+// and half-rounded scales), then a lane's eight code products are two dp4a, scaled once
+// (hm_hd_q8_0_share); a row's sum has the bits of hm_hd_q8_0_q8_0_row.
+
+// shared bytes of q80_stage's form of n rows of cols values
+static size_t q80_smem(int64_t cols, int n) {
+    return (size_t)n * (size_t)(cols + cols / 32 * (int64_t)sizeof(float));
+}
+
+// n rows of x (16-byte aligned, xs apart) as Q8_0 codes [n][cols] and scales [n][cols / 32]
+// in shared memory: eight lanes a block, four values each (a block's largest magnitude over
+// three exchanges), four blocks a warp at a time; ends at a barrier
+__device__ __forceinline__ void q80_stage(uint8_t *sh, const float *__restrict__ x, int64_t xs,
+                                          int n, int64_t cols) {
+    int8_t *qs = (int8_t *)sh;
+    float *d = (float *)(sh + (int64_t)n * cols);
+    const int lane = threadIdx.x & 31;
+    const int64_t nb = cols / 32, total = (int64_t)n * nb;
+    for (int64_t b0 = (int64_t)(threadIdx.x >> 5) * 4; b0 < total; b0 += 4 * (blockDim.x >> 5)) {
+        const int64_t b = b0 + (lane >> 3), t = b / nb, c = b - t * nb;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (b < total) v = *(const float4 *)(x + t * xs + c * 32 + 4 * (lane & 7));
+        /* from 0, as the CPU's fmaxf chain: a NaN never becomes the maximum */
+        float am = fmaxf(fmaxf(fmaxf(fmaxf(0.0f, fabsf(v.x)), fabsf(v.y)), fabsf(v.z)), fabsf(v.w));
+#pragma unroll
+        for (int o = 4; o; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+        const float dd = am / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        const uint32_t q = (uint32_t)(hm_hd_q8k_code(id, v.x) & 0xFF) |
+                           (uint32_t)(hm_hd_q8k_code(id, v.y) & 0xFF) << 8 |
+                           (uint32_t)(hm_hd_q8k_code(id, v.z) & 0xFF) << 16 |
+                           (uint32_t)(hm_hd_q8k_code(id, v.w) & 0xFF) << 24;
+        if (b < total) {
+            *(uint32_t *)(qs + t * cols + c * 32 + 4 * (lane & 7)) = q;
+            if (!(lane & 7)) d[b] = __half2float(__float2half_rn(dd));
+        }
+    }
+    __syncthreads();
+}
+
+template <int NT>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    matvec_q8i_k(mv_set m, const float *__restrict__ x, int64_t xs, int n, int ng, bool pf) {
+    extern __shared__ __align__(16) uint8_t q8s[];
+    const unsigned bx = blockIdx.x / (unsigned)ng;
+    const int g0 = (int)(blockIdx.x % (unsigned)ng) * NT;
+    const int i = m.nw > 1 && bx >= m.b1[0] ? (m.nw > 2 && bx >= m.b1[1] ? 2 : 1) : 0;
+    const unsigned blk = bx - (i ? MV_SEL(m, i - 1, b1) : 0u);
+    if (pf)
+        prefetch_rows((const uint8_t *)MV_SEL(m, i, w).data, (int64_t)MV_SEL(m, i, w).row_bytes,
+                      (int64_t)blk * MV_WARPS, MV_WARPS, MV_SEL(m, i, w).rows);
+    hm_pdl_start();
+    x += g0 * xs;
+    n = n - g0 < NT ? n - g0 : NT;
+    const int64_t r = (int64_t)blk * MV_WARPS + (threadIdx.x >> 5), cols = m.w[0].cols;
+    const bool has = r < MV_SEL(m, i, w).rows;
+    const uint8_t *row =
+        (const uint8_t *)MV_SEL(m, i, w).data + (has ? r : 0) * (int64_t)MV_SEL(m, i, w).row_bytes;
+    const int lane = threadIdx.x & 31, bl = lane >> 2, o = 8 * (lane & 3);
+    const int64_t nb = cols / 32;
+    uint32_t c[Q8_U][2];
+    uint16_t dh[Q8_U];
+    // one round's codes and scales (four groups of eight blocks), as q8_dot loads them
+    auto load = [&](int64_t b0) {
+#pragma unroll
+        for (int u = 0; u < Q8_U; u++) {
+            c[u][0] = c[u][1] = 0, dh[u] = 0;
+            const int64_t b = b0 + 8 * u + bl;
+            if (has && b < nb) {
+                const uint16_t *q = (const uint16_t *)(row + b * 34);
+                dh[u] = __ldg(q);
+                const uint16_t *v = q + 1 + o / 2;
+                c[u][0] = (uint32_t)__ldg(v) | (uint32_t)__ldg(v + 1) << 16;
+                c[u][1] = (uint32_t)__ldg(v + 2) | (uint32_t)__ldg(v + 3) << 16;
+            }
+        }
+    };
+    load(0);
+    q80_stage(q8s, x, xs, n, cols);
+    if (!has) return;
+    const int8_t *xq = (const int8_t *)q8s;
+    const float *xd = (const float *)(q8s + (int64_t)n * cols);
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8 * Q8_U) {
+        if (b0) load(b0);
+#pragma unroll
+        for (int u = 0; u < Q8_U; u++) {
+            const int64_t b = b0 + 8 * u + bl;
+            if (b >= nb) break;
+            const float dw = __half2float(__ushort_as_half(dh[u]));
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= n) break;
+                const uint2 xv = *(const uint2 *)(xq + t * cols + b * 32 + o);
+                acc[t] += hm_hd_q8_0_share(dw, xd[t * nb + b], c[u][0], c[u][1], xv.x, xv.y);
+            }
+        }
+    }
+    const int64_t ys = MV_SEL(m, i, ys);
+    float *y = MV_SEL(m, i, y) + g0 * ys;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        acc[t] = hm_warp_sum(acc[t]);
+        if (lane == 0 && t < n) y[t * ys + r] = acc[t];
+    }
+}
+
 // The experts' gate and up in one launch, their activation on the way out: warps 0-3 take
 // gate rows, warps 4-7 the same up rows (rpw each), and the block's shared memory joins them.
 // Each product, its bias and the activation are computed as hm_cu_matvec_experts,
@@ -908,6 +1017,11 @@ static bool mv_q8(const hm_cu_w *w, const float *x, int64_t xs) {
     return !(v && !strcmp(v, "0"));
 }
 
+// q8_dot's rows on Q8_0 activations (matvec_q8i_k) where HMOE_MV_Q8_I8=1 (read per launch)
+static bool mv_q8_i8(void) {
+    return mv_env("HMOE_MV_Q8_I8", 0) == 1;
+}
+
 // rows per warp of the Q4_K lane layout for single tokens: 2 (HMOE_MV_Q4K_R=1|4 fixes it, for
 // A/B; read per launch as mv_q4k's knob); two tokens always take 2
 static int q4k_rows(void) {
@@ -972,8 +1086,13 @@ static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, bool l
             unsigned blocks = 0;
             for (int i = 0; i < m->nw; i++)
                 set.b1[i] = blocks += (unsigned)((m->w[i].rows + MV_WARPS - 1) / MV_WARPS);
-            hm_launch(matvec_q8_k<NT>, blocks * (unsigned)ng, MV_WARPS * 32, 0, s, set, x, xs, n,
-                      ng, pf);
+            const size_t qsm = q80_smem(w->cols, NT < n ? NT : n);
+            if (mv_q8_i8() && qsm <= MV_SMEM)
+                hm_launch(matvec_q8i_k<NT>, blocks * (unsigned)ng, MV_WARPS * 32, qsm, s, set, x,
+                          xs, n, ng, pf);
+            else
+                hm_launch(matvec_q8_k<NT>, blocks * (unsigned)ng, MV_WARPS * 32, 0, s, set, x, xs,
+                          n, ng, pf);
             return;
         }
     }

@@ -87,6 +87,16 @@ static const hm_block_q8_K *expert_x(bool i8, const float *x, int64_t cols, hm_b
     return buf;
 }
 
+/* Q8_0 rows on Q8_0 activations where matvec.cu's q8_dot takes them (its mv_q8, a set of at most
+ * 32768 rows, the codes within 48 KiB of shared memory) and HMOE_MV_Q8_I8=1; each row as
+ * hm_hd_q8_0_q8_0_row sums it */
+static bool dense_q8_i8(const hm_cu_w *w, int n) {
+    const char *v = getenv("HMOE_MV_Q8_I8");
+    const int g = n < 8 ? n : 8; /* the tokens of a launch's group */
+    return v && !strcmp(v, "1") && w->type == HM_TYPE_Q8_0 && w->cols % 32 == 0 &&
+           w->rows <= 32768 && (size_t)g * (size_t)(w->cols + w->cols / 32 * 4) <= 48 * 1024;
+}
+
 typedef struct matvec_args {
     hm_cu_w w;
     const int32_t *ids; /* experts' form, else NULL */
@@ -95,14 +105,28 @@ typedef struct matvec_args {
     int n, x_div;
     float *y;
     int64_t ys;
-    bool i8; /* experts_i8 at the launch */
+    bool i8; /* experts_i8 or dense_q8_i8 at the launch */
 } matvec_args;
 
 static void matvec_k(const void *p) {
     const matvec_args *g = p;
     const hm_cu_w *w = &g->w;
     const bool i8 = g->i8;
-    hm_block_q8_K *buf = i8 ? malloc(sizeof(hm_block_q8_K) * (size_t)(w->cols / 256)) : NULL;
+    hm_block_q8_0 *xq =
+        i8 && !g->ids ? malloc(sizeof(hm_block_q8_0) * (size_t)(w->cols / 32)) : NULL;
+    if (xq) { /* dense Q8_0 on Q8_0 activations */
+        for (int t = 0; t < g->n; t++) {
+            hm_quantize_row_q8_0_ref(g->x + (int64_t)t * g->xs, xq, w->cols);
+            for (int64_t r = 0; r < w->rows; r++)
+                g->y[(int64_t)t * g->ys + r] = hm_hd_q8_0_q8_0_row(
+                    (const hm_block_q8_0 *)((const uint8_t *)w->data + r * (int64_t)w->row_bytes),
+                    xq, w->cols / 32);
+        }
+        free(xq);
+        return;
+    }
+    hm_block_q8_K *buf =
+        i8 && g->ids ? malloc(sizeof(hm_block_q8_K) * (size_t)(w->cols / 256)) : NULL;
     for (int t = 0; t < g->n; t++) {
         const int id = g->ids ? g->ids[t] : 0;
         float *y = g->y + (int64_t)t * g->ys;
@@ -111,10 +135,10 @@ static void matvec_k(const void *p) {
             continue;
         }
         const float *x = g->x + (int64_t)(t / g->x_div) * g->xs;
-        const hm_block_q8_K *xq = expert_x(i8 && buf, x, w->cols, buf);
+        const hm_block_q8_K *xk = expert_x(buf != NULL, x, w->cols, buf);
         const uint8_t *base = (const uint8_t *)w->data + (size_t)id * w->estride;
         for (int64_t r = 0; r < w->rows; r++)
-            y[r] = expert_dot(w, base + r * (int64_t)w->row_bytes, x, xq);
+            y[r] = expert_dot(w, base + r * (int64_t)w->row_bytes, x, xk);
     }
     free(buf);
 }
@@ -124,7 +148,7 @@ cudaError_t hm_cu_matvec(const hm_cu_w *w, const float *x, int64_t xs, int n, fl
     if (n <= 0 || w->rows <= 0) return cudaSuccess;
     if (n > HM_CU_MATVEC_BATCH || (!FLOAT_TYPE(w->type) && w->cols % 32) || !hm_cu_type_ok(w->type))
         return cudaErrorInvalidValue;
-    const matvec_args g = {*w, NULL, x, xs, n, 1, y, ys, false};
+    const matvec_args g = {*w, NULL, x, xs, n, 1, y, ys, dense_q8_i8(w, n)};
     return hm_host_launch(stream, matvec_k, &g, sizeof g);
 }
 
