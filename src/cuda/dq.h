@@ -527,9 +527,20 @@ HM_HD float hm_hd_q4k_q8k_share(float d, float dmin, int sc0, int m0, int sc1, i
     return hm_hd_fmul(xd, hm_hd_fsub(hm_hd_fmul(d, (float)isum), hm_hd_fmul(dmin, (float)imin)));
 }
 
+/* The 32 lanes' sums of a warp added as hm_warp_sum adds them: lane l with l ^ 16, then ^ 8,
+ * .. ^ 1 */
+HM_HD float hm_hd_lanes_sum(float lane[32]) {
+    for (int o = 16; o; o >>= 1) {
+        float nx[32];
+        for (int l = 0; l < 32; l++) nx[l] = hm_hd_fadd(lane[l], lane[l ^ o]);
+        memcpy(lane, nx, sizeof nx);
+    }
+    return lane[0];
+}
+
 /* A Q4_K row of nsb super-blocks times Q8_K activations as the GPU's experts sum it: lane
  * (j, h) of group g takes super-blocks g, g + 4, .. in order, its sum starting at 0; the 32
- * lanes' sums are then added in a butterfly (lane l with l ^ 16, then ^ 8, .. ^ 1). */
+ * lanes' sums are then added by hm_hd_lanes_sum. */
 HM_HD float hm_hd_q4k_q8k_row(const hm_block_q4_K *w, const hm_block_q8_K *x, int nsb) {
     float lane[32];
     for (int l = 0; l < 32; l++) {
@@ -550,12 +561,7 @@ HM_HD float hm_hd_q4k_q8k_row(const hm_block_q4_K *w, const hm_block_q8_K *x, in
         }
         lane[l] = acc;
     }
-    for (int o = 16; o; o >>= 1) {
-        float nx[32];
-        for (int l = 0; l < 32; l++) nx[l] = hm_hd_fadd(lane[l], lane[l ^ o]);
-        memcpy(lane, nx, sizeof nx);
-    }
-    return lane[0];
+    return hm_hd_lanes_sum(lane);
 }
 
 /* ---- Q8_0 rows times Q8_0 activations ------------------------------------------------------ */
@@ -573,7 +579,7 @@ HM_HD float hm_hd_q8_0_share(float dw, float dx, uint32_t w0, uint32_t w1, uint3
 
 /* A Q8_0 row of nb blocks times Q8_0 activations as the GPU's matvec sums it: lane l takes
  * values 8 (l % 4) .. + 8 of blocks l / 4, l / 4 + 8, .. in order, its sum starting at 0; the 32
- * lanes' sums then added in a butterfly */
+ * lanes' sums then added by hm_hd_lanes_sum */
 HM_HD float hm_hd_q8_0_q8_0_row(const hm_block_q8_0 *w, const hm_block_q8_0 *x, int64_t nb) {
     float lane[32];
     for (int l = 0; l < 32; l++) {
@@ -589,12 +595,7 @@ HM_HD float hm_hd_q8_0_q8_0_row(const hm_block_q8_0 *w, const hm_block_q8_0 *x, 
         }
         lane[l] = acc;
     }
-    for (int o = 16; o; o >>= 1) {
-        float nx[32];
-        for (int l = 0; l < 32; l++) nx[l] = hm_hd_fadd(lane[l], lane[l ^ o]);
-        memcpy(lane, nx, sizeof nx);
-    }
-    return lane[0];
+    return hm_hd_lanes_sum(lane);
 }
 
 /* Whether hm_dq32 handles the type. */

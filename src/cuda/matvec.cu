@@ -703,6 +703,28 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
 }
 
+// A warp's sums of rows rw .. rw + nr (in every lane) plus their biases into its place of the
+// block's results (lane 0)
+template <int R>
+__device__ __forceinline__ void glu_put(const float v[R], const float *bias, int id, int64_t rows,
+                                        int64_t rw, int nr, float *res) {
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            if (i >= nr) break;
+            res[i] = bias ? v[i] + bias[(int64_t)id * rows + rw + i] : v[i];
+        }
+}
+
+// after the block's barrier: the activation of each of its rows' gate and up
+template <int R>
+__device__ __forceinline__ void glu_out(const mv_glu &a, const float (*res)[GLU_ROWS * R],
+                                        int64_t r0, int64_t rows, float *gp) {
+    __syncthreads();
+    for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
+        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
+}
+
 // the same on the Q4_K lane layout (launch bounds as matvec_exp_q4k_k's): warp wr of each half
 // takes rows r0 + R wr .. + R at once
 template <int R>
@@ -728,21 +750,14 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
         const uint8_t *base = (const uint8_t *)(h ? a.w[1].data : a.w[0].data) +
                               (size_t)id * (h ? a.w[1].estride : a.w[0].estride);
         const float *bias = h ? a.bias[1] : a.bias[0];
-        float acc[R][1];
+        float acc[R][1], v[R];
         q4k_dot<1, R>(base + rw * rb, rb, nr, a.w[0].cols, x + (int64_t)(p / x_div) * xs, 0, 1,
                       acc);
-        if ((threadIdx.x & 31) == 0)
 #pragma unroll
-            for (int i = 0; i < R; i++) {
-                if (i >= nr) break;
-                float v = acc[i][0];
-                if (bias) v += bias[(int64_t)id * rows + rw + i];
-                res[h][wr * R + i] = v;
-            }
+        for (int i = 0; i < R; i++) v[i] = acc[i][0];
+        glu_put<R>(v, bias, id, rows, rw, nr, res[h] + wr * R);
     }
-    __syncthreads();
-    for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
-        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
+    glu_out<R>(a, res, r0, rows, gp);
 }
 
 // ---- Q4_K experts on Q8_K activations ------------------------------------------------------
@@ -906,18 +921,9 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     if (nr > 0) {
         const float *bias = h ? a.bias[1] : a.bias[0];
         k.finish(row, rb, nr, nsb, xq);
-        if ((threadIdx.x & 31) == 0)
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                if (i >= nr) break;
-                float v = k.acc[i];
-                if (bias) v += bias[(int64_t)id * rows + rw + i];
-                res[h][wr * R + i] = v;
-            }
+        glu_put<R>(k.acc, bias, id, rows, rw, nr, res[h] + wr * R);
     }
-    __syncthreads();
-    for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
-        if (r0 + j < rows) gp[r0 + j] = hm_hd_glu(a.act, res[0][j], res[1][j], a.alpha, a.limit);
+    glu_out<R>(a, res, r0, rows, gp);
 }
 
 // The experts' rows as matvec_exp_q4k_k's (R a warp), on Q8_K activations; the block's rows
