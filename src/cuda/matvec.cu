@@ -1036,13 +1036,12 @@ static int q4k_rows(void) {
 }
 
 // The Q4_K lane layout's experts on Q8_K activations (matvec_exp_i8_k, matvec_exp_glu_i8_k)
-// where mv_q4k takes the shapes and the codes fit in shared memory; HMOE_MV_Q4K_I8=0 keeps the
-// float kernels (A/B; read per launch). HMOE_MV_I8_RG / HMOE_MV_I8_RD = 1, 2 or 4 fix the rows
+// where HMOE_MV_Q4K_I8=1 (read per launch; opt-in until a GPU has run them), mv_q4k takes the
+// shapes and the codes fit in shared memory. HMOE_MV_I8_RG / HMOE_MV_I8_RD = 1, 2 or 4 fix the rows
 // per warp of gate/up (default 2) and down (default 4).
 static bool mv_i8(const hm_cu_w *w) {
     if (q8k_smem(w->cols) > 32 * 1024) return false;
-    const char *v = getenv("HMOE_MV_Q4K_I8");
-    return !(v && !strcmp(v, "0"));
+    return mv_env("HMOE_MV_Q4K_I8", 0) == 1;
 }
 
 #define I8_ROWS(F, ENV, DEF)                                                                       \
