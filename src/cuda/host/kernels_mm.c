@@ -210,6 +210,7 @@ static void matvec_glu_k(const void *p) {
             g[r] = hm_hd_glu(a->act, v[0], v[1], a->alpha, a->limit);
         }
     }
+    free(buf);
 }
 
 cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w *wu, const float *bg,
