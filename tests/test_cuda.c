@@ -673,8 +673,7 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
      * hm_hd_q8_0_q8_0_row, the CPU's dot_q8_0_ref within float rounding, the float reference
      * within the codes' rounding) */
     static const int ns[] = {1, 2, 3, 5, 8, 9, 17, 40};
-    const char *q8e = getenv("HMOE_MV_Q8_I8");
-    const bool q8i = type == HM_TYPE_Q8_0 && q8e && !strcmp(q8e, "1");
+    const bool q8i = type == HM_TYPE_Q8_0 && hm_cu_env_is("HMOE_MV_Q8_I8", "1");
     hm_block_q8_0 *x80 = q8i ? malloc(sizeof(hm_block_q8_0) * (size_t)(NT * cols / 32)) : NULL;
     for (int t = 0; q8i && t < NT; t++)
         hm_quantize_row_q8_0_ref(x + (int64_t)t * cols, x80 + t * (cols / 32), cols);
@@ -735,9 +734,8 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
      * hm_hd_q4k_q8k_row and equals the CPU engine's (dot_q4_K_ref) within float rounding; the
      * float reference within the codes' rounding (half a step of at most 1/127 of the block's
      * largest value, against values of mean magnitude 1/2) */
-    const char *i8e = getenv("HMOE_MV_Q4K"), *i8f = getenv("HMOE_MV_Q4K_I8");
-    const bool i8 = type == HM_TYPE_Q4_K && cols % 256 == 0 && !(i8e && !strcmp(i8e, "0")) && i8f &&
-                    !strcmp(i8f, "1");
+    const bool i8 = type == HM_TYPE_Q4_K && cols % 256 == 0 && !hm_cu_env_is("HMOE_MV_Q4K", "0") &&
+                    hm_cu_env_is("HMOE_MV_Q4K_I8", "1");
     const int64_t nsb = cols / 256;
     hm_block_q8_K *xq = i8 ? malloc(sizeof(hm_block_q8_K) * 7 * (size_t)nsb) : NULL;
     for (int t = 0; i8 && t < 7; t++)

@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/hd.h"
 #include "quant/types.h"
@@ -104,6 +106,27 @@ cudaError_t hm_cu_matvec_multi(const hm_cu_w *w, int nw, const float *x, int64_t
  * dq.h's hm_hd_q4k_q8k_row; HMOE_MV_Q4K=0 keeps the float activations). */
 cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs, const float *x,
                                  int64_t xs, int x_div, float *y, int64_t ys, cudaStream_t stream);
+
+/* The integer-product paths' shapes and switches, which matvec.cu's launchers and the host
+ * GPU's (host/kernels_mm.c) both apply. Shared bytes of the Q8_K form of cols activations (codes,
+ * a float scale and 16 int sums a super-block) and of the Q8_0 form of n rows (codes, a float
+ * scale a block); the experts take Q8_K within HM_CU_I8_SMEM, q8_dot's Q8_0 and
+ * hm_cu_quant_q8_K within HM_CU_SMEM_MAX (a launch's dynamic shared memory without opting in). */
+#define HM_CU_I8_SMEM     (32 * 1024)
+#define HM_CU_SMEM_MAX    (48 * 1024)
+#define HM_CU_Q8_ROWS_MAX 32768 /* q8_dot's rows in one launch (a set's sum) */
+static inline size_t hm_cu_q8k_smem(int64_t cols) {
+    return (size_t)(cols / 256) * (256 + sizeof(float) + 16 * sizeof(int));
+}
+static inline size_t hm_cu_q80_smem(int64_t cols, int n) {
+    return (size_t)n * (size_t)(cols + cols / 32 * (int64_t)sizeof(float));
+}
+/* whether the variable is set to exactly v (the switches are read per launch: a decode graph's
+ * at its capture) */
+static inline bool hm_cu_env_is(const char *name, const char *v) {
+    const char *e = getenv(name);
+    return e && !strcmp(e, v);
+}
 
 /* x's n rows (xs floats apart, 16-byte aligned; cols a multiple of 256, at most 38656) as Q8_K
  * blocks (hm_block_q8_K, cols / 256 a row) into out: bit for bit hm_quantize_row_q8_K_ref, as

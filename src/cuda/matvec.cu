@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
 // come as float4 from global memory. Q8_U groups of eight blocks are loaded before any is used.
 // A code byte becomes a float as nib_f's do (its sign bit flipped, then less 2^23 + 128); the
 // block's sum of code x activation is scaled once.
-enum { Q8_U = 4, Q8_ROWS_MAX = 32768 };
+enum { Q8_U = 4 };
 
 __device__ __forceinline__ float i8_f(uint32_t v, int u) {
     return __uint_as_float(__byte_perm(v ^ 0x80808080u, 0x4B000000u, 0x7440u | (unsigned)u)) -
@@ -535,11 +535,6 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
 // section): each block quantizes its tokens' activations into shared memory (the CPU's codes
 // and half-rounded scales), then a lane's eight code products are two dp4a, scaled once
 // (hm_hd_q8_0_share); a row's sum has the bits of hm_hd_q8_0_q8_0_row.
-
-// shared bytes of q80_stage's form of n rows of cols values
-static size_t q80_smem(int64_t cols, int n) {
-    return (size_t)n * (size_t)(cols + cols / 32 * (int64_t)sizeof(float));
-}
 
 // n rows of x (16-byte aligned, xs apart) as Q8_0 codes [n][cols] and scales [n][cols / 32]
 // in shared memory: eight lanes a block, four values each (a block's largest magnitude over
@@ -653,6 +648,12 @@ struct mv_glu {
     float alpha, limit;
 };
 
+// a block's n rows from r0 of an expert on the CPU (its gate and up are 0, and so their act)
+__device__ __forceinline__ void glu_zero(float *gp, int64_t r0, int n, int64_t rows) {
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        if (r0 + j < rows) gp[r0 + j] = 0.0f;
+}
+
 // Once a block knows its pair's expert: its own gate and up rows [r0, r0 + nr) into L2, so that
 // the warps' later super-blocks come from there.
 __device__ __forceinline__ void glu_prefetch(const mv_glu &a, int id, int64_t r0, int64_t nr) {
@@ -676,8 +677,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * rpw * GLU_ROWS;
     float *gp = g + (int64_t)p * gs;
     if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
-        for (int j = threadIdx.x; j < GLU_ROWS * rpw; j += blockDim.x)
-            if (r0 + j < rows) gp[r0 + j] = 0.0f;
+        glu_zero(gp, r0, GLU_ROWS * rpw, rows);
         return;
     }
     glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * rpw);
@@ -738,8 +738,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * R * GLU_ROWS;
     float *gp = g + (int64_t)p * gs;
     if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
-        for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
-            if (r0 + j < rows) gp[r0 + j] = 0.0f;
+        glu_zero(gp, r0, GLU_ROWS * R, rows);
         return;
     }
     glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * R);
@@ -763,8 +762,10 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
 // ---- Q4_K experts on Q8_K activations ------------------------------------------------------
 // The CPU's expert engine multiplies Q4_K rows by activations quantized to Q8_K (dq.h's
 // Q4_K x Q8_K section); these kernels do the same. Each block first quantizes its pair's
-// activations into shared memory, bit for bit the CPU's codes. Then a lane takes 16 code bytes
-// of a super-block in eight 4-byte integer products (dp4a) and scales them once
+// activations into shared memory, bit for bit the CPU's codes: every block of a pair does it
+// again (a warp a super-block, in the shadow of its first weight loads), where quantizing
+// once would cost a launch and a round trip through memory on the step's critical path. Then a lane
+// takes 16 code bytes of a super-block in eight 4-byte integer products (dp4a) and scales them once
 // (hm_hd_q4k_q8k_share): about a fifth of the float kernels' instructions a weight, whose
 // dequantization kept one token's experts well below the memory's rate. A row's sum has the bits
 // of hm_hd_q4k_q8k_row whatever the rows per warp.
@@ -773,11 +774,6 @@ struct q8k_sh {
     const float *d;   // [nsb]
     const int *bs;    // [nsb][16] sums of 16 codes
 };
-
-// shared bytes of q8k_stage's form of cols values
-static size_t q8k_smem(int64_t cols) {
-    return (size_t)(cols / 256) * (256 + sizeof(float) + 16 * sizeof(int));
-}
 
 // x (nsb super-blocks, 16-byte aligned) as Q8_K codes in shared memory: warp w quantizes
 // super-blocks w, w + warps, .., lane l its values 8 l .. 8 l + 7; the block must reach it
@@ -904,8 +900,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     const int64_t rows = a.w[0].rows, r0 = (int64_t)blockIdx.x * R * GLU_ROWS;
     float *gp = g + (int64_t)p * gs;
     if (id < 0) { /* an expert on the CPU: act(0, 0) = 0 */
-        for (int j = threadIdx.x; j < GLU_ROWS * R; j += blockDim.x)
-            if (r0 + j < rows) gp[r0 + j] = 0.0f;
+        glu_zero(gp, r0, GLU_ROWS * R, rows);
         return;
     }
     glu_prefetch(a, id, r0, (int64_t)GLU_ROWS * R);
@@ -1009,8 +1004,7 @@ static bool mv_q4k(const hm_cu_w *w, const float *x, int64_t xs) {
     if (w->type != HM_TYPE_Q4_K || w->cols % 256 || ((uintptr_t)w->data & 15) ||
         w->row_bytes % 16 || w->estride % 16 || ((uintptr_t)x & 15) || xs % 4)
         return false;
-    const char *v = getenv("HMOE_MV_Q4K"); /* read per launch: a decode graph's at its capture */
-    return !(v && !strcmp(v, "0"));
+    return !hm_cu_env_is("HMOE_MV_Q4K", "0"); /* read per launch */
 }
 
 // q8_dot where the shapes allow it (2-byte aligned blocks, 16-byte aligned activations);
@@ -1019,13 +1013,12 @@ static bool mv_q8(const hm_cu_w *w, const float *x, int64_t xs) {
     if (w->type != HM_TYPE_Q8_0 || ((uintptr_t)w->data & 1) || w->row_bytes % 2 ||
         ((uintptr_t)x & 15) || xs % 4)
         return false;
-    const char *v = getenv("HMOE_MV_Q8");
-    return !(v && !strcmp(v, "0"));
+    return !hm_cu_env_is("HMOE_MV_Q8", "0");
 }
 
 // q8_dot's rows on Q8_0 activations (matvec_q8i_k) where HMOE_MV_Q8_I8=1 (read per launch)
 static bool mv_q8_i8(void) {
-    return mv_env("HMOE_MV_Q8_I8", 0) == 1;
+    return hm_cu_env_is("HMOE_MV_Q8_I8", "1");
 }
 
 // rows per warp of the Q4_K lane layout for single tokens: 2 (HMOE_MV_Q4K_R=1|4 fixes it, for
@@ -1040,8 +1033,7 @@ static int q4k_rows(void) {
 // shapes and the codes fit in shared memory. HMOE_MV_I8_RG / HMOE_MV_I8_RD = 1, 2 or 4 fix the rows
 // per warp of gate/up (default 2) and down (default 4).
 static bool mv_i8(const hm_cu_w *w) {
-    if (q8k_smem(w->cols) > 32 * 1024) return false;
-    return mv_env("HMOE_MV_Q4K_I8", 0) == 1;
+    return hm_cu_q8k_smem(w->cols) <= HM_CU_I8_SMEM && hm_cu_env_is("HMOE_MV_Q4K_I8", "1");
 }
 
 #define I8_ROWS(F, ENV, DEF)                                                                       \
@@ -1091,8 +1083,8 @@ static void matvec_nt(const mv_set *m, const float *x, int64_t xs, int n, bool l
             unsigned blocks = 0;
             for (int i = 0; i < m->nw; i++)
                 set.b1[i] = blocks += (unsigned)((m->w[i].rows + MV_WARPS - 1) / MV_WARPS);
-            const size_t qsm = q80_smem(w->cols, NT < n ? NT : n);
-            if (mv_q8_i8() && qsm <= MV_SMEM)
+            const size_t qsm = hm_cu_q80_smem(w->cols, NT < n ? NT : n);
+            if (mv_q8_i8() && qsm <= HM_CU_SMEM_MAX)
                 hm_launch(matvec_q8i_k<NT>, blocks * (unsigned)ng, MV_WARPS * 32, qsm, s, set, x,
                           xs, n, ng, pf);
             else
@@ -1140,7 +1132,7 @@ static void matvec_launch(const mv_set *m, const float *x, int64_t xs, int n, cu
     bool q8 = T == HM_TYPE_Q8_0;
     int64_t rows = 0;
     for (int i = 0; i < m->nw && q8; i++) q8 = mv_q8(&m->w[i], x, xs), rows += m->w[i].rows;
-    q8 = q8 && rows <= Q8_ROWS_MAX;
+    q8 = q8 && rows <= HM_CU_Q8_ROWS_MAX;
     /* unstaged, each lane reads its own chunk of every row: a line per lane */
     const int g = lanes || q8 ? HM_CU_MATVEC_MAX : mv_group(w->cols);
     const int nt = n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : 8));
@@ -1234,7 +1226,7 @@ static cudaError_t experts_launch(const hm_cu_w *w, const int32_t *ids, int n_pa
 #define L(R)                                                                                       \
     hm_launch(matvec_exp_i8_k<R>,                                                                  \
               dim3((unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R)), (unsigned)np),       \
-              MV_WARPS * 32, q8k_smem(w->cols), stream, *w, id, xp, xs, x_div, yp, ys, sum)
+              MV_WARPS * 32, hm_cu_q8k_smem(w->cols), stream, *w, id, xp, xs, x_div, yp, ys, sum)
             I8_ROWS(L, "HMOE_MV_I8_RD", 4)
 #undef L
             return;
@@ -1310,7 +1302,7 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
 #define L(R)                                                                                       \
     hm_launch(matvec_exp_glu_i8_k<R>,                                                              \
               dim3((unsigned)((wg->rows + GLU_ROWS * R - 1) / (GLU_ROWS * R)), (unsigned)np),      \
-              MV_WARPS * 32, q8k_smem(wg->cols), stream, a, id, xp, xs, x_div, gp, gs)
+              MV_WARPS * 32, hm_cu_q8k_smem(wg->cols), stream, a, id, xp, xs, x_div, gp, gs)
             I8_ROWS(L, "HMOE_MV_I8_RG", 2)
 #undef L
             return;
@@ -1344,10 +1336,10 @@ extern "C" cudaError_t hm_cu_matvec_experts_glu(const hm_cu_w *wg, const hm_cu_w
 extern "C" cudaError_t hm_cu_quant_q8_K(const float *x, int64_t xs, int n, int64_t cols, void *out,
                                         cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    if (cols <= 0 || cols % 256 || q8k_smem(cols) > MV_SMEM || ((uintptr_t)x & 15) || xs % 4 ||
-        xs < cols || ((uintptr_t)out & 3))
+    if (cols <= 0 || cols % 256 || hm_cu_q8k_smem(cols) > HM_CU_SMEM_MAX || ((uintptr_t)x & 15) ||
+        xs % 4 || xs < cols || ((uintptr_t)out & 3))
         return cudaErrorInvalidValue;
-    hm_launch(quant_q8k_k, (unsigned)n, 256, q8k_smem(cols), stream, x, xs, cols,
+    hm_launch(quant_q8k_k, (unsigned)n, 256, hm_cu_q8k_smem(cols), stream, x, xs, cols,
               (hm_block_q8_K *)out);
     return cudaGetLastError();
 }

@@ -68,9 +68,9 @@ static float row_dot(uint32_t type, const uint8_t *row, int64_t cols, const floa
  * super-blocks, the codes within 32 KiB of shared memory, HMOE_MV_Q4K not 0 and HMOE_MV_Q4K_I8
  * 1), each row as dq.h's hm_hd_q4k_q8k_row sums it */
 static bool experts_i8(const hm_cu_w *w) {
-    if (w->type != HM_TYPE_Q4_K || w->cols % 256 || w->cols / 256 * 324 > 32 * 1024) return false;
-    const char *a = getenv("HMOE_MV_Q4K"), *b = getenv("HMOE_MV_Q4K_I8");
-    return !(a && !strcmp(a, "0")) && b && !strcmp(b, "1");
+    return w->type == HM_TYPE_Q4_K && w->cols % 256 == 0 &&
+           hm_cu_q8k_smem(w->cols) <= HM_CU_I8_SMEM && !hm_cu_env_is("HMOE_MV_Q4K", "0") &&
+           hm_cu_env_is("HMOE_MV_Q4K_I8", "1");
 }
 
 /* row . x as the experts compute it: on xq (x as Q8_K) where experts_i8, else row_dot */
@@ -80,21 +80,23 @@ static float expert_dot(const hm_cu_w *w, const uint8_t *row, const float *x,
               : row_dot(w->type, row, w->cols, x);
 }
 
-/* the pair's activations as Q8_K into buf (cols / 256 blocks) where i8, else NULL */
-static const hm_block_q8_K *expert_x(bool i8, const float *x, int64_t cols, hm_block_q8_K *buf) {
-    if (!i8) return NULL;
-    hm_quantize_row_q8_K_ref(x, buf, cols);
+/* the pair's activations x as Q8_K in buf (cols / 256 blocks), NULL without buf; *last: the x
+ * buf holds, so that a token's k pairs quantize it once */
+static const hm_block_q8_K *expert_x(hm_block_q8_K *buf, const float *x, int64_t cols,
+                                     const float **last) {
+    if (!buf) return NULL;
+    if (*last != x) hm_quantize_row_q8_K_ref(x, buf, cols), *last = x;
     return buf;
 }
 
-/* Q8_0 rows on Q8_0 activations where matvec.cu's q8_dot takes them (its mv_q8, a set of at most
- * 32768 rows, the codes within 48 KiB of shared memory) and HMOE_MV_Q8_I8=1; each row as
- * hm_hd_q8_0_q8_0_row sums it */
+/* Q8_0 rows on Q8_0 activations where matvec.cu's q8_dot takes them (its mv_q8, at most
+ * HM_CU_Q8_ROWS_MAX rows, the codes of a group of HM_CU_MATVEC_MAX tokens within HM_CU_SMEM_MAX)
+ * and HMOE_MV_Q8_I8=1; each row as hm_hd_q8_0_q8_0_row sums it. The CUDA launcher counts the rows
+ * of a set of matrices together; no model's set passes the limit. */
 static bool dense_q8_i8(const hm_cu_w *w, int n) {
-    const char *v = getenv("HMOE_MV_Q8_I8");
-    const int g = n < 8 ? n : 8; /* the tokens of a launch's group */
-    return v && !strcmp(v, "1") && w->type == HM_TYPE_Q8_0 && w->cols % 32 == 0 &&
-           w->rows <= 32768 && (size_t)g * (size_t)(w->cols + w->cols / 32 * 4) <= 48 * 1024;
+    return w->type == HM_TYPE_Q8_0 && w->cols % 32 == 0 && w->rows <= HM_CU_Q8_ROWS_MAX &&
+           hm_cu_q80_smem(w->cols, n < HM_CU_MATVEC_MAX ? n : HM_CU_MATVEC_MAX) <= HM_CU_SMEM_MAX &&
+           hm_cu_env_is("HMOE_MV_Q8_I8", "1");
 }
 
 typedef struct matvec_args {
@@ -127,6 +129,7 @@ static void matvec_k(const void *p) {
     }
     hm_block_q8_K *buf =
         i8 && g->ids ? malloc(sizeof(hm_block_q8_K) * (size_t)(w->cols / 256)) : NULL;
+    const float *last = NULL;
     for (int t = 0; t < g->n; t++) {
         const int id = g->ids ? g->ids[t] : 0;
         float *y = g->y + (int64_t)t * g->ys;
@@ -135,7 +138,7 @@ static void matvec_k(const void *p) {
             continue;
         }
         const float *x = g->x + (int64_t)(t / g->x_div) * g->xs;
-        const hm_block_q8_K *xk = expert_x(buf != NULL, x, w->cols, buf);
+        const hm_block_q8_K *xk = expert_x(buf, x, w->cols, &last);
         const uint8_t *base = (const uint8_t *)w->data + (size_t)id * w->estride;
         for (int64_t r = 0; r < w->rows; r++)
             y[r] = expert_dot(w, base + r * (int64_t)w->row_bytes, x, xk);
@@ -189,6 +192,7 @@ static void matvec_glu_k(const void *p) {
     const int64_t rows = a->w[0].rows, cols = a->w[0].cols;
     const bool i8 = a->i8;
     hm_block_q8_K *buf = i8 ? malloc(sizeof(hm_block_q8_K) * (size_t)(cols / 256)) : NULL;
+    const float *last = NULL;
     for (int t = 0; t < a->n; t++) {
         const int id = a->ids[t];
         float *g = a->g + (int64_t)t * a->gs;
@@ -197,7 +201,7 @@ static void matvec_glu_k(const void *p) {
             continue;
         }
         const float *x = a->x + (int64_t)(t / a->x_div) * a->xs;
-        const hm_block_q8_K *xq = expert_x(i8 && buf, x, cols, buf);
+        const hm_block_q8_K *xq = expert_x(buf, x, cols, &last);
         for (int64_t r = 0; r < rows; r++) {
             float v[2];
             for (int h = 0; h < 2; h++) {
@@ -244,8 +248,8 @@ static void quant_k(const void *p) {
 cudaError_t hm_cu_quant_q8_K(const float *x, int64_t xs, int n, int64_t cols, void *out,
                              cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    if (cols <= 0 || cols % 256 || cols / 256 * 324 > 48 * 1024 || ((uintptr_t)x & 15) || xs % 4 ||
-        xs < cols || ((uintptr_t)out & 3))
+    if (cols <= 0 || cols % 256 || hm_cu_q8k_smem(cols) > HM_CU_SMEM_MAX || ((uintptr_t)x & 15) ||
+        xs % 4 || xs < cols || ((uintptr_t)out & 3))
         return cudaErrorInvalidValue;
     const quant_args a = {x, xs, cols, n, out};
     return hm_host_launch(stream, quant_k, &a, sizeof a);
