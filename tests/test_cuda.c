@@ -475,8 +475,8 @@ static void check_graph_shapes(const char *name) {
 
 /* model q written as a quantized GGUF. The GPU's matvec path (one token at a time) computes in
  * float on the dequantized weights: against the CPU's exact kernels on the same weights written
- * as F32, the fixtures' 1e-3 (Q4_K experts with HMOE_MV_Q4K_I8=1, which multiply Q8_K
- * activations as the CPU's do: the hybrid bounds). The tensor-core path (whole prompt; weights and
+ * as F32, the fixtures' 1e-3 (Q4_K experts, which multiply Q8_K activations as the CPU's do
+ * unless HMOE_MV_Q4K_I8=0: the hybrid bounds). The tensor-core path (whole prompt; weights and
  * activations rounded to half) and the hybrid placement (the CPU's experts quantize their
  * activations as the CPU does, without AMX here) within KL bounds of that reference; so is
  * --gpu-dtype bf16 (non-expert weights rounded to BF16; batches with BF16 activations on cuBLAS);
@@ -497,10 +497,11 @@ static void check_quantized_gpu(int type, int experts_type) {
     CHECK(write_dequantized(path, fpath));
     const int V = f.vocab;
     /* Q4_K experts multiply activations quantized to Q8_K on the GPU's matvec as on the CPU
-     * where HMOE_MV_Q4K_I8=1 (kernels.h): those cases take the hybrid bounds rather than the
-     * exact kernels' */
-    const char *i8v = getenv("HMOE_MV_Q4K_I8");
-    const bool q8k = experts_type == HM_TYPE_Q4_K && i8v && !strcmp(i8v, "1");
+     * (kernels.h; HMOE_MV_Q4K_I8=0 and HMOE_MV_Q4K=0 keep them in float): those cases take the
+     * hybrid bounds rather than the exact kernels' */
+    const char *q4k = getenv("HMOE_MV_Q4K"), *i8v = getenv("HMOE_MV_Q4K_I8");
+    const bool q8k =
+        experts_type == HM_TYPE_Q4_K && !(q4k && !strcmp(q4k, "0")) && !(i8v && !strcmp(i8v, "0"));
     float *lf = malloc(sizeof(float) * 64 * (size_t)V),
           *lg = malloc(sizeof(float) * 64 * (size_t)V);
     for (int i = 0; i < f.n_prompts; i++) {
@@ -735,7 +736,7 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
      * float reference within the codes' rounding (half a step of at most 1/127 of the block's
      * largest value, against values of mean magnitude 1/2) */
     const bool i8 = type == HM_TYPE_Q4_K && cols % 256 == 0 && !hm_cu_env_is("HMOE_MV_Q4K", "0") &&
-                    hm_cu_env_is("HMOE_MV_Q4K_I8", "1");
+                    !hm_cu_env_is("HMOE_MV_Q4K_I8", "0");
     const int64_t nsb = cols / 256;
     hm_block_q8_K *xq = i8 ? malloc(sizeof(hm_block_q8_K) * 7 * (size_t)nsb) : NULL;
     for (int t = 0; i8 && t < 7; t++)
@@ -1731,12 +1732,14 @@ static void check_kernels(void) {
     }
     /* enough rows that a warp takes several (the output head's shape) */
     check_matvec(HM_TYPE_Q4_0, 17001, 64);
-    /* Q4_K with the lanes across each super-block (the default where the shape allows it), and
-     * with a lane per 32-value chunk as the other types (HMOE_MV_Q4K=0) */
+    /* Q4_K's float kernels (HMOE_MV_Q4K_I8=0: the experts on float activations too): the lanes
+     * across each super-block (the default where the shape allows it) with one, two (the
+     * default) and four rows per warp (tails of 1 and 3 rows), and a lane per 32-value chunk as
+     * the other types (HMOE_MV_Q4K=0) */
+    setenv("HMOE_MV_Q4K_I8", "0", 1);
     check_matvec(HM_TYPE_Q4_K, 37, 768);
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
     check_fused(HM_TYPE_Q4_K, 45, 768);
-    /* one, two (the default) and four rows per warp: tails of 1 and 3 rows */
     for (int r = 1; r <= 4; r *= 2) {
         char v[12];
         snprintf(v, sizeof v, "%d", r);
@@ -1746,9 +1749,9 @@ static void check_kernels(void) {
         check_fused(HM_TYPE_Q4_K, 45, 768);
     }
     unsetenv("HMOE_MV_Q4K_R");
-    /* the experts on Q8_K activations (HMOE_MV_Q4K_I8=1) with 1, 2 (gate/up's default) and 4
-     * (down's) rows per warp */
-    setenv("HMOE_MV_Q4K_I8", "1", 1);
+    unsetenv("HMOE_MV_Q4K_I8");
+    /* the experts on Q8_K activations (the default) with 1, 2 (gate/up's default) and 4 (down's)
+     * rows per warp, then the defaults */
     for (int r = 1; r <= 4; r *= 2) {
         char v[12];
         snprintf(v, sizeof v, "%d", r);
@@ -1761,7 +1764,6 @@ static void check_kernels(void) {
     unsetenv("HMOE_MV_I8_RG"), unsetenv("HMOE_MV_I8_RD");
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
     check_fused(HM_TYPE_Q4_K, 45, 768);
-    unsetenv("HMOE_MV_Q4K_I8");
     check_quant_q8k();
     setenv("HMOE_MV_Q4K", "0", 1);
     check_matvec(HM_TYPE_Q4_K, 37, 768);

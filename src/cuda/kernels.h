@@ -101,9 +101,9 @@ cudaError_t hm_cu_matvec_multi(const hm_cu_w *w, int nw, const float *x, int64_t
 
 /* Experts: for each of n_pairs (token, expert) pairs p, y[p][r] = W_{ids[p]}[r] . x[p / x_div]
  * (x_div = k for the gate and up projections of a token's k experts, 1 for down); 0 where
- * ids[p] < 0. With HMOE_MV_Q4K_I8=1, Q4_K experts in whole super-blocks multiply x quantized
- * to Q8_K as the CPU's engine does (hm_cu_quant_q8_K's codes; each row's sum has the bits of
- * dq.h's hm_hd_q4k_q8k_row; HMOE_MV_Q4K=0 keeps the float activations). */
+ * ids[p] < 0. Q4_K experts in whole super-blocks multiply x quantized to Q8_K as the CPU's
+ * engine does (hm_cu_quant_q8_K's codes; each row's sum has the bits of dq.h's
+ * hm_hd_q4k_q8k_row; HMOE_MV_Q4K_I8=0 or HMOE_MV_Q4K=0 keeps the float activations). */
 cudaError_t hm_cu_matvec_experts(const hm_cu_w *w, const int32_t *ids, int n_pairs, const float *x,
                                  int64_t xs, int x_div, float *y, int64_t ys, cudaStream_t stream);
 
