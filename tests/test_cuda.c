@@ -594,6 +594,13 @@ static void host_copy(void *h, const void *d, size_t bytes) {
     CU(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
 }
 
+/* setenv(name, v) for an integer v */
+static void setenv_int(const char *name, int v) {
+    char b[16];
+    snprintf(b, sizeof b, "%d", v);
+    setenv(name, b, 1);
+}
+
 /* random weights of `type`: quantized from random floats where the repo has a quantizer, else
  * random bytes with the scales kept in range */
 static void rand_weights(uint32_t type, int64_t rows, int64_t cols, uint8_t *w, size_t rb) {
@@ -1741,9 +1748,7 @@ static void check_kernels(void) {
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
     check_fused(HM_TYPE_Q4_K, 45, 768);
     for (int r = 1; r <= 4; r *= 2) {
-        char v[12];
-        snprintf(v, sizeof v, "%d", r);
-        setenv("HMOE_MV_Q4K_R", v, 1);
+        setenv_int("HMOE_MV_Q4K_R", r);
         check_matvec(HM_TYPE_Q4_K, 37, 768);
         check_matvec(HM_TYPE_Q4_K, 7, 2560);
         check_fused(HM_TYPE_Q4_K, 45, 768);
@@ -1753,15 +1758,23 @@ static void check_kernels(void) {
     /* the experts on Q8_K activations (the default) with 1, 2 (gate/up's default) and 4 (down's)
      * rows per warp, then the defaults */
     for (int r = 1; r <= 4; r *= 2) {
-        char v[12];
-        snprintf(v, sizeof v, "%d", r);
-        setenv("HMOE_MV_I8_RG", v, 1), setenv("HMOE_MV_I8_RD", v, 1);
+        setenv_int("HMOE_MV_I8_RG", r), setenv_int("HMOE_MV_I8_RD", r);
         check_matvec(HM_TYPE_Q4_K, 37, 768);
         check_matvec(HM_TYPE_Q4_K, 7, 2560);
         check_fused(HM_TYPE_Q4_K, 45, 768);
         check_fused(HM_TYPE_Q4_K, 13, 2816);
     }
     unsetenv("HMOE_MV_I8_RG"), unsetenv("HMOE_MV_I8_RD");
+    /* down's flat layout (HMOE_MV_I8_FLAT=1: rows of 1-3 super-blocks spread over the four lane
+     * groups) with 1, 2 and 4 rows per warp: the same bits as hm_hd_q4k_q8k_row */
+    setenv("HMOE_MV_I8_FLAT", "1", 1);
+    for (int r = 1; r <= 4; r *= 2) {
+        setenv_int("HMOE_MV_I8_RD", r);
+        check_matvec(HM_TYPE_Q4_K, 37, 768);
+        check_matvec(HM_TYPE_Q4_K, 9, 512);
+        check_matvec(HM_TYPE_Q4_K, 6, 256);
+    }
+    unsetenv("HMOE_MV_I8_RD"), unsetenv("HMOE_MV_I8_FLAT");
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
     check_fused(HM_TYPE_Q4_K, 45, 768);
     check_quant_q8k();

@@ -558,6 +558,21 @@ static void test_q4k_q8k(void) {
                       "Q4_K x Q8_K, %d super-blocks: %.9g against the CPU's %.9g (terms %.3g)", nsb,
                       (double)g, c, a);
         }
+        /* the down kernel's flat layout (rows of 1-3 super-blocks, 1-4 rows a warp): each
+         * row's sum has hm_hd_q4k_q8k_row's bits; rep 2's first row all zero weights */
+        if (rep % 4 == 2) memset(w, 0, sizeof *w * 3);
+        for (int nsb = 1; nsb <= 3; nsb++)
+            for (int nr = 1; nr <= 4 && nr * nsb <= NSB; nr++) {
+                float f[4];
+                hm_hd_q4k_q8k_rows_flat(w, xq, nsb, nr, f);
+                for (int r = 0; r < nr; r++) {
+                    const float g = hm_hd_q4k_q8k_row(w + r * nsb, xq, nsb);
+                    CHECK_MSG(memcmp(&f[r], &g, sizeof g) == 0,
+                              "Q4_K x Q8_K flat, %d super-blocks, row %d of %d: %.9g against "
+                              "the row's %.9g",
+                              nsb, r, nr, (double)f[r], (double)g);
+                }
+            }
     }
     /* Q8_0 rows on Q8_0 activations: the codes at 1 / (amax / 127), the row's sum in the lanes'
      * order against dot_q8_0_ref */

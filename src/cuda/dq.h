@@ -538,30 +538,50 @@ HM_HD float hm_hd_lanes_sum(float lane[32]) {
     return lane[0];
 }
 
+/* Lane l's share of super-block w times its activations x (l = 8 g + 2 j + h: sub-blocks 2j and
+ * 2j + 1, code bytes 16 h .. + 16 of each) */
+HM_HD float hm_hd_q4k_q8k_lane(const hm_block_q4_K *w, const hm_block_q8_K *x, int l) {
+    const int j = (l >> 1) & 3, h = l & 1;
+    int sc[2], m[2];
+    hm_hd_k4_scale_min(w->scales, 2 * j, &sc[0], &m[0]);
+    hm_hd_k4_scale_min(w->scales, 2 * j + 1, &sc[1], &m[1]);
+    uint32_t q[4], xl[4], xh[4];
+    memcpy(q, w->qs + 32 * j + 16 * h, 16);
+    memcpy(xl, x->qs + 64 * j + 16 * h, 16);
+    memcpy(xh, x->qs + 64 * j + 32 + 16 * h, 16);
+    return hm_hd_q4k_q8k_share(hm_hd_f16_to_f32(w->d), hm_hd_f16_to_f32(w->dmin), sc[0], m[0],
+                               sc[1], m[1], q, xl, xh, x->bsums[4 * j + h], x->bsums[4 * j + 2 + h],
+                               x->d);
+}
+
 /* A Q4_K row of nsb super-blocks times Q8_K activations as the GPU's experts sum it: lane
  * (j, h) of group g takes super-blocks g, g + 4, .. in order, its sum starting at 0; the 32
  * lanes' sums are then added by hm_hd_lanes_sum. */
 HM_HD float hm_hd_q4k_q8k_row(const hm_block_q4_K *w, const hm_block_q8_K *x, int nsb) {
     float lane[32];
     for (int l = 0; l < 32; l++) {
-        const int g = l >> 3, j = (l >> 1) & 3, h = l & 1;
         float acc = 0.0f;
-        for (int s = g; s < nsb; s += 4) {
-            int sc[2], m[2];
-            hm_hd_k4_scale_min(w[s].scales, 2 * j, &sc[0], &m[0]);
-            hm_hd_k4_scale_min(w[s].scales, 2 * j + 1, &sc[1], &m[1]);
-            uint32_t q[4], xl[4], xh[4];
-            memcpy(q, w[s].qs + 32 * j + 16 * h, 16);
-            memcpy(xl, x[s].qs + 64 * j + 16 * h, 16);
-            memcpy(xh, x[s].qs + 64 * j + 32 + 16 * h, 16);
-            acc = hm_hd_fadd(acc, hm_hd_q4k_q8k_share(hm_hd_f16_to_f32(w[s].d),
-                                                      hm_hd_f16_to_f32(w[s].dmin), sc[0], m[0],
-                                                      sc[1], m[1], q, xl, xh, x[s].bsums[4 * j + h],
-                                                      x[s].bsums[4 * j + 2 + h], x[s].d));
-        }
+        for (int s = l >> 3; s < nsb; s += 4)
+            acc = hm_hd_fadd(acc, hm_hd_q4k_q8k_lane(w + s, x + s, l));
         lane[l] = acc;
     }
     return hm_hd_lanes_sum(lane);
+}
+
+/* nr (<= 4) consecutive Q4_K rows of nsb (<= 3) super-blocks times the same activations as the
+ * down kernel's flat layout (matvec.cu's q4k_i8_flat) sums them into out[nr]: item i = r nsb + s
+ * to group i % 4, each lane's sum per row starting at 0. Its bits are hm_hd_q4k_q8k_row's for
+ * every row (test_cuda_twins checks them). */
+HM_HD void hm_hd_q4k_q8k_rows_flat(const hm_block_q4_K *w, const hm_block_q8_K *x, int nsb, int nr,
+                                   float *out) {
+    float lane[4][32];
+    for (int r = 0; r < nr; r++)
+        for (int l = 0; l < 32; l++) lane[r][l] = 0.0f;
+    for (int l = 0; l < 32; l++)
+        for (int i = l >> 3; i < nr * nsb; i += 4)
+            lane[i / nsb][l] =
+                hm_hd_fadd(lane[i / nsb][l], hm_hd_q4k_q8k_lane(w + i, x + i % nsb, l));
+    for (int r = 0; r < nr; r++) out[r] = hm_hd_lanes_sum(lane[r]);
 }
 
 /* ---- Q8_0 rows times Q8_0 activations ------------------------------------------------------ */

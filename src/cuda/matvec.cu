@@ -817,11 +817,45 @@ __device__ __forceinline__ q8k_sh q8k_stage(uint8_t *sh, const float *__restrict
     return q8k_sh{qs, d, bs};
 }
 
+// Lane (j, h)'s activations of super-block s for hm_hd_q4k_q8k_share: its 16 code bytes of
+// sub-blocks 2j and 2j + 1, their 16-value sums and the block's scale. Lanes of j >= 2 read the
+// high half first, so that each of a group's two 16-byte shared loads falls on 32 distinct banks.
+struct i8_xs {
+    uint32_t xl[4], xh[4];
+    int bl, bh;
+    float d;
+};
+
+__device__ __forceinline__ i8_xs i8_x(const q8k_sh &x, int s, int lane) {
+    const int j = (lane >> 1) & 3, h = lane & 1;
+    const int8_t *xq = x.qs + 256 * s + 64 * j + 16 * h;
+    const uint4 xa = *(const uint4 *)(xq + (j >= 2 ? 32 : 0)),
+                xb = *(const uint4 *)(xq + (j >= 2 ? 0 : 32));
+    const uint4 l4 = j >= 2 ? xb : xa, h4 = j >= 2 ? xa : xb;
+    return i8_xs{{l4.x, l4.y, l4.z, l4.w},
+                 {h4.x, h4.y, h4.z, h4.w},
+                 x.bs[16 * s + 4 * j + h],
+                 x.bs[16 * s + 4 * j + 2 + h],
+                 x.d[s]};
+}
+
+// lane (j, h)'s share of a super-block whose first 16 bytes are w and whose code bytes
+// 32 j + 16 h .. + 16 are q, times the activations xs (i8_x)
+__device__ __forceinline__ float i8_share(const uint4 &w, const uint4 &q, const i8_xs &xs,
+                                          int lane) {
+    const int j = (lane >> 1) & 3;
+    int sc[2], m[2];
+    k4_pair(w.y, w.z, w.w, j, sc, m);
+    const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+    return hm_hd_q4k_q8k_share(__half2float(__ushort_as_half((unsigned short)(w.x & 0xFFFF))),
+                               __half2float(__ushort_as_half((unsigned short)(w.x >> 16))), sc[0],
+                               m[0], sc[1], m[1], qw, xs.xl, xs.xh, xs.bl, xs.bh, xs.d);
+}
+
 // A warp's nr (<= R) rows rb bytes apart of nsb super-blocks times x: lane (j, h) of group g
 // takes super-blocks g, g + 4, .. of each row, U of a row at a time for all rows together
 // (load, then add). The kernels issue the first round's loads before they quantize the
-// activations. Lanes of j >= 2 read their activations' high half first, so that each of a
-// group's two 16-byte shared loads falls on 32 distinct banks.
+// activations.
 template <int R, int U> struct q4k_i8 {
     uint4 hd[R][U], q[R][U];
     float acc[R];
@@ -844,29 +878,16 @@ template <int R, int U> struct q4k_i8 {
     }
 
     __device__ __forceinline__ void add(int nr, int nsb, int s0, const q8k_sh &x) {
-        const int lane = threadIdx.x & 31, g = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
+        const int lane = threadIdx.x & 31, g = lane >> 3;
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int s = s0 + 4 * u + g;
             if (s >= nsb) break;
-            const int8_t *xq = x.qs + 256 * s + 64 * j + 16 * h;
-            const uint4 xa = *(const uint4 *)(xq + (j >= 2 ? 32 : 0)),
-                        xb = *(const uint4 *)(xq + (j >= 2 ? 0 : 32));
-            const uint4 l4 = j >= 2 ? xb : xa, h4 = j >= 2 ? xa : xb;
-            const uint32_t xl[4] = {l4.x, l4.y, l4.z, l4.w}, xh[4] = {h4.x, h4.y, h4.z, h4.w};
-            const int bl = x.bs[16 * s + 4 * j + h], bh = x.bs[16 * s + 4 * j + 2 + h];
-            const float xd = x.d[s];
+            const i8_xs xs = i8_x(x, s, lane);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (r >= nr) break;
-                const uint4 w = hd[r][u];
-                int sc[2], m[2];
-                k4_pair(w.y, w.z, w.w, j, sc, m);
-                const uint32_t qw[4] = {q[r][u].x, q[r][u].y, q[r][u].z, q[r][u].w};
-                acc[r] += hm_hd_q4k_q8k_share(
-                    __half2float(__ushort_as_half((unsigned short)(w.x & 0xFFFF))),
-                    __half2float(__ushort_as_half((unsigned short)(w.x >> 16))), sc[0], m[0], sc[1],
-                    m[1], qw, xl, xh, bl, bh, xd);
+                acc[r] += i8_share(hd[r][u], q[r][u], xs, lane);
             }
         }
     }
@@ -880,6 +901,52 @@ template <int R, int U> struct q4k_i8 {
         for (int s0 = 4 * U; s0 < nsb; s0 += 4 * U) {
             load(row, rb, nr, nsb, s0);
             add(nr, nsb, s0, x);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = hm_warp_sum(acc[r]);
+    }
+};
+
+// Rows of at most three super-blocks (the experts' down at 768 columns), where q4k_i8 leaves
+// group 3 without one: a warp's nr (<= R) consecutive rows are nr nsb consecutive super-blocks,
+// item i = r nsb + s, and group g takes items g, g + 4, .. (K of them at most), so that the
+// warp's loads and shares spread over all four groups. A row's items fall in distinct groups and
+// its super-blocks 0 and 2 in groups two apart, which hm_warp_sum's first exchange pairs: each
+// row's sum adds the same terms in the same pairs as q4k_i8's, with the bits of
+// hm_hd_q4k_q8k_row (the other groups add +0, as q4k_i8's group 3 does).
+template <int R> struct q4k_i8_flat {
+    static constexpr int K = (3 * R + 3) / 4;
+    uint4 hd[K], q[K];
+    float acc[R];
+
+    __device__ __forceinline__ void load(const uint8_t *__restrict__ row, int nr, int nsb) {
+        const int lane = threadIdx.x & 31, g = lane >> 3, j = (lane >> 1) & 3, h = lane & 1;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = g + 4 * k;
+            hd[k] = q[k] = make_uint4(0, 0, 0, 0);
+            if (i < nr * nsb) {
+                const uint8_t *b = row + (int64_t)i * (int64_t)sizeof(hm_block_q4_K);
+                hd[k] = __ldg((const uint4 *)b);
+                q[k] = __ldg((const uint4 *)(b + 16 + 32 * j + 16 * h));
+            }
+        }
+    }
+
+    // after load: acc[r] = row r . x in every lane
+    __device__ __forceinline__ void finish(int nr, int nsb, const q8k_sh &x) {
+        const int lane = threadIdx.x & 31, g = lane >> 3;
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = g + 4 * k;
+            if (i >= nr * nsb) break;
+            const int ri = i / nsb;
+            const float v = i8_share(hd[k], q[k], i8_x(x, i - ri * nsb, lane), lane);
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r == ri) acc[r] += v;
         }
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = hm_warp_sum(acc[r]);
@@ -921,9 +988,18 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     glu_out<R>(a, res, r0, rows, gp);
 }
 
+// a warp's nr rows' sums (in every lane) into y[0 .. nr), by lane 0
+template <int R> __device__ __forceinline__ void i8_put(const float (&acc)[R], int nr, float *y) {
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < nr) y[r] = acc[r];
+}
+
 // The experts' rows as matvec_exp_q4k_k's (R a warp), on Q8_K activations; the block's rows
-// asked of L2 and each warp's first loads issued before the activations are quantized
-template <int R>
+// asked of L2 and each warp's first loads issued before the activations are quantized. FL: rows
+// of at most three super-blocks, nsb 144 bytes each, in q4k_i8_flat's layout.
+template <int R, bool FL>
 __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_exp_i8_k(hm_cu_w w, const int32_t *__restrict__ ids, const float *__restrict__ x,
                     int64_t xs, int x_div, float *__restrict__ y, int64_t ys, mv_sum sum) {
@@ -939,15 +1015,17 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
         hm_prefetch_l2(base + rb0 * (int64_t)w.row_bytes, (size_t)(nb * (int64_t)w.row_bytes));
         const int nr = r0 >= w.rows ? 0 : (w.rows - r0 < R ? (int)(w.rows - r0) : R);
         const uint8_t *row = base + r0 * (int64_t)w.row_bytes;
-        q4k_i8<R, 1> k;
-        k.load(row, (int64_t)w.row_bytes, nr, nsb, 0);
-        const q8k_sh xq = q8k_stage(q8s, x + (int64_t)(p / x_div) * xs, nsb);
-        if (nr > 0) {
-            k.finish(row, (int64_t)w.row_bytes, nr, nsb, xq);
-            if ((threadIdx.x & 31) == 0)
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    if (r < nr) y[(int64_t)p * ys + r0 + r] = k.acc[r];
+        float *yr = y + (int64_t)p * ys + r0;
+        if constexpr (FL) {
+            q4k_i8_flat<R> k;
+            k.load(row, nr, nsb);
+            const q8k_sh xq = q8k_stage(q8s, x + (int64_t)(p / x_div) * xs, nsb);
+            if (nr > 0) k.finish(nr, nsb, xq), i8_put<R>(k.acc, nr, yr);
+        } else {
+            q4k_i8<R, 1> k;
+            k.load(row, (int64_t)w.row_bytes, nr, nsb, 0);
+            const q8k_sh xq = q8k_stage(q8s, x + (int64_t)(p / x_div) * xs, nsb);
+            if (nr > 0) k.finish(row, (int64_t)w.row_bytes, nr, nsb, xq), i8_put<R>(k.acc, nr, yr);
         }
     } else if (r0 < w.rows && (threadIdx.x & 31) == 0) { /* an expert on the CPU */
         for (int r = 0; r < R && r0 + r < w.rows; r++) y[(int64_t)p * ys + r0 + r] = 0.0f;
@@ -1034,6 +1112,18 @@ static int q4k_rows(void) {
 // per warp of gate/up (default 2) and down (default 4).
 static bool mv_i8(const hm_cu_w *w) {
     return hm_cu_q8k_smem(w->cols) <= HM_CU_I8_SMEM && !hm_cu_env_is("HMOE_MV_Q4K_I8", "0");
+}
+
+// down's rows in q4k_i8_flat's layout where HMOE_MV_I8_FLAT=1 (read per launch; opt-in until a
+// GPU has timed it): at most three super-blocks a row, with no gap between rows
+static bool mv_i8_flat(const hm_cu_w *w) {
+    return w->cols <= 3 * 256 && w->row_bytes == (size_t)(w->cols / 256) * sizeof(hm_block_q4_K) &&
+           hm_cu_env_is("HMOE_MV_I8_FLAT", "1");
+}
+
+// the grid of matvec_exp_i8_k: blocks of MV_WARPS warps of R rows, one row of blocks a pair
+static dim3 grid_i8(const hm_cu_w *w, int R, int np) {
+    return dim3((unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R)), (unsigned)np);
 }
 
 #define I8_ROWS(F, ENV, DEF)                                                                       \
@@ -1217,16 +1307,17 @@ static cudaError_t experts_launch(const hm_cu_w *w, const int32_t *ids, int n_pa
     const size_t sm = mv_smem(w->cols, 1);
     const bool sh = mv_stage(sm);
     if (!hm_cu_type_ok(w->type)) return cudaErrorInvalidValue;
-    const bool q4k = mv_q4k(w, x, xs), i8 = q4k && mv_i8(w);
+    const bool q4k = mv_q4k(w, x, xs), i8 = q4k && mv_i8(w), flat = i8 && mv_i8_flat(w);
     pair_chunks(n_pairs, x_div, [&](int p0, int np) {
         const int32_t *id = ids + p0;
         const float *xp = x + (int64_t)(p0 / x_div) * xs;
         float *yp = y + (int64_t)p0 * ys;
         if (q4k && i8) {
 #define L(R)                                                                                       \
-    hm_launch(matvec_exp_i8_k<R>,                                                                  \
-              dim3((unsigned)((w->rows + MV_WARPS * R - 1) / (MV_WARPS * R)), (unsigned)np),       \
-              MV_WARPS * 32, hm_cu_q8k_smem(w->cols), stream, *w, id, xp, xs, x_div, yp, ys, sum)
+    (flat ? hm_launch(matvec_exp_i8_k<R, true>, grid_i8(w, R, np), MV_WARPS * 32,                  \
+                      hm_cu_q8k_smem(w->cols), stream, *w, id, xp, xs, x_div, yp, ys, sum)         \
+          : hm_launch(matvec_exp_i8_k<R, false>, grid_i8(w, R, np), MV_WARPS * 32,                 \
+                      hm_cu_q8k_smem(w->cols), stream, *w, id, xp, xs, x_div, yp, ys, sum))
             I8_ROWS(L, "HMOE_MV_I8_RD", 4)
 #undef L
             return;
