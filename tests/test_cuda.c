@@ -742,8 +742,7 @@ static void check_matvec(uint32_t type, int64_t rows, int64_t cols) {
      * hm_hd_q4k_q8k_row and equals the CPU engine's (dot_q4_K_ref) within float rounding; the
      * float reference within the codes' rounding (half a step of at most 1/127 of the block's
      * largest value, against values of mean magnitude 1/2) */
-    const bool i8 = type == HM_TYPE_Q4_K && cols % 256 == 0 && !hm_cu_env_is("HMOE_MV_Q4K", "0") &&
-                    !hm_cu_env_is("HMOE_MV_Q4K_I8", "0");
+    const bool i8 = hm_cu_experts_i8(type, cols);
     const int64_t nsb = cols / 256;
     hm_block_q8_K *xq = i8 ? malloc(sizeof(hm_block_q8_K) * 7 * (size_t)nsb) : NULL;
     for (int t = 0; i8 && t < 7; t++)

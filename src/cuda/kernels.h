@@ -128,6 +128,14 @@ static inline bool hm_cu_env_is(const char *name, const char *v) {
     return e && !strcmp(e, v);
 }
 
+/* Whether experts of this type and width multiply Q8_K activations (hm_cu_matvec_experts and
+ * its GLU form; the GPU's launchers also need their aligned-load shapes): Q4_K in whole
+ * super-blocks whose codes fit HM_CU_I8_SMEM, unless HMOE_MV_Q4K=0 or HMOE_MV_Q4K_I8=0 */
+static inline bool hm_cu_experts_i8(uint32_t type, int64_t cols) {
+    return type == HM_TYPE_Q4_K && cols % 256 == 0 && hm_cu_q8k_smem(cols) <= HM_CU_I8_SMEM &&
+           !hm_cu_env_is("HMOE_MV_Q4K", "0") && !hm_cu_env_is("HMOE_MV_Q4K_I8", "0");
+}
+
 /* x's n rows (xs floats apart, 16-byte aligned; cols a multiple of 256, at most 38656) as Q8_K
  * blocks (hm_block_q8_K, cols / 256 a row) into out: bit for bit hm_quantize_row_q8_K_ref, as
  * the Q4_K experts quantize their activations. */

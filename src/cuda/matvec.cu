@@ -1107,11 +1107,11 @@ static int q4k_rows(void) {
 }
 
 // The Q4_K lane layout's experts on Q8_K activations (matvec_exp_i8_k, matvec_exp_glu_i8_k)
-// unless HMOE_MV_Q4K_I8=0 (read per launch), where mv_q4k takes the
-// shapes and the codes fit in shared memory. HMOE_MV_I8_RG / HMOE_MV_I8_RD = 1, 2 or 4 fix the rows
-// per warp of gate/up (default 2) and down (default 4).
+// where mv_q4k takes the shapes and kernels.h's hm_cu_experts_i8 holds (the codes fit in shared
+// memory; HMOE_MV_Q4K_I8=0 turns it off, read per launch). HMOE_MV_I8_RG / HMOE_MV_I8_RD = 1, 2
+// or 4 fix the rows per warp of gate/up (default 2) and down (default 4).
 static bool mv_i8(const hm_cu_w *w) {
-    return hm_cu_q8k_smem(w->cols) <= HM_CU_I8_SMEM && !hm_cu_env_is("HMOE_MV_Q4K_I8", "0");
+    return hm_cu_experts_i8(w->type, w->cols);
 }
 
 // down's rows in q4k_i8_flat's layout where HMOE_MV_I8_FLAT=1 (read per launch; opt-in until a

@@ -64,13 +64,10 @@ static float row_dot(uint32_t type, const uint8_t *row, int64_t cols, const floa
     return acc;
 }
 
-/* Q4_K experts on Q8_K activations where matvec.cu takes them (its mv_q4k and mv_i8: whole
- * super-blocks, the codes within 32 KiB of shared memory, neither HMOE_MV_Q4K nor
- * HMOE_MV_Q4K_I8 0), each row as dq.h's hm_hd_q4k_q8k_row sums it */
+/* Q4_K experts on Q8_K activations where matvec.cu takes them (kernels.h's hm_cu_experts_i8),
+ * each row as dq.h's hm_hd_q4k_q8k_row sums it */
 static bool experts_i8(const hm_cu_w *w) {
-    return w->type == HM_TYPE_Q4_K && w->cols % 256 == 0 &&
-           hm_cu_q8k_smem(w->cols) <= HM_CU_I8_SMEM && !hm_cu_env_is("HMOE_MV_Q4K", "0") &&
-           !hm_cu_env_is("HMOE_MV_Q4K_I8", "0");
+    return hm_cu_experts_i8(w->type, w->cols);
 }
 
 /* row . x as the experts compute it: on xq (x as Q8_K) where experts_i8, else row_dot */
