@@ -1764,14 +1764,17 @@ static void check_kernels(void) {
         check_fused(HM_TYPE_Q4_K, 13, 2816);
     }
     unsetenv("HMOE_MV_I8_RG"), unsetenv("HMOE_MV_I8_RD");
-    /* down's flat layout (HMOE_MV_I8_FLAT=1: rows of 1-3 super-blocks spread over the four lane
-     * groups) with 1, 2 and 4 rows per warp: the same bits as hm_hd_q4k_q8k_row */
-    setenv("HMOE_MV_I8_FLAT", "1", 1);
-    for (int r = 1; r <= 4; r *= 2) {
-        setenv_int("HMOE_MV_I8_RD", r);
-        check_matvec(HM_TYPE_Q4_K, 37, 768);
-        check_matvec(HM_TYPE_Q4_K, 9, 512);
-        check_matvec(HM_TYPE_Q4_K, 6, 256);
+    /* down's layouts for rows of 1-3 super-blocks, with 1, 2 and 4 rows per warp: flat (the
+     * default: the super-blocks spread over the four lane groups) and a lane group per super-block
+     * (HMOE_MV_I8_FLAT=0); both the same bits as hm_hd_q4k_q8k_row */
+    for (int flat = 1; flat >= 0; flat--) {
+        if (!flat) setenv("HMOE_MV_I8_FLAT", "0", 1);
+        for (int r = 1; r <= 4; r *= 2) {
+            setenv_int("HMOE_MV_I8_RD", r);
+            check_matvec(HM_TYPE_Q4_K, 37, 768);
+            check_matvec(HM_TYPE_Q4_K, 9, 512);
+            check_matvec(HM_TYPE_Q4_K, 6, 256);
+        }
     }
     unsetenv("HMOE_MV_I8_RD"), unsetenv("HMOE_MV_I8_FLAT");
     check_matvec(HM_TYPE_Q4_K, 5, 2048);

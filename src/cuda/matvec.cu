@@ -1114,11 +1114,11 @@ static bool mv_i8(const hm_cu_w *w) {
     return hm_cu_experts_i8(w->type, w->cols);
 }
 
-// down's rows in q4k_i8_flat's layout where HMOE_MV_I8_FLAT=1 (read per launch; opt-in until a
-// GPU has timed it): at most three super-blocks a row, with no gap between rows
+// down's rows in q4k_i8_flat's layout (HMOE_MV_I8_FLAT=0 turns it off, read per launch): at most
+// three super-blocks a row, with no gap between rows
 static bool mv_i8_flat(const hm_cu_w *w) {
     return w->cols <= 3 * 256 && w->row_bytes == (size_t)(w->cols / 256) * sizeof(hm_block_q4_K) &&
-           hm_cu_env_is("HMOE_MV_I8_FLAT", "1");
+           !hm_cu_env_is("HMOE_MV_I8_FLAT", "0");
 }
 
 // the grid of matvec_exp_i8_k: blocks of MV_WARPS warps of R rows, one row of blocks a pair
