@@ -1755,28 +1755,23 @@ static void check_kernels(void) {
     unsetenv("HMOE_MV_Q4K_R");
     unsetenv("HMOE_MV_Q4K_I8");
     /* the experts on Q8_K activations (the default) with 1, 2 (gate/up's default) and 4 (down's)
-     * rows per warp, then the defaults */
-    for (int r = 1; r <= 4; r *= 2) {
-        setenv_int("HMOE_MV_I8_RG", r), setenv_int("HMOE_MV_I8_RD", r);
-        check_matvec(HM_TYPE_Q4_K, 37, 768);
-        check_matvec(HM_TYPE_Q4_K, 7, 2560);
-        check_fused(HM_TYPE_Q4_K, 45, 768);
-        check_fused(HM_TYPE_Q4_K, 13, 2816);
-    }
-    unsetenv("HMOE_MV_I8_RG"), unsetenv("HMOE_MV_I8_RD");
-    /* down's layouts for rows of 1-3 super-blocks, with 1, 2 and 4 rows per warp: flat (the
-     * default: the super-blocks spread over the four lane groups) and a lane group per super-block
-     * (HMOE_MV_I8_FLAT=0); both the same bits as hm_hd_q4k_q8k_row */
+     * rows per warp, then the defaults; rows of 1-3 super-blocks take down's flat layout (the
+     * default: the super-blocks spread over the four lane groups), then a lane group per
+     * super-block (HMOE_MV_I8_FLAT=0): both with the bits of hm_hd_q4k_q8k_row */
     for (int flat = 1; flat >= 0; flat--) {
         if (!flat) setenv("HMOE_MV_I8_FLAT", "0", 1);
         for (int r = 1; r <= 4; r *= 2) {
-            setenv_int("HMOE_MV_I8_RD", r);
+            setenv_int("HMOE_MV_I8_RG", r), setenv_int("HMOE_MV_I8_RD", r);
             check_matvec(HM_TYPE_Q4_K, 37, 768);
             check_matvec(HM_TYPE_Q4_K, 9, 512);
             check_matvec(HM_TYPE_Q4_K, 6, 256);
+            if (!flat) continue; /* the shapes below take neither layout's choice */
+            check_matvec(HM_TYPE_Q4_K, 7, 2560);
+            check_fused(HM_TYPE_Q4_K, 45, 768);
+            check_fused(HM_TYPE_Q4_K, 13, 2816);
         }
     }
-    unsetenv("HMOE_MV_I8_RD"), unsetenv("HMOE_MV_I8_FLAT");
+    unsetenv("HMOE_MV_I8_RG"), unsetenv("HMOE_MV_I8_RD"), unsetenv("HMOE_MV_I8_FLAT");
     check_matvec(HM_TYPE_Q4_K, 5, 2048);
     check_fused(HM_TYPE_Q4_K, 45, 768);
     check_quant_q8k();
